@@ -1,0 +1,35 @@
+# gomhi — build, test, benchmark, run.
+GO      ?= go
+PKGS    ?= ./...
+BIN     := bin/mhictl
+
+.PHONY: all build test vet fmt-check lint bench run clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/mhictl
+
+# The README's test command: formatting, vet, and the race-enabled tests.
+test: fmt-check vet
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+lint: fmt-check vet
+
+# Benchmarks with allocation counts; figures go to docs/PERFORMANCE.md.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./mhi/...
+
+# The main job on the embedded mock modem.
+run:
+	$(GO) run ./cmd/mhictl loopback --count 1000
+
+clean:
+	rm -rf bin

@@ -1,0 +1,15 @@
+// Command mhictl drives gomhi: the MHI host stack, its mock modem and (later)
+// real modems. By default every command runs against an embedded mock modem.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	if err := newRootCmd().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "mhictl:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gomhi/gomhi/pcigeneric"
+)
+
+// globalFlags are the flags every command shares.
+type globalFlags struct {
+	model    string
+	logLevel string
+}
+
+func newRootCmd() *cobra.Command {
+	g := &globalFlags{}
+	root := &cobra.Command{
+		Use:           "mhictl",
+		Short:         "Drive MHI modems and gomhi's mock modem",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.model, "model", "qcom-sdx55m", "modem model the embedded mock impersonates (see 'mhictl models')")
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	root.AddCommand(
+		newLoopbackCmd(g),
+		newRegdumpCmd(g),
+		newStatusCmd(g),
+		newModelsCmd(),
+		newListCmd(),
+		newBindCmd(),
+		newUnbindCmd(),
+	)
+	return root
+}
+
+func (g *globalFlags) logger() (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: %w", g.logLevel, err)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+// openMock starts the embedded mock modem and a host controller for it.
+func (g *globalFlags) openMock() (*pcigeneric.Mock, error) {
+	log, err := g.logger()
+	if err != nil {
+		return nil, err
+	}
+	return pcigeneric.OpenMock(pcigeneric.MockOptions{Model: g.model, Logger: log})
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+)
+
+func newStatusCmd(g *globalFlags) *cobra.Command {
+	var jsonOut bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the MHI state, execution environment, channels and event rings",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, err := g.openMock()
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			if err := m.Controller.PowerUp(); err != nil {
+				return err
+			}
+			st := m.Controller.Status()
+			out := cmd.OutOrStdout()
+			if jsonOut {
+				return printJSON(out, st)
+			}
+			fmt.Fprintf(out, "%s: model %s, MHI state %s, EE %s, host PM %s\n\n", st.Name, m.Info.Name, st.State, st.EE, st.PM)
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "CH\tNAME\tDIR\tSTATE\tCTX\tELEMS\tER\tRP\tWP\tCTX_RP\tCTX_WP\tPENDING")
+			for _, c := range st.Channels {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t0x%x\t0x%x\t0x%x\t0x%x\t%d\n",
+					c.Num, c.Name, c.Dir, c.State, c.CtxState, c.Elements, c.EventRing, c.HostRP, c.HostWP, c.CtxRP, c.CtxWP, c.Pending)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			fmt.Fprintln(out)
+			tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ER\tKIND\tELEMS\tVECTOR\tMOD_MS\tRP\tWP\tDEVICE_RP")
+			for _, e := range st.EventRings {
+				fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t0x%x\t0x%x\t0x%x\n", e.Index, e.Kind, e.Elements, e.Vector, e.ModMs, e.HostRP, e.HostWP, e.DeviceRP)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print as JSON")
+	return cmd
+}

@@ -1,0 +1,77 @@
+package mhi
+
+import "fmt"
+
+// BHIInfo is what the host reads from the BHI block before using a device.
+type BHIInfo struct {
+	ExecEnv      ExecEnv    `json:"ee"`
+	SerialNumber uint32     `json:"serial_number"`
+	OEMPKHash    [16]uint32 `json:"oem_pk_hash"`
+	Version      [2]uint32  `json:"version"` // major, minor
+}
+
+// ReadBHI reads the execution environment, serial number and OEM public-key
+// hash from the BHI block. It works in any state.
+func (c *Controller) ReadBHI() (BHIInfo, error) {
+	var info BHIInfo
+	bhi, err := c.read(RegBHIOFF)
+	if err != nil {
+		return info, err
+	}
+	if bhi == 0 || (c.regLen != 0 && bhi >= c.regLen) {
+		return info, fmt.Errorf("%s: %w: BHIOFF 0x%x", c.name, ErrBadDevice, bhi)
+	}
+	v, err := c.read(bhi + BHIExecEnv)
+	if err != nil {
+		return info, err
+	}
+	info.ExecEnv = ExecEnv(v)
+	if info.SerialNumber, err = c.read(bhi + BHISerialNum); err != nil {
+		return info, err
+	}
+	for i := range info.OEMPKHash {
+		if info.OEMPKHash[i], err = c.read(bhi + BHIOEMPKHash0 + uint32(4*i)); err != nil {
+			return info, err
+		}
+	}
+	if info.Version[0], err = c.read(bhi + BHIVersionMajor); err != nil {
+		return info, err
+	}
+	if info.Version[1], err = c.read(bhi + BHIVersionMinor); err != nil {
+		return info, err
+	}
+	return info, nil
+}
+
+// RegValue is one register of a register dump.
+type RegValue struct {
+	Name   string `json:"name"`
+	Block  string `json:"block"`
+	Offset uint32 `json:"offset"` // from the start of the BAR
+	Value  uint32 `json:"value"`
+}
+
+// RegDump reads every named MHI and BHI register, as the kernel's debugfs
+// regdump does. It works in any state.
+func (c *Controller) RegDump() ([]RegValue, error) {
+	out := make([]RegValue, 0, len(MHIRegisters)+len(BHIRegisters))
+	for _, r := range MHIRegisters {
+		v, err := c.read(r.Offset)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, RegValue{Name: r.Name, Block: r.Block, Offset: r.Offset, Value: v})
+	}
+	bhi, err := c.read(RegBHIOFF)
+	if err != nil {
+		return out, err
+	}
+	for _, r := range BHIRegisters {
+		v, err := c.read(bhi + r.Offset)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, RegValue{Name: r.Name, Block: r.Block, Offset: bhi + r.Offset, Value: v})
+	}
+	return out, nil
+}

@@ -1,0 +1,435 @@
+package mhi
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// ErrAborted marks a completion for a buffer that the device never
+// completed: the channel was reset, the device entered SYS_ERR, or the
+// controller was powered down. The buffer is returned to its owner.
+var ErrAborted = errors.New("mhi: transfer aborted")
+
+// Flags ask for completion behaviour on a queued element.
+type Flags uint32
+
+// Queue flags.
+const (
+	// FlagEOT asks for a completion event when the transfer ends at this element.
+	FlagEOT Flags = 1 << iota
+	// FlagEOB asks for a completion event at the end of this block.
+	FlagEOB
+	// FlagChain says the transfer continues in the next element.
+	FlagChain
+)
+
+// Transfer is one element to queue: a buffer in DMA memory and flags. Cookie
+// is returned unchanged in the element's Completion.
+type Transfer struct {
+	IOVA   uint64
+	Len    int
+	Flags  Flags
+	Cookie uint64
+}
+
+// Completion reports one completed (or aborted) element.
+type Completion struct {
+	Cookie uint64
+	IOVA   uint64
+	// Len is the number of bytes the device transferred in this element.
+	Len int
+	// Code is the event's code, EOT, EOB or OVERFLOW (OVERFLOW: the buffer
+	// is full and the transfer continues in the next element), for every
+	// element the event completed; INVALID when Err is set.
+	Code CompletionCode
+	// End is true for the element the device's event named (the end of the
+	// transfer, the block, or the filled buffer), false for earlier elements
+	// of a chain that the same event completed.
+	End bool
+	// Err is nil, or wraps ErrAborted or ErrBadDevice.
+	Err error
+}
+
+type slot struct {
+	iova   uint64
+	n      int
+	cookie uint64
+}
+
+// Channel is one MHI channel on the host: a transfer ring, its context and
+// the bookkeeping for queued buffers.
+type Channel struct {
+	ctrl *Controller
+	cfg  ChannelConfig
+	er   *EventRing
+	bei  bool
+
+	mu      sync.Mutex
+	ring    ring
+	slots   []slot
+	state   ChannelState // host view: DISABLED, ENABLED or STOP
+	dbMode  bool
+	handler func(Completion)
+	wanted  bool         // started by a client; restarted after recovery
+	comps   []Completion // scratch for completions, used by the event goroutine
+
+	stats ChannelStats
+}
+
+// ChannelStats are a channel's counters.
+type ChannelStats struct {
+	Queued    atomic.Uint64
+	Completed atomic.Uint64
+	Bytes     atomic.Uint64
+	Overflows atomic.Uint64
+	Aborted   atomic.Uint64
+	Doorbells atomic.Uint64
+	DBModes   atomic.Uint64
+	BadEvents atomic.Uint64
+}
+
+// Num returns the channel number.
+func (ch *Channel) Num() uint8 { return ch.cfg.Num }
+
+// Config returns the channel's configuration.
+func (ch *Channel) Config() ChannelConfig { return ch.cfg }
+
+// Stats returns the channel's counters.
+func (ch *Channel) Stats() *ChannelStats { return &ch.stats }
+
+func (ch *Channel) ctx() []byte {
+	n := int(ch.cfg.Num)
+	return ch.ctrl.chCtx.Bytes[n*ContextSize : (n+1)*ContextSize]
+}
+
+func (ch *Channel) writeContext(st ChannelState, withRing bool) {
+	brst := uint32(BurstDisable)
+	if ch.cfg.Burst {
+		brst = BurstEnable
+	}
+	ctx := Context{
+		Cfg:   uint32(st) | brst<<ChCfgBrstShift,
+		Type:  uint32(ch.cfg.Dir),
+		Index: uint32(ch.cfg.EventRing),
+	}
+	if withRing {
+		ctx.RBase, ctx.RLen = ch.ring.base(), ch.ring.length()
+		ctx.RP, ctx.WP = ch.ring.base(), ch.ring.base()
+	}
+	ctx.Put(ch.ctx())
+}
+
+// Start starts the channel on the device; handler receives every completion
+// (from the controller's event goroutine; it may queue again). Start is
+// allowed from DISABLED and STOP.
+func (ch *Channel) Start(handler func(Completion)) error {
+	ch.ctrl.procMu.RLock()
+	allocated := ch.ctrl.allocated
+	ch.ctrl.procMu.RUnlock()
+	if !allocated {
+		return fmt.Errorf("%s: start channel %d: %w", ch.ctrl.name, ch.cfg.Num, ErrPoweredDown)
+	}
+	ch.mu.Lock()
+	switch ch.state {
+	case ChannelDisabled:
+		ch.ring.reset()
+		ch.writeContext(ChannelEnabled, true)
+	case ChannelStop:
+		Store32(ch.ctx(), CtxCfg, Load32(ch.ctx(), CtxCfg)&^ChCfgStateMask|uint32(ChannelEnabled))
+	default:
+		st := ch.state
+		ch.mu.Unlock()
+		return fmt.Errorf("%s: start channel %d in state %s: %w", ch.ctrl.name, ch.cfg.Num, st, ErrChannelState)
+	}
+	if handler != nil {
+		ch.handler = handler
+	}
+	ch.mu.Unlock()
+
+	if err := ch.ctrl.sendCommand(PktStartChanCmd, ch.cfg.Num); err != nil {
+		return err
+	}
+	ch.mu.Lock()
+	ch.state = ChannelEnabled
+	ch.dbMode = true
+	ch.wanted = true
+	pending := ch.ring.used() > 0
+	ch.mu.Unlock()
+	if pending {
+		ch.mu.Lock()
+		ch.ringDoorbell()
+		ch.mu.Unlock()
+	}
+	return nil
+}
+
+// Stop stops the channel; queued buffers stay queued.
+func (ch *Channel) Stop() error {
+	ch.mu.Lock()
+	if ch.state != ChannelEnabled {
+		st := ch.state
+		ch.mu.Unlock()
+		return fmt.Errorf("%s: stop channel %d in state %s: %w", ch.ctrl.name, ch.cfg.Num, st, ErrChannelState)
+	}
+	ch.mu.Unlock()
+	if err := ch.ctrl.sendCommand(PktStopChanCmd, ch.cfg.Num); err != nil {
+		return err
+	}
+	ch.mu.Lock()
+	ch.state = ChannelStop
+	ch.mu.Unlock()
+	return nil
+}
+
+// Reset resets the channel: the device forgets the ring and every queued
+// buffer is returned to the handler with ErrAborted.
+func (ch *Channel) Reset() error {
+	ch.mu.Lock()
+	if ch.state != ChannelEnabled && ch.state != ChannelStop {
+		st := ch.state
+		ch.mu.Unlock()
+		return fmt.Errorf("%s: reset channel %d in state %s: %w", ch.ctrl.name, ch.cfg.Num, st, ErrChannelState)
+	}
+	ch.state = ChannelDisabled
+	ch.wanted = false
+	ch.mu.Unlock()
+	err := ch.ctrl.sendCommand(PktResetChanCmd, ch.cfg.Num)
+	ch.abort()
+	ch.mu.Lock()
+	ch.writeContext(ChannelDisabled, false)
+	ch.mu.Unlock()
+	return err
+}
+
+// abort returns every queued buffer to the handler with ErrAborted.
+func (ch *Channel) abort() {
+	ch.mu.Lock()
+	var out []Completion
+	for ch.ring.rp != ch.ring.wp {
+		s := ch.slots[ch.ring.rp]
+		out = append(out, Completion{Cookie: s.cookie, IOVA: s.iova,
+			Err: fmt.Errorf("%s: channel %d: %w", ch.ctrl.name, ch.cfg.Num, ErrAborted)})
+		ch.ring.rp = ch.ring.next(ch.ring.rp)
+	}
+	h := ch.handler
+	ch.mu.Unlock()
+	ch.stats.Aborted.Add(uint64(len(out)))
+	if h != nil {
+		for _, c := range out {
+			h(c)
+		}
+	}
+}
+
+// Free returns the number of elements that can be queued now.
+func (ch *Channel) Free() int {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.ring.free()
+}
+
+// Pending returns the number of queued, not yet completed elements.
+func (ch *Channel) Pending() int {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.ring.used()
+}
+
+// Queue posts the elements of xs in order and rings the doorbell once. Either
+// all are queued or none (ErrRingFull when the ring lacks room).
+func (ch *Channel) Queue(xs []Transfer) error {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.state != ChannelEnabled {
+		return fmt.Errorf("%s: queue on channel %d in state %s: %w", ch.ctrl.name, ch.cfg.Num, ch.state, ErrChannelState)
+	}
+	if len(xs) > ch.ring.free() {
+		return fmt.Errorf("%s: channel %d: %d elements requested, %d free: %w", ch.ctrl.name, ch.cfg.Num, len(xs), ch.ring.free(), ErrRingFull)
+	}
+	for _, x := range xs {
+		if x.Len <= 0 || x.Len > MaxTRELength {
+			return fmt.Errorf("%s: channel %d: buffer of %d bytes, elements hold 1..%d: %w", ch.ctrl.name, ch.cfg.Num, x.Len, MaxTRELength, ErrTooLarge)
+		}
+	}
+	for _, x := range xs {
+		var f uint32
+		if x.Flags&FlagEOT != 0 {
+			f |= TREIEOT
+		}
+		if x.Flags&FlagEOB != 0 {
+			f |= TREIEOB
+		}
+		if x.Flags&FlagChain != 0 {
+			f |= TREChain
+		}
+		if ch.bei {
+			f |= TREBEI
+		}
+		i := ch.ring.wp
+		ch.ring.put(i, TransferTRE(x.IOVA, uint32(x.Len), f))
+		ch.slots[i] = slot{iova: x.IOVA, n: x.Len, cookie: x.Cookie}
+		ch.ring.wp = ch.ring.next(i)
+	}
+	ch.stats.Queued.Add(uint64(len(xs)))
+	ch.ringDoorbell()
+	return nil
+}
+
+// ringDoorbell publishes the write pointer and, when allowed, rings the
+// channel doorbell. Called with ch.mu held.
+func (ch *Channel) ringDoorbell() {
+	wp := ch.ring.iova(ch.ring.wp)
+	Store64(ch.ctx(), CtxWP, wp)
+	if !ch.ctrl.doorbellsAllowed() {
+		return
+	}
+	if ch.cfg.Burst {
+		if !ch.dbMode {
+			return // the device polls the context write pointer
+		}
+		ch.dbMode = false
+	}
+	ch.stats.Doorbells.Add(1)
+	if err := ch.ctrl.doorbell(ch.ctrl.chdb(ch.cfg.Num), wp); err != nil {
+		ch.ctrl.log.Warn("channel doorbell", "channel", ch.cfg.Num, "err", err)
+	}
+}
+
+func (c *Controller) doorbellsAllowed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pm == pmM0 || c.pm == pmPowerUp
+}
+
+// onM0 re-enters doorbell mode where configured and rings pending work.
+func (ch *Channel) onM0() {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.cfg.DBModeSwitch {
+		ch.dbMode = true
+	}
+	if ch.state == ChannelEnabled && ch.ring.used() > 0 {
+		ch.ringDoorbell()
+	}
+}
+
+// onEvent handles a transfer event for this channel.
+func (ch *Channel) onEvent(ev Element) {
+	c := ch.ctrl
+	code := ev.Code()
+	ch.mu.Lock()
+	if ch.state == ChannelDisabled {
+		ch.mu.Unlock()
+		c.stats.StaleCompletion.Add(1)
+		return
+	}
+	switch code {
+	case CCEOT, CCEOB, CCOverflow, CCBadTRE:
+	case CCOOB, CCDBMode:
+		ch.stats.DBModes.Add(1)
+		ch.dbMode = true
+		if ch.state == ChannelEnabled && ch.ring.used() > 0 {
+			ch.ringDoorbell()
+		}
+		ch.mu.Unlock()
+		return
+	default:
+		ch.mu.Unlock()
+		c.stats.BadCode.Add(1)
+		ch.stats.BadEvents.Add(1)
+		c.log.Warn("transfer event with an unknown completion code", "channel", ch.cfg.Num, "event", ev)
+		return
+	}
+	idx, err := ch.ring.index(ev.Ptr)
+	if err == nil && !ch.ring.inFlight(idx) {
+		err = fmt.Errorf("%w: element %d is not queued (rp %d, wp %d)", ErrBounds, idx, ch.ring.rp, ch.ring.wp)
+	}
+	if err != nil {
+		ch.mu.Unlock()
+		c.stats.BadEventPtr.Add(1)
+		ch.stats.BadEvents.Add(1)
+		c.log.Warn("transfer event points outside the queued elements", "channel", ch.cfg.Num, "event", ev, "err", err)
+		return
+	}
+	comps := ch.comps[:0]
+	var bytes uint64
+	for {
+		i := ch.ring.rp
+		s := ch.slots[i]
+		comp := Completion{Cookie: s.cookie, IOVA: s.iova, Len: s.n, Code: code}
+		if i == idx {
+			comp.End = true
+			comp.Len = int(ev.Length())
+			if comp.Len > s.n {
+				c.stats.LengthClamped.Add(1)
+				ch.stats.BadEvents.Add(1)
+				c.log.Warn("transfer length larger than the buffer; clamped", "channel", ch.cfg.Num, "len", comp.Len, "buffer", s.n)
+				comp.Len = s.n
+			}
+			if code == CCBadTRE {
+				comp.Code, comp.Len = CCInvalid, 0
+				comp.Err = fmt.Errorf("%s: channel %d: device reported a bad element: %w", c.name, ch.cfg.Num, ErrBadDevice)
+			}
+		}
+		bytes += uint64(comp.Len)
+		comps = append(comps, comp)
+		ch.ring.rp = ch.ring.next(i)
+		if i == idx {
+			break
+		}
+	}
+	ch.comps = comps
+	h := ch.handler
+	ch.mu.Unlock()
+	ch.stats.Completed.Add(uint64(len(comps)))
+	ch.stats.Bytes.Add(bytes)
+	if code == CCOverflow {
+		ch.stats.Overflows.Add(1)
+	}
+	if h != nil {
+		for _, comp := range comps {
+			h(comp)
+		}
+	}
+}
+
+// ChannelStatus describes a channel for status displays.
+type ChannelStatus struct {
+	Num       uint8  `json:"num"`
+	Name      string `json:"name"`
+	Dir       string `json:"dir"`
+	State     string `json:"state"`
+	CtxState  string `json:"ctx_state"`
+	Elements  int    `json:"elements"`
+	EventRing int    `json:"event_ring"`
+	RingBase  uint64 `json:"ring_base"`
+	HostRP    uint64 `json:"host_rp"`
+	HostWP    uint64 `json:"host_wp"`
+	CtxRP     uint64 `json:"ctx_rp"`
+	CtxWP     uint64 `json:"ctx_wp"`
+	Pending   int    `json:"pending"`
+	Completed uint64 `json:"completed"`
+	Bytes     uint64 `json:"bytes"`
+}
+
+// Status returns the channel's state and ring pointers.
+func (ch *Channel) Status() ChannelStatus {
+	ch.ctrl.procMu.RLock()
+	defer ch.ctrl.procMu.RUnlock()
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	st := ChannelStatus{
+		Num: ch.cfg.Num, Name: ch.cfg.Name, Dir: ch.cfg.Dir.String(), State: ch.state.String(),
+		Elements: ch.cfg.Elements, EventRing: ch.cfg.EventRing,
+		Pending: ch.ring.used(), Completed: ch.stats.Completed.Load(), Bytes: ch.stats.Bytes.Load(),
+	}
+	if ch.ctrl.allocated {
+		st.RingBase = ch.ring.base()
+		st.HostRP, st.HostWP = ch.ring.iova(ch.ring.rp), ch.ring.iova(ch.ring.wp)
+		st.CtxState = ChannelState(Load32(ch.ctx(), CtxCfg) & ChCfgStateMask).String()
+		st.CtxRP, st.CtxWP = Load64(ch.ctx(), CtxRP), Load64(ch.ctx(), CtxWP)
+	}
+	return st
+}

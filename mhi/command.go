@@ -1,0 +1,93 @@
+package mhi
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// commandRing is the host's command ring. Commands are issued one at a time
+// and each waits for its completion event.
+type commandRing struct {
+	ring
+	issue sync.Mutex // serialises commands
+
+	mu      sync.Mutex
+	waiting int // index of the outstanding command, -1 if none
+	done    chan CompletionCode
+}
+
+// send posts a command for channel ch and waits for its completion.
+func (c *Controller) sendCommand(t PacketType, ch uint8) error {
+	cr := &c.cmd
+	cr.issue.Lock()
+	defer cr.issue.Unlock()
+
+	c.procMu.RLock()
+	if !c.allocated {
+		c.procMu.RUnlock()
+		return fmt.Errorf("%s: %s channel %d: %w", c.name, t, ch, ErrPoweredDown)
+	}
+	done := make(chan CompletionCode, 1)
+	cr.mu.Lock()
+	idx := cr.wp
+	cr.put(idx, CommandElement(t, ch))
+	cr.wp = cr.next(cr.wp)
+	cr.waiting, cr.done = idx, done
+	wp := cr.iova(cr.wp)
+	cr.mu.Unlock()
+	Store64(c.cmdCtx.Bytes, CtxWP, wp)
+	c.stats.Commands.Add(1)
+	err := c.doorbell(RegCRDBLower, wp)
+	c.procMu.RUnlock()
+	if err != nil {
+		cr.abort()
+		return err
+	}
+
+	timer := time.NewTimer(c.cfg.Timeout)
+	defer timer.Stop()
+	select {
+	case code, ok := <-done:
+		if !ok {
+			return fmt.Errorf("%s: %s channel %d aborted: %w", c.name, t, ch, ErrSysErr)
+		}
+		if code != CCSuccess {
+			return fmt.Errorf("%s: %s channel %d completed with %s: %w", c.name, t, ch, code, ErrCommandFailed)
+		}
+		return nil
+	case <-timer.C:
+		cr.abort()
+		return fmt.Errorf("%s: %s channel %d: no completion within %v: %w", c.name, t, ch, c.cfg.Timeout, ErrTimeout)
+	}
+}
+
+// complete handles a command completion event.
+func (cr *commandRing) complete(c *Controller, ev Element) {
+	idx, err := cr.index(ev.Ptr)
+	if err != nil {
+		c.stats.BadEventPtr.Add(1)
+		c.log.Warn("command completion outside the command ring", "event", ev, "err", err)
+		return
+	}
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	if cr.done == nil || idx != cr.waiting {
+		c.stats.StaleCompletion.Add(1)
+		c.log.Warn("command completion for no outstanding command", "event", ev)
+		return
+	}
+	cr.rp = cr.next(idx)
+	cr.done <- ev.Code()
+	cr.done, cr.waiting = nil, -1
+}
+
+// abort fails the outstanding command, if any.
+func (cr *commandRing) abort() {
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	if cr.done != nil {
+		close(cr.done)
+		cr.done, cr.waiting = nil, -1
+	}
+}

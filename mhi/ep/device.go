@@ -1,0 +1,328 @@
+// Package ep is the device side of gomhi: a mock MHI modem that answers the
+// host the way a Qualcomm SDX55 running Linux's MHI endpoint stack does.
+//
+// A Device owns a register file (the host reads and writes it through
+// ReadRegister and WriteRegister), reads contexts and rings from host memory
+// through a bounds-checked HostMemory, writes completions and events back,
+// and raises MSI vectors through an Interrupter. It runs concurrently with
+// the host, like hardware: New starts its goroutines and Close stops them.
+package ep
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi"
+)
+
+// Default values applied by New to zero fields of Config.
+const (
+	DefaultRegLen            = 0x1000
+	DefaultReadyDelay        = time.Millisecond
+	DefaultDLQueueDepth      = 4
+	DefaultBurstPollInterval = 500 * time.Microsecond
+	DefaultBurstIdlePolls    = 8
+)
+
+// Register-layout offsets the device publishes in CHDBOFF, ERDBOFF, BHIOFF,
+// BHIEOFF and DEBUGOFF. With a 0x1000-byte register space they pass every
+// check the Linux host makes on them.
+const (
+	ChannelDoorbellOffset = 0x400
+	EventDoorbellOffset   = 0x800
+	BHIOffset             = 0x100
+	BHIEOffset            = 0x300
+	DebugOffset           = 0x380
+	DebugSize             = 0x80
+)
+
+// ErrClosed is returned by operations on a device that has been closed.
+var ErrClosed = errors.New("ep: device closed")
+
+// Config configures a mock modem.
+type Config struct {
+	// MHI lists the channels and event rings the device offers.
+	MHI mhi.ControllerConfig
+	// RegLen is the size of the MHI register space (default 0x1000, at
+	// least 0x1000 so that all doorbell arrays fit).
+	RegLen uint32
+	// SerialNumber is published in BHI SERIALNU.
+	SerialNumber uint32
+	// OEMPKHash is published in BHI OEMPKHASH[0..15].
+	OEMPKHash [mhi.BHIOEMPKHashRegs]uint32
+	// SoCHWVersion is published in SOC_HW_VERSION.
+	SoCHWVersion uint32
+	// ReadyDelay is the time from a reset to READY (zero means
+	// DefaultReadyDelay).
+	ReadyDelay time.Duration
+	// Logger receives Debug records for protocol events and Warn records
+	// for host misbehaviour; nil discards them.
+	Logger *slog.Logger
+	// Functions attaches a Function to channel pairs by name. A pair named
+	// "LOOPBACK" without an entry gets the built-in Loopback; other pairs
+	// without an entry consume and count uplink transfers.
+	Functions map[string]Function
+	// DLQueueDepth is the number of downlink transfers a channel holds
+	// before Pipe.Send blocks (zero means DefaultDLQueueDepth).
+	DLQueueDepth int
+	// BurstPollInterval is how often a burst-mode channel re-reads its
+	// context write pointer while it polls (zero means the default).
+	BurstPollInterval time.Duration
+	// BurstIdlePolls is the number of empty polls after which a burst-mode
+	// channel posts DB_MODE and waits for a doorbell (zero means the
+	// default).
+	BurstIdlePolls int
+}
+
+// withDefaults returns cfg with zero fields replaced by their defaults.
+func (cfg Config) withDefaults() Config {
+	if cfg.RegLen == 0 {
+		cfg.RegLen = DefaultRegLen
+	}
+	if cfg.ReadyDelay <= 0 {
+		cfg.ReadyDelay = DefaultReadyDelay
+	}
+	if cfg.DLQueueDepth <= 0 {
+		cfg.DLQueueDepth = DefaultDLQueueDepth
+	}
+	if cfg.BurstPollInterval <= 0 {
+		cfg.BurstPollInterval = DefaultBurstPollInterval
+	}
+	if cfg.BurstIdlePolls <= 0 {
+		cfg.BurstIdlePolls = DefaultBurstIdlePolls
+	}
+	return cfg
+}
+
+// validate checks a configuration that already has its defaults.
+func (cfg *Config) validate() error {
+	if err := cfg.MHI.Validate(); err != nil {
+		return fmt.Errorf("ep: %w", err)
+	}
+	if cfg.RegLen < DefaultRegLen || cfg.RegLen%4 != 0 {
+		return fmt.Errorf("ep: %w: register length 0x%x, want a multiple of 4 >= 0x%x",
+			mhi.ErrConfig, cfg.RegLen, DefaultRegLen)
+	}
+	return nil
+}
+
+// Device is a mock MHI modem. All exported methods are safe for concurrent
+// use.
+type Device struct {
+	cfg Config
+	mem HostMemory
+	irq Interrupter
+	log *slog.Logger
+	// debug caches whether Debug records are wanted, to keep the hot path
+	// free of argument boxing.
+	debug bool
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // device goroutines
+	timers sync.WaitGroup // pending interrupt-moderation timers
+
+	closeOnce sync.Once
+
+	// ctrlMu serialises state-machine work: the control goroutine and
+	// Reset hold it while they change the device's state.
+	ctrlMu   sync.Mutex
+	ctrlKick chan struct{}
+
+	// regMu guards the register file and everything below it up to the
+	// next blank line.
+	regMu        sync.Mutex
+	regs         registerFile
+	state        mhi.State
+	ee           mhi.ExecEnv
+	sess         *session
+	readyPending bool
+	readyAt      time.Time
+	neverReady   bool
+	pending      controlRequests
+	erSignals    []signal // per event ring: the host rang its doorbell
+
+	stateNow atomic.Uint32 // mirror of state for lock-free checks
+
+	channels [mhi.MaxDoorbellChannels]*channel // by channel number; nil = not offered
+	chanList []*channel
+	pipes    map[string]*Pipe
+
+	faults faultState
+	stats  counters
+}
+
+// New validates cfg, builds a device on host memory mem raising interrupts
+// through irq, and starts it. The device begins in RESET and becomes READY
+// after cfg.ReadyDelay.
+func New(cfg Config, mem HostMemory, irq Interrupter) (*Device, error) {
+	if mem == nil || irq == nil {
+		return nil, fmt.Errorf("ep: %w: host memory and interrupter are required", mhi.ErrConfig)
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &Device{
+		cfg:      cfg,
+		mem:      mem,
+		irq:      irq,
+		log:      log,
+		debug:    log.Enabled(context.Background(), slog.LevelDebug),
+		ctrlKick: make(chan struct{}, 1),
+		ee:       mhi.EEAMSS,
+		pipes:    map[string]*Pipe{},
+	}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	nER := len(cfg.MHI.EventRings)
+	d.regs.init(&d.cfg, nER)
+	d.erSignals = make([]signal, nER)
+	d.stats.eventsPosted = make([]atomic.Uint64, nER)
+	d.buildChannels()
+	d.setStateLocked(mhi.StateReset)
+	d.readyPending = true
+	d.readyAt = time.Now().Add(cfg.ReadyDelay)
+
+	d.wg.Add(1 + len(d.chanList))
+	go d.controlLoop()
+	for _, c := range d.chanList {
+		go c.run()
+	}
+	d.log.Debug("mhi-ep: device started", "channels", len(d.chanList), "event_rings", nER)
+	return d, nil
+}
+
+// buildChannels creates one channel per configured channel and one Pipe per
+// channel name, attaching the configured Function.
+func (d *Device) buildChannels() {
+	for _, cc := range d.cfg.MHI.Channels {
+		c := newChannel(d, cc)
+		d.channels[cc.Num] = c
+		d.chanList = append(d.chanList, c)
+		p := d.pipes[cc.Name]
+		if p == nil {
+			p = &Pipe{d: d, name: cc.Name}
+			d.pipes[cc.Name] = p
+		}
+		if cc.Dir == mhi.Uplink {
+			p.ul = c
+		} else {
+			p.dl = c
+		}
+		c.pipe = p
+	}
+	for name, p := range d.pipes {
+		fn := d.cfg.Functions[name]
+		if fn == nil && name == LoopbackName {
+			fn = Loopback{}
+		}
+		p.fn = fn
+	}
+}
+
+// Close stops every goroutine of the device and waits for them. It is
+// idempotent and always returns nil.
+func (d *Device) Close() error {
+	d.closeOnce.Do(func() {
+		d.cancel()
+		d.wg.Wait()
+		d.regMu.Lock()
+		s := d.sess
+		d.regMu.Unlock()
+		if s != nil {
+			s.cancel()
+			d.stopModeration(s)
+		}
+		d.timers.Wait()
+		d.log.Debug("mhi-ep: device closed")
+	})
+	return nil
+}
+
+// Reset performs a function-level reset, as the transport's reset does: the
+// same as the host setting MHICTRL.RESET, and in addition every
+// host-programmed register returns to its power-on value. It returns when
+// the reset is done; the device becomes READY ReadyDelay later.
+func (d *Device) Reset() {
+	if d.ctx.Err() != nil {
+		return
+	}
+	d.regMu.Lock()
+	d.abortSessionLocked()
+	d.regMu.Unlock()
+	d.ctrlMu.Lock()
+	d.doReset(true)
+	d.ctrlMu.Unlock()
+	d.kickControl()
+}
+
+// State returns the device's current MHI state.
+func (d *Device) State() mhi.State { return mhi.State(d.stateNow.Load()) }
+
+// Pipe returns the channel pair with the given name.
+func (d *Device) Pipe(name string) (*Pipe, bool) {
+	p, ok := d.pipes[name]
+	return p, ok
+}
+
+// QueueDL queues data as one downlink transfer on channel ch, blocking while
+// the channel's queue is full or the channel is not started, until ctx is
+// done. The data is copied.
+func (d *Device) QueueDL(ctx context.Context, ch uint8, data []byte) error {
+	c := d.channelByNum(ch)
+	if c == nil || c.cfg.Dir != mhi.Downlink {
+		return fmt.Errorf("ep: %w: channel %d is not a downlink channel of this device", mhi.ErrNoChannel, ch)
+	}
+	return c.enqueue(ctx, data, true)
+}
+
+// channelByNum returns the channel numbered n, or nil.
+func (d *Device) channelByNum(n uint8) *channel {
+	if int(n) >= len(d.channels) {
+		return nil
+	}
+	return d.channels[n]
+}
+
+// kickControl wakes the control goroutine without blocking.
+func (d *Device) kickControl() {
+	select {
+	case d.ctrlKick <- struct{}{}:
+	default:
+	}
+}
+
+// setStateLocked records the device state; regMu must be held.
+func (d *Device) setStateLocked(s mhi.State) {
+	d.state = s
+	d.stateNow.Store(uint32(s))
+}
+
+// raise signals vector to the host unless a DropInterrupts fault eats it.
+func (d *Device) raise(vector int) {
+	if d.faults.takeDroppedInterrupt() {
+		d.stats.interruptsDropped.Add(1)
+		d.stats.faultsInjected.Add(1)
+		if d.debug {
+			d.log.Debug("mhi-ep: interrupt dropped (fault)", "vector", vector)
+		}
+		return
+	}
+	d.stats.interruptsRaised.Add(1)
+	d.irq.Raise(vector)
+}
+
+// boundsViolation counts and logs host memory the device could not use.
+func (d *Device) boundsViolation(msg string, args ...any) {
+	d.stats.boundsViolations.Add(1)
+	d.log.Warn("mhi-ep: "+msg, args...)
+}

@@ -1,0 +1,213 @@
+package ep
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi"
+)
+
+// eventRing is the device's side of one event ring: its write index and
+// interrupt moderation. It is loaded lazily from the event context on the
+// first event, like the EP stack does.
+type eventRing struct {
+	index   int
+	ctxIOVA uint64
+
+	mu       sync.Mutex // serialises producers; guards the fields below
+	loaded   bool
+	warned   bool // context problem already logged
+	ring     ringGeometry
+	wr       uint64 // next element the device writes
+	msiVec   int
+	modDelay time.Duration // INTMODT
+	badDB    uint64        // last invalid doorbell value logged
+	elem     [mhi.ElementSize]byte
+	ctxBuf   [mhi.ContextSize]byte
+
+	modPending bool
+	modGen     uint64
+	modTimer   *time.Timer
+}
+
+// eventOptions says how an event is to be posted.
+type eventOptions struct {
+	bei       bool // the completed TRE asked for no immediate interrupt
+	corruptRP bool // fault: store an rp outside the ring
+}
+
+// postControlEvent posts a command completion, state-change or EE event on
+// event ring 0; these always interrupt at once.
+func (d *Device) postControlEvent(s *session, ev mhi.Element) {
+	if err := d.postEvent(s, 0, ev, eventOptions{}); err != nil && s.ctx.Err() == nil {
+		d.log.Warn("mhi-ep: control event not posted", "event", ev, "err", err)
+	}
+}
+
+// postEvent writes ev on event ring ringIdx once the host has handed the
+// device a free slot (waiting for an event doorbell while the ring is full),
+// stores the new rp in the event context, and raises or schedules the
+// interrupt. It fails when the session ends or the ring is unusable.
+func (d *Device) postEvent(s *session, ringIdx int, ev mhi.Element, opt eventOptions) error {
+	if ringIdx < 0 || ringIdx >= len(s.events) {
+		d.boundsViolation("event for a ring the host did not set up", "ring", ringIdx, "ner", len(s.events))
+		return fmt.Errorf("%w: event ring %d of %d", mhi.ErrBounds, ringIdx, len(s.events))
+	}
+	er := s.events[ringIdx]
+	er.mu.Lock()
+	defer er.mu.Unlock()
+	if !er.loaded {
+		if err := d.loadEventRing(er); err != nil {
+			return err
+		}
+	}
+	if err := d.waitEventSlot(s, er); err != nil {
+		return err
+	}
+	slot := er.ring.addr(er.wr)
+	ev.Put(er.elem[:])
+	if err := d.mem.WriteAt(er.elem[:], slot); err != nil {
+		d.boundsViolation("event slot not writable", "ring", ringIdx, "slot", slot, "err", err)
+		return err
+	}
+	er.wr = er.ring.next(er.wr)
+	rp := er.ring.addr(er.wr)
+	if opt.corruptRP {
+		rp = er.ring.end()
+	}
+	// The element is written before the rp that publishes it: the host
+	// reads rp, then the elements before it.
+	if err := d.store64(er.ctxIOVA+mhi.CtxRP, rp); err != nil {
+		d.boundsViolation("event context rp not writable", "ring", ringIdx, "err", err)
+		return err
+	}
+	d.stats.eventsPosted[ringIdx].Add(1)
+	if d.debug {
+		d.log.Debug("mhi-ep: event posted", "ring", ringIdx, "event", ev, "rp", rp)
+	}
+	d.interruptForEvent(s, er, opt.bei)
+	return nil
+}
+
+// loadEventRing reads the event context and starts the ring at its rp.
+// er.mu must be held.
+func (d *Device) loadEventRing(er *eventRing) error {
+	ctx, err := d.readContext(er.ctxIOVA, &er.ctxBuf)
+	if err == nil {
+		er.ring, err = d.newRingGeometry(ctx.RBase, ctx.RLen)
+	}
+	if err == nil {
+		var ok bool
+		if er.wr, ok = er.ring.index(ctx.RP); !ok {
+			err = fmt.Errorf("%w: rp 0x%x outside ring 0x%x..0x%x", mhi.ErrBounds, ctx.RP, er.ring.base, er.ring.end())
+		}
+	}
+	if err != nil {
+		if !er.warned {
+			er.warned = true
+			d.boundsViolation("bad event ring context", "ring", er.index, "err", err)
+		}
+		return fmt.Errorf("event ring %d: %w", er.index, err)
+	}
+	er.msiVec = int(ctx.Index)
+	er.modDelay = time.Duration(ctx.IntModT()) * time.Millisecond
+	er.loaded = true
+	d.log.Debug("mhi-ep: event ring started", "ring", er.index, "base", er.ring.base,
+		"elements", er.ring.n, "msivec", er.msiVec, "intmodt", er.modDelay)
+	return nil
+}
+
+// waitEventSlot returns once the slot at er.wr is the host's to give: the
+// ring is full while the write index equals the index of the event
+// doorbell's value (the first slot the device may not write). er.mu must be
+// held.
+func (d *Device) waitEventSlot(s *session, er *eventRing) error {
+	counted := false
+	for {
+		d.regMu.Lock()
+		db := &d.regs.erdb[er.index]
+		limit, valid := er.ring.index(db.value())
+		full := !valid || limit == er.wr
+		var wake <-chan struct{}
+		if full {
+			wake = d.erSignals[er.index].wait()
+		}
+		value := db.value()
+		d.regMu.Unlock()
+		if !full {
+			return nil
+		}
+		if !valid && value != 0 && value != er.badDB {
+			er.badDB = value
+			d.boundsViolation("event doorbell outside its ring", "ring", er.index, "value", value,
+				"base", er.ring.base, "end", er.ring.end())
+		}
+		if !counted {
+			counted = true
+			d.stats.eventRingFullWaits.Add(1)
+			if d.debug {
+				d.log.Debug("mhi-ep: event ring full, waiting for doorbell", "ring", er.index)
+			}
+		}
+		select {
+		case <-wake:
+		case <-s.ctx.Done():
+			return fmt.Errorf("event ring %d: %w", er.index, s.ctx.Err())
+		}
+	}
+}
+
+// interruptForEvent applies the moderation rules: BEI=0 interrupts now and
+// cancels a pending moderated interrupt; BEI=1 with INTMODT>0 schedules one
+// interrupt INTMODT later unless one is pending; BEI=1 with INTMODT=0 does
+// not interrupt. er.mu must be held.
+func (d *Device) interruptForEvent(s *session, er *eventRing, bei bool) {
+	switch {
+	case !bei:
+		d.cancelModeration(er)
+		d.raise(er.msiVec)
+	case er.modDelay > 0:
+		if er.modPending {
+			return
+		}
+		er.modPending = true
+		er.modGen++
+		gen := er.modGen
+		d.timers.Add(1)
+		er.modTimer = time.AfterFunc(er.modDelay, func() {
+			defer d.timers.Done()
+			er.mu.Lock()
+			fire := er.modPending && er.modGen == gen && s.ctx.Err() == nil
+			if fire {
+				er.modPending = false
+			}
+			vec := er.msiVec
+			er.mu.Unlock()
+			if fire {
+				d.stats.interruptsModerated.Add(1)
+				d.raise(vec)
+			}
+		})
+	}
+}
+
+// cancelModeration drops a pending moderated interrupt. er.mu must be held.
+func (d *Device) cancelModeration(er *eventRing) {
+	if !er.modPending {
+		return
+	}
+	er.modPending = false
+	if er.modTimer.Stop() {
+		d.timers.Done() // the callback will not run
+	}
+}
+
+// stopModeration cancels the moderation timers of every ring of s.
+func (d *Device) stopModeration(s *session) {
+	for _, er := range s.events {
+		er.mu.Lock()
+		d.cancelModeration(er)
+		er.mu.Unlock()
+	}
+}

@@ -1,0 +1,304 @@
+package ep
+
+import (
+	"context"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi"
+)
+
+// controlRequests are the requests the register file and the fault methods
+// leave for the control goroutine. Guarded by Device.regMu.
+type controlRequests struct {
+	reset         bool // MHICTRL.RESET, SOC reset request
+	functionReset bool // the reset also clears host-programmed registers
+	ctrlWritten   bool // MHICTRL written without RESET
+	crdb          bool // command doorbell rung
+	sysErr        bool // SYS_ERR entered; event and INTVEC still to send
+}
+
+// session is everything the device learns from the host at M0 and forgets
+// on reset: the context arrays, the event rings and the command ring.
+type session struct {
+	// ctx ends with the session (MHI reset, Close); it bounds event posting.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// active additionally ends on SYS_ERR; it bounds channel and command
+	// processing.
+	active     context.Context
+	deactivate context.CancelFunc
+
+	chCtxBase  uint64
+	erCtxBase  uint64
+	cmdCtxBase uint64
+
+	events []*eventRing // one per event ring the host configured (NER)
+	cmd    commandRing  // used only by the control goroutine
+}
+
+// controlLoop is the device's state machine and command processor, like
+// the EP stack's state and command workers.
+func (d *Device) controlLoop() {
+	defer d.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		d.ctrlMu.Lock()
+		wait := d.runControl()
+		d.ctrlMu.Unlock()
+		var fire <-chan time.Time
+		if wait >= 0 {
+			timer.Reset(wait)
+			fire = timer.C
+		}
+		select {
+		case <-d.ctx.Done():
+			timer.Stop()
+			return
+		case <-d.ctrlKick:
+		case <-fire:
+		}
+		timer.Stop()
+	}
+}
+
+// runControl handles every pending request once. It returns how long to
+// wait before the device is due to become READY, or -1 when no READY is
+// due. ctrlMu must be held.
+func (d *Device) runControl() time.Duration {
+	d.regMu.Lock()
+	req := d.pending
+	d.pending = controlRequests{}
+	d.regMu.Unlock()
+
+	if req.reset {
+		d.doReset(req.functionReset)
+	}
+	if req.sysErr {
+		d.announceSysErr()
+	}
+	d.becomeReadyIfDue()
+	d.followRequestedState(req.ctrlWritten)
+	if req.crdb {
+		d.regMu.Lock()
+		s := d.sess
+		d.regMu.Unlock()
+		if s != nil {
+			d.processCommands(s)
+		}
+	}
+
+	d.regMu.Lock()
+	defer d.regMu.Unlock()
+	if d.state != mhi.StateReset || !d.readyPending || d.neverReady {
+		return -1
+	}
+	return max(time.Until(d.readyAt), 0)
+}
+
+// becomeReadyIfDue moves RESET to READY once ReadyDelay has passed, unless
+// the NeverReady fault holds the device back.
+func (d *Device) becomeReadyIfDue() {
+	d.regMu.Lock()
+	defer d.regMu.Unlock()
+	if d.state != mhi.StateReset || !d.readyPending || d.neverReady || time.Now().Before(d.readyAt) {
+		return
+	}
+	d.readyPending = false
+	d.ee = mhi.EEAMSS
+	d.setStateLocked(mhi.StateReady)
+	d.regs.mhiStatus = uint32(mhi.StateReady)<<mhi.MHISTATUSStateShift | mhi.MHISTATUSReady
+	d.stats.stateChanges.Add(1)
+	d.log.Debug("mhi-ep: READY")
+}
+
+// followRequestedState compares the state the host requests in MHICTRL
+// with the current one and performs the transition the EP stack allows.
+// written tells whether the host wrote MHICTRL since the last call, so
+// that refused transitions are logged once.
+func (d *Device) followRequestedState(written bool) {
+	d.regMu.Lock()
+	req := mhi.State((d.regs.mhiCtrl & mhi.MHICTRLStateMask) >> mhi.MHICTRLStateShift)
+	cur := d.state
+	d.regMu.Unlock()
+	switch {
+	case req == cur:
+	case req == mhi.StateM0 && cur == mhi.StateReady:
+		d.enterM0FromReady()
+	case req == mhi.StateM0 && cur == mhi.StateM3:
+		d.resumeM0()
+	case req == mhi.StateM3 && cur == mhi.StateM0:
+		d.enterM3()
+	case req == mhi.StateSysErr:
+		d.enterSysErr(false)
+	case req == mhi.StateM0 && cur == mhi.StateReset:
+		// Early M0 request: honoured once the device is READY.
+	default:
+		if written {
+			d.log.Warn("mhi-ep: host requested an unsupported transition", "from", cur, "to", req)
+		}
+	}
+}
+
+// enterM0FromReady reads the context bases, starts a session and announces
+// M0 and the AMSS execution environment on event ring 0.
+func (d *Device) enterM0FromReady() {
+	d.regMu.Lock()
+	ner := int((d.regs.mhiCfg & mhi.MHICFGNERMask) >> mhi.MHICFGNERShift)
+	if ner == 0 || ner > len(d.regs.erdb) {
+		d.log.Warn("mhi-ep: host NER unusable, using the configured count",
+			"ner", ner, "configured", len(d.regs.erdb))
+		ner = len(d.regs.erdb)
+	}
+	s := &session{
+		chCtxBase:  join64(d.regs.ccabap),
+		erCtxBase:  join64(d.regs.ecabap),
+		cmdCtxBase: join64(d.regs.crcbap),
+		events:     make([]*eventRing, ner),
+	}
+	s.ctx, s.cancel = context.WithCancel(d.ctx)
+	s.active, s.deactivate = context.WithCancel(s.ctx)
+	for i := range s.events {
+		s.events[i] = &eventRing{index: i, ctxIOVA: s.erCtxBase + uint64(i)*mhi.ContextSize}
+	}
+	crdbSeq := d.regs.crdb.seq
+	d.sess = s
+	d.setStateLocked(mhi.StateM0)
+	d.regs.mhiStatus = uint32(mhi.StateM0)<<mhi.MHISTATUSStateShift | mhi.MHISTATUSReady
+	d.stats.stateChanges.Add(1)
+	d.regMu.Unlock()
+
+	d.log.Debug("mhi-ep: M0", "ccabap", s.chCtxBase, "ecabap", s.erCtxBase, "crcbap", s.cmdCtxBase, "ner", ner)
+	d.startCommandRing(s, crdbSeq)
+	d.postControlEvent(s, mhi.StateChangeEvent(mhi.StateM0))
+	d.postControlEvent(s, mhi.EEEvent(mhi.EEAMSS))
+}
+
+// resumeM0 leaves M3: channels kept their state and resume.
+func (d *Device) resumeM0() {
+	d.regMu.Lock()
+	s := d.sess
+	d.setStateLocked(mhi.StateM0)
+	d.regs.mhiStatus = uint32(mhi.StateM0)<<mhi.MHISTATUSStateShift | mhi.MHISTATUSReady
+	d.stats.stateChanges.Add(1)
+	d.regMu.Unlock()
+	d.log.Debug("mhi-ep: M3 -> M0")
+	if s != nil {
+		d.postControlEvent(s, mhi.StateChangeEvent(mhi.StateM0))
+	}
+	for _, c := range d.chanList {
+		c.resumeAfterM3()
+	}
+}
+
+// enterM3 suspends: channel processing pauses until M0.
+func (d *Device) enterM3() {
+	d.regMu.Lock()
+	s := d.sess
+	d.setStateLocked(mhi.StateM3)
+	d.regs.mhiStatus = uint32(mhi.StateM3)<<mhi.MHISTATUSStateShift | mhi.MHISTATUSReady
+	d.stats.stateChanges.Add(1)
+	d.regMu.Unlock()
+	d.log.Debug("mhi-ep: M0 -> M3")
+	if s != nil {
+		d.postControlEvent(s, mhi.StateChangeEvent(mhi.StateM3))
+	}
+}
+
+// enterSysErr puts the device in SYS_ERR at once (MHISTATUS, processing
+// halted) and leaves the event and the BHI interrupt to the control
+// goroutine. fault tells whether it was injected.
+func (d *Device) enterSysErr(fault bool) {
+	d.regMu.Lock()
+	if d.state == mhi.StateSysErr {
+		d.regMu.Unlock()
+		return
+	}
+	from := d.state
+	d.setStateLocked(mhi.StateSysErr)
+	d.regs.mhiStatus = d.regs.mhiStatus&mhi.MHISTATUSReady |
+		uint32(mhi.StateSysErr)<<mhi.MHISTATUSStateShift | mhi.MHISTATUSSysErr
+	if d.sess != nil {
+		d.sess.deactivate()
+	}
+	d.pending.sysErr = true
+	d.stats.stateChanges.Add(1)
+	d.regMu.Unlock()
+	if fault {
+		d.stats.faultsInjected.Add(1)
+	}
+	d.log.Warn("mhi-ep: SYS_ERR", "from", from, "injected", fault)
+	d.kickControl()
+}
+
+// announceSysErr raises the BHI INTVEC vector and posts STATE_CHANGE(SYS_ERR)
+// on event ring 0 when the host has set one up.
+func (d *Device) announceSysErr() {
+	d.regMu.Lock()
+	if d.state != mhi.StateSysErr {
+		d.regMu.Unlock()
+		return // a reset overtook the error
+	}
+	s := d.sess
+	vector := int(d.regs.bhi[mhi.BHIIntVec/4])
+	d.regMu.Unlock()
+	// INTVEC first: the host learns of the error from MHISTATUS even if
+	// event ring 0 happens to be full.
+	d.raise(vector)
+	if s != nil {
+		d.postControlEvent(s, mhi.StateChangeEvent(mhi.StateSysErr))
+	}
+}
+
+// abortSessionLocked cancels everything in flight so that a reset never
+// waits behind it. regMu must be held.
+func (d *Device) abortSessionLocked() {
+	if d.sess != nil {
+		d.sess.cancel()
+	}
+}
+
+// doReset performs an MHI reset: transfers aborted, rings forgotten, pending
+// downlink data dropped (and counted), INTVEC cleared, MHICTRL and MHISTATUS
+// zeroed, READY due after ReadyDelay. functionReset also restores the
+// host-programmed registers. ctrlMu must be held.
+func (d *Device) doReset(functionReset bool) {
+	d.regMu.Lock()
+	s := d.sess
+	d.sess = nil
+	d.regMu.Unlock()
+	if s != nil {
+		s.cancel()
+	}
+	// Quiesce every channel before telling the host the reset is done: after
+	// MHICTRL.RESET reads 0 the device must not touch host memory.
+	for _, c := range d.chanList {
+		c.resetForMHIReset()
+	}
+	if s != nil {
+		d.stopModeration(s)
+	}
+
+	d.regMu.Lock()
+	if functionReset {
+		d.regs.init(&d.cfg, len(d.regs.erdb))
+	}
+	d.regs.clearDoorbells()
+	d.regs.bhi[mhi.BHIIntVec/4] = 0
+	d.regs.mhiCtrl = 0
+	d.regs.mhiStatus = 0
+	d.setStateLocked(mhi.StateReset)
+	d.stats.stateChanges.Add(1)
+	d.pending.sysErr = false
+	d.readyPending = true
+	d.readyAt = time.Now().Add(d.cfg.ReadyDelay)
+	for i := range d.erSignals {
+		d.erSignals[i].broadcast()
+	}
+	d.regMu.Unlock()
+	d.stats.resets.Add(1)
+	d.log.Debug("mhi-ep: reset", "function_reset", functionReset)
+	for _, c := range d.chanList {
+		c.notifyState()
+	}
+}

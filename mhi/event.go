@@ -1,0 +1,224 @@
+package mhi
+
+import (
+	"fmt"
+	"time"
+)
+
+// EventRing is one of the host's event rings: the device writes events into
+// it and advances the read pointer in the ring's context; the host consumes
+// them and hands the slots back through the ring's doorbell.
+type EventRing struct {
+	ctrl   *Controller
+	index  int
+	cfg    EventRingConfig
+	vector int
+	ring
+	devRP  int // last device read pointer seen, as an index
+	notify chan struct{}
+}
+
+func (er *EventRing) ctx() []byte {
+	return er.ctrl.erCtx.Bytes[er.index*ContextSize : (er.index+1)*ContextSize]
+}
+
+// arm gives the device every slot but one and rings the ring's doorbell.
+func (er *EventRing) arm() error {
+	er.ctrl.procMu.Lock()
+	er.rp, er.wp, er.devRP = 0, er.n-1, 0
+	Store64(er.ctx(), CtxRP, er.base())
+	wp := er.iova(er.wp)
+	Store64(er.ctx(), CtxWP, wp)
+	er.ctrl.procMu.Unlock()
+	return er.ctrl.doorbell(er.ctrl.erdb(er.index), wp)
+}
+
+func (er *EventRing) signal() {
+	select {
+	case er.notify <- struct{}{}:
+	default:
+	}
+}
+
+// run is the event ring's processing goroutine.
+func (er *EventRing) run(stop <-chan struct{}, poll time.Duration) {
+	defer er.ctrl.wg.Done()
+	var tick <-chan time.Time
+	if poll > 0 {
+		t := time.NewTicker(poll)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-er.notify:
+			er.process(false)
+		case <-tick:
+			er.process(true)
+		}
+	}
+}
+
+// process consumes every event the device has posted.
+func (er *EventRing) process(byPoll bool) {
+	c := er.ctrl
+	c.procMu.RLock()
+	defer c.procMu.RUnlock()
+	if !c.allocated || !er.armed() {
+		return
+	}
+	devRPIOVA := Load64(er.ctx(), CtxRP)
+	devRP, err := er.index2(devRPIOVA)
+	if err != nil {
+		// Only count a given bad value once; the device may fix it on the next event.
+		c.stats.BadEventRingRP.Add(1)
+		c.log.Warn("event ring read pointer outside the ring; events ignored", "ring", er.index, "rp", fmt.Sprintf("0x%x", devRPIOVA), "err", err)
+		return
+	}
+	if devRP == er.rp {
+		return
+	}
+	n := 0
+	for er.rp != devRP {
+		ev := er.get(er.rp)
+		er.rp = er.next(er.rp)
+		er.wp = er.next(er.wp)
+		n++
+		c.stats.Events.Add(1)
+		if byPoll {
+			c.stats.EventsByPoll.Add(1)
+		}
+		er.handle(ev)
+	}
+	Store64(er.ctx(), CtxWP, er.iova(er.wp))
+	if err := c.doorbell(c.erdb(er.index), er.iova(er.wp)); err != nil {
+		c.log.Warn("event ring doorbell", "ring", er.index, "err", err)
+	}
+}
+
+// armed reports whether the ring has been handed to the device.
+func (er *EventRing) armed() bool { return er.wp != er.rp }
+
+func (er *EventRing) index2(iova uint64) (int, error) { return er.ring.index(iova) }
+
+func (er *EventRing) handle(ev Element) {
+	c := er.ctrl
+	switch ev.Type() {
+	case PktStateChangeEvent:
+		c.stats.StateChanges.Add(1)
+		c.onStateChange(ev.EventState())
+	case PktEEEvent:
+		c.onEE(ev.EventEE())
+	case PktCmdCompletion:
+		c.cmd.complete(c, ev)
+	case PktTxEvent:
+		num := ev.Channel()
+		if int(num) >= len(c.channels) || c.channels[num] == nil {
+			c.stats.UnknownChannel.Add(1)
+			c.log.Warn("transfer event for unknown channel", "ring", er.index, "channel", num, "event", ev)
+			return
+		}
+		ch := c.channels[num]
+		if ch.er != er {
+			c.stats.UnknownChannel.Add(1)
+			c.log.Warn("transfer event on the wrong event ring", "ring", er.index, "channel", num, "want_ring", ch.cfg.EventRing)
+			return
+		}
+		ch.onEvent(ev)
+	default:
+		c.stats.UnknownEvent.Add(1)
+		c.log.Warn("unknown event type", "ring", er.index, "event", ev)
+	}
+}
+
+// onInterrupt is the transport's interrupt handler.
+func (c *Controller) onInterrupt(vector int) {
+	c.stats.Interrupts.Add(1)
+	if vector == 0 {
+		// The BHI/state vector: check for SYS_ERR as Linux's INTVEC handler does.
+		if st, err := c.t.Read32(RegMHISTATUS); err == nil && (st&MHISTATUSSysErr != 0 ||
+			State((st&MHISTATUSStateMask)>>MHISTATUSStateShift) == StateSysErr) {
+			c.onStateChange(StateSysErr)
+		}
+	}
+	for _, er := range c.eventRings {
+		if er.vector == vector {
+			er.signal()
+		}
+	}
+}
+
+func (c *Controller) onStateChange(s State) {
+	c.mu.Lock()
+	c.devState = s
+	startRecovery := s == StateSysErr && (c.pm == pmM0 || c.pm == pmM3 || c.pm == pmPowerUp)
+	if startRecovery {
+		c.pm = pmSysErr
+	}
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	c.log.Debug("state change", "state", s)
+	if s == StateM0 {
+		c.onM0()
+	}
+	if startRecovery {
+		c.stats.SysErrs.Add(1)
+		select {
+		case c.recoverCh <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (c *Controller) onEE(ee ExecEnv) {
+	c.mu.Lock()
+	changed := c.ee != ee
+	c.ee = ee
+	if ee.MissionMode() {
+		c.eeSeen = true
+	}
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	c.log.Debug("execution environment", "ee", ee)
+	if changed {
+		c.notify(StatusEvent{Kind: StatusEE, EE: ee})
+	}
+}
+
+// onM0 rings what was held back while the device was not in M0.
+func (c *Controller) onM0() {
+	for _, ch := range c.channels {
+		if ch != nil {
+			ch.onM0()
+		}
+	}
+}
+
+// waitFor waits until cond() holds (evaluated with c.mu held), the timeout
+// passes, or the device enters SYS_ERR.
+func (c *Controller) waitFor(what string, timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	timer := time.AfterFunc(timeout, func() {
+		c.mu.Lock()
+		c.cond.Broadcast()
+		c.mu.Unlock()
+	})
+	defer timer.Stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for !cond() {
+		if c.devState == StateSysErr {
+			return fmt.Errorf("%s: waiting for %s: %w", c.name, what, ErrSysErr)
+		}
+		if c.pm == pmShutdown || c.pm == pmDisabled {
+			return fmt.Errorf("%s: waiting for %s: %w", c.name, what, ErrPoweredDown)
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("%s: %s not reached within %v (state %s, ee %s): %w", c.name, what, timeout, c.devState, c.ee, ErrTimeout)
+		}
+		c.cond.Wait()
+	}
+	return nil
+}

@@ -1,0 +1,171 @@
+package mhi
+
+import "fmt"
+
+// allocate builds the context arrays and all rings in DMA memory. It runs
+// once; later power-ups reuse the memory.
+func (c *Controller) allocate() error {
+	if c.allocated {
+		return nil
+	}
+	var err error
+	fail := func(e error) error {
+		c.release()
+		return fmt.Errorf("%s: %w", c.name, e)
+	}
+	if c.chCtx, err = c.t.Alloc(ContextSize*c.cfg.MaxChannels, 64); err != nil {
+		return fail(err)
+	}
+	if c.erCtx, err = c.t.Alloc(ContextSize*len(c.cfg.EventRings), 64); err != nil {
+		return fail(err)
+	}
+	if c.cmdCtx, err = c.t.Alloc(ContextSize, 64); err != nil {
+		return fail(err)
+	}
+	if c.cmd.ring, err = newRing(c.t, c.cfg.CommandElements); err != nil {
+		return fail(err)
+	}
+	vectors := c.t.Vectors()
+	sharedVector := vectors < 1+len(c.cfg.EventRings)
+	c.eventRings = make([]*EventRing, len(c.cfg.EventRings))
+	for i, erc := range c.cfg.EventRings {
+		r, err := newRing(c.t, erc.Elements)
+		if err != nil {
+			return fail(err)
+		}
+		vec := erc.Vector
+		if sharedVector || vec >= vectors {
+			vec = 0
+		}
+		c.eventRings[i] = &EventRing{ctrl: c, index: i, cfg: erc, ring: r, vector: vec, notify: make(chan struct{}, 1)}
+	}
+	for _, ch := range c.channels {
+		if ch == nil {
+			continue
+		}
+		r, err := newRing(c.t, ch.cfg.Elements)
+		if err != nil {
+			return fail(err)
+		}
+		ch.ring = r
+		ch.slots = make([]slot, ch.cfg.Elements)
+		ch.er = c.eventRings[ch.cfg.EventRing]
+		ch.bei = c.cfg.EventRings[ch.cfg.EventRing].ModerationMs != 0
+	}
+	c.allocated = true
+	c.initContexts()
+	return nil
+}
+
+// release frees all DMA memory.
+func (c *Controller) release() {
+	free := func(b *DMABuffer) {
+		if b.Bytes != nil {
+			_ = c.t.Free(*b)
+			*b = DMABuffer{}
+		}
+	}
+	free(&c.chCtx)
+	free(&c.erCtx)
+	free(&c.cmdCtx)
+	free(&c.cmd.mem)
+	for _, er := range c.eventRings {
+		if er != nil {
+			free(&er.mem)
+		}
+	}
+	c.eventRings = nil
+	for _, ch := range c.channels {
+		if ch != nil {
+			free(&ch.ring.mem)
+		}
+	}
+	c.allocated = false
+}
+
+// initContexts writes every context in its initial (disabled, empty) form
+// and resets the host's ring indices.
+func (c *Controller) initContexts() {
+	clear(c.chCtx.Bytes)
+	for _, ch := range c.channels {
+		if ch == nil {
+			continue
+		}
+		ch.ring.reset()
+		ch.writeContext(ChannelDisabled, false)
+	}
+	for i, er := range c.eventRings {
+		er.ring.reset()
+		er.devRP = 0
+		ctx := Context{
+			Cfg:   uint32(er.cfg.ModerationMs) << IntModTShift,
+			Type:  ERTypeValid,
+			Index: uint32(er.vector),
+			RBase: er.base(),
+			RLen:  er.length(),
+			RP:    er.base(),
+			WP:    er.base(),
+		}
+		ctx.Put(c.erCtx.Bytes[i*ContextSize:])
+	}
+	c.cmd.ring.reset()
+	Context{RBase: c.cmd.base(), RLen: c.cmd.length(), RP: c.cmd.base(), WP: c.cmd.base()}.Put(c.cmdCtx.Bytes)
+}
+
+// initMMIO reads the device's doorbell offsets and programs the context
+// bases, the event ring counts and the address limits, in Linux's order.
+func (c *Controller) initMMIO() error {
+	var err error
+	if c.regLen, err = c.read(RegMHIREGLEN); err != nil {
+		return err
+	}
+	if c.chdbOff, err = c.read(RegCHDBOFF); err != nil {
+		return err
+	}
+	if c.erdbOff, err = c.read(RegERDBOFF); err != nil {
+		return err
+	}
+	ner := uint32(len(c.cfg.EventRings))
+	switch {
+	case c.regLen < 0x100:
+		return fmt.Errorf("%s: %w: MHIREGLEN 0x%x too small", c.name, ErrBadDevice, c.regLen)
+	case int64(c.chdbOff) >= int64(c.regLen)-DoorbellStride*(MaxDoorbellChannels-1):
+		return fmt.Errorf("%s: %w: CHDBOFF 0x%x leaves no room for 128 doorbells in 0x%x bytes", c.name, ErrBadDevice, c.chdbOff, c.regLen)
+	case int64(c.erdbOff) >= int64(c.regLen)-DoorbellStride*int64(ner):
+		return fmt.Errorf("%s: %w: ERDBOFF 0x%x leaves no room for %d doorbells in 0x%x bytes", c.name, ErrBadDevice, c.erdbOff, ner, c.regLen)
+	}
+	for _, w := range []struct {
+		off uint32
+		v   uint64
+	}{
+		{RegCCABAPLower, c.chCtx.IOVA},
+		{RegECABAPLower, c.erCtx.IOVA},
+		{RegCRCBAPLower, c.cmdCtx.IOVA},
+	} {
+		if err := c.write64(w.off, w.v); err != nil {
+			return err
+		}
+	}
+	nhwer := uint32(c.cfg.HWEventRings())
+	if err := c.rmw(RegMHICFG, MHICFGNERMask|MHICFGNHWERMask, ner<<MHICFGNERShift|nhwer<<MHICFGNHWERShift); err != nil {
+		return err
+	}
+	const iovaStop = 0xFFFFFFFF // 32-bit DMA width, as every modem in Linux's table
+	for _, w := range []struct {
+		off uint32
+		v   uint64
+	}{
+		{RegMHICTRLBASELower, 0},
+		{RegMHIDATABASELower, 0},
+		{RegMHICTRLLIMITLower, iovaStop},
+		{RegMHIDATALIMITLower, iovaStop},
+	} {
+		if err := c.write64(w.off, w.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Controller) chdb(ch uint8) uint32 { return c.chdbOff + DoorbellStride*uint32(ch) }
+func (c *Controller) erdb(i int) uint32    { return c.erdbOff + DoorbellStride*uint32(i) }

@@ -1,0 +1,377 @@
+// Package loopback is a host-side client of the MHI LOOPBACK channel pair:
+// it sends payloads on the uplink channel, receives the device's echo on the
+// downlink channel and compares them byte for byte. It plays the part of
+// Linux's mhi_loopback test driver (knobs: size, number of elements per
+// transfer, count).
+package loopback
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi"
+)
+
+// ErrTimeout: an echo did not arrive in time.
+var ErrTimeout = errors.New("loopback: timeout")
+
+// ChannelName is the name of the loopback channel pair.
+const ChannelName = "LOOPBACK"
+
+// MaxPayload is the largest payload one transfer carries.
+const MaxPayload = 64 << 10
+
+// Options configure a loopback client.
+type Options struct {
+	// DLBufferSize is the size of each posted downlink buffer (default 32768,
+	// at most 65535). Payloads longer than it arrive over several elements.
+	DLBufferSize int
+	// Window is the number of transfers in flight (default: the uplink ring's
+	// capacity divided by the elements per transfer, at most 16).
+	Window int
+	// Timeout bounds the wait for one echo (default 5s).
+	Timeout time.Duration
+	// Seed seeds the payload generator (default 1).
+	Seed uint64
+}
+
+// RunOptions describe one run of transfers.
+type RunOptions struct {
+	Count int // number of transfers
+	// MinSize and MaxSize bound the payload size, chosen uniformly; equal
+	// values give a fixed size. 1 ≤ MinSize ≤ MaxSize ≤ MaxPayload.
+	MinSize, MaxSize int
+	// NumTRE splits each payload into this many chained elements (0: as few
+	// as the 65535-byte element limit allows).
+	NumTRE int
+	// MaxTRE, when positive and NumTRE is 0, splits each payload into a
+	// random number of chained elements between the minimum needed and
+	// MaxTRE (never more elements than bytes).
+	MaxTRE int
+	// NoVerify skips the byte comparison (for throughput runs).
+	NoVerify bool
+}
+
+// Result counts what a run did.
+type Result struct {
+	Sent       int           `json:"sent"`
+	Received   int           `json:"received"`
+	Mismatched int           `json:"mismatched"`
+	Timeouts   int           `json:"timeouts"`
+	Aborted    int           `json:"aborted"`
+	Bytes      int64         `json:"bytes"`
+	Elements   int           `json:"elements"`
+	Elapsed    time.Duration `json:"elapsed_ns"`
+}
+
+type expect struct {
+	off, size int // payload = pool[off : off+size]
+}
+
+// Client drives the LOOPBACK pair of one controller.
+type Client struct {
+	ctrl   *mhi.Controller
+	ul, dl *mhi.Channel
+	opts   Options
+
+	pool   []byte // random bytes payloads are cut from
+	ulBufs []mhi.DMABuffer
+	dlBufs []mhi.DMABuffer
+	xfers  []mhi.Transfer // scratch for queueing
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	fifo     []expect // transfers in flight, oldest first
+	head     int
+	got      int // bytes of the current echo received so far
+	bad      bool
+	verify   bool
+	received int
+	mismatch int
+	aborted  int
+	ulFree   int // transfers whose uplink buffers are free
+	rng      *rand.Rand
+
+	repostFailed int
+}
+
+// Open starts the LOOPBACK channels of ctrl (which must be powered up) and
+// posts the downlink buffers.
+func Open(ctrl *mhi.Controller, opts Options) (*Client, error) {
+	ul, dl, err := ctrl.ChannelPair(ChannelName)
+	if err != nil {
+		return nil, err
+	}
+	if opts.DLBufferSize == 0 {
+		opts.DLBufferSize = 32768
+	}
+	if opts.DLBufferSize < 1 || opts.DLBufferSize > mhi.MaxTRELength {
+		return nil, fmt.Errorf("loopback: downlink buffer of %d bytes, want 1..%d", opts.DLBufferSize, mhi.MaxTRELength)
+	}
+	if opts.Window == 0 {
+		opts.Window = min(16, (ul.Config().Elements-1)/2)
+	}
+	if opts.Window < 1 {
+		opts.Window = 1
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	if opts.Seed == 0 {
+		opts.Seed = 1
+	}
+	c := &Client{ctrl: ctrl, ul: ul, dl: dl, opts: opts, rng: rand.New(rand.NewPCG(opts.Seed, 0x6d6869))}
+	c.cond = sync.NewCond(&c.mu)
+	c.pool = make([]byte, 2*MaxPayload)
+	for i := range c.pool {
+		c.pool[i] = byte(c.rng.Uint32())
+	}
+	mem := ctrl.Transport()
+	for range opts.Window {
+		b, err := mem.Alloc(MaxPayload, 64)
+		if err != nil {
+			c.free()
+			return nil, err
+		}
+		c.ulBufs = append(c.ulBufs, b)
+	}
+	for range dl.Config().Elements - 1 {
+		b, err := mem.Alloc(opts.DLBufferSize, 64)
+		if err != nil {
+			c.free()
+			return nil, err
+		}
+		c.dlBufs = append(c.dlBufs, b)
+	}
+	c.ulFree = opts.Window
+	if err := ul.Start(c.onUL); err != nil {
+		c.free()
+		return nil, err
+	}
+	if err := dl.Start(c.onDL); err != nil {
+		_ = ul.Reset()
+		c.free()
+		return nil, err
+	}
+	if err := c.postDL(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// postDL queues every downlink buffer.
+func (c *Client) postDL() error {
+	xs := make([]mhi.Transfer, len(c.dlBufs))
+	for i, b := range c.dlBufs {
+		xs[i] = mhi.Transfer{IOVA: b.IOVA, Len: len(b.Bytes), Flags: mhi.FlagEOT, Cookie: uint64(i)}
+	}
+	return c.dl.Queue(xs)
+}
+
+// Recovered re-posts the downlink buffers after the controller recovered
+// from SYS_ERR (all were returned aborted) and forgets transfers in flight.
+func (c *Client) Recovered() error {
+	c.mu.Lock()
+	c.aborted += len(c.fifo) - c.head
+	c.fifo, c.head, c.got, c.bad = c.fifo[:0], 0, 0, false
+	c.ulFree = c.opts.Window
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	return c.postDL()
+}
+
+func (c *Client) onUL(comp mhi.Completion) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if comp.Err != nil {
+		return // buffers come back in Recovered or Close
+	}
+	if comp.End && comp.Code == mhi.CCEOT {
+		c.ulFree++
+		c.cond.Broadcast()
+	}
+}
+
+func (c *Client) onDL(comp mhi.Completion) {
+	if comp.Err != nil {
+		return
+	}
+	buf := c.dlBufs[comp.Cookie]
+	c.mu.Lock()
+	if c.head < len(c.fifo) {
+		e := c.fifo[c.head]
+		frag := buf.Bytes[:comp.Len]
+		if c.verify && !c.bad {
+			if c.got+len(frag) > e.size || !bytes.Equal(frag, c.pool[e.off+c.got:e.off+c.got+len(frag)]) {
+				c.bad = true
+			}
+		}
+		c.got += len(frag)
+		if comp.End && comp.Code != mhi.CCOverflow {
+			if c.got != e.size {
+				c.bad = true
+			}
+			if c.bad {
+				c.mismatch++
+			}
+			c.received++
+			c.head++
+			c.got, c.bad = 0, false
+			c.cond.Broadcast()
+		}
+	} else {
+		c.mismatch++ // an echo nobody sent
+	}
+	c.mu.Unlock()
+	c.xfers = append(c.xfers[:0], mhi.Transfer{IOVA: buf.IOVA, Len: len(buf.Bytes), Flags: mhi.FlagEOT, Cookie: comp.Cookie})
+	if err := c.dl.Queue(c.xfers); err != nil {
+		// The channel is being reset or recovered; Recovered and Close
+		// account for the buffer.
+		c.mu.Lock()
+		c.repostFailed++
+		c.mu.Unlock()
+	}
+}
+
+// Run sends ro.Count payloads and waits for every echo.
+func (c *Client) Run(ro RunOptions) (Result, error) {
+	var res Result
+	if ro.MinSize < 1 || ro.MaxSize < ro.MinSize || ro.MaxSize > MaxPayload {
+		return res, fmt.Errorf("loopback: payload sizes %d..%d, want 1 ≤ min ≤ max ≤ %d", ro.MinSize, ro.MaxSize, MaxPayload)
+	}
+	maxTRE := c.ul.Config().Elements - 1
+	if ro.NumTRE < 0 || ro.NumTRE > maxTRE || (ro.NumTRE > 0 && ro.NumTRE > ro.MinSize) {
+		return res, fmt.Errorf("loopback: %d elements per transfer, want 0..%d and at most the smallest payload", ro.NumTRE, maxTRE)
+	}
+	if ro.MaxTRE < 0 || ro.MaxTRE > maxTRE {
+		return res, fmt.Errorf("loopback: up to %d elements per transfer, want 0..%d", ro.MaxTRE, maxTRE)
+	}
+	c.mu.Lock()
+	c.verify = !ro.NoVerify
+	startRecv, startMis, startAb := c.received, c.mismatch, c.aborted
+	c.mu.Unlock()
+	ulXfers := make([]mhi.Transfer, 0, 64)
+	start := time.Now()
+	slot := 0
+	for i := 0; i < ro.Count; i++ {
+		size := ro.MinSize
+		if ro.MaxSize > ro.MinSize {
+			size += c.rng.IntN(ro.MaxSize - ro.MinSize + 1)
+		}
+		off := c.rng.IntN(len(c.pool) - size + 1)
+		nt := ro.NumTRE
+		if nt == 0 {
+			nt = (size + mhi.MaxTRELength - 1) / mhi.MaxTRELength
+			if hi := min(ro.MaxTRE, size); hi > nt {
+				nt += c.rng.IntN(hi - nt + 1)
+			}
+		}
+		// Wait for a free uplink buffer and room in the ring.
+		if err := c.waitFor(func() bool { return c.ulFree > 0 }); err != nil {
+			res.Timeouts++
+			return c.finish(res, start, startRecv, startMis, startAb), err
+		}
+		buf := c.ulBufs[slot]
+		slot = (slot + 1) % len(c.ulBufs)
+		copy(buf.Bytes, c.pool[off:off+size])
+		ulXfers = ulXfers[:0]
+		per, pos := size/nt, 0
+		for k := 0; k < nt; k++ {
+			n := per
+			if k == nt-1 {
+				n = size - pos
+			}
+			fl := mhi.FlagChain
+			if k == nt-1 {
+				fl = mhi.FlagEOT
+			}
+			ulXfers = append(ulXfers, mhi.Transfer{IOVA: buf.IOVA + uint64(pos), Len: n, Flags: fl})
+			pos += n
+		}
+		c.mu.Lock()
+		c.ulFree--
+		if c.head > 0 && c.head == len(c.fifo) {
+			c.fifo, c.head = c.fifo[:0], 0
+		}
+		c.fifo = append(c.fifo, expect{off: off, size: size})
+		c.mu.Unlock()
+		for {
+			err := c.ul.Queue(ulXfers)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, mhi.ErrRingFull) {
+				return c.finish(res, start, startRecv, startMis, startAb), err
+			}
+			time.Sleep(10 * time.Microsecond)
+		}
+		res.Sent++
+		res.Bytes += int64(size)
+		res.Elements += nt
+	}
+	err := c.waitFor(func() bool { return c.head == len(c.fifo) })
+	if err != nil {
+		res.Timeouts++
+	}
+	return c.finish(res, start, startRecv, startMis, startAb), err
+}
+
+func (c *Client) finish(res Result, start time.Time, r0, m0, a0 int) Result {
+	res.Elapsed = time.Since(start)
+	c.mu.Lock()
+	res.Received = c.received - r0
+	res.Mismatched = c.mismatch - m0
+	res.Aborted = c.aborted - a0
+	c.mu.Unlock()
+	return res
+}
+
+// waitFor waits until cond (called with c.mu held) holds, or the timeout
+// passes with no progress.
+func (c *Client) waitFor(cond func() bool) error {
+	deadline := time.Now().Add(c.opts.Timeout)
+	t := time.AfterFunc(c.opts.Timeout, func() {
+		c.mu.Lock()
+		c.cond.Broadcast()
+		c.mu.Unlock()
+	})
+	defer t.Stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	last := c.received
+	for !cond() {
+		if c.received != last {
+			last = c.received
+			deadline = time.Now().Add(c.opts.Timeout)
+			t.Reset(c.opts.Timeout)
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("loopback: no echo within %v (%d in flight): %w", c.opts.Timeout, len(c.fifo)-c.head, ErrTimeout)
+		}
+		c.cond.Wait()
+	}
+	return nil
+}
+
+// Close resets the channels and frees the buffers.
+func (c *Client) Close() {
+	_ = c.ul.Reset()
+	_ = c.dl.Reset()
+	c.free()
+}
+
+func (c *Client) free() {
+	mem := c.ctrl.Transport()
+	for _, b := range c.ulBufs {
+		_ = mem.Free(b)
+	}
+	for _, b := range c.dlBufs {
+		_ = mem.Free(b)
+	}
+	c.ulBufs, c.dlBufs = nil, nil
+}
