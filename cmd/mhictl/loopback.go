@@ -12,9 +12,9 @@ import (
 func newLoopbackCmd(g *globalFlags) *cobra.Command {
 	var (
 		size, minSize, numTRE, maxTRE, count, dlBuf int
-		jsonOut                             bool
-		timeout                             time.Duration
-		seed                                uint64
+		jsonOut                                     bool
+		timeout                                     time.Duration
+		seed                                        uint64
 	)
 	cmd := &cobra.Command{
 		Use:   "loopback",
@@ -27,6 +27,12 @@ to --size). Exits non-zero on any mismatch or timeout.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if minSize == 0 {
 				minSize = 1
+			}
+			if dlBuf < 1 || dlBuf > 0xFFFF {
+				return fmt.Errorf("--dl-buffer %d: want 1..65535 bytes", dlBuf)
+			}
+			if count < 1 {
+				return fmt.Errorf("--count %d: want at least 1", count)
 			}
 			m, err := g.openMock()
 			if err != nil {

@@ -442,9 +442,9 @@ func (c *channel) enterDoorbellMode() {
 // the channel's event ring, applying an injected corruption if one is due.
 func (c *channel) postTransfer(addr uint64, code mhi.CompletionCode, n, treLen uint32, bei bool) {
 	ev := mhi.TransferEvent(addr, code, n, c.num)
-	opt := eventOptions{bei: bei}
+	opt := eventOptions{bei: bei, until: c.sess.active}
 	c.d.corruptTransferEvent(&ev, &opt, c.ring, treLen)
-	if err := c.d.postEvent(c.sess, c.erIndex, ev, opt); err != nil && c.sess.ctx.Err() == nil {
+	if err := c.d.postEvent(c.sess, c.erIndex, ev, opt); err != nil && c.sess.active.Err() == nil {
 		c.d.log.Warn("mhi-ep: transfer event not posted", "channel", c.num, "event", ev, "err", err)
 	}
 }

@@ -3,6 +3,7 @@ package ep
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -416,8 +417,7 @@ func TestEventRingFullBackpressure(t *testing.T) {
 	}
 	h.ring(1)
 	h.ring(0)
-	// Ring 0 has 16 slots, one always free; M0, EE and two START
-	// completions used four: at most 11 more fit.
+	// Ring 0 has 16 slots, one always unused: 15 events fit.
 	h.waitFor("ring full", func() bool { return h.dev.Stats().EventRingFullWaits > 0 })
 	r := h.ev[0]
 	limit := r.addr(r.wp)
@@ -429,8 +429,8 @@ func TestEventRingFullBackpressure(t *testing.T) {
 		h.nextEvent(0)
 		events++
 	}
-	if events != 11 {
-		t.Fatalf("%d events before the ring was full, want 11", events)
+	if events != 15 {
+		t.Fatalf("%d events before the ring was full, want 15 (16 slots, one unused)", events)
 	}
 	h.ev[0].recycle = true
 	h.handEventRing(0)
@@ -481,23 +481,27 @@ func TestBurstPollingAndDBMode(t *testing.T) {
 	if err := h.dev.QueueDL(ctx, 101, []byte("first")); err != nil {
 		t.Fatal(err)
 	}
-	ev := h.nextEvent(1)
-	for ev.Code() == mhi.CCDBMode && ev.Channel() == 100 {
-		ev = h.nextEvent(1)
+	// Channel 100 keeps polling and may post DB_MODE again: skip those.
+	nextDL := func() mhi.Element {
+		for {
+			if ev := h.nextEvent(1); ev.Channel() != 100 {
+				return ev
+			}
+		}
 	}
-	expectTransfer(t, ev, 101, dlTRE, mhi.CCEOT, 5)
+	expectTransfer(t, nextDL(), 101, dlTRE, mhi.CCEOT, 5)
 	if err := h.dev.QueueDL(ctx, 101, []byte("second")); err != nil {
 		t.Fatal(err)
 	}
 	dlTRE2 := h.queue(101, dlBuf, 64, mhi.TREIEOT|mhi.TREBEI) // no doorbell
-	expectTransfer(t, h.nextEvent(1), 101, dlTRE2, mhi.CCEOT, 6)
+	expectTransfer(t, nextDL(), 101, dlTRE2, mhi.CCEOT, 6)
 	if err := h.dev.QueueDL(ctx, 101, []byte("third")); err != nil {
 		t.Fatal(err)
 	}
-	expectTransfer(t, h.nextEvent(1), 101, dl.addr(2), mhi.CCDBMode, 0)
+	expectTransfer(t, nextDL(), 101, dl.addr(2), mhi.CCDBMode, 0)
 	dlTRE3 := h.queue(101, dlBuf, 64, mhi.TREIEOT|mhi.TREBEI)
 	h.ring(101)
-	expectTransfer(t, h.nextEvent(1), 101, dlTRE3, mhi.CCEOT, 5)
+	expectTransfer(t, nextDL(), 101, dlTRE3, mhi.CCEOT, 5)
 	if string(h.read(dlBuf, 5)) != "third" {
 		t.Fatalf("DL data %q", h.read(dlBuf, 5))
 	}
@@ -633,6 +637,7 @@ func TestSysErrAndRecovery(t *testing.T) {
 			h.startChannel(0)
 			h.setReg(BHIOffset+mhi.BHIIntVec, 7)
 			tc.inject(h)
+			h.waitFor("SYS_ERR", func() bool { return h.state() == mhi.StateSysErr })
 			st := h.reg(mhi.RegMHISTATUS)
 			if h.state() != mhi.StateSysErr || st&mhi.MHISTATUSSysErr == 0 {
 				t.Fatalf("MHISTATUS 0x%x, want SYS_ERR with the SYSERR bit", st)
@@ -950,4 +955,42 @@ func TestSendAPI(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("Send still blocked after Close")
 	}
+}
+
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	base := runtime.NumGoroutine()
+	h := newHost(t, func(c *Config) { c.DLQueueDepth = 1 })
+	h.powerUp()
+	h.startChannel(0)
+	h.startChannel(1)
+	h.startChannel(100)
+	// A pending moderated interrupt, a polling burst channel, and a
+	// loopback blocked on a full downlink queue.
+	buf, _ := h.buffer(16, 0)
+	h.queue(100, buf, 16, mhi.TREIEOT|mhi.TREBEI)
+	h.ring(100)
+	h.nextEvent(1)
+	for range 3 {
+		h.queue(0, buf, 16, mhi.TREIEOT)
+	}
+	h.ring(0)
+	h.nextEvent(0)
+	if runtime.NumGoroutine() <= base {
+		t.Fatalf("device runs no goroutines?")
+	}
+	if err := h.dev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.dev.Close() // idempotent
+	deadline := time.Now().Add(waitTimeout)
+	for runtime.NumGoroutine() > base {
+		if time.Now().After(deadline) {
+			b := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines after Close, %d before\n%s", runtime.NumGoroutine(), base, b[:runtime.Stack(b, true)])
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Register access after Close is harmless.
+	h.setReg64(ChannelDoorbellOffset, 0)
+	_ = h.reg(mhi.RegMHISTATUS)
 }

@@ -1,6 +1,7 @@
 package ep
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -35,6 +36,10 @@ type eventRing struct {
 type eventOptions struct {
 	bei       bool // the completed TRE asked for no immediate interrupt
 	corruptRP bool // fault: store an rp outside the ring
+	// until bounds the wait for a free slot; nil means the session. Channel
+	// events also give up on SYS_ERR, control events (which announce it)
+	// do not.
+	until context.Context
 }
 
 // postControlEvent posts a command completion, state-change or EE event on
@@ -62,7 +67,11 @@ func (d *Device) postEvent(s *session, ringIdx int, ev mhi.Element, opt eventOpt
 			return err
 		}
 	}
-	if err := d.waitEventSlot(s, er); err != nil {
+	until := opt.until
+	if until == nil {
+		until = s.ctx
+	}
+	if err := d.waitEventSlot(until, er); err != nil {
 		return err
 	}
 	slot := er.ring.addr(er.wr)
@@ -104,9 +113,11 @@ func (d *Device) loadEventRing(er *eventRing) error {
 		}
 	}
 	if err != nil {
+		// Counted every time, logged once per session.
+		d.stats.boundsViolations.Add(1)
 		if !er.warned {
 			er.warned = true
-			d.boundsViolation("bad event ring context", "ring", er.index, "err", err)
+			d.log.Warn("mhi-ep: bad event ring context", "ring", er.index, "err", err)
 		}
 		return fmt.Errorf("event ring %d: %w", er.index, err)
 	}
@@ -122,7 +133,7 @@ func (d *Device) loadEventRing(er *eventRing) error {
 // ring is full while the write index equals the index of the event
 // doorbell's value (the first slot the device may not write). er.mu must be
 // held.
-func (d *Device) waitEventSlot(s *session, er *eventRing) error {
+func (d *Device) waitEventSlot(until context.Context, er *eventRing) error {
 	counted := false
 	for {
 		d.regMu.Lock()
@@ -152,8 +163,8 @@ func (d *Device) waitEventSlot(s *session, er *eventRing) error {
 		}
 		select {
 		case <-wake:
-		case <-s.ctx.Done():
-			return fmt.Errorf("event ring %d: %w", er.index, s.ctx.Err())
+		case <-until.Done():
+			return fmt.Errorf("event ring %d: %w", er.index, until.Err())
 		}
 	}
 }

@@ -232,7 +232,7 @@ func (h *testHost) waitFor(what string, cond func() bool) {
 	}
 }
 
-func (h *testHost) reg(off uint32) uint32     { return h.dev.ReadRegister(off) }
+func (h *testHost) reg(off uint32) uint32       { return h.dev.ReadRegister(off) }
 func (h *testHost) setReg(off uint32, v uint32) { h.dev.WriteRegister(off, v) }
 
 // setReg64 writes a 64-bit register pair high half first, like the host.

@@ -334,6 +334,12 @@ func (c *Client) finish(res Result, start time.Time, r0, m0, a0 int) Result {
 // waitFor waits until cond (called with c.mu held) holds, or the timeout
 // passes with no progress.
 func (c *Client) waitFor(cond func() bool) error {
+	c.mu.Lock()
+	ok := cond()
+	c.mu.Unlock()
+	if ok {
+		return nil // the common case: no timer needed
+	}
 	deadline := time.Now().Add(c.opts.Timeout)
 	t := time.AfterFunc(c.opts.Timeout, func() {
 		c.mu.Lock()
