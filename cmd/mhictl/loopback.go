@@ -34,14 +34,11 @@ to --size). Exits non-zero on any mismatch or timeout.`,
 			if count < 1 {
 				return fmt.Errorf("--count %d: want at least 1", count)
 			}
-			m, err := g.openMock()
+			m, err := g.openMock(true)
 			if err != nil {
 				return err
 			}
 			defer m.Close()
-			if err := m.Controller.PowerUp(); err != nil {
-				return err
-			}
 			c, err := loopback.Open(m.Controller, loopback.Options{DLBufferSize: dlBuf, Timeout: timeout, Seed: seed})
 			if err != nil {
 				return err

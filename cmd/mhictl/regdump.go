@@ -14,16 +14,11 @@ func newRegdumpCmd(g *globalFlags) *cobra.Command {
 		Short: "Dump the MHI and BHI registers with names, offsets and values",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, err := g.openMock()
+			m, err := g.openMock(!noPowerUp)
 			if err != nil {
 				return err
 			}
 			defer m.Close()
-			if !noPowerUp {
-				if err := m.Controller.PowerUp(); err != nil {
-					return err
-				}
-			}
 			regs, err := m.Controller.RegDump()
 			if err != nil {
 				return err

@@ -48,13 +48,24 @@ func (g *globalFlags) logger() (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})), nil
 }
 
-// openMock starts the embedded mock modem and a host controller for it.
-func (g *globalFlags) openMock() (*pcigeneric.Mock, error) {
+// openMock starts the embedded mock modem and a host controller for it and,
+// with powerUp, brings the modem to M0. The caller closes the mock.
+func (g *globalFlags) openMock(powerUp bool) (*pcigeneric.Mock, error) {
 	log, err := g.logger()
 	if err != nil {
 		return nil, err
 	}
-	return pcigeneric.OpenMock(pcigeneric.MockOptions{Model: g.model, Logger: log})
+	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: g.model, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	if powerUp {
+		if err := m.Controller.PowerUp(); err != nil {
+			m.Close()
+			return nil, err
+		}
+	}
+	return m, nil
 }
 
 func printJSON(w io.Writer, v any) error {

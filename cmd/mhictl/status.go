@@ -14,14 +14,11 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 		Short: "Show the MHI state, execution environment, channels and event rings",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, err := g.openMock()
+			m, err := g.openMock(true)
 			if err != nil {
 				return err
 			}
 			defer m.Close()
-			if err := m.Controller.PowerUp(); err != nil {
-				return err
-			}
 			st := m.Controller.Status()
 			out := cmd.OutOrStdout()
 			if jsonOut {
