@@ -177,6 +177,10 @@ func (ch *Channel) Stop() error {
 	if err := ch.ctrl.sendCommand(PktStopChanCmd, ch.cfg.Num); err != nil {
 		return err
 	}
+	// The device posted every completion of this channel before it
+	// completed the command, possibly on another event ring: handle them
+	// now, so that nothing of this channel is left behind the stop.
+	ch.er.process(false)
 	ch.mu.Lock()
 	ch.state = ChannelStop
 	ch.mu.Unlock()
@@ -196,6 +200,9 @@ func (ch *Channel) Reset() error {
 	ch.wanted = false
 	ch.mu.Unlock()
 	err := ch.ctrl.sendCommand(PktResetChanCmd, ch.cfg.Num)
+	// Consume (as stale) whatever the device posted for the channel before
+	// the reset, so no old event meets the restarted ring.
+	ch.er.process(false)
 	ch.abort()
 	ch.mu.Lock()
 	ch.writeContext(ChannelDisabled, false)

@@ -2,6 +2,7 @@ package mhi
 
 import (
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -16,6 +17,9 @@ type EventRing struct {
 	ring
 	devRP  int // last device read pointer seen, as an index
 	notify chan struct{}
+	// mu serialises processing: the ring's goroutine and callers that
+	// drain the ring synchronously (channel stop and reset).
+	mu sync.Mutex
 }
 
 func (er *EventRing) ctx() []byte {
@@ -66,6 +70,8 @@ func (er *EventRing) process(byPoll bool) {
 	c := er.ctrl
 	c.procMu.RLock()
 	defer c.procMu.RUnlock()
+	er.mu.Lock()
+	defer er.mu.Unlock()
 	if !c.allocated || !er.armed() {
 		return
 	}

@@ -25,6 +25,9 @@ type channel struct {
 	state        atomic.Uint32 // mhi.ChannelState; written with mu held
 	rdIOVA       atomic.Uint64 // device read pointer, for status displays
 	dbModeResync atomic.Bool   // M0 re-entry: host is in doorbell mode again
+	// stopReq asks the downlink worker to stop at the next transfer
+	// boundary: STOP_CHAN is pending.
+	stopReq atomic.Bool
 
 	// mu guards the run cancel function and the downlink queue.
 	mu        sync.Mutex
@@ -32,6 +35,8 @@ type channel struct {
 	q         [][]byte // ring of queued downlink transfers
 	qHead     int
 	qCount    int
+	reserved  int      // queue slots held by outstanding reservations
+	qGen      uint64   // bumped whenever the whole queue is dropped
 	free      [][]byte // spare downlink buffers
 	space     signal   // queue space freed or state changed
 
@@ -55,6 +60,7 @@ type channel struct {
 	elem      [mhi.ElementSize]byte
 	ulData    []byte
 	ulTREs    []pendingTRE
+	ulBusy    bool // uplink transfers delivered since the last Idle call
 }
 
 // pendingTRE is a TRE read from the ring and not yet completed.
@@ -293,6 +299,7 @@ func (c *channel) serviceUL() (progressed, wantWork bool) {
 		if avail == 0 {
 			c.refreshWrite()
 			if avail = c.available(); avail == 0 {
+				c.idleUL()
 				return progressed, true
 			}
 		}
@@ -303,6 +310,7 @@ func (c *channel) serviceUL() (progressed, wantWork bool) {
 		case gatherIncomplete:
 			c.refreshWrite()
 			if c.available() == avail {
+				c.idleUL()
 				return progressed, true
 			}
 			continue
@@ -316,6 +324,18 @@ func (c *channel) serviceUL() (progressed, wantWork bool) {
 	return progressed, false
 }
 
+// idleUL tells an Idler Function that the uplink ran dry after at least
+// one delivered transfer. work must be held.
+func (c *channel) idleUL() {
+	if !c.ulBusy {
+		return
+	}
+	c.ulBusy = false
+	if idler, ok := c.pipe.fn.(Idler); ok {
+		idler.Idle(c.pipe)
+	}
+}
+
 // deliverUL hands ulData to the Function; false means processing was
 // aborted and the transfer stays unconsumed.
 func (c *channel) deliverUL() bool {
@@ -324,6 +344,7 @@ func (c *channel) deliverUL() bool {
 		c.d.stats.ulDiscarded.Add(1)
 		return true
 	}
+	c.ulBusy = true
 	if err := fn.Receive(c.runCtx, c.pipe, c.ulData); err != nil {
 		if c.runCtx.Err() != nil {
 			return false
@@ -339,6 +360,10 @@ func (c *channel) deliverUL() bool {
 // for a chained TRE with IEOB, EOT for the last TRE with IEOT, nothing
 // otherwise.
 func (c *channel) completeUL() {
+	// Counted before the host can see the completions, so that a host that
+	// has them also sees the counters.
+	c.d.stats.ulTransfers.Add(1)
+	c.d.stats.ulBytes.Add(uint64(len(c.ulData)))
 	for _, t := range c.ulTREs {
 		c.advance()
 		flags, n := t.el.Flags(), t.el.Length()
@@ -354,17 +379,19 @@ func (c *channel) completeUL() {
 		}
 		c.postTransfer(t.addr, code, n, n, flags&mhi.TREBEI != 0)
 	}
-	c.d.stats.ulTransfers.Add(1)
-	c.d.stats.ulBytes.Add(uint64(len(c.ulData)))
 	if c.d.debug {
 		c.d.log.Debug("mhi-ep: uplink transfer", "channel", c.num, "bytes", len(c.ulData), "tres", len(c.ulTREs))
 	}
 }
 
 // serviceDL writes queued downlink transfers into the host's TREs.
-// wantWork is true when data waits for TREs.
+// wantWork is true when data waits for TREs. While a STOP is pending
+// (stopReq) it finishes the transfer in progress and starts no other.
 func (c *channel) serviceDL() (progressed, wantWork bool) {
 	for c.canRun() {
+		if c.dlOff == 0 && c.stopReq.Load() {
+			return progressed, false
+		}
 		c.mu.Lock()
 		if c.qCount == 0 {
 			c.mu.Unlock()
@@ -401,11 +428,13 @@ func (c *channel) serviceDL() (progressed, wantWork bool) {
 		if last {
 			code = mhi.CCEOT
 		}
+		if last {
+			c.d.stats.dlTransfers.Add(1)
+			c.d.stats.dlBytes.Add(uint64(len(data)))
+		}
 		c.postTransfer(addr, code, uint32(n), el.Length(), el.Flags()&mhi.TREBEI != 0)
 		if last {
 			c.popDL()
-			c.d.stats.dlTransfers.Add(1)
-			c.d.stats.dlBytes.Add(uint64(len(data)))
 			if c.d.debug {
 				c.d.log.Debug("mhi-ep: downlink transfer", "channel", c.num, "bytes", len(data))
 			}
@@ -422,9 +451,7 @@ func (c *channel) popDL() {
 	c.qHead = (c.qHead + 1) % len(c.q)
 	c.qCount--
 	c.dlOff = 0
-	if len(c.free) <= len(c.q) {
-		c.free = append(c.free, buf[:0])
-	}
+	c.recycleLocked(buf)
 	c.space.broadcast()
 	c.mu.Unlock()
 }
@@ -452,18 +479,27 @@ func (c *channel) postTransfer(addr uint64, code mhi.CompletionCode, n, treLen u
 // enqueue adds one downlink transfer (copied) to the queue. With block it
 // waits for room and for the channel to be started; without, it fails.
 func (c *channel) enqueue(ctx context.Context, data []byte, block bool) error {
+	b, err := c.reserve(ctx, len(data), block)
+	if err != nil {
+		return err
+	}
+	copy(b.Buf, data)
+	return c.commit(b, len(data), true)
+}
+
+// reserve takes a queue slot and a buffer of size bytes for a downlink
+// transfer the caller fills before commit. With block it waits for room
+// and for the channel to be started (RUNNING or STOP); without, it fails.
+func (c *channel) reserve(ctx context.Context, size int, block bool) (DLBuffer, error) {
 	for {
 		c.mu.Lock()
 		st := c.channelState()
 		accepting := st == mhi.ChannelRunning || st == mhi.ChannelStop
-		if accepting && c.qCount < len(c.q) {
-			buf := c.takeBufferLocked(len(data))
-			copy(buf, data)
-			c.q[(c.qHead+c.qCount)%len(c.q)] = buf
-			c.qCount++
+		if accepting && c.qCount+c.reserved < len(c.q) {
+			c.reserved++
+			b := DLBuffer{Buf: c.takeBufferLocked(size), gen: c.qGen, c: c}
 			c.mu.Unlock()
-			c.poke()
-			return nil
+			return b, nil
 		}
 		var wake <-chan struct{}
 		if block {
@@ -472,27 +508,79 @@ func (c *channel) enqueue(ctx context.Context, data []byte, block bool) error {
 		c.mu.Unlock()
 		if !block {
 			if !accepting {
-				return fmt.Errorf("ep: channel %d (%s) is %s: %w", c.num, c.cfg.Name, st, mhi.ErrChannelState)
+				return DLBuffer{}, fmt.Errorf("ep: channel %d (%s) is %s: %w", c.num, c.cfg.Name, st, mhi.ErrChannelState)
 			}
-			return fmt.Errorf("ep: channel %d (%s): %d transfers queued: %w", c.num, c.cfg.Name, len(c.q), mhi.ErrRingFull)
+			return DLBuffer{}, fmt.Errorf("ep: channel %d (%s): %d transfers queued: %w", c.num, c.cfg.Name, len(c.q), mhi.ErrRingFull)
 		}
 		select {
 		case <-wake:
 		case <-ctx.Done():
-			return fmt.Errorf("ep: channel %d (%s): %w", c.num, c.cfg.Name, ctx.Err())
+			return DLBuffer{}, fmt.Errorf("ep: channel %d (%s): %w", c.num, c.cfg.Name, ctx.Err())
 		case <-c.d.ctx.Done():
-			return ErrClosed
+			return DLBuffer{}, ErrClosed
 		}
 	}
 }
 
-// takeBufferLocked returns a buffer of n bytes, reusing a spare one when it
-// is large enough. mu must be held.
+// commit queues b.Buf[:n] as one downlink transfer in b's slot; n == 0
+// gives the slot and buffer back unless empty says an empty transfer is
+// wanted. A reservation that outlived a drop of the whole queue (MHI reset)
+// is dropped and counted like the queue was.
+func (c *channel) commit(b DLBuffer, n int, empty bool) error {
+	if n < 0 || n > len(b.Buf) {
+		c.release(b)
+		return fmt.Errorf("ep: channel %d (%s): commit of %d bytes in a %d-byte reservation: %w",
+			c.num, c.cfg.Name, n, len(b.Buf), mhi.ErrBounds)
+	}
+	c.mu.Lock()
+	c.reserved--
+	switch {
+	case n == 0 && !empty:
+		c.recycleLocked(b.Buf)
+		c.space.broadcast()
+		c.mu.Unlock()
+		return nil
+	case b.gen != c.qGen:
+		c.d.stats.dlDroppedOnReset.Add(1)
+		c.d.stats.dlDroppedBytesOnReset.Add(uint64(n))
+		c.recycleLocked(b.Buf)
+		c.space.broadcast()
+		c.mu.Unlock()
+		return fmt.Errorf("ep: channel %d (%s): queue dropped by a reset while the transfer was built: %w",
+			c.num, c.cfg.Name, mhi.ErrAborted)
+	}
+	c.q[(c.qHead+c.qCount)%len(c.q)] = b.Buf[:n]
+	c.qCount++
+	c.mu.Unlock()
+	c.poke()
+	return nil
+}
+
+// release gives a reservation back unused.
+func (c *channel) release(b DLBuffer) {
+	c.mu.Lock()
+	c.reserved--
+	c.recycleLocked(b.Buf)
+	c.space.broadcast()
+	c.mu.Unlock()
+}
+
+// recycleLocked keeps buf as a spare. mu must be held.
+func (c *channel) recycleLocked(buf []byte) {
+	if buf != nil && len(c.free) <= len(c.q) {
+		c.free = append(c.free, buf[:0])
+	}
+}
+
+// takeBufferLocked returns a buffer of n bytes, reusing a spare one when
+// one is large enough. mu must be held.
 func (c *channel) takeBufferLocked(n int) []byte {
-	if k := len(c.free); k > 0 {
-		buf := c.free[k-1]
-		c.free = c.free[:k-1]
-		if cap(buf) >= n {
+	for i := len(c.free) - 1; i >= 0; i-- {
+		if buf := c.free[i]; cap(buf) >= n {
+			last := len(c.free) - 1
+			c.free[i] = c.free[last]
+			c.free[last] = nil
+			c.free = c.free[:last]
 			return buf[:n]
 		}
 	}
@@ -509,12 +597,33 @@ func (c *channel) dropQueueLocked() {
 		c.q[c.qHead] = nil
 		c.qHead = (c.qHead + 1) % len(c.q)
 		c.qCount--
-		if len(c.free) <= len(c.q) {
-			c.free = append(c.free, buf[:0])
-		}
+		c.recycleLocked(buf)
 	}
 	c.qHead = 0
 	c.dlOff = 0
+	c.qGen++
+}
+
+// dropPartialLocked discards the head downlink transfer if part of it has
+// been written into host buffers: the host threw those buffers away with
+// the ring, so the rest is meaningless to it. Whole transfers stay queued.
+// mu must be held.
+func (c *channel) dropPartialLocked() {
+	if c.dlOff == 0 || c.qCount == 0 {
+		c.dlOff = 0
+		return
+	}
+	buf := c.q[c.qHead]
+	c.d.stats.dlPartialDropped.Add(1)
+	c.d.stats.dlPartialDroppedBytes.Add(uint64(len(buf)))
+	c.d.log.Warn("mhi-ep: channel reset dropped a partly written downlink transfer", "channel", c.num,
+		"bytes", len(buf), "written", c.dlOff)
+	c.q[c.qHead] = nil
+	c.qHead = (c.qHead + 1) % len(c.q)
+	c.qCount--
+	c.recycleLocked(buf)
+	c.dlOff = 0
+	c.space.broadcast()
 }
 
 // cancelRun aborts whatever the worker is waiting for.
@@ -570,6 +679,7 @@ func (c *channel) start(s *session) error {
 	c.rd, c.wr = rd, wr
 	c.burst = ctx.BurstMode() == mhi.BurstEnable
 	c.polling, c.idlePolls, c.badWP = false, 0, 0
+	c.stopReq.Store(false)
 	c.started = true
 	runCtx, cancel := context.WithCancel(s.active)
 	c.runCtx = runCtx
@@ -588,8 +698,35 @@ func (c *channel) start(s *session) error {
 }
 
 // stop executes STOP_CHAN: processing pauses, nothing is consumed, the
-// context says STOP.
+// context says STOP. A downlink channel first finishes the transfer it has
+// begun writing, as far as the host has buffers posted for it, so that the
+// host does not hold a fragment of a transfer while the channel is stopped;
+// transfers not yet begun stay queued.
+// stopFinishTimeout bounds how long a downlink STOP waits for host buffers
+// to finish the transfer in progress before pausing mid-transfer.
+const stopFinishTimeout = 500 * time.Millisecond
+
 func (c *channel) stop() {
+	if c.cfg.Dir == mhi.Downlink {
+		// The worker stops at the next transfer boundary; then, holding
+		// work, finish whatever it left half written.
+		c.stopReq.Store(true)
+		c.work.Lock()
+		// Wait a bounded time for the host to post the buffers the
+		// transfer still needs: it keeps handling completions and
+		// refilling while it waits for the STOP to complete.
+		deadline := time.Now().Add(stopFinishTimeout)
+		for c.started && c.canRun() && c.dlOff > 0 {
+			c.serviceDL()
+			if c.dlOff == 0 || !time.Now().Before(deadline) {
+				break
+			}
+			c.work.Unlock()
+			time.Sleep(c.d.cfg.BurstPollInterval)
+			c.work.Lock()
+		}
+		c.work.Unlock()
+	}
 	c.cancelRun()
 	c.work.Lock()
 	if c.started {
@@ -603,8 +740,10 @@ func (c *channel) stop() {
 	c.notifyState()
 }
 
-// reset executes RESET_CHAN: the ring is forgotten, queued downlink data is
-// dropped (and counted), the context says DISABLED.
+// reset executes RESET_CHAN: the ring is forgotten and the context says
+// DISABLED. Queued downlink transfers that have not started are modem data,
+// not ring state: they stay queued for the next START. Only a transfer
+// already partly written into host buffers is dropped (and counted).
 func (c *channel) reset() {
 	c.cancelRun()
 	c.work.Lock()
@@ -613,30 +752,36 @@ func (c *channel) reset() {
 			c.d.boundsViolation("channel context not writable", "channel", c.num, "err", err)
 		}
 	}
-	c.forgetLocked()
+	c.forgetLocked(false)
 	c.work.Unlock()
 	c.notifyState()
 }
 
 // resetForMHIReset forgets the channel without touching host memory: after
-// an MHI reset the host's contexts may be gone.
+// an MHI reset the host's contexts may be gone. Every queued downlink
+// transfer is dropped (and counted).
 func (c *channel) resetForMHIReset() {
 	c.cancelRun()
 	c.work.Lock()
-	c.forgetLocked()
+	c.forgetLocked(true)
 	c.work.Unlock()
 }
 
-// forgetLocked drops the ring and the queued downlink data. work must be
-// held.
-func (c *channel) forgetLocked() {
+// forgetLocked drops the ring and, with dropAll, the queued downlink data;
+// without, only a partly written head transfer. work must be held.
+func (c *channel) forgetLocked(dropAll bool) {
 	c.started = false
 	c.sess = nil
 	c.polling, c.idlePolls = false, 0
+	c.stopReq.Store(false)
 	c.rdIOVA.Store(0)
 	c.mu.Lock()
 	if c.q != nil {
-		c.dropQueueLocked()
+		if dropAll {
+			c.dropQueueLocked()
+		} else {
+			c.dropPartialLocked()
+		}
 	}
 	c.state.Store(uint32(mhi.ChannelDisabled))
 	c.space.broadcast()

@@ -65,7 +65,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Functions attaches a Function to channel pairs by name. A pair named
 	// "LOOPBACK" without an entry gets the built-in Loopback; other pairs
-	// without an entry consume and count uplink transfers.
+	// without an entry consume and count uplink transfers. A Function
+	// implementing PipeAttacher learns its Pipe when New builds the device;
+	// attach an IPData to "IP_HW0" or "IP_HW0_MBIM".
 	Functions map[string]Function
 	// DLQueueDepth is the number of downlink transfers a channel holds
 	// before Pipe.Send blocks (zero means DefaultDLQueueDepth).
@@ -226,6 +228,9 @@ func (d *Device) buildChannels() {
 			fn = Loopback{}
 		}
 		p.fn = fn
+		if a, ok := fn.(PipeAttacher); ok {
+			a.Attach(p)
+		}
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 // pointer is always out of bounds.
 const testBase = 0x1000_0000
 
-const testMemSize = 1 << 20
+const testMemSize = 4 << 20
 
 // waitTimeout bounds every wait of the tests; waits poll and return as soon
 // as their condition holds.

@@ -79,3 +79,85 @@ func (p *Pipe) UplinkState() mhi.ChannelState {
 	}
 	return p.ul.channelState()
 }
+
+// Idler may be implemented by a Function that batches uplink data (an
+// aggregating modem, say). The uplink channel's worker calls Idle when it
+// has delivered at least one transfer and finds no further complete
+// transfer in the ring, so a lone packet can be answered at once while a
+// burst still fills whole aggregates. Idle runs on the uplink worker and
+// should not block.
+type Idler interface {
+	Idle(p *Pipe)
+}
+
+// PipeAttacher may be implemented by a Function that needs its Pipe before
+// the first uplink transfer (to run a generator, say). New calls Attach once
+// per pair the Function is configured for, before the device starts.
+type PipeAttacher interface {
+	Attach(p *Pipe)
+}
+
+// DLBuffer is a downlink transfer being built in place: a slot in the
+// pair's downlink queue and the buffer that will become the transfer. Get
+// one from Pipe.Reserve, fill Buf, and hand it to Pipe.Commit or
+// Pipe.Release exactly once.
+type DLBuffer struct {
+	// Buf is the buffer to fill; its length is the size reserved.
+	Buf []byte
+	c   *channel
+	gen uint64
+}
+
+// Reserve takes a slot in the downlink queue and a buffer of size bytes
+// (reused from earlier transfers when one is large enough), so that a
+// Function can build a transfer in place without a second copy. It blocks
+// like Send while the queue (transfers plus reservations) is full or the
+// downlink channel is not started, until ctx is done or the device closes.
+func (p *Pipe) Reserve(ctx context.Context, size int) (DLBuffer, error) {
+	if p.dl == nil {
+		return DLBuffer{}, fmt.Errorf("ep: pipe %s: %w: no downlink channel", p.name, mhi.ErrNoChannel)
+	}
+	return p.dl.reserve(ctx, size, true)
+}
+
+// TryReserve is Reserve without blocking; it fails as TrySend does.
+func (p *Pipe) TryReserve(size int) (DLBuffer, error) {
+	if p.dl == nil {
+		return DLBuffer{}, fmt.Errorf("ep: pipe %s: %w: no downlink channel", p.name, mhi.ErrNoChannel)
+	}
+	return p.dl.reserve(context.Background(), size, false)
+}
+
+// Commit queues b.Buf[:n] as one downlink transfer; n == 0 releases b. It
+// never blocks. It fails with an error wrapping mhi.ErrAborted when an MHI
+// reset dropped the downlink queue after b was reserved (the transfer is
+// dropped and counted in Stats.DLDroppedOnReset), and with mhi.ErrBounds
+// when n exceeds len(b.Buf) (b is released).
+func (p *Pipe) Commit(b DLBuffer, n int) error {
+	if b.c == nil {
+		return fmt.Errorf("ep: pipe %s: commit of an empty reservation: %w", p.name, mhi.ErrChannelState)
+	}
+	return b.c.commit(b, n, false)
+}
+
+// Release gives an unused reservation back.
+func (p *Pipe) Release(b DLBuffer) {
+	if b.c != nil {
+		b.c.release(b)
+	}
+}
+
+// SendFunc queues one downlink transfer of at most maxLen bytes built in
+// place: fill writes into the queue's buffer and returns the length used
+// (0 sends nothing). It blocks like Send.
+func (p *Pipe) SendFunc(ctx context.Context, maxLen int, fill func(buf []byte) int) error {
+	b, err := p.Reserve(ctx, maxLen)
+	if err != nil {
+		return err
+	}
+	return p.Commit(b, fill(b.Buf))
+}
+
+// Done returns a channel closed when the device closes, for goroutines a
+// Function runs on its own.
+func (p *Pipe) Done() <-chan struct{} { return p.d.ctx.Done() }

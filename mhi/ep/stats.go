@@ -26,6 +26,8 @@ type counters struct {
 	boundsViolations      atomic.Uint64
 	dlDroppedOnReset      atomic.Uint64
 	dlDroppedBytesOnReset atomic.Uint64
+	dlPartialDropped      atomic.Uint64
+	dlPartialDroppedBytes atomic.Uint64
 	badRegisterAccesses   atomic.Uint64
 	eventRingFullWaits    atomic.Uint64
 	dbModeEvents          atomic.Uint64
@@ -52,8 +54,10 @@ type Stats struct {
 	DLBytes               uint64   // their bytes
 	BadTREs               uint64   // TREs completed with BAD_TRE
 	BoundsViolations      uint64   // host pointers or contexts the device could not use
-	DLDroppedOnReset      uint64   // queued downlink transfers dropped by a channel or MHI reset
+	DLDroppedOnReset      uint64   // queued downlink transfers dropped by an MHI reset (or a reservation committed after one)
 	DLDroppedBytesOnReset uint64   // their bytes
+	DLPartialDropped      uint64   // downlink transfers dropped by RESET_CHAN after part of them reached host buffers
+	DLPartialDroppedBytes uint64   // their whole length
 	BadRegisterAccesses   uint64   // unaligned, out-of-range, reserved or read-only accesses
 	EventRingFullWaits    uint64   // events that had to wait for an event doorbell
 	DBModeEvents          uint64   // DB_MODE completions posted by burst channels
@@ -84,6 +88,8 @@ func (d *Device) Stats() Stats {
 		BoundsViolations:      c.boundsViolations.Load(),
 		DLDroppedOnReset:      c.dlDroppedOnReset.Load(),
 		DLDroppedBytesOnReset: c.dlDroppedBytesOnReset.Load(),
+		DLPartialDropped:      c.dlPartialDropped.Load(),
+		DLPartialDroppedBytes: c.dlPartialDroppedBytes.Load(),
 		BadRegisterAccesses:   c.badRegisterAccesses.Load(),
 		EventRingFullWaits:    c.eventRingFullWaits.Load(),
 		DBModeEvents:          c.dbModeEvents.Load(),

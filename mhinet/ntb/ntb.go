@@ -143,10 +143,11 @@ var (
 	ErrZeroLength = errors.New("ntb: datagram entry with zero index or length")
 	// ErrDatagramOutOfBounds: a datagram starts inside the NTH or ends past the block.
 	ErrDatagramOutOfBounds = errors.New("ntb: datagram out of bounds")
-	// ErrDatagramOverlap: the datagrams delivered so far plus this one claim
-	// more bytes than the block has outside its NTH, so entries must be
-	// reusing bytes; the datagram is dropped to bound amplification.
-	ErrDatagramOverlap = errors.New("ntb: datagrams overlap")
+	// ErrOverlap: the NDPs and datagrams walked so far, plus this one,
+	// claim more bytes than the block holds outside its NTH, so some of them
+	// overlap. An NDP that overlaps stops the walk; a datagram that overlaps
+	// is dropped. This bounds the work and the bytes delivered per NTB.
+	ErrOverlap = errors.New("ntb: NDPs or datagrams overlap")
 	// ErrBadIPVersion: a datagram's first nibble is neither 4 nor 6.
 	ErrBadIPVersion = errors.New("ntb: datagram is not IPv4 or IPv6")
 )
@@ -183,7 +184,7 @@ func Reasons() []error {
 var reasons = [...]error{
 	ErrShort, ErrBadSignature, ErrBadBlockLength, ErrBadNDPIndex,
 	ErrBadNDPLength, ErrNDPLoop, ErrTooManyNDPs, ErrZeroLength,
-	ErrDatagramOutOfBounds, ErrDatagramOverlap, ErrBadIPVersion,
+	ErrDatagramOutOfBounds, ErrOverlap, ErrBadIPVersion,
 }
 
 // Stats counts what a Parser has seen since it was created or its Stats
@@ -205,7 +206,7 @@ type Stats struct {
 	TooManyNDPs         uint64 // ErrTooManyNDPs
 	ZeroLength          uint64 // ErrZeroLength
 	DatagramOutOfBounds uint64 // ErrDatagramOutOfBounds
-	DatagramOverlap     uint64 // ErrDatagramOverlap
+	Overlap             uint64 // ErrOverlap
 	BadIPVersion        uint64 // ErrBadIPVersion
 }
 
@@ -230,8 +231,8 @@ func (s *Stats) counter(reason error) *uint64 {
 		return &s.ZeroLength
 	case ErrDatagramOutOfBounds:
 		return &s.DatagramOutOfBounds
-	case ErrDatagramOverlap:
-		return &s.DatagramOverlap
+	case ErrOverlap:
+		return &s.Overlap
 	case ErrBadIPVersion:
 		return &s.BadIPVersion
 	}

@@ -474,7 +474,11 @@ func TestMalformed(t *testing.T) {
 		{"bad ip version allowed", mut(func(b []byte) []byte { b[int(le.Uint16(b[ent(b, 0):]))] = 0x05; return b }), Parser{AnyProtocol: true}, nil, append([][]byte{append([]byte{5}, pk[0][1:]...)}, pk[1:]...)},
 		{"entries reuse one datagram", craft16(400, 300, []rawNDP{{off: 300, sig: SigIPS16,
 			ents: [][2]int{{12, 200}, {12, 200}, {12, 200}, {16, 100}}}}, map[int][]byte{12: ip4(200, 9)}),
-			Parser{AnyProtocol: true}, ErrDatagramOverlap, [][]byte{ip4(200, 9), ip4(200, 9)[4:104]}},
+			Parser{AnyProtocol: true}, ErrOverlap, [][]byte{ip4(200, 9), ip4(200, 9)[4:104]}},
+		{"ndps overlap", craft16(100, 12, []rawNDP{
+			{off: 12, sig: SigIPS16, length: 80, next: 40, ents: [][2]int{{92, 4}}},
+			{off: 40, sig: SigIPS16, length: 56},
+		}, map[int][]byte{92: {0x45, 1, 2, 3}}), Parser{}, ErrOverlap, [][]byte{{0x45, 1, 2, 3}}},
 		{"non-IPS ndp skipped", mut(func(b []byte) []byte { copy(b[ndpOff:], "NCM0"); return b }), Parser{}, nil, nil},
 		{"no terminator before wLength", mut(func(b []byte) []byte { le.PutUint16(b[ndpOff+4:], 8+4*3); return b }), Parser{}, nil, pk[:2]},
 	}

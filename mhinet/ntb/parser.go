@@ -15,8 +15,8 @@ package ntb
 // In addition, because the device is untrusted, a Parser checks that every
 // NDP and datagram lies inside the block and that datagrams do not start
 // inside the NTH, stops an NDP chain that loops or exceeds MaxNDPs, and
-// stops delivering once the datagrams would claim more bytes than the block
-// holds (see ErrDatagramOverlap). Datagram and NDP alignment are not
+// stops once the NDPs and datagrams would claim more bytes than the block
+// holds (see ErrOverlap). Datagram and NDP alignment are not
 // checked.
 type Parser struct {
 	// Only16 rejects NTH32 blocks with ErrBadSignature, as mhi_wwan_mbim does.
@@ -70,10 +70,12 @@ func (p *Parser) Parse(b []byte, fn func(datagram []byte, sid uint8)) (int, erro
 
 	var nthLen, ndpHdr, entLen, ndpMin uint64
 	var blockLen, ndpIdx uint64
+	ips := SigIPS16
 	if f == NTB16 {
 		nthLen, ndpHdr, entLen, ndpMin = NTH16Len, NDP16HeaderLen, NDP16EntryLen, NDP16MinLen
 	} else {
 		nthLen, ndpHdr, entLen, ndpMin = NTH32Len, NDP32HeaderLen, NDP32EntryLen, NDP32MinLen
+		ips = SigIPS32
 	}
 	if uint64(len(b)) < nthLen+ndpHdr {
 		fail(ErrShort)
@@ -96,7 +98,8 @@ func (p *Parser) Parse(b []byte, fn func(datagram []byte, sid uint8)) (int, erro
 	}
 	p.lastSeq, p.seqSeen = seq, true
 
-	// Datagrams that neither overlap each other nor the NTH fit in this many bytes.
+	// NDPs and datagrams that overlap neither each other nor the NTH fit in
+	// this many bytes; it bounds the entries scanned and the bytes delivered.
 	budget := blockLen - nthLen
 	delivered := 0
 	var visited [MaxNDPs]uint64
@@ -131,16 +134,17 @@ walk:
 		} else {
 			next = uint64(le.Uint32(ndp[8:]))
 		}
-		ips := SigIPS16
-		if f == NTB32 {
-			ips = SigIPS32
-		}
 		switch {
 		case ndpLen < ndpMin || ndpLen > blockLen-ndpIdx:
 			fail(ErrBadNDPLength)
+		case ndpLen > budget:
+			fail(ErrOverlap)
+			break walk
 		case sig&sigLowMask != ips:
+			budget -= ndpLen
 			p.Stats.SkippedNDPs++
 		default:
+			budget -= ndpLen
 			sid := uint8(sig >> 24)
 			count := (ndpLen-ndpHdr)/entLen - 1
 			ent := ndp[ndpHdr:ndpLen]
@@ -171,7 +175,7 @@ walk:
 					}
 				}
 				if n > budget {
-					fail(ErrDatagramOverlap)
+					fail(ErrOverlap)
 					continue
 				}
 				budget -= n

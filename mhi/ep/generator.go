@@ -1,0 +1,342 @@
+package ep
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhinet/ntb"
+	"github.com/gomhi/gomhi/mhinet/qmap"
+)
+
+// Sizes of the packets the generator builds.
+const (
+	// GenHeaderLen is the IPv4 and UDP header length of a generated packet.
+	GenHeaderLen = 20 + 8
+	// GenMinPacket is the smallest generated packet: headers and the
+	// 8-byte sequence number.
+	GenMinPacket = GenHeaderLen + 8
+	// GenMaxPacket is the largest generated packet (the IPv4 total length
+	// limit).
+	GenMaxPacket = 0xFFFF
+	// DefaultGenPacket is the packet size when GeneratorConfig.Sizes is empty.
+	DefaultGenPacket = 1500
+)
+
+// GeneratorConfig describes a generator run.
+type GeneratorConfig struct {
+	// Count is the number of packets to send; 0 runs until StopGenerator.
+	Count int
+	// Rate is the offered rate in packets per second; 0 sends as fast as
+	// the host takes them.
+	Rate float64
+	// Sizes are the IP packet sizes, GenMinPacket…GenMaxPacket and small
+	// enough for one aggregate; they are used in turn (default 1500).
+	Sizes []int
+	// Weights, if not empty, has one positive weight per size: sizes are
+	// then picked by smooth weighted round robin (a size of weight 3 comes
+	// three times as often as one of weight 1, evenly spread).
+	Weights []int
+	// Src and Dst are the IPv4 addresses (defaults 10.0.0.1 and 10.0.0.2).
+	Src, Dst [4]byte
+	// SrcPort and DstPort are the UDP ports (defaults 5000 and 5001).
+	SrcPort, DstPort uint16
+}
+
+// genRun is one generator run.
+type genRun struct {
+	cfg    GeneratorConfig
+	cancel context.CancelFunc
+	done   chan struct{}
+	sent   atomic.Uint64
+	err    error // why it ended early; read after done
+}
+
+// StartGenerator switches to ModeGenerator and starts sending cfg.Count
+// generated IPv4/UDP packets on the downlink at cfg.Rate, aggregated like
+// looped packets. When the host posts no downlink buffers the generator
+// waits: it slows down, it never drops. Uplink packets received meanwhile
+// are consumed and counted as DroppedSunk. The function returns to
+// ModeLoopback when the run ends (all sent, StopGenerator, device closed).
+func (f *IPData) StartGenerator(cfg GeneratorConfig) error {
+	p := f.pipe.Load()
+	if p == nil {
+		return ErrNotAttached
+	}
+	if err := f.checkGenerator(&cfg); err != nil {
+		return err
+	}
+	f.genMu.Lock()
+	defer f.genMu.Unlock()
+	if f.gen != nil {
+		select {
+		case <-f.gen.done:
+		default:
+			return ErrGeneratorRunning
+		}
+	}
+	ctx, cancel := context.WithCancel(p.d.ctx) // ends with the device too
+	g := &genRun{cfg: cfg, cancel: cancel, done: make(chan struct{})}
+	f.gen = g
+	f.mode.Store(uint32(ModeGenerator))
+	go f.runGenerator(ctx, p, g)
+	return nil
+}
+
+// checkGenerator applies defaults and validates cfg.
+func (f *IPData) checkGenerator(cfg *GeneratorConfig) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("ep: generator: %w: "+format, append([]any{mhi.ErrConfig}, args...)...)
+	}
+	if cfg.Count < 0 || cfg.Rate < 0 {
+		return bad("count %d, rate %g", cfg.Count, cfg.Rate)
+	}
+	if len(cfg.Sizes) == 0 {
+		cfg.Sizes = []int{DefaultGenPacket}
+	}
+	cfg.Sizes = append([]int(nil), cfg.Sizes...)
+	if len(cfg.Weights) != 0 {
+		if len(cfg.Weights) != len(cfg.Sizes) {
+			return bad("%d weights for %d sizes", len(cfg.Weights), len(cfg.Sizes))
+		}
+		cfg.Weights = append([]int(nil), cfg.Weights...)
+		for _, w := range cfg.Weights {
+			if w <= 0 {
+				return bad("weight %d", w)
+			}
+		}
+	}
+	for _, n := range cfg.Sizes {
+		if n < GenMinPacket || n > GenMaxPacket {
+			return bad("packet size %d not in %d…%d", n, GenMinPacket, GenMaxPacket)
+		}
+		if !f.fitsEmpty(n) {
+			return bad("packet size %d does not fit a %d-byte %s aggregate", n, f.cfg.MaxAggregate, f.cfg.Format)
+		}
+	}
+	if cfg.Src == ([4]byte{}) {
+		cfg.Src = [4]byte{10, 0, 0, 1}
+	}
+	if cfg.Dst == ([4]byte{}) {
+		cfg.Dst = [4]byte{10, 0, 0, 2}
+	}
+	if cfg.SrcPort == 0 {
+		cfg.SrcPort = 5000
+	}
+	if cfg.DstPort == 0 {
+		cfg.DstPort = 5001
+	}
+	return nil
+}
+
+// fitsEmpty reports whether a packet of n bytes fits an empty aggregate.
+func (f *IPData) fitsEmpty(n int) bool {
+	switch a := f.agg.(type) {
+	case *ntbAgg:
+		size, err := ntb.Size(a.cfg, []int{n})
+		return err == nil && size <= f.cfg.MaxAggregate
+	case *qmapAgg:
+		size, err := qmap.FrameLen(a.cfg, n)
+		return err == nil && size <= f.cfg.MaxAggregate
+	}
+	return true
+}
+
+// StopGenerator ends the running generator, if any, and waits for it.
+func (f *IPData) StopGenerator() {
+	f.genMu.Lock()
+	g := f.gen
+	f.genMu.Unlock()
+	if g != nil {
+		g.cancel()
+		<-g.done
+	}
+}
+
+// GeneratorDone returns a channel closed when the current (or last)
+// generator run ends; nil if none was started.
+func (f *IPData) GeneratorDone() <-chan struct{} {
+	f.genMu.Lock()
+	defer f.genMu.Unlock()
+	if f.gen == nil {
+		return nil
+	}
+	return f.gen.done
+}
+
+// WaitGenerator waits until the current (or last) generator run ends and
+// returns the number of packets it sent, or ctx's error.
+func (f *IPData) WaitGenerator(ctx context.Context) (uint64, error) {
+	f.genMu.Lock()
+	g := f.gen
+	f.genMu.Unlock()
+	if g == nil {
+		return 0, nil
+	}
+	select {
+	case <-g.done:
+		return g.sent.Load(), nil
+	case <-ctx.Done():
+		return g.sent.Load(), ctx.Err()
+	}
+}
+
+// GeneratorSent returns the number of packets the current (or last)
+// generator run has put into downlink aggregates.
+func (f *IPData) GeneratorSent() uint64 {
+	f.genMu.Lock()
+	defer f.genMu.Unlock()
+	if f.gen == nil {
+		return 0
+	}
+	return f.gen.sent.Load()
+}
+
+// runGenerator is the generator goroutine.
+func (f *IPData) runGenerator(ctx context.Context, p *Pipe, g *genRun) {
+	defer close(g.done)
+	defer g.cancel()
+	defer f.mode.Store(uint32(ModeLoopback))
+	cfg := g.cfg
+	maxSize := 0
+	for _, n := range cfg.Sizes {
+		maxSize = max(maxSize, n)
+	}
+	pkt := make([]byte, maxSize)
+	pick := newSizePicker(cfg.Sizes, cfg.Weights)
+	var interval time.Duration
+	if cfg.Rate > 0 {
+		interval = time.Duration(float64(time.Second) / cfg.Rate)
+	}
+	sleep := time.NewTimer(time.Hour)
+	sleep.Stop()
+	defer sleep.Stop()
+	start := time.Now()
+	for i := uint64(0); cfg.Count == 0 || i < uint64(cfg.Count); i++ {
+		if interval > 0 {
+			due := start.Add(time.Duration(i) * interval)
+			if wait := time.Until(due); wait > 0 {
+				// Nothing more is due for now: let the aggregate go.
+				f.Flush()
+				sleep.Reset(wait)
+				select {
+				case <-sleep.C:
+				case <-ctx.Done():
+					g.err = ctx.Err()
+					return
+				}
+			}
+		}
+		n := pick.next()
+		putGenPacket(pkt[:n], i, &cfg)
+		if err := f.add(ctx, p, pkt[:n]); err != nil {
+			g.err = err
+			break
+		}
+		g.sent.Add(1)
+		f.st.genPackets.Add(1)
+	}
+	f.Flush()
+}
+
+// sizePicker yields packet sizes in turn, or by smooth weighted round robin.
+type sizePicker struct {
+	sizes   []int
+	weights []int
+	current []int
+	total   int
+	i       int
+}
+
+func newSizePicker(sizes, weights []int) *sizePicker {
+	sp := &sizePicker{sizes: sizes, weights: weights}
+	if len(weights) > 0 {
+		sp.current = make([]int, len(weights))
+		for _, w := range weights {
+			sp.total += w
+		}
+	}
+	return sp
+}
+
+func (sp *sizePicker) next() int {
+	if len(sp.weights) == 0 {
+		n := sp.sizes[sp.i]
+		sp.i = (sp.i + 1) % len(sp.sizes)
+		return n
+	}
+	best := 0
+	for k, w := range sp.weights {
+		sp.current[k] += w
+		if sp.current[k] > sp.current[best] {
+			best = k
+		}
+	}
+	sp.current[best] -= sp.total
+	return sp.sizes[best]
+}
+
+// putGenPacket writes a generated IPv4/UDP packet of len(b) bytes with
+// sequence number seq: valid IPv4 header (checksum, total length, DF, TTL
+// 64), UDP header (length, checksum 0 = none), seq as 8 big-endian bytes,
+// then a pattern derived from seq.
+func putGenPacket(b []byte, seq uint64, cfg *GeneratorConfig) {
+	be := binary.BigEndian
+	n := len(b)
+	b[0] = 0x45
+	b[1] = 0
+	be.PutUint16(b[2:], uint16(n))
+	be.PutUint16(b[4:], uint16(seq))
+	be.PutUint16(b[6:], 0x4000)
+	b[8] = 64
+	b[9] = 17
+	b[10], b[11] = 0, 0
+	copy(b[12:16], cfg.Src[:])
+	copy(b[16:20], cfg.Dst[:])
+	be.PutUint16(b[10:], ipv4Checksum(b[:20]))
+	be.PutUint16(b[20:], cfg.SrcPort)
+	be.PutUint16(b[22:], cfg.DstPort)
+	be.PutUint16(b[24:], uint16(n-20))
+	be.PutUint16(b[26:], 0)
+	be.PutUint64(b[28:], seq)
+	fill := byte(seq)
+	for i := GenMinPacket; i < n; i++ {
+		b[i] = fill + byte(i)
+	}
+}
+
+// ipv4Checksum returns the Internet checksum of an IPv4 header whose
+// checksum field is zero.
+func ipv4Checksum(h []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		sum += uint32(h[i])<<8 | uint32(h[i+1])
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xFFFF + sum>>16
+	}
+	return ^uint16(sum)
+}
+
+// GeneratedSeq checks that pkt is a packet the generator built (IPv4, UDP,
+// header checksum and lengths right, payload pattern intact) and returns
+// its sequence number.
+func GeneratedSeq(pkt []byte) (uint64, bool) {
+	be := binary.BigEndian
+	if len(pkt) < GenMinPacket || pkt[0] != 0x45 || pkt[9] != 17 ||
+		int(be.Uint16(pkt[2:])) != len(pkt) || int(be.Uint16(pkt[24:])) != len(pkt)-20 ||
+		ipv4Checksum(pkt[:20]) != 0 {
+		return 0, false
+	}
+	seq := be.Uint64(pkt[28:])
+	fill := byte(seq)
+	for i := GenMinPacket; i < len(pkt); i++ {
+		if pkt[i] != fill+byte(i) {
+			return 0, false
+		}
+	}
+	return seq, true
+}

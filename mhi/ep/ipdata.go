@@ -1,0 +1,536 @@
+package ep
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhinet/ntb"
+	"github.com/gomhi/gomhi/mhinet/qmap"
+)
+
+// IPDataName and IPDataMBIMName are the channel pair names (100/101) an
+// IPData is normally attached to: raw IP / QMAP for mhi_net, MBIM NTBs for
+// mhi_wwan_mbim.
+const (
+	IPDataName     = "IP_HW0"
+	IPDataMBIMName = "IP_HW0_MBIM"
+)
+
+// Defaults applied by NewIPData to zero fields of IPDataConfig.
+const (
+	// DefaultMaxDatagrams is the most packets the modem puts in one
+	// downlink aggregate.
+	DefaultMaxDatagrams = 32
+	// DefaultMaxAggregate is the modem's own downlink buffer size: the
+	// largest aggregate it builds, whatever the host's buffer size.
+	DefaultMaxAggregate = 32768
+	// DefaultFlushTimer is the safety flush: an aggregate is sent at the
+	// latest this long after its first packet.
+	DefaultFlushTimer = time.Millisecond
+	// MaxIPAggregate bounds IPDataConfig.MaxAggregate.
+	MaxIPAggregate = 1 << 20
+)
+
+// Format is the framing of IP packets on an IP data channel pair.
+type Format uint8
+
+// Formats. The zero value is FormatNTB16.
+const (
+	// FormatNTB16 aggregates packets into MBIM NTB16 blocks (mhi_wwan_mbim).
+	FormatNTB16 Format = iota
+	// FormatNTB32 aggregates packets into MBIM NTB32 blocks.
+	FormatNTB32
+	// FormatQMAP aggregates packets into QMAP (rmnet MAP) frames.
+	FormatQMAP
+	// FormatRaw sends one IP packet per transfer (mhi_net raw IP).
+	FormatRaw
+)
+
+var formatNames = [...]string{"ntb16", "ntb32", "qmap", "raw"}
+
+// String returns "ntb16", "ntb32", "qmap" or "raw".
+func (f Format) String() string {
+	if int(f) < len(formatNames) {
+		return formatNames[f]
+	}
+	return fmt.Sprintf("Format(%d)", int(f))
+}
+
+// Mode is what an IPData does with the packets it carries.
+type Mode uint32
+
+// Modes.
+const (
+	// ModeLoopback (the default) sends every uplink packet back on the
+	// downlink, aggregated: the modem's internal loopback.
+	ModeLoopback Mode = iota
+	// ModeGenerator sends generated packets on the downlink; uplink
+	// packets are consumed and counted (DroppedSunk).
+	ModeGenerator
+)
+
+// String returns "loopback" or "generator".
+func (m Mode) String() string {
+	switch m {
+	case ModeLoopback:
+		return "loopback"
+	case ModeGenerator:
+		return "generator"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// IPDataConfig configures an IPData.
+type IPDataConfig struct {
+	// Format frames the downlink and, unless UplinkRaw, the uplink.
+	Format Format
+	// UplinkRaw says the host sends one raw IP packet per uplink transfer
+	// whatever Format the downlink uses.
+	UplinkRaw bool
+	// MaxDatagrams is the most packets in one aggregate (zero means
+	// DefaultMaxDatagrams). Ignored by FormatRaw.
+	MaxDatagrams int
+	// MaxAggregate is the largest aggregate in bytes (zero means
+	// DefaultMaxAggregate; at most 65535 for NTB16). Aggregates larger
+	// than the host's buffers are written across several of them with
+	// OVERFLOW completions.
+	MaxAggregate int
+	// Session is the MBIM session id of the downlink NDPs.
+	Session uint8
+	// NTBDatagramAlign is the alignment of datagrams in an NTB (zero means
+	// the codec's default, 4).
+	NTBDatagramAlign int
+	// QMAPMux is the mux id of downlink QMAP frames.
+	QMAPMux uint8
+	// QMAPCsum is the checksum offload framing of QMAP frames (downlink
+	// trailer or MAPv5 header). The uplink is parsed with the MAPv5 header
+	// when it is CsumV5 and without checksum header otherwise.
+	QMAPCsum qmap.CsumMode
+	// QMAPCsumValid sets the checksum-valid bit of downlink frames.
+	QMAPCsumValid bool
+	// FlushTimer is the safety flush delay (zero means DefaultFlushTimer,
+	// negative disables it).
+	FlushTimer time.Duration
+	// NoIdleFlush keeps a partly filled aggregate open when the uplink
+	// goes idle; it then leaves on size, count or the timer only.
+	NoIdleFlush bool
+}
+
+// IPData is the Function of an IP data channel pair (IP_HW0 or
+// IP_HW0_MBIM, channels 100/101): a modem in internal loopback, or a
+// packet generator, aggregating downlink packets the way a Qualcomm modem
+// does (by default up to 32 packets in a 32 KiB NTB16).
+//
+// Downlink aggregates are built in place in the downlink queue's buffers
+// (Pipe.Reserve) and sent when they hold MaxDatagrams packets, when the
+// next packet does not fit MaxAggregate, when the uplink goes idle, or
+// when the flush timer expires. All methods are safe for concurrent use.
+type IPData struct {
+	cfg  IPDataConfig
+	pipe atomic.Pointer[Pipe]
+	mode atomic.Uint32
+
+	// mu guards the open aggregate.
+	mu       sync.Mutex
+	agg      aggWriter
+	cur      DLBuffer
+	open     bool
+	aggSeq   uint64 // aggregates opened
+	timer    *time.Timer
+	timerFor uint64 // aggSeq the timer was armed for
+
+	// Uplink parsing: used only by the uplink worker (Receive).
+	ntbP  ntb.Parser
+	qmapP qmap.Parser
+
+	statMu   sync.Mutex // guards the parser snapshots
+	ntbSnap  ntb.Stats
+	qmapSnap qmap.Stats
+
+	genMu sync.Mutex
+	gen   *genRun
+
+	st ipCounters
+}
+
+// ipCounters are an IPData's counters.
+type ipCounters struct {
+	ulTransfers, ulBytes, ulPackets, ulMalformed atomic.Uint64
+	genPackets                                   atomic.Uint64
+	dlAggregates, dlPackets, dlBytes             atomic.Uint64
+	pending                                      atomic.Int64
+	flushFull, flushSize, flushIdle, flushTimer  atomic.Uint64
+	droppedSunk, droppedAborted, droppedTooLarge atomic.Uint64
+	droppedEmpty, droppedReset                   atomic.Uint64
+}
+
+// IPDataStats is a snapshot of an IPData's counters. Conservation: every
+// packet in (ULPackets + GenPackets) is out (DLPackets), waiting in the
+// open aggregate (Pending), or dropped under a named reason (Dropped).
+// Packets in aggregates already committed to the downlink queue are out;
+// the device counts queued transfers an MHI reset drops
+// (Stats.DLDroppedOnReset) and partial ones a channel reset drops
+// (Stats.DLPartialDropped).
+type IPDataStats struct {
+	ULTransfers uint64 // uplink transfers received
+	ULBytes     uint64 // their bytes
+	ULPackets   uint64 // IP packets found in them (malformed parts excluded)
+	ULMalformed uint64 // uplink transfers with at least one malformed part
+	GenPackets  uint64 // packets the generator produced
+
+	DLAggregates uint64 // downlink aggregates (transfers) queued
+	DLPackets    uint64 // packets in them: the sum of datagrams per aggregate
+	DLBytes      uint64 // their bytes, framing included
+	Pending      uint64 // packets in the aggregate still open
+
+	FlushFull  uint64 // aggregates sent holding MaxDatagrams (every FormatRaw transfer)
+	FlushSize  uint64 // aggregates sent because the next packet did not fit
+	FlushIdle  uint64 // aggregates sent because the uplink (or the generator) went idle
+	FlushTimer uint64 // aggregates sent by the safety timer
+
+	DroppedSunk     uint64 // uplink packets consumed while the generator ran
+	DroppedAborted  uint64 // uplink packets after a channel stop or reset cut a transfer short
+	DroppedTooLarge uint64 // packets that do not fit an empty aggregate
+	DroppedEmpty    uint64 // empty uplink transfers (FormatRaw or UplinkRaw)
+	DroppedReset    uint64 // packets of an aggregate whose queue an MHI reset dropped
+
+	// NTB is the uplink NTB parser's counters, malformation reasons
+	// included (see ntb.Reasons).
+	NTB ntb.Stats
+	// QMAP is the uplink QMAP parser's counters (see qmap.Reasons).
+	QMAP qmap.Stats
+}
+
+// Dropped returns the packets dropped for any reason.
+func (s IPDataStats) Dropped() uint64 {
+	return s.DroppedSunk + s.DroppedAborted + s.DroppedTooLarge + s.DroppedEmpty + s.DroppedReset
+}
+
+// DeaggErrors returns the malformations the uplink parsers counted.
+func (s IPDataStats) DeaggErrors() uint64 { return s.NTB.Errors() + s.QMAP.Errors() }
+
+// AvgDatagrams returns the average number of packets per downlink aggregate.
+func (s IPDataStats) AvgDatagrams() float64 {
+	if s.DLAggregates == 0 {
+		return 0
+	}
+	return float64(s.DLPackets) / float64(s.DLAggregates)
+}
+
+// Errors of IPData methods.
+var (
+	// ErrGeneratorRunning: StartGenerator while a generator runs.
+	ErrGeneratorRunning = errors.New("ep: generator already running")
+	// ErrNotAttached: the IPData is not attached to a device's pipe yet.
+	ErrNotAttached = errors.New("ep: IP data function not attached to a device")
+)
+
+// NewIPData validates cfg, applies its defaults and returns the Function.
+// Attach it with Config.Functions under the pair's name, e.g.
+// Functions: map[string]Function{IPDataMBIMName: ipd}.
+func NewIPData(cfg IPDataConfig) (*IPData, error) {
+	if cfg.MaxDatagrams == 0 {
+		cfg.MaxDatagrams = DefaultMaxDatagrams
+	}
+	if cfg.MaxAggregate == 0 {
+		cfg.MaxAggregate = DefaultMaxAggregate
+	}
+	if cfg.FlushTimer == 0 {
+		cfg.FlushTimer = DefaultFlushTimer
+	}
+	bad := func(format string, args ...any) (*IPData, error) {
+		return nil, fmt.Errorf("ep: IP data: %w: "+format, append([]any{mhi.ErrConfig}, args...)...)
+	}
+	if cfg.MaxDatagrams < 1 || cfg.MaxAggregate < 1 || cfg.MaxAggregate > MaxIPAggregate {
+		return bad("MaxDatagrams %d, MaxAggregate %d (want ≥ 1 and 1…%d)", cfg.MaxDatagrams, cfg.MaxAggregate, MaxIPAggregate)
+	}
+	f := &IPData{cfg: cfg}
+	switch cfg.Format {
+	case FormatNTB16, FormatNTB32:
+		nc := ntb.Config{Format: ntb.NTB16, Session: cfg.Session, MaxDatagrams: cfg.MaxDatagrams,
+			DatagramAlign: cfg.NTBDatagramAlign}
+		if cfg.Format == FormatNTB32 {
+			nc.Format = ntb.NTB32
+		}
+		if cfg.Format == FormatNTB16 && cfg.MaxAggregate > 0xFFFF {
+			return bad("MaxAggregate %d exceeds the NTB16 limit 65535", cfg.MaxAggregate)
+		}
+		if _, err := ntb.Size(nc, nil); err != nil {
+			return bad("%v", err)
+		}
+		if _, _, err := ntb.Fit(nc, cfg.MaxAggregate, nil); err != nil {
+			return bad("MaxAggregate %d: %v", cfg.MaxAggregate, err)
+		}
+		f.agg = &ntbAgg{cfg: nc}
+	case FormatQMAP:
+		qc := qmap.Config{Mux: cfg.QMAPMux, Csum: cfg.QMAPCsum, CsumValid: cfg.QMAPCsumValid,
+			MaxPackets: cfg.MaxDatagrams}
+		if _, err := qmap.Size(qc, nil); err != nil {
+			return bad("%v", err)
+		}
+		f.agg = &qmapAgg{cfg: qc}
+		if cfg.QMAPCsum == qmap.CsumV5 {
+			f.qmapP.Csum = qmap.CsumV5
+		}
+	case FormatRaw:
+		f.agg = &rawAgg{}
+	default:
+		return bad("unknown format %d", cfg.Format)
+	}
+	f.timer = time.AfterFunc(time.Hour, f.onTimer)
+	f.timer.Stop()
+	return f, nil
+}
+
+// Config returns the configuration with its defaults applied.
+func (f *IPData) Config() IPDataConfig { return f.cfg }
+
+// Attach implements PipeAttacher.
+func (f *IPData) Attach(p *Pipe) { f.pipe.CompareAndSwap(nil, p) }
+
+// Mode returns what the function does now.
+func (f *IPData) Mode() Mode { return Mode(f.mode.Load()) }
+
+// Stats returns a snapshot of the counters.
+func (f *IPData) Stats() IPDataStats {
+	c := &f.st
+	s := IPDataStats{
+		ULTransfers:     c.ulTransfers.Load(),
+		ULBytes:         c.ulBytes.Load(),
+		ULPackets:       c.ulPackets.Load(),
+		ULMalformed:     c.ulMalformed.Load(),
+		GenPackets:      c.genPackets.Load(),
+		DLAggregates:    c.dlAggregates.Load(),
+		DLPackets:       c.dlPackets.Load(),
+		DLBytes:         c.dlBytes.Load(),
+		Pending:         uint64(max(c.pending.Load(), 0)),
+		FlushFull:       c.flushFull.Load(),
+		FlushSize:       c.flushSize.Load(),
+		FlushIdle:       c.flushIdle.Load(),
+		FlushTimer:      c.flushTimer.Load(),
+		DroppedSunk:     c.droppedSunk.Load(),
+		DroppedAborted:  c.droppedAborted.Load(),
+		DroppedTooLarge: c.droppedTooLarge.Load(),
+		DroppedEmpty:    c.droppedEmpty.Load(),
+		DroppedReset:    c.droppedReset.Load(),
+	}
+	f.statMu.Lock()
+	s.NTB, s.QMAP = f.ntbSnap, f.qmapSnap
+	f.statMu.Unlock()
+	return s
+}
+
+// ulReceive is the state of one Receive call, shared with the parser
+// callbacks.
+type ulReceive struct {
+	f       *IPData
+	ctx     context.Context
+	p       *Pipe
+	sink    bool
+	taken   int   // packets accounted for
+	aborted bool  // ctx ended while waiting for downlink room
+	err     error // why
+}
+
+// packet handles one uplink packet.
+func (r *ulReceive) packet(pkt []byte) {
+	f := r.f
+	switch {
+	case r.aborted && r.taken == 0:
+		return // the whole transfer is delivered again
+	case r.aborted:
+		f.st.ulPackets.Add(1)
+		f.st.droppedAborted.Add(1)
+		return
+	case r.sink:
+		r.taken++
+		f.st.ulPackets.Add(1)
+		f.st.droppedSunk.Add(1)
+		return
+	}
+	if err := f.add(r.ctx, r.p, pkt); err != nil {
+		r.aborted, r.err = true, err
+		if r.taken > 0 {
+			f.st.ulPackets.Add(1)
+			f.st.droppedAborted.Add(1)
+		}
+		return
+	}
+	r.taken++
+	f.st.ulPackets.Add(1)
+}
+
+// Receive implements Function: it splits the uplink transfer into IP
+// packets according to the format and, in loopback mode, adds each to the
+// downlink aggregate, blocking while the downlink queue is full. Malformed
+// parts are counted by reason and dropped; the rest is looped. If the
+// channel stops before the first packet found room, the transfer is left
+// for redelivery; after that, the rest of it is counted as DroppedAborted.
+func (f *IPData) Receive(ctx context.Context, p *Pipe, transfer []byte) error {
+	r := ulReceive{f: f, ctx: ctx, p: p, sink: f.Mode() == ModeGenerator}
+	var parseErr error
+	switch {
+	case f.cfg.UplinkRaw || f.cfg.Format == FormatRaw:
+		r.packet(transfer)
+	case f.cfg.Format == FormatQMAP:
+		before := f.qmapP.Stats
+		_, parseErr = f.qmapP.Parse(transfer, func(pk qmap.Packet) { r.packet(pk.Data) })
+		if r.aborted && r.taken == 0 {
+			f.qmapP.Stats = before
+		}
+		f.statMu.Lock()
+		f.qmapSnap = f.qmapP.Stats
+		f.statMu.Unlock()
+	default:
+		before := f.ntbP.Stats
+		_, parseErr = f.ntbP.Parse(transfer, func(d []byte, _ uint8) { r.packet(d) })
+		if r.aborted && r.taken == 0 {
+			f.ntbP.Stats = before
+		}
+		f.statMu.Lock()
+		f.ntbSnap = f.ntbP.Stats
+		f.statMu.Unlock()
+	}
+	if r.aborted && r.taken == 0 {
+		// Nothing of it was taken: the device delivers it again when the
+		// channel runs again (or counts it as discarded if it does not).
+		return r.err
+	}
+	f.st.ulTransfers.Add(1)
+	f.st.ulBytes.Add(uint64(len(transfer)))
+	if parseErr != nil {
+		f.st.ulMalformed.Add(1)
+	}
+	return nil
+}
+
+// Idle implements Idler: the uplink ran dry, so the open aggregate leaves
+// now (unless NoIdleFlush).
+func (f *IPData) Idle(*Pipe) {
+	if f.cfg.NoIdleFlush {
+		return
+	}
+	f.flushOpen(&f.st.flushIdle)
+}
+
+// Flush sends the open aggregate now, if it holds any packet.
+func (f *IPData) Flush() { f.flushOpen(&f.st.flushIdle) }
+
+// flushOpen sends the open aggregate, counting the flush in cause.
+func (f *IPData) flushOpen(cause *atomic.Uint64) {
+	f.mu.Lock()
+	if f.open && f.agg.count() > 0 {
+		f.flushLocked(cause)
+	}
+	f.mu.Unlock()
+}
+
+// onTimer is the safety flush.
+func (f *IPData) onTimer() {
+	f.mu.Lock()
+	if f.open && f.agg.count() > 0 && f.timerFor == f.aggSeq {
+		f.flushLocked(&f.st.flushTimer)
+	}
+	f.mu.Unlock()
+}
+
+// bufSize is the size of the queue buffer reserved for an aggregate that
+// starts with a packet of n bytes.
+func (f *IPData) bufSize(n int) int {
+	if f.cfg.Format == FormatRaw {
+		return max(n, f.cfg.MaxAggregate)
+	}
+	return f.cfg.MaxAggregate
+}
+
+// add puts one packet into the open aggregate, opening one in a reserved
+// downlink buffer when needed (blocking while the queue is full) and
+// flushing as the limits say. It fails only when ctx ends or the device
+// closes while it waits for room; the packet is then not accounted for.
+func (f *IPData) add(ctx context.Context, p *Pipe, pkt []byte) error {
+	if len(pkt) == 0 {
+		f.st.droppedEmpty.Add(1)
+		return nil
+	}
+	f.mu.Lock()
+	for {
+		if !f.open {
+			f.mu.Unlock()
+			b, err := p.Reserve(ctx, f.bufSize(len(pkt)))
+			if err != nil {
+				return err
+			}
+			f.mu.Lock()
+			if f.open { // another producer opened one meanwhile
+				p.Release(b)
+				continue
+			}
+			if err := f.agg.reset(b.Buf); err != nil {
+				// Ruled out by NewIPData's checks.
+				p.Release(b)
+				f.mu.Unlock()
+				f.st.droppedTooLarge.Add(1)
+				return nil
+			}
+			f.cur, f.open = b, true
+			f.aggSeq++
+		}
+		err := f.agg.add(pkt)
+		switch {
+		case err == nil:
+			f.st.pending.Add(1)
+			switch {
+			case f.agg.count() >= f.cfg.MaxDatagrams || f.cfg.Format == FormatRaw:
+				f.flushLocked(&f.st.flushFull)
+			case f.agg.count() == 1 && f.cfg.FlushTimer > 0:
+				f.timerFor = f.aggSeq
+				f.timer.Reset(f.cfg.FlushTimer)
+			}
+			f.mu.Unlock()
+			return nil
+		case err == errAggFull || err == errAggLimit:
+			if f.agg.count() == 0 {
+				// Cannot happen for a fresh aggregate; be safe.
+				f.mu.Unlock()
+				f.st.droppedTooLarge.Add(1)
+				return nil
+			}
+			cause := &f.st.flushSize
+			if err == errAggLimit {
+				cause = &f.st.flushFull
+			}
+			f.flushLocked(cause)
+		case err == errAggEmpty:
+			f.mu.Unlock()
+			f.st.droppedEmpty.Add(1)
+			return nil
+		default: // too large even for an empty aggregate
+			f.mu.Unlock()
+			f.st.droppedTooLarge.Add(1)
+			return nil
+		}
+	}
+}
+
+// flushLocked finishes the open aggregate and commits it to the downlink
+// queue. f.mu must be held and an aggregate open.
+func (f *IPData) flushLocked(cause *atomic.Uint64) {
+	n := f.agg.finish()
+	cnt := f.agg.count()
+	b := f.cur
+	f.cur, f.open = DLBuffer{}, false
+	f.st.pending.Add(-int64(cnt))
+	if err := b.c.commit(b, n, false); err != nil {
+		f.st.droppedReset.Add(uint64(cnt))
+		return
+	}
+	cause.Add(1)
+	f.st.dlAggregates.Add(1)
+	f.st.dlPackets.Add(uint64(cnt))
+	f.st.dlBytes.Add(uint64(n))
+}

@@ -1,0 +1,230 @@
+package ep
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi"
+)
+
+// ipRig is a host driving the IP_HW0 pair (100 up, 101 down) the way
+// mhi_net does: a ring of MRU-sized downlink buffers refilled as they
+// complete, overflow pieces chained into one transfer, uplink transfers
+// queued as long as the ring has room. It is single-threaded: every wait
+// pumps event ring 1.
+type ipRig struct {
+	*testHost
+	ipd *IPData
+
+	ulN, dlN int // ring elements
+	mru      int
+	ulBufs   []uint64 // one per UL ring slot
+	ulSize   int
+	ulOut    int // UL TREs not yet completed
+
+	dlBuf     map[uint64]uint64 // DL TRE IOVA -> its buffer
+	dlPool    []uint64          // DL buffers not posted
+	cur       []byte            // DL transfer being chained
+	transfers [][]byte          // complete DL transfers
+	overflows int               // OVERFLOW completions seen
+	dlEvents  int
+}
+
+const (
+	ulChan = 100
+	dlChan = 101
+)
+
+// ipRigConfig shapes an ipRig.
+type ipRigConfig struct {
+	ip        IPDataConfig
+	mru       int // DL buffer size (default 32768)
+	dlBuffers int // DL buffers the host owns (default 8)
+	post      int // of those, posted at start (default all)
+	ulSize    int // UL buffer size (default 4096)
+	ring      int // elements of both rings (default 32)
+	depth     int // DLQueueDepth (default the device's)
+}
+
+func newIPRig(tb testing.TB, rc ipRigConfig) *ipRig {
+	tb.Helper()
+	if rc.mru == 0 {
+		rc.mru = 32768
+	}
+	if rc.dlBuffers == 0 {
+		rc.dlBuffers = 8
+	}
+	if rc.post == 0 {
+		rc.post = rc.dlBuffers
+	}
+	if rc.ulSize == 0 {
+		rc.ulSize = 4096
+	}
+	if rc.ring == 0 {
+		rc.ring = 32
+	}
+	ipd, err := NewIPData(rc.ip)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h := newHost(tb, func(c *Config) {
+		c.Functions = map[string]Function{IPDataName: ipd}
+		c.BurstPollInterval = 100 * time.Microsecond
+		c.MHI.EventRings[1].Elements = 64
+		c.DLQueueDepth = rc.depth
+	})
+	r := &ipRig{testHost: h, ipd: ipd, ulN: rc.ring, dlN: rc.ring, mru: rc.mru, ulSize: rc.ulSize,
+		dlBuf: map[uint64]uint64{}}
+	h.powerUp()
+	r.startIP(ulChan)
+	for range rc.ring {
+		r.ulBufs = append(r.ulBufs, h.mem.alloc(tb, rc.ulSize, 8))
+	}
+	r.startIP(dlChan)
+	for range rc.dlBuffers {
+		r.dlPool = append(r.dlPool, h.mem.alloc(tb, rc.mru, 8))
+	}
+	r.post(rc.post)
+	return r
+}
+
+// startIP initialises and starts one of the IP channels.
+func (r *ipRig) startIP(ch uint8) {
+	r.t.Helper()
+	r.initChannel(ch, r.ulN)
+	if ev := r.commandPumping(mhi.PktStartChanCmd, ch); ev.Code() != mhi.CCSuccess {
+		r.t.Fatalf("START(%d) = %s", ch, ev.Code())
+	}
+}
+
+// post posts up to n pooled DL buffers and rings the doorbell.
+func (r *ipRig) post(n int) {
+	for ; n > 0 && len(r.dlPool) > 0; n-- {
+		buf := r.dlPool[len(r.dlPool)-1]
+		r.dlPool = r.dlPool[:len(r.dlPool)-1]
+		tre := r.queue(dlChan, buf, uint32(r.mru), mhi.TREIEOT|mhi.TREBEI)
+		r.dlBuf[tre] = buf
+	}
+	r.ring(dlChan)
+}
+
+// step handles one event of ring 1 if there is one.
+func (r *ipRig) step() bool {
+	if r.pendingEvents(1) == 0 {
+		return false
+	}
+	ev := r.nextEvent(1)
+	switch {
+	case ev.Code() == mhi.CCDBMode:
+		r.ring(ev.Channel())
+	case ev.Channel() == ulChan:
+		r.ulOut--
+	case ev.Channel() == dlChan:
+		r.dlEvents++
+		buf, ok := r.dlBuf[ev.Ptr]
+		if !ok {
+			r.t.Fatalf("DL event for unknown TRE: %v", ev)
+		}
+		delete(r.dlBuf, ev.Ptr)
+		r.cur = append(r.cur, r.read(buf, int(ev.Length()))...)
+		switch ev.Code() {
+		case mhi.CCOverflow:
+			r.overflows++
+		case mhi.CCEOT:
+			r.transfers = append(r.transfers, r.cur)
+			r.cur = nil
+		default:
+			r.t.Fatalf("DL event %v", ev)
+		}
+		r.dlPool = append(r.dlPool, buf)
+		r.post(1)
+	default:
+		r.t.Fatalf("unexpected event %v", ev)
+	}
+	return true
+}
+
+// pumpUntil handles events until cond holds.
+func (r *ipRig) pumpUntil(what string, cond func() bool) {
+	r.t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if !r.step() {
+			if time.Now().After(deadline) {
+				r.t.Fatalf("timed out waiting for %s: %d DL transfers, stats %+v, ip %+v",
+					what, len(r.transfers), r.dev.Stats(), r.ipd.Stats())
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+}
+
+// pumpFor handles events for d.
+func (r *ipRig) pumpFor(d time.Duration) {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		if !r.step() {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+}
+
+// sendUL queues one uplink transfer, waiting for ring room.
+func (r *ipRig) sendUL(data []byte) {
+	r.t.Helper()
+	if len(data) > r.ulSize {
+		r.t.Fatalf("UL transfer of %d bytes, buffers hold %d", len(data), r.ulSize)
+	}
+	r.pumpUntil("UL ring room", func() bool { return r.ulOut < r.ulN-1 })
+	ring := r.ch[ulChan]
+	buf := r.ulBufs[ring.wp]
+	r.write(buf, data)
+	r.queue(ulChan, buf, uint32(len(data)), mhi.TREIEOT|mhi.TREBEI)
+	r.ulOut++
+	r.ring(ulChan)
+}
+
+// commandPumping posts a command and waits for its completion on ring 0
+// while handling ring 1, as a host whose event processing runs on its own.
+func (r *ipRig) commandPumping(t mhi.PacketType, ch uint8) mhi.Element {
+	r.t.Helper()
+	addr := r.cmd.addr(r.cmd.wp)
+	r.writeElement(addr, mhi.CommandElement(t, ch))
+	r.cmd.wp = (r.cmd.wp + 1) % r.cmd.n
+	r.store64(r.cmdCtx+mhi.CtxWP, r.cmd.addr(r.cmd.wp))
+	r.setReg64(mhi.RegCRDBLower, r.cmd.addr(r.cmd.wp))
+	r.pumpUntil(fmt.Sprintf("completion of %s(%d)", t, ch), func() bool { return r.pendingEvents(0) > 0 })
+	ev := r.nextEvent(0)
+	if ev.Type() != mhi.PktCmdCompletion || ev.Ptr != addr {
+		r.t.Fatalf("reply to %s(%d): %v", t, ch, ev)
+	}
+	return ev
+}
+
+// restartDL is the host's MRU change: STOP the DL channel, RESET it to
+// reclaim its buffers, START it again on a fresh ring with buffers of the
+// new size.
+func (r *ipRig) restartDL(mru, buffers int) {
+	r.t.Helper()
+	if ev := r.commandPumping(mhi.PktStopChanCmd, dlChan); ev.Code() != mhi.CCSuccess {
+		r.t.Fatalf("STOP = %s", ev.Code())
+	}
+	// Completions posted before the STOP finished are still on ring 1.
+	for r.step() {
+	}
+	if ev := r.commandPumping(mhi.PktResetChanCmd, dlChan); ev.Code() != mhi.CCSuccess {
+		r.t.Fatalf("RESET = %s", ev.Code())
+	}
+	if len(r.cur) != 0 {
+		r.t.Fatalf("host holds %d bytes of an unfinished transfer after STOP", len(r.cur))
+	}
+	r.dlBuf = map[uint64]uint64{}
+	r.mru = mru
+	r.dlPool = nil
+	for range buffers {
+		r.dlPool = append(r.dlPool, r.mem.alloc(r.t, mru, 8))
+	}
+	r.startIP(dlChan)
+	r.post(buffers)
+}

@@ -1,0 +1,344 @@
+// Package mhinet is the network device over a pair of MHI data channels
+// (IP_HW0 100/101, or IP_HW0_MBIM): a pool of MRU-sized receive buffers,
+// overflow chaining, de-aggregation of raw IP, MBIM NTB and QMAP transfers
+// into packets, a transmit path, counters, and live MRU and MTU changes.
+package mhinet
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhinet/ntb"
+	"github.com/gomhi/gomhi/mhinet/qmap"
+)
+
+// ErrDown: the device is not up.
+var ErrDown = errors.New("mhinet: device is down")
+
+// ErrBusy: no transmit buffer or ring element is free; retry after
+// completions.
+var ErrBusy = errors.New("mhinet: transmit ring full")
+
+// Config configures a Device. The zero value gives a raw IP device on IP_HW0
+// with a 32 KiB MRU.
+type Config struct {
+	// Pair names the channel pair (default "IP_HW0").
+	Pair string
+	// Format is the framing on the channels.
+	Format Format
+	// MRU is the receive buffer size (default DefaultMRU).
+	MRU int
+	// MTU is the largest packet Transmit accepts (default DefaultMTU).
+	MTU int
+	// PoolBuffers is the number of receive buffers (default twice the
+	// downlink ring's usable elements, so a full ring can be re-posted while
+	// the receiver still holds the previous one).
+	PoolBuffers int
+	// MaxReassembly bounds an aggregate that arrives over several elements
+	// (default 256 KiB); longer chains are dropped and counted.
+	MaxReassembly int
+	// TXAggregate packs the packets of one Transmit call into as few
+	// aggregates as fit TXBufferSize (MBIM and QMAP formats).
+	TXAggregate bool
+	// TXBufferSize is the size of each transmit buffer (default: MTU plus
+	// the format's header, or 16 KiB with TXAggregate).
+	TXBufferSize int
+	// Session is the MBIM session id (or QMAP mux id) of transmitted packets.
+	Session uint8
+	// QMAPCsum is the QMAP checksum offload framing.
+	QMAPCsum qmap.CsumMode
+	// Logger receives the device's logs (nil: discard).
+	Logger *slog.Logger
+}
+
+// Device is a network device on one MHI channel pair.
+type Device struct {
+	ctrl   *mhi.Controller
+	ul, dl *mhi.Channel
+	cfg    Config
+	rx     Receiver
+	log    *slog.Logger
+
+	// ctl serialises Up, Down, SetMRU and SetMTU.
+	ctl sync.Mutex
+
+	stateMu sync.Mutex
+	up      bool
+	refill  bool // posting receive buffers is allowed
+	mru     int
+	mtu     int
+
+	// receive side; see rx.go
+	rxMu     sync.Mutex // guards pool changes against refill
+	pool     *RxPool
+	oldPool  *RxPool // the pool being replaced by an MRU change
+	poolGen  uint32
+	posted   int
+	xfers    []mhi.Transfer
+	reasm    *RxPool
+	chainMu  sync.Mutex // guards chain, skipping, batch and the parsers
+	chain    []fragment
+	chainLen int
+	skipping bool // dropping the rest of a transfer whose head was dropped
+	batch    []Packet
+	ntbp     ntb.Parser
+	qmapp    qmap.Parser
+	parseMu  sync.Mutex // guards the parsers' Stats for snapshots
+
+	// transmit side; see tx.go
+	tx txPath
+
+	c counters
+}
+
+// New builds a device on ctrl's channel pair. rx receives every packet. The
+// device is down until Up.
+func New(ctrl *mhi.Controller, cfg Config, rx Receiver) (*Device, error) {
+	if cfg.Pair == "" {
+		cfg.Pair = "IP_HW0"
+	}
+	if cfg.MRU == 0 {
+		cfg.MRU = DefaultMRU
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = DefaultMTU
+	}
+	if err := ValidateMRU(cfg.MRU); err != nil {
+		return nil, err
+	}
+	if err := ValidateMTU(cfg.MTU); err != nil {
+		return nil, err
+	}
+	if cfg.Format > FormatQMAP {
+		return nil, fmt.Errorf("mhinet: unknown format %d", cfg.Format)
+	}
+	if rx == nil {
+		return nil, errors.New("mhinet: a Receiver is required")
+	}
+	ul, dl, err := ctrl.ChannelPair(cfg.Pair)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.PoolBuffers == 0 {
+		cfg.PoolBuffers = 2 * (dl.Config().Elements - 1)
+	}
+	if cfg.PoolBuffers < 1 {
+		return nil, fmt.Errorf("mhinet: %d receive buffers", cfg.PoolBuffers)
+	}
+	if cfg.MaxReassembly == 0 {
+		cfg.MaxReassembly = 256 << 10
+	}
+	d := &Device{ctrl: ctrl, ul: ul, dl: dl, cfg: cfg, rx: rx, mru: cfg.MRU, mtu: cfg.MTU, log: cfg.Logger}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	d.log = d.log.With("dev", ctrl.Name(), "pair", cfg.Pair)
+	d.xfers = make([]mhi.Transfer, 0, dl.Config().Elements)
+	d.chain = make([]fragment, 0, 64)
+	d.batch = make([]Packet, 0, 64)
+	d.reasm = newReassemblyPool(4, cfg.MaxReassembly)
+	d.ntbp.AnyProtocol = false
+	d.qmapp.Csum = cfg.QMAPCsum
+	if err := d.tx.init(d); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Config returns the device's configuration (with the current MRU and MTU).
+func (d *Device) Config() Config {
+	d.stateMu.Lock()
+	defer d.stateMu.Unlock()
+	c := d.cfg
+	c.MRU, c.MTU = d.mru, d.mtu
+	return c
+}
+
+// MRU returns the current receive buffer size.
+func (d *Device) MRU() int {
+	d.stateMu.Lock()
+	defer d.stateMu.Unlock()
+	return d.mru
+}
+
+// MTU returns the current largest transmit packet.
+func (d *Device) MTU() int {
+	d.stateMu.Lock()
+	defer d.stateMu.Unlock()
+	return d.mtu
+}
+
+// IsUp reports whether the device is up.
+func (d *Device) IsUp() bool {
+	d.stateMu.Lock()
+	defer d.stateMu.Unlock()
+	return d.up
+}
+
+// Up allocates the pools, starts both channels and posts the receive
+// buffers. The controller must be powered up.
+func (d *Device) Up() error {
+	d.ctl.Lock()
+	defer d.ctl.Unlock()
+	if d.IsUp() {
+		return nil
+	}
+	mem := d.ctrl.Transport()
+	pool, err := NewRxPool(mem, d.cfg.PoolBuffers, d.MRU())
+	if err != nil {
+		return err
+	}
+	if err := d.tx.alloc(mem, d.MTU()); err != nil {
+		pool.Free()
+		return err
+	}
+	d.rxMu.Lock()
+	d.setPool(pool)
+	d.rxMu.Unlock()
+	if err := d.ul.Start(d.tx.onComplete); err != nil {
+		d.freeAll()
+		return fmt.Errorf("mhinet: start uplink: %w", err)
+	}
+	if err := d.dl.Start(d.onDL); err != nil {
+		_ = d.ul.Reset()
+		d.freeAll()
+		return fmt.Errorf("mhinet: start downlink: %w", err)
+	}
+	d.stateMu.Lock()
+	d.up, d.refill = true, true
+	d.stateMu.Unlock()
+	d.refillRing(true)
+	return nil
+}
+
+// Down resets both channels (every posted buffer comes back) and frees
+// the pools once their packets are released.
+func (d *Device) Down() error {
+	d.ctl.Lock()
+	defer d.ctl.Unlock()
+	if !d.IsUp() {
+		return nil
+	}
+	d.stateMu.Lock()
+	d.up, d.refill = false, false
+	d.stateMu.Unlock()
+	err := errors.Join(d.dl.Reset(), d.ul.Reset())
+	d.freeAll()
+	return err
+}
+
+func (d *Device) freeAll() {
+	d.rxMu.Lock()
+	if d.pool != nil {
+		d.pool.retire()
+		d.pool = nil
+	}
+	d.rxMu.Unlock()
+	d.tx.release()
+}
+
+// setPool installs a new receive pool; called with rxMu held.
+func (d *Device) setPool(p *RxPool) {
+	d.poolGen++
+	p.onPut = func() { d.refillRing(false) }
+	d.pool = p
+}
+
+// SetMRU changes the receive buffer size. On a running device it stops the
+// downlink channel (the modem finishes the transfer in progress), resets it
+// to take back the posted buffers, rebuilds the pool with the new size and
+// starts the channel again; packets the modem still holds are delivered
+// after the restart, and packets already delivered stay valid until
+// released. The uplink keeps running.
+func (d *Device) SetMRU(n int) error {
+	if err := ValidateMRU(n); err != nil {
+		return err
+	}
+	d.ctl.Lock()
+	defer d.ctl.Unlock()
+	if !d.IsUp() {
+		d.stateMu.Lock()
+		d.mru = n
+		d.stateMu.Unlock()
+		return nil
+	}
+	if n == d.MRU() {
+		return nil
+	}
+	newPool, err := NewRxPool(d.ctrl.Transport(), d.cfg.PoolBuffers, n)
+	if err != nil {
+		return err
+	}
+	if err := d.dl.Stop(); err != nil {
+		newPool.Free()
+		return fmt.Errorf("mhinet: MRU change: stop downlink: %w", err)
+	}
+	d.stateMu.Lock()
+	d.refill = false
+	d.stateMu.Unlock()
+	if err := d.dl.Reset(); err != nil {
+		newPool.Free()
+		return fmt.Errorf("mhinet: MRU change: reset downlink: %w", err)
+	}
+	d.rxMu.Lock()
+	old := d.pool
+	d.setPool(newPool)
+	d.rxMu.Unlock()
+	old.retire()
+	d.stateMu.Lock()
+	d.mru = n
+	d.stateMu.Unlock()
+	if err := d.dl.Start(nil); err != nil {
+		return fmt.Errorf("mhinet: MRU change: restart downlink: %w", err)
+	}
+	d.stateMu.Lock()
+	d.refill = true
+	d.stateMu.Unlock()
+	d.refillRing(true)
+	d.c.mruChanges.Add(1)
+	d.log.Info("MRU changed", "mru", n)
+	return nil
+}
+
+// SetMTU changes the largest packet Transmit accepts. On a running device
+// the transmit buffers are rebuilt once the uplink has completed what it
+// holds.
+func (d *Device) SetMTU(n int) error {
+	if err := ValidateMTU(n); err != nil {
+		return err
+	}
+	d.ctl.Lock()
+	defer d.ctl.Unlock()
+	if d.IsUp() {
+		if err := d.tx.resize(d.ctrl.Transport(), n); err != nil {
+			return err
+		}
+	}
+	d.stateMu.Lock()
+	d.mtu = n
+	d.stateMu.Unlock()
+	return nil
+}
+
+// Stats returns a snapshot of the device's counters.
+func (d *Device) Stats() Stats {
+	var s Stats
+	d.stateMu.Lock()
+	s.MRU, s.MTU = d.mru, d.mtu
+	d.stateMu.Unlock()
+	d.rxMu.Lock()
+	if d.pool != nil {
+		s.PoolBuffers, s.PoolMemory, s.PoolFree = d.pool.Len(), d.pool.Memory(), d.pool.Available()
+	}
+	s.RxPosted = d.posted
+	d.rxMu.Unlock()
+	d.c.snapshot(&s)
+	d.parseMu.Lock()
+	s.NTB, s.QMAP = d.ntbp.Stats, d.qmapp.Stats
+	d.parseMu.Unlock()
+	s.RxErrors += s.NTB.Errors() + s.QMAP.Errors()
+	return s
+}

@@ -1,0 +1,35 @@
+package mhinet
+
+// Packet is one received IP packet: a view into the receive buffer it
+// arrived in. Ownership rule: the receiver owns the Packet until it calls
+// Release, exactly once; the bytes stay valid and unchanged until then, and
+// the buffer returns to the pool when the last packet cut from it is
+// released. Copy Data to keep it longer. Packet values are small and are
+// passed in slices owned by the caller, so delivery does not allocate.
+type Packet struct {
+	Data []byte
+	// Mux is the QMAP mux id or the MBIM session id the packet came on
+	// (0 for raw IP).
+	Mux uint8
+	buf *rxBuffer
+}
+
+// Release gives the packet's share of its buffer back.
+func (p Packet) Release() {
+	if p.buf != nil {
+		p.buf.release()
+	}
+}
+
+// Receiver takes received packets. Receive is called from the device's
+// receive goroutine with one batch (the packets of one aggregate); the slice
+// is reused after the call, the packets are the receiver's to Release.
+type Receiver interface {
+	Receive(pkts []Packet)
+}
+
+// ReceiverFunc adapts a function to Receiver.
+type ReceiverFunc func(pkts []Packet)
+
+// Receive implements Receiver.
+func (f ReceiverFunc) Receive(pkts []Packet) { f(pkts) }

@@ -1,0 +1,163 @@
+package mhinet
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gomhi/gomhi/mhi"
+)
+
+// rxBuffer is one receive buffer: DMA memory the device writes into, or a
+// reassembly buffer in ordinary memory for aggregates that arrived over
+// several elements. Packets delivered from it hold references; it goes back
+// to its pool when the last one is released.
+type rxBuffer struct {
+	pool  *RxPool
+	index int
+	dma   mhi.DMABuffer
+	data  []byte
+	refs  atomic.Int32
+}
+
+func (b *rxBuffer) release() {
+	if b.refs.Add(-1) == 0 {
+		b.pool.put(b)
+	}
+}
+
+// RxPool is the set of receive buffers of one MRU, allocated once. Buffers
+// are handed out for posting and come back when the device has filled them
+// and every packet delivered from them has been released.
+type RxPool struct {
+	mru  int
+	mem  mhi.DMAMemory // nil for a reassembly pool
+	bufs []*rxBuffer
+
+	mu      sync.Mutex
+	free    []*rxBuffer
+	retired bool // the pool was replaced; returning buffers are freed
+	starved bool // a Get found the pool empty since the last put
+
+	onPut func() // called (without the lock) when a starved pool gets a buffer back
+}
+
+// NewRxPool allocates n buffers of mru bytes from mem.
+func NewRxPool(mem mhi.DMAMemory, n, mru int) (*RxPool, error) {
+	if err := ValidateMRU(mru); err != nil {
+		return nil, err
+	}
+	p := &RxPool{mru: mru, mem: mem}
+	for i := 0; i < n; i++ {
+		d, err := mem.Alloc(mru, 64)
+		if err != nil {
+			p.Free()
+			return nil, fmt.Errorf("mhinet: receive pool of %d × %d bytes: %w", n, mru, err)
+		}
+		b := &rxBuffer{pool: p, index: i, dma: d, data: d.Bytes}
+		p.bufs = append(p.bufs, b)
+		p.free = append(p.free, b)
+	}
+	return p, nil
+}
+
+// newReassemblyPool returns a pool of n heap buffers of size bytes.
+func newReassemblyPool(n, size int) *RxPool {
+	p := &RxPool{mru: size}
+	for i := 0; i < n; i++ {
+		b := &rxBuffer{pool: p, index: i, data: make([]byte, size)}
+		p.bufs = append(p.bufs, b)
+		p.free = append(p.free, b)
+	}
+	return p
+}
+
+// MRU returns the size of each buffer.
+func (p *RxPool) MRU() int { return p.mru }
+
+// Len returns the number of buffers.
+func (p *RxPool) Len() int { return len(p.bufs) }
+
+// Memory returns the bytes the pool holds (buffers × MRU).
+func (p *RxPool) Memory() int { return len(p.bufs) * p.mru }
+
+// Available returns the number of free buffers.
+func (p *RxPool) Available() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.free)
+}
+
+// get takes a free buffer, holding one reference; nil when none is free.
+func (p *RxPool) get() *rxBuffer {
+	p.mu.Lock()
+	n := len(p.free)
+	if n == 0 {
+		p.starved = true
+		p.mu.Unlock()
+		return nil
+	}
+	b := p.free[n-1]
+	p.free = p.free[:n-1]
+	p.mu.Unlock()
+	b.refs.Store(1)
+	return b
+}
+
+func (p *RxPool) put(b *rxBuffer) {
+	p.mu.Lock()
+	if p.retired {
+		p.mu.Unlock()
+		if p.mem != nil {
+			_ = p.mem.Free(b.dma)
+		}
+		return
+	}
+	p.free = append(p.free, b)
+	wake := p.starved
+	p.starved = false
+	f := p.onPut
+	p.mu.Unlock()
+	if wake && f != nil {
+		f()
+	}
+}
+
+// retire frees every buffer that is free now and marks the pool so that the
+// others are freed as they come back.
+func (p *RxPool) retire() {
+	p.mu.Lock()
+	p.retired = true
+	free := p.free
+	p.free = nil
+	p.mu.Unlock()
+	if p.mem != nil {
+		for _, b := range free {
+			_ = p.mem.Free(b.dma)
+		}
+	}
+}
+
+// Free releases every buffer's memory; the pool must not be in use.
+func (p *RxPool) Free() {
+	if p.mem != nil {
+		for _, b := range p.bufs {
+			_ = p.mem.Free(b.dma)
+		}
+	}
+	p.bufs, p.free = nil, nil
+}
+
+// grow adds a buffer to a reassembly pool of fewer than limit buffers and
+// returns it held; nil at the limit.
+func (p *RxPool) grow(limit int) *rxBuffer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.bufs) >= limit || p.mem != nil {
+		return nil
+	}
+	b := &rxBuffer{pool: p, index: len(p.bufs), data: make([]byte, p.mru)}
+	p.bufs = append(p.bufs, b)
+	b.refs.Store(1)
+	return b
+}

@@ -1,0 +1,115 @@
+package mhinet
+
+import (
+	"sync/atomic"
+
+	"github.com/gomhi/gomhi/mhinet/ntb"
+	"github.com/gomhi/gomhi/mhinet/qmap"
+)
+
+// counters are the device's counters, updated atomically.
+type counters struct {
+	rxPackets, rxBytes  atomic.Uint64
+	rxTransfers         atomic.Uint64 // complete transfers (aggregates) received
+	rxElements          atomic.Uint64 // downlink elements completed with data
+	rxOverflows         atomic.Uint64 // OVERFLOW completions
+	rxChains            atomic.Uint64 // transfers that arrived over several elements
+	rxFragments         atomic.Uint64 // elements that were part of a chain
+	rxChainTooLong      atomic.Uint64 // chains dropped for exceeding MaxReassembly
+	rxChainAborted      atomic.Uint64 // chains cut by a channel reset
+	rxEmpty             atomic.Uint64 // zero-length transfers
+	rxBadPacket         atomic.Uint64 // raw IP transfers that are not IPv4/IPv6
+	rxReassemblyBusy    atomic.Uint64 // chains dropped: every reassembly buffer held
+	refillStarved       atomic.Uint64
+	refills             atomic.Uint64
+	rxPostedHigh        atomic.Uint64 // most receive buffers posted at once
+	txPackets, txBytes  atomic.Uint64 // packets the device consumed
+	txTransfers         atomic.Uint64
+	txQueued            atomic.Uint64 // packets queued on the uplink
+	txTooLong           atomic.Uint64
+	txEmpty             atomic.Uint64
+	txBusy              atomic.Uint64 // Transmit calls that found no room
+	txAborted           atomic.Uint64 // packets whose transfer was aborted (reset, SYS_ERR)
+	txInFlightHigh      atomic.Uint64
+	mruChanges          atomic.Uint64
+	rxAbortedBuffers    atomic.Uint64
+	txAggregatedPackets atomic.Uint64
+	rxStaleCompletion   atomic.Uint64
+}
+
+// Stats is a snapshot of a device's counters. Every packet the device took
+// in is in exactly one of: delivered (RxPackets / TxPackets) or a named
+// error or drop counter.
+type Stats struct {
+	MRU          int    `json:"mru"`
+	MTU          int    `json:"mtu"`
+	PoolBuffers  int    `json:"pool_buffers"`
+	PoolMemory   int    `json:"pool_memory_bytes"`
+	PoolFree     int    `json:"pool_free"`
+	RxPosted     int    `json:"rx_posted"`
+	RxPostedHigh uint64 `json:"rx_posted_high_water"`
+
+	RxPackets     uint64 `json:"rx_packets"`
+	RxBytes       uint64 `json:"rx_bytes"`
+	RxTransfers   uint64 `json:"rx_transfers"`
+	RxElements    uint64 `json:"rx_elements"`
+	RxOverflows   uint64 `json:"rx_overflow_events"`
+	RxChains      uint64 `json:"rx_chains"`
+	RxFragments   uint64 `json:"rx_fragments_chained"`
+	RxErrors      uint64 `json:"rx_errors"`
+	RxDropped     uint64 `json:"rx_dropped"`
+	RefillStarved uint64 `json:"refill_starved"`
+	Refills       uint64 `json:"refills"`
+	MRUChanges    uint64 `json:"mru_changes"`
+
+	RxChainTooLong   uint64 `json:"rx_chain_too_long"`
+	RxChainAborted   uint64 `json:"rx_chain_aborted"`
+	RxReassemblyBusy uint64 `json:"rx_reassembly_busy"`
+	RxEmpty          uint64 `json:"rx_empty"`
+	RxBadPacket      uint64 `json:"rx_bad_packet"`
+	RxStale          uint64 `json:"rx_stale_completions"`
+
+	TxPackets      uint64 `json:"tx_packets"`
+	TxBytes        uint64 `json:"tx_bytes"`
+	TxTransfers    uint64 `json:"tx_transfers"`
+	TxQueued       uint64 `json:"tx_queued"`
+	TxAggregated   uint64 `json:"tx_aggregated_packets"`
+	TxErrors       uint64 `json:"tx_errors"`
+	TxDropped      uint64 `json:"tx_dropped"`
+	TxBusy         uint64 `json:"tx_busy"`
+	TxTooLong      uint64 `json:"tx_too_long"`
+	TxEmpty        uint64 `json:"tx_empty"`
+	TxInFlightHigh uint64 `json:"tx_in_flight_high_water"`
+
+	// Parse errors by reason (MBIM and QMAP formats).
+	NTB  ntb.Stats  `json:"ntb"`
+	QMAP qmap.Stats `json:"qmap"`
+}
+
+func (c *counters) snapshot(s *Stats) {
+	s.RxPackets, s.RxBytes = c.rxPackets.Load(), c.rxBytes.Load()
+	s.RxTransfers, s.RxElements = c.rxTransfers.Load(), c.rxElements.Load()
+	s.RxOverflows, s.RxChains, s.RxFragments = c.rxOverflows.Load(), c.rxChains.Load(), c.rxFragments.Load()
+	s.RxChainTooLong, s.RxChainAborted = c.rxChainTooLong.Load(), c.rxChainAborted.Load()
+	s.RxReassemblyBusy, s.RxEmpty, s.RxBadPacket = c.rxReassemblyBusy.Load(), c.rxEmpty.Load(), c.rxBadPacket.Load()
+	s.RxStale = c.rxStaleCompletion.Load()
+	s.RefillStarved, s.Refills, s.RxPostedHigh = c.refillStarved.Load(), c.refills.Load(), c.rxPostedHigh.Load()
+	s.TxPackets, s.TxBytes, s.TxTransfers = c.txPackets.Load(), c.txBytes.Load(), c.txTransfers.Load()
+	s.TxQueued, s.TxAggregated = c.txQueued.Load(), c.txAggregatedPackets.Load()
+	s.TxTooLong, s.TxEmpty, s.TxBusy = c.txTooLong.Load(), c.txEmpty.Load(), c.txBusy.Load()
+	s.TxInFlightHigh = c.txInFlightHigh.Load()
+	s.MRUChanges = c.mruChanges.Load()
+	s.RxDropped = s.RxChainTooLong + s.RxChainAborted + s.RxReassemblyBusy
+	s.RxErrors = s.RxEmpty + s.RxBadPacket
+	s.TxErrors = s.TxTooLong + s.TxEmpty
+	s.TxDropped = c.txAborted.Load()
+}
+
+func maxStore(a *atomic.Uint64, v uint64) {
+	for {
+		old := a.Load()
+		if v <= old || a.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
