@@ -3,7 +3,12 @@ GO      ?= go
 PKGS    ?= ./...
 BIN     := bin/mhictl
 
-.PHONY: all build test vet fmt-check lint bench run clean
+.PHONY: all build test vet fmt-check lint bench run clean fuzz
+
+# Native Go fuzz targets, each run briefly by `make test` (FUZZTIME each).
+FUZZTIME ?= 4s
+FUZZ_TARGETS := ./mhinet/ntb:FuzzParseNTB ./mhinet/ntb:FuzzRoundTripNTB \
+	./mhinet/qmap:FuzzParseQMAP ./mhinet/qmap:FuzzRoundTripQMAP
 
 all: build
 
@@ -13,6 +18,14 @@ build:
 # The README's test command: formatting, vet, and the race-enabled tests.
 test: fmt-check vet
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(MAKE) --no-print-directory fuzz
+
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$name ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg || exit 1; \
+	done
 
 vet:
 	$(GO) vet $(PKGS)

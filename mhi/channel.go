@@ -440,3 +440,7 @@ func (ch *Channel) Status() ChannelStatus {
 	}
 	return st
 }
+
+// EventRingEvents returns the number of events consumed so far from the
+// event ring that carries this channel's completions.
+func (ch *Channel) EventRingEvents() uint64 { return ch.er.events.Load() }

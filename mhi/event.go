@@ -3,6 +3,7 @@ package mhi
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,6 +21,8 @@ type EventRing struct {
 	// mu serialises processing: the ring's goroutine and callers that
 	// drain the ring synchronously (channel stop and reset).
 	mu sync.Mutex
+	// events counts the events consumed from this ring.
+	events atomic.Uint64
 }
 
 func (er *EventRing) ctx() []byte {
@@ -93,6 +96,7 @@ func (er *EventRing) process(byPoll bool) {
 		er.wp = er.next(er.wp)
 		n++
 		c.stats.Events.Add(1)
+		er.events.Add(1)
 		if byPoll {
 			c.stats.EventsByPoll.Add(1)
 		}

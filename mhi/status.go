@@ -12,6 +12,7 @@ type EventRingStatus struct {
 	HostWP   uint64 `json:"host_wp"`
 	DeviceRP uint64 `json:"device_rp"`
 	Hardware bool   `json:"hardware"`
+	Events   uint64 `json:"events"`
 }
 
 // Status is a snapshot of the controller: MHI state, execution environment,
@@ -43,6 +44,7 @@ func (c *Controller) Status() Status {
 				Index: er.index, Kind: er.cfg.Kind.String(), Elements: er.n, Vector: er.vector,
 				ModMs: er.cfg.ModerationMs, Hardware: er.cfg.Hardware, RingBase: er.base(),
 				HostRP: er.iova(er.rp), HostWP: er.iova(er.wp), DeviceRP: Load64(er.ctx(), CtxRP),
+				Events: er.events.Load(),
 			})
 		}
 	}

@@ -124,14 +124,14 @@ func (r *rig) dump(t *testing.T) {
 	t.Helper()
 	t.Logf("host: %+v", r.dev.Stats())
 	t.Logf("modem: %+v", r.mock.Transport.Device().Stats())
-	_, dl, _ := r.mock.Controller.ChannelPair("IP_HW0")
+	_, dl, _ := r.mock.Controller.ChannelPair(r.dev.Config().Pair)
 	t.Logf("downlink: %+v", dl.Status())
 	st := r.mock.Controller.Status()
 	t.Logf("controller: %+v", st.Stats)
 	for _, e := range st.EventRings {
 		t.Logf("event ring: %+v", e)
 	}
-	t.Logf("modem view: %+v", r.mock.Transport.Device().Status().Channels[15])
+
 }
 
 // aggregate builds downlink aggregates of the given format from pkts.

@@ -23,6 +23,10 @@ type MockOptions struct {
 	Logger *slog.Logger
 	// Memory is the DMA slab size in bytes (0: inproc.DefaultMemory).
 	Memory int
+	// IPData configures the mock modem's IP data function on the model's
+	// data channel pair (IP_HW0 or IP_HW0_MBIM). The zero value is internal
+	// loopback with NTB16 aggregation on IP_HW0_MBIM and raw IP on IP_HW0.
+	IPData ep.IPDataConfig
 	// Device, if set, adjusts the mock modem's configuration before it starts.
 	Device func(*ep.Config)
 }
@@ -33,6 +37,21 @@ type Mock struct {
 	Info       *ModemInfo
 	Transport  *inproc.Transport
 	Controller *mhi.Controller
+	// DataPair names the model's IP data channel pair ("" if it has none).
+	DataPair string
+	// IPData is the mock modem's function on DataPair (nil if none).
+	IPData *ep.IPData
+}
+
+// DataPair returns the name of a configuration's IP data channel pair:
+// IP_HW0_MBIM or IP_HW0, or "" when it has neither.
+func DataPair(cfg mhi.ControllerConfig) string {
+	for _, name := range []string{ep.IPDataMBIMName, ep.IPDataName} {
+		if _, ok := cfg.ChannelByName(name, mhi.Uplink); ok {
+			return name
+		}
+	}
+	return ""
 }
 
 // OpenMock starts a mock modem impersonating opts.Model and builds a host
@@ -58,6 +77,19 @@ func OpenMock(opts MockOptions) (*Mock, error) {
 		SerialNumber: h.Sum32(),
 		Logger:       log.With("side", "modem"),
 	}
+	var ipd *ep.IPData
+	pair := DataPair(cfg)
+	if pair != "" {
+		ic := opts.IPData
+		if ic == (ep.IPDataConfig{}) && pair == ep.IPDataName {
+			ic.Format = ep.FormatRaw
+		}
+		var err error
+		if ipd, err = ep.NewIPData(ic); err != nil {
+			return nil, err
+		}
+		ec.Functions = map[string]ep.Function{pair: ipd}
+	}
 	if opts.Device != nil {
 		opts.Device(&ec)
 	}
@@ -70,7 +102,7 @@ func OpenMock(opts MockOptions) (*Mock, error) {
 		_ = tr.Close()
 		return nil, err
 	}
-	return &Mock{Info: info, Transport: tr, Controller: ctrl}, nil
+	return &Mock{Info: info, Transport: tr, Controller: ctrl, DataPair: pair, IPData: ipd}, nil
 }
 
 // Close powers the controller down and stops the mock modem.

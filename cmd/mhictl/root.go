@@ -36,6 +36,7 @@ func newRootCmd() *cobra.Command {
 		newListCmd(),
 		newBindCmd(),
 		newUnbindCmd(),
+		newBenchCmd(g),
 	)
 	return root
 }

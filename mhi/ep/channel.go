@@ -133,9 +133,7 @@ func (c *channel) service() (poll bool) {
 	if c.dbModeResync.Swap(false) {
 		c.polling, c.idlePolls = false, 0
 	}
-	if c.refreshWrite() && c.burst {
-		c.polling, c.idlePolls = true, 0
-	}
+	c.refreshWrite()
 	var progressed, wantWork bool
 	if c.cfg.Dir == mhi.Uplink {
 		progressed, wantWork = c.serviceUL()
@@ -169,7 +167,11 @@ func (c *channel) refreshWrite() (rung bool) {
 	if seq != c.dbSeq {
 		c.dbSeq = seq
 		rung = true
-		if !c.burst {
+		if c.burst {
+			// A doorbell (re)starts polling, wherever it is noticed:
+			// the host now updates only the context wp.
+			c.polling, c.idlePolls = true, 0
+		} else {
 			c.applyWritePointer(value, "doorbell")
 		}
 	}

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/mhinet/sweep"
+	"github.com/gomhi/gomhi/pcigeneric"
+)
+
+func newBenchCmd(g *globalFlags) *cobra.Command {
+	var (
+		quick, jsonOut, csvOut        bool
+		sizes, mrus                   []int
+		packets, iterations           int
+		maxDatagrams, maxAggregate    int
+		modeName, formatName, plotOut string
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Sweep MRUs and packet sizes through the mock modem and report the throughput",
+		Long: `Measures how the MRU (the size of the host's receive buffers) changes
+throughput when the modem aggregates packets: for every MRU and packet size
+it pushes --packets packets through the mock modem and gomhi's network device
+--iterations times and reports packets/s and MB/s (min/max/avg/median over
+the iterations), the ring elements, events and overflow chains each packet
+cost, and the ring and pool memory of each MRU. A last table gives each
+point's median packets/s as a percentage of the best MRU for that size.
+
+In generator mode the modem generates the packets (like the external packet
+generator of the MRU thread); in loopback mode the host transmits and the
+modem loops every packet back aggregated.
+
+The model is the global --model if given, else telit-fn990. --quick runs a
+small grid (sizes 64,512,1262,1263,1500; MRUs 3500,32768; 20000 packets;
+3 iterations) in seconds; flags given explicitly still win. Ctrl-C stops the
+sweep and prints the points measured so far. Exits non-zero if any point
+lost packets.`,
+		Example: `  mhictl bench --quick
+  mhictl bench --sizes 64,1262,1263,1500 --mrus 3500,32768 --plot mru.svg
+  mhictl bench --quick --mode loopback --format qmap --csv > sweep.csv`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			flags := cmd.Flags()
+			if quick {
+				if !flags.Changed("sizes") {
+					sizes = sweep.QuickSizes
+				}
+				if !flags.Changed("mrus") {
+					mrus = sweep.QuickMRUs
+				}
+				if !flags.Changed("packets") {
+					packets = sweep.QuickPackets
+				}
+				if !flags.Changed("iterations") {
+					iterations = sweep.QuickIterations
+				}
+			}
+			o := sweep.Options{
+				Sizes: sizes, MRUs: mrus, Packets: packets, Iterations: iterations,
+				MaxDatagrams: maxDatagrams, MaxAggregate: maxAggregate,
+			}
+			if flags.Changed("model") {
+				o.Model = g.model
+			}
+			if err := checkBenchFlags(&o, modeName, formatName, jsonOut, csvOut, plotOut); err != nil {
+				return err
+			}
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			o.Logger = log
+
+			errOut := cmd.ErrOrStderr()
+			total := len(o.MRUs) * len(o.Sizes) * o.Iterations
+			bar := progressbar.NewOptions(total,
+				progressbar.OptionSetWriter(errOut),
+				progressbar.OptionSetVisibility(isTerminal(errOut)),
+				progressbar.OptionSetDescription("sweep"),
+				progressbar.OptionShowCount(),
+				progressbar.OptionSetPredictTime(true),
+				progressbar.OptionThrottle(100*time.Millisecond),
+				progressbar.OptionClearOnFinish(),
+			)
+			o.Progress = func(done, _ int) { _ = bar.Set(done) }
+
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			rep, runErr := sweep.Run(ctx, o)
+			_ = bar.Clear()
+			if runErr != nil && ctx.Err() != nil {
+				runErr = fmt.Errorf("bench: interrupted after %d of %d points", pointsOf(rep), len(o.MRUs)*len(o.Sizes))
+			}
+			if pointsOf(rep) == 0 {
+				return runErr
+			}
+
+			out := cmd.OutOrStdout()
+			switch {
+			case jsonOut:
+				err = printJSON(out, rep)
+			case csvOut:
+				err = rep.WriteCSV(out)
+			default:
+				err = rep.WriteTable(out)
+			}
+			if err != nil {
+				return errors.Join(runErr, err)
+			}
+			if plotOut != "" {
+				if err := rep.Plot(plotOut); err != nil {
+					return errors.Join(runErr, err)
+				}
+				fmt.Fprintf(errOut, "wrote plot to %s\n", plotOut)
+			}
+			if runErr != nil {
+				return runErr
+			}
+			return notConserved(rep)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&quick, "quick", false, "small grid: quick sizes, MRUs, packets and iterations unless given explicitly")
+	f.IntSliceVar(&sizes, "sizes", slices.Clone(sweep.DefaultSizes), fmt.Sprintf("IP packet sizes in bytes (%d..%d)", ep.GenMinPacket, mhinet.MaxMTU))
+	f.IntSliceVar(&mrus, "mrus", slices.Clone(sweep.DefaultMRUs), fmt.Sprintf("MRUs (receive buffer sizes) in bytes (%d..%d)", mhinet.MinMRU, mhinet.MaxMRU))
+	f.IntVar(&packets, "packets", sweep.DefaultPackets, "packets per point and iteration")
+	f.IntVar(&iterations, "iterations", sweep.DefaultIterations, "iterations per point")
+	f.StringVar(&modeName, "mode", string(sweep.Generator), "generator (the modem generates) or loopback (the host transmits, the modem loops back)")
+	f.StringVar(&formatName, "format", "mbim", "framing: mbim, qmap or raw")
+	f.IntVar(&maxDatagrams, "max-datagrams", 0, "modem aggregation limit in packets per transfer (0: the modem's default, 32)")
+	f.IntVar(&maxAggregate, "max-aggregate", 0, "modem aggregation limit in bytes per transfer (0: the modem's default, 32768)")
+	f.BoolVar(&jsonOut, "json", false, "print the report as JSON")
+	f.BoolVar(&csvOut, "csv", false, "print the report as CSV, one row per point")
+	f.StringVar(&plotOut, "plot", "", "also plot packets/s against packet size per MRU to this .svg or .png file")
+	return cmd
+}
+
+// checkBenchFlags validates everything before the sweep starts and fills in
+// o.Mode and o.Format.
+func checkBenchFlags(o *sweep.Options, modeName, formatName string, jsonOut, csvOut bool, plotOut string) error {
+	if jsonOut && csvOut {
+		return errors.New("--json and --csv are mutually exclusive")
+	}
+	switch m := sweep.Mode(strings.ToLower(modeName)); m {
+	case sweep.Generator, sweep.Loopback:
+		o.Mode = m
+	default:
+		return fmt.Errorf("--mode %q: want generator or loopback", modeName)
+	}
+	f, err := mhinet.ParseFormat(formatName)
+	if err != nil {
+		return fmt.Errorf("--format: %w", err)
+	}
+	o.Format = f
+	if o.Model != "" {
+		if _, ok := pcigeneric.Model(o.Model); !ok {
+			return fmt.Errorf("--model %q: %w (see 'mhictl models')", o.Model, pcigeneric.ErrUnknownModel)
+		}
+	}
+	if len(o.Sizes) == 0 {
+		return errors.New("--sizes: want at least one packet size")
+	}
+	for _, s := range o.Sizes {
+		if s < ep.GenMinPacket || s > mhinet.MaxMTU {
+			return fmt.Errorf("--sizes: %d bytes, want %d..%d", s, ep.GenMinPacket, mhinet.MaxMTU)
+		}
+	}
+	if len(o.MRUs) == 0 {
+		return errors.New("--mrus: want at least one MRU")
+	}
+	for _, m := range o.MRUs {
+		if err := mhinet.ValidateMRU(m); err != nil {
+			return fmt.Errorf("--mrus: %w", err)
+		}
+	}
+	o.Sizes, o.MRUs = unique(o.Sizes), unique(o.MRUs)
+	if o.Packets < 1 {
+		return fmt.Errorf("--packets %d: want at least 1", o.Packets)
+	}
+	if o.Iterations < 1 {
+		return fmt.Errorf("--iterations %d: want at least 1", o.Iterations)
+	}
+	if o.MaxDatagrams < 0 {
+		return fmt.Errorf("--max-datagrams %d: want 0 (default) or more", o.MaxDatagrams)
+	}
+	if o.MaxAggregate < 0 {
+		return fmt.Errorf("--max-aggregate %d: want 0 (default) or more", o.MaxAggregate)
+	}
+	if plotOut != "" {
+		if err := sweep.CheckPlotPath(plotOut); err != nil {
+			return fmt.Errorf("--plot: %w", err)
+		}
+		if dir := filepath.Dir(plotOut); dir != "" {
+			if st, err := os.Stat(dir); err != nil {
+				return fmt.Errorf("--plot: %w", err)
+			} else if !st.IsDir() {
+				return fmt.Errorf("--plot: %s is not a directory", dir)
+			}
+		}
+	}
+	return nil
+}
+
+// unique drops repeated values, keeping the first of each.
+func unique(v []int) []int {
+	var out []int
+	for _, x := range v {
+		if !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func pointsOf(r *sweep.Report) int {
+	if r == nil {
+		return 0
+	}
+	return len(r.Points)
+}
+
+// notConserved returns an error naming every point that lost packets.
+func notConserved(r *sweep.Report) error {
+	if r.Conserved() {
+		return nil
+	}
+	var bad []string
+	for _, p := range r.Points {
+		if !p.Conserved {
+			bad = append(bad, fmt.Sprintf("MRU %d size %d (sent %d, delivered %d, dropped %d)", p.MRU, p.Size, p.Sent, p.Delivered, p.Dropped))
+		}
+	}
+	return fmt.Errorf("%w: %s", sweep.ErrNotConserved, strings.Join(bad, "; "))
+}
+
+// isTerminal reports whether w is a terminal (the progress bar is drawn
+// only there, so piped and captured output stays clean).
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}

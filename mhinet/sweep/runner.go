@@ -1,0 +1,223 @@
+package sweep
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/pcigeneric"
+)
+
+// runner runs iterations on one open mock modem and device.
+type runner struct {
+	o   *Options
+	m   *pcigeneric.Mock
+	dev *mhinet.Device
+	rx  *counter
+
+	pkts [][]byte // loopback mode: the packets to transmit, reused
+}
+
+// delta is what one iteration (or a sum of them) did.
+type delta struct {
+	elapsed                  time.Duration
+	sent, delivered, bytes   uint64
+	elements, events, chains uint64
+	overflows, transfers     uint64
+	drops                    map[string]uint64
+}
+
+func (d *delta) add(o delta) {
+	d.elapsed += o.elapsed
+	d.sent += o.sent
+	d.delivered += o.delivered
+	d.bytes += o.bytes
+	d.elements += o.elements
+	d.events += o.events
+	d.chains += o.chains
+	d.overflows += o.overflows
+	d.transfers += o.transfers
+	for k, v := range o.drops {
+		if d.drops == nil {
+			d.drops = map[string]uint64{}
+		}
+		d.drops[k] += v
+	}
+}
+
+func (d *delta) fill(p *Point) {
+	per := func(x uint64) float64 {
+		if d.delivered == 0 {
+			return 0
+		}
+		return float64(x) / float64(d.delivered)
+	}
+	p.ElementsPerPacket = per(d.elements)
+	p.EventsPerPacket = per(d.events)
+	p.ChainsPerPacket = per(d.chains)
+	p.OverflowsPerPacket = per(d.overflows)
+	if d.transfers > 0 {
+		p.PacketsPerTransfer = float64(d.delivered) / float64(d.transfers)
+	}
+	p.Sent, p.Delivered = d.sent, d.delivered
+	for _, v := range d.drops {
+		p.Dropped += v
+	}
+	p.Drops = d.drops
+	p.Conserved = p.Sent == p.Delivered+p.Dropped
+}
+
+// snapshot is every counter an iteration looks at.
+type snapshot struct {
+	host    mhinet.Stats
+	modem   ep.IPDataStats
+	dev     ep.Stats
+	events  uint64
+	rxPkts  uint64
+	rxBytes uint64
+}
+
+func (r *runner) snap() snapshot {
+	_, dl, _ := r.m.Controller.ChannelPair(r.m.DataPair)
+	return snapshot{
+		host: r.dev.Stats(), modem: r.m.IPData.Stats(), dev: r.m.Transport.Device().Stats(),
+		events: dl.EventRingEvents(), rxPkts: r.rx.pkts.Load(), rxBytes: r.rx.bytes.Load(),
+	}
+}
+
+// iteration pushes o.Packets packets of size bytes through and waits until
+// every one is delivered or counted, or nothing moves for o.Stall.
+func (r *runner) iteration(ctx context.Context, size int) (delta, error) {
+	n := uint64(r.o.Packets)
+	before := r.snap()
+	start := time.Now()
+	var sent uint64
+	var err error
+	switch r.o.Mode {
+	case Generator:
+		err = r.m.IPData.StartGenerator(ep.GeneratorConfig{Count: r.o.Packets, Sizes: []int{size}})
+		sent = n
+	case Loopback:
+		sent, err = r.transmit(ctx, size, before.rxPkts)
+	}
+	if err != nil {
+		return delta{}, err
+	}
+	// Wait for delivery: done when delivered + drops account for sent.
+	last, lastMove := r.rx.pkts.Load(), time.Now()
+	var now snapshot
+	for {
+		now = r.snap()
+		got := now.rxPkts - before.rxPkts
+		if got+dropsBetween(before, now).total() >= sent {
+			break
+		}
+		if now.rxPkts != last {
+			last, lastMove = now.rxPkts, time.Now()
+		} else if time.Since(lastMove) > r.o.Stall {
+			break // reported as not conserved
+		}
+		if ctx.Err() != nil {
+			r.m.IPData.StopGenerator()
+			return delta{}, ctx.Err()
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	elapsed := time.Since(start)
+	if r.o.Mode == Generator {
+		wctx, cancel := context.WithTimeout(ctx, r.o.Stall)
+		_, err := r.m.IPData.WaitGenerator(wctx)
+		cancel()
+		if err != nil {
+			r.m.IPData.StopGenerator()
+		}
+	}
+	drops := dropsBetween(before, now)
+	return delta{
+		elapsed:   elapsed,
+		sent:      sent,
+		delivered: now.rxPkts - before.rxPkts,
+		bytes:     now.rxBytes - before.rxBytes,
+		elements:  now.host.RxElements - before.host.RxElements,
+		events:    now.events - before.events,
+		chains:    now.host.RxChains - before.host.RxChains,
+		overflows: now.host.RxOverflows - before.host.RxOverflows,
+		transfers: now.host.RxTransfers - before.host.RxTransfers,
+		drops:     drops.nonZero(),
+	}, nil
+}
+
+// drops names every counter a packet can disappear into.
+type drops map[string]uint64
+
+func (d drops) total() uint64 {
+	var t uint64
+	for _, v := range d {
+		t += v
+	}
+	return t
+}
+
+func (d drops) nonZero() map[string]uint64 {
+	out := map[string]uint64{}
+	for k, v := range d {
+		if v != 0 {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func dropsBetween(a, b snapshot) drops {
+	return drops{
+		"host_rx_errors":     b.host.RxErrors - a.host.RxErrors,
+		"host_tx_errors":     b.host.TxErrors - a.host.TxErrors,
+		"host_tx_dropped":    b.host.TxDropped - a.host.TxDropped,
+		"modem_dropped":      b.modem.Dropped() - a.modem.Dropped(),
+		"modem_deagg_errors": b.modem.DeaggErrors() - a.modem.DeaggErrors(),
+	}
+}
+
+// transmit sends the iteration's packets (loopback mode), retrying while
+// the uplink is busy. Each packet carries its sequence number.
+func (r *runner) transmit(ctx context.Context, size int, _ uint64) (uint64, error) {
+	if len(r.pkts) == 0 || len(r.pkts[0]) != size {
+		r.pkts = r.pkts[:0]
+		for i := 0; i < 64; i++ {
+			p := make([]byte, size)
+			p[0] = 0x45
+			binary.BigEndian.PutUint16(p[2:], uint16(size))
+			p[8], p[9] = 64, 17
+			r.pkts = append(r.pkts, p)
+		}
+	}
+	total := r.o.Packets
+	sent := 0
+	lastMove := time.Now()
+	for sent < total {
+		batch := r.pkts[:min(len(r.pkts), total-sent)]
+		n, err := r.dev.Transmit(batch)
+		sent += n
+		if n > 0 {
+			lastMove = time.Now()
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, mhinet.ErrBusy):
+			if time.Since(lastMove) > r.o.Stall {
+				return uint64(sent), fmt.Errorf("transmit stalled after %d packets", sent)
+			}
+			time.Sleep(20 * time.Microsecond)
+		default:
+			return uint64(sent), err
+		}
+		if ctx.Err() != nil {
+			return uint64(sent), ctx.Err()
+		}
+	}
+	return uint64(sent), nil
+}

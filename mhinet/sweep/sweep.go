@@ -1,0 +1,286 @@
+// Package sweep measures how the MRU — the size of the receive buffers the
+// host posts — changes throughput when the modem aggregates packets: for
+// every MRU and packet size of a grid it pushes packets through the mock
+// modem and gomhi's network device and reports packets/s, MB/s, and what
+// each packet cost in ring elements, events and overflow chains.
+package sweep
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/pcigeneric"
+)
+
+// Mode says where the packets come from.
+type Mode string
+
+// Sweep modes.
+const (
+	// Generator: the modem generates downlink packets (as the external
+	// packet generator of the MRU thread did) and the host receives them.
+	Generator Mode = "generator"
+	// Loopback: the host transmits, the modem loops every packet back
+	// aggregated (its internal loopback mode), the host receives.
+	Loopback Mode = "loopback"
+)
+
+// The default grid: the packet sizes of the MRU thread and the MRUs worth
+// comparing (Linux's 3500, 16 KiB, the modem's 32 KiB, the protocol's max).
+var (
+	DefaultSizes = []int{64, 128, 256, 512, 1024, 1262, 1263, 1280, 1428, 1500, 1518}
+	DefaultMRUs  = []int{3500, 16384, 32768, 65535}
+	QuickSizes   = []int{64, 512, 1262, 1263, 1500}
+	QuickMRUs    = []int{3500, 32768}
+)
+
+// Defaults of the options.
+const (
+	DefaultPackets    = 1_000_000
+	DefaultIterations = 10
+	QuickPackets      = 20_000
+	QuickIterations   = 3
+)
+
+// ErrNotConserved: packets went missing without a named counter.
+var ErrNotConserved = errors.New("sweep: packets not conserved")
+
+// Options configure a sweep.
+type Options struct {
+	Model      string        // modem model the mock impersonates (default telit-fn990)
+	Format     mhinet.Format // framing; the modem aggregates in the matching format
+	Mode       Mode          // Generator (default) or Loopback
+	Sizes      []int         // IP packet sizes in bytes
+	MRUs       []int         // receive buffer sizes
+	Packets    int           // packets per point and iteration
+	Iterations int           // iterations per point
+	// MaxDatagrams and MaxAggregate are the modem's aggregation limits
+	// (default 32 packets, 32768 bytes).
+	MaxDatagrams, MaxAggregate int
+	// Stall ends an iteration that delivers nothing for this long (default 5s).
+	Stall time.Duration
+	// Progress, if set, is called after every iteration.
+	Progress func(done, total int)
+	Logger   *slog.Logger
+}
+
+// Summary is the spread of one measure over the iterations of a point.
+type Summary struct {
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+	Avg    float64 `json:"avg"`
+	Median float64 `json:"median"`
+}
+
+// Point is the result for one MRU and packet size.
+type Point struct {
+	MRU        int     `json:"mru"`
+	Size       int     `json:"size"`
+	Iterations int     `json:"iterations"`
+	PPS        Summary `json:"pps"`
+	MBps       Summary `json:"mb_per_s"`
+
+	// Costs per delivered packet, over all iterations.
+	ElementsPerPacket  float64 `json:"elements_per_packet"`
+	EventsPerPacket    float64 `json:"events_per_packet"`
+	ChainsPerPacket    float64 `json:"overflow_chains_per_packet"`
+	OverflowsPerPacket float64 `json:"overflow_events_per_packet"`
+	PacketsPerTransfer float64 `json:"packets_per_transfer"`
+
+	// RingMemory is the memory of the posted ring (usable elements × MRU);
+	// PoolMemory all receive buffers the host holds.
+	RingMemory int `json:"ring_memory_bytes"`
+	PoolMemory int `json:"pool_memory_bytes"`
+
+	Sent      uint64            `json:"sent"`
+	Delivered uint64            `json:"delivered"`
+	Dropped   uint64            `json:"dropped"`
+	Drops     map[string]uint64 `json:"drops,omitempty"`
+	Conserved bool              `json:"conserved"`
+}
+
+// Report is a whole sweep.
+type Report struct {
+	Model   string        `json:"model"`
+	Format  string        `json:"format"`
+	Mode    Mode          `json:"mode"`
+	Packets int           `json:"packets_per_iteration"`
+	Elapsed time.Duration `json:"elapsed_ns"`
+	Points  []Point       `json:"points"`
+}
+
+// Conserved reports whether every point conserved its packets.
+func (r *Report) Conserved() bool {
+	for _, p := range r.Points {
+		if !p.Conserved {
+			return false
+		}
+	}
+	return true
+}
+
+func (o *Options) defaults() error {
+	if o.Model == "" {
+		o.Model = "telit-fn990"
+	}
+	if o.Mode == "" {
+		o.Mode = Generator
+	}
+	if o.Mode != Generator && o.Mode != Loopback {
+		return fmt.Errorf("sweep: mode %q, want generator or loopback", o.Mode)
+	}
+	if len(o.Sizes) == 0 {
+		o.Sizes = DefaultSizes
+	}
+	if len(o.MRUs) == 0 {
+		o.MRUs = DefaultMRUs
+	}
+	if o.Packets == 0 {
+		o.Packets = DefaultPackets
+	}
+	if o.Iterations == 0 {
+		o.Iterations = DefaultIterations
+	}
+	if o.Stall == 0 {
+		o.Stall = 5 * time.Second
+	}
+	if o.Packets < 1 || o.Iterations < 1 {
+		return fmt.Errorf("sweep: %d packets × %d iterations, want at least 1 each", o.Packets, o.Iterations)
+	}
+	for _, m := range o.MRUs {
+		if err := mhinet.ValidateMRU(m); err != nil {
+			return err
+		}
+	}
+	for _, s := range o.Sizes {
+		if s < ep.GenMinPacket || s > mhinet.MaxMTU {
+			return fmt.Errorf("sweep: packet size %d, want %d..%d", s, ep.GenMinPacket, mhinet.MaxMTU)
+		}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// deviceFormat returns the mock modem's framing for a host format.
+func deviceFormat(f mhinet.Format) ep.Format {
+	switch f {
+	case mhinet.FormatMBIM:
+		return ep.FormatNTB16
+	case mhinet.FormatQMAP:
+		return ep.FormatQMAP
+	}
+	return ep.FormatRaw
+}
+
+// counter is the sweep's Receiver: it counts and releases at once.
+type counter struct {
+	pkts, bytes atomic.Uint64
+}
+
+func (c *counter) Receive(pkts []mhinet.Packet) {
+	var b uint64
+	for _, p := range pkts {
+		b += uint64(len(p.Data))
+		p.Release()
+	}
+	c.pkts.Add(uint64(len(pkts)))
+	c.bytes.Add(b)
+}
+
+// Run runs the sweep. Points are in MRU-major order. It returns the report
+// so far and an error if a point cannot be measured or ctx ends; a point
+// that loses packets is reported with Conserved false.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	rep := &Report{Model: o.Model, Format: o.Format.String(), Mode: o.Mode, Packets: o.Packets}
+	start := time.Now()
+	defer func() { rep.Elapsed = time.Since(start) }()
+
+	maxSize := slices.Max(o.Sizes)
+	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{
+		Model: o.Model, Logger: o.Logger,
+		IPData: ep.IPDataConfig{Format: deviceFormat(o.Format), MaxDatagrams: o.MaxDatagrams, MaxAggregate: o.MaxAggregate},
+	})
+	if err != nil {
+		return rep, err
+	}
+	defer m.Close()
+	if m.IPData == nil {
+		return rep, fmt.Errorf("sweep: model %s has no IP data channel", o.Model)
+	}
+	if err := m.Controller.PowerUp(); err != nil {
+		return rep, err
+	}
+	rx := &counter{}
+	dev, err := mhinet.New(m.Controller, mhinet.Config{
+		Pair: m.DataPair, Format: o.Format, MRU: o.MRUs[0], MTU: max(maxSize, mhinet.DefaultMTU),
+		TXAggregate: o.Mode == Loopback && o.Format != mhinet.FormatRawIP, Logger: o.Logger,
+	}, rx)
+	if err != nil {
+		return rep, err
+	}
+	if err := dev.Up(); err != nil {
+		return rep, err
+	}
+	defer dev.Down()
+	_, dl, _ := m.Controller.ChannelPair(m.DataPair)
+	ringElems := dl.Config().Elements - 1
+
+	total := len(o.MRUs) * len(o.Sizes) * o.Iterations
+	done := 0
+	r := &runner{o: &o, m: m, dev: dev, rx: rx}
+	for _, mru := range o.MRUs {
+		if err := dev.SetMRU(mru); err != nil {
+			return rep, err
+		}
+		for _, size := range o.Sizes {
+			p := Point{MRU: mru, Size: size, Iterations: o.Iterations, RingMemory: ringElems * mru}
+			var pps, mbps []float64
+			var tot delta
+			for it := 0; it < o.Iterations; it++ {
+				d, err := r.iteration(ctx, size)
+				if err != nil {
+					return rep, fmt.Errorf("sweep: MRU %d, size %d, iteration %d: %w", mru, size, it+1, err)
+				}
+				secs := d.elapsed.Seconds()
+				pps = append(pps, float64(d.delivered)/secs)
+				mbps = append(mbps, float64(d.bytes)/secs/1e6)
+				tot.add(d)
+				done++
+				if o.Progress != nil {
+					o.Progress(done, total)
+				}
+			}
+			p.PPS, p.MBps = summarize(pps), summarize(mbps)
+			p.PoolMemory = dev.Stats().PoolMemory
+			tot.fill(&p)
+			rep.Points = append(rep.Points, p)
+		}
+	}
+	return rep, nil
+}
+
+func summarize(v []float64) Summary {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	var sum float64
+	for _, x := range s {
+		sum += x
+	}
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return Summary{Min: s[0], Max: s[len(s)-1], Avg: sum / float64(len(s)), Median: med}
+}
