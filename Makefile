@@ -42,7 +42,7 @@ bench:
 
 # The main job on the embedded mock modem.
 run:
-	$(GO) run ./cmd/mhictl loopback --count 1000
+	$(GO) run ./cmd/mhictl bench --quick
 
 clean:
 	rm -rf bin

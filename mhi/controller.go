@@ -62,7 +62,7 @@ type Controller struct {
 	devState State // last state announced by the device
 	ee       ExecEnv
 	eeSeen   bool // a mission-mode EE event arrived since the last M0 request
-	listener func(StatusEvent)
+	listeners []func(StatusEvent)
 
 	// procMu is held (read) while an event ring is processed and (write)
 	// while the rings are reset, so processing never sees a ring mid-reset.
@@ -78,7 +78,7 @@ type Controller struct {
 // StatusKind says what a StatusEvent reports.
 type StatusKind int
 
-// Status event kinds delivered to the listener set with OnStatus.
+// Status event kinds delivered to the listeners added with OnStatus.
 const (
 	StatusSysErr    StatusKind = iota // the device entered SYS_ERR; channels were aborted
 	StatusRecovered                   // recovery finished; channels were restarted
@@ -136,19 +136,20 @@ func (c *Controller) Config() ControllerConfig { return c.cfg }
 // Transport returns the transport the controller drives.
 func (c *Controller) Transport() Transport { return c.t }
 
-// OnStatus installs f to receive status events (SYS_ERR, recovery, EE
-// changes). It is called from the controller's goroutines.
+// OnStatus adds f to the listeners of status events (SYS_ERR, recovery,
+// EE changes), called in the order they were added from the controller's
+// goroutines. f must not block.
 func (c *Controller) OnStatus(f func(StatusEvent)) {
 	c.mu.Lock()
-	c.listener = f
+	c.listeners = append(c.listeners, f)
 	c.mu.Unlock()
 }
 
 func (c *Controller) notify(ev StatusEvent) {
 	c.mu.Lock()
-	f := c.listener
+	fs := c.listeners
 	c.mu.Unlock()
-	if f != nil {
+	for _, f := range fs {
 		f(ev)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -18,7 +19,6 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/sweep"
-	"github.com/gomhi/gomhi/pcigeneric"
 )
 
 func newBenchCmd(g *globalFlags) *cobra.Command {
@@ -32,7 +32,7 @@ func newBenchCmd(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Sweep MRUs and packet sizes through the mock modem and report the throughput",
-		Long: `Measures how the MRU (the size of the host's receive buffers) changes
+		Long: fmt.Sprintf(`Measures how the MRU (the size of the host's receive buffers) changes
 throughput when the modem aggregates packets: for every MRU and packet size
 it pushes --packets packets through the mock modem and gomhi's network device
 --iterations times and reports packets/s and MB/s (min/max/avg/median over
@@ -45,10 +45,11 @@ generator of the MRU thread); in loopback mode the host transmits and the
 modem loops every packet back aggregated.
 
 The model is the global --model if given, else telit-fn990. --quick runs a
-small grid (sizes 64,512,1262,1263,1500; MRUs 3500,32768; 20000 packets;
-3 iterations) in seconds; flags given explicitly still win. Ctrl-C stops the
-sweep and prints the points measured so far. Exits non-zero if any point
+small grid in seconds (sizes %s; MRUs %s;
+%d packets; %d iterations); flags given explicitly still win. Ctrl-C stops
+the sweep and prints the points measured so far. Exits non-zero if any point
 lost packets.`,
+			joinInts(sweep.QuickSizes), joinInts(sweep.QuickMRUs), sweep.QuickPackets, sweep.QuickIterations),
 		Example: `  mhictl bench --quick
   mhictl bench --sizes 64,1262,1263,1500 --mrus 3500,32768 --plot mru.svg
   mhictl bench --quick --mode loopback --format qmap --csv > sweep.csv`,
@@ -166,26 +167,11 @@ func checkBenchFlags(o *sweep.Options, modeName, formatName string, jsonOut, csv
 		return fmt.Errorf("--format: %w", err)
 	}
 	o.Format = f
-	if o.Model != "" {
-		if _, ok := pcigeneric.Model(o.Model); !ok {
-			return fmt.Errorf("--model %q: %w (see 'mhictl models')", o.Model, pcigeneric.ErrUnknownModel)
-		}
-	}
 	if len(o.Sizes) == 0 {
 		return errors.New("--sizes: want at least one packet size")
 	}
-	for _, s := range o.Sizes {
-		if s < ep.GenMinPacket || s > mhinet.MaxMTU {
-			return fmt.Errorf("--sizes: %d bytes, want %d..%d", s, ep.GenMinPacket, mhinet.MaxMTU)
-		}
-	}
 	if len(o.MRUs) == 0 {
 		return errors.New("--mrus: want at least one MRU")
-	}
-	for _, m := range o.MRUs {
-		if err := mhinet.ValidateMRU(m); err != nil {
-			return fmt.Errorf("--mrus: %w", err)
-		}
 	}
 	o.Sizes, o.MRUs = unique(o.Sizes), unique(o.MRUs)
 	if o.Packets < 1 {
@@ -194,11 +180,8 @@ func checkBenchFlags(o *sweep.Options, modeName, formatName string, jsonOut, csv
 	if o.Iterations < 1 {
 		return fmt.Errorf("--iterations %d: want at least 1", o.Iterations)
 	}
-	if o.MaxDatagrams < 0 {
-		return fmt.Errorf("--max-datagrams %d: want 0 (default) or more", o.MaxDatagrams)
-	}
-	if o.MaxAggregate < 0 {
-		return fmt.Errorf("--max-aggregate %d: want 0 (default) or more", o.MaxAggregate)
+	if err := o.Validate(); err != nil {
+		return err
 	}
 	if plotOut != "" {
 		if err := sweep.CheckPlotPath(plotOut); err != nil {
@@ -213,6 +196,14 @@ func checkBenchFlags(o *sweep.Options, modeName, formatName string, jsonOut, csv
 		}
 	}
 	return nil
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
 }
 
 // unique drops repeated values, keeping the first of each.

@@ -101,17 +101,19 @@ func TestBenchBadFlags(t *testing.T) {
 	}{
 		{[]string{"--mode", "sideways"}, "--mode"},
 		{[]string{"--format", "ppp"}, "--format"},
-		{[]string{"--mrus", "100"}, "--mrus"},
-		{[]string{"--mrus", "70000"}, "--mrus"},
-		{[]string{"--sizes", "10"}, "--sizes"},
+		{[]string{"--mrus", "100"}, "valid range 256..65535"},
+		{[]string{"--mrus", "70000"}, "valid range 256..65535"},
+		{[]string{"--sizes", "10"}, "packet size 10, want 36..65507"},
 		{[]string{"--sizes", "64,x"}, "--sizes"},
+		{[]string{"--sizes", "64,40000"}, "aggregate"},
+		{[]string{"--sizes", "64,2000", "--max-aggregate", "1500"}, "aggregate"},
 		{[]string{"--packets", "0"}, "--packets"},
 		{[]string{"--iterations", "-1"}, "--iterations"},
-		{[]string{"--max-datagrams", "-1"}, "--max-datagrams"},
+		{[]string{"--max-datagrams", "-1"}, "-1 packets"},
 		{[]string{"--json", "--csv"}, "mutually exclusive"},
 		{[]string{"--plot", "sweep.gif"}, ".svg or .png"},
 		{[]string{"--plot", "/no/such/dir/sweep.svg"}, "--plot"},
-		{[]string{"--model", "no-such-modem"}, "--model"},
+		{[]string{"--model", "no-such-modem"}, "unknown modem model"},
 	} {
 		args := append(append([]string(nil), tinyBench...), tc.args...)
 		out, err := run(t, args...)

@@ -19,6 +19,11 @@ import (
 // ErrTimeout: an echo did not arrive in time.
 var ErrTimeout = errors.New("loopback: timeout")
 
+// ErrInterrupted: the device entered SYS_ERR during a run; the transfers in
+// flight were lost (counted as aborted). The client recovers by itself when
+// the controller does, and the next Run works again.
+var ErrInterrupted = errors.New("loopback: interrupted by SYS_ERR")
+
 // ChannelName is the name of the loopback channel pair.
 const ChannelName = "LOOPBACK"
 
@@ -94,6 +99,9 @@ type Client struct {
 	mismatch int
 	aborted  int
 	ulFree   int // transfers whose uplink buffers are free
+	epoch    int // incremented by every SYS_ERR
+	broken   bool
+	closed   bool
 	rng      *rand.Rand
 
 	repostFailed int
@@ -161,7 +169,34 @@ func Open(ctrl *mhi.Controller, opts Options) (*Client, error) {
 		c.Close()
 		return nil, err
 	}
+	ctrl.OnStatus(c.onStatus)
 	return c, nil
+}
+
+// onStatus follows the controller through SYS_ERR: the transfers in flight
+// are lost (the device reset dropped them), and after recovery the downlink
+// buffers, all returned aborted, are posted again.
+func (c *Client) onStatus(ev mhi.StatusEvent) {
+	switch ev.Kind {
+	case mhi.StatusSysErr:
+		c.mu.Lock()
+		c.epoch++
+		c.broken = true
+		c.aborted += len(c.fifo) - c.head
+		c.fifo, c.head, c.got, c.bad = c.fifo[:0], 0, 0, false
+		c.cond.Broadcast()
+		c.mu.Unlock()
+	case mhi.StatusRecovered:
+		c.mu.Lock()
+		c.ulFree = c.opts.Window
+		c.broken = false
+		closed := c.closed
+		c.cond.Broadcast()
+		c.mu.Unlock()
+		if !closed {
+			_ = c.postDL()
+		}
+	}
 }
 
 // postDL queues every downlink buffer.
@@ -171,18 +206,6 @@ func (c *Client) postDL() error {
 		xs[i] = mhi.Transfer{IOVA: b.IOVA, Len: len(b.Bytes), Flags: mhi.FlagEOT, Cookie: uint64(i)}
 	}
 	return c.dl.Queue(xs)
-}
-
-// Recovered re-posts the downlink buffers after the controller recovered
-// from SYS_ERR (all were returned aborted) and forgets transfers in flight.
-func (c *Client) Recovered() error {
-	c.mu.Lock()
-	c.aborted += len(c.fifo) - c.head
-	c.fifo, c.head, c.got, c.bad = c.fifo[:0], 0, 0, false
-	c.ulFree = c.opts.Window
-	c.cond.Broadcast()
-	c.mu.Unlock()
-	return c.postDL()
 }
 
 func (c *Client) onUL(comp mhi.Completion) {
@@ -254,7 +277,11 @@ func (c *Client) Run(ro RunOptions) (Result, error) {
 	c.mu.Lock()
 	c.verify = !ro.NoVerify
 	startRecv, startMis, startAb := c.received, c.mismatch, c.aborted
+	epoch, broken := c.epoch, c.broken
 	c.mu.Unlock()
+	if broken {
+		return res, fmt.Errorf("loopback: the controller is recovering from SYS_ERR: %w", ErrInterrupted)
+	}
 	ulXfers := make([]mhi.Transfer, 0, 64)
 	start := time.Now()
 	slot := 0
@@ -272,8 +299,10 @@ func (c *Client) Run(ro RunOptions) (Result, error) {
 			}
 		}
 		// Wait for a free uplink buffer and room in the ring.
-		if err := c.waitFor(func() bool { return c.ulFree > 0 }); err != nil {
-			res.Timeouts++
+		if err := c.waitFor(epoch, func() bool { return c.ulFree > 0 }); err != nil {
+			if !errors.Is(err, ErrInterrupted) {
+				res.Timeouts++
+			}
 			return c.finish(res, start, startRecv, startMis, startAb), err
 		}
 		buf := c.ulBufs[slot]
@@ -293,18 +322,25 @@ func (c *Client) Run(ro RunOptions) (Result, error) {
 			ulXfers = append(ulXfers, mhi.Transfer{IOVA: buf.IOVA + uint64(pos), Len: n, Flags: fl})
 			pos += n
 		}
-		c.mu.Lock()
-		c.ulFree--
-		if c.head > 0 && c.head == len(c.fifo) {
-			c.fifo, c.head = c.fifo[:0], 0
-		}
-		c.fifo = append(c.fifo, expect{off: off, size: size})
-		c.mu.Unlock()
+		// Queue and record under the lock, so a SYS_ERR cannot fall
+		// between the two and leave an echo nobody expects.
 		for {
+			c.mu.Lock()
+			if c.epoch != epoch {
+				c.mu.Unlock()
+				return c.finish(res, start, startRecv, startMis, startAb), ErrInterrupted
+			}
 			err := c.ul.Queue(ulXfers)
 			if err == nil {
+				c.ulFree--
+				if c.head > 0 && c.head == len(c.fifo) {
+					c.fifo, c.head = c.fifo[:0], 0
+				}
+				c.fifo = append(c.fifo, expect{off: off, size: size})
+				c.mu.Unlock()
 				break
 			}
+			c.mu.Unlock()
 			if !errors.Is(err, mhi.ErrRingFull) {
 				return c.finish(res, start, startRecv, startMis, startAb), err
 			}
@@ -314,8 +350,8 @@ func (c *Client) Run(ro RunOptions) (Result, error) {
 		res.Bytes += int64(size)
 		res.Elements += nt
 	}
-	err := c.waitFor(func() bool { return c.head == len(c.fifo) })
-	if err != nil {
+	err := c.waitFor(epoch, func() bool { return c.head == len(c.fifo) })
+	if err != nil && !errors.Is(err, ErrInterrupted) {
 		res.Timeouts++
 	}
 	return c.finish(res, start, startRecv, startMis, startAb), err
@@ -331,11 +367,11 @@ func (c *Client) finish(res Result, start time.Time, r0, m0, a0 int) Result {
 	return res
 }
 
-// waitFor waits until cond (called with c.mu held) holds, or the timeout
-// passes with no progress.
-func (c *Client) waitFor(cond func() bool) error {
+// waitFor waits until cond (called with c.mu held) holds, the timeout
+// passes with no progress, or a SYS_ERR ends the epoch.
+func (c *Client) waitFor(epoch int, cond func() bool) error {
 	c.mu.Lock()
-	ok := cond()
+	ok := cond() && c.epoch == epoch
 	c.mu.Unlock()
 	if ok {
 		return nil // the common case: no timer needed
@@ -350,7 +386,10 @@ func (c *Client) waitFor(cond func() bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	last := c.received
-	for !cond() {
+	for !cond() || c.epoch != epoch {
+		if c.epoch != epoch {
+			return fmt.Errorf("loopback: %d transfers lost: %w", len(c.fifo)-c.head, ErrInterrupted)
+		}
 		if c.received != last {
 			last = c.received
 			deadline = time.Now().Add(c.opts.Timeout)
@@ -366,6 +405,9 @@ func (c *Client) waitFor(cond func() bool) error {
 
 // Close resets the channels and frees the buffers.
 func (c *Client) Close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
 	_ = c.ul.Reset()
 	_ = c.dl.Reset()
 	c.free()

@@ -54,7 +54,7 @@ func TestWriteTable(t *testing.T) {
 	out := b.String()
 	t.Logf("\n%s", out)
 	for _, want := range []string{
-		"telit-fn990, mbim framing, generator mode: 20000 packets × 3 iterations per point, 6 points",
+		"telit-fn990, mbim framing, generator mode: 20000 packets × 3 iterations per point, 6 points, 1.5s",
 		"MRU 3500: ring 511 × 3500 B = 1747 KiB, pool 3500 KiB",
 		"MRU 32768: ring 511 × 32768 B = 16352 KiB, pool 32768 KiB",
 		"median packets/s, % of the best MRU for that size",

@@ -6,6 +6,7 @@
 package sweep
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/mhinet/ntb"
+	"github.com/gomhi/gomhi/mhinet/qmap"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
 
@@ -126,15 +129,25 @@ func (r *Report) Conserved() bool {
 	return true
 }
 
+// Validate checks the options (with defaults applied to a copy) and says
+// what is wrong, before anything runs.
+func (o Options) Validate() error { return o.defaults() }
+
 func (o *Options) defaults() error {
 	if o.Model == "" {
 		o.Model = "telit-fn990"
+	}
+	if _, ok := pcigeneric.Model(o.Model); !ok {
+		return fmt.Errorf("sweep: model %q: %w", o.Model, pcigeneric.ErrUnknownModel)
 	}
 	if o.Mode == "" {
 		o.Mode = Generator
 	}
 	if o.Mode != Generator && o.Mode != Loopback {
 		return fmt.Errorf("sweep: mode %q, want generator or loopback", o.Mode)
+	}
+	if o.Format > mhinet.FormatQMAP {
+		return fmt.Errorf("sweep: unknown format %d", o.Format)
 	}
 	if len(o.Sizes) == 0 {
 		o.Sizes = DefaultSizes
@@ -154,14 +167,29 @@ func (o *Options) defaults() error {
 	if o.Packets < 1 || o.Iterations < 1 {
 		return fmt.Errorf("sweep: %d packets × %d iterations, want at least 1 each", o.Packets, o.Iterations)
 	}
+	if o.MaxDatagrams < 0 || o.MaxAggregate < 0 {
+		return fmt.Errorf("sweep: aggregation limits %d packets, %d bytes: want 0 (the modem's default) or more", o.MaxDatagrams, o.MaxAggregate)
+	}
 	for _, m := range o.MRUs {
 		if err := mhinet.ValidateMRU(m); err != nil {
 			return err
 		}
 	}
+	aggregate := cmp.Or(o.MaxAggregate, ep.DefaultMaxAggregate)
 	for _, s := range o.Sizes {
 		if s < ep.GenMinPacket || s > mhinet.MaxMTU {
 			return fmt.Errorf("sweep: packet size %d, want %d..%d", s, ep.GenMinPacket, mhinet.MaxMTU)
+		}
+		// Every packet must fit one of the modem's aggregates.
+		need := s
+		switch o.Format {
+		case mhinet.FormatMBIM:
+			need, _ = ntb.Size(ntb.Config{}, []int{s})
+		case mhinet.FormatQMAP:
+			need, _ = qmap.Size(qmap.Config{}, []int{s})
+		}
+		if o.Format != mhinet.FormatRawIP && need > aggregate {
+			return fmt.Errorf("sweep: a %d-byte packet needs a %d-byte %s aggregate, more than the modem's %d (MaxAggregate)", s, need, o.Format, aggregate)
 		}
 	}
 	if o.Logger == nil {

@@ -25,8 +25,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if len(r.Points) > 0 {
 		iters = r.Points[0].Iterations
 	}
-	ew.printf("%s, %s framing, %s mode: %d packets × %d iterations per point, %d points, %s\n",
-		orDash(r.Model), orDash(r.Format), orDash(string(r.Mode)), r.Packets, iters, len(r.Points), r.Elapsed.Round(1e6))
+	ew.printf("%s, %s framing, %s mode: %s × %s per point, %s, %s\n",
+		orDash(r.Model), orDash(r.Format), orDash(string(r.Mode)),
+		plural(r.Packets, "packet"), plural(iters, "iteration"), plural(len(r.Points), "point"), r.Elapsed.Round(1e6))
 	if len(r.Points) == 0 {
 		ew.printf("no points measured\n")
 		return ew.err
@@ -211,6 +212,13 @@ func lossDetail(p Point) string {
 		fmt.Fprintf(&b, ", %s %d", k, p.Drops[k])
 	}
 	return b.String()
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
 }
 
 func orDash(s string) string {
