@@ -56,12 +56,12 @@ type Controller struct {
 	channels   [MaxDoorbellChannels]*Channel
 
 	// mu guards the fields below and is the lock for state waits (cond).
-	mu       sync.Mutex
-	cond     *sync.Cond
-	pm       pmState
-	devState State // last state announced by the device
-	ee       ExecEnv
-	eeSeen   bool // a mission-mode EE event arrived since the last M0 request
+	mu        sync.Mutex
+	cond      *sync.Cond
+	pm        pmState
+	devState  State // last state announced by the device
+	ee        ExecEnv
+	eeSeen    bool // a mission-mode EE event arrived since the last M0 request
 	listeners []func(StatusEvent)
 
 	// procMu is held (read) while an event ring is processed and (write)

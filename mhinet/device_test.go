@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/ntb"
 	"github.com/gomhi/gomhi/mhinet/qmap"
@@ -93,24 +94,7 @@ type rig struct {
 
 func newRig(t *testing.T, cfg mhinet.Config) *rig {
 	t.Helper()
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close() })
-	if err := m.Controller.PowerUp(); err != nil {
-		t.Fatal(err)
-	}
-	rx := newCollector()
-	d, err := mhinet.New(m.Controller, cfg, rx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Up(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Down() })
-	return &rig{mock: m, dev: d, rx: rx}
+	return newIPRig(t, pcigeneric.DefaultModel, ep.IPDataConfig{}, cfg)
 }
 
 // pushDL makes the modem send one downlink transfer.
