@@ -45,7 +45,7 @@ func (c *Controller) sendCommand(t PacketType, ch uint8) error {
 		return err
 	}
 
-	timer := time.NewTimer(c.cfg.Timeout)
+	timer := time.NewTimer(c.Timeout())
 	defer timer.Stop()
 	select {
 	case code, ok := <-done:
@@ -58,7 +58,7 @@ func (c *Controller) sendCommand(t PacketType, ch uint8) error {
 		return nil
 	case <-timer.C:
 		cr.abort()
-		return fmt.Errorf("%s: %s channel %d: no completion within %v: %w", c.name, t, ch, c.cfg.Timeout, ErrTimeout)
+		return fmt.Errorf("%s: %s channel %d: no completion within %v: %w", c.name, t, ch, c.Timeout(), ErrTimeout)
 	}
 }
 

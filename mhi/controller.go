@@ -131,7 +131,11 @@ func NewController(t Transport, cfg ControllerConfig, opts Options) (*Controller
 func (c *Controller) Name() string { return c.name }
 
 // Config returns the controller's configuration.
-func (c *Controller) Config() ControllerConfig { return c.cfg }
+func (c *Controller) Config() ControllerConfig {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cfg
+}
 
 // Transport returns the transport the controller drives.
 func (c *Controller) Transport() Transport { return c.t }
@@ -237,6 +241,7 @@ type ControllerStats struct {
 	StaleCompletion atomic.Uint64
 	SysErrs         atomic.Uint64
 	Recoveries      atomic.Uint64
+	SoCResets       atomic.Uint64
 }
 
 // ControllerStatsSnapshot is a copy of ControllerStats at one moment.
@@ -256,6 +261,7 @@ type ControllerStatsSnapshot struct {
 	StaleCompletion uint64 `json:"stale_completion"`
 	SysErrs         uint64 `json:"sys_errs"`
 	Recoveries      uint64 `json:"recoveries"`
+	SoCResets       uint64 `json:"soc_resets"`
 }
 
 func (s *ControllerStats) snapshot() ControllerStatsSnapshot {
@@ -265,7 +271,7 @@ func (s *ControllerStats) snapshot() ControllerStatsSnapshot {
 		BadEventRingRP: s.BadEventRingRP.Load(), BadEventPtr: s.BadEventPtr.Load(),
 		UnknownChannel: s.UnknownChannel.Load(), BadCode: s.BadCode.Load(), LengthClamped: s.LengthClamped.Load(),
 		UnknownEvent: s.UnknownEvent.Load(), StaleCompletion: s.StaleCompletion.Load(),
-		SysErrs: s.SysErrs.Load(), Recoveries: s.Recoveries.Load(),
+		SysErrs: s.SysErrs.Load(), Recoveries: s.Recoveries.Load(), SoCResets: s.SoCResets.Load(),
 	}
 }
 

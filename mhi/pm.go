@@ -98,11 +98,11 @@ func (c *Controller) bringUp() error {
 	if err := c.rmw(RegMHICTRL, MHICTRLStateMask, uint32(StateM0)<<MHICTRLStateShift); err != nil {
 		return err
 	}
-	if err := c.waitFor("M0", c.cfg.Timeout, func() bool { return c.devState == StateM0 }); err != nil {
+	if err := c.waitFor("M0", c.Timeout(), func() bool { return c.devState == StateM0 }); err != nil {
 		return err
 	}
 	c.setPM(pmM0)
-	if err := c.waitFor("mission mode", c.cfg.Timeout, func() bool { return c.eeSeen }); err != nil {
+	if err := c.waitFor("mission mode", c.Timeout(), func() bool { return c.eeSeen }); err != nil {
 		return err
 	}
 	// Mission mode: re-read EXECENV as Linux does, then arm the hardware rings.
@@ -149,10 +149,10 @@ func (c *Controller) pollReg(off uint32, timeout time.Duration, done func(uint32
 }
 
 func (c *Controller) readyTimeout() time.Duration {
-	if c.cfg.ReadyTimeout > c.cfg.Timeout {
+	if c.cfg.ReadyTimeout > c.Timeout() {
 		return c.cfg.ReadyTimeout
 	}
-	return c.cfg.Timeout
+	return c.Timeout()
 }
 
 // waitReady waits for MHICTRL.RESET to clear and MHISTATUS.READY to be set.
@@ -175,7 +175,7 @@ func (c *Controller) resetDevice() error {
 	if err := c.rmw(RegMHICTRL, MHICTRLReset, MHICTRLReset); err != nil {
 		return err
 	}
-	to := c.cfg.Timeout
+	to := c.Timeout()
 	if v, err := c.pollReg(RegMHICTRL, to, func(v uint32) bool { return v&MHICTRLReset == 0 }); err != nil {
 		return fmt.Errorf("%s: device did not finish MHI reset within %v (MHICTRL=0x%x): %w", c.name, to, v, err)
 	}
@@ -199,7 +199,7 @@ func (c *Controller) Suspend() error {
 	if err := c.rmw(RegMHICTRL, MHICTRLStateMask, uint32(StateM3)<<MHICTRLStateShift); err != nil {
 		return err
 	}
-	return c.waitFor("M3", c.cfg.Timeout, func() bool { return c.devState == StateM3 })
+	return c.waitFor("M3", c.Timeout(), func() bool { return c.devState == StateM3 })
 }
 
 // Resume moves the device from M3 back to M0 and rings held-back doorbells.
@@ -223,7 +223,7 @@ func (c *Controller) Resume() error {
 	}
 	// pm becomes M0 before the M0 event is handled so held doorbells ring.
 	c.setPM(pmM0)
-	return c.waitFor("M0", c.cfg.Timeout, func() bool { return c.devState == StateM0 })
+	return c.waitFor("M0", c.Timeout(), func() bool { return c.devState == StateM0 })
 }
 
 // recoveryWorker recovers from SYS_ERR: it aborts every channel, resets the
@@ -339,4 +339,51 @@ func (c *Controller) shuttingDown() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.pm == pmShutdown
+}
+
+// SoCReset asks the device for a SoC reset (MHI_SOC_RESET_REQ) and recovers
+// from it as from SYS_ERR: channels are aborted, the device is brought back
+// to M0 and the channels clients had started are restarted. Listeners get
+// StatusSysErr, then StatusRecovered (or StatusRecoveryFailed). SoCReset
+// returns once the reset is requested; recovery runs in the background.
+func (c *Controller) SoCReset() error {
+	c.mu.Lock()
+	if c.pm != pmM0 && c.pm != pmM3 {
+		pm := c.pm
+		c.mu.Unlock()
+		return fmt.Errorf("%s: SoC reset in state %s: %w", c.name, pm, ErrWrongState)
+	}
+	c.pm = pmSysErr
+	c.mu.Unlock()
+	if err := c.write(RegSOCRESETREQ, SOCResetReqBit); err != nil {
+		return err
+	}
+	// Read back to flush the posted write, as Linux does.
+	if _, err := c.read(RegSOCRESETREQ); err != nil {
+		return err
+	}
+	c.stats.SoCResets.Add(1)
+	select {
+	case c.recoverCh <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Timeout returns the command and state-change timeout.
+func (c *Controller) Timeout() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cfg.Timeout
+}
+
+// SetTimeout changes the command and state-change timeout.
+func (c *Controller) SetTimeout(d time.Duration) error {
+	if d < time.Millisecond || d > 10*time.Minute {
+		return fmt.Errorf("%s: timeout %v outside 1ms..10m: %w", c.name, d, ErrConfig)
+	}
+	c.mu.Lock()
+	c.cfg.Timeout = d
+	c.mu.Unlock()
+	return nil
 }

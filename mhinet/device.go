@@ -145,7 +145,18 @@ func New(ctrl *mhi.Controller, cfg Config, rx Receiver) (*Device, error) {
 	if err := d.tx.init(d); err != nil {
 		return nil, err
 	}
+	ctrl.OnStatus(d.onStatus)
 	return d, nil
+}
+
+// onStatus follows the controller through SYS_ERR (or a SoC reset): every
+// posted buffer came back aborted, so after recovery, when the controller
+// has restarted the channels, the ring is filled again.
+func (d *Device) onStatus(ev mhi.StatusEvent) {
+	if ev.Kind == mhi.StatusRecovered && d.IsUp() {
+		d.c.recoveries.Add(1)
+		d.refillRing(true)
+	}
 }
 
 // Config returns the device's configuration (with the current MRU and MTU).

@@ -35,6 +35,7 @@ type counters struct {
 	rxAbortedBuffers    atomic.Uint64
 	txAggregatedPackets atomic.Uint64
 	rxStaleCompletion   atomic.Uint64
+	recoveries          atomic.Uint64
 }
 
 // Stats is a snapshot of a device's counters. Every packet the device took
@@ -61,6 +62,7 @@ type Stats struct {
 	RefillStarved uint64 `json:"refill_starved"`
 	Refills       uint64 `json:"refills"`
 	MRUChanges    uint64 `json:"mru_changes"`
+	Recoveries    uint64 `json:"recoveries"`
 
 	RxChainTooLong   uint64 `json:"rx_chain_too_long"`
 	RxChainAborted   uint64 `json:"rx_chain_aborted"`
@@ -99,6 +101,7 @@ func (c *counters) snapshot(s *Stats) {
 	s.TxTooLong, s.TxEmpty, s.TxBusy = c.txTooLong.Load(), c.txEmpty.Load(), c.txBusy.Load()
 	s.TxInFlightHigh = c.txInFlightHigh.Load()
 	s.MRUChanges = c.mruChanges.Load()
+	s.Recoveries = c.recoveries.Load()
 	s.RxDropped = s.RxChainTooLong + s.RxChainAborted + s.RxReassemblyBusy
 	s.RxErrors = s.RxEmpty + s.RxBadPacket
 	s.TxErrors = s.TxTooLong + s.TxEmpty
