@@ -1,0 +1,178 @@
+package sysfs
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhinet"
+)
+
+// Device is what the tree binds to one MHI device: its controller, its
+// network device (nil when none is up) and a model name.
+type Device struct {
+	Controller *mhi.Controller
+	Net        *mhinet.Device
+	Model      string
+}
+
+// TimeoutRange bounds timeout_ms.
+const (
+	MinTimeoutMs = 1
+	MaxTimeoutMs = 600000
+)
+
+// AddDevice adds devices/<name>/… for d: the device attributes, one
+// directory per channel under channels/, and the counters under stats/.
+func (t *Tree) AddDevice(name string, d Device) {
+	dir := t.Root.Mkdir("devices").Mkdir(name)
+	c := d.Controller
+	dir.Add(
+		StringAttr("state", "MHI state the device last announced (RESET, READY, M0, M3, SYS_ERR…)",
+			func() string { s, _ := c.State(); return s.String() }),
+		StringAttr("ee", "execution environment (PBL, SBL, AMSS…)",
+			func() string { _, ee := c.State(); return ee.String() }),
+		StringAttr("model", "modem model (device-table name)", func() string { return d.Model }),
+		StringAttr("serial_number", "BHI serial number", func() string {
+			info, err := c.ReadBHI()
+			if err != nil {
+				return "unknown"
+			}
+			return fmt.Sprintf("%d", info.SerialNumber)
+		}),
+		StringAttr("oem_pk_hash", "BHI OEM public-key hash, 16 words, as Linux prints it", func() string {
+			info, err := c.ReadBHI()
+			if err != nil {
+				return "unknown"
+			}
+			var b strings.Builder
+			for i, w := range info.OEMPKHash {
+				if i > 0 {
+					b.WriteByte('\n')
+				}
+				fmt.Fprintf(&b, "OEMPKHASH[%d]: 0x%x", i, w)
+			}
+			return b.String()
+		}),
+		UintAttr("timeout_ms", "command and state-change timeout in milliseconds",
+			func() uint64 { return uint64(c.Timeout().Milliseconds()) },
+			func(v uint64) error { return invalid(c.SetTimeout(time.Duration(v) * time.Millisecond)) },
+			MinTimeoutMs, MaxTimeoutMs),
+		ActionAttr("soc_reset", "write 1: SoC reset, then recovery to M0 with the channels restarted",
+			func() error { return busy(c.SoCReset()) }),
+	)
+	if n := d.Net; n != nil {
+		dir.Add(
+			UintAttr("mru", "receive buffer size of the data channel in bytes",
+				func() uint64 { return uint64(n.MRU()) },
+				func(v uint64) error { return invalid(n.SetMRU(int(v))) },
+				mhinet.MinMRU, mhinet.MaxMRU),
+			UintAttr("mtu", "largest packet the data channel transmits, in bytes",
+				func() uint64 { return uint64(n.MTU()) },
+				func(v uint64) error { return invalid(n.SetMTU(int(v))) },
+				mhinet.MinMTU, mhinet.MaxMTU),
+		)
+	}
+	chans := dir.Mkdir("channels")
+	for _, cc := range c.Config().Channels {
+		ch, err := c.Channel(cc.Num)
+		if err != nil {
+			continue
+		}
+		chans.Mkdir(fmt.Sprintf("%d_%s", cc.Num, cc.Name)).Add(channelAttrs(ch)...)
+	}
+	stats := dir.Mkdir("stats")
+	stats.Mkdir("mhi").Add(counterAttrs(func() any { return c.Stats() })...)
+	if n := d.Net; n != nil {
+		stats.Mkdir("net").Add(counterAttrs(func() any { return n.Stats() })...)
+	}
+}
+
+// RemoveDevice removes devices/<name>.
+func (t *Tree) RemoveDevice(name string) {
+	t.Root.Mkdir("devices").Remove(name)
+}
+
+func channelAttrs(ch *mhi.Channel) []*Attr {
+	st := func(f func(mhi.ChannelStatus) string) func() string {
+		return func() string { return f(ch.Status()) }
+	}
+	hex := func(f func(mhi.ChannelStatus) uint64) func() string {
+		return func() string { return fmt.Sprintf("0x%x", f(ch.Status())) }
+	}
+	num := func(f func(mhi.ChannelStatus) uint64) func() uint64 {
+		return func() uint64 { return f(ch.Status()) }
+	}
+	s := ch.Stats()
+	return []*Attr{
+		StringAttr("state", "host view of the channel state", st(func(c mhi.ChannelStatus) string { return c.State })),
+		StringAttr("ctx_state", "channel state in the context (device view)", st(func(c mhi.ChannelStatus) string { return c.CtxState })),
+		StringAttr("dir", "UL or DL", st(func(c mhi.ChannelStatus) string { return c.Dir })),
+		UintAttr("elements", "transfer ring size", num(func(c mhi.ChannelStatus) uint64 { return uint64(c.Elements) }), nil, 0, 0),
+		UintAttr("event_ring", "event ring of the completions", num(func(c mhi.ChannelStatus) uint64 { return uint64(c.EventRing) }), nil, 0, 0),
+		StringAttr("ring_base", "IOVA of the transfer ring", hex(func(c mhi.ChannelStatus) uint64 { return c.RingBase })),
+		StringAttr("host_rp", "host read pointer", hex(func(c mhi.ChannelStatus) uint64 { return c.HostRP })),
+		StringAttr("host_wp", "host write pointer", hex(func(c mhi.ChannelStatus) uint64 { return c.HostWP })),
+		StringAttr("ctx_rp", "context read pointer (written by the device)", hex(func(c mhi.ChannelStatus) uint64 { return c.CtxRP })),
+		StringAttr("ctx_wp", "context write pointer", hex(func(c mhi.ChannelStatus) uint64 { return c.CtxWP })),
+		UintAttr("pending", "queued, not completed elements", num(func(c mhi.ChannelStatus) uint64 { return uint64(c.Pending) }), nil, 0, 0),
+		UintAttr("queued", "elements queued", s.Queued.Load, nil, 0, 0),
+		UintAttr("completed", "elements completed", s.Completed.Load, nil, 0, 0),
+		UintAttr("bytes", "bytes completed", s.Bytes.Load, nil, 0, 0),
+		UintAttr("overflows", "OVERFLOW completions", s.Overflows.Load, nil, 0, 0),
+		UintAttr("aborted", "elements returned unused (reset, SYS_ERR)", s.Aborted.Load, nil, 0, 0),
+		UintAttr("doorbells", "doorbells rung", s.Doorbells.Load, nil, 0, 0),
+		UintAttr("db_mode_events", "OOB/DB_MODE completions", s.DBModes.Load, nil, 0, 0),
+		UintAttr("bad_events", "events the host rejected", s.BadEvents.Load, nil, 0, 0),
+	}
+}
+
+// counterAttrs makes one read-only Uint attribute per integer field of the
+// struct snapshot() returns, named by the field's JSON name.
+func counterAttrs(snapshot func() any) []*Attr {
+	var out []*Attr
+	typ := reflect.TypeOf(snapshot())
+	for i := 0; i < typ.NumField(); i++ {
+		f := typ.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		switch f.Type.Kind() {
+		case reflect.Uint64, reflect.Int:
+		default:
+			continue
+		}
+		idx := i
+		out = append(out, UintAttr(name, "counter "+f.Name, func() uint64 {
+			v := reflect.ValueOf(snapshot()).Field(idx)
+			if v.Kind() == reflect.Int {
+				return uint64(max(v.Int(), 0))
+			}
+			return v.Uint()
+		}, nil, 0, 0))
+	}
+	return out
+}
+
+// invalid wraps a validation error from the data path as ErrInvalid.
+func invalid(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, mhinet.ErrInvalidMRU) || errors.Is(err, mhinet.ErrInvalidMTU) || errors.Is(err, mhi.ErrConfig) {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return fmt.Errorf("%w: %w", ErrBusy, err)
+}
+
+// busy wraps a state error as ErrBusy.
+func busy(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrBusy, err)
+}
