@@ -8,7 +8,7 @@ BIN     := bin/mhictl
 # Native Go fuzz targets, each run briefly by `make test` (FUZZTIME each).
 FUZZTIME ?= 4s
 FUZZ_TARGETS := ./mhinet/ntb:FuzzParseNTB ./mhinet/ntb:FuzzRoundTripNTB \
-	./mhinet/qmap:FuzzParseQMAP ./mhinet/qmap:FuzzRoundTripQMAP
+	./mhinet/qmap:FuzzParseQMAP ./mhinet/qmap:FuzzRoundTripQMAP ./mhi/ep:FuzzAnswer
 
 all: build
 

@@ -60,7 +60,8 @@ type genRun struct {
 // looped packets. When the host posts no downlink buffers the generator
 // waits: it slows down, it never drops. Uplink packets received meanwhile
 // are consumed and counted as DroppedSunk. The function returns to
-// ModeLoopback when the run ends (all sent, StopGenerator, device closed).
+// the mode it had before (loopback or responder) when the run ends (all
+// sent, StopGenerator, device closed).
 func (f *IPData) StartGenerator(cfg GeneratorConfig) error {
 	p := f.pipe.Load()
 	if p == nil {
@@ -199,7 +200,7 @@ func (f *IPData) GeneratorSent() uint64 {
 func (f *IPData) runGenerator(ctx context.Context, p *Pipe, g *genRun) {
 	defer close(g.done)
 	defer g.cancel()
-	defer f.mode.Store(uint32(ModeLoopback))
+	defer func() { f.mode.Store(f.idleMode.Load()) }()
 	cfg := g.cfg
 	maxSize := 0
 	for _, n := range cfg.Sizes {

@@ -72,6 +72,11 @@ const (
 	// ModeGenerator sends generated packets on the downlink; uplink
 	// packets are consumed and counted (DroppedSunk).
 	ModeGenerator
+	// ModeResponder answers, as a modem's network would: every ICMP and
+	// ICMPv6 echo request gets its echo reply, every UDP datagram to port
+	// EchoPort comes back with addresses and ports swapped, whatever the
+	// destination address; other packets are counted (DroppedNotAnswered).
+	ModeResponder
 )
 
 // String returns "loopback" or "generator".
@@ -81,6 +86,8 @@ func (m Mode) String() string {
 		return "loopback"
 	case ModeGenerator:
 		return "generator"
+	case ModeResponder:
+		return "responder"
 	}
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
@@ -119,6 +126,9 @@ type IPDataConfig struct {
 	// NoIdleFlush keeps a partly filled aggregate open when the uplink
 	// goes idle; it then leaves on size, count or the timer only.
 	NoIdleFlush bool
+	// Responder starts the function in ModeResponder instead of
+	// ModeLoopback.
+	Responder bool
 }
 
 // IPData is the Function of an IP data channel pair (IP_HW0 or
@@ -131,9 +141,11 @@ type IPDataConfig struct {
 // next packet does not fit MaxAggregate, when the uplink goes idle, or
 // when the flush timer expires. All methods are safe for concurrent use.
 type IPData struct {
-	cfg  IPDataConfig
-	pipe atomic.Pointer[Pipe]
-	mode atomic.Uint32
+	cfg      IPDataConfig
+	pipe     atomic.Pointer[Pipe]
+	mode     atomic.Uint32
+	idleMode atomic.Uint32 // the mode to return to after a generator run
+	reply    []byte        // responder scratch (the uplink worker's only)
 
 	// mu guards the open aggregate.
 	mu       sync.Mutex
@@ -167,6 +179,7 @@ type ipCounters struct {
 	flushFull, flushSize, flushIdle, flushTimer  atomic.Uint64
 	droppedSunk, droppedAborted, droppedTooLarge atomic.Uint64
 	droppedEmpty, droppedReset                   atomic.Uint64
+	droppedNotAnswered, answered                 atomic.Uint64
 }
 
 // IPDataStats is a snapshot of an IPData's counters. Conservation: every
@@ -198,6 +211,10 @@ type IPDataStats struct {
 	DroppedTooLarge uint64 // packets that do not fit an empty aggregate
 	DroppedEmpty    uint64 // empty uplink transfers (FormatRaw or UplinkRaw)
 	DroppedReset    uint64 // packets of an aggregate whose queue an MHI reset dropped
+	// DroppedNotAnswered counts uplink packets ModeResponder does not
+	// answer; Answered those it does (the answers go out as DLPackets).
+	DroppedNotAnswered uint64
+	Answered           uint64
 
 	// NTB is the uplink NTB parser's counters, malformation reasons
 	// included (see ntb.Reasons).
@@ -208,7 +225,7 @@ type IPDataStats struct {
 
 // Dropped returns the packets dropped for any reason.
 func (s IPDataStats) Dropped() uint64 {
-	return s.DroppedSunk + s.DroppedAborted + s.DroppedTooLarge + s.DroppedEmpty + s.DroppedReset
+	return s.DroppedSunk + s.DroppedAborted + s.DroppedTooLarge + s.DroppedEmpty + s.DroppedReset + s.DroppedNotAnswered
 }
 
 // DeaggErrors returns the malformations the uplink parsers counted.
@@ -250,6 +267,10 @@ func NewIPData(cfg IPDataConfig) (*IPData, error) {
 		return bad("MaxDatagrams %d, MaxAggregate %d (want ≥ 1 and 1…%d)", cfg.MaxDatagrams, cfg.MaxAggregate, MaxIPAggregate)
 	}
 	f := &IPData{cfg: cfg}
+	if cfg.Responder {
+		f.mode.Store(uint32(ModeResponder))
+		f.idleMode.Store(uint32(ModeResponder))
+	}
 	switch cfg.Format {
 	case FormatNTB16, FormatNTB32:
 		nc := ntb.Config{Format: ntb.NTB16, Session: cfg.Session, MaxDatagrams: cfg.MaxDatagrams,
@@ -300,24 +321,26 @@ func (f *IPData) Mode() Mode { return Mode(f.mode.Load()) }
 func (f *IPData) Stats() IPDataStats {
 	c := &f.st
 	s := IPDataStats{
-		ULTransfers:     c.ulTransfers.Load(),
-		ULBytes:         c.ulBytes.Load(),
-		ULPackets:       c.ulPackets.Load(),
-		ULMalformed:     c.ulMalformed.Load(),
-		GenPackets:      c.genPackets.Load(),
-		DLAggregates:    c.dlAggregates.Load(),
-		DLPackets:       c.dlPackets.Load(),
-		DLBytes:         c.dlBytes.Load(),
-		Pending:         uint64(max(c.pending.Load(), 0)),
-		FlushFull:       c.flushFull.Load(),
-		FlushSize:       c.flushSize.Load(),
-		FlushIdle:       c.flushIdle.Load(),
-		FlushTimer:      c.flushTimer.Load(),
-		DroppedSunk:     c.droppedSunk.Load(),
-		DroppedAborted:  c.droppedAborted.Load(),
-		DroppedTooLarge: c.droppedTooLarge.Load(),
-		DroppedEmpty:    c.droppedEmpty.Load(),
-		DroppedReset:    c.droppedReset.Load(),
+		ULTransfers:        c.ulTransfers.Load(),
+		ULBytes:            c.ulBytes.Load(),
+		ULPackets:          c.ulPackets.Load(),
+		ULMalformed:        c.ulMalformed.Load(),
+		GenPackets:         c.genPackets.Load(),
+		DLAggregates:       c.dlAggregates.Load(),
+		DLPackets:          c.dlPackets.Load(),
+		DLBytes:            c.dlBytes.Load(),
+		Pending:            uint64(max(c.pending.Load(), 0)),
+		FlushFull:          c.flushFull.Load(),
+		FlushSize:          c.flushSize.Load(),
+		FlushIdle:          c.flushIdle.Load(),
+		FlushTimer:         c.flushTimer.Load(),
+		DroppedSunk:        c.droppedSunk.Load(),
+		DroppedAborted:     c.droppedAborted.Load(),
+		DroppedTooLarge:    c.droppedTooLarge.Load(),
+		DroppedEmpty:       c.droppedEmpty.Load(),
+		DroppedReset:       c.droppedReset.Load(),
+		DroppedNotAnswered: c.droppedNotAnswered.Load(),
+		Answered:           c.answered.Load(),
 	}
 	f.statMu.Lock()
 	s.NTB, s.QMAP = f.ntbSnap, f.qmapSnap
@@ -332,6 +355,7 @@ type ulReceive struct {
 	ctx     context.Context
 	p       *Pipe
 	sink    bool
+	respond bool
 	taken   int   // packets accounted for
 	aborted bool  // ctx ended while waiting for downlink room
 	err     error // why
@@ -352,6 +376,19 @@ func (r *ulReceive) packet(pkt []byte) {
 		f.st.ulPackets.Add(1)
 		f.st.droppedSunk.Add(1)
 		return
+	case r.respond:
+		if f.reply == nil {
+			f.reply = make([]byte, 1<<16)
+		}
+		n, ok := answer(f.reply, pkt)
+		if !ok {
+			r.taken++
+			f.st.ulPackets.Add(1)
+			f.st.droppedNotAnswered.Add(1)
+			return
+		}
+		pkt = f.reply[:n]
+		f.st.answered.Add(1)
 	}
 	if err := f.add(r.ctx, r.p, pkt); err != nil {
 		r.aborted, r.err = true, err
@@ -372,7 +409,8 @@ func (r *ulReceive) packet(pkt []byte) {
 // channel stops before the first packet found room, the transfer is left
 // for redelivery; after that, the rest of it is counted as DroppedAborted.
 func (f *IPData) Receive(ctx context.Context, p *Pipe, transfer []byte) error {
-	r := ulReceive{f: f, ctx: ctx, p: p, sink: f.Mode() == ModeGenerator}
+	mode := f.Mode()
+	r := ulReceive{f: f, ctx: ctx, p: p, sink: mode == ModeGenerator, respond: mode == ModeResponder}
 	var parseErr error
 	switch {
 	case f.cfg.UplinkRaw || f.cfg.Format == FormatRaw:
