@@ -17,6 +17,9 @@ type Device struct {
 	Controller *mhi.Controller
 	Net        *mhinet.Device
 	Model      string
+	// SetMTU, if set, applies MTU writes instead of Net.SetMTU (a TUN
+	// bridge sets the interface's MTU and the device's together).
+	SetMTU func(int) error
 }
 
 // TimeoutRange bounds timeout_ms.
@@ -72,7 +75,12 @@ func (t *Tree) AddDevice(name string, d Device) {
 				mhinet.MinMRU, mhinet.MaxMRU),
 			UintAttr("mtu", "largest packet the data channel transmits, in bytes",
 				func() uint64 { return uint64(n.MTU()) },
-				func(v uint64) error { return invalid(n.SetMTU(int(v))) },
+				func(v uint64) error {
+					if d.SetMTU != nil {
+						return invalid(d.SetMTU(int(v)))
+					}
+					return invalid(n.SetMTU(int(v)))
+				},
 				mhinet.MinMTU, mhinet.MaxMTU),
 		)
 	}

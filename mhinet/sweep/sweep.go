@@ -198,8 +198,8 @@ func (o *Options) defaults() error {
 	return nil
 }
 
-// deviceFormat returns the mock modem's framing for a host format.
-func deviceFormat(f mhinet.Format) ep.Format {
+// ModemFormat returns the mock modem's framing that matches a host format.
+func ModemFormat(f mhinet.Format) ep.Format {
 	switch f {
 	case mhinet.FormatMBIM:
 		return ep.FormatNTB16
@@ -238,7 +238,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	maxSize := slices.Max(o.Sizes)
 	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{
 		Model: o.Model, Logger: o.Logger,
-		IPData: ep.IPDataConfig{Format: deviceFormat(o.Format), MaxDatagrams: o.MaxDatagrams, MaxAggregate: o.MaxAggregate},
+		IPData: ep.IPDataConfig{Format: ModemFormat(o.Format), MaxDatagrams: o.MaxDatagrams, MaxAggregate: o.MaxAggregate},
 	})
 	if err != nil {
 		return rep, err

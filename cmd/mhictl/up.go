@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/mhinet/sweep"
+	"github.com/gomhi/gomhi/mhinet/tun"
+	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/sysfs"
+	"github.com/gomhi/gomhi/sysfs/fusefs"
+	"github.com/gomhi/gomhi/sysfs/genl"
+)
+
+// upFlags are the flags of `mhictl up`.
+type upFlags struct {
+	name, mount, tunName, tunAddr, metrics, format, modemMode string
+	port                                                      uint32
+	mru                                                       int
+}
+
+func newUpCmd(g *globalFlags) *cobra.Command {
+	f := &upFlags{}
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run the stack in the foreground: modem, network device, control plane (netlink, FUSE), optional TUN",
+		Long: `Runs in the foreground until SIGINT or SIGTERM, then removes what it made
+(FUSE mount, TUN interface) and exits. By default the modem is the embedded
+mock (--model picks which real modem it impersonates); its IP data channel
+answers pings and UDP echo (port 7) as a modem's network would
+(--modem-mode responder), or loops every packet back (loopback).
+
+The control plane is the generic-netlink family "mhi" (used by set-mru,
+set-mtu, get and stats) and, with --mount, the attribute tree as files.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runUp(ctx, cmd, g, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.name, "name", "mhi0", "device name in the attribute tree and netlink")
+	fl.StringVar(&f.mount, "mount", "", "serve the attribute tree as a FUSE file tree at DIR (needs root)")
+	fl.StringVar(&f.tunName, "tun", "", "create a TUN interface NAME for the data channel (needs root)")
+	fl.StringVar(&f.tunAddr, "tun-addr", "198.18.0.1/24", "address of the TUN interface")
+	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9464)")
+	fl.StringVar(&f.format, "format", "", "data channel framing: raw, mbim or qmap (default: mbim on IP_HW0_MBIM, raw on IP_HW0)")
+	fl.StringVar(&f.modemMode, "modem-mode", "responder", "what the mock modem does with uplink packets: responder or loopback")
+	fl.Uint32Var(&f.port, "netlink-port", genl.DefaultPort, "netlink port of the control plane")
+	fl.IntVar(&f.mru, "mru", 0, "initial MRU (default: the model's MRU default, or 32768)")
+	return cmd
+}
+
+// upLog writes one line per step to stderr.
+type upLog struct{ cmd *cobra.Command }
+
+func (u upLog) printf(format string, args ...any) {
+	fmt.Fprintf(u.cmd.ErrOrStderr(), "mhictl up: "+format+"\n", args...)
+}
+
+func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) (err error) {
+	out := upLog{cmd}
+	log, err := g.logger()
+	if err != nil {
+		return err
+	}
+	var prefix netip.Prefix
+	if f.tunName != "" {
+		if prefix, err = netip.ParsePrefix(f.tunAddr); err != nil {
+			return fmt.Errorf("--tun-addr %q: %w", f.tunAddr, err)
+		}
+	}
+	responder := false
+	switch f.modemMode {
+	case "responder":
+		responder = true
+	case "loopback":
+	default:
+		return fmt.Errorf("--modem-mode %q: want responder or loopback", f.modemMode)
+	}
+	info, ok := pcigeneric.Model(g.model)
+	if !ok {
+		return fmt.Errorf("--model %q: %w (see 'mhictl models')", g.model, pcigeneric.ErrUnknownModel)
+	}
+	pair := pcigeneric.DataPair(info.Config)
+	if pair == "" {
+		return fmt.Errorf("model %s has no IP data channel", info.Name)
+	}
+	format := mhinet.FormatRawIP
+	if pair == ep.IPDataMBIMName {
+		format = mhinet.FormatMBIM
+	}
+	if f.format != "" {
+		if format, err = mhinet.ParseFormat(f.format); err != nil {
+			return fmt.Errorf("--format: %w", err)
+		}
+	}
+	mru := f.mru
+	if mru == 0 {
+		mru = info.MRUDefault
+	}
+	if mru == 0 {
+		mru = mhinet.DefaultMRU
+	}
+	if err := mhinet.ValidateMRU(mru); err != nil {
+		return fmt.Errorf("--mru: %w", err)
+	}
+
+	// Everything made is undone in reverse order, whatever happens.
+	var undo []func()
+	defer func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}()
+
+	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{
+		Model: info.Name, Name: f.name, Logger: log,
+		IPData: ep.IPDataConfig{Format: sweep.ModemFormat(format), Responder: responder},
+	})
+	if err != nil {
+		return err
+	}
+	undo = append(undo, func() { _ = m.Close() })
+	if err := m.Controller.PowerUp(); err != nil {
+		return err
+	}
+	st, ee := m.Controller.State()
+	out.printf("%s: %s (%s) in %s, EE %s", f.name, info.Name, pair, st, ee)
+
+	devCfg := mhinet.Config{Pair: pair, Format: format, MRU: mru, Logger: log}
+	var net_ *mhinet.Device
+	var bridge *tun.Bridge
+	var setMTU func(int) error
+	if f.tunName != "" {
+		ifc, err := tun.Open(f.tunName)
+		if err != nil {
+			return err
+		}
+		undo = append(undo, func() {
+			if err := ifc.Close(); err != nil {
+				out.printf("removing %s: %v", ifc.Name(), err)
+			}
+		})
+		mtu := mhinet.DefaultMTU
+		if err := ifc.Configure(tun.Config{MTU: mtu, Up: true, Addrs: []netip.Prefix{prefix}}); err != nil {
+			return err
+		}
+		bridge, net_, err = tun.Connect(ifc, m.Controller, devCfg, tun.BridgeConfig{Logger: log})
+		if err != nil {
+			return err
+		}
+		setMTU = bridge.SetMTU
+		out.printf("interface %s up, %s, mtu %d", ifc.Name(), prefix, mtu)
+	} else {
+		net_, err = mhinet.New(m.Controller, devCfg, mhinet.ReceiverFunc(discard))
+		if err != nil {
+			return err
+		}
+	}
+	if err := net_.Up(); err != nil {
+		return err
+	}
+	undo = append(undo, func() { _ = net_.Down() })
+	if bridge != nil {
+		bctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := bridge.Run(bctx); err != nil && !errors.Is(err, context.Canceled) {
+				out.printf("bridge: %v", err)
+			}
+		}()
+		undo = append(undo, func() { cancel(); <-done })
+	}
+	out.printf("data channel %s: %s framing, MRU %d, modem %s", pair, format, mru, f.modemMode)
+
+	tree := sysfs.NewTree()
+	tree.AddDevice(f.name, sysfs.Device{Controller: m.Controller, Net: net_, Model: info.Name, SetMTU: setMTU})
+
+	srv, err := genl.NewServer(tree, genl.ServerOptions{Port: f.port, Logger: log})
+	if err != nil {
+		return err
+	}
+	sctx, scancel := context.WithCancel(ctx)
+	sdone := make(chan struct{})
+	go func() {
+		defer close(sdone)
+		if err := srv.Serve(sctx); err != nil {
+			out.printf("netlink: %v", err)
+		}
+	}()
+	undo = append(undo, func() { scancel(); _ = srv.Close(); <-sdone })
+	out.printf("netlink family %q on port 0x%x", genl.FamilyName, srv.Port())
+
+	if f.mount != "" {
+		if err := fusefs.CleanupStale(f.mount); err != nil {
+			return err
+		}
+		fs, err := fusefs.Mount(f.mount, tree, fusefs.Options{Logger: log})
+		if err != nil {
+			return err
+		}
+		undo = append(undo, func() {
+			if err := fs.Close(); err != nil {
+				out.printf("unmounting %s: %v", f.mount, err)
+			}
+		})
+		out.printf("attribute tree mounted at %s", fs.Dir())
+	}
+
+	if f.metrics != "" {
+		ln, err := net.Listen("tcp", f.metrics)
+		if err != nil {
+			return fmt.Errorf("--metrics: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", tree.MetricsHandler())
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = hs.Serve(ln) }()
+		undo = append(undo, func() {
+			sd, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = hs.Shutdown(sd)
+		})
+		out.printf("metrics at http://%s/metrics", ln.Addr())
+	}
+
+	out.printf("ready (SIGINT or SIGTERM to stop)")
+	<-ctx.Done()
+	out.printf("stopping")
+	return nil
+}
+
+// discard is the receiver of a device without an interface: packets are
+// counted by the device (rx_packets) and released.
+func discard(pkts []mhinet.Packet) {
+	for _, p := range pkts {
+		p.Release()
+	}
+}

@@ -1,0 +1,407 @@
+package tun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhinet"
+)
+
+// Bridge defaults.
+const (
+	// DefaultBatch is the most packets per TUN read and Transmit call.
+	DefaultBatch = 64
+	// DefaultBufSize is the size of each read buffer: any IP packet fits.
+	DefaultBufSize = 65535
+	// DefaultBusyTimeout is how long Run retries a busy uplink without
+	// progress before it drops the packets it holds.
+	DefaultBusyTimeout = 100 * time.Millisecond
+)
+
+// BridgeConfig configures a Bridge. The zero value is usable.
+type BridgeConfig struct {
+	// Batch is the most packets one TUN read takes and one Transmit call
+	// gets (default DefaultBatch).
+	Batch int
+	// BufSize is the size of each read buffer (default DefaultBufSize, so
+	// any MTU fits).
+	BufSize int
+	// BusyTimeout is how long Run retries packets the device refuses with
+	// mhinet.ErrBusy without any progress before it drops them (counted
+	// in DropBusy). Default DefaultBusyTimeout.
+	BusyTimeout time.Duration
+	// IPv4Only drops IPv6 packets read from the TUN (counted in DropIPv6),
+	// for a link that should carry IPv4 alone. Packets that are neither
+	// IPv4 nor IPv6 are always dropped (DropNotIP).
+	IPv4Only bool
+	// Logger receives the bridge's logs (nil: discard).
+	Logger *slog.Logger
+}
+
+// Bridge moves packets between a TUN Device and an mhinet.Device: Run
+// reads the TUN and transmits on the uplink; Receive (the Bridge is the
+// device's Receiver) writes what the downlink delivers to the TUN.
+//
+// Construction: b := NewBridge(tun, cfg); dev, _ := mhinet.New(ctrl,
+// devCfg, b); b.Attach(dev) — or Connect, which does the three. Run's
+// read buffers are reused once Transmit returns, which relies on Transmit
+// copying the packets (it does). Methods are safe for concurrent use.
+type Bridge struct {
+	tun Device
+	cfg BridgeConfig
+	log *slog.Logger
+
+	dev     atomic.Pointer[mhinet.Device]
+	tx      atomic.Pointer[transmitter] // dev's Transmit (replaced in tests)
+	running atomic.Bool
+	mtuMu   sync.Mutex
+
+	rxMu   sync.Mutex
+	rxBufs [][]byte
+
+	c bridgeCounters
+}
+
+var _ mhinet.Receiver = (*Bridge)(nil)
+
+// transmitter is the uplink side of an mhinet.Device.
+type transmitter interface {
+	Transmit(pkts [][]byte) (int, error)
+}
+
+type bridgeCounters struct {
+	upPackets, upBytes     atomic.Uint64
+	upReads                atomic.Uint64
+	downPackets, downBytes atomic.Uint64
+	busyRetries            atomic.Uint64
+	dropBusy, dropDown     atomic.Uint64
+	dropTxError            atomic.Uint64
+	dropNotIP, dropIPv6    atomic.Uint64
+	dropTooBig             atomic.Uint64
+	writeErrors            atomic.Uint64
+}
+
+// BridgeStats is a snapshot of a Bridge's counters. Uplink is TUN →
+// device, downlink is device → TUN. Every packet read from the TUN is in
+// UplinkPackets or in one Drop counter; every packet the device delivers
+// is in DownlinkPackets or WriteErrors.
+type BridgeStats struct {
+	// UplinkPackets and UplinkBytes count packets read from the TUN and
+	// taken by mhinet.Device.Transmit (which itself counts the ones it
+	// rejects: TxTooLong, TxEmpty).
+	UplinkPackets uint64 `json:"uplink_packets"`
+	UplinkBytes   uint64 `json:"uplink_bytes"`
+	// UplinkReads counts TUN reads that returned packets (batches).
+	UplinkReads uint64 `json:"uplink_reads"`
+	// DownlinkPackets and DownlinkBytes count packets written to the TUN.
+	DownlinkPackets uint64 `json:"downlink_packets"`
+	DownlinkBytes   uint64 `json:"downlink_bytes"`
+	// BusyRetries counts Transmit calls repeated after mhinet.ErrBusy.
+	BusyRetries uint64 `json:"busy_retries"`
+	// DropBusy: uplink packets dropped after BusyTimeout of ErrBusy.
+	DropBusy uint64 `json:"drop_busy"`
+	// DropDown: uplink packets dropped because the device was down.
+	DropDown uint64 `json:"drop_down"`
+	// DropTxError: uplink packets dropped on another Transmit error.
+	DropTxError uint64 `json:"drop_tx_error"`
+	// DropNotIP: packets read from the TUN that are neither IPv4 nor IPv6.
+	DropNotIP uint64 `json:"drop_not_ip"`
+	// DropIPv6: IPv6 packets dropped with BridgeConfig.IPv4Only.
+	DropIPv6 uint64 `json:"drop_ipv6"`
+	// DropTooBig: packets larger than the read buffer.
+	DropTooBig uint64 `json:"drop_too_big"`
+	// WriteErrors: downlink packets the TUN write refused.
+	WriteErrors uint64 `json:"write_errors"`
+}
+
+// UplinkDropped sums the uplink drop counters.
+func (s BridgeStats) UplinkDropped() uint64 {
+	return s.DropBusy + s.DropDown + s.DropTxError + s.DropNotIP + s.DropIPv6 + s.DropTooBig
+}
+
+// NewBridge returns a Bridge on tun. Pass it as the Receiver to
+// mhinet.New, then Attach the device.
+func NewBridge(tun Device, cfg BridgeConfig) *Bridge {
+	if cfg.Batch <= 0 {
+		cfg.Batch = DefaultBatch
+	}
+	if cfg.BufSize <= 0 {
+		cfg.BufSize = DefaultBufSize
+	}
+	if cfg.BusyTimeout <= 0 {
+		cfg.BusyTimeout = DefaultBusyTimeout
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Bridge{tun: tun, cfg: cfg, log: log, rxBufs: make([][]byte, 0, 64)}
+}
+
+// Connect builds a bridge and its device in one go: NewBridge, mhinet.New
+// with the bridge as Receiver (devCfg.MTU, when zero, becomes the TUN's
+// MTU, capped at mhinet.MaxMTU), Attach. The device is down; call Up on
+// it, then Run the bridge.
+func Connect(tun Device, ctrl *mhi.Controller, devCfg mhinet.Config, cfg BridgeConfig) (*Bridge, *mhinet.Device, error) {
+	b := NewBridge(tun, cfg)
+	if devCfg.MTU == 0 {
+		devCfg.MTU = min(tun.MTU(), mhinet.MaxMTU)
+	}
+	dev, err := mhinet.New(ctrl, devCfg, b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tun: bridge: %w", err)
+	}
+	b.Attach(dev)
+	return b, dev, nil
+}
+
+// Attach sets the device Run transmits on. It must be the device built
+// with b as its Receiver.
+func (b *Bridge) Attach(dev *mhinet.Device) {
+	var tx transmitter = dev
+	b.tx.Store(&tx)
+	b.dev.Store(dev)
+}
+
+// Device returns the attached device (nil before Attach).
+func (b *Bridge) Device() *mhinet.Device { return b.dev.Load() }
+
+// TUN returns the bridge's TUN side.
+func (b *Bridge) TUN() Device { return b.tun }
+
+// Run moves packets from the TUN to the device until ctx is done (it
+// returns ctx.Err()) or the TUN fails (it returns the error; ErrClosed
+// once the TUN is closed). Each read batch goes to one Transmit call; when
+// the device answers ErrBusy the rest is retried with a short backoff and
+// dropped, counted, after BusyTimeout without progress. One Run at a time.
+func (b *Bridge) Run(ctx context.Context) error {
+	txp := b.tx.Load()
+	if txp == nil {
+		return ErrNotAttached
+	}
+	tx := *txp
+	if !b.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer b.running.Store(false)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// A cancelled context ends a pending read through the deadline; a
+	// previous Run's cancellation may have left one in the past.
+	if err := b.tun.SetReadDeadline(time.Time{}); err != nil {
+		return fmt.Errorf("tun: bridge: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = b.tun.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	slab := make([]byte, b.cfg.Batch*b.cfg.BufSize)
+	bufs := make([][]byte, b.cfg.Batch)
+	for i := range bufs {
+		bufs[i] = slab[i*b.cfg.BufSize : (i+1)*b.cfg.BufSize : (i+1)*b.cfg.BufSize]
+	}
+	sizes := make([]int, b.cfg.Batch)
+	pkts := make([][]byte, 0, b.cfg.Batch)
+	for {
+		n, err := b.tun.Read(bufs, sizes)
+		if n > 0 {
+			b.c.upReads.Add(1)
+			pkts = b.filter(bufs[:n], sizes[:n], pkts[:0])
+			b.transmit(ctx, tx, pkts)
+		}
+		if err != nil {
+			switch {
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case errors.Is(err, ErrTooBig):
+				b.c.dropTooBig.Add(1)
+				continue
+			}
+			return fmt.Errorf("tun: bridge: %w", err)
+		}
+	}
+}
+
+// filter keeps the IP packets of a read batch (and drops IPv6 with
+// IPv4Only), appending them to out.
+func (b *Bridge) filter(bufs [][]byte, sizes []int, out [][]byte) [][]byte {
+	for i, buf := range bufs {
+		p := buf[:sizes[i]]
+		v := byte(0)
+		if len(p) > 0 {
+			v = p[0] >> 4
+		}
+		switch {
+		case v == 4:
+		case v == 6 && b.cfg.IPv4Only:
+			b.c.dropIPv6.Add(1)
+			continue
+		case v == 6:
+		default:
+			b.c.dropNotIP.Add(1)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// transmit hands pkts to the device, retrying on ErrBusy.
+func (b *Bridge) transmit(ctx context.Context, dev transmitter, pkts [][]byte) {
+	var since time.Time // start of the current stretch without progress
+	retries := 0
+	for len(pkts) > 0 {
+		n, err := dev.Transmit(pkts)
+		if n > 0 {
+			bytes := 0
+			for _, p := range pkts[:n] {
+				bytes += len(p)
+			}
+			b.c.upPackets.Add(uint64(n))
+			b.c.upBytes.Add(uint64(bytes))
+			pkts = pkts[n:]
+			since, retries = time.Time{}, 0
+		}
+		switch {
+		case err == nil:
+			return
+		case errors.Is(err, mhinet.ErrBusy):
+			if len(pkts) == 0 {
+				return
+			}
+			now := time.Now()
+			if since.IsZero() {
+				since = now
+			}
+			if now.Sub(since) >= b.cfg.BusyTimeout || ctx.Err() != nil {
+				b.c.dropBusy.Add(uint64(len(pkts)))
+				b.log.Warn("uplink busy: packets dropped", "packets", len(pkts), "busy_for", now.Sub(since))
+				return
+			}
+			b.c.busyRetries.Add(1)
+			backoff(retries)
+			retries++
+		case errors.Is(err, mhinet.ErrDown):
+			b.c.dropDown.Add(uint64(len(pkts)))
+			return
+		default:
+			b.c.dropTxError.Add(uint64(len(pkts)))
+			b.log.Warn("uplink transmit failed: packets dropped", "packets", len(pkts), "err", err)
+			return
+		}
+	}
+}
+
+// backoff waits before the retry-th retry of a busy transmit: a few
+// yields first (completions are usually microseconds away), then sleeps
+// growing to a millisecond.
+func backoff(retry int) {
+	if retry < 4 {
+		runtime.Gosched()
+		return
+	}
+	d := time.Duration(10<<min(retry-4, 7)) * time.Microsecond
+	time.Sleep(min(d, time.Millisecond))
+}
+
+// Receive writes the packets the device delivers to the TUN and releases
+// them. It implements mhinet.Receiver; failed writes are counted in
+// WriteErrors.
+func (b *Bridge) Receive(pkts []mhinet.Packet) {
+	b.rxMu.Lock()
+	all := b.rxBufs[:0]
+	for _, p := range pkts {
+		all = append(all, p.Data)
+	}
+	bufs := all
+	for len(bufs) > 0 {
+		n, err := b.tun.Write(bufs)
+		if n > 0 {
+			bytes := 0
+			for _, p := range bufs[:n] {
+				bytes += len(p)
+			}
+			b.c.downPackets.Add(uint64(n))
+			b.c.downBytes.Add(uint64(bytes))
+		}
+		if err == nil {
+			break
+		}
+		if errors.Is(err, ErrClosed) || errors.Is(err, os.ErrClosed) {
+			b.c.writeErrors.Add(uint64(len(bufs) - n))
+			break
+		}
+		b.c.writeErrors.Add(1)
+		b.log.Debug("TUN write failed", "err", err)
+		bufs = bufs[n+1:]
+	}
+	clear(all) // drop the references into receive buffers
+	b.rxBufs = all[:0]
+	b.rxMu.Unlock()
+	for _, p := range pkts {
+		p.Release()
+	}
+}
+
+// MTU returns the TUN's MTU.
+func (b *Bridge) MTU() int { return b.tun.MTU() }
+
+// SetMTU sets the MTU of the TUN and of the attached device (in the order
+// that keeps the TUN's MTU within the device's throughout), and restores
+// the first one if the second fails.
+func (b *Bridge) SetMTU(n int) error {
+	if err := mhinet.ValidateMTU(n); err != nil {
+		return fmt.Errorf("tun: bridge: %w", err)
+	}
+	b.mtuMu.Lock()
+	defer b.mtuMu.Unlock()
+	dev := b.dev.Load()
+	if dev == nil {
+		return b.tun.SetMTU(n)
+	}
+	oldTUN, oldDev := b.tun.MTU(), dev.MTU()
+	if n < oldTUN {
+		if err := b.tun.SetMTU(n); err != nil {
+			return err
+		}
+		if err := dev.SetMTU(n); err != nil {
+			return errors.Join(fmt.Errorf("tun: bridge: device MTU %d: %w", n, err), b.tun.SetMTU(oldTUN))
+		}
+		return nil
+	}
+	if err := dev.SetMTU(n); err != nil {
+		return fmt.Errorf("tun: bridge: device MTU %d: %w", n, err)
+	}
+	if err := b.tun.SetMTU(n); err != nil {
+		return errors.Join(err, dev.SetMTU(oldDev))
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the bridge's counters.
+func (b *Bridge) Stats() BridgeStats {
+	c := &b.c
+	return BridgeStats{
+		UplinkPackets:   c.upPackets.Load(),
+		UplinkBytes:     c.upBytes.Load(),
+		UplinkReads:     c.upReads.Load(),
+		DownlinkPackets: c.downPackets.Load(),
+		DownlinkBytes:   c.downBytes.Load(),
+		BusyRetries:     c.busyRetries.Load(),
+		DropBusy:        c.dropBusy.Load(),
+		DropDown:        c.dropDown.Load(),
+		DropTxError:     c.dropTxError.Load(),
+		DropNotIP:       c.dropNotIP.Load(),
+		DropIPv6:        c.dropIPv6.Load(),
+		DropTooBig:      c.dropTooBig.Load(),
+		WriteErrors:     c.writeErrors.Load(),
+	}
+}

@@ -1,0 +1,80 @@
+// Package tun joins an mhinet.Device to the host's IP stack: a Linux TUN
+// interface (Interface) configured through rtnetlink, an in-memory
+// stand-in over Go channels (ChannelTUN) for tests without root, and a
+// Bridge that moves packets between either of them and the device.
+//
+// Both TUN kinds implement Device, a batched packet interface in the style
+// of wireguard-go's tun.Device: the caller owns every buffer, Read fills
+// as many as are ready (at least one), Write sends a batch.
+package tun
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Device is a packet interface to a host IP stack: what the Bridge needs
+// from a TUN. Interface and ChannelTUN implement it.
+type Device interface {
+	// Read waits for at least one packet and fills bufs[i] with it and
+	// sizes[i] with its length, for as many packets as are available
+	// without waiting (at most min(len(bufs), len(sizes))). It returns the
+	// number of packets read; with an error, n packets were still read
+	// before it and are valid.
+	Read(bufs [][]byte, sizes []int) (n int, err error)
+	// Write sends each packet of bufs to the stack, in order. It returns
+	// the number written; on an error, bufs[n] is the packet that failed
+	// and the ones after it were not tried.
+	Write(bufs [][]byte) (n int, err error)
+	// MTU returns the interface's MTU.
+	MTU() int
+	// SetMTU changes the interface's MTU.
+	SetMTU(n int) error
+	// SetReadDeadline bounds pending and future Reads; the zero time
+	// removes the bound. A Read past it fails with os.ErrDeadlineExceeded.
+	SetReadDeadline(t time.Time) error
+	// Close releases the device; pending Reads return ErrClosed.
+	Close() error
+}
+
+// ErrNoTUN: /dev/net/tun is missing, or the caller may not use it (needs
+// root or CAP_NET_ADMIN, and the tun module).
+var ErrNoTUN = errors.New("tun: TUN unavailable")
+
+// ErrClosed: the device is closed.
+var ErrClosed = errors.New("tun: device closed")
+
+// ErrInvalidConfig: a name, MTU or address the interface cannot take.
+var ErrInvalidConfig = errors.New("tun: invalid configuration")
+
+// ErrNetlink: an rtnetlink request to configure the interface failed.
+var ErrNetlink = errors.New("tun: rtnetlink request failed")
+
+// ErrStillPresent: Close closed the TUN but the interface did not go away.
+var ErrStillPresent = errors.New("tun: interface still present after close")
+
+// ErrTooBig: a packet does not fit the buffer given to Read; it was
+// dropped.
+var ErrTooBig = errors.New("tun: packet larger than the read buffer")
+
+// ErrNotAttached: Bridge.Run before Bridge.Attach.
+var ErrNotAttached = errors.New("tun: bridge has no mhinet device attached")
+
+// ErrRunning: Bridge.Run while another Run is active.
+var ErrRunning = errors.New("tun: bridge already running")
+
+// MTU limits of a TUN interface.
+const (
+	// MinMTU is the smallest MTU (IPv4's minimum).
+	MinMTU = 68
+	// MaxMTU is the largest MTU the kernel takes for a TUN.
+	MaxMTU = 65535
+)
+
+func validateMTU(n int) error {
+	if n < MinMTU || n > MaxMTU {
+		return fmt.Errorf("%w: MTU %d, valid range %d..%d", ErrInvalidConfig, n, MinMTU, MaxMTU)
+	}
+	return nil
+}

@@ -1,0 +1,547 @@
+package genl
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mdlayher/genetlink"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Client errors. Every error a Client returns is an *Error that wraps one
+// of these (match with errors.Is) and, for errors the server sent, the
+// errno as a unix.Errno.
+var (
+	// ErrNoServer: nothing listens at the port (ECONNREFUSED), or what
+	// listens there does not serve the mhi family.
+	ErrNoServer = errors.New("no running mhi instance (start one with `mhictl up`)")
+	// ErrNoDevice: the server has no device of that name (ENODEV).
+	ErrNoDevice = errors.New("no such MHI device")
+	// ErrInvalid: the server rejected a value or the request (EINVAL,
+	// ERANGE); the error's Message says why.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrPermission: the request needs privileges the caller lacks (EPERM,
+	// EACCES).
+	ErrPermission = errors.New("permission denied: needs root or CAP_NET_ADMIN")
+	// ErrBusy: the device cannot apply the change in its current state
+	// (EBUSY).
+	ErrBusy = errors.New("device busy")
+	// ErrNotSupported: the server or the device does not support the
+	// operation (EOPNOTSUPP).
+	ErrNotSupported = errors.New("operation not supported")
+	// ErrTimeout: no answer within the client's timeout.
+	ErrTimeout = errors.New("request timed out")
+	// ErrProtocol: the reply was malformed, or the server failed (EIO and
+	// other errnos).
+	ErrProtocol = errors.New("mhi netlink protocol error")
+)
+
+// Error is a failed client request.
+type Error struct {
+	// Op is the operation: "dial", "get-device", "set-device",
+	// "get-stats", "dump-channels".
+	Op string
+	// Device is the device name the request named ("" for none).
+	Device string
+	// Port is the server's port id.
+	Port uint32
+	// Errno is the errno the server answered (0 when the failure was
+	// local: no server, timeout, malformed reply).
+	Errno unix.Errno
+	// Message is the server's extended-ack message, if any.
+	Message string
+	// Offset is the extended ack's attribute offset, if any.
+	Offset int
+	// Kind is the sentinel this error matches (ErrInvalid…).
+	Kind error
+	// Err is the underlying error.
+	Err error
+}
+
+// Error describes the failure, preferring the server's own message.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("genl: ")
+	b.WriteString(e.Op)
+	if e.Device != "" {
+		b.WriteString(" ")
+		b.WriteString(e.Device)
+	}
+	b.WriteString(": ")
+	switch {
+	case e.Kind == ErrNoServer && e.Errno == unix.ECONNREFUSED:
+		fmt.Fprintf(&b, "%v: nothing listens at netlink port %#x", ErrNoServer, e.Port)
+	case e.Kind == ErrTimeout:
+		fmt.Fprintf(&b, "no answer from netlink port %#x: %v", e.Port, ErrTimeout)
+	case e.Message != "":
+		fmt.Fprintf(&b, "%s (%v)", e.Message, e.Errno)
+	case e.Kind != nil && e.Err != nil && e.Kind == ErrProtocol:
+		fmt.Fprintf(&b, "%v", e.Err)
+	case e.Kind != nil:
+		b.WriteString(e.Kind.Error())
+		if e.Errno != 0 {
+			fmt.Fprintf(&b, " (%v)", e.Errno)
+		}
+	default:
+		fmt.Fprintf(&b, "%v", e.Err)
+	}
+	return b.String()
+}
+
+// Unwrap returns the sentinel and the underlying error.
+func (e *Error) Unwrap() []error {
+	var out []error
+	if e.Kind != nil {
+		out = append(out, e.Kind)
+	}
+	if e.Err != nil {
+		out = append(out, e.Err)
+	}
+	return out
+}
+
+// ClientOptions configure Dial.
+type ClientOptions struct {
+	// Port is the server's NETLINK_USERSOCK port id (0: DefaultPort).
+	Port uint32
+	// Timeout bounds each request (0: DefaultTimeout).
+	Timeout time.Duration
+}
+
+func (o ClientOptions) port() uint32 {
+	if o.Port == 0 {
+		return DefaultPort
+	}
+	return o.Port
+}
+
+// Client talks to a Server. Its methods are safe for concurrent use; the
+// requests are serialised.
+type Client struct {
+	mu      sync.Mutex
+	sock    *userSocket
+	conn    *genetlink.Conn
+	port    uint32
+	timeout time.Duration
+	family  genetlink.Family
+}
+
+// Device is a device's attributes as GET_DEVICE returns them.
+type Device struct {
+	Name   string `json:"name"`
+	State  string `json:"state"`
+	EE     string `json:"ee"`
+	Model  string `json:"model"`
+	Serial string `json:"serial"`
+	// MRU and MTU are 0 when the device has no network device up.
+	MRU       uint32 `json:"mru,omitempty"`
+	MTU       uint32 `json:"mtu,omitempty"`
+	TimeoutMs uint32 `json:"timeout_ms"`
+}
+
+// SetRequest names the values SetDevice changes; nil fields stay as they
+// are.
+type SetRequest struct {
+	MRU       *uint32
+	MTU       *uint32
+	TimeoutMs *uint32
+}
+
+// Stat is one counter, named by its path below the device's stats
+// directory ("net/rx_packets", "mhi/…").
+type Stat struct {
+	Name  string `json:"name"`
+	Value uint64 `json:"value"`
+}
+
+// Channel is one channel's status as DUMP_CHANNELS reports it.
+type Channel struct {
+	Num       uint32 `json:"num"`
+	Name      string `json:"name"`
+	Dir       string `json:"dir"`
+	State     string `json:"state"`
+	CtxState  string `json:"ctx_state"`
+	Elements  uint64 `json:"elements"`
+	Pending   uint64 `json:"pending"`
+	Completed uint64 `json:"completed"`
+	Bytes     uint64 `json:"bytes"`
+	HostRP    uint64 `json:"host_rp"`
+	HostWP    uint64 `json:"host_wp"`
+	CtxRP     uint64 `json:"ctx_rp"`
+	CtxWP     uint64 `json:"ctx_wp"`
+}
+
+// Dial opens a client socket and resolves the family at the server's
+// port with nlctrl GETFAMILY. With nothing listening it fails with an
+// error matching ErrNoServer that tells the user to run `mhictl up`.
+func Dial(opts ClientOptions) (*Client, error) {
+	sock, err := newUserSocket(opts.port())
+	if err != nil {
+		return nil, &Error{Op: "dial", Port: opts.port(), Kind: ErrProtocol, Err: err}
+	}
+	c := &Client{
+		sock:    sock,
+		conn:    genetlink.NewConn(netlink.NewConn(sock, sock.raw.PID())),
+		port:    opts.port(),
+		timeout: opts.Timeout,
+	}
+	if c.timeout <= 0 {
+		c.timeout = DefaultTimeout
+	}
+	if err := c.resolve(); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close closes the client's socket.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Port returns the server port the client talks to.
+func (c *Client) Port() uint32 { return c.port }
+
+// Family returns the family as the server described it.
+func (c *Client) Family() genetlink.Family { return c.family }
+
+// resolve asks nlctrl for the family. It parses the reply itself rather
+// than calling genetlink's GetFamily, which panics on a reply with more
+// than one family.
+func (c *Client) resolve() error {
+	ae := netlink.NewAttributeEncoder()
+	ae.String(unix.CTRL_ATTR_FAMILY_NAME, FamilyName)
+	b, err := ae.Encode()
+	if err != nil {
+		return &Error{Op: "dial", Port: c.port, Kind: ErrProtocol, Err: err}
+	}
+	msgs, err := c.exec(genetlink.Message{
+		Header: genetlink.Header{Command: unix.CTRL_CMD_GETFAMILY, Version: 1}, Data: b,
+	}, genlIDCtrl, netlink.Request)
+	if err != nil {
+		e := c.fail("dial", "", err)
+		if e.Errno == unix.ENOENT || e.Errno == unix.EOPNOTSUPP {
+			e.Kind = ErrNoServer
+		}
+		return e
+	}
+	for _, m := range msgs {
+		ad, err := netlink.NewAttributeDecoder(m.Data)
+		if err != nil {
+			continue
+		}
+		var f genetlink.Family
+		for ad.Next() {
+			switch ad.Type() {
+			case unix.CTRL_ATTR_FAMILY_ID:
+				f.ID = ad.Uint16()
+			case unix.CTRL_ATTR_FAMILY_NAME:
+				f.Name = ad.String()
+			case unix.CTRL_ATTR_VERSION:
+				f.Version = uint8(ad.Uint32())
+			}
+		}
+		if ad.Err() == nil && f.Name == FamilyName && f.ID != 0 {
+			c.family = f
+			return nil
+		}
+	}
+	return &Error{Op: "dial", Port: c.port, Kind: ErrNoServer,
+		Err: fmt.Errorf("%w: no %q family in the GETFAMILY reply from port %#x", ErrProtocol, FamilyName, c.port)}
+}
+
+// exec runs one request under the client's timeout.
+func (c *Client) exec(m genetlink.Message, family uint16, flags netlink.HeaderFlags) ([]genetlink.Message, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.sock.SetDeadline(time.Now().Add(c.timeout)); err != nil {
+		return nil, err
+	}
+	return c.conn.Execute(m, family, flags)
+}
+
+// fail turns a request error into an *Error with its sentinel.
+func (c *Client) fail(op, dev string, err error) *Error {
+	e := &Error{Op: op, Device: dev, Port: c.port, Err: err}
+	var oe *netlink.OpError
+	if errors.As(err, &oe) {
+		e.Message, e.Offset = oe.Message, oe.Offset
+	}
+	var errno unix.Errno
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		e.Kind = ErrTimeout
+	case errors.As(err, &errno):
+		e.Errno = errno
+		switch errno {
+		case unix.ECONNREFUSED:
+			e.Kind = ErrNoServer
+		case unix.ENODEV:
+			e.Kind = ErrNoDevice
+		case unix.EINVAL, unix.ERANGE:
+			e.Kind = ErrInvalid
+		case unix.EPERM, unix.EACCES:
+			e.Kind = ErrPermission
+		case unix.EBUSY:
+			e.Kind = ErrBusy
+		case unix.EOPNOTSUPP:
+			e.Kind = ErrNotSupported
+		default:
+			e.Kind = ErrProtocol
+		}
+	default:
+		e.Kind = ErrProtocol
+	}
+	return e
+}
+
+// request runs one mhi-family command.
+func (c *Client) request(op, dev string, cmd uint8, flags netlink.HeaderFlags, encode func(*netlink.AttributeEncoder)) ([]genetlink.Message, error) {
+	ae := netlink.NewAttributeEncoder()
+	if dev != "" {
+		ae.String(AttrDevName, dev)
+	}
+	if encode != nil {
+		encode(ae)
+	}
+	b, err := ae.Encode()
+	if err != nil {
+		return nil, &Error{Op: op, Device: dev, Port: c.port, Kind: ErrInvalid, Err: err}
+	}
+	msgs, err := c.exec(genetlink.Message{
+		Header: genetlink.Header{Command: cmd, Version: FamilyVersion}, Data: b,
+	}, c.family.ID, flags)
+	if err != nil {
+		return nil, c.fail(op, dev, err)
+	}
+	return msgs, nil
+}
+
+func (c *Client) malformed(op, dev string, err error) error {
+	return &Error{Op: op, Device: dev, Port: c.port, Kind: ErrProtocol, Err: fmt.Errorf("%w: %w", ErrProtocol, err)}
+}
+
+// GetDevice returns the attributes of device name.
+func (c *Client) GetDevice(name string) (Device, error) {
+	msgs, err := c.request("get-device", name, CmdGetDevice, netlink.Request, nil)
+	if err != nil {
+		return Device{}, err
+	}
+	if len(msgs) != 1 {
+		return Device{}, c.malformed("get-device", name, fmt.Errorf("%d replies", len(msgs)))
+	}
+	d, err := decodeDevice(msgs[0].Data)
+	if err != nil {
+		return Device{}, c.malformed("get-device", name, err)
+	}
+	return d, nil
+}
+
+// Devices returns every device the server knows, in name order.
+func (c *Client) Devices() ([]Device, error) {
+	msgs, err := c.request("get-device", "", CmdGetDevice, netlink.Request|netlink.Dump, nil)
+	if err != nil {
+		return nil, err
+	}
+	var out []Device
+	for _, m := range msgs {
+		ad, err := netlink.NewAttributeDecoder(m.Data)
+		if err != nil {
+			return nil, c.malformed("get-device", "", err)
+		}
+		for ad.Next() {
+			if ad.Type() == AttrDevice {
+				ad.Nested(func(nad *netlink.AttributeDecoder) error {
+					d, err := decodeDeviceAttrs(nad)
+					out = append(out, d)
+					return err
+				})
+			}
+		}
+		if err := ad.Err(); err != nil {
+			return nil, c.malformed("get-device", "", err)
+		}
+	}
+	return out, nil
+}
+
+// SetDevice changes the values r names (MRU, MTU, timeout) and returns the
+// device as it is afterwards. It needs root or CAP_NET_ADMIN. Values are
+// applied in the order MRU, MTU, timeout; after a failure the ones before
+// it stay applied.
+func (c *Client) SetDevice(name string, r SetRequest) (Device, error) {
+	msgs, err := c.request("set-device", name, CmdSetDevice, netlink.Request, func(ae *netlink.AttributeEncoder) {
+		if r.MRU != nil {
+			ae.Uint32(AttrMRU, *r.MRU)
+		}
+		if r.MTU != nil {
+			ae.Uint32(AttrMTU, *r.MTU)
+		}
+		if r.TimeoutMs != nil {
+			ae.Uint32(AttrTimeoutMs, *r.TimeoutMs)
+		}
+	})
+	if err != nil {
+		return Device{}, err
+	}
+	if len(msgs) != 1 {
+		return Device{}, c.malformed("set-device", name, fmt.Errorf("%d replies", len(msgs)))
+	}
+	d, err := decodeDevice(msgs[0].Data)
+	if err != nil {
+		return Device{}, c.malformed("set-device", name, err)
+	}
+	return d, nil
+}
+
+// Stats returns the device's counters in the tree's (sorted) order.
+func (c *Client) Stats(name string) ([]Stat, error) {
+	msgs, err := c.request("get-stats", name, CmdGetStats, netlink.Request, nil)
+	if err != nil {
+		return nil, err
+	}
+	var out []Stat
+	for _, m := range msgs {
+		ad, err := netlink.NewAttributeDecoder(m.Data)
+		if err != nil {
+			return nil, c.malformed("get-stats", name, err)
+		}
+		for ad.Next() {
+			if ad.Type() != AttrStats {
+				continue
+			}
+			ad.Nested(func(sad *netlink.AttributeDecoder) error {
+				for sad.Next() {
+					if sad.Type() != StatsAttrEntry {
+						continue
+					}
+					sad.Nested(func(ead *netlink.AttributeDecoder) error {
+						var st Stat
+						for ead.Next() {
+							switch ead.Type() {
+							case StatAttrName:
+								st.Name = ead.String()
+							case StatAttrValue:
+								st.Value = ead.Uint64()
+							}
+						}
+						out = append(out, st)
+						return nil
+					})
+				}
+				return nil
+			})
+		}
+		if err := ad.Err(); err != nil {
+			return nil, c.malformed("get-stats", name, err)
+		}
+	}
+	return out, nil
+}
+
+// StatsMap is Stats as a map from counter name to value.
+func (c *Client) StatsMap(name string) (map[string]uint64, error) {
+	st, err := c.Stats(name)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]uint64, len(st))
+	for _, s := range st {
+		m[s.Name] = s.Value
+	}
+	return m, nil
+}
+
+// Channels returns the status of every channel of the device, in the
+// tree's order.
+func (c *Client) Channels(name string) ([]Channel, error) {
+	msgs, err := c.request("dump-channels", name, CmdDumpChannels, netlink.Request|netlink.Dump, nil)
+	if err != nil {
+		return nil, err
+	}
+	var out []Channel
+	for _, m := range msgs {
+		ad, err := netlink.NewAttributeDecoder(m.Data)
+		if err != nil {
+			return nil, c.malformed("dump-channels", name, err)
+		}
+		for ad.Next() {
+			if ad.Type() != AttrChannel {
+				continue
+			}
+			ad.Nested(func(cad *netlink.AttributeDecoder) error {
+				out = append(out, decodeChannel(cad))
+				return nil
+			})
+		}
+		if err := ad.Err(); err != nil {
+			return nil, c.malformed("dump-channels", name, err)
+		}
+	}
+	return out, nil
+}
+
+func decodeDevice(b []byte) (Device, error) {
+	ad, err := netlink.NewAttributeDecoder(b)
+	if err != nil {
+		return Device{}, err
+	}
+	return decodeDeviceAttrs(ad)
+}
+
+func decodeDeviceAttrs(ad *netlink.AttributeDecoder) (Device, error) {
+	var d Device
+	for ad.Next() {
+		switch ad.Type() {
+		case AttrDevName:
+			d.Name = ad.String()
+		case AttrState:
+			d.State = ad.String()
+		case AttrEE:
+			d.EE = ad.String()
+		case AttrModel:
+			d.Model = ad.String()
+		case AttrSerial:
+			d.Serial = ad.String()
+		case AttrMRU:
+			d.MRU = ad.Uint32()
+		case AttrMTU:
+			d.MTU = ad.Uint32()
+		case AttrTimeoutMs:
+			d.TimeoutMs = ad.Uint32()
+		}
+	}
+	return d, ad.Err()
+}
+
+func decodeChannel(ad *netlink.AttributeDecoder) Channel {
+	var ch Channel
+	u64 := map[uint16]*uint64{
+		ChanAttrElements: &ch.Elements, ChanAttrPending: &ch.Pending, ChanAttrCompleted: &ch.Completed,
+		ChanAttrBytes: &ch.Bytes, ChanAttrHostRP: &ch.HostRP, ChanAttrHostWP: &ch.HostWP,
+		ChanAttrCtxRP: &ch.CtxRP, ChanAttrCtxWP: &ch.CtxWP,
+	}
+	for ad.Next() {
+		switch t := ad.Type(); t {
+		case ChanAttrNum:
+			ch.Num = ad.Uint32()
+		case ChanAttrName:
+			ch.Name = ad.String()
+		case ChanAttrDir:
+			ch.Dir = ad.String()
+		case ChanAttrState:
+			ch.State = ad.String()
+		case ChanAttrCtxState:
+			ch.CtxState = ad.String()
+		default:
+			if p, ok := u64[t]; ok {
+				*p = ad.Uint64()
+			}
+		}
+	}
+	return ch
+}

@@ -1,0 +1,135 @@
+package genl_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gomhi/gomhi/sysfs/genl"
+	"golang.org/x/sys/unix"
+)
+
+// helperPortEnv tells the re-executed test binary which port to use.
+const (
+	helperPortEnv = "GOMHI_GENL_HELPER_PORT"
+	helperModeEnv = "GOMHI_GENL_HELPER_MODE" // "nobody" or "netadmin"
+)
+
+// TestNonRootClient runs TestHelperClient in this test binary as uid
+// 65534 (setpriv) against a server run by root here: GET works, SET is
+// refused with EPERM; with CAP_NET_ADMIN (ambient) the SET goes through.
+func TestNonRootClient(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to run the client as uid 65534 with setpriv")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("setpriv (util-linux) not installed")
+	}
+	tr, n := newTree(t, false)
+	srv := startServer(t, tr)
+
+	// go test keeps its binary in a directory only root can enter: copy
+	// it where uid 65534 can run it.
+	dir, err := os.MkdirTemp("", "genl-nonroot-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "genl.test")
+	if err := copyFile(os.Args[0], bin); err != nil {
+		t.Fatal(err)
+	}
+	run := func(t *testing.T, mode string, capArgs ...string) {
+		args := append([]string{"--reuid=65534", "--regid=65534", "--clear-groups"}, capArgs...)
+		args = append(args, bin, "-test.run=^TestHelperClient$", "-test.v", "-test.count=1")
+		cmd := exec.Command(setpriv, args...)
+		cmd.Env = append(os.Environ(),
+			helperPortEnv+"="+strconv.FormatUint(uint64(srv.Port()), 10), helperModeEnv+"="+mode)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		t.Logf("helper output:\n%s", out)
+		if err != nil {
+			t.Fatalf("helper as uid 65534: %v", err)
+		}
+		if !strings.Contains(string(out), "HELPER-OK") {
+			t.Fatal("helper did not run its checks")
+		}
+	}
+	t.Run("nobody", func(t *testing.T) {
+		run(t, "nobody")
+		if n.MRU() != 32768 {
+			t.Errorf("MRU changed to %d by an unprivileged client", n.MRU())
+		}
+	})
+	t.Run("nobody+CAP_NET_ADMIN", func(t *testing.T) {
+		run(t, "netadmin", "--inh-caps=+net_admin", "--ambient-caps=+net_admin")
+		if n.MRU() != 16384 {
+			t.Errorf("MRU %d after a SET by a CAP_NET_ADMIN client", n.MRU())
+		}
+	})
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// TestHelperClient is the unprivileged side of TestNonRootClient; it does
+// nothing unless that test started it.
+func TestHelperClient(t *testing.T) {
+	portStr := os.Getenv(helperPortEnv)
+	if portStr == "" {
+		t.Skip("helper process for TestNonRootClient")
+	}
+	port, err := strconv.ParseUint(portStr, 10, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.Getuid() == 0 {
+		t.Fatal("helper runs as root; setpriv did not drop privileges")
+	}
+	c, err := genl.Dial(genl.ClientOptions{Port: uint32(port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d, err := c.GetDevice("mhi0")
+	if err != nil || d.MRU != 32768 {
+		t.Fatalf("GET as uid %d: %+v, %v", os.Getuid(), d, err)
+	}
+	_, err = c.SetDevice("mhi0", genl.SetRequest{MRU: u32(16384)})
+	if os.Getenv(helperModeEnv) == "netadmin" {
+		if err != nil {
+			t.Fatalf("SET as uid %d with CAP_NET_ADMIN: %v", os.Getuid(), err)
+		}
+		fmt.Printf("SET as uid %d with CAP_NET_ADMIN accepted\nHELPER-OK\n", os.Getuid())
+		return
+	}
+	if !errors.Is(err, genl.ErrPermission) || !errors.Is(err, unix.EPERM) ||
+		!strings.Contains(err.Error(), "needs root or CAP_NET_ADMIN") {
+		t.Fatalf("SET as uid %d: %v, want ErrPermission", os.Getuid(), err)
+	}
+	fmt.Printf("SET as uid %d refused: %v\nHELPER-OK\n", os.Getuid(), err)
+}
