@@ -8,7 +8,8 @@ BIN     := bin/mhictl
 # Native Go fuzz targets, each run briefly by `make test` (FUZZTIME each).
 FUZZTIME ?= 4s
 FUZZ_TARGETS := ./mhinet/ntb:FuzzParseNTB ./mhinet/ntb:FuzzRoundTripNTB \
-	./mhinet/qmap:FuzzParseQMAP ./mhinet/qmap:FuzzRoundTripQMAP ./mhi/ep:FuzzAnswer
+	./mhinet/qmap:FuzzParseQMAP ./mhinet/qmap:FuzzRoundTripQMAP ./mhi/ep:FuzzAnswer \
+	./sysfs/genl:FuzzDecodeRequest
 
 all: build
 
