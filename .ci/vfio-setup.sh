@@ -13,6 +13,12 @@ set -euo pipefail
 kdir=${GOMHI_VFIO_KERNEL_DIR:-/var/cache/gomhi/vfio-kernel}
 say() { echo "vfio-setup: $*"; }
 
+if ! command -v apt-get >/dev/null || ! command -v dpkg >/dev/null; then
+	say "needs a Debian-like system (apt-get, dpkg). Elsewhere install QEMU (x86_64, with the" >&2
+	say "edu device), a static busybox and cpio, and unpack a kernel with VFIO type1 and" >&2
+	say "intel-iommu into $kdir (boot/vmlinuz-VER, lib/modules/VER/); see docs/VFIO.md" >&2
+	exit 1
+fi
 if [ "$(id -u)" -ne 0 ]; then
 	say "needs root (apt-get); run: sudo bash $0" >&2
 	exit 1
@@ -62,8 +68,8 @@ trap 'rm -rf "$tmp"' EXIT
 chown _apt "$tmp" 2>/dev/null || true # lets apt download without the "unsandboxed" warning
 say "downloading $pkg"
 (cd "$tmp" && apt-get download -qq "$pkg")
+rm -rf "$kdir.new"
 mkdir -p "$kdir.new"
-rm -rf "${kdir:?}.new"/*
 dpkg -x "$tmp"/"$pkg"_*.deb "$kdir.new"
 rm -rf "$kdir"
 mv "$kdir.new" "$kdir"

@@ -106,3 +106,33 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("%v\n%s", err, text)
 	}
 }
+
+// `up --device` goes through the device table and the VFIO transport; on a
+// machine without VFIO (like this one) it must say so clearly, and a device
+// that is not a modem or not bound to vfio-pci must be refused by name.
+func TestUpDeviceErrors(t *testing.T) {
+	root := "../../fixtures/pci/server"
+	for _, tc := range []struct {
+		addr string
+		want []string
+	}{
+		{"0000:09:00.0", []string{"0000:09:00.0"}},
+		{"0000:02:00.0", []string{"0000:02:00.0", "mhi-pci-generic"}},
+	} {
+		out, err := run(t, "up", "--sysfs-root", root, "--device", tc.addr, "--netlink-port", "1")
+		if err == nil {
+			t.Fatalf("up --device %s succeeded:\n%s", tc.addr, out)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("up --device %s: %v; want it to mention %q", tc.addr, err, w)
+			}
+		}
+	}
+	// Bound to vfio-pci in the fixture: Open gets as far as the kernel.
+	_, err := run(t, "up", "--sysfs-root", root, "--device", "0000:01:00.0", "--netlink-port", "1")
+	if err == nil || !strings.Contains(err.Error(), "0000:01:00.0") {
+		t.Fatalf("up --device on a fixture: %v", err)
+	}
+	t.Logf("vfio-pci device in a fixture tree: %v", err)
+}

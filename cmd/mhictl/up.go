@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/sweep"
@@ -26,9 +27,9 @@ import (
 
 // upFlags are the flags of `mhictl up`.
 type upFlags struct {
-	name, mount, tunName, tunAddr, metrics, format, modemMode string
-	port                                                      uint32
-	mru                                                       int
+	name, mount, tunName, tunAddr, metrics, format, modemMode, device, sysfsRoot string
+	port                                                              uint32
+	mru                                                               int
 }
 
 func newUpCmd(g *globalFlags) *cobra.Command {
@@ -61,6 +62,8 @@ set-mtu, get and stats) and, with --mount, the attribute tree as files.`,
 	fl.StringVar(&f.modemMode, "modem-mode", "responder", "what the mock modem does with uplink packets: responder or loopback")
 	fl.Uint32Var(&f.port, "netlink-port", genl.DefaultPort, "netlink port of the control plane")
 	fl.IntVar(&f.mru, "mru", 0, "initial MRU (default: the model's MRU default, or 32768)")
+	fl.StringVar(&f.sysfsRoot, "sysfs-root", pcigeneric.DefaultRoot, "sysfs mount to find --device in")
+	fl.StringVar(&f.device, "device", "", "drive the real modem at PCI address ADDR through VFIO instead of the mock (bind it first: mhictl bind ADDR)")
 	return cmd
 }
 
@@ -77,6 +80,7 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	if err != nil {
 		return err
 	}
+	var ctrl *mhi.Controller
 	var prefix netip.Prefix
 	if f.tunName != "" {
 		if prefix, err = netip.ParsePrefix(f.tunAddr); err != nil {
@@ -91,9 +95,29 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	default:
 		return fmt.Errorf("--modem-mode %q: want responder or loopback", f.modemMode)
 	}
-	info, ok := pcigeneric.Model(g.model)
-	if !ok {
-		return fmt.Errorf("--model %q: %w (see 'mhictl models')", g.model, pcigeneric.ErrUnknownModel)
+	// Everything made is undone in reverse order, whatever happens.
+	var undo []func()
+	defer func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}()
+
+	var info *pcigeneric.ModemInfo
+	if f.device != "" {
+		p, err := pcigeneric.OpenPassthrough(f.device, pcigeneric.PassthroughOptions{SysfsRoot: f.sysfsRoot, Name: f.name, Logger: log})
+		if err != nil {
+			return err
+		}
+		info = p.Modem.Info
+		undo = append(undo, func() { _ = p.Close() })
+		ctrl = p.Controller
+		out.printf("%s: %s at %s through VFIO", f.name, info.Name, f.device)
+	} else {
+		var ok bool
+		if info, ok = pcigeneric.Model(g.model); !ok {
+			return fmt.Errorf("--model %q: %w (see 'mhictl models')", g.model, pcigeneric.ErrUnknownModel)
+		}
 	}
 	pair := pcigeneric.DataPair(info.Config)
 	if pair == "" {
@@ -118,27 +142,21 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	if err := mhinet.ValidateMRU(mru); err != nil {
 		return fmt.Errorf("--mru: %w", err)
 	}
-
-	// Everything made is undone in reverse order, whatever happens.
-	var undo []func()
-	defer func() {
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
+	if ctrl == nil {
+		m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{
+			Model: info.Name, Name: f.name, Logger: log,
+			IPData: ep.IPDataConfig{Format: sweep.ModemFormat(format), Responder: responder},
+		})
+		if err != nil {
+			return err
 		}
-	}()
-
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{
-		Model: info.Name, Name: f.name, Logger: log,
-		IPData: ep.IPDataConfig{Format: sweep.ModemFormat(format), Responder: responder},
-	})
-	if err != nil {
+		undo = append(undo, func() { _ = m.Close() })
+		ctrl = m.Controller
+	}
+	if err := ctrl.PowerUp(); err != nil {
 		return err
 	}
-	undo = append(undo, func() { _ = m.Close() })
-	if err := m.Controller.PowerUp(); err != nil {
-		return err
-	}
-	st, ee := m.Controller.State()
+	st, ee := ctrl.State()
 	out.printf("%s: %s (%s) in %s, EE %s", f.name, info.Name, pair, st, ee)
 
 	devCfg := mhinet.Config{Pair: pair, Format: format, MRU: mru, Logger: log}
@@ -159,14 +177,14 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 		if err := ifc.Configure(tun.Config{MTU: mtu, Up: true, Addrs: []netip.Prefix{prefix}}); err != nil {
 			return err
 		}
-		bridge, net_, err = tun.Connect(ifc, m.Controller, devCfg, tun.BridgeConfig{Logger: log})
+		bridge, net_, err = tun.Connect(ifc, ctrl, devCfg, tun.BridgeConfig{Logger: log})
 		if err != nil {
 			return err
 		}
 		setMTU = bridge.SetMTU
 		out.printf("interface %s up, %s, mtu %d", ifc.Name(), prefix, mtu)
 	} else {
-		net_, err = mhinet.New(m.Controller, devCfg, mhinet.ReceiverFunc(discard))
+		net_, err = mhinet.New(ctrl, devCfg, mhinet.ReceiverFunc(discard))
 		if err != nil {
 			return err
 		}
@@ -189,7 +207,7 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	out.printf("data channel %s: %s framing, MRU %d, modem %s", pair, format, mru, f.modemMode)
 
 	tree := sysfs.NewTree()
-	tree.AddDevice(f.name, sysfs.Device{Controller: m.Controller, Net: net_, Model: info.Name, SetMTU: setMTU})
+	tree.AddDevice(f.name, sysfs.Device{Controller: ctrl, Net: net_, Model: info.Name, SetMTU: setMTU})
 
 	srv, err := genl.NewServer(tree, genl.ServerOptions{Port: f.port, Logger: log})
 	if err != nil {
