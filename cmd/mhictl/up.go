@@ -28,8 +28,8 @@ import (
 // upFlags are the flags of `mhictl up`.
 type upFlags struct {
 	name, mount, tunName, tunAddr, metrics, format, modemMode, device, sysfsRoot string
-	port                                                              uint32
-	mru                                                               int
+	port                                                                         uint32
+	mru                                                                          int
 }
 
 func newUpCmd(g *globalFlags) *cobra.Command {
