@@ -8,11 +8,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/u-root/u-root/pkg/pci"
+
+	"github.com/gomhi/gomhi/pcigeneric/pciaddr"
 )
 
 // Discovery reads a sysfs tree. It uses u-root's pkg/pci to read each
@@ -156,20 +157,15 @@ func (s *Scan) WriteJSON(w io.Writer) error {
 	return err
 }
 
-var addrRE = regexp.MustCompile(`^(?:([0-9a-f]{4,8}):)?([0-9a-f]{2}):([01][0-9a-f])\.([0-7])$`)
-
-// NormalizeAddress checks a PCI address and returns it in sysfs form,
-// lower case with a domain: "01:00.0" becomes "0000:01:00.0".
+// NormalizeAddress checks a PCI address and returns it in sysfs form:
+// lower case, with the domain ("01:00.0" becomes "0000:01:00.0"). Errors
+// wrap ErrBadAddress.
 func NormalizeAddress(s string) (string, error) {
-	l := strings.ToLower(strings.TrimSpace(s))
-	m := addrRE.FindStringSubmatch(l)
-	if m == nil {
-		return "", fmt.Errorf("%w: %q (want DDDD:BB:DD.F)", ErrBadAddress, s)
+	a, err := pciaddr.Normalize(s)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrBadAddress, err)
 	}
-	if m[1] == "" {
-		l = "0000:" + l
-	}
-	return l, nil
+	return a, nil
 }
 
 // Discover scans the PCI devices of a sysfs tree (root is the sysfs mount
@@ -189,7 +185,7 @@ func Discover(root string) (*Scan, error) {
 	scan := &Scan{}
 	for _, de := range ents { // os.ReadDir sorts by name
 		addr := de.Name()
-		if !addrRE.MatchString(addr) {
+		if !pciaddr.Valid(addr) {
 			continue // not a PCI function (stray file in a fixture)
 		}
 		m, probs := probe(paths, addr)

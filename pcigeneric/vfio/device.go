@@ -8,12 +8,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gomhi/gomhi/pcigeneric/pciaddr"
 )
 
 // Options configure Open. The zero value is usable.
@@ -668,23 +669,8 @@ func (d *Device) Reset() error {
 	return nil
 }
 
-var addrRE = regexp.MustCompile(`^(?:([0-9a-f]{4,8}):)?([0-9a-f]{2}):([01][0-9a-f])\.([0-7])$`)
-
-// normalizeAddress checks a PCI address and returns it in sysfs form
-// ("01:00.0" → "0000:01:00.0"). It mirrors pcigeneric.NormalizeAddress;
-// this package does not import pcigeneric (which pulls in the mock modem)
-// so that pcigeneric can build on it and a static test binary stays small.
-func normalizeAddress(s string) (string, error) {
-	l := strings.ToLower(strings.TrimSpace(s))
-	m := addrRE.FindStringSubmatch(l)
-	if m == nil {
-		return "", fmt.Errorf("%q is not a PCI address (want DDDD:BB:DD.F)", s)
-	}
-	if m[1] == "" {
-		l = "0000:" + l
-	}
-	return l, nil
-}
+// normalizeAddress checks a PCI address and returns it in sysfs form.
+func normalizeAddress(s string) (string, error) { return pciaddr.Normalize(s) }
 
 // vfioDriver is the name of the vfio-pci driver in sysfs.
 const vfioDriver = "vfio-pci"
