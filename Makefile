@@ -11,7 +11,8 @@ BIN     := bin/mhictl
 # deadline (golang/go#75804). Each takes a few seconds here.
 FUZZ_TARGETS := ./mhinet/ntb:FuzzParseNTB:200000 ./mhinet/ntb:FuzzRoundTripNTB:15000 \
 	./mhinet/qmap:FuzzParseQMAP:200000 ./mhinet/qmap:FuzzRoundTripQMAP:10000 \
-	./mhi/ep:FuzzAnswer:150000 ./sysfs/genl:FuzzDecodeRequest:60000
+	./mhi/ep:FuzzAnswer:150000 ./sysfs/genl:FuzzDecodeRequest:60000 \
+	./mhinet/gso:FuzzSegment:100000
 
 all: build
 
