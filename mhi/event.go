@@ -145,6 +145,13 @@ func (er *EventRing) handle(ev Element) {
 
 // onInterrupt is the transport's interrupt handler.
 func (c *Controller) onInterrupt(vector int) {
+	// Held so that a call still running when the transport's handler is
+	// removed cannot meet the rings being freed.
+	c.procMu.RLock()
+	defer c.procMu.RUnlock()
+	if !c.allocated {
+		return
+	}
 	c.stats.Interrupts.Add(1)
 	if vector == 0 {
 		// The BHI/state vector: check for SYS_ERR as Linux's INTVEC handler does.

@@ -29,7 +29,8 @@ type Interrupts interface {
 	// Vectors is the number of vectors available (at least 1).
 	Vectors() int
 	// SetInterruptHandler installs h, called (from any goroutine) once per
-	// interrupt raised on a vector. Passing nil stops delivery.
+	// interrupt raised on a vector. Passing nil stops delivery (a call in
+	// progress may still finish; the Controller tolerates that).
 	SetInterruptHandler(h func(vector int))
 }
 

@@ -34,6 +34,7 @@ func newRootCmd() *cobra.Command {
 		newStatusCmd(g),
 		newModelsCmd(),
 		newUpCmd(g),
+		newModemCmd(g),
 		newSetMRUCmd(),
 		newSetMTUCmd(),
 		newGetCmd(),

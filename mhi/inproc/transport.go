@@ -98,7 +98,8 @@ func (t *Transport) Free(b mhi.DMABuffer) error { return t.slab.Free(b) }
 // Vectors implements mhi.Interrupts.
 func (t *Transport) Vectors() int { return t.vectors }
 
-// SetInterruptHandler implements mhi.Interrupts.
+// SetInterruptHandler implements mhi.Interrupts. It waits for a handler
+// call in progress to return.
 func (t *Transport) SetInterruptHandler(h func(int)) {
 	t.mu.Lock()
 	t.handler = h
@@ -147,12 +148,14 @@ func (t *Transport) deliver() {
 		}
 		for p := t.pending.Swap(0); p != 0; p &= p - 1 {
 			v := bits.TrailingZeros64(p)
+			// The handler runs under the read lock, so that
+			// SetInterruptHandler(nil) returns only once no call is
+			// running: the host frees its rings right after it.
 			t.mu.RLock()
-			h := t.handler
-			t.mu.RUnlock()
-			if h != nil {
-				h(v)
+			if t.handler != nil {
+				t.handler(v)
 			}
+			t.mu.RUnlock()
 		}
 	}
 }

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/loopback"
+	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
+)
+
+// newModemCmd groups the commands that present the mock modem to another
+// process over vfio-user, and a client for them.
+func newModemCmd(g *globalFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "modem",
+		Short: "Serve the mock modem as a vfio-user PCI device",
+	}
+	cmd.AddCommand(newModemServeCmd(g), newModemLoopbackCmd())
+	return cmd
+}
+
+func newModemServeCmd(g *globalFlags) *cobra.Command {
+	var (
+		socket  string
+		jsonLog bool
+		vectors int
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the mock modem (--model) on a vfio-user unix socket",
+		Long: `Listens on --socket and presents the mock modem impersonating --model as a
+PCI function to vfio-user clients (QEMU's vfio-user-pci, or 'mhictl modem
+loopback'), one client at a time; a new client may connect after the last one
+disconnects. Runs in the foreground until SIGINT or SIGTERM. Events (connect,
+version, dma_map, dma_unmap, irq_setup, reset, disconnect, error) are logged to
+stderr, or as one JSON object per line on stdout with --json-log.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if socket == "" {
+				return errors.New("--socket is required")
+			}
+			mlog, err := g.logger()
+			if err != nil {
+				return err
+			}
+			var events *slog.Logger
+			if jsonLog {
+				events = slog.New(slog.NewJSONHandler(cmd.OutOrStdout(), nil))
+			} else {
+				events = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			}
+			dev, err := vfiouser.NewServerDevice(vfiouser.DeviceOptions{
+				Model: g.model, Vectors: vectors, Logger: events, ModemLogger: mlog.With("side", "modem"),
+			})
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			p := dev.PCI
+			events.Info("listen", "socket", socket, "model", dev.Entry.Info.Name,
+				"ids", fmt.Sprintf("%04x:%04x %04x:%04x", p.Vendor, p.Device, p.SubVendor, p.SubDevice),
+				"bar0", p.BARSize, "vectors", p.Vectors)
+			err = vfiouser.ListenAndServe(ctx, socket, dev)
+			st := dev.Stats()
+			events.Info("exit", "sessions", st.Sessions, "messages", st.Messages, "malformed", st.Malformed,
+				"dma_faults", st.DMAFaults, "interrupts", st.Interrupts)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&socket, "socket", "", "unix socket path to listen on (a stale socket there is replaced)")
+	f.BoolVar(&jsonLog, "json-log", false, "log events as JSON lines on stdout")
+	f.IntVar(&vectors, "vectors", vfiouser.DefaultVectors, "MSI vectors offered (power of two, 1..32)")
+	return cmd
+}
+
+func newModemLoopbackCmd() *cobra.Command {
+	var (
+		socket  string
+		count   int
+		size    int
+		jsonOut bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "loopback",
+		Short: "Connect to a vfio-user modem, power it up and run a loopback",
+		Long: `Connects gomhi's host stack to the vfio-user server on --socket, looks the
+model up in the device table by the IDs in its config space, powers it up to
+M0 and sends --count random payloads of 1..--size bytes over LOOPBACK.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if socket == "" {
+				return errors.New("--socket is required")
+			}
+			tr, err := vfiouser.Dial(socket, vfiouser.ClientOptions{})
+			if err != nil {
+				return err
+			}
+			defer tr.Close()
+			v, d, sv, sd := tr.IDs()
+			e, ok := pcigeneric.Lookup(v, d, sv, sd)
+			if !ok {
+				return fmt.Errorf("%04x:%04x %04x:%04x: %w", v, d, sv, sd, pcigeneric.ErrUnknownModel)
+			}
+			cfg := e.Info.Config.WithLoopback()
+			ctrl, err := mhi.NewController(tr, cfg, mhi.Options{Name: "mhi0", Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				return err
+			}
+			defer ctrl.PowerDown()
+			if err := ctrl.PowerUp(); err != nil {
+				return err
+			}
+			c, err := loopback.Open(ctrl, loopback.Options{Timeout: timeout})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			res, runErr := c.Run(loopback.RunOptions{Count: count, MinSize: 1, MaxSize: size})
+			out := cmd.OutOrStdout()
+			if jsonOut {
+				if err := printJSON(out, res); err != nil {
+					return err
+				}
+			} else {
+				printModemResult(out, e, res)
+			}
+			if runErr != nil {
+				return runErr
+			}
+			if res.Mismatched > 0 || res.Received != res.Sent {
+				return fmt.Errorf("loopback: %d of %d echoes mismatched, %d missing", res.Mismatched, res.Sent, res.Sent-res.Received)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&socket, "socket", "", "unix socket of the vfio-user server")
+	f.IntVar(&count, "count", 100, "number of payloads")
+	f.IntVar(&size, "size", 65536, "largest payload in bytes (1..65536)")
+	f.DurationVar(&timeout, "timeout", 5*time.Second, "longest wait for one echo")
+	f.BoolVar(&jsonOut, "json", false, "print the result as JSON")
+	return cmd
+}
+
+func printModemResult(w io.Writer, e pcigeneric.Entry, res loopback.Result) {
+	fmt.Fprintf(w, "%s (%s, %s)\n", e.Info.Name, e.Product, e.Match)
+	fmt.Fprintf(w, "sent %d, received %d, mismatched %d, timeouts %d, %d bytes in %.3f s\n",
+		res.Sent, res.Received, res.Mismatched, res.Timeouts, res.Bytes, res.Elapsed.Seconds())
+}

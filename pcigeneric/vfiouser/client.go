@@ -1,0 +1,504 @@
+package vfiouser
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gomhi/gomhi/mhi"
+)
+
+// Client defaults.
+const (
+	// DefaultBase is the IOVA of the client's DMA memory.
+	DefaultBase = 0x4000_0000
+	// DefaultMemory is the size of the client's DMA memory.
+	DefaultMemory = 64 << 20
+	// DefaultTimeout bounds the wait for one reply.
+	DefaultTimeout = 5 * time.Second
+)
+
+// ClientOptions configure a client transport.
+type ClientOptions struct {
+	// Memory is the DMA memory size in bytes, a multiple of 4096 (default
+	// DefaultMemory).
+	Memory int
+	// Base is the IOVA of the DMA memory (default DefaultBase).
+	Base uint64
+	// Vectors caps the MSI vectors used (default: all the device offers).
+	Vectors int
+	// Timeout bounds the wait for each reply (default DefaultTimeout).
+	Timeout time.Duration
+	// NoPostedWrites makes BAR0 writes wait for a reply; by default they
+	// are posted (NO_REPLY), as QEMU posts them.
+	NoPostedWrites bool
+	// NoDMAFD maps the DMA memory without passing its fd, so the server
+	// reaches it with DMA_READ/DMA_WRITE messages (slow; for tests).
+	NoDMAFD bool
+}
+
+// Transport is a vfio-user client implementing mhi.Transport: BAR0 through
+// REGION_READ/REGION_WRITE, DMA memory in a memfd mapped to the server with
+// DMA_MAP, MSI vectors on eventfds set with DEVICE_SET_IRQS.
+type Transport struct {
+	w    *wire
+	opts ClientOptions
+
+	nextID  atomic.Uint32
+	pmu     sync.Mutex
+	pending map[uint16]chan Message
+	dead    chan struct{}
+	readErr error
+	rdone   chan struct{}
+
+	barSize uint64
+	ids     [4]uint16
+	caps    string
+
+	memfd int
+	slab  *memSlab
+
+	evfds   []int
+	stopfd  int
+	idone   chan struct{}
+	hmu     sync.RWMutex
+	handler func(int)
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Dial connects to the vfio-user server at the unix socket path and sets
+// the device up (see NewClient).
+func Dial(path string, opts ClientOptions) (*Transport, error) {
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("vfiouser: dial %s: %w", path, err)
+	}
+	return NewClient(c, opts)
+}
+
+// NewClient sets up the device on conn: VERSION, DEVICE_GET_INFO,
+// REGION_INFO for BAR0 and config space, the IDs, memory and bus-master
+// enable and MSI enable in config space, DMA_MAP of the memory and
+// SET_IRQS of the eventfds. It owns conn; on error conn is closed.
+func NewClient(conn *net.UnixConn, opts ClientOptions) (*Transport, error) {
+	if opts.Memory == 0 {
+		opts.Memory = DefaultMemory
+	}
+	if opts.Base == 0 {
+		opts.Base = DefaultBase
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.Memory < 0 || opts.Memory%4096 != 0 {
+		conn.Close()
+		return nil, fmt.Errorf("vfiouser: DMA memory of %d bytes, want a multiple of 4096: %w", opts.Memory, mhi.ErrConfig)
+	}
+	t := &Transport{
+		w: newWire(conn), opts: opts, pending: map[uint16]chan Message{},
+		dead: make(chan struct{}), rdone: make(chan struct{}), memfd: -1, stopfd: -1,
+	}
+	go t.readLoop()
+	if err := t.setup(); err != nil {
+		t.teardown()
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *Transport) setup() error {
+	r, err := t.call(CmdVersion, Version{Capabilities: `{"capabilities":{"max_msg_fds":16,"max_data_xfer_size":1048576,"pgsizes":4096}}`}, nil)
+	if err != nil {
+		return err
+	}
+	v, ok := r.Body.(Version)
+	if !ok || v.Major != 0 || v.Minor != 0 {
+		return fmt.Errorf("vfiouser: server version %+v: %w", r.Body, ErrMalformed)
+	}
+	t.caps = v.Capabilities
+	var caps struct {
+		Capabilities struct {
+			MaxMsgFDs int `json:"max_msg_fds"`
+		} `json:"capabilities"`
+	}
+	maxFDs := 1
+	if json.Unmarshal([]byte(v.Capabilities), &caps) == nil && caps.Capabilities.MaxMsgFDs > 0 {
+		maxFDs = min(caps.Capabilities.MaxMsgFDs, MaxFDs)
+	}
+
+	r, err = t.call(CmdDeviceGetInfo, DeviceInfo{Argsz: 16}, nil)
+	if err != nil {
+		return err
+	}
+	if di, _ := r.Body.(DeviceInfo); di.Flags&DeviceFlagPCI == 0 || di.NumRegions <= RegionConfig || di.NumIRQs <= IRQMSI {
+		return fmt.Errorf("vfiouser: device info %+v: not a PCI function: %w", r.Body, ErrMalformed)
+	}
+	bar, err := t.regionInfo(RegionBAR0)
+	if err != nil {
+		return err
+	}
+	if bar.Size < 4096 || bar.Flags&(RegionFlagRead|RegionFlagWrite) != RegionFlagRead|RegionFlagWrite {
+		return fmt.Errorf("vfiouser: BAR0 %+v: %w", bar, ErrMalformed)
+	}
+	t.barSize = bar.Size
+	cfg, err := t.regionInfo(RegionConfig)
+	if err != nil {
+		return err
+	}
+	if cfg.Size < 64 {
+		return fmt.Errorf("vfiouser: config space of %d bytes: %w", cfg.Size, ErrMalformed)
+	}
+	var hdr [64]byte
+	if err := t.ReadConfig(0, hdr[:]); err != nil {
+		return err
+	}
+	le := binary.LittleEndian
+	t.ids = [4]uint16{le.Uint16(hdr[CfgVendorID:]), le.Uint16(hdr[CfgDeviceID:]), le.Uint16(hdr[CfgSubVendorID:]), le.Uint16(hdr[CfgSubDeviceID:])}
+
+	r, err = t.call(CmdIRQInfo, IRQInfo{Argsz: 16, Index: IRQMSI}, nil)
+	if err != nil {
+		return err
+	}
+	ii, _ := r.Body.(IRQInfo)
+	vectors := int(min(ii.Count, 32))
+	if t.opts.Vectors > 0 {
+		vectors = min(vectors, t.opts.Vectors)
+	}
+	for vectors&(vectors-1) != 0 {
+		vectors &= vectors - 1 // MSI enables a power of two
+	}
+	if vectors < 1 || ii.Flags&IRQInfoEventfd == 0 {
+		return fmt.Errorf("vfiouser: MSI %+v: no eventfd vectors: %w", ii, ErrMalformed)
+	}
+
+	// Command: memory space and bus master; MSI: enable with 2^mme vectors.
+	if err := t.WriteConfig(CfgCommand, le.AppendUint16(nil, 0x0006)); err != nil {
+		return err
+	}
+	mme := uint16(0)
+	for v := vectors; v > 1; v >>= 1 {
+		mme++
+	}
+	if err := t.WriteConfig(CfgMSI+2, le.AppendUint16(nil, mme<<4|1)); err != nil {
+		return err
+	}
+
+	// DMA memory.
+	fd, err := unix.MemfdCreate("gomhi-vfiouser-dma", unix.MFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("vfiouser: memfd: %w", err)
+	}
+	t.memfd = fd
+	if err := unix.Ftruncate(fd, int64(t.opts.Memory)); err != nil {
+		return fmt.Errorf("vfiouser: memfd size: %w", err)
+	}
+	mem, err := unix.Mmap(fd, 0, t.opts.Memory, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("vfiouser: mmap DMA memory: %w", err)
+	}
+	t.slab = newMemSlab(t.opts.Base, mem)
+	var mapFDs []int
+	if !t.opts.NoDMAFD {
+		mapFDs = []int{fd}
+	}
+	if _, err := t.call(CmdDMAMap, DMAMap{Argsz: 32, Flags: DMAFlagRead | DMAFlagWrite, IOVA: t.opts.Base, Size: uint64(t.opts.Memory)}, mapFDs); err != nil {
+		return err
+	}
+
+	// Interrupts.
+	t.stopfd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return fmt.Errorf("vfiouser: eventfd: %w", err)
+	}
+	for range vectors {
+		efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+		if err != nil {
+			return fmt.Errorf("vfiouser: eventfd: %w", err)
+		}
+		t.evfds = append(t.evfds, efd)
+	}
+	for start := 0; start < vectors; start += maxFDs {
+		batch := t.evfds[start:min(start+maxFDs, vectors)]
+		if _, err := t.call(CmdSetIRQs, SetIRQs{Flags: IRQDataEventfd | IRQActionTrig, Index: IRQMSI, Start: uint32(start), Count: uint32(len(batch))}, batch); err != nil {
+			return err
+		}
+	}
+	t.idone = make(chan struct{})
+	go t.irqLoop()
+	return nil
+}
+
+func (t *Transport) regionInfo(index uint32) (RegionInfo, error) {
+	r, err := t.call(CmdRegionInfo, RegionInfo{Argsz: 32, Index: index}, nil)
+	if err != nil {
+		return RegionInfo{}, err
+	}
+	ri, _ := r.Body.(RegionInfo)
+	return ri, nil
+}
+
+// call sends a command and waits for its reply; an error reply gives an
+// error wrapping ErrRemote and the errno.
+func (t *Transport) call(cmd Command, body any, fds []int) (Message, error) {
+	id := uint16(t.nextID.Add(1))
+	ch := make(chan Message, 1)
+	t.pmu.Lock()
+	t.pending[id] = ch
+	t.pmu.Unlock()
+	drop := func() {
+		t.pmu.Lock()
+		delete(t.pending, id)
+		t.pmu.Unlock()
+	}
+	if err := t.w.write(EncodeMessage(id, cmd, 0, 0, body), fds); err != nil {
+		drop()
+		return Message{}, fmt.Errorf("vfiouser: %s: %w", cmd, err)
+	}
+	timer := time.NewTimer(t.opts.Timeout)
+	defer timer.Stop()
+	select {
+	case r := <-ch:
+		if r.Header.Flags&FlagError != 0 {
+			return r, fmt.Errorf("vfiouser: %s: %w: %w", cmd, ErrRemote, unix.Errno(r.Header.Error))
+		}
+		if r.Header.Cmd != cmd {
+			return r, fmt.Errorf("vfiouser: %s answered by %s: %w", cmd, r.Header.Cmd, ErrMalformed)
+		}
+		return r, nil
+	case <-t.dead:
+		drop()
+		return Message{}, fmt.Errorf("vfiouser: %s: %w (%w)", cmd, ErrClosed, t.readErr)
+	case <-timer.C:
+		drop()
+		return Message{}, fmt.Errorf("vfiouser: %s: %w", cmd, ErrTimeout)
+	}
+}
+
+// readLoop hands replies to their callers and answers the server's
+// DMA_READ/DMA_WRITE from the DMA memory.
+func (t *Transport) readLoop() {
+	defer close(t.rdone)
+	defer close(t.dead)
+	for {
+		hdr, payload, fds, err := t.w.read()
+		if err != nil {
+			t.readErr = err
+			return
+		}
+		closeFDs(fds)
+		m, err := DecodeMessage(hdr, payload, len(fds))
+		if err != nil {
+			if m.Header.IsReply() || m.Header.Flags&FlagNoReply != 0 {
+				continue
+			}
+			_ = t.w.write(EncodeMessage(m.Header.ID, m.Header.Cmd, FlagReply|FlagError, uint32(unix.EINVAL), nil), nil)
+			continue
+		}
+		if m.Header.IsReply() {
+			t.pmu.Lock()
+			ch := t.pending[m.Header.ID]
+			delete(t.pending, m.Header.ID)
+			t.pmu.Unlock()
+			if ch != nil {
+				ch <- m
+			}
+			continue
+		}
+		t.serveDMA(m)
+	}
+}
+
+func (t *Transport) serveDMA(m Message) {
+	h := m.Header
+	a, ok := m.Body.(DMAAccess)
+	var reply []byte
+	var buf []byte
+	if ok && t.slab != nil {
+		buf, ok = t.slab.slice(a.Address, a.Count)
+	}
+	switch {
+	case !ok:
+		reply = EncodeMessage(h.ID, h.Cmd, FlagReply|FlagError, uint32(unix.EFAULT), nil)
+		if h.Cmd != CmdDMARead && h.Cmd != CmdDMAWrite {
+			reply = EncodeMessage(h.ID, h.Cmd, FlagReply|FlagError, uint32(unix.ENOSYS), nil)
+		}
+	case h.Cmd == CmdDMARead:
+		data := make([]byte, len(buf))
+		copy(data, buf)
+		reply = EncodeMessage(h.ID, h.Cmd, FlagReply, 0, DMAAccess{Address: a.Address, Count: a.Count, Data: data})
+	default:
+		copy(buf, a.Data)
+		reply = EncodeMessage(h.ID, h.Cmd, FlagReply, 0, DMAAccess{Address: a.Address, Count: a.Count})
+	}
+	if h.Flags&FlagNoReply == 0 {
+		_ = t.w.write(reply, nil)
+	}
+}
+
+// irqLoop polls the vector eventfds and calls the handler once per
+// signalled vector.
+func (t *Transport) irqLoop() {
+	defer close(t.idone)
+	pfds := make([]unix.PollFd, 0, len(t.evfds)+1)
+	for _, fd := range t.evfds {
+		pfds = append(pfds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
+	}
+	pfds = append(pfds, unix.PollFd{Fd: int32(t.stopfd), Events: unix.POLLIN})
+	var b [8]byte
+	for {
+		_, err := unix.Poll(pfds, -1)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return
+		}
+		if pfds[len(pfds)-1].Revents != 0 {
+			return
+		}
+		for v := range t.evfds {
+			if pfds[v].Revents == 0 {
+				continue
+			}
+			pfds[v].Revents = 0
+			if n, _ := unix.Read(t.evfds[v], b[:]); n != 8 {
+				continue
+			}
+			// The handler runs under the read lock, so that once
+			// SetInterruptHandler returns no call to the old handler is
+			// still running (the controller frees its rings after nil).
+			t.hmu.RLock()
+			if t.handler != nil {
+				t.handler(v)
+			}
+			t.hmu.RUnlock()
+		}
+	}
+}
+
+// IDs returns the vendor, device, subsystem vendor and subsystem device IDs
+// read from the function's config space, to look the model up with
+// pcigeneric.Lookup.
+func (t *Transport) IDs() (vendor, device, subVendor, subDevice uint16) {
+	return t.ids[0], t.ids[1], t.ids[2], t.ids[3]
+}
+
+// Capabilities returns the server's VERSION capabilities JSON.
+func (t *Transport) Capabilities() string { return t.caps }
+
+// BARSize returns the size of BAR0.
+func (t *Transport) BARSize() uint64 { return t.barSize }
+
+// ReadConfig reads len(p) bytes of config space at off.
+func (t *Transport) ReadConfig(off int, p []byte) error {
+	r, err := t.call(CmdRegionRead, RegionAccess{Offset: uint64(off), Region: RegionConfig, Count: uint32(len(p))}, nil)
+	if err != nil {
+		return err
+	}
+	a, _ := r.Body.(RegionAccess)
+	if len(a.Data) != len(p) {
+		return fmt.Errorf("vfiouser: config read of %d bytes got %d: %w", len(p), len(a.Data), ErrMalformed)
+	}
+	copy(p, a.Data)
+	return nil
+}
+
+// WriteConfig writes p to config space at off and waits for the reply.
+func (t *Transport) WriteConfig(off int, p []byte) error {
+	_, err := t.call(CmdRegionWrite, RegionAccess{Offset: uint64(off), Region: RegionConfig, Count: uint32(len(p)), Data: p}, nil)
+	return err
+}
+
+// Read32 implements mhi.Registers with one REGION_READ of BAR0.
+func (t *Transport) Read32(off uint32) (uint32, error) {
+	r, err := t.call(CmdRegionRead, RegionAccess{Offset: uint64(off), Region: RegionBAR0, Count: 4}, nil)
+	if err != nil {
+		return 0, err
+	}
+	a, _ := r.Body.(RegionAccess)
+	if len(a.Data) != 4 {
+		return 0, fmt.Errorf("vfiouser: BAR0 read at 0x%x: %w", off, ErrMalformed)
+	}
+	return binary.LittleEndian.Uint32(a.Data), nil
+}
+
+// Write32 implements mhi.Registers with one REGION_WRITE of BAR0, posted
+// (NO_REPLY) unless ClientOptions.NoPostedWrites.
+func (t *Transport) Write32(off, v uint32) error {
+	a := RegionAccess{Offset: uint64(off), Region: RegionBAR0, Count: 4, Data: binary.LittleEndian.AppendUint32(nil, v)}
+	if t.opts.NoPostedWrites {
+		_, err := t.call(CmdRegionWrite, a, nil)
+		return err
+	}
+	select {
+	case <-t.dead:
+		return fmt.Errorf("vfiouser: BAR0 write at 0x%x: %w", off, ErrClosed)
+	default:
+	}
+	id := uint16(t.nextID.Add(1))
+	if err := t.w.write(EncodeMessage(id, CmdRegionWrite, FlagNoReply, 0, a), nil); err != nil {
+		return fmt.Errorf("vfiouser: BAR0 write at 0x%x: %w", off, err)
+	}
+	return nil
+}
+
+// Alloc implements mhi.DMAMemory from the memfd shared with the server.
+func (t *Transport) Alloc(size, align int) (mhi.DMABuffer, error) { return t.slab.alloc(size, align) }
+
+// Free implements mhi.DMAMemory.
+func (t *Transport) Free(b mhi.DMABuffer) error { return t.slab.release(b) }
+
+// Vectors implements mhi.Interrupts: the MSI vectors with an eventfd.
+func (t *Transport) Vectors() int { return len(t.evfds) }
+
+// SetInterruptHandler implements mhi.Interrupts. It waits for a running
+// call of the previous handler to return.
+func (t *Transport) SetInterruptHandler(h func(int)) {
+	t.hmu.Lock()
+	t.handler = h
+	t.hmu.Unlock()
+}
+
+// Reset implements mhi.Transport with DEVICE_RESET.
+func (t *Transport) Reset() error {
+	_, err := t.call(CmdDeviceReset, nil, nil)
+	return err
+}
+
+// Close disables the vectors, unmaps the DMA memory on the server and
+// closes the connection. DMA buffers must not be used afterwards.
+func (t *Transport) Close() error {
+	t.closeOnce.Do(func() {
+		select {
+		case <-t.dead:
+		default:
+			_, err1 := t.call(CmdSetIRQs, SetIRQs{Flags: IRQDataNone | IRQActionTrig, Index: IRQMSI}, nil)
+			_, err2 := t.call(CmdDMAUnmap, DMAUnmap{Argsz: 24, Flags: DMAUnmapAll}, nil)
+			t.closeErr = errors.Join(err1, err2)
+		}
+		t.teardown()
+	})
+	return t.closeErr
+}
+
+func (t *Transport) teardown() {
+	_ = t.w.c.Close()
+	<-t.rdone
+	if t.idone != nil {
+		_, _ = unix.Write(t.stopfd, one)
+		<-t.idone
+	}
+	closeFDs(t.evfds)
+	closeFDs([]int{t.stopfd, t.memfd})
+	if t.slab != nil {
+		_ = unix.Munmap(t.slab.mem)
+	}
+}
+
+var _ mhi.Transport = (*Transport)(nil)

@@ -1,0 +1,126 @@
+package vfiouser
+
+import (
+	"encoding/binary"
+	"sync"
+)
+
+// ConfigSize is the size of the served PCI configuration space: 256 bytes,
+// so QEMU treats the function as conventional PCI.
+const ConfigSize = 256
+
+// Configuration-space offsets used by the server and the client.
+const (
+	CfgVendorID    = 0x00
+	CfgDeviceID    = 0x02
+	CfgCommand     = 0x04
+	CfgStatus      = 0x06
+	CfgRevision    = 0x08
+	CfgClassProg   = 0x09
+	CfgBAR0        = 0x10
+	CfgBAR1        = 0x14
+	CfgSubVendorID = 0x2c
+	CfgSubDeviceID = 0x2e
+	CfgCapPtr      = 0x34
+	CfgIntLine     = 0x3c
+	CfgIntPin      = 0x3d
+	// CfgMSI is the offset of the MSI capability (64-bit, no per-vector
+	// masking): control at +2, address at +4/+8, data at +12.
+	CfgMSI = 0x40
+)
+
+// Class is the PCI class code presented: 0xff0000 (unassigned), as the MHI
+// modems in mhi_pci_generic's table report.
+const Class = 0xff0000
+
+// PCIConfig describes the identity and resources of the served function.
+type PCIConfig struct {
+	Vendor, Device, SubVendor, SubDevice uint16
+	Revision                             uint8
+	// BARSize is the size of BAR0, a power of two >= 4096.
+	BARSize uint64
+	// Vectors is the number of MSI vectors (power of two, 1..32).
+	Vectors int
+}
+
+// configSpace is an emulated type-0 configuration header with a write mask
+// per byte: a write changes only the bits its mask allows, which also
+// implements BAR sizing (all-ones in, size mask out).
+type configSpace struct {
+	mu    sync.Mutex
+	b     [ConfigSize]byte
+	wmask [ConfigSize]byte
+	mmc   uint16 // log2 of the vectors offered
+}
+
+func newConfigSpace(pc PCIConfig) *configSpace {
+	c := &configSpace{}
+	le := binary.LittleEndian
+	le.PutUint16(c.b[CfgVendorID:], pc.Vendor)
+	le.PutUint16(c.b[CfgDeviceID:], pc.Device)
+	le.PutUint16(c.b[CfgStatus:], 0x0010) // capability list
+	c.b[CfgRevision] = pc.Revision
+	class := uint32(Class)
+	c.b[CfgClassProg] = byte(class)
+	c.b[CfgClassProg+1] = byte(class >> 8)
+	c.b[CfgClassProg+2] = byte(class >> 16)
+	le.PutUint32(c.b[CfgBAR0:], 0x4) // 64-bit non-prefetchable memory
+	le.PutUint16(c.b[CfgSubVendorID:], pc.SubVendor)
+	le.PutUint16(c.b[CfgSubDeviceID:], pc.SubDevice)
+	c.b[CfgCapPtr] = CfgMSI
+	c.b[CfgIntPin] = 0 // no INTx
+	for v := pc.Vectors; v > 1; v >>= 1 {
+		c.mmc++
+	}
+	c.b[CfgMSI] = 0x05                            // MSI capability ID
+	c.b[CfgMSI+1] = 0                             // last capability
+	le.PutUint16(c.b[CfgMSI+2:], 0x0080|c.mmc<<1) // 64-bit, multiple message capable
+
+	mask := func(off int, v uint32, n int) {
+		for i := range n {
+			c.wmask[off+i] = byte(v >> (8 * i))
+		}
+	}
+	mask(CfgCommand, 0x0547, 2)                           // IO, memory, bus master, parity, SERR, INTx disable
+	mask(0x0c, 0xff, 1)                                   // cache line size
+	mask(0x0d, 0xff, 1)                                   // latency timer
+	mask(CfgBAR0, uint32(^(pc.BARSize-1))&0xffff_fff0, 4) // low address bits above the size
+	mask(CfgBAR1, uint32(^(pc.BARSize-1)>>32), 4)         // high half
+	mask(CfgIntLine, 0xff, 1)                             // interrupt line
+	mask(CfgMSI+2, 0x0071, 2)                             // enable, multiple message enable
+	mask(CfgMSI+4, 0xffff_fffc, 4)                        // address low
+	mask(CfgMSI+8, 0xffff_ffff, 4)                        // address high
+	mask(CfgMSI+12, 0xffff, 2)                            // data
+	return c
+}
+
+// read copies configuration space at off into p; the caller checks bounds.
+func (c *configSpace) read(off int, p []byte) {
+	c.mu.Lock()
+	copy(p, c.b[off:])
+	c.mu.Unlock()
+}
+
+// write applies p at off through the write mask; the caller checks bounds.
+func (c *configSpace) write(off int, p []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, v := range p {
+		m := c.wmask[off+i]
+		c.b[off+i] = c.b[off+i]&^m | v&m
+	}
+	// Multiple Message Enable never exceeds what the function offers.
+	ctl := binary.LittleEndian.Uint16(c.b[CfgMSI+2:])
+	if mme := ctl >> 4 & 7; mme > c.mmc {
+		ctl = ctl&^0x70 | c.mmc<<4
+		binary.LittleEndian.PutUint16(c.b[CfgMSI+2:], ctl)
+	}
+}
+
+// msi returns the MSI enable bit and the number of enabled vectors.
+func (c *configSpace) msi() (enabled bool, vectors int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ctl := binary.LittleEndian.Uint16(c.b[CfgMSI+2:])
+	return ctl&1 != 0, 1 << (ctl >> 4 & 7)
+}

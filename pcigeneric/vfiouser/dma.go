@@ -1,0 +1,309 @@
+package vfiouser
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gomhi/gomhi/mhi"
+)
+
+// dmaRegion is one DMA_MAP: mem is the mapping of the client's fd, or nil
+// when the client passed none (accesses then become DMA_READ/DMA_WRITE).
+type dmaRegion struct {
+	iova, size uint64
+	flags      uint32
+	mem        []byte
+}
+
+// dmaTable is the device's view of host memory: the client's DMA mappings,
+// addressed by IOVA. It implements ep.HostMemory. Every access is checked
+// against the mappings; one that misses is refused and counted.
+type dmaTable struct {
+	mu      sync.RWMutex
+	regions []dmaRegion // sorted by iova, disjoint
+
+	faults   *atomic.Uint64
+	fallback func(write bool, iova uint64, p []byte) error
+}
+
+// add maps a region; fd < 0 means no fd. The fd is not kept.
+func (t *dmaTable) add(d DMAMap, fd int) error {
+	r := dmaRegion{iova: d.IOVA, size: d.Size, flags: d.Flags}
+	if d.Size > 1<<40 {
+		return fmt.Errorf("%w: DMA region of 0x%x bytes", ErrMalformed, d.Size)
+	}
+	if fd >= 0 {
+		prot := unix.PROT_READ
+		if d.Flags&DMAFlagWrite != 0 {
+			prot |= unix.PROT_WRITE
+		}
+		if d.Offset > 1<<62 {
+			return fmt.Errorf("%w: DMA offset 0x%x", ErrMalformed, d.Offset)
+		}
+		mem, err := unix.Mmap(fd, int64(d.Offset), int(d.Size), prot, unix.MAP_SHARED)
+		if err != nil {
+			return fmt.Errorf("vfiouser: mmap of DMA region 0x%x+0x%x: %w", d.IOVA, d.Size, err)
+		}
+		r.mem = mem
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	i := sort.Search(len(t.regions), func(i int) bool { return t.regions[i].iova >= r.iova })
+	if i > 0 && t.regions[i-1].iova+t.regions[i-1].size > r.iova || i < len(t.regions) && r.iova+r.size > t.regions[i].iova {
+		if r.mem != nil {
+			_ = unix.Munmap(r.mem)
+		}
+		return fmt.Errorf("%w: DMA region 0x%x+0x%x overlaps a mapping", ErrMalformed, d.IOVA, d.Size)
+	}
+	t.regions = append(t.regions[:i], append([]dmaRegion{r}, t.regions[i:]...)...)
+	return nil
+}
+
+// remove unmaps every region inside [iova, iova+size) (all with all) and
+// returns how many it removed.
+func (t *dmaTable) remove(iova, size uint64, all bool) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	kept, n := t.regions[:0], 0
+	for _, r := range t.regions {
+		if all || r.iova >= iova && r.iova+r.size <= iova+size {
+			if r.mem != nil {
+				_ = unix.Munmap(r.mem)
+			}
+			n++
+			continue
+		}
+		kept = append(kept, r)
+	}
+	clear(t.regions[len(kept):])
+	t.regions = kept
+	return n
+}
+
+// find returns the region holding [iova, iova+n) and the offset in it; the
+// caller holds t.mu.
+func (t *dmaTable) find(iova uint64, n int, write bool) (dmaRegion, uint64, error) {
+	i := sort.Search(len(t.regions), func(i int) bool { return t.regions[i].iova+t.regions[i].size > iova })
+	if n >= 0 && i < len(t.regions) {
+		r := t.regions[i]
+		if iova >= r.iova && uint64(n) <= r.size-(iova-r.iova) {
+			if write && r.flags&DMAFlagWrite == 0 || !write && r.flags&DMAFlagRead == 0 {
+				t.faults.Add(1)
+				return r, 0, fmt.Errorf("vfiouser: %d bytes at 0x%x: access not permitted by the mapping: %w: %w", n, iova, ErrDMA, mhi.ErrBounds)
+			}
+			return r, iova - r.iova, nil
+		}
+	}
+	t.faults.Add(1)
+	return dmaRegion{}, 0, fmt.Errorf("vfiouser: %d bytes at 0x%x: %w: %w", n, iova, ErrDMA, mhi.ErrBounds)
+}
+
+// span is the part of an access that falls in one mapping.
+type dmaSpan struct {
+	r   dmaRegion
+	off uint64 // offset in r
+	n   int
+}
+
+// spans splits [iova, iova+n) over adjacent mappings (QEMU announces guest
+// RAM in sections) and checks the permission; the caller holds t.mu. It
+// counts a fault and touches nothing when any byte is unreachable.
+func (t *dmaTable) spans(iova uint64, n int, write bool, buf []dmaSpan) ([]dmaSpan, error) {
+	if iova+uint64(n) < iova {
+		t.faults.Add(1)
+		return nil, fmt.Errorf("vfiouser: %d bytes at 0x%x: %w: %w", n, iova, ErrDMA, mhi.ErrBounds)
+	}
+	a, rest := iova, n
+	for first := true; first || rest > 0; first = false {
+		i := sort.Search(len(t.regions), func(i int) bool { return t.regions[i].iova+t.regions[i].size > a })
+		if i == len(t.regions) || t.regions[i].iova > a {
+			t.faults.Add(1)
+			return nil, fmt.Errorf("vfiouser: %d bytes at 0x%x: %w: %w", n, iova, ErrDMA, mhi.ErrBounds)
+		}
+		r := t.regions[i]
+		if write && r.flags&DMAFlagWrite == 0 || !write && r.flags&DMAFlagRead == 0 {
+			t.faults.Add(1)
+			return nil, fmt.Errorf("vfiouser: %d bytes at 0x%x: access not permitted by the mapping: %w: %w", n, iova, ErrDMA, mhi.ErrBounds)
+		}
+		k := int(min(uint64(rest), r.size-(a-r.iova)))
+		buf = append(buf, dmaSpan{r, a - r.iova, k})
+		a, rest = a+uint64(k), rest-k
+	}
+	return buf, nil
+}
+
+// access copies between p and host memory at iova.
+func (t *dmaTable) access(p []byte, iova uint64, write bool) error {
+	var arr [2]dmaSpan
+	t.mu.RLock()
+	sp, err := t.spans(iova, len(p), write, arr[:0])
+	if err != nil {
+		t.mu.RUnlock()
+		return err
+	}
+	direct := true
+	for _, c := range sp {
+		direct = direct && c.r.mem != nil
+	}
+	if direct {
+		pos := 0
+		for _, c := range sp {
+			if write {
+				copy(c.r.mem[c.off:], p[pos:pos+c.n])
+			} else {
+				copy(p[pos:pos+c.n], c.r.mem[c.off:])
+			}
+			pos += c.n
+		}
+		t.mu.RUnlock()
+		return nil
+	}
+	t.mu.RUnlock()
+	// Some of it is mapped without fd: go piece by piece, messages for those.
+	pos := 0
+	for _, c := range sp {
+		a, seg := c.r.iova+c.off, p[pos:pos+c.n]
+		if c.r.mem != nil {
+			err = t.access(seg, a, write)
+		} else {
+			err = t.fallback(write, a, seg)
+		}
+		if err != nil {
+			return err
+		}
+		pos += c.n
+	}
+	return nil
+}
+
+// ReadAt implements ep.HostMemory.
+func (t *dmaTable) ReadAt(p []byte, iova uint64) error { return t.access(p, iova, false) }
+
+// WriteAt implements ep.HostMemory.
+func (t *dmaTable) WriteAt(p []byte, iova uint64) error { return t.access(p, iova, true) }
+
+// Load32 implements ep.HostMemory: an atomic load on a mapping with fd.
+func (t *dmaTable) Load32(iova uint64) (uint32, error) {
+	if iova%4 != 0 {
+		t.faults.Add(1)
+		return 0, fmt.Errorf("vfiouser: unaligned 32-bit load at 0x%x: %w", iova, mhi.ErrBounds)
+	}
+	t.mu.RLock()
+	r, off, err := t.find(iova, 4, false)
+	if err == nil && r.mem != nil {
+		v := mhi.Load32(r.mem, int(off))
+		t.mu.RUnlock()
+		return v, nil
+	}
+	t.mu.RUnlock()
+	if err != nil {
+		return 0, err
+	}
+	var b [4]byte
+	if err := t.fallback(false, iova, b[:]); err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint32(b[:]), nil
+}
+
+// Store32 implements ep.HostMemory: an atomic store on a mapping with fd.
+func (t *dmaTable) Store32(iova uint64, v uint32) error {
+	if iova%4 != 0 {
+		t.faults.Add(1)
+		return fmt.Errorf("vfiouser: unaligned 32-bit store at 0x%x: %w", iova, mhi.ErrBounds)
+	}
+	t.mu.RLock()
+	r, off, err := t.find(iova, 4, true)
+	if err == nil && r.mem != nil {
+		mhi.Store32(r.mem, int(off), v)
+		t.mu.RUnlock()
+		return nil
+	}
+	t.mu.RUnlock()
+	if err != nil {
+		return err
+	}
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], v)
+	return t.fallback(true, iova, b[:])
+}
+
+// irqTable holds the MSI eventfds set by SET_IRQS and implements
+// ep.Interrupter: vector n fires eventfd n modulo the number set, as an MSI
+// function with fewer enabled vectors than it uses folds them.
+type irqTable struct {
+	mu     sync.RWMutex
+	fds    []int // -1: not set
+	max    int
+	raised *atomic.Uint64
+	lost   *atomic.Uint64
+}
+
+var one = func() []byte {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], 1)
+	return b[:]
+}()
+
+// Raise implements ep.Interrupter; it never blocks.
+func (t *irqTable) Raise(vector int) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if len(t.fds) == 0 || vector < 0 {
+		t.lost.Add(1)
+		return
+	}
+	fd := t.fds[vector%len(t.fds)]
+	if fd < 0 {
+		t.lost.Add(1)
+		return
+	}
+	if _, err := unix.Write(fd, one); err != nil {
+		t.lost.Add(1)
+		return
+	}
+	t.raised.Add(1)
+}
+
+// set installs fds at start.. (taking ownership), trimming trailing unset
+// entries.
+func (t *irqTable) set(start int, fds []int) error {
+	if start+len(fds) > t.max {
+		return fmt.Errorf("%w: vectors %d..%d of %d", ErrMalformed, start, start+len(fds), t.max)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for len(t.fds) < start+len(fds) {
+		t.fds = append(t.fds, -1)
+	}
+	for i, fd := range fds {
+		if old := t.fds[start+i]; old >= 0 {
+			_ = unix.Close(old)
+		}
+		t.fds[start+i] = fd
+	}
+	for len(t.fds) > 0 && t.fds[len(t.fds)-1] < 0 {
+		t.fds = t.fds[:len(t.fds)-1]
+	}
+	return nil
+}
+
+// clear closes every eventfd.
+func (t *irqTable) clear() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	closeFDs(t.fds)
+	t.fds = nil
+}
+
+// count returns the number of vectors with an eventfd slot.
+func (t *irqTable) count() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.fds)
+}

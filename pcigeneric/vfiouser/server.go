@@ -1,0 +1,651 @@
+package vfiouser
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/pcigeneric"
+)
+
+// ServerCapabilities is the capabilities JSON the server sends in its
+// VERSION reply (no write_multiple: REGION_WRITE_MULTI is not implemented).
+const ServerCapabilities = `{"capabilities":{"max_msg_fds":16,"max_data_xfer_size":1048576,"pgsizes":4096,"max_dma_maps":65535}}`
+
+// DefaultVectors is the number of MSI vectors the served function offers.
+const DefaultVectors = 32
+
+// DMATimeout bounds the wait for the client's answer to a DMA_READ or
+// DMA_WRITE the server sends for a region mapped without fd.
+const DMATimeout = 5 * time.Second
+
+// DeviceOptions configure a ServerDevice.
+type DeviceOptions struct {
+	// Model is the device-table model to impersonate (default
+	// pcigeneric.DefaultModel).
+	Model string
+	// Entry, if set, selects the table entry whose IDs are presented;
+	// otherwise the model's first entry is used.
+	Entry *pcigeneric.Entry
+	// Revision is the PCI revision ID.
+	Revision uint8
+	// Vectors is the number of MSI vectors offered: a power of two 1..32
+	// (default DefaultVectors).
+	Vectors int
+	// Logger receives one record per event (connect, version, dma_map,
+	// dma_unmap, irq_setup, reset, disconnect, error); nil discards.
+	Logger *slog.Logger
+	// ModemLogger receives the mock modem's own logs (nil: discard).
+	ModemLogger *slog.Logger
+	// IPData configures the mock modem's IP data function, as in
+	// pcigeneric.MockOptions.
+	IPData ep.IPDataConfig
+	// Device, if set, adjusts each session's modem configuration.
+	Device func(*ep.Config)
+}
+
+// ServerStats counts what a ServerDevice has done over all its sessions.
+type ServerStats struct {
+	Sessions     uint64 `json:"sessions"`
+	Messages     uint64 `json:"messages"`
+	ErrorReplies uint64 `json:"error_replies"`
+	Malformed    uint64 `json:"malformed"`
+	DMAMaps      uint64 `json:"dma_maps"`
+	DMAFaults    uint64 `json:"dma_faults"`
+	Interrupts   uint64 `json:"interrupts"`
+	IRQsLost     uint64 `json:"irqs_lost"`
+	// DMAMessages counts DMA_READ/DMA_WRITE messages sent for regions
+	// mapped without fd.
+	DMAMessages uint64 `json:"dma_messages"`
+	Resets      uint64 `json:"resets"`
+}
+
+// ServerDevice is the PCI function a server presents: configuration space
+// built from a device-table entry and, per client session, a fresh mock
+// modem whose registers are BAR0.
+type ServerDevice struct {
+	// Entry is the device-table entry impersonated.
+	Entry pcigeneric.Entry
+	// PCI is the identity and resources of the function.
+	PCI PCIConfig
+
+	opts DeviceOptions
+	log  *slog.Logger
+	cfg  func() (ep.Config, error)
+
+	messages, errReplies, malformed, sessions atomic.Uint64
+	maps, faults, raised, lost                atomic.Uint64
+	dmaMsgs, resets                           atomic.Uint64
+
+	mu    sync.Mutex
+	modem *ep.Device
+	busy  bool
+}
+
+// NewServerDevice builds the function for opts.Model: the entry's IDs,
+// class 0xff0000, a 64-bit BAR0 covering the modem's registers (a power of
+// two, at least 4 KiB) and an MSI capability.
+func NewServerDevice(opts DeviceOptions) (*ServerDevice, error) {
+	if opts.Model == "" {
+		opts.Model = pcigeneric.DefaultModel
+	}
+	if opts.Vectors == 0 {
+		opts.Vectors = DefaultVectors
+	}
+	if opts.Vectors < 1 || opts.Vectors > 32 || opts.Vectors&(opts.Vectors-1) != 0 {
+		return nil, fmt.Errorf("vfiouser: %d MSI vectors, want a power of two 1..32: %w", opts.Vectors, ErrMalformed)
+	}
+	info, ok := pcigeneric.Model(opts.Model)
+	if !ok {
+		return nil, fmt.Errorf("vfiouser: model %q: %w", opts.Model, pcigeneric.ErrUnknownModel)
+	}
+	var entry pcigeneric.Entry
+	if opts.Entry != nil {
+		entry = *opts.Entry
+	} else {
+		es := pcigeneric.EntriesFor(info.Name)
+		if len(es) == 0 {
+			return nil, fmt.Errorf("vfiouser: model %q has no table entry: %w", opts.Model, pcigeneric.ErrUnknownModel)
+		}
+		entry = es[0]
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	mlog := opts.ModemLogger
+	if mlog == nil {
+		mlog = slog.New(slog.DiscardHandler)
+	}
+	d := &ServerDevice{Entry: entry, opts: opts, log: log}
+	d.cfg = func() (ep.Config, error) {
+		cfg := info.Config.WithLoopback()
+		h := fnv.New32a()
+		h.Write([]byte(info.Name))
+		ec := ep.Config{MHI: cfg, SerialNumber: h.Sum32(), Logger: mlog}
+		if pair := pcigeneric.DataPair(cfg); pair != "" {
+			ic := opts.IPData
+			if ic == (ep.IPDataConfig{}) && pair == ep.IPDataName {
+				ic.Format = ep.FormatRaw
+			}
+			ipd, err := ep.NewIPData(ic)
+			if err != nil {
+				return ep.Config{}, err
+			}
+			ec.Functions = map[string]ep.Function{pair: ipd}
+		}
+		if opts.Device != nil {
+			opts.Device(&ec)
+		}
+		return ec, nil
+	}
+	ec, err := d.cfg()
+	if err != nil {
+		return nil, err
+	}
+	regLen := uint64(ec.RegLen)
+	if regLen == 0 {
+		regLen = ep.DefaultRegLen
+	}
+	bar := uint64(4096)
+	for bar < regLen {
+		bar <<= 1
+	}
+	v, dv, sv, sd := entry.Match.IDs()
+	d.PCI = PCIConfig{Vendor: v, Device: dv, SubVendor: sv, SubDevice: sd, Revision: opts.Revision, BARSize: bar, Vectors: opts.Vectors}
+	return d, nil
+}
+
+// Stats returns the device's counters.
+func (d *ServerDevice) Stats() ServerStats {
+	return ServerStats{
+		Sessions: d.sessions.Load(), Messages: d.messages.Load(), ErrorReplies: d.errReplies.Load(),
+		Malformed: d.malformed.Load(), DMAMaps: d.maps.Load(), DMAFaults: d.faults.Load(),
+		Interrupts: d.raised.Load(), IRQsLost: d.lost.Load(),
+		DMAMessages: d.dmaMsgs.Load(), Resets: d.resets.Load(),
+	}
+}
+
+// Modem returns the mock modem of the current session, or nil.
+func (d *ServerDevice) Modem() *ep.Device {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.modem
+}
+
+// ErrBusy is returned by Serve when the device already serves a client.
+var ErrBusy = errors.New("vfiouser: device busy with another client")
+
+// ListenAndServe listens on the unix socket path (replacing a stale socket,
+// never another kind of file) and serves one client at a time until ctx is
+// done; the socket file is removed on return. It returns nil when ctx ends
+// it.
+func ListenAndServe(ctx context.Context, path string, dev *ServerDevice) error {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		_ = os.Remove(path) // a stale socket from an earlier run
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("vfiouser: listen: %w", err)
+	}
+	defer l.Close()
+	stop := context.AfterFunc(ctx, func() { _ = l.Close() })
+	defer stop()
+	for {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("vfiouser: accept: %w", err)
+		}
+		if err := Serve(ctx, c, dev); err != nil {
+			dev.log.Warn("error", "err", err.Error())
+		}
+	}
+}
+
+// Serve serves dev to the client on conn until the client disconnects, a
+// framing error makes the stream unusable, or ctx is done; it closes conn.
+// A clean disconnect or cancellation returns nil. Malformed messages that
+// keep the framing get an error reply (EINVAL, ENOSYS, EFAULT) and are
+// counted; a malformed header closes the connection.
+func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
+	dev.mu.Lock()
+	if dev.busy {
+		dev.mu.Unlock()
+		conn.Close()
+		return ErrBusy
+	}
+	dev.busy = true
+	dev.mu.Unlock()
+	defer func() {
+		dev.mu.Lock()
+		dev.busy, dev.modem = false, nil
+		dev.mu.Unlock()
+	}()
+	dev.sessions.Add(1)
+	s := &session{
+		dev:     dev,
+		w:       newWire(conn),
+		cfg:     newConfigSpace(dev.PCI),
+		mem:     &dmaTable{faults: &dev.faults},
+		irqs:    &irqTable{max: dev.PCI.Vectors, raised: &dev.raised, lost: &dev.lost},
+		pending: map[uint16]chan Message{},
+		dead:    make(chan struct{}),
+	}
+	s.mem.fallback = s.dmaMessage
+	dev.log.Info("connect")
+	ec, err := dev.cfg()
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	modem, err := ep.New(ec, s.mem, s.irqs)
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	s.modem = modem
+	dev.mu.Lock()
+	dev.modem = modem
+	dev.mu.Unlock()
+
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	cmds := make(chan inbound, 16)
+	var rerr error
+	go func() {
+		defer close(cmds)
+		rerr = s.readLoop(cmds)
+	}()
+	var herr error
+	for in := range cmds {
+		if herr != nil {
+			closeFDs(in.fds)
+			continue
+		}
+		if err := s.handle(in); err != nil {
+			herr = err
+			_ = conn.Close()
+		}
+	}
+	stop()
+	_ = conn.Close()
+	close(s.dead)
+	_ = modem.Close()
+	s.mem.remove(0, 0, true)
+	s.irqs.clear()
+	err = herr
+	if err == nil && rerr != nil && !errors.Is(rerr, io.EOF) && !errors.Is(rerr, net.ErrClosed) {
+		err = rerr
+	}
+	if ctx.Err() != nil {
+		err = nil
+	}
+	reason := "eof"
+	if err != nil {
+		reason = err.Error()
+	}
+	dev.log.Info("disconnect", "reason", reason)
+	return err
+}
+
+var (
+	_ ep.HostMemory  = (*dmaTable)(nil)
+	_ ep.Interrupter = (*irqTable)(nil)
+)
+
+type inbound struct {
+	msg Message
+	err error
+	fds []int
+}
+
+type session struct {
+	dev   *ServerDevice
+	w     *wire
+	cfg   *configSpace
+	mem   *dmaTable
+	irqs  *irqTable
+	modem *ep.Device
+
+	nextID  atomic.Uint32
+	pmu     sync.Mutex
+	pending map[uint16]chan Message
+	dead    chan struct{}
+}
+
+// readLoop reads messages, hands replies to their waiters and commands to
+// the handler; it returns when the stream ends or loses its framing.
+func (s *session) readLoop(cmds chan<- inbound) error {
+	for {
+		hdr, payload, fds, err := s.w.read()
+		if err != nil {
+			if errors.Is(err, errFraming) || errors.Is(err, io.ErrUnexpectedEOF) {
+				s.dev.malformed.Add(1)
+			}
+			return err
+		}
+		s.dev.messages.Add(1)
+		msg, err := DecodeMessage(hdr, payload, len(fds))
+		if err == nil && msg.Header.IsReply() {
+			closeFDs(fds)
+			s.pmu.Lock()
+			ch := s.pending[msg.Header.ID]
+			delete(s.pending, msg.Header.ID)
+			s.pmu.Unlock()
+			if ch == nil {
+				s.dev.malformed.Add(1)
+				s.dev.log.Warn("error", "err", "unexpected reply", "cmd", msg.Header.Cmd.String(), "id", msg.Header.ID)
+				continue
+			}
+			ch <- msg
+			continue
+		}
+		cmds <- inbound{msg: msg, err: err, fds: fds}
+	}
+}
+
+// dmaMessage performs a DMA access on a region mapped without fd by asking
+// the client (DMA_READ/DMA_WRITE) and waiting for its reply.
+func (s *session) dmaMessage(write bool, iova uint64, p []byte) error {
+	for len(p) > 0 {
+		n := min(len(p), MaxDataXfer)
+		id := uint16(s.nextID.Add(1))
+		ch := make(chan Message, 1)
+		s.dev.dmaMsgs.Add(1)
+		s.pmu.Lock()
+		s.pending[id] = ch
+		s.pmu.Unlock()
+		var msg []byte
+		if write {
+			msg = EncodeMessage(id, CmdDMAWrite, 0, 0, DMAAccess{Address: iova, Count: uint64(n), Data: p[:n]})
+		} else {
+			msg = EncodeMessage(id, CmdDMARead, 0, 0, DMAAccess{Address: iova, Count: uint64(n)})
+		}
+		err := s.w.write(msg, nil)
+		var r Message
+		if err == nil {
+			select {
+			case r = <-ch:
+			case <-s.dead:
+				err = ErrClosed
+			case <-time.After(DMATimeout):
+				err = ErrTimeout
+			}
+		}
+		if err != nil {
+			s.pmu.Lock()
+			delete(s.pending, id)
+			s.pmu.Unlock()
+			return fmt.Errorf("vfiouser: DMA at 0x%x: %w", iova, err)
+		}
+		if r.Header.Flags&FlagError != 0 {
+			return fmt.Errorf("vfiouser: DMA at 0x%x: errno %d: %w", iova, r.Header.Error, ErrRemote)
+		}
+		if !write {
+			a, ok := r.Body.(DMAAccess)
+			if !ok || len(a.Data) != n {
+				return fmt.Errorf("vfiouser: DMA_READ reply at 0x%x: %w", iova, ErrMalformed)
+			}
+			copy(p, a.Data)
+		}
+		p, iova = p[n:], iova+uint64(n)
+	}
+	return nil
+}
+
+// errnoError is a handler failure answered with an errno.
+type errnoError struct {
+	errno unix.Errno
+	err   error
+}
+
+// Error returns the failure's message.
+func (e *errnoError) Error() string { return e.err.Error() }
+
+// Unwrap returns the failure.
+func (e *errnoError) Unwrap() error { return e.err }
+
+func fail(errno unix.Errno, format string, args ...any) error {
+	return &errnoError{errno: errno, err: fmt.Errorf(format, args...)}
+}
+
+// handle answers one command. It returns an error only when the connection
+// must end (the reply could not be sent).
+func (s *session) handle(in inbound) error {
+	h := in.msg.Header
+	var body any
+	err := in.err
+	if err == nil {
+		body, err = s.dispatch(in.msg, in.fds)
+	} else {
+		closeFDs(in.fds)
+	}
+	if err != nil {
+		errno := unix.EINVAL
+		var ee *errnoError
+		var en unix.Errno
+		switch {
+		case errors.As(err, &ee):
+			errno = ee.errno
+		case errors.As(err, &en):
+			errno = en
+		case errors.Is(err, ErrUnknownCommand):
+			errno = unix.ENOSYS
+		case errors.Is(err, ErrDMA):
+			errno = unix.EFAULT
+		}
+		if errors.Is(err, ErrMalformed) || errors.Is(err, ErrUnexpectedFDs) || errors.Is(err, ErrUnknownCommand) {
+			s.dev.malformed.Add(1)
+		}
+		s.dev.log.Warn("error", "cmd", h.Cmd.String(), "id", h.ID, "err", err.Error())
+		if h.Flags&FlagNoReply != 0 || h.IsReply() {
+			return nil
+		}
+		s.dev.errReplies.Add(1)
+		return s.w.write(EncodeMessage(h.ID, h.Cmd, FlagReply|FlagError, uint32(errno), nil), nil)
+	}
+	if h.Flags&FlagNoReply != 0 {
+		return nil
+	}
+	return s.w.write(EncodeMessage(h.ID, h.Cmd, FlagReply, 0, body), nil)
+}
+
+// dispatch carries out a decoded command and returns the reply body. It
+// owns fds.
+func (s *session) dispatch(m Message, fds []int) (any, error) {
+	log := s.dev.log
+	switch b := m.Body.(type) {
+	case Version:
+		log.Info("version", "major", b.Major, "minor", b.Minor, "capabilities", b.Capabilities)
+		if b.Major != 0 {
+			return nil, fail(unix.ENOTSUP, "vfiouser: client version %d.%d", b.Major, b.Minor)
+		}
+		return Version{Major: 0, Minor: 0, Capabilities: ServerCapabilities}, nil
+	case DMAMap:
+		fd := -1
+		if len(fds) == 1 {
+			fd = fds[0]
+			defer unix.Close(fd)
+		}
+		if err := s.mem.add(b, fd); err != nil {
+			return nil, err
+		}
+		s.dev.maps.Add(1)
+		log.Info("dma_map", "iova", b.IOVA, "size", b.Size, "offset", b.Offset, "flags", b.Flags, "fd", fd >= 0)
+		return nil, nil
+	case DMAUnmap:
+		n := s.mem.remove(b.IOVA, b.Size, b.Flags&DMAUnmapAll != 0)
+		log.Info("dma_unmap", "iova", b.IOVA, "size", b.Size, "flags", b.Flags, "regions", n)
+		return DMAUnmap{Argsz: 24, Flags: b.Flags, IOVA: b.IOVA, Size: b.Size}, nil
+	case DeviceInfo:
+		return DeviceInfo{Argsz: 16, Flags: DeviceFlagPCI | DeviceFlagReset, NumRegions: NumRegions, NumIRQs: NumIRQs}, nil
+	case RegionInfo:
+		ri := RegionInfo{Argsz: 32, Index: b.Index}
+		switch b.Index {
+		case RegionBAR0:
+			ri.Flags, ri.Size = RegionFlagRead|RegionFlagWrite, s.dev.PCI.BARSize
+		case RegionConfig:
+			ri.Flags, ri.Size = RegionFlagRead|RegionFlagWrite, ConfigSize
+		default:
+			if b.Index >= NumRegions {
+				return nil, fail(unix.EINVAL, "vfiouser: region %d", b.Index)
+			}
+		}
+		return ri, nil
+	case IRQInfo:
+		ii := IRQInfo{Argsz: 16, Index: b.Index}
+		switch b.Index {
+		case IRQMSI:
+			ii.Flags, ii.Count = IRQInfoEventfd|IRQInfoNoResize, uint32(s.dev.PCI.Vectors)
+		case IRQINTx, IRQMSIX, IRQErr, IRQReq:
+			ii.Flags = IRQInfoEventfd
+		default:
+			return nil, fail(unix.EINVAL, "vfiouser: IRQ index %d", b.Index)
+		}
+		return ii, nil
+	case SetIRQs:
+		return nil, s.setIRQs(b, fds)
+	case RegionAccess:
+		closeFDs(fds)
+		if m.Header.Cmd == CmdRegionRead {
+			data, err := s.regionRead(b)
+			if err != nil {
+				return nil, err
+			}
+			b.Data = data
+			return b, nil
+		}
+		if err := s.regionWrite(b); err != nil {
+			return nil, err
+		}
+		b.Data = nil
+		return b, nil
+	case DMAAccess:
+		closeFDs(fds)
+		return nil, fail(unix.EINVAL, "vfiouser: %s is a server-to-client command", m.Header.Cmd)
+	case nil:
+		closeFDs(fds)
+		if m.Header.Cmd == CmdDeviceReset {
+			log.Info("reset")
+			s.dev.resets.Add(1)
+			s.modem.Reset()
+			return nil, nil
+		}
+	}
+	closeFDs(fds)
+	return nil, fail(unix.EINVAL, "vfiouser: unexpected %s", m.Header.Cmd)
+}
+
+func (s *session) setIRQs(b SetIRQs, fds []int) error {
+	data, action := b.Flags&irqDataMask, b.Flags&irqActionMask
+	s.dev.log.Info("irq_setup", "index", b.Index, "flags", b.Flags, "start", b.Start, "count", b.Count, "fds", len(fds))
+	switch b.Index {
+	case IRQINTx:
+		closeFDs(fds) // no INTx pin; accepted and ignored
+		return nil
+	case IRQMSI:
+	default:
+		closeFDs(fds)
+		if b.Count == 0 {
+			return nil
+		}
+		return fail(unix.EINVAL, "vfiouser: IRQ index %d has no vectors", b.Index)
+	}
+	if action != IRQActionTrig {
+		closeFDs(fds)
+		return fail(unix.EINVAL, "vfiouser: MSI vectors are not maskable")
+	}
+	if int(b.Start)+int(b.Count) > s.dev.PCI.Vectors {
+		closeFDs(fds)
+		return fail(unix.EINVAL, "vfiouser: MSI vectors %d+%d of %d", b.Start, b.Count, s.dev.PCI.Vectors)
+	}
+	switch data {
+	case IRQDataEventfd:
+		return s.irqs.set(int(b.Start), fds)
+	case IRQDataNone:
+		if b.Count == 0 {
+			s.irqs.clear()
+			return nil
+		}
+		for v := b.Start; v < b.Start+b.Count; v++ {
+			s.irqs.Raise(int(v))
+		}
+	case IRQDataBool:
+		for i, on := range b.Data {
+			if on != 0 {
+				s.irqs.Raise(int(b.Start) + i)
+			}
+		}
+	}
+	return nil
+}
+
+func (s *session) regionBounds(a RegionAccess) (uint64, error) {
+	var size uint64
+	switch a.Region {
+	case RegionBAR0:
+		size = s.dev.PCI.BARSize
+	case RegionConfig:
+		size = ConfigSize
+	default:
+		return 0, fail(unix.EINVAL, "vfiouser: region %d is not implemented", a.Region)
+	}
+	if a.Offset > size || uint64(a.Count) > size-a.Offset {
+		return 0, fail(unix.EINVAL, "vfiouser: %d bytes at 0x%x outside region %d of 0x%x", a.Count, a.Offset, a.Region, size)
+	}
+	return size, nil
+}
+
+func (s *session) regionRead(a RegionAccess) ([]byte, error) {
+	if _, err := s.regionBounds(a); err != nil {
+		return nil, err
+	}
+	data := make([]byte, a.Count)
+	if a.Region == RegionConfig {
+		s.cfg.read(int(a.Offset), data)
+		return data, nil
+	}
+	md := s.modem
+	// BAR0: whole aligned words; a narrower read takes its bytes from the
+	// word that holds them.
+	for i := 0; i < len(data); {
+		off := a.Offset + uint64(i)
+		word := off &^ 3
+		var w [4]byte
+		binary.LittleEndian.PutUint32(w[:], md.ReadRegister(uint32(word)))
+		i += copy(data[i:], w[off-word:])
+	}
+	return data, nil
+}
+
+func (s *session) regionWrite(a RegionAccess) error {
+	if _, err := s.regionBounds(a); err != nil {
+		return err
+	}
+	if a.Region == RegionConfig {
+		s.cfg.write(int(a.Offset), a.Data)
+		return nil
+	}
+	if a.Offset%4 != 0 || a.Count%4 != 0 {
+		return fail(unix.EINVAL, "vfiouser: BAR0 write of %d bytes at 0x%x: registers take aligned 32-bit writes", a.Count, a.Offset)
+	}
+	md := s.modem
+	for i := 0; i < len(a.Data); i += 4 {
+		md.WriteRegister(uint32(a.Offset)+uint32(i), binary.LittleEndian.Uint32(a.Data[i:]))
+	}
+	return nil
+}
