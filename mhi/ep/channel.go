@@ -689,14 +689,20 @@ func (c *channel) start(s *session) error {
 	c.mu.Lock()
 	c.runCancel = cancel
 	c.mu.Unlock()
-	c.setState(mhi.ChannelRunning)
 	c.work.Unlock()
 
 	c.d.log.Debug("mhi-ep: channel started", "channel", c.num, "name", c.cfg.Name,
 		"base", ring.base, "elements", ring.n, "event_ring", ctx.Index, "burst", c.burst)
+	return nil
+}
+
+// activate lets a started channel move data. It runs after the START
+// completion is posted: a host (Linux included) ignores transfer events for
+// a channel whose START it has not seen complete.
+func (c *channel) activate() {
+	c.setState(mhi.ChannelRunning)
 	c.poke()
 	c.notifyState()
-	return nil
 }
 
 // stop executes STOP_CHAN: processing pauses, nothing is consumed, the

@@ -66,10 +66,11 @@ func (d *Device) processCommands(s *session) {
 		addr := cr.ring.addr(cr.rd)
 		el, err := d.readElement(addr, &cr.elem)
 		code := mhi.CCUndefinedErr
+		var started *channel
 		if err != nil {
 			d.boundsViolation("command element unreadable", "addr", addr, "err", err)
 		} else {
-			code = d.executeCommand(s, el)
+			code, started = d.executeCommand(s, el)
 		}
 		cr.rd = cr.ring.next(cr.rd)
 		if err := d.store64(cr.ctxIOVA+mhi.CtxRP, cr.ring.addr(cr.rd)); err != nil {
@@ -80,19 +81,23 @@ func (d *Device) processCommands(s *session) {
 			d.stats.commandErrors.Add(1)
 		}
 		d.postControlEvent(s, mhi.CommandCompletionEvent(addr, code))
+		if started != nil {
+			started.activate()
+		}
 	}
 }
 
 // executeCommand carries out one command element and returns the
-// completion code to reply with.
-func (d *Device) executeCommand(s *session, el mhi.Element) mhi.CompletionCode {
+// completion code to reply with and, for a successful START, the channel to
+// activate once the completion is posted.
+func (d *Device) executeCommand(s *session, el mhi.Element) (mhi.CompletionCode, *channel) {
 	t := el.Type()
 	if t == mhi.PktNoopCmd {
-		return mhi.CCSuccess
+		return mhi.CCSuccess, nil
 	}
 	if t != mhi.PktStartChanCmd && t != mhi.PktStopChanCmd && t != mhi.PktResetChanCmd {
 		d.log.Warn("mhi-ep: unknown command", "element", el)
-		return mhi.CCUndefinedErr
+		return mhi.CCUndefinedErr, nil
 	}
 	num := el.Channel()
 	c := d.channelByNum(num)
@@ -101,19 +106,20 @@ func (d *Device) executeCommand(s *session, el mhi.Element) mhi.CompletionCode {
 		// never replies, which leaves the host waiting for a timeout. We
 		// reply UNDEFINED_ERR so that the host fails the request cleanly.
 		d.log.Warn("mhi-ep: command for a channel the device does not offer", "command", t, "channel", num)
-		return mhi.CCUndefinedErr
+		return mhi.CCUndefinedErr, nil
 	}
 	d.log.Debug("mhi-ep: command", "command", t, "channel", num)
 	switch t {
 	case mhi.PktStartChanCmd:
 		if err := c.start(s); err != nil {
 			d.boundsViolation("START_CHAN refused: bad channel context", "channel", num, "err", err)
-			return mhi.CCUndefinedErr
+			return mhi.CCUndefinedErr, nil
 		}
+		return mhi.CCSuccess, c
 	case mhi.PktStopChanCmd:
 		c.stop()
 	case mhi.PktResetChanCmd:
 		c.reset()
 	}
-	return mhi.CCSuccess
+	return mhi.CCSuccess, nil
 }
