@@ -27,8 +27,12 @@ type Slab struct {
 type span struct{ off, size int }
 
 // NewSlab returns a slab of size bytes whose first byte is at IOVA base.
-func NewSlab(base uint64, size int) *Slab {
-	return &Slab{base: base, mem: make([]byte, size), free: []span{{0, size}}, used: map[uint64]int{}}
+func NewSlab(base uint64, size int) *Slab { return NewSlabOn(base, make([]byte, size)) }
+
+// NewSlabOn returns a slab carved out of mem (for example a shared memfd
+// mapping), whose first byte is at IOVA base.
+func NewSlabOn(base uint64, mem []byte) *Slab {
+	return &Slab{base: base, mem: mem, free: []span{{0, len(mem)}}, used: map[uint64]int{}}
 }
 
 // Base returns the IOVA of the slab's first byte.

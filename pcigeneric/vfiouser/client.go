@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/inproc"
 )
 
 // Client defaults.
@@ -63,7 +64,8 @@ type Transport struct {
 	caps    string
 
 	memfd int
-	slab  *memSlab
+	slab  *inproc.Slab
+	mem   []byte // the memfd mapping the slab carves up
 
 	evfds   []int
 	stopfd  int
@@ -205,7 +207,8 @@ func (t *Transport) setup() error {
 	if err != nil {
 		return fmt.Errorf("vfiouser: mmap DMA memory: %w", err)
 	}
-	t.slab = newMemSlab(t.opts.Base, mem)
+	t.mem = mem
+	t.slab = inproc.NewSlabOn(t.opts.Base, mem)
 	var mapFDs []int
 	if !t.opts.NoDMAFD {
 		mapFDs = []int{fd}
@@ -323,7 +326,9 @@ func (t *Transport) serveDMA(m Message) {
 	var reply []byte
 	var buf []byte
 	if ok && t.slab != nil {
-		buf, ok = t.slab.slice(a.Address, a.Count)
+		var err error
+		buf, err = t.slab.Slice(a.Address, int(min(a.Count, uint64(t.slab.Size()))))
+		ok = err == nil && uint64(len(buf)) == a.Count
 	}
 	switch {
 	case !ok:
@@ -449,10 +454,10 @@ func (t *Transport) Write32(off, v uint32) error {
 }
 
 // Alloc implements mhi.DMAMemory from the memfd shared with the server.
-func (t *Transport) Alloc(size, align int) (mhi.DMABuffer, error) { return t.slab.alloc(size, align) }
+func (t *Transport) Alloc(size, align int) (mhi.DMABuffer, error) { return t.slab.Alloc(size, align) }
 
 // Free implements mhi.DMAMemory.
-func (t *Transport) Free(b mhi.DMABuffer) error { return t.slab.release(b) }
+func (t *Transport) Free(b mhi.DMABuffer) error { return t.slab.Free(b) }
 
 // Vectors implements mhi.Interrupts: the MSI vectors with an eventfd.
 func (t *Transport) Vectors() int { return len(t.evfds) }
@@ -496,8 +501,8 @@ func (t *Transport) teardown() {
 	}
 	closeFDs(t.evfds)
 	closeFDs([]int{t.stopfd, t.memfd})
-	if t.slab != nil {
-		_ = unix.Munmap(t.slab.mem)
+	if t.mem != nil {
+		_ = unix.Munmap(t.mem)
 	}
 }
 

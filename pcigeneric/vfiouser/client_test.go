@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gomhi/gomhi/mhi/inproc"
 )
 
 // TestClientServesDMA checks the client's answers to the server's DMA_READ
@@ -14,7 +16,8 @@ func TestClientServesDMA(t *testing.T) {
 	c, s := socketPair(t)
 	defer c.Close()
 	defer s.Close()
-	tr := &Transport{w: newWire(c), slab: newMemSlab(0x1000, make([]byte, 4096))}
+	tr := &Transport{w: newWire(c), mem: make([]byte, 4096)}
+	tr.slab = inproc.NewSlabOn(0x1000, tr.mem)
 	peer := newWire(s)
 	exchange := func(raw []byte) Message {
 		t.Helper()
@@ -36,7 +39,7 @@ func TestClientServesDMA(t *testing.T) {
 		return r
 	}
 	r := exchange(EncodeMessage(1, CmdDMAWrite, 0, 0, DMAAccess{Address: 0x1ffc, Count: 4, Data: []byte{1, 2, 3, 4}}))
-	if r.Header.Flags&FlagError != 0 || tr.slab.mem[0xffc] != 1 || tr.slab.mem[0xfff] != 4 {
+	if r.Header.Flags&FlagError != 0 || tr.mem[0xffc] != 1 || tr.mem[0xfff] != 4 {
 		t.Fatalf("write: %+v", r.Header)
 	}
 	r = exchange(EncodeMessage(2, CmdDMARead, 0, 0, DMAAccess{Address: 0x1ffc, Count: 4}))
@@ -54,35 +57,5 @@ func TestClientServesDMA(t *testing.T) {
 	}
 	if r := exchange(EncodeMessage(6, CmdDeviceReset, 0, 0, nil)); unix.Errno(r.Header.Error) != unix.ENOSYS {
 		t.Fatalf("reset at the client: %+v", r.Header)
-	}
-}
-
-func TestSlabAllocator(t *testing.T) {
-	s := newMemSlab(0x1000, make([]byte, 1<<16))
-	a, err := s.alloc(100, 4096)
-	if err != nil || a.IOVA%4096 != 0 || len(a.Bytes) != 100 {
-		t.Fatalf("%+v %v", a, err)
-	}
-	b, err := s.alloc(1<<15, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.alloc(1<<16, 0); err == nil {
-		t.Fatal("overcommit allowed")
-	}
-	if err := s.release(a); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.release(a); err == nil {
-		t.Fatal("double free allowed")
-	}
-	if err := s.release(b); err != nil {
-		t.Fatal(err)
-	}
-	if len(s.free) != 1 || s.free[0].size != 1<<16 {
-		t.Fatalf("free list not coalesced: %+v", s.free)
-	}
-	if _, err := s.alloc(8, 3); err == nil {
-		t.Fatal("alignment 3 allowed")
 	}
 }
