@@ -9,36 +9,15 @@ import (
 	"testing"
 
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/sysfs"
+	"github.com/gomhi/gomhi/sysfs/sysfstest"
 )
 
 // newTree binds a tree to a powered-up mock modem with its network device.
 func newTree(t *testing.T) (*sysfs.Tree, *mhinet.Device) {
 	t.Helper()
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close() })
-	if err := m.Controller.PowerUp(); err != nil {
-		t.Fatal(err)
-	}
-	n, err := mhinet.New(m.Controller, mhinet.Config{Pair: m.DataPair}, mhinet.ReceiverFunc(func(p []mhinet.Packet) {
-		for _, x := range p {
-			x.Release()
-		}
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Up(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Down() })
-	tr := sysfs.NewTree()
-	tr.AddDevice("mhi0", sysfs.Device{Controller: m.Controller, Net: n, Model: m.Info.Name})
-	return tr, n
+	tr, d := sysfstest.NewTree(t)
+	return tr, d.Net
 }
 
 func TestTreeReadsLiveValues(t *testing.T) {

@@ -23,6 +23,7 @@ import (
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/sysfs"
 	"github.com/gomhi/gomhi/sysfs/fusefs"
+	"github.com/gomhi/gomhi/sysfs/sysfstest"
 )
 
 // needFUSE skips tests that mount: DirectMountStrict calls mount(2) and
@@ -48,29 +49,8 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close() })
-	if err := m.Controller.PowerUp(); err != nil {
-		t.Fatal(err)
-	}
-	n, err := mhinet.New(m.Controller, mhinet.Config{Pair: m.DataPair}, mhinet.ReceiverFunc(func(p []mhinet.Packet) {
-		for _, x := range p {
-			x.Release()
-		}
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Up(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Down() })
-	tr := sysfs.NewTree()
-	tr.AddDevice("mhi0", sysfs.Device{Controller: m.Controller, Net: n, Model: m.Info.Name})
-	return &fixture{tree: tr, ctrl: m.Controller, net: n, mock: m}
+	tr, d := sysfstest.NewTree(t)
+	return &fixture{tree: tr, ctrl: d.Mock.Controller, net: d.Net, mock: d.Mock}
 }
 
 // mount mounts f's tree on a fresh directory and unmounts it at cleanup.

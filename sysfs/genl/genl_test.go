@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/sysfs"
 	"github.com/gomhi/gomhi/sysfs/genl"
+	"github.com/gomhi/gomhi/sysfs/sysfstest"
 	"github.com/mdlayher/genetlink"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -24,40 +24,11 @@ import (
 // network device (so without mru/mtu).
 func newTree(t testing.TB, second bool) (*sysfs.Tree, *mhinet.Device) {
 	t.Helper()
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close() })
-	if err := m.Controller.PowerUp(); err != nil {
-		t.Fatal(err)
-	}
-	n, err := mhinet.New(m.Controller, mhinet.Config{Pair: m.DataPair}, mhinet.ReceiverFunc(func(p []mhinet.Packet) {
-		for _, x := range p {
-			x.Release()
-		}
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Up(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Down() })
-	tr := sysfs.NewTree()
-	tr.AddDevice("mhi0", sysfs.Device{Controller: m.Controller, Net: n, Model: m.Info.Name})
+	tr, d := sysfstest.NewTree(t)
 	if second {
-		m2, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Name: "mhi1"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = m2.Close() })
-		if err := m2.Controller.PowerUp(); err != nil {
-			t.Fatal(err)
-		}
-		tr.AddDevice("mhi1", sysfs.Device{Controller: m2.Controller, Model: m2.Info.Name})
+		tr.AddDevice("mhi1", sysfstest.NewDevice(t, "mhi1", false).Binding())
 	}
-	return tr, n
+	return tr, d.Net
 }
 
 // startServer serves tr on a random free port id and stops it at cleanup.
