@@ -57,10 +57,13 @@ type channel struct {
 	polling   bool // burst mode: the host only updates the context wp
 	idlePolls int
 	dlOff     int // bytes of the head downlink transfer already written
-	elem      [mhi.ElementSize]byte
-	ulData    []byte
-	ulTREs    []pendingTRE
-	ulBusy    bool // uplink transfers delivered since the last Idle call
+	// lastBufLen is the length of the last downlink buffer (TRE) the
+	// device wrote into: the host's receive buffer size, its MRU.
+	lastBufLen atomic.Uint32
+	elem       [mhi.ElementSize]byte
+	ulData     []byte
+	ulTREs     []pendingTRE
+	ulBusy     bool // uplink transfers delivered since the last Idle call
 }
 
 // pendingTRE is a TRE read from the ring and not yet completed.
@@ -411,6 +414,7 @@ func (c *channel) serviceDL() (progressed, wantWork bool) {
 		el, err := c.readTRE(addr)
 		n := 0
 		if err == nil {
+			c.lastBufLen.Store(el.Length())
 			n = min(len(data)-c.dlOff, int(el.Length()))
 			if n > 0 {
 				if err = c.d.mem.WriteAt(data[c.dlOff:c.dlOff+n], el.Ptr); err != nil {

@@ -111,6 +111,10 @@ type ChannelStatus struct {
 	State       mhi.ChannelState
 	ReadPointer uint64 // IOVA of the next element the device reads; 0 when not started
 	PendingDL   int    // downlink transfers queued, not yet written
+	// HostBufferLen is the length of the last downlink buffer the host
+	// posted that the device wrote into (the host's MRU); 0 before the
+	// first downlink transfer or for an uplink channel.
+	HostBufferLen uint32
 }
 
 // Status is a snapshot of the device's state for status displays.
@@ -138,6 +142,8 @@ func (d *Device) Status() Status {
 			State:       c.channelState(),
 			ReadPointer: c.rdIOVA.Load(),
 			PendingDL:   pending,
+
+			HostBufferLen: c.lastBufLen.Load(),
 		})
 	}
 	return st

@@ -54,6 +54,21 @@ type DeviceOptions struct {
 	IPData ep.IPDataConfig
 	// Device, if set, adjusts each session's modem configuration.
 	Device func(*ep.Config)
+	// OnRegister, if set, is called with every BAR0 register access the
+	// client makes, in order, from the session's handler goroutine.
+	OnRegister func(RegisterAccess)
+}
+
+// RegisterAccess is one 32-bit access of the client to the modem's
+// registers (BAR0).
+type RegisterAccess struct {
+	// Write is true for a write, false for a read.
+	Write bool
+	// Offset is the register's byte offset in BAR0 (ep.RegisterName names
+	// it).
+	Offset uint32
+	// Value is the value written, or the value the read returned.
+	Value uint32
 }
 
 // ServerStats counts what a ServerDevice has done over all its sessions.
@@ -626,7 +641,11 @@ func (s *session) regionRead(a RegionAccess) ([]byte, error) {
 		off := a.Offset + uint64(i)
 		word := off &^ 3
 		var w [4]byte
-		binary.LittleEndian.PutUint32(w[:], md.ReadRegister(uint32(word)))
+		v := md.ReadRegister(uint32(word))
+		if hook := s.dev.opts.OnRegister; hook != nil {
+			hook(RegisterAccess{Offset: uint32(word), Value: v})
+		}
+		binary.LittleEndian.PutUint32(w[:], v)
 		i += copy(data[i:], w[off-word:])
 	}
 	return data, nil
@@ -645,7 +664,11 @@ func (s *session) regionWrite(a RegionAccess) error {
 	}
 	md := s.modem
 	for i := 0; i < len(a.Data); i += 4 {
-		md.WriteRegister(uint32(a.Offset)+uint32(i), binary.LittleEndian.Uint32(a.Data[i:]))
+		off, v := uint32(a.Offset)+uint32(i), binary.LittleEndian.Uint32(a.Data[i:])
+		if hook := s.dev.opts.OnRegister; hook != nil {
+			hook(RegisterAccess{Write: true, Offset: off, Value: v})
+		}
+		md.WriteRegister(off, v)
 	}
 	return nil
 }

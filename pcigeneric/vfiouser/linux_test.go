@@ -1,0 +1,592 @@
+package vfiouser_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/pcigeneric/internal/qemuguest"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
+)
+
+// The Linux-driver test: the mock modem, served over vfio-user by this
+// package, is a PCI device of a QEMU guest running Debian's kernel, and
+// Linux's own MHI stack (mhi, mhi_pci_generic, mhi_net, mhi_wwan_mbim)
+// drives it. The guest's /init checks what it sees and prints one
+// "CHECK <name> PASS|FAIL <detail>" line per check on the serial console;
+// the test reacts to its "MARK <step>" lines (injecting SYS_ERR, starting
+// the generator, taking the modem's counters) and gives the verdict from
+// the guest's checks and the modem's counters together.
+//
+// Requirements: QEMU >= 10.1 with vfio-user-pci (bash
+// .ci/qemu-vfio-user-setup.sh unpacks trixie-backports' 11.1 into
+// /var/cache/gomhi/qemu-vfio-user, no root needed), and the kernel, a
+// static busybox and cpio of .ci/vfio-setup.sh. Without them the tests
+// skip saying what is missing; with CI=true they fail. See
+// docs/LINUX-DRIVER.md.
+
+// linuxModules are the kernel's MHI and WWAN modules, in insmod order.
+var linuxModules = []string{
+	"kernel/drivers/bus/mhi/host/mhi.ko",
+	"kernel/drivers/net/wwan/wwan.ko",
+	"kernel/drivers/bus/mhi/host/mhi_pci_generic.ko",
+	"kernel/drivers/net/mhi_net.ko",
+	"kernel/drivers/net/wwan/mhi_wwan_ctrl.ko",
+	"kernel/drivers/net/wwan/mhi_wwan_mbim.ko",
+}
+
+// Traffic of the fn990 profile: the generator's downlink run.
+const (
+	dlPackets    = 3200
+	dlPacketSize = 1000
+)
+
+// linuxInit is the guest's /init. The profile comes from the kernel
+// command line (gomhi.profile=sdx55|fn990).
+const linuxInit = `#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+profile=$(sed -n 's/.*gomhi\.profile=\([^ ]*\).*/\1/p' /proc/cmdline)
+dlcount=$(sed -n 's/.*gomhi\.dl=\([0-9]*\).*/\1/p' /proc/cmdline)
+stopafter=$(sed -n 's/.*gomhi\.stop=\([^ ]*\).*/\1/p' /proc/cmdline)
+check() { if [ "$2" = 0 ]; then echo "CHECK $1 PASS $3"; else echo "CHECK $1 FAIL $3"; fi; }
+# waitfor PATH SECONDS / waitgone PATH SECONDS
+waitfor() { i=0; while [ ! -e "$1" ]; do i=$((i+1)); [ $i -ge $(($2*20)) ] && return 1; sleep 0.05; done; return 0; }
+waitgone() { i=0; while [ -e "$1" ]; do i=$((i+1)); [ $i -ge $(($2*20)) ] && return 1; sleep 0.05; done; return 0; }
+stats() { for f in rx_packets tx_packets rx_bytes tx_bytes rx_errors tx_errors rx_dropped tx_dropped; do printf '%%s=%%s ' $f $(cat /sys/class/net/$1/statistics/$f); done; echo; }
+kernlog() { dmesg | grep -iE 'mhi|wwan' | grep -vE 'insmod|Loading' ; }
+# pingcheck NAME COUNT ADDRESS: ping and check every echo came back.
+pingcheck() { out=$(ping -c $2 -W 2 $3 2>&1); echo "$out" | grep -q " $2 packets received"; check $1 $? "$(echo "$out" | grep -E 'transmitted|bad|unreach')"; }
+finish() { echo "--- kernel log ---"; kernlog; echo "GUEST DONE"; poweroff -f; }
+addrs() {
+	ip link set $1 up
+	ip addr add 192.0.2.1 peer 192.0.2.2 dev $1
+	ip -6 addr add 2001:db8::1 peer 2001:db8::2 dev $1
+}
+for m in %s; do insmod /lib/modules/$m || echo "CHECK insmod-$m FAIL"; done
+case $profile in
+sdx55)
+	waitfor /sys/class/net/mhi_hwip0 20; check netdev $? "mhi_hwip0 (mhi_net on IP_HW0)"
+	echo "INFO $(cat /sys/bus/mhi/devices/mhi0/serial_number 2>&1)"
+	echo "INFO channels: $(ls /sys/bus/mhi/devices | tr '\n' ' ')"
+	# No stray IPv6 traffic (router or MLD solicitations) on the link, so
+	# the guest's counters can be compared with the modem's exactly.
+	sysctl -qw net.ipv6.conf.mhi_hwip0.accept_ra=0 net.ipv6.conf.mhi_hwip0.router_solicitations=0 \
+		net.ipv6.conf.mhi_hwip0.mldv1_unsolicited_report_interval=0 net.ipv6.conf.mhi_hwip0.mldv2_unsolicited_report_interval=0 2>/dev/null
+	addrs mhi_hwip0
+	echo "MARK traffic"
+	pingcheck ping4 5 192.0.2.2
+	[ "$stopafter" = ping4 ] && finish
+	pingcheck ping6 5 2001:db8::2
+	/bin/guestprobe -name udp4-echo -to 192.0.2.2:7 -count 10 -size 1200
+	/bin/guestprobe -name udp6-echo -to [2001:db8::2]:7 -count 10 -size 1200
+	sleep 1
+	echo "STATS $(stats mhi_hwip0)"
+	echo "MARK stats"
+	sleep 0.5
+	echo "STATS-AFTER $(stats mhi_hwip0)"
+	# After SYS_ERR the driver destroys the channels' devices and creates
+	# them again once the modem is back in mission mode: mhi_hwip0 comes
+	# back as a new interface (another ifindex), perhaps within one poll.
+	idx=$(cat /sys/class/net/mhi_hwip0/ifindex)
+	echo "MARK syserr"
+	i=0; while [ "$(cat /sys/class/net/mhi_hwip0/ifindex 2>/dev/null)" = "$idx" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+	[ "$(cat /sys/class/net/mhi_hwip0/ifindex 2>/dev/null)" != "$idx" ]; check syserr-teardown $? "mhi_hwip0 (ifindex $idx) removed after SYS_ERR"
+	waitfor /sys/class/net/mhi_hwip0 30; check syserr-recovered $? "mhi_hwip0 back (ifindex $(cat /sys/class/net/mhi_hwip0/ifindex 2>/dev/null)) after SYS_ERR recovery"
+	addrs mhi_hwip0
+	pingcheck ping4-after-syserr 3 192.0.2.2
+	echo "MARK recovered"
+	;;
+fn990)
+	waitfor /sys/class/net/wwan0 20; check netdev $? "wwan0 (mhi_wwan_mbim on IP_HW0_MBIM)"
+	echo "INFO channels: $(ls /sys/bus/mhi/devices | tr '\n' ' ')"
+	# mhi_wwan_mbim hands each datagram to netif_rx: a whole run arrives
+	# faster than the emulated CPU drains the backlog, whose overflow
+	# counts in rx_dropped. A deeper backlog keeps every datagram.
+	sysctl -qw net.core.netdev_max_backlog=$((dlcount + 1000))
+	ip link set wwan0 up
+	echo "STATS-BEFORE $(stats wwan0)"
+	echo "MARK dl"
+	# Wait for the whole run (the test starts the generator on MARK dl),
+	# then for the count to settle.
+	i=0; while [ $(cat /sys/class/net/wwan0/statistics/rx_packets) -lt $dlcount ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done
+	sleep 0.5
+	echo "STATS $(stats wwan0)"
+	echo "MARK stats"
+	;;
+*)
+	echo "CHECK profile FAIL unknown profile '$profile'"
+	;;
+esac
+finish
+`
+
+// linuxEnv finds QEMU with vfio-user, the kernel with the MHI modules,
+// busybox and cpio, and builds the guest's initramfs once.
+func linuxEnv(t *testing.T) (*qemuguest.Env, string) {
+	t.Helper()
+	env := qemuguest.Find(t, qemuguest.Options{VFIOUser: true, Modules: linuxModules,
+		Setup: "bash .ci/qemu-vfio-user-setup.sh; sudo bash .ci/vfio-setup.sh"})
+	names := make([]string, len(linuxModules))
+	for i, m := range linuxModules {
+		names[i] = filepath.Base(m)
+	}
+	initrd := env.Build(t, t.TempDir(), qemuguest.Initramfs{
+		Init:     fmt.Sprintf(linuxInit, strings.Join(names, " ")),
+		Modules:  linuxModules,
+		Programs: map[string]string{"bin/guestprobe": "./pcigeneric/vfiouser/internal/guestprobe"},
+	})
+	return env, initrd
+}
+
+// guestRun is one boot of the guest against a served mock modem.
+type guestRun struct {
+	model   string
+	profile string
+	ipdata  ep.IPDataConfig
+	// onMark reacts to a "MARK <step>" line of the guest.
+	onMark func(r *guestRun, step string)
+	// modem setup for each session (faults)
+	device func(*ep.Config)
+
+	dev    *vfiouser.ServerDevice
+	ipd    atomic.Pointer[ep.IPData]
+	events *eventLog
+
+	mu      sync.Mutex
+	regs    []vfiouser.RegisterAccess
+	marks   map[string]markSnap
+	serial  string
+	elapsed time.Duration
+}
+
+// markSnap is the modem's view at a guest's MARK line.
+type markSnap struct {
+	ip     ep.IPDataStats
+	modem  ep.Stats
+	status ep.Status
+}
+
+// eventLog collects the server's event log records.
+type eventLog struct {
+	mu   sync.Mutex
+	recs []string
+}
+
+func (l *eventLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	l.recs = append(l.recs, strings.TrimSpace(string(p)))
+	l.mu.Unlock()
+	return len(p), nil
+}
+
+func (l *eventLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.recs, "\n")
+}
+
+// ipData returns the session's IP data function, waiting for the session.
+func (r *guestRun) ipData() *ep.IPData { return r.ipd.Load() }
+
+// run serves the modem, boots the guest and returns the serial log.
+func (r *guestRun) run(t *testing.T, env *qemuguest.Env, initrd string, extraAppend string) {
+	t.Helper()
+	r.events = &eventLog{}
+	r.marks = map[string]markSnap{}
+	dev, err := vfiouser.NewServerDevice(vfiouser.DeviceOptions{
+		Model:  r.model,
+		Logger: slog.New(slog.NewTextHandler(r.events, nil)),
+		IPData: r.ipdata,
+		Device: func(c *ep.Config) {
+			for _, f := range c.Functions {
+				if ipd, ok := f.(*ep.IPData); ok {
+					r.ipd.Store(ipd)
+				}
+			}
+			if r.device != nil {
+				r.device(c)
+			}
+		},
+		OnRegister: func(a vfiouser.RegisterAccess) {
+			r.mu.Lock()
+			r.regs = append(r.regs, a)
+			r.mu.Unlock()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.dev = dev
+	sock := filepath.Join(t.TempDir(), "mhi.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- vfiouser.ListenAndServe(ctx, sock, dev) }()
+	defer func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	}()
+	waitSocket(t, sock)
+
+	qctx, qcancel := context.WithCancel(context.Background())
+	defer qcancel()
+	res := env.Run(qctx, qemuguest.Boot{
+		Args: []string{"-machine", "q35,memory-backend=mem", "-accel", "tcg",
+			"-object", "memory-backend-memfd,id=mem,size=256M,share=on", "-m", "256", "-smp", "1",
+			"-device", fmt.Sprintf(`{"driver":"vfio-user-pci","id":"mhi0","socket":{"type":"unix","path":%q}}`, sock)},
+		Initrd:  initrd,
+		Append:  "gomhi.profile=" + r.profile + " " + extraAppend,
+		Timeout: 90 * time.Second,
+		OnLine: func(line string) {
+			step, ok := strings.CutPrefix(line, "MARK ")
+			if !ok {
+				return
+			}
+			step = strings.TrimSpace(step)
+			if r.onMark != nil {
+				r.onMark(r, step)
+			}
+			r.snapshot(step)
+		},
+	})
+	r.serial, r.elapsed = res.Serial, res.Elapsed
+	t.Logf("%s: boot + checks %v (qemu: %v)", r.profile, res.Elapsed.Round(time.Millisecond), errText(res.Err))
+	if res.Err != nil || !strings.Contains(res.Serial, "GUEST DONE") {
+		t.Fatalf("guest did not finish (qemu: %v)\nserial log:\n%s\nqemu output:\n%s\nserver log:\n%s",
+			errText(res.Err), res.Serial, res.Stderr, r.events)
+	}
+}
+
+// snapshot records the modem's counters at a guest's MARK line.
+func (r *guestRun) snapshot(step string) {
+	var s markSnap
+	if ipd := r.ipData(); ipd != nil {
+		s.ip = ipd.Stats()
+	}
+	if m := r.dev.Modem(); m != nil {
+		s.modem = m.Stats()
+		s.status = m.Status()
+	}
+	r.mu.Lock()
+	r.marks[step] = s
+	r.mu.Unlock()
+}
+
+func (r *guestRun) mark(t *testing.T, step string) markSnap {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.marks[step]
+	if !ok {
+		t.Fatalf("the guest never reached MARK %s; serial log:\n%s", step, r.serial)
+	}
+	return s
+}
+
+func waitSocket(t *testing.T, path string) {
+	t.Helper()
+	for i := 0; i < 200; i++ {
+		if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("server socket %s never appeared", path)
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "exit 0"
+	}
+	return err.Error()
+}
+
+var (
+	checkLine   = regexp.MustCompile(`(?m)^CHECK (\S+) (PASS|FAIL)(.*)$`)
+	statsFields = regexp.MustCompile(`(\w+)=(\d+)`)
+)
+
+// checks returns the guest's verdicts by check name.
+func checks(serial string) map[string]string {
+	out := map[string]string{}
+	for _, m := range checkLine.FindAllStringSubmatch(serial, -1) {
+		out[m[1]] = m[2] + m[3]
+	}
+	return out
+}
+
+// guestStats parses the guest's "<prefix> rx_packets=… …" line.
+func guestStats(t *testing.T, serial, prefix string) map[string]uint64 {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(prefix) + ` (.*)$`)
+	m := re.FindStringSubmatch(serial)
+	if m == nil {
+		t.Fatalf("no %q line in the serial log:\n%s", prefix, serial)
+	}
+	out := map[string]uint64{}
+	for _, f := range statsFields.FindAllStringSubmatch(m[1], -1) {
+		v, _ := strconv.ParseUint(f[2], 10, 64)
+		out[f[1]] = v
+	}
+	return out
+}
+
+// requireChecks fails unless every named check passed and no check failed.
+func requireChecks(t *testing.T, r *guestRun, names ...string) {
+	t.Helper()
+	got := checks(r.serial)
+	var bad []string
+	for _, n := range names {
+		v, ok := got[n]
+		if !ok {
+			bad = append(bad, n+": missing")
+		} else if !strings.HasPrefix(v, "PASS") {
+			bad = append(bad, n+": "+v)
+		}
+	}
+	for n, v := range got {
+		if strings.HasPrefix(v, "FAIL") && !slices.Contains(names, n) {
+			bad = append(bad, n+": "+v)
+		}
+	}
+	if len(bad) > 0 {
+		slices.Sort(bad)
+		t.Fatalf("guest checks failed:\n  %s\nserial log:\n%s\nserver log:\n%s", strings.Join(bad, "\n  "), r.serial, r.events)
+	}
+	for _, n := range slices.Sorted(maps.Keys(got)) {
+		t.Logf("guest: CHECK %s %s", n, got[n])
+	}
+}
+
+// TestLinuxDriverSDX55 boots the guest with the mock modem as a Qualcomm
+// SDX55 (17cb:0306): mhi_pci_generic must power it up to M0 in mission
+// mode, mhi_net must bind IP_HW0 and its mhi_hwip0 must exchange ICMP and
+// UDP echoes with the modem's responder (IPv4 and IPv6) with counters that
+// match the modem's; then the modem raises SYS_ERR and the driver must
+// tear the channels down, reset the modem and bring it back to mission
+// mode, with traffic flowing again.
+func TestLinuxDriverSDX55(t *testing.T) {
+	env, initrd := linuxEnv(t)
+	r := &guestRun{model: "qcom-sdx55m", profile: "sdx55",
+		ipdata: ep.IPDataConfig{Format: ep.FormatRaw, Responder: true},
+		onMark: func(r *guestRun, step string) {
+			if step == "syserr" {
+				r.dev.Modem().InjectSysErr()
+			}
+		},
+	}
+	r.run(t, env, initrd, "")
+	requireChecks(t, r, "netdev", "ping4", "ping6", "udp4-echo", "udp6-echo",
+		"syserr-teardown", "syserr-recovered", "ping4-after-syserr")
+
+	// The guest's interface counters against the modem's, at the same
+	// quiet moment: every packet the guest sent reached the modem's data
+	// function, every answer it sent reached the guest.
+	g := guestStats(t, r.serial, "STATS")
+	after := guestStats(t, r.serial, "STATS-AFTER")
+	if !maps.Equal(g, after) {
+		t.Fatalf("guest counters moved while the modem's were taken: %v then %v", g, after)
+	}
+	m := r.mark(t, "stats").ip
+	t.Logf("guest mhi_hwip0: %v", g)
+	t.Logf("modem IP_HW0: uplink %d packets (%d transfers, %d bytes), answered %d, not answered %d; downlink %d packets (%d bytes)",
+		m.ULPackets, m.ULTransfers, m.ULBytes, m.Answered, m.DroppedNotAnswered, m.DLPackets, m.DLBytes)
+	if g["tx_packets"] != m.ULPackets || g["tx_bytes"] != m.ULBytes {
+		t.Errorf("guest sent %d packets (%d bytes), the modem received %d (%d bytes)", g["tx_packets"], g["tx_bytes"], m.ULPackets, m.ULBytes)
+	}
+	if g["rx_packets"] != m.DLPackets || g["rx_bytes"] != m.DLBytes {
+		t.Errorf("modem sent %d packets (%d bytes), the guest received %d (%d bytes)", m.DLPackets, m.DLBytes, g["rx_packets"], g["rx_bytes"])
+	}
+	// 5 + 5 pings and 10 + 10 UDP echoes at least.
+	if m.Answered < 30 || g["rx_errors"] != 0 || g["tx_errors"] != 0 || g["rx_dropped"] != 0 {
+		t.Errorf("answered %d (want >= 30), guest errors rx %d tx %d, rx dropped %d", m.Answered, g["rx_errors"], g["tx_errors"], g["rx_dropped"])
+	}
+	if st := r.mark(t, "stats").status; st.State != mhi.StateM0 || st.EE != mhi.EEAMSS {
+		t.Errorf("modem in %v/%v before SYS_ERR, want M0/AMSS", st.State, st.EE)
+	}
+	if s := r.mark(t, "syserr").modem; s.FaultsInjected == 0 {
+		t.Errorf("no fault injected at MARK syserr")
+	}
+	// The facts sheet: on SYS_ERR the host resets the device
+	// (MHICTRL.RESET), destroys the client devices and runs the READY
+	// transition again; mhi_pci_generic reports "firmware crashed".
+	if !strings.Contains(r.serial, "firmware crashed") {
+		t.Errorf("kernel log lacks the driver's SYS_ERR report \"firmware crashed\"")
+	}
+	before, rec := r.mark(t, "syserr").modem, r.mark(t, "recovered")
+	if rec.modem.Resets <= before.Resets {
+		t.Errorf("the driver did not reset the modem after SYS_ERR (resets %d before, %d after)", before.Resets, rec.modem.Resets)
+	}
+	if rec.status.State != mhi.StateM0 || rec.status.EE != mhi.EEAMSS {
+		t.Errorf("modem in %v/%v after recovery, want M0/AMSS", rec.status.State, rec.status.EE)
+	}
+	t.Logf("modem: %d resets before SYS_ERR, %d after recovery; state %v, EE %v", before.Resets, rec.modem.Resets, rec.status.State, rec.status.EE)
+	if bad := r.dev.Stats(); bad.Malformed != 0 || bad.DMAFaults != 0 {
+		t.Errorf("server: %d malformed messages, %d DMA faults", bad.Malformed, bad.DMAFaults)
+	}
+	r.logRegisters(t)
+}
+
+// logRegisters prints the guest driver's register accesses, by register,
+// in order of first access (the table in docs/LINUX-DRIVER.md).
+func (r *guestRun) logRegisters(t *testing.T) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	type tally struct {
+		name          string
+		reads, writes int
+		lastWrite     uint32
+		wrote         bool
+	}
+	var order []uint32
+	by := map[uint32]*tally{}
+	for _, a := range r.regs {
+		x := by[a.Offset]
+		if x == nil {
+			x = &tally{name: ep.RegisterName(a.Offset)}
+			by[a.Offset] = x
+			order = append(order, a.Offset)
+		}
+		if a.Write {
+			x.writes++
+			x.lastWrite, x.wrote = a.Value, true
+		} else {
+			x.reads++
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d register accesses by the Linux driver:\n| offset | register | reads | writes | last value written |\n|---|---|---|---|---|\n", len(r.regs))
+	for _, off := range order {
+		x := by[off]
+		last := ""
+		if x.wrote {
+			last = fmt.Sprintf("0x%x", x.lastWrite)
+		}
+		fmt.Fprintf(&b, "| 0x%03x | %s | %d | %d | %s |\n", off, x.name, x.reads, x.writes, last)
+	}
+	t.Log(b.String())
+}
+
+// TestLinuxDriverFN990 boots the guest with the mock modem as a Telit
+// FN990 (17cb:0308, subsystem 1c5d:2010): mhi_wwan_mbim must bind
+// IP_HW0_MBIM, and a downlink run of the modem's generator, aggregated as
+// MBIM NTB16 of up to 32 datagrams in the driver's 32 KiB buffers, must
+// arrive whole: the guest's rx_packets equals what the modem sent, with no
+// receive errors or drops.
+func TestLinuxDriverFN990(t *testing.T) {
+	env, initrd := linuxEnv(t)
+	var genErr atomic.Value
+	r := &guestRun{model: "telit-fn990", profile: "fn990",
+		ipdata: ep.IPDataConfig{Format: ep.FormatNTB16, Responder: true},
+		onMark: func(r *guestRun, step string) {
+			if step != "dl" {
+				return
+			}
+			ipd := r.ipData()
+			err := ipd.StartGenerator(ep.GeneratorConfig{Count: dlPackets, Sizes: []int{dlPacketSize},
+				Src: [4]byte{198, 51, 100, 1}, Dst: [4]byte{192, 0, 2, 1}})
+			if err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				_, err = ipd.WaitGenerator(ctx)
+				cancel()
+			}
+			if err != nil {
+				genErr.Store(err)
+			}
+		},
+	}
+	r.run(t, env, initrd, fmt.Sprintf("gomhi.dl=%d", dlPackets))
+	requireChecks(t, r, "netdev")
+	if err, _ := genErr.Load().(error); err != nil {
+		t.Fatalf("generator: %v", err)
+	}
+	g := guestStats(t, r.serial, "STATS")
+	g0 := guestStats(t, r.serial, "STATS-BEFORE")
+	m := r.mark(t, "stats").ip
+	t.Logf("guest wwan0: %v", g)
+	t.Logf("modem IP_HW0_MBIM: generated %d, downlink %d packets in %d NTB16 (%.1f per NTB, %d bytes), full %d, size %d, idle %d, timer %d",
+		m.GenPackets, m.DLPackets, m.DLAggregates, m.AvgDatagrams(), m.DLBytes, m.FlushFull, m.FlushSize, m.FlushIdle, m.FlushTimer)
+	if m.GenPackets != dlPackets {
+		t.Errorf("modem generated %d packets, want %d", m.GenPackets, dlPackets)
+	}
+	if got := g["rx_packets"] - g0["rx_packets"]; got != m.GenPackets || m.DLPackets-m.Answered != m.GenPackets {
+		t.Errorf("guest received %d datagrams, the modem sent %d (downlink %d incl. %d answers)", got, m.GenPackets, m.DLPackets, m.Answered)
+	}
+	if want := uint64(dlPackets * dlPacketSize); g["rx_bytes"]-g0["rx_bytes"] != want {
+		t.Errorf("guest received %d bytes, want %d", g["rx_bytes"]-g0["rx_bytes"], want)
+	}
+	if g["rx_errors"] != 0 || g["rx_dropped"] != 0 {
+		t.Errorf("guest rx_errors %d, rx_dropped %d; want 0", g["rx_errors"], g["rx_dropped"])
+	}
+	if m.FlushFull == 0 || m.AvgDatagrams() > ep.DefaultMaxDatagrams {
+		t.Errorf("no full 32-datagram NTB, or more than 32 per NTB (%.1f average)", m.AvgDatagrams())
+	}
+	if m.DeaggErrors() != 0 {
+		t.Errorf("modem found %d malformed uplink NTBs", m.DeaggErrors())
+	}
+	// The driver's receive buffers are its MRU: the FN990 entry's 32 KiB.
+	for _, c := range r.mark(t, "stats").status.Channels {
+		if c.Name == ep.IPDataMBIMName && c.Dir == mhi.Downlink {
+			t.Logf("downlink channel %d: host buffers of %d bytes", c.Num, c.HostBufferLen)
+			if c.HostBufferLen != 32768 {
+				t.Errorf("host buffers of %d bytes on channel %d, want 32768 (mhi_pci_generic's mru_default for the FN990)", c.HostBufferLen, c.Num)
+			}
+		}
+	}
+}
+
+// TestLinuxDriverCatchesBrokenModem breaks the mock modem on purpose: from
+// the first echo on, every transfer completion it posts carries a
+// completion code no MHI device uses (0x7F). Linux's driver must reject
+// those events, so the guest's ping must fail: a test of the mock against
+// Linux that cannot fail would prove nothing.
+func TestLinuxDriverCatchesBrokenModem(t *testing.T) {
+	env, initrd := linuxEnv(t)
+	r := &guestRun{model: "qcom-sdx55m", profile: "sdx55",
+		ipdata: ep.IPDataConfig{Format: ep.FormatRaw, Responder: true},
+		onMark: func(r *guestRun, step string) {
+			if step != "traffic" {
+				return
+			}
+			for i := 0; i < 1000; i++ {
+				if err := r.dev.Modem().CorruptNextEvent(ep.CorruptCompletionCode); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		},
+	}
+	r.run(t, env, initrd, "gomhi.stop=ping4")
+	got := checks(r.serial)
+	if !strings.HasPrefix(got["netdev"], "PASS") {
+		t.Fatalf("the guest failed before the fault was armed (netdev %q); serial log:\n%s", got["netdev"], r.serial)
+	}
+	if v := got["ping4"]; !strings.HasPrefix(v, "FAIL") {
+		t.Fatalf("broken modem not caught: ping4 %q; serial log:\n%s", v, r.serial)
+	}
+	t.Logf("guest, as expected: CHECK ping4 %s", got["ping4"])
+	if !regexp.MustCompile(`(?i)unknown event 0x7f`).MatchString(r.serial) {
+		t.Errorf("kernel log does not name the bad completion code; serial log:\n%s", r.serial)
+	}
+	for _, l := range regexp.MustCompile(`(?m)^.*[Uu]nknown event.*$`).FindAllString(r.serial, 2) {
+		t.Logf("guest kernel: %s", strings.TrimSpace(l))
+	}
+}
