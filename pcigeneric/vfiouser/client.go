@@ -35,6 +35,8 @@ type ClientOptions struct {
 	Base uint64
 	// Vectors caps the MSI vectors used (default: all the device offers).
 	Vectors int
+	// MSIX uses the function's MSI-X capability instead of MSI.
+	MSIX bool
 	// Timeout bounds the wait for each reply (default DefaultTimeout).
 	Timeout time.Duration
 	// NoPostedWrites makes BAR0 writes wait for a reply; by default they
@@ -166,7 +168,11 @@ func (t *Transport) setup() error {
 	le := binary.LittleEndian
 	t.ids = [4]uint16{le.Uint16(hdr[CfgVendorID:]), le.Uint16(hdr[CfgDeviceID:]), le.Uint16(hdr[CfgSubVendorID:]), le.Uint16(hdr[CfgSubDeviceID:])}
 
-	r, err = t.call(CmdIRQInfo, IRQInfo{Argsz: 16, Index: IRQMSI}, nil)
+	irqIndex, kind := uint32(IRQMSI), "MSI"
+	if t.opts.MSIX {
+		irqIndex, kind = IRQMSIX, "MSI-X"
+	}
+	r, err = t.call(CmdIRQInfo, IRQInfo{Argsz: 16, Index: irqIndex}, nil)
 	if err != nil {
 		return err
 	}
@@ -175,23 +181,30 @@ func (t *Transport) setup() error {
 	if t.opts.Vectors > 0 {
 		vectors = min(vectors, t.opts.Vectors)
 	}
-	for vectors&(vectors-1) != 0 {
+	for !t.opts.MSIX && vectors&(vectors-1) != 0 {
 		vectors &= vectors - 1 // MSI enables a power of two
 	}
 	if vectors < 1 || ii.Flags&IRQInfoEventfd == 0 {
-		return fmt.Errorf("vfiouser: MSI %+v: no eventfd vectors: %w", ii, ErrMalformed)
+		return fmt.Errorf("vfiouser: %s %+v: no eventfd vectors: %w", kind, ii, ErrMalformed)
 	}
 
-	// Command: memory space and bus master; MSI: enable with 2^mme vectors.
+	// Command: memory space and bus master; MSI: enable with 2^mme
+	// vectors, or MSI-X: enable.
 	if err := t.WriteConfig(CfgCommand, le.AppendUint16(nil, 0x0006)); err != nil {
 		return err
 	}
-	mme := uint16(0)
-	for v := vectors; v > 1; v >>= 1 {
-		mme++
-	}
-	if err := t.WriteConfig(CfgMSI+2, le.AppendUint16(nil, mme<<4|1)); err != nil {
-		return err
+	if t.opts.MSIX {
+		if err := t.WriteConfig(CfgMSIX+2, le.AppendUint16(nil, 0x8000)); err != nil {
+			return err
+		}
+	} else {
+		mme := uint16(0)
+		for v := vectors; v > 1; v >>= 1 {
+			mme++
+		}
+		if err := t.WriteConfig(CfgMSI+2, le.AppendUint16(nil, mme<<4|1)); err != nil {
+			return err
+		}
 	}
 
 	// DMA memory.
@@ -231,7 +244,7 @@ func (t *Transport) setup() error {
 	}
 	for start := 0; start < vectors; start += maxFDs {
 		batch := t.evfds[start:min(start+maxFDs, vectors)]
-		if _, err := t.call(CmdSetIRQs, SetIRQs{Flags: IRQDataEventfd | IRQActionTrig, Index: IRQMSI, Start: uint32(start), Count: uint32(len(batch))}, batch); err != nil {
+		if _, err := t.call(CmdSetIRQs, SetIRQs{Flags: IRQDataEventfd | IRQActionTrig, Index: irqIndex, Start: uint32(start), Count: uint32(len(batch))}, batch); err != nil {
 			return err
 		}
 	}

@@ -19,6 +19,8 @@ const (
 	CfgClassProg   = 0x09
 	CfgBAR0        = 0x10
 	CfgBAR1        = 0x14
+	CfgBAR2        = 0x18
+	CfgBAR3        = 0x1c
 	CfgSubVendorID = 0x2c
 	CfgSubDeviceID = 0x2e
 	CfgCapPtr      = 0x34
@@ -27,6 +29,20 @@ const (
 	// CfgMSI is the offset of the MSI capability (64-bit, no per-vector
 	// masking): control at +2, address at +4/+8, data at +12.
 	CfgMSI = 0x40
+	// CfgMSIX is the offset of the MSI-X capability: control at +2 (table
+	// size, function mask, enable), table offset/BIR at +4, PBA
+	// offset/BIR at +8. The table and the PBA live in BAR2.
+	CfgMSIX = 0x50
+)
+
+// MSI-X table placement: BAR2 (a 64-bit BAR of MSIXBARSize bytes) holds
+// the table at offset 0 and the pending-bit array at MSIXPBAOffset.
+const (
+	MSIXBAR       = 2
+	MSIXBARSize   = 4096
+	MSIXPBAOffset = 0x800
+	// MSIXEntrySize is the size of one MSI-X table entry.
+	MSIXEntrySize = 16
 )
 
 // Class is the PCI class code presented: 0xff0000 (unassigned), as the MHI
@@ -39,7 +55,8 @@ type PCIConfig struct {
 	Revision                             uint8
 	// BARSize is the size of BAR0, a power of two >= 4096.
 	BARSize uint64
-	// Vectors is the number of MSI vectors (power of two, 1..32).
+	// Vectors is the number of MSI vectors (power of two, 1..32); the
+	// MSI-X capability offers as many.
 	Vectors int
 }
 
@@ -65,6 +82,7 @@ func newConfigSpace(pc PCIConfig) *configSpace {
 	c.b[CfgClassProg+1] = byte(class >> 8)
 	c.b[CfgClassProg+2] = byte(class >> 16)
 	le.PutUint32(c.b[CfgBAR0:], 0x4) // 64-bit non-prefetchable memory
+	le.PutUint32(c.b[CfgBAR2:], 0x4) // MSI-X table and PBA, likewise
 	le.PutUint16(c.b[CfgSubVendorID:], pc.SubVendor)
 	le.PutUint16(c.b[CfgSubDeviceID:], pc.SubDevice)
 	c.b[CfgCapPtr] = CfgMSI
@@ -73,8 +91,13 @@ func newConfigSpace(pc PCIConfig) *configSpace {
 		c.mmc++
 	}
 	c.b[CfgMSI] = 0x05                            // MSI capability ID
-	c.b[CfgMSI+1] = 0                             // last capability
+	c.b[CfgMSI+1] = CfgMSIX                       // next: MSI-X
 	le.PutUint16(c.b[CfgMSI+2:], 0x0080|c.mmc<<1) // 64-bit, multiple message capable
+	c.b[CfgMSIX] = 0x11                           // MSI-X capability ID
+	c.b[CfgMSIX+1] = 0                            // last capability
+	le.PutUint16(c.b[CfgMSIX+2:], uint16(pc.Vectors-1))
+	le.PutUint32(c.b[CfgMSIX+4:], MSIXBAR)               // table at BAR2+0
+	le.PutUint32(c.b[CfgMSIX+8:], MSIXPBAOffset|MSIXBAR) // PBA at BAR2+0x800
 
 	mask := func(off int, v uint32, n int) {
 		for i := range n {
@@ -86,11 +109,14 @@ func newConfigSpace(pc PCIConfig) *configSpace {
 	mask(0x0d, 0xff, 1)                                   // latency timer
 	mask(CfgBAR0, uint32(^(pc.BARSize-1))&0xffff_fff0, 4) // low address bits above the size
 	mask(CfgBAR1, uint32(^(pc.BARSize-1)>>32), 4)         // high half
+	mask(CfgBAR2, ^uint32(MSIXBARSize-1)&0xffff_fff0, 4)  // MSI-X BAR, low half
+	mask(CfgBAR3, 0xffff_ffff, 4)                         // high half
 	mask(CfgIntLine, 0xff, 1)                             // interrupt line
 	mask(CfgMSI+2, 0x0071, 2)                             // enable, multiple message enable
 	mask(CfgMSI+4, 0xffff_fffc, 4)                        // address low
 	mask(CfgMSI+8, 0xffff_ffff, 4)                        // address high
 	mask(CfgMSI+12, 0xffff, 2)                            // data
+	mask(CfgMSIX+2, 0xc000, 2)                            // enable, function mask
 	return c
 }
 
@@ -117,10 +143,46 @@ func (c *configSpace) write(off int, p []byte) {
 	}
 }
 
+// msix returns the MSI-X enable and function-mask bits.
+func (c *configSpace) msix() (enabled, masked bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ctl := binary.LittleEndian.Uint16(c.b[CfgMSIX+2:])
+	return ctl&0x8000 != 0, ctl&0x4000 != 0
+}
+
 // msi returns the MSI enable bit and the number of enabled vectors.
 func (c *configSpace) msi() (enabled bool, vectors int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ctl := binary.LittleEndian.Uint16(c.b[CfgMSI+2:])
 	return ctl&1 != 0, 1 << (ctl >> 4 & 7)
+}
+
+// msixTable is BAR2: the MSI-X table the client programs (QEMU emulates
+// the table itself and may never touch it) and a pending-bit array that
+// reads as zero, since the device signals through eventfds.
+type msixTable struct {
+	mu sync.Mutex
+	b  [MSIXPBAOffset]byte
+}
+
+// read copies BAR2 at off into p; the caller checks bounds.
+func (t *msixTable) read(off int, p []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	clear(p)
+	if off < len(t.b) {
+		copy(p, t.b[off:])
+	}
+}
+
+// write stores p at off, ignoring the bytes that fall in the read-only
+// pending-bit array; the caller checks bounds.
+func (t *msixTable) write(off int, p []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if off < len(t.b) {
+		copy(t.b[off:], p)
+	}
 }

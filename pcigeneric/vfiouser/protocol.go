@@ -187,6 +187,7 @@ const (
 	RegionFlagMmap  uint32 = 4
 
 	RegionBAR0   = 0
+	RegionBAR2   = 2
 	RegionROM    = 6
 	RegionConfig = 7
 	NumRegions   = 9

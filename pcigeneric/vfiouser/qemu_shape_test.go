@@ -66,6 +66,10 @@ func TestQEMURealizeSequence(t *testing.T) {
 			if ri.Size != 256 {
 				t.Fatalf("config %+v", ri)
 			}
+		case RegionBAR2:
+			if ri.Size != MSIXBARSize || ri.Flags != RegionFlagRead|RegionFlagWrite {
+				t.Fatalf("BAR2 (MSI-X) %+v", ri)
+			}
 		default:
 			if ri.Size != 0 {
 				t.Fatalf("region %d %+v", i, ri)
@@ -88,6 +92,18 @@ func TestQEMURealizeSequence(t *testing.T) {
 	}
 	if le.Uint16(cfg[0:]) != dev.PCI.Vendor || le.Uint16(cfg[2:]) != dev.PCI.Device || le.Uint32(cfg[8:])>>8 != Class {
 		t.Fatalf("config header % x", cfg[:16])
+	}
+	// Capability chain: MSI, then MSI-X with 32 entries, table at BAR2+0
+	// and PBA at BAR2+0x800.
+	if p := cfg[CfgCapPtr]; p != CfgMSI || cfg[p] != 0x05 || cfg[p+1] != CfgMSIX {
+		t.Fatalf("MSI capability at 0x%x: % x", p, cfg[p:p+4])
+	}
+	if x := cfg[CfgMSIX:]; x[0] != 0x11 || x[1] != 0 || le.Uint16(x[2:])&0x7ff != 31 ||
+		le.Uint32(x[4:]) != MSIXBAR || le.Uint32(x[8:]) != MSIXPBAOffset|MSIXBAR {
+		t.Fatalf("MSI-X capability % x", cfg[CfgMSIX:CfgMSIX+12])
+	}
+	if ii := send(CmdIRQInfo, 0, IRQInfo{Argsz: 16, Index: IRQMSIX}, nil).Body.(IRQInfo); ii.Count != 32 || ii.Flags&IRQInfoEventfd == 0 {
+		t.Fatalf("MSI-X irq %+v", ii)
 	}
 
 	// ROM area without fd, guest RAM with a memfd.

@@ -332,6 +332,7 @@ type session struct {
 	dev   *ServerDevice
 	w     *wire
 	cfg   *configSpace
+	msix  msixTable
 	mem   *dmaTable
 	irqs  *irqTable
 	modem *ep.Device
@@ -515,6 +516,8 @@ func (s *session) dispatch(m Message, fds []int) (any, error) {
 			ri.Flags, ri.Size = RegionFlagRead|RegionFlagWrite, s.dev.PCI.BARSize
 		case RegionConfig:
 			ri.Flags, ri.Size = RegionFlagRead|RegionFlagWrite, ConfigSize
+		case RegionBAR2:
+			ri.Flags, ri.Size = RegionFlagRead|RegionFlagWrite, MSIXBARSize
 		default:
 			if b.Index >= NumRegions {
 				return nil, fail(unix.EINVAL, "vfiouser: region %d", b.Index)
@@ -524,9 +527,9 @@ func (s *session) dispatch(m Message, fds []int) (any, error) {
 	case IRQInfo:
 		ii := IRQInfo{Argsz: 16, Index: b.Index}
 		switch b.Index {
-		case IRQMSI:
+		case IRQMSI, IRQMSIX:
 			ii.Flags, ii.Count = IRQInfoEventfd|IRQInfoNoResize, uint32(s.dev.PCI.Vectors)
-		case IRQINTx, IRQMSIX, IRQErr, IRQReq:
+		case IRQINTx, IRQErr, IRQReq:
 			ii.Flags = IRQInfoEventfd
 		default:
 			return nil, fail(unix.EINVAL, "vfiouser: IRQ index %d", b.Index)
@@ -572,7 +575,9 @@ func (s *session) setIRQs(b SetIRQs, fds []int) error {
 	case IRQINTx:
 		closeFDs(fds) // no INTx pin; accepted and ignored
 		return nil
-	case IRQMSI:
+	case IRQMSI, IRQMSIX:
+		// MSI and MSI-X share the eventfd table: a function uses one of
+		// them at a time, and the device raises vectors by number.
 	default:
 		closeFDs(fds)
 		if b.Count == 0 {
@@ -580,13 +585,17 @@ func (s *session) setIRQs(b SetIRQs, fds []int) error {
 		}
 		return fail(unix.EINVAL, "vfiouser: IRQ index %d has no vectors", b.Index)
 	}
+	kind := "MSI"
+	if b.Index == IRQMSIX {
+		kind = "MSI-X"
+	}
 	if action != IRQActionTrig {
 		closeFDs(fds)
-		return fail(unix.EINVAL, "vfiouser: MSI vectors are not maskable")
+		return fail(unix.EINVAL, "vfiouser: %s vectors are not maskable through SET_IRQS", kind)
 	}
 	if int(b.Start)+int(b.Count) > s.dev.PCI.Vectors {
 		closeFDs(fds)
-		return fail(unix.EINVAL, "vfiouser: MSI vectors %d+%d of %d", b.Start, b.Count, s.dev.PCI.Vectors)
+		return fail(unix.EINVAL, "vfiouser: %s vectors %d+%d of %d", kind, b.Start, b.Count, s.dev.PCI.Vectors)
 	}
 	switch data {
 	case IRQDataEventfd:
@@ -616,6 +625,8 @@ func (s *session) regionBounds(a RegionAccess) (uint64, error) {
 		size = s.dev.PCI.BARSize
 	case RegionConfig:
 		size = ConfigSize
+	case RegionBAR2:
+		size = MSIXBARSize
 	default:
 		return 0, fail(unix.EINVAL, "vfiouser: region %d is not implemented", a.Region)
 	}
@@ -630,8 +641,12 @@ func (s *session) regionRead(a RegionAccess) ([]byte, error) {
 		return nil, err
 	}
 	data := make([]byte, a.Count)
-	if a.Region == RegionConfig {
+	switch a.Region {
+	case RegionConfig:
 		s.cfg.read(int(a.Offset), data)
+		return data, nil
+	case RegionBAR2:
+		s.msix.read(int(a.Offset), data)
 		return data, nil
 	}
 	md := s.modem
@@ -655,8 +670,12 @@ func (s *session) regionWrite(a RegionAccess) error {
 	if _, err := s.regionBounds(a); err != nil {
 		return err
 	}
-	if a.Region == RegionConfig {
+	switch a.Region {
+	case RegionConfig:
 		s.cfg.write(int(a.Offset), a.Data)
+		return nil
+	case RegionBAR2:
+		s.msix.write(int(a.Offset), a.Data)
 		return nil
 	}
 	if a.Offset%4 != 0 || a.Count%4 != 0 {

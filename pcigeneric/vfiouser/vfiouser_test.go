@@ -216,6 +216,37 @@ func TestPowerUpLoopback(t *testing.T) {
 	t.Logf("%+v; stats %+v", res, st)
 }
 
+// TestPowerUpLoopbackMSIX runs the host over the MSI-X capability with
+// three vectors (MSI would allow only powers of two).
+func TestPowerUpLoopbackMSIX(t *testing.T) {
+	r := newRig(t, ClientOptions{MSIX: true, Vectors: 3}, 2*time.Second)
+	if n := r.tr.Vectors(); n != 3 {
+		t.Fatalf("%d vectors, want 3", n)
+	}
+	var ctl [2]byte
+	if err := r.tr.ReadConfig(CfgMSIX+2, ctl[:]); err != nil || ctl[1]&0x80 == 0 {
+		t.Fatalf("MSI-X control % x (%v): not enabled", ctl, err)
+	}
+	if err := r.tr.ReadConfig(CfgMSI+2, ctl[:]); err != nil || ctl[0]&1 != 0 {
+		t.Fatalf("MSI control % x (%v): MSI enabled beside MSI-X", ctl, err)
+	}
+	if err := r.ctrl.PowerUp(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := loopback.Open(r.ctrl, loopback.Options{DLBufferSize: 16384, Seed: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	res, err := c.Run(loopback.RunOptions{Count: 200, MinSize: 1, MaxSize: 4096})
+	if err != nil || res.Received != 200 || res.Mismatched != 0 {
+		t.Fatalf("run: %v %+v", err, res)
+	}
+	if st := r.dev.Stats(); st.Interrupts == 0 || st.IRQsLost != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
 // TestDMAMessages maps the memory without fd: every device access to host
 // memory becomes a DMA_READ or DMA_WRITE answered by the client.
 func TestDMAMessages(t *testing.T) {
