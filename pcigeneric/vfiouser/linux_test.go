@@ -79,7 +79,12 @@ addrs() {
 	ip addr add 192.0.2.1 peer 192.0.2.2 dev $1
 	ip -6 addr add 2001:db8::1 peer 2001:db8::2 dev $1
 }
-for m in %s; do insmod /lib/modules/$m || echo "CHECK insmod-$m FAIL"; done
+# gomhi.debug=1 turns on the MHI core's debug messages (dynamic debug).
+dbg=; grep -q 'gomhi\.debug=1' /proc/cmdline && dbg=dyndbg=+p
+for m in %s; do
+	case $m in mhi.ko|mhi_pci_generic.ko) a=$dbg ;; *) a= ;; esac
+	insmod /lib/modules/$m $a || echo "CHECK insmod-$m FAIL"
+done
 case $profile in
 sdx55)
 	waitfor /sys/class/net/mhi_hwip0 20; check netdev $? "mhi_hwip0 (mhi_net on IP_HW0)"
@@ -268,6 +273,10 @@ func (r *guestRun) run(t *testing.T, env *qemuguest.Env, initrd string, extraApp
 		},
 	})
 	r.serial, r.elapsed = res.Serial, res.Elapsed
+	if _, klog, ok := strings.Cut(res.Serial, "--- kernel log ---\n"); ok && testing.Verbose() {
+		klog, _, _ = strings.Cut(klog, "GUEST DONE")
+		t.Logf("%s: guest kernel log (MHI and WWAN lines):\n%s", r.profile, klog)
+	}
 	t.Logf("%s: boot + checks %v (qemu: %v)", r.profile, res.Elapsed.Round(time.Millisecond), errText(res.Err))
 	if res.Err != nil || !strings.Contains(res.Serial, "GUEST DONE") {
 		t.Fatalf("guest did not finish (qemu: %v)\nserial log:\n%s\nqemu output:\n%s\nserver log:\n%s",
@@ -393,7 +402,7 @@ func TestLinuxDriverSDX55(t *testing.T) {
 			}
 		},
 	}
-	r.run(t, env, initrd, "")
+	r.run(t, env, initrd, os.Getenv("GOMHI_LINUX_APPEND"))
 	requireChecks(t, r, "netdev", "ping4", "ping6", "udp4-echo", "udp6-echo",
 		"syserr-teardown", "syserr-recovered", "ping4-after-syserr")
 
@@ -445,19 +454,20 @@ func TestLinuxDriverSDX55(t *testing.T) {
 	r.logRegisters(t)
 }
 
-// logRegisters prints the guest driver's register accesses, by register,
-// in order of first access (the table in docs/LINUX-DRIVER.md).
+// logRegisters prints the guest driver's register accesses, by register
+// in order of first access (the table in docs/LINUX-DRIVER.md), and the
+// writes to registers other than doorbells in the order they came.
 func (r *guestRun) logRegisters(t *testing.T) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	type tally struct {
 		name          string
 		reads, writes int
-		lastWrite     uint32
-		wrote         bool
+		values        []uint32 // distinct values written, in order
 	}
 	var order []uint32
 	by := map[uint32]*tally{}
+	var seq []string
 	for _, a := range r.regs {
 		x := by[a.Offset]
 		if x == nil {
@@ -465,23 +475,33 @@ func (r *guestRun) logRegisters(t *testing.T) {
 			by[a.Offset] = x
 			order = append(order, a.Offset)
 		}
-		if a.Write {
-			x.writes++
-			x.lastWrite, x.wrote = a.Value, true
-		} else {
+		if !a.Write {
 			x.reads++
+			continue
+		}
+		x.writes++
+		if !slices.Contains(x.values, a.Value) {
+			x.values = append(x.values, a.Value)
+		}
+		if !strings.Contains(x.name, "DB") {
+			seq = append(seq, fmt.Sprintf("%s=0x%x", x.name, a.Value))
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d register accesses by the Linux driver:\n| offset | register | reads | writes | last value written |\n|---|---|---|---|---|\n", len(r.regs))
+	fmt.Fprintf(&b, "%d register accesses by the Linux driver:\n| offset | register | reads | writes | values written |\n|---|---|---|---|---|\n", len(r.regs))
 	for _, off := range order {
 		x := by[off]
-		last := ""
-		if x.wrote {
-			last = fmt.Sprintf("0x%x", x.lastWrite)
+		vals := make([]string, 0, 3)
+		for i, v := range x.values {
+			if i == 3 {
+				vals = append(vals, fmt.Sprintf("… (%d distinct)", len(x.values)))
+				break
+			}
+			vals = append(vals, fmt.Sprintf("0x%x", v))
 		}
-		fmt.Fprintf(&b, "| 0x%03x | %s | %d | %d | %s |\n", off, x.name, x.reads, x.writes, last)
+		fmt.Fprintf(&b, "| 0x%03x | %s | %d | %d | %s |\n", off, x.name, x.reads, x.writes, strings.Join(vals, ", "))
 	}
+	fmt.Fprintf(&b, "writes other than doorbells, in order:\n%s\n", strings.Join(seq, " "))
 	t.Log(b.String())
 }
 
