@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhinet/ntb"
@@ -40,12 +41,34 @@ type Config struct {
 	// MaxReassembly bounds an aggregate that arrives over several elements
 	// (default 256 KiB); longer chains are dropped and counted.
 	MaxReassembly int
-	// TXAggregate packs the packets of one Transmit call into as few
-	// aggregates as fit TXBufferSize (MBIM and QMAP formats).
+	// TXAggregate packs transmitted packets into aggregates (MBIM and
+	// QMAP formats) bounded by TXAggMaxBytes and TXAggMaxPackets; a partly
+	// filled aggregate waits up to TXAggTimeout for the next Transmit call.
 	TXAggregate bool
+	// TXAggMaxBytes is the largest aggregate, framing included (default
+	// DefaultTXAggMaxBytes; at most TXBufferSize). A packet that does not
+	// fit an empty aggregate of this size travels alone.
+	TXAggMaxBytes int
+	// TXAggMaxPackets is the most packets in one aggregate (default
+	// DefaultTXAggMaxPackets).
+	TXAggMaxPackets int
+	// TXAggTimeout is how long a partly filled aggregate waits for more
+	// packets before it is sent (default DefaultTXAggTimeout; negative:
+	// it is sent at the end of each Transmit call).
+	TXAggTimeout time.Duration
 	// TXBufferSize is the size of each transmit buffer (default: MTU plus
-	// the format's header, or 16 KiB with TXAggregate).
+	// the format's header, or TXAggMaxBytes with TXAggregate if larger).
 	TXBufferSize int
+	// TXZeroCopy provides pinned zero-copy transmit slots (TXBuffer,
+	// TransmitZC), one per usable uplink element.
+	TXZeroCopy bool
+	// TXZeroCopyNoFallback keeps TransmitZC zero-copy however many slots
+	// the modem holds, instead of copying once half the ring is pending
+	// (the behaviour before vhost-net's fix; for comparison).
+	TXZeroCopyNoFallback bool
+	// TXZeroCopyNotify hands released zero-copy buffers back to the
+	// caller on TXReleased instead of to the free list.
+	TXZeroCopyNotify bool
 	// Session is the MBIM session id (or QMAP mux id) of transmitted packets.
 	Session uint8
 	// QMAPCsum is the QMAP checksum offload framing.
@@ -90,6 +113,8 @@ type Device struct {
 
 	// transmit side; see tx.go
 	tx txPath
+	// software segmentation in front of it; see gso_tx.go
+	gsoTx gsoTx
 
 	c counters
 }
@@ -127,6 +152,19 @@ func New(ctrl *mhi.Controller, cfg Config, rx Receiver) (*Device, error) {
 	}
 	if cfg.PoolBuffers < 1 {
 		return nil, fmt.Errorf("mhinet: %d receive buffers", cfg.PoolBuffers)
+	}
+	if cfg.TXAggMaxBytes == 0 {
+		cfg.TXAggMaxBytes = DefaultTXAggMaxBytes
+	}
+	if cfg.TXAggMaxPackets == 0 {
+		cfg.TXAggMaxPackets = DefaultTXAggMaxPackets
+	}
+	if cfg.TXAggTimeout == 0 {
+		cfg.TXAggTimeout = DefaultTXAggTimeout
+	}
+	if cfg.TXAggMaxBytes < 64 || cfg.TXAggMaxBytes > mhi.MaxTRELength || cfg.TXAggMaxPackets < 1 || cfg.TXAggMaxPackets > 0xFFFF {
+		return nil, fmt.Errorf("mhinet: TXAggMaxBytes %d (64…%d), TXAggMaxPackets %d (1…65535): %w",
+			cfg.TXAggMaxBytes, mhi.MaxTRELength, cfg.TXAggMaxPackets, mhi.ErrConfig)
 	}
 	if cfg.MaxReassembly == 0 {
 		cfg.MaxReassembly = 256 << 10
@@ -351,5 +389,6 @@ func (d *Device) Stats() Stats {
 	s.NTB, s.QMAP = d.ntbp.Stats, d.qmapp.Stats
 	d.parseMu.Unlock()
 	s.RxErrors += s.NTB.Errors() + s.QMAP.Errors()
+	s.GSO = d.gsoTx.stats()
 	return s
 }

@@ -36,11 +36,22 @@ type counters struct {
 	txAggregatedPackets atomic.Uint64
 	rxStaleCompletion   atomic.Uint64
 	recoveries          atomic.Uint64
+
+	// transmit aggregation and zero-copy; see tx.go, txzc.go
+	txAggClosedBytes, txAggClosedPackets atomic.Uint64
+	txAggClosedTimer, txAggClosedFlush   atomic.Uint64
+	txAggPending                         atomic.Uint64 // packets in the open aggregate
+	txCopied, txZeroCopy, txZCFallback   atomic.Uint64
+	txZCPending, txZCPendingHigh         atomic.Uint64
+	txZCBusy, txZCReleased               atomic.Uint64
+	txZCBadRelease                       atomic.Uint64
 }
 
 // Stats is a snapshot of a device's counters. Every packet the device took
 // in is in exactly one of: delivered (RxPackets / TxPackets) or a named
-// error or drop counter.
+// error or drop counter — once the uplink is idle; until then a transmitted
+// packet may also be in flight (queued, not yet completed) or waiting
+// in the open aggregate (TxAggPending).
 type Stats struct {
 	MRU          int    `json:"mru"`
 	MTU          int    `json:"mtu"`
@@ -83,9 +94,37 @@ type Stats struct {
 	TxEmpty        uint64 `json:"tx_empty"`
 	TxInFlightHigh uint64 `json:"tx_in_flight_high_water"`
 
+	// Transmit aggregates closed because the next packet would pass
+	// TXAggMaxBytes, because they held TXAggMaxPackets, by the
+	// TXAggTimeout timer, and by Flush (or the end of a call with a
+	// negative timeout, or a zero-copy packet that must follow them).
+	TxAggClosedBytes   uint64 `json:"tx_agg_closed_bytes"`
+	TxAggClosedPackets uint64 `json:"tx_agg_closed_packets"`
+	TxAggClosedTimer   uint64 `json:"tx_agg_closed_timer"`
+	TxAggClosedFlush   uint64 `json:"tx_agg_closed_flush"`
+	// TxAggPending is the number of packets in the open aggregate.
+	TxAggPending uint64 `json:"tx_agg_pending"`
+	// Packets queued by copying (Transmit, or TransmitZC's fallback) and
+	// without copying (TransmitZC); TxZeroCopyFallback counts the
+	// TransmitZC packets copied because half the ring was pending.
+	TxCopied           uint64 `json:"tx_copied"`
+	TxZeroCopy         uint64 `json:"tx_zerocopy"`
+	TxZeroCopyFallback uint64 `json:"tx_zerocopy_fallback"`
+	// Zero-copy slots the modem holds now, and at most so far.
+	TxZCPending     uint64 `json:"tx_zerocopy_pending"`
+	TxZCPendingHigh uint64 `json:"tx_zerocopy_pending_high_water"`
+	// TXBuffer calls that found no free slot; slots the modem released;
+	// release-ring entries rejected (unknown slot, stale tag, overrun).
+	TxZCBusy       uint64 `json:"tx_zerocopy_busy"`
+	TxZCReleased   uint64 `json:"tx_zerocopy_released"`
+	TxZCBadRelease uint64 `json:"tx_zerocopy_bad_release"`
+
 	// Parse errors by reason (MBIM and QMAP formats).
 	NTB  ntb.Stats  `json:"ntb"`
 	QMAP qmap.Stats `json:"qmap"`
+
+	// GSO counts TransmitGSO's software segmentation.
+	GSO GSOStats `json:"gso"`
 }
 
 func (c *counters) snapshot(s *Stats) {
@@ -100,6 +139,12 @@ func (c *counters) snapshot(s *Stats) {
 	s.TxQueued, s.TxAggregated = c.txQueued.Load(), c.txAggregatedPackets.Load()
 	s.TxTooLong, s.TxEmpty, s.TxBusy = c.txTooLong.Load(), c.txEmpty.Load(), c.txBusy.Load()
 	s.TxInFlightHigh = c.txInFlightHigh.Load()
+	s.TxAggClosedBytes, s.TxAggClosedPackets = c.txAggClosedBytes.Load(), c.txAggClosedPackets.Load()
+	s.TxAggClosedTimer, s.TxAggClosedFlush = c.txAggClosedTimer.Load(), c.txAggClosedFlush.Load()
+	s.TxAggPending = c.txAggPending.Load()
+	s.TxCopied, s.TxZeroCopy, s.TxZeroCopyFallback = c.txCopied.Load(), c.txZeroCopy.Load(), c.txZCFallback.Load()
+	s.TxZCPending, s.TxZCPendingHigh = c.txZCPending.Load(), c.txZCPendingHigh.Load()
+	s.TxZCBusy, s.TxZCReleased, s.TxZCBadRelease = c.txZCBusy.Load(), c.txZCReleased.Load(), c.txZCBadRelease.Load()
 	s.MRUChanges = c.mruChanges.Load()
 	s.Recoveries = c.recoveries.Load()
 	s.RxDropped = s.RxChainTooLong + s.RxChainAborted + s.RxReassemblyBusy

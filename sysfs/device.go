@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -141,22 +142,31 @@ func channelAttrs(ch *mhi.Channel) []*Attr {
 // counterAttrs makes one read-only Uint attribute per integer field of the
 // struct snapshot() returns, named by the field's JSON name.
 func counterAttrs(snapshot func() any) []*Attr {
+	return structCounters(snapshot, reflect.TypeOf(snapshot()), nil, "")
+}
+
+// structCounters makes one attribute per unsigned or int field of typ
+// that has a json name; a nested struct's counters are named
+// "<struct>_<field>" (Stats.GSO.Segments → gso_segments).
+func structCounters(snapshot func() any, typ reflect.Type, index []int, prefix string) []*Attr {
 	var out []*Attr
-	typ := reflect.TypeOf(snapshot())
 	for i := 0; i < typ.NumField(); i++ {
 		f := typ.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if name == "" || name == "-" {
 			continue
 		}
+		idx := append(slices.Clone(index), i)
 		switch f.Type.Kind() {
 		case reflect.Uint64, reflect.Int:
+		case reflect.Struct:
+			out = append(out, structCounters(snapshot, f.Type, idx, prefix+name+"_")...)
+			continue
 		default:
 			continue
 		}
-		idx := i
-		out = append(out, UintAttr(name, "counter "+f.Name, func() uint64 {
-			v := reflect.ValueOf(snapshot()).Field(idx)
+		out = append(out, UintAttr(prefix+name, "counter "+f.Name, func() uint64 {
+			v := reflect.ValueOf(snapshot()).FieldByIndex(idx)
 			if v.Kind() == reflect.Int {
 				return uint64(max(v.Int(), 0))
 			}

@@ -34,6 +34,8 @@ func TestTreeReadsLiveValues(t *testing.T) {
 		"devices/mhi0/channels/14_QMI/state":         "DISABLED",
 		"devices/mhi0/stats/net/mru":                 "32768",
 		"devices/mhi0/stats/net/rx_packets":          "0",
+		"devices/mhi0/stats/net/gso_segments":        "0", // a nested counter block
+		"devices/mhi0/stats/net/tx_zerocopy":         "0",
 	} {
 		got, err := tr.Get(path)
 		if err != nil || got != want {

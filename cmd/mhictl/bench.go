@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/sweep"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 )
 
 func newBenchCmd(g *globalFlags) *cobra.Command {
@@ -28,6 +30,7 @@ func newBenchCmd(g *globalFlags) *cobra.Command {
 		packets, iterations           int
 		maxDatagrams, maxAggregate    int
 		modeName, formatName, plotOut string
+		vfioUser                      string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -48,11 +51,22 @@ The model is the global --model if given, else telit-fn990. --quick runs a
 small grid in seconds (sizes %s; MRUs %s;
 %d packets; %d iterations); flags given explicitly still win. Ctrl-C stops
 the sweep and prints the points measured so far. Exits non-zero if any point
-lost packets.`,
+lost packets.
+
+With --vfio-user the modem is the mock modem another process serves
+('mhictl modem serve --socket PATH --ip-mode loopback'): the sweep runs in
+loopback mode (the default there; the served modem's generator is out of
+reach), the model is the one the served modem presents, --format defaults to
+its natural framing (mbim on IP_HW0_MBIM, raw on IP_HW0) and must match the
+served modem's --format, and the aggregation limits are the served modem's
+(--max-datagrams and --max-aggregate of 'modem serve'). A probe packet checks
+first that the modem loops back in --format. The served modem's drop counters
+are out of reach: a packet it drops counts as lost.`,
 			joinInts(sweep.QuickSizes), joinInts(sweep.QuickMRUs), sweep.QuickPackets, sweep.QuickIterations),
 		Example: `  mhictl bench --quick
   mhictl bench --sizes 64,1262,1263,1500 --mrus 3500,32768 --plot mru.svg
-  mhictl bench --quick --mode loopback --format qmap --csv > sweep.csv`,
+  mhictl bench --quick --mode loopback --format qmap --csv > sweep.csv
+  mhictl bench --quick --vfio-user /tmp/m.sock`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			flags := cmd.Flags()
@@ -77,11 +91,18 @@ lost packets.`,
 			if flags.Changed("model") {
 				o.Model = g.model
 			}
-			if err := checkBenchFlags(&o, modeName, formatName, jsonOut, csvOut, plotOut); err != nil {
-				return err
-			}
 			log, err := g.logger()
 			if err != nil {
+				return err
+			}
+			var remote *vfiouser.Remote
+			if vfioUser != "" {
+				if remote, err = openBenchRemote(cmd, vfioUser, log, &o, &modeName, &formatName); err != nil {
+					return err
+				}
+				defer remote.Close()
+			}
+			if err := checkBenchFlags(&o, modeName, formatName, jsonOut, csvOut, plotOut); err != nil {
 				return err
 			}
 			o.Logger = log
@@ -107,6 +128,9 @@ lost packets.`,
 				runErr = fmt.Errorf("bench: interrupted after %d of %d points", pointsOf(rep), len(o.MRUs)*len(o.Sizes))
 			}
 			if pointsOf(rep) == 0 {
+				if errors.Is(runErr, sweep.ErrModemMismatch) {
+					runErr = fmt.Errorf("%w; serve it with 'mhictl modem serve --ip-mode loopback --format %s'", runErr, o.Format)
+				}
 				return runErr
 			}
 
@@ -147,7 +171,38 @@ lost packets.`,
 	f.BoolVar(&jsonOut, "json", false, "print the report as JSON")
 	f.BoolVar(&csvOut, "csv", false, "print the report as CSV, one row per point")
 	f.StringVar(&plotOut, "plot", "", "also plot packets/s against packet size per MRU to this .svg or .png file")
+	f.StringVar(&vfioUser, "vfio-user", "", "sweep the mock modem another process serves on the vfio-user socket PATH (loopback mode)")
 	return cmd
+}
+
+// openBenchRemote checks the flags that cannot go with --vfio-user,
+// connects to the served modem, powers it up and points the sweep at it:
+// o.Target, o.Model, and the mode and format defaults.
+func openBenchRemote(cmd *cobra.Command, path string, log *slog.Logger, o *sweep.Options, modeName, formatName *string) (*vfiouser.Remote, error) {
+	fl := cmd.Flags()
+	if err := checkModemSource(cmd, "", path, "max-datagrams", "max-aggregate"); err != nil {
+		return nil, err
+	}
+	if !fl.Changed("mode") {
+		*modeName = string(sweep.Loopback)
+	}
+	if sweep.Mode(strings.ToLower(*modeName)) == sweep.Generator {
+		return nil, fmt.Errorf("--mode generator and --vfio-user: %w (to receive a served generator's packets run 'mhictl up --vfio-user' against 'mhictl modem serve --ip-mode generator')", sweep.ErrNoGenerator)
+	}
+	r, err := openRemote(path, "mhi0", log)
+	if err != nil {
+		return nil, err
+	}
+	if r.DataPair == "" {
+		_ = r.Close()
+		return nil, fmt.Errorf("%s: model %s has no IP data channel", path, r.Info.Name)
+	}
+	if !fl.Changed("format") {
+		*formatName = naturalFormat(r.DataPair).String()
+	}
+	o.Model = r.Info.Name
+	o.Target = &sweep.Target{Controller: r.Controller, Pair: r.DataPair}
+	return r, nil
 }
 
 // checkBenchFlags validates everything before the sweep starts and fills in

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/loopback"
 )
 
@@ -15,6 +16,7 @@ func newLoopbackCmd(g *globalFlags) *cobra.Command {
 		jsonOut                                     bool
 		timeout                                     time.Duration
 		seed                                        uint64
+		vfioUser                                    string
 	)
 	cmd := &cobra.Command{
 		Use:   "loopback",
@@ -22,7 +24,10 @@ func newLoopbackCmd(g *globalFlags) *cobra.Command {
 		Long: `Powers up the modem, starts the LOOPBACK channel pair (0/1) and sends
 --count payloads of random bytes, each echoed back by the modem and compared
 byte for byte. Payload sizes are random in [--min-size, --size] (default: 1
-to --size). Exits non-zero on any mismatch or timeout.`,
+to --size). Exits non-zero on any mismatch or timeout.
+
+The modem is the embedded mock (--model), or with --vfio-user the mock modem
+another process serves ('mhictl modem serve --socket PATH').`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if minSize == 0 {
@@ -34,12 +39,30 @@ to --size). Exits non-zero on any mismatch or timeout.`,
 			if count < 1 {
 				return fmt.Errorf("--count %d: want at least 1", count)
 			}
-			m, err := g.openMock(true)
-			if err != nil {
+			if err := checkModemSource(cmd, "", vfioUser); err != nil {
 				return err
 			}
-			defer m.Close()
-			c, err := loopback.Open(m.Controller, loopback.Options{DLBufferSize: dlBuf, Timeout: timeout, Seed: seed})
+			var ctrl *mhi.Controller
+			if vfioUser != "" {
+				log, err := g.logger()
+				if err != nil {
+					return err
+				}
+				r, err := openRemote(vfioUser, "mhi0", log)
+				if err != nil {
+					return err
+				}
+				defer r.Close()
+				ctrl = r.Controller
+			} else {
+				m, err := g.openMock(true)
+				if err != nil {
+					return err
+				}
+				defer m.Close()
+				ctrl = m.Controller
+			}
+			c, err := loopback.Open(ctrl, loopback.Options{DLBufferSize: dlBuf, Timeout: timeout, Seed: seed})
 			if err != nil {
 				return err
 			}
@@ -77,5 +100,6 @@ to --size). Exits non-zero on any mismatch or timeout.`,
 	f.DurationVar(&timeout, "timeout", 5*time.Second, "longest wait for one echo")
 	f.Uint64Var(&seed, "seed", 1, "payload generator seed")
 	f.BoolVar(&jsonOut, "json", false, "print the result as JSON")
+	f.StringVar(&vfioUser, "vfio-user", "", "use the mock modem another process serves on the vfio-user socket PATH instead of the embedded one")
 	return cmd
 }

@@ -7,12 +7,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/loopback"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
@@ -34,6 +35,7 @@ func newModemServeCmd(g *globalFlags) *cobra.Command {
 		socket  string
 		jsonLog bool
 		vectors int
+		ipd     servedIPData
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -43,7 +45,19 @@ PCI function to vfio-user clients (QEMU's vfio-user-pci, or 'mhictl modem
 loopback'), one client at a time; a new client may connect after the last one
 disconnects. Runs in the foreground until SIGINT or SIGTERM. Events (connect,
 version, dma_map, dma_unmap, irq_setup, reset, disconnect, error) are logged to
-stderr, or as one JSON object per line on stdout with --json-log.`,
+stderr, or as one JSON object per line on stdout with --json-log.
+
+The modem's IP data function (IP_HW0_MBIM or IP_HW0, channels 100/101) answers
+pings and UDP echo (port 7) as a modem's network would (--ip-mode responder,
+the default), loops every uplink packet back aggregated (loopback: for
+'mhictl bench --vfio-user'), or generates downlink packets for the whole
+session (generator: --gen-count, --gen-rate, --gen-size). --format is its
+framing, by default the model's own: mbim on IP_HW0_MBIM, raw on IP_HW0; the
+client's framing must match ('mhictl up --format', 'mhictl bench --format').
+The LOOPBACK channels (0/1) always loop back.`,
+		Example: `  mhictl modem serve --socket /run/mhi/vu.sock
+  mhictl modem serve --socket /tmp/m.sock --model telit-fn990 --ip-mode loopback
+  mhictl modem serve --socket /tmp/m.sock --ip-mode generator --gen-rate 10000 --gen-size 64,1500`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if socket == "" {
@@ -59,9 +73,24 @@ stderr, or as one JSON object per line on stdout with --json-log.`,
 			} else {
 				events = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			}
-			dev, err := vfiouser.NewServerDevice(vfiouser.DeviceOptions{
+			ipc, format, gen, err := ipd.build(g.model)
+			if err != nil {
+				return err
+			}
+			opts := vfiouser.DeviceOptions{
 				Model: g.model, Vectors: vectors, Logger: events, ModemLogger: mlog.With("side", "modem"),
-			})
+				IPData: ipc,
+			}
+			if gen != nil {
+				opts.Device = func(ec *ep.Config) {
+					for name, fn := range ec.Functions {
+						if f, ok := fn.(*ep.IPData); ok {
+							ec.Functions[name] = generatorOnAttach{IPData: f, gen: *gen, log: events}
+						}
+					}
+				}
+			}
+			dev, err := vfiouser.NewServerDevice(opts)
 			if err != nil {
 				return err
 			}
@@ -70,7 +99,7 @@ stderr, or as one JSON object per line on stdout with --json-log.`,
 			p := dev.PCI
 			events.Info("listen", "socket", socket, "model", dev.Entry.Info.Name,
 				"ids", fmt.Sprintf("%04x:%04x %04x:%04x", p.Vendor, p.Device, p.SubVendor, p.SubDevice),
-				"bar0", p.BARSize, "vectors", p.Vectors)
+				"bar0", p.BARSize, "vectors", p.Vectors, "ip_mode", strings.ToLower(ipd.mode), "format", format.String())
 			err = vfiouser.ListenAndServe(ctx, socket, dev)
 			st := dev.Stats()
 			events.Info("exit", "sessions", st.Sessions, "messages", st.Messages, "malformed", st.Malformed,
@@ -82,6 +111,13 @@ stderr, or as one JSON object per line on stdout with --json-log.`,
 	f.StringVar(&socket, "socket", "", "unix socket path to listen on (a stale socket there is replaced)")
 	f.BoolVar(&jsonLog, "json-log", false, "log events as JSON lines on stdout")
 	f.IntVar(&vectors, "vectors", vfiouser.DefaultVectors, "MSI vectors offered (power of two, 1..32)")
+	f.StringVar(&ipd.mode, "ip-mode", "responder", "what the IP data function does: responder (answers ping and UDP echo), loopback or generator")
+	f.StringVar(&ipd.format, "format", "", "IP data framing: mbim, qmap or raw (default: mbim on IP_HW0_MBIM models, raw on IP_HW0)")
+	f.IntVar(&ipd.maxDatagrams, "max-datagrams", 0, "aggregation limit in packets per downlink transfer (0: the modem's default, 32)")
+	f.IntVar(&ipd.maxAggregate, "max-aggregate", 0, "aggregation limit in bytes per downlink transfer (0: the modem's default, 32768)")
+	f.IntVar(&ipd.genCount, "gen-count", 0, "generator: packets per session (0: until the client disconnects)")
+	f.Float64Var(&ipd.genRate, "gen-rate", 0, "generator: packets per second (0: as fast as the client takes them)")
+	f.IntSliceVar(&ipd.genSizes, "gen-size", []int{ep.DefaultGenPacket}, "generator: IP packet sizes, used in turn")
 	return cmd
 }
 
@@ -104,26 +140,13 @@ M0 and sends --count random payloads of 1..--size bytes over LOOPBACK.`,
 			if socket == "" {
 				return errors.New("--socket is required")
 			}
-			tr, err := vfiouser.Dial(socket, vfiouser.ClientOptions{})
+			r, err := openRemote(socket, "mhi0", nil)
 			if err != nil {
 				return err
 			}
-			defer tr.Close()
-			v, d, sv, sd := tr.IDs()
-			e, ok := pcigeneric.Lookup(v, d, sv, sd)
-			if !ok {
-				return fmt.Errorf("%04x:%04x %04x:%04x: %w", v, d, sv, sd, pcigeneric.ErrUnknownModel)
-			}
-			cfg := e.Info.Config.WithLoopback()
-			ctrl, err := mhi.NewController(tr, cfg, mhi.Options{Name: "mhi0", Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				return err
-			}
-			defer ctrl.PowerDown()
-			if err := ctrl.PowerUp(); err != nil {
-				return err
-			}
-			c, err := loopback.Open(ctrl, loopback.Options{Timeout: timeout})
+			defer r.Close()
+			e := r.Entry
+			c, err := loopback.Open(r.Controller, loopback.Options{Timeout: timeout})
 			if err != nil {
 				return err
 			}

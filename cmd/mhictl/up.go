@@ -20,6 +20,7 @@ import (
 	"github.com/gomhi/gomhi/mhinet/sweep"
 	"github.com/gomhi/gomhi/mhinet/tun"
 	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 	"github.com/gomhi/gomhi/sysfs"
 	"github.com/gomhi/gomhi/sysfs/fusefs"
 	"github.com/gomhi/gomhi/sysfs/genl"
@@ -30,6 +31,9 @@ type upFlags struct {
 	name, mount, tunName, tunAddr, metrics, format, modemMode, device, sysfsRoot string
 	port                                                                         uint32
 	mru                                                                          int
+	gso                                                                          bool // --gso: TUN with virtio_net_hdr and offloads
+	// vfioUser is the socket of a modem served by another process.
+	vfioUser string
 }
 
 func newUpCmd(g *globalFlags) *cobra.Command {
@@ -41,7 +45,13 @@ func newUpCmd(g *globalFlags) *cobra.Command {
 (FUSE mount, TUN interface) and exits. By default the modem is the embedded
 mock (--model picks which real modem it impersonates); its IP data channel
 answers pings and UDP echo (port 7) as a modem's network would
-(--modem-mode responder), or loops every packet back (loopback).
+(--modem-mode responder), or loops every packet back (loopback). With
+--device the modem is a real one bound to vfio-pci; with --vfio-user PATH it
+is the mock modem another process serves ('mhictl modem serve --socket
+PATH'), whose mode and framing are set there (--ip-mode, --format): give up
+the same --format (both default to the model's own framing). The model is
+then the one the modem's PCI IDs name, so --model and --modem-mode do not
+apply.
 
 The control plane is the generic-netlink family "mhi" (used by set-mru,
 set-mtu, get and stats) and, with --mount, the attribute tree as files.`,
@@ -57,6 +67,7 @@ set-mtu, get and stats) and, with --mount, the attribute tree as files.`,
 	fl.StringVar(&f.mount, "mount", "", "serve the attribute tree as a FUSE file tree at DIR (needs root)")
 	fl.StringVar(&f.tunName, "tun", "", "create a TUN interface NAME for the data channel (needs root)")
 	fl.StringVar(&f.tunAddr, "tun-addr", "198.18.0.1/24", "address of the TUN interface")
+	fl.BoolVar(&f.gso, "gso", true, "open the TUN with IFF_VNET_HDR and TSO/USO offloads: super-packets are segmented before the ring, looped-back TCP segments merged (--gso=false: plain packets)")
 	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9464)")
 	fl.StringVar(&f.format, "format", "", "data channel framing: raw, mbim or qmap (default: mbim on IP_HW0_MBIM, raw on IP_HW0)")
 	fl.StringVar(&f.modemMode, "modem-mode", "responder", "what the mock modem does with uplink packets: responder or loopback")
@@ -64,6 +75,7 @@ set-mtu, get and stats) and, with --mount, the attribute tree as files.`,
 	fl.IntVar(&f.mru, "mru", 0, "initial MRU (default: the model's MRU default, or 32768)")
 	fl.StringVar(&f.sysfsRoot, "sysfs-root", pcigeneric.DefaultRoot, "sysfs mount to find --device in")
 	fl.StringVar(&f.device, "device", "", "drive the real modem at PCI address ADDR through VFIO instead of the mock (bind it first: mhictl bind ADDR)")
+	fl.StringVar(&f.vfioUser, "vfio-user", "", "drive the mock modem another process serves on the vfio-user socket PATH ('mhictl modem serve --socket PATH') instead of the in-process mock")
 	return cmd
 }
 
@@ -87,6 +99,9 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 			return fmt.Errorf("--tun-addr %q: %w", f.tunAddr, err)
 		}
 	}
+	if err := checkModemSource(cmd, f.device, f.vfioUser, "modem-mode"); err != nil {
+		return err
+	}
 	responder := false
 	switch f.modemMode {
 	case "responder":
@@ -104,6 +119,7 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	}()
 
 	var info *pcigeneric.ModemInfo
+	var gone <-chan struct{} // closed if a served modem goes away
 	if f.device != "" {
 		p, err := pcigeneric.OpenPassthrough(f.device, pcigeneric.PassthroughOptions{SysfsRoot: f.sysfsRoot, Name: f.name, Logger: log})
 		if err != nil {
@@ -113,6 +129,16 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 		undo = append(undo, func() { _ = p.Close() })
 		ctrl = p.Controller
 		out.printf("%s: %s at %s through VFIO", f.name, info.Name, f.device)
+	} else if f.vfioUser != "" {
+		r, err := vfiouser.Open(f.vfioUser, vfiouser.OpenOptions{Name: f.name, Logger: log})
+		if err != nil {
+			return err
+		}
+		info = r.Info
+		undo = append(undo, func() { _ = r.Close() })
+		ctrl = r.Controller
+		gone = r.Transport.Done()
+		out.printf("%s: %s (%s) served at %s over vfio-user", f.name, info.Name, r.Entry.Product, f.vfioUser)
 	} else {
 		var ok bool
 		if info, ok = pcigeneric.Model(g.model); !ok {
@@ -164,7 +190,7 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	var bridge *tun.Bridge
 	var setMTU func(int) error
 	if f.tunName != "" {
-		ifc, err := tun.Open(f.tunName)
+		ifc, err := tun.OpenWith(f.tunName, tun.OpenOptions{GSO: f.gso})
 		if err != nil {
 			return err
 		}
@@ -182,7 +208,7 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 			return err
 		}
 		setMTU = bridge.SetMTU
-		out.printf("interface %s up, %s, mtu %d", ifc.Name(), prefix, mtu)
+		out.printf("interface %s up, %s, mtu %d, offloads %v", ifc.Name(), prefix, mtu, ifc.Offloads())
 	} else {
 		net_, err = mhinet.New(ctrl, devCfg, mhinet.ReceiverFunc(discard))
 		if err != nil {
@@ -204,7 +230,11 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 		}()
 		undo = append(undo, func() { cancel(); <-done })
 	}
-	out.printf("data channel %s: %s framing, MRU %d, modem %s", pair, format, mru, f.modemMode)
+	modem := "modem " + f.modemMode
+	if f.device != "" || f.vfioUser != "" {
+		modem = "modem's own mode"
+	}
+	out.printf("data channel %s: %s framing, MRU %d, %s", pair, format, mru, modem)
 
 	tree := sysfs.NewTree()
 	tree.AddDevice(f.name, sysfs.Device{Controller: ctrl, Net: net_, Model: info.Name, SetMTU: setMTU})
@@ -258,9 +288,14 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	}
 
 	out.printf("ready (SIGINT or SIGTERM to stop)")
-	<-ctx.Done()
-	out.printf("stopping")
-	return nil
+	select {
+	case <-ctx.Done():
+		out.printf("stopping")
+		return nil
+	case <-gone:
+		out.printf("the vfio-user server at %s went away: stopping", f.vfioUser)
+		return fmt.Errorf("%s: %w", f.vfioUser, vfiouser.ErrClosed)
+	}
 }
 
 // discard is the receiver of a device without an interface: packets are

@@ -129,6 +129,9 @@ type IPDataConfig struct {
 	// Responder starts the function in ModeResponder instead of
 	// ModeLoopback.
 	Responder bool
+	// Shape makes the modem a slow consumer of one uplink flow (see
+	// ShapeConfig and SetLendRegion); the zero value shapes nothing.
+	Shape ShapeConfig
 }
 
 // IPData is the Function of an IP data channel pair (IP_HW0 or
@@ -167,6 +170,8 @@ type IPData struct {
 	genMu sync.Mutex
 	gen   *genRun
 
+	shp shaper
+
 	st ipCounters
 }
 
@@ -180,6 +185,9 @@ type ipCounters struct {
 	droppedSunk, droppedAborted, droppedTooLarge atomic.Uint64
 	droppedEmpty, droppedReset                   atomic.Uint64
 	droppedNotAnswered, answered                 atomic.Uint64
+	droppedShaped, shapedSent, lentReleased      atomic.Uint64
+	lendErrors                                   atomic.Uint64
+	shapedQueued, lentHeld                       atomic.Int64
 }
 
 // IPDataStats is a snapshot of an IPData's counters. Conservation: every
@@ -216,6 +224,21 @@ type IPDataStats struct {
 	DroppedNotAnswered uint64
 	Answered           uint64
 
+	// DroppedShaped counts packets of the shaped flow dropped because its
+	// queue was full (or a lent slot could not be read back).
+	DroppedShaped uint64
+	// ShapedQueued is the number of shaped packets waiting; ShapedSent
+	// those the shaper has passed on (as ULPackets they were counted on
+	// arrival, so conservation holds with ShapedQueued as pending).
+	ShapedQueued uint64
+	ShapedSent   uint64
+	// LentHeld is the number of lent zero-copy slots the shaper holds;
+	// LentReleased the releases written to the host's ring; LendErrors
+	// failed accesses to the lend region (bounds, ring full).
+	LentHeld     uint64
+	LentReleased uint64
+	LendErrors   uint64
+
 	// NTB is the uplink NTB parser's counters, malformation reasons
 	// included (see ntb.Reasons).
 	NTB ntb.Stats
@@ -225,7 +248,8 @@ type IPDataStats struct {
 
 // Dropped returns the packets dropped for any reason.
 func (s IPDataStats) Dropped() uint64 {
-	return s.DroppedSunk + s.DroppedAborted + s.DroppedTooLarge + s.DroppedEmpty + s.DroppedReset + s.DroppedNotAnswered
+	return s.DroppedSunk + s.DroppedAborted + s.DroppedTooLarge + s.DroppedEmpty + s.DroppedReset +
+		s.DroppedNotAnswered + s.DroppedShaped
 }
 
 // DeaggErrors returns the malformations the uplink parsers counted.
@@ -265,6 +289,9 @@ func NewIPData(cfg IPDataConfig) (*IPData, error) {
 	}
 	if cfg.MaxDatagrams < 1 || cfg.MaxAggregate < 1 || cfg.MaxAggregate > MaxIPAggregate {
 		return bad("MaxDatagrams %d, MaxAggregate %d (want ≥ 1 and 1…%d)", cfg.MaxDatagrams, cfg.MaxAggregate, MaxIPAggregate)
+	}
+	if err := validShape(&cfg.Shape); err != nil {
+		return bad("shape: %v", err)
 	}
 	f := &IPData{cfg: cfg}
 	if cfg.Responder {
@@ -341,6 +368,12 @@ func (f *IPData) Stats() IPDataStats {
 		DroppedReset:       c.droppedReset.Load(),
 		DroppedNotAnswered: c.droppedNotAnswered.Load(),
 		Answered:           c.answered.Load(),
+		DroppedShaped:      c.droppedShaped.Load(),
+		ShapedQueued:       uint64(max(c.shapedQueued.Load(), 0)),
+		ShapedSent:         c.shapedSent.Load(),
+		LentHeld:           uint64(max(c.lentHeld.Load(), 0)),
+		LentReleased:       c.lentReleased.Load(),
+		LendErrors:         c.lendErrors.Load(),
 	}
 	f.statMu.Lock()
 	s.NTB, s.QMAP = f.ntbSnap, f.qmapSnap
@@ -359,6 +392,16 @@ type ulReceive struct {
 	taken   int   // packets accounted for
 	aborted bool  // ctx ended while waiting for downlink room
 	err     error // why
+
+	// The transfer, and whether it sits in a lent zero-copy slot (at
+	// iova base) that a shaped packet of it now holds.
+	transfer []byte
+	lent     bool
+	held     bool
+	base     uint64
+	slot     int
+	tag      uint16
+	gen      uint64
 }
 
 // packet handles one uplink packet.
@@ -370,6 +413,12 @@ func (r *ulReceive) packet(pkt []byte) {
 	case r.aborted:
 		f.st.ulPackets.Add(1)
 		f.st.droppedAborted.Add(1)
+		return
+	case f.cfg.Shape.UDPPort != 0 && f.shapedFlow(pkt):
+		if f.enqueueShaped(r.p, r.transfer, pkt, r.lent && !r.held, r.base, r.slot, r.tag, r.gen) {
+			r.held = true
+		}
+		r.taken++
 		return
 	case r.sink:
 		r.taken++
@@ -410,7 +459,8 @@ func (r *ulReceive) packet(pkt []byte) {
 // for redelivery; after that, the rest of it is counted as DroppedAborted.
 func (f *IPData) Receive(ctx context.Context, p *Pipe, transfer []byte) error {
 	mode := f.Mode()
-	r := ulReceive{f: f, ctx: ctx, p: p, sink: mode == ModeGenerator, respond: mode == ModeResponder}
+	r := ulReceive{f: f, ctx: ctx, p: p, sink: mode == ModeGenerator, respond: mode == ModeResponder, transfer: transfer}
+	r.base, r.slot, r.tag, r.gen, r.lent = f.lentSlot(p)
 	var parseErr error
 	switch {
 	case f.cfg.UplinkRaw || f.cfg.Format == FormatRaw:
@@ -438,6 +488,10 @@ func (f *IPData) Receive(ctx context.Context, p *Pipe, transfer []byte) error {
 		// Nothing of it was taken: the device delivers it again when the
 		// channel runs again (or counts it as discarded if it does not).
 		return r.err
+	}
+	if r.lent && !r.held {
+		// Done with the lent slot before its element completes.
+		f.release(p, r.slot, r.tag, r.gen)
 	}
 	f.st.ulTransfers.Add(1)
 	f.st.ulBytes.Add(uint64(len(transfer)))

@@ -9,13 +9,12 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/pcigeneric"
 )
 
-// runner runs iterations on one open mock modem and device.
+// runner runs iterations on one open modem and device.
 type runner struct {
 	o   *Options
-	m   *pcigeneric.Mock
+	t   *Target
 	dev *mhinet.Device
 	rx  *counter
 
@@ -75,18 +74,21 @@ func (d *delta) fill(p *Point) {
 type snapshot struct {
 	host    mhinet.Stats
 	modem   ep.IPDataStats
-	dev     ep.Stats
 	events  uint64
 	rxPkts  uint64
 	rxBytes uint64
 }
 
 func (r *runner) snap() snapshot {
-	_, dl, _ := r.m.Controller.ChannelPair(r.m.DataPair)
-	return snapshot{
-		host: r.dev.Stats(), modem: r.m.IPData.Stats(), dev: r.m.Transport.Device().Stats(),
+	_, dl, _ := r.t.Controller.ChannelPair(r.t.Pair)
+	s := snapshot{
+		host:   r.dev.Stats(),
 		events: dl.EventRingEvents(), rxPkts: r.rx.pkts.Load(), rxBytes: r.rx.bytes.Load(),
 	}
+	if r.t.IPData != nil {
+		s.modem = r.t.IPData.Stats()
+	}
+	return s
 }
 
 // iteration pushes o.Packets packets of size bytes through and waits until
@@ -99,7 +101,7 @@ func (r *runner) iteration(ctx context.Context, size int) (delta, error) {
 	var err error
 	switch r.o.Mode {
 	case Generator:
-		err = r.m.IPData.StartGenerator(ep.GeneratorConfig{Count: r.o.Packets, Sizes: []int{size}})
+		err = r.t.IPData.StartGenerator(ep.GeneratorConfig{Count: r.o.Packets, Sizes: []int{size}})
 		sent = n
 	case Loopback:
 		sent, err = r.transmit(ctx, size, before.rxPkts)
@@ -122,7 +124,9 @@ func (r *runner) iteration(ctx context.Context, size int) (delta, error) {
 			break // reported as not conserved
 		}
 		if ctx.Err() != nil {
-			r.m.IPData.StopGenerator()
+			if r.o.Mode == Generator {
+				r.t.IPData.StopGenerator()
+			}
 			return delta{}, ctx.Err()
 		}
 		time.Sleep(50 * time.Microsecond)
@@ -130,10 +134,10 @@ func (r *runner) iteration(ctx context.Context, size int) (delta, error) {
 	elapsed := time.Since(start)
 	if r.o.Mode == Generator {
 		wctx, cancel := context.WithTimeout(ctx, r.o.Stall)
-		_, err := r.m.IPData.WaitGenerator(wctx)
+		_, err := r.t.IPData.WaitGenerator(wctx)
 		cancel()
 		if err != nil {
-			r.m.IPData.StopGenerator()
+			r.t.IPData.StopGenerator()
 		}
 	}
 	drops := dropsBetween(before, now)

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/ntb"
@@ -72,7 +73,37 @@ type Options struct {
 	// Progress, if set, is called after every iteration.
 	Progress func(done, total int)
 	Logger   *slog.Logger
+	// Target, if set, is the modem to sweep instead of an in-process mock
+	// the sweep opens itself (a modem served by another process over
+	// vfio-user, say). Model must name its model; MaxDatagrams and
+	// MaxAggregate must be the modem's (they are not applied to it).
+	Target *Target
 }
+
+// Target is a modem and a host controller for it that the caller opened
+// and powered up, and closes after Run.
+type Target struct {
+	// Controller is the host controller, in M0.
+	Controller *mhi.Controller
+	// Pair names the IP data channel pair (IP_HW0 or IP_HW0_MBIM).
+	Pair string
+	// IPData is the modem's IP data function if it lives in this process;
+	// nil for a modem out of reach (another process). Without it only
+	// Loopback mode runs, a probe packet first checks that the modem loops
+	// packets back in Format (ErrModemMismatch), and a packet the modem
+	// drops counts as lost, its counters being out of reach.
+	IPData *ep.IPData
+}
+
+// Errors of a sweep on a Target.
+var (
+	// ErrNoGenerator: generator mode on a Target whose modem's generator is
+	// out of reach (Target.IPData nil).
+	ErrNoGenerator = errors.New("sweep: the modem's generator is out of reach: sweep it in loopback mode")
+	// ErrModemMismatch: the Target's modem did not loop the probe packet
+	// back unchanged in the sweep's format.
+	ErrModemMismatch = errors.New("sweep: the modem does not loop packets back in the sweep's format")
+)
 
 // Summary is the spread of one measure over the iterations of a point.
 type Summary struct {
@@ -198,6 +229,9 @@ func (o *Options) defaults() error {
 	return nil
 }
 
+// loopbackTXAggregate is the uplink aggregate size of a loopback sweep.
+const loopbackTXAggregate = 16 << 10
+
 // ModemFormat returns the mock modem's framing that matches a host format.
 func ModemFormat(f mhinet.Format) ep.Format {
 	switch f {
@@ -212,11 +246,17 @@ func ModemFormat(f mhinet.Format) ep.Format {
 // counter is the sweep's Receiver: it counts and releases at once.
 type counter struct {
 	pkts, bytes atomic.Uint64
+	// inspect, if set, sees every packet before it is released (the probe).
+	inspect atomic.Pointer[func([]byte)]
 }
 
 func (c *counter) Receive(pkts []mhinet.Packet) {
 	var b uint64
+	inspect := c.inspect.Load()
 	for _, p := range pkts {
+		if inspect != nil {
+			(*inspect)(p.Data)
+		}
 		b += uint64(len(p.Data))
 		p.Release()
 	}
@@ -236,24 +276,36 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer func() { rep.Elapsed = time.Since(start) }()
 
 	maxSize := slices.Max(o.Sizes)
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{
-		Model: o.Model, Logger: o.Logger,
-		IPData: ep.IPDataConfig{Format: ModemFormat(o.Format), MaxDatagrams: o.MaxDatagrams, MaxAggregate: o.MaxAggregate},
-	})
-	if err != nil {
-		return rep, err
+	t := o.Target
+	if t == nil {
+		m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{
+			Model: o.Model, Logger: o.Logger,
+			IPData: ep.IPDataConfig{Format: ModemFormat(o.Format), MaxDatagrams: o.MaxDatagrams, MaxAggregate: o.MaxAggregate},
+		})
+		if err != nil {
+			return rep, err
+		}
+		defer m.Close()
+		if m.IPData == nil {
+			return rep, fmt.Errorf("sweep: model %s has no IP data channel", o.Model)
+		}
+		if err := m.Controller.PowerUp(); err != nil {
+			return rep, err
+		}
+		t = &Target{Controller: m.Controller, Pair: m.DataPair, IPData: m.IPData}
 	}
-	defer m.Close()
-	if m.IPData == nil {
-		return rep, fmt.Errorf("sweep: model %s has no IP data channel", o.Model)
-	}
-	if err := m.Controller.PowerUp(); err != nil {
-		return rep, err
+	if t.IPData == nil && o.Mode == Generator {
+		return rep, ErrNoGenerator
 	}
 	rx := &counter{}
-	dev, err := mhinet.New(m.Controller, mhinet.Config{
-		Pair: m.DataPair, Format: o.Format, MRU: o.MRUs[0], MTU: max(maxSize, mhinet.DefaultMTU),
+	// The loopback sweep measures the downlink MRU: the uplink aggregates
+	// are as large as the host's transmit buffers (16 KiB) and leave at the
+	// end of each batch, so rmnet-sized uplink limits (mhinet's defaults,
+	// 4096 bytes and 16 packets) do not become the bottleneck.
+	dev, err := mhinet.New(t.Controller, mhinet.Config{
+		Pair: t.Pair, Format: o.Format, MRU: o.MRUs[0], MTU: max(maxSize, mhinet.DefaultMTU),
 		TXAggregate: o.Mode == Loopback && o.Format != mhinet.FormatRawIP, Logger: o.Logger,
+		TXAggMaxBytes: loopbackTXAggregate, TXAggMaxPackets: 256, TXAggTimeout: -1,
 	}, rx)
 	if err != nil {
 		return rep, err
@@ -262,12 +314,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return rep, err
 	}
 	defer dev.Down()
-	_, dl, _ := m.Controller.ChannelPair(m.DataPair)
+	_, dl, _ := t.Controller.ChannelPair(t.Pair)
 	ringElems := dl.Config().Elements - 1
 
 	total := len(o.MRUs) * len(o.Sizes) * o.Iterations
 	done := 0
-	r := &runner{o: &o, m: m, dev: dev, rx: rx}
+	r := &runner{o: &o, t: t, dev: dev, rx: rx}
+	if t.IPData == nil {
+		if err := r.probe(ctx); err != nil {
+			return rep, err
+		}
+	}
 	for _, mru := range o.MRUs {
 		if err := dev.SetMRU(mru); err != nil {
 			return rep, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/mhinet/gso"
 )
 
 // Bridge defaults.
@@ -38,6 +39,9 @@ type BridgeConfig struct {
 	// mhinet.ErrBusy without any progress before it drops them (counted
 	// in DropBusy). Default DefaultBusyTimeout.
 	BusyTimeout time.Duration
+	// NoGRO turns off the coalescing of downlink TCP segments into
+	// super-packets on a TUN with virtio_net_hdr (see Bridge).
+	NoGRO bool
 	// IPv4Only drops IPv6 packets read from the TUN (counted in DropIPv6),
 	// for a link that should carry IPv4 alone. Packets that are neither
 	// IPv4 nor IPv6 are always dropped (DropNotIP).
@@ -50,6 +54,17 @@ type BridgeConfig struct {
 // reads the TUN and transmits on the uplink; Receive (the Bridge is the
 // device's Receiver) writes what the downlink delivers to the TUN.
 //
+// On a TUN with a virtio_net_hdr (a VnetHdrDevice with a VnetHdrLen, such
+// as an Interface opened with OpenOptions.GSO) the uplink hands the
+// packets and their headers to mhinet.Device.TransmitGSO, which cuts TCP
+// and UDP super-packets into MTU-sized packets just before the ring; the
+// downlink puts a header in front of every packet it writes and, unless
+// BridgeConfig.NoGRO, first merges consecutive in-order segments of one
+// TCP flow within a delivered batch (one aggregate) into one super-packet
+// (gso_type TCPV4/TCPV6, partial checksum), after checking every
+// segment's checksums, so the kernel takes one packet where the modem
+// delivered many.
+//
 // Construction: b := NewBridge(tun, cfg); dev, _ := mhinet.New(ctrl,
 // devCfg, b); b.Attach(dev) — or Connect, which does the three. Run's
 // read buffers are reused once Transmit returns, which relies on Transmit
@@ -60,12 +75,15 @@ type Bridge struct {
 	log *slog.Logger
 
 	dev     atomic.Pointer[mhinet.Device]
-	tx      atomic.Pointer[transmitter] // dev's Transmit (replaced in tests)
+	tx      atomic.Pointer[transmitter]    // dev's Transmit (replaced in tests)
+	gtx     atomic.Pointer[gsoTransmitter] // dev's TransmitGSO (replaced in tests)
+	vnet    int                            // virtio_net_hdr length on the TUN (0: none)
 	running atomic.Bool
 	mtuMu   sync.Mutex
 
 	rxMu   sync.Mutex
 	rxBufs [][]byte
+	gro    coalescer // frames for a TUN with virtio_net_hdr
 
 	c bridgeCounters
 }
@@ -75,6 +93,12 @@ var _ mhinet.Receiver = (*Bridge)(nil)
 // transmitter is the uplink side of an mhinet.Device.
 type transmitter interface {
 	Transmit(pkts [][]byte) (int, error)
+}
+
+// gsoTransmitter is the segmenting uplink side of an mhinet.Device.
+type gsoTransmitter interface {
+	TransmitGSO(pkts []mhinet.GSOPacket) (int, error)
+	DropGSOPending() int
 }
 
 type bridgeCounters struct {
@@ -87,6 +111,11 @@ type bridgeCounters struct {
 	dropNotIP, dropIPv6    atomic.Uint64
 	dropTooBig             atomic.Uint64
 	writeErrors            atomic.Uint64
+	upSuper                atomic.Uint64
+	dropBadVnet            atomic.Uint64
+	dropBusySegments       atomic.Uint64
+	downFrames, downSuper  atomic.Uint64
+	downCoalesced          atomic.Uint64
 }
 
 // BridgeStats is a snapshot of a Bridge's counters. Uplink is TUN →
@@ -120,11 +149,32 @@ type BridgeStats struct {
 	DropTooBig uint64 `json:"drop_too_big"`
 	// WriteErrors: downlink packets the TUN write refused.
 	WriteErrors uint64 `json:"write_errors"`
+
+	// UplinkSuperPackets counts the GSO super-packets among UplinkPackets
+	// on a TUN with a virtio_net_hdr (mhinet's Stats.GSO counts their
+	// segments).
+	UplinkSuperPackets uint64 `json:"uplink_super_packets"`
+	// DropBadVnetHdr: reads shorter than the virtio_net_hdr.
+	DropBadVnetHdr uint64 `json:"drop_bad_vnet_hdr"`
+	// DropBusySegments: segments of packets already taken (counted in
+	// UplinkPackets) that were still pending in the device when
+	// BusyTimeout ran out; they are in mhinet's GSO.DroppedSegments too.
+	DropBusySegments uint64 `json:"drop_busy_segments"`
+	// DownlinkWrites counts TUN writes: one per packet, or per merged
+	// super-packet.
+	DownlinkWrites uint64 `json:"downlink_writes"`
+	// DownlinkSuperPackets counts the writes that were merged TCP
+	// super-packets (on a TUN with a virtio_net_hdr, without NoGRO).
+	DownlinkSuperPackets uint64 `json:"downlink_super_packets"`
+	// DownlinkCoalesced counts the downlink packets that went out inside
+	// those super-packets.
+	DownlinkCoalesced uint64 `json:"downlink_coalesced"`
 }
 
-// UplinkDropped sums the uplink drop counters.
+// UplinkDropped sums the uplink drop counters (in packets read from the
+// TUN; DropBusySegments counts segments and is not included).
 func (s BridgeStats) UplinkDropped() uint64 {
-	return s.DropBusy + s.DropDown + s.DropTxError + s.DropNotIP + s.DropIPv6 + s.DropTooBig
+	return s.DropBusy + s.DropDown + s.DropTxError + s.DropNotIP + s.DropIPv6 + s.DropTooBig + s.DropBadVnetHdr
 }
 
 // NewBridge returns a Bridge on tun. Pass it as the Receiver to
@@ -133,8 +183,15 @@ func NewBridge(tun Device, cfg BridgeConfig) *Bridge {
 	if cfg.Batch <= 0 {
 		cfg.Batch = DefaultBatch
 	}
+	vnet := 0
+	if v, ok := tun.(VnetHdrDevice); ok {
+		vnet = v.VnetHdrLen()
+	}
 	if cfg.BufSize <= 0 {
 		cfg.BufSize = DefaultBufSize
+		if vnet > 0 {
+			cfg.BufSize = vnet + maxSuperPacket
+		}
 	}
 	if cfg.BusyTimeout <= 0 {
 		cfg.BusyTimeout = DefaultBusyTimeout
@@ -143,7 +200,7 @@ func NewBridge(tun Device, cfg BridgeConfig) *Bridge {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Bridge{tun: tun, cfg: cfg, log: log, rxBufs: make([][]byte, 0, 64)}
+	return &Bridge{tun: tun, cfg: cfg, log: log, vnet: vnet, rxBufs: make([][]byte, 0, 64)}
 }
 
 // Connect builds a bridge and its device in one go: NewBridge, mhinet.New
@@ -168,6 +225,8 @@ func Connect(tun Device, ctrl *mhi.Controller, devCfg mhinet.Config, cfg BridgeC
 func (b *Bridge) Attach(dev *mhinet.Device) {
 	var tx transmitter = dev
 	b.tx.Store(&tx)
+	var gtx gsoTransmitter = dev
+	b.gtx.Store(&gtx)
 	b.dev.Store(dev)
 }
 
@@ -188,6 +247,13 @@ func (b *Bridge) Run(ctx context.Context) error {
 		return ErrNotAttached
 	}
 	tx := *txp
+	var gtx gsoTransmitter
+	if p := b.gtx.Load(); p != nil {
+		gtx = *p
+	}
+	if b.vnet > 0 && gtx == nil {
+		return ErrNotAttached
+	}
 	if !b.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
@@ -210,12 +276,22 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	sizes := make([]int, b.cfg.Batch)
 	pkts := make([][]byte, 0, b.cfg.Batch)
+	var gpkts []mhinet.GSOPacket
+	if b.vnet > 0 {
+		gpkts = make([]mhinet.GSOPacket, 0, b.cfg.Batch)
+	}
 	for {
 		n, err := b.tun.Read(bufs, sizes)
 		if n > 0 {
 			b.c.upReads.Add(1)
-			pkts = b.filter(bufs[:n], sizes[:n], pkts[:0])
-			b.transmit(ctx, tx, pkts)
+			if b.vnet > 0 {
+				gpkts = b.filterVnet(bufs[:n], sizes[:n], gpkts[:0])
+				b.transmitGSO(ctx, gtx, gpkts)
+				clear(gpkts) // drop the references into the read buffers
+			} else {
+				pkts = b.filter(bufs[:n], sizes[:n], pkts[:0])
+				b.transmit(ctx, tx, pkts)
+			}
 		}
 		if err != nil {
 			switch {
@@ -252,6 +328,97 @@ func (b *Bridge) filter(bufs [][]byte, sizes []int, out [][]byte) [][]byte {
 		out = append(out, p)
 	}
 	return out
+}
+
+// ipVersionOK counts and reports false for a packet the uplink does not
+// take: not IPv4 or IPv6, or IPv6 with IPv4Only.
+func (b *Bridge) ipVersionOK(p []byte) bool {
+	v := byte(0)
+	if len(p) > 0 {
+		v = p[0] >> 4
+	}
+	switch {
+	case v == 4:
+	case v == 6 && b.cfg.IPv4Only:
+		b.c.dropIPv6.Add(1)
+		return false
+	case v == 6:
+	default:
+		b.c.dropNotIP.Add(1)
+		return false
+	}
+	return true
+}
+
+// filterVnet splits the frames of a read batch into virtio_net_hdr and
+// packet, keeping the IP packets (as filter does).
+func (b *Bridge) filterVnet(bufs [][]byte, sizes []int, out []mhinet.GSOPacket) []mhinet.GSOPacket {
+	for i, buf := range bufs {
+		f := buf[:sizes[i]]
+		var h gso.VirtioNetHdr
+		if len(f) < b.vnet || h.Decode(f) != nil {
+			b.c.dropBadVnet.Add(1)
+			continue
+		}
+		p := f[b.vnet:]
+		if !b.ipVersionOK(p) {
+			continue
+		}
+		out = append(out, mhinet.GSOPacket{Hdr: h, Data: p})
+	}
+	return out
+}
+
+// transmitGSO hands pkts to the device's segmenting transmit, retrying on
+// ErrBusy until everything is taken and no segment is left pending.
+func (b *Bridge) transmitGSO(ctx context.Context, dev gsoTransmitter, pkts []mhinet.GSOPacket) {
+	var since time.Time
+	retries := 0
+	for {
+		n, err := dev.TransmitGSO(pkts)
+		if n > 0 {
+			bytes, super := 0, 0
+			for _, p := range pkts[:n] {
+				bytes += len(p.Data)
+				if p.Hdr.GSOType != gso.GSONone {
+					super++
+				}
+			}
+			b.c.upPackets.Add(uint64(n))
+			b.c.upBytes.Add(uint64(bytes))
+			b.c.upSuper.Add(uint64(super))
+			pkts = pkts[n:]
+			since, retries = time.Time{}, 0
+		}
+		switch {
+		case err == nil:
+			if len(pkts) == 0 {
+				return
+			}
+		case errors.Is(err, mhinet.ErrBusy):
+			now := time.Now()
+			if since.IsZero() {
+				since = now
+			}
+			if now.Sub(since) >= b.cfg.BusyTimeout || ctx.Err() != nil {
+				b.c.dropBusy.Add(uint64(len(pkts)))
+				segs := dev.DropGSOPending()
+				b.c.dropBusySegments.Add(uint64(segs))
+				b.log.Warn("uplink busy: packets dropped", "packets", len(pkts), "segments", segs, "busy_for", now.Sub(since))
+				return
+			}
+			b.c.busyRetries.Add(1)
+			backoff(retries)
+			retries++
+		case errors.Is(err, mhinet.ErrDown):
+			b.c.dropDown.Add(uint64(len(pkts)))
+			return
+		default:
+			b.c.dropTxError.Add(uint64(len(pkts)))
+			b.log.Warn("uplink transmit failed: packets dropped", "packets", len(pkts), "err", err)
+			return
+		}
+	}
 }
 
 // transmit hands pkts to the device, retrying on ErrBusy.
@@ -316,6 +483,10 @@ func backoff(retry int) {
 // them. It implements mhinet.Receiver; failed writes are counted in
 // WriteErrors.
 func (b *Bridge) Receive(pkts []mhinet.Packet) {
+	if b.vnet > 0 {
+		b.receiveVnet(pkts)
+		return
+	}
 	b.rxMu.Lock()
 	all := b.rxBufs[:0]
 	for _, p := range pkts {
@@ -324,6 +495,7 @@ func (b *Bridge) Receive(pkts []mhinet.Packet) {
 	bufs := all
 	for len(bufs) > 0 {
 		n, err := b.tun.Write(bufs)
+		b.c.downFrames.Add(uint64(n))
 		if n > 0 {
 			bytes := 0
 			for _, p := range bufs[:n] {
@@ -403,5 +575,12 @@ func (b *Bridge) Stats() BridgeStats {
 		DropIPv6:        c.dropIPv6.Load(),
 		DropTooBig:      c.dropTooBig.Load(),
 		WriteErrors:     c.writeErrors.Load(),
+
+		UplinkSuperPackets:   c.upSuper.Load(),
+		DropBadVnetHdr:       c.dropBadVnet.Load(),
+		DropBusySegments:     c.dropBusySegments.Load(),
+		DownlinkWrites:       c.downFrames.Load(),
+		DownlinkSuperPackets: c.downSuper.Load(),
+		DownlinkCoalesced:    c.downCoalesced.Load(),
 	}
 }

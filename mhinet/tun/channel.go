@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gomhi/gomhi/mhinet/gso"
 )
 
 // ChannelQueue is the capacity of a ChannelTUN's channels.
@@ -25,6 +27,12 @@ type ChannelTUN struct {
 	// ToStack receives a copy of every packet written. Write blocks while
 	// it is full, until Close. Never closed by the ChannelTUN.
 	ToStack chan []byte
+	// VnetHdr makes the ChannelTUN a VnetHdrDevice with a 10-byte
+	// virtio_net_hdr in front of every packet, as an Interface opened with
+	// OpenOptions.GSO: the test puts the header on what it sends on
+	// FromStack and finds one on what arrives on ToStack. Set it before
+	// the Bridge is built.
+	VnetHdr bool
 
 	mtu    atomic.Int64
 	closed chan struct{}
@@ -35,7 +43,7 @@ type ChannelTUN struct {
 	changed  chan struct{} // closed and replaced when the deadline changes
 }
 
-var _ Device = (*ChannelTUN)(nil)
+var _ VnetHdrDevice = (*ChannelTUN)(nil)
 
 // NewChannelTUN returns a ChannelTUN with an MTU of 1500 and channels of
 // ChannelQueue packets.
@@ -136,6 +144,14 @@ func (c *ChannelTUN) Write(bufs [][]byte) (int, error) {
 		}
 	}
 	return len(bufs), nil
+}
+
+// VnetHdrLen returns gso.VirtioNetHdrLen with VnetHdr, else 0.
+func (c *ChannelTUN) VnetHdrLen() int {
+	if c.VnetHdr {
+		return gso.VirtioNetHdrLen
+	}
+	return 0
 }
 
 // MTU returns the MTU (1500 until SetMTU).

@@ -15,6 +15,8 @@ import (
 
 	"github.com/jsimonetti/rtnetlink/v2"
 	"golang.org/x/sys/unix"
+
+	"github.com/gomhi/gomhi/mhinet/gso"
 )
 
 // DefaultName is the name pattern Open uses when given "".
@@ -27,10 +29,12 @@ const tunPath = "/dev/net/tun"
 const removeTimeout = 2 * time.Second
 
 // Interface is a Linux TUN interface (IFF_TUN|IFF_NO_PI: every read and
-// write is one bare IPv4 or IPv6 packet). It lives in the network
+// write is one bare IPv4 or IPv6 packet, behind a virtio_net_hdr when
+// opened with OpenOptions.GSO). It lives in the network
 // namespace of the thread that opened it, and every later configuration
 // call is made there, whichever thread makes it. Its methods are safe for
-// concurrent use; Read and Write may run concurrently with each other.
+// concurrent use; Read and Write may run concurrently with each other
+// (concurrent Reads, or concurrent Writes, take turns).
 type Interface struct {
 	f     *os.File
 	rc    syscall.RawConn
@@ -41,18 +45,55 @@ type Interface struct {
 	mu     sync.Mutex // serialises configuration
 	mtu    atomic.Int64
 	closed atomic.Bool
+
+	vnet     int      // virtio_net_hdr length in front of every packet (0: none)
+	offloads Offloads // what TUNSETOFFLOAD accepted
+
+	// The state of the Read and of the Write in progress, and the
+	// callbacks handed to the RawConn, made once so that a batch does not
+	// allocate. Concurrent Reads (or Writes) take turns.
+	rd, wr ioOp
 }
 
-var _ Device = (*Interface)(nil)
+// ioOp is one Read or Write in progress.
+type ioOp struct {
+	mu    sync.Mutex
+	bufs  [][]byte
+	sizes []int
+	want  int
+	n     int
+	err   error
+	fn    func(fd uintptr) bool
+}
+
+// done forgets the caller's buffers.
+func (o *ioOp) done() {
+	o.bufs, o.sizes = nil, nil
+}
+
+var _ VnetHdrDevice = (*Interface)(nil)
 
 // Open creates a TUN interface named name ("%d" in it is replaced by the
 // kernel with the first free number; "" means DefaultName) in the calling
 // thread's network namespace. The interface is down and has no address
-// until Configure. It is not persistent: Close deletes it.
+// until Configure. It is not persistent: Close deletes it. It is
+// OpenWith(name, OpenOptions{}): bare packets, no offloads.
 //
 // Without /dev/net/tun or the permission to use it the error matches
 // ErrNoTUN.
 func Open(name string) (*Interface, error) {
+	return OpenWith(name, OpenOptions{})
+}
+
+// OpenWith is Open with options. With opts.GSO the interface is opened
+// with IFF_VNET_HDR, a 10-byte virtio_net_hdr (gso.VirtioNetHdrLen) and
+// the offloads of GSOOffloads: the kernel then hands the reader TCP and
+// UDP super-packets of up to 64 KiB and packets with partial checksums,
+// and every packet read and written carries the header in front
+// (VnetHdrLen). A kernel that refuses USO (before 6.2: EINVAL) gets
+// checksum and TSO only; Offloads says what is on. A kernel that refuses
+// the rest fails the open with an error matching ErrOffload.
+func OpenWith(name string, opts OpenOptions) (*Interface, error) {
 	if name == "" {
 		name = DefaultName
 	}
@@ -75,7 +116,11 @@ func Open(name string) (*Interface, error) {
 		}
 		return nil, fmt.Errorf("tun: open %s: %w", tunPath, err)
 	}
-	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	flags := uint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	if opts.GSO {
+		flags |= unix.IFF_VNET_HDR
+	}
+	ifr.SetUint16(flags)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 		_ = unix.Close(fd)
 		switch {
@@ -87,6 +132,13 @@ func Open(name string) (*Interface, error) {
 		return nil, fmt.Errorf("tun: create TUN %q: %w", name, err)
 	}
 	name = ifr.Name()
+	var offl Offloads
+	if opts.GSO {
+		if offl, err = setOffloads(fd, name); err != nil {
+			_ = unix.Close(fd)
+			return nil, err
+		}
+	}
 	ns, err := os.Open("/proc/thread-self/ns/net")
 	if err != nil {
 		_ = unix.Close(fd)
@@ -107,10 +159,43 @@ func Open(name string) (*Interface, error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("tun: %s: %w", name, err)
 	}
-	i := &Interface{f: f, rc: rc, ns: ns, name: name, index: index}
+	i := &Interface{f: f, rc: rc, ns: ns, name: name, index: index, offloads: offl}
+	i.rd.fn, i.wr.fn = i.readSome, i.writeSome
+	if opts.GSO {
+		i.vnet = gso.VirtioNetHdrLen
+	}
 	i.mtu.Store(int64(mtu))
 	return i, nil
 }
+
+// setOffloads sets the virtio_net_hdr size and turns on checksum, TSO and
+// USO offloads, retrying without USO when the kernel does not know it.
+func setOffloads(fd int, name string) (Offloads, error) {
+	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, gso.VirtioNetHdrLen); err != nil {
+		return 0, fmt.Errorf("%w: %s: TUNSETVNETHDRSZ %d: %w", ErrOffload, name, gso.VirtioNetHdrLen, err)
+	}
+	want := GSOOffloads
+	for {
+		err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(want))
+		if err == nil {
+			return want, nil
+		}
+		if errors.Is(err, unix.EINVAL) && want&(OffloadUSO4|OffloadUSO6) != 0 {
+			want &^= OffloadUSO4 | OffloadUSO6 // kernel before 6.2
+			continue
+		}
+		return 0, fmt.Errorf("%w: %s: TUNSETOFFLOAD %v: %w", ErrOffload, name, want, err)
+	}
+}
+
+// VnetHdrLen returns the length of the virtio_net_hdr in front of every
+// packet read and written (gso.VirtioNetHdrLen when opened with
+// OpenOptions.GSO, else 0).
+func (i *Interface) VnetHdrLen() int { return i.vnet }
+
+// Offloads returns the offloads the kernel accepted at open (0 without
+// OpenOptions.GSO).
+func (i *Interface) Offloads() Offloads { return i.offloads }
 
 // linkIndexMTU asks the kernel for an interface's index and MTU with
 // ioctls on a socket of the calling thread's namespace.
@@ -150,7 +235,8 @@ func (i *Interface) MTU() int { return int(i.mtu.Load()) }
 // min(len(bufs), len(sizes)). The kernel truncates a packet longer than
 // its buffer; Read recognises that from the IP header, drops the packet
 // and returns ErrTooBig after the packets before it. Buffers should hold
-// the MTU.
+// the MTU (plus VnetHdrLen; with GSO offloads, 64 KiB plus the header).
+// With a virtio_net_hdr, bufs[i][:sizes[i]] is the header then the packet.
 func (i *Interface) Read(bufs [][]byte, sizes []int) (int, error) {
 	want := min(len(bufs), len(sizes))
 	if want == 0 {
@@ -159,28 +245,13 @@ func (i *Interface) Read(bufs [][]byte, sizes []int) (int, error) {
 	if i.closed.Load() {
 		return 0, i.closedErr("read")
 	}
-	n := 0
-	var rerr error
-	err := i.rc.Read(func(fd uintptr) bool {
-		for n < want {
-			m, err := unix.Read(int(fd), bufs[n])
-			switch {
-			case err == nil && m == len(bufs[n]) && ipLen(bufs[n]) > m:
-				rerr = fmt.Errorf("packet of %d bytes, buffer of %d: %w", ipLen(bufs[n]), m, ErrTooBig)
-				return true
-			case err == nil:
-				sizes[n] = m
-				n++
-			case err == unix.EINTR:
-			case err == unix.EAGAIN:
-				return n > 0 // wait only while nothing was read
-			default:
-				rerr = err
-				return true
-			}
-		}
-		return true
-	})
+	o := &i.rd
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.bufs, o.sizes, o.want, o.n, o.err = bufs, sizes, want, 0, nil
+	defer o.done()
+	err := i.rc.Read(o.fn)
+	n, rerr := o.n, o.err
 	switch {
 	case rerr != nil:
 		return n, fmt.Errorf("tun: %s: read: %w", i.name, rerr)
@@ -194,8 +265,35 @@ func (i *Interface) Read(bufs [][]byte, sizes []int) (int, error) {
 	return n, fmt.Errorf("tun: %s: read: %w", i.name, err)
 }
 
-// Write writes each packet of bufs (each a whole IPv4 or IPv6 packet) to
-// the interface, in order. On an error, bufs[n] is the packet that failed.
+// readSome reads packets into i.rd's buffers until they are full or
+// nothing more is queued; the RawConn waits when it returns false.
+func (i *Interface) readSome(fd uintptr) bool {
+	o := &i.rd
+	for o.n < o.want {
+		b := o.bufs[o.n]
+		m, err := unix.Read(int(fd), b)
+		switch {
+		case err == nil && m == len(b) && m >= i.vnet && i.vnet+ipLen(b[i.vnet:]) > m:
+			o.err = fmt.Errorf("packet of %d bytes, buffer of %d: %w", i.vnet+ipLen(b[i.vnet:]), m, ErrTooBig)
+			return true
+		case err == nil:
+			o.sizes[o.n] = m
+			o.n++
+		case err == unix.EINTR:
+		case err == unix.EAGAIN:
+			return o.n > 0 // wait only while nothing was read
+		default:
+			o.err = err
+			return true
+		}
+	}
+	return true
+}
+
+// Write writes each packet of bufs (each a whole IPv4 or IPv6 packet,
+// preceded by a virtio_net_hdr when VnetHdrLen is not 0; a zero header
+// asks for nothing) to the interface, in order. On an error, bufs[n] is
+// the packet that failed.
 func (i *Interface) Write(bufs [][]byte) (int, error) {
 	if len(bufs) == 0 {
 		return 0, nil
@@ -203,24 +301,13 @@ func (i *Interface) Write(bufs [][]byte) (int, error) {
 	if i.closed.Load() {
 		return 0, i.closedErr("write")
 	}
-	n := 0
-	var werr error
-	err := i.rc.Write(func(fd uintptr) bool {
-		for n < len(bufs) {
-			_, err := unix.Write(int(fd), bufs[n])
-			switch {
-			case err == nil:
-				n++
-			case err == unix.EINTR:
-			case err == unix.EAGAIN:
-				return false
-			default:
-				werr = err
-				return true
-			}
-		}
-		return true
-	})
+	o := &i.wr
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.bufs, o.n, o.err = bufs, 0, nil
+	defer o.done()
+	err := i.rc.Write(o.fn)
+	n, werr := o.n, o.err
 	switch {
 	case werr != nil:
 		return n, fmt.Errorf("tun: %s: write packet of %d bytes: %w", i.name, len(bufs[n]), werr)
@@ -230,6 +317,26 @@ func (i *Interface) Write(bufs [][]byte) (int, error) {
 		return n, i.closedErr("write")
 	}
 	return n, fmt.Errorf("tun: %s: write: %w", i.name, err)
+}
+
+// writeSome writes i.wr's packets until all are written or the TUN's
+// queue is full; the RawConn waits when it returns false.
+func (i *Interface) writeSome(fd uintptr) bool {
+	o := &i.wr
+	for o.n < len(o.bufs) {
+		_, err := unix.Write(int(fd), o.bufs[o.n])
+		switch {
+		case err == nil:
+			o.n++
+		case err == unix.EINTR:
+		case err == unix.EAGAIN:
+			return false
+		default:
+			o.err = err
+			return true
+		}
+	}
+	return true
 }
 
 func (i *Interface) closedErr(op string) error {

@@ -58,6 +58,10 @@ var ErrStillPresent = errors.New("tun: interface still present after close")
 // dropped.
 var ErrTooBig = errors.New("tun: packet larger than the read buffer")
 
+// ErrOffload: the kernel refused IFF_VNET_HDR or the TUN offloads asked
+// for with OpenOptions.GSO.
+var ErrOffload = errors.New("tun: offloads refused")
+
 // ErrNotAttached: Bridge.Run before Bridge.Attach.
 var ErrNotAttached = errors.New("tun: bridge has no mhinet device attached")
 
@@ -77,4 +81,72 @@ func validateMTU(n int) error {
 		return fmt.Errorf("%w: MTU %d, valid range %d..%d", ErrInvalidConfig, n, MinMTU, MaxMTU)
 	}
 	return nil
+}
+
+// OpenOptions are the options of OpenWith. The zero value is Open's
+// behaviour.
+type OpenOptions struct {
+	// GSO opens the TUN with IFF_VNET_HDR and the offloads of GSOOffloads
+	// (USO only where the kernel has it, 6.2 on): reads return super-packets
+	// and partial checksums behind a virtio_net_hdr, and writes must carry
+	// one. The Bridge segments the super-packets in mhinet before the ring.
+	GSO bool
+}
+
+// VnetHdrDevice is a Device whose packets carry a virtio_net_hdr in front
+// (IFF_VNET_HDR): Interface and ChannelTUN implement it. A VnetHdrLen of 0
+// means bare packets.
+type VnetHdrDevice interface {
+	Device
+	// VnetHdrLen is the length of the header in front of every packet read
+	// and written (0: none).
+	VnetHdrLen() int
+}
+
+// Offloads is a set of TUN offload flags (TUNSETOFFLOAD's TUN_F_* bits).
+type Offloads uint
+
+// TUN offload flags.
+const (
+	// OffloadCsum (TUN_F_CSUM): packets may carry a partial checksum.
+	OffloadCsum Offloads = 0x01
+	// OffloadTSO4 (TUN_F_TSO4): TCP over IPv4 super-packets.
+	OffloadTSO4 Offloads = 0x02
+	// OffloadTSO6 (TUN_F_TSO6): TCP over IPv6 super-packets.
+	OffloadTSO6 Offloads = 0x04
+	// OffloadUSO4 (TUN_F_USO4): UDP segmentation over IPv4 (kernel 6.2 on).
+	OffloadUSO4 Offloads = 0x20
+	// OffloadUSO6 (TUN_F_USO6): UDP segmentation over IPv6 (kernel 6.2 on).
+	OffloadUSO6 Offloads = 0x40
+)
+
+// GSOOffloads are the offloads OpenOptions.GSO asks for.
+const GSOOffloads = OffloadCsum | OffloadTSO4 | OffloadTSO6 | OffloadUSO4 | OffloadUSO6
+
+// String lists the flags by their kernel names, e.g. "csum|tso4|tso6".
+func (o Offloads) String() string {
+	if o == 0 {
+		return "none"
+	}
+	names := []struct {
+		f Offloads
+		n string
+	}{{OffloadCsum, "csum"}, {OffloadTSO4, "tso4"}, {OffloadTSO6, "tso6"}, {OffloadUSO4, "uso4"}, {OffloadUSO6, "uso6"}}
+	s := ""
+	for _, n := range names {
+		if o&n.f != 0 {
+			if s != "" {
+				s += "|"
+			}
+			s += n.n
+			o &^= n.f
+		}
+	}
+	if o != 0 {
+		if s != "" {
+			s += "|"
+		}
+		s += fmt.Sprintf("%#x", uint(o))
+	}
+	return s
 }

@@ -407,6 +407,10 @@ func (t *Transport) IDs() (vendor, device, subVendor, subDevice uint16) {
 	return t.ids[0], t.ids[1], t.ids[2], t.ids[3]
 }
 
+// Done returns a channel that is closed when the connection to the server
+// ends: the server went away, or Close.
+func (t *Transport) Done() <-chan struct{} { return t.dead }
+
 // Capabilities returns the server's VERSION capabilities JSON.
 func (t *Transport) Capabilities() string { return t.caps }
 

@@ -1,0 +1,298 @@
+package tun
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math/bits"
+	"os"
+
+	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/mhinet/gso"
+)
+
+// maxSuperPacket is the largest packet a TUN with GSO offloads hands over
+// or takes: an IPv6 header and a 64 KiB payload.
+const maxSuperPacket = 40 + 65535
+
+const (
+	tcpFlagACK = 0x10
+	tcpFlagPSH = 0x08
+)
+
+// coalescer turns a batch of downlink packets into TUN frames (a
+// virtio_net_hdr, then the packet), merging runs of TCP segments into
+// super-packets. Its buffers grow to the largest batch seen and are then
+// reused.
+type coalescer struct {
+	slab   []byte   // the frames, back to back
+	frames [][]byte // views into slab
+	npkts  []int    // device packets carried by each frame
+	nbytes []int    // their IP bytes
+}
+
+// tcpSeg is what coalescing needs to know of a TCP segment.
+type tcpSeg struct {
+	v6    bool
+	ihl   int // IP header length (the TCP header's offset)
+	hdr   int // IP and TCP header length
+	seq   uint32
+	flags byte
+	pay   int // payload bytes
+}
+
+// parseTCPSeg reports whether p is a TCP segment that may be merged: an
+// IPv4 packet (no fragment) or an IPv6 one without extension headers whose
+// length fields match len(p), carrying TCP with ACK and no flag but PSH,
+// a payload, and valid IPv4 header and TCP checksums. The packet comes
+// from the device, so every length is checked, and the checksums are
+// verified here because the merged packet goes to the kernel with a
+// partial checksum it will not verify again.
+func parseTCPSeg(p []byte) (tcpSeg, bool) {
+	var s tcpSeg
+	if len(p) < 1 {
+		return s, false
+	}
+	var pseudo uint64
+	switch p[0] >> 4 {
+	case 4:
+		s.ihl = int(p[0]&0x0f) * 4
+		if s.ihl < 20 || len(p) < s.ihl || int(binary.BigEndian.Uint16(p[2:])) != len(p) ||
+			binary.BigEndian.Uint16(p[6:])&0x3fff != 0 || p[9] != 6 {
+			return s, false
+		}
+		if fold(csumAdd(p[:s.ihl], 0)) != 0xffff {
+			return s, false
+		}
+		pseudo = csumAdd(p[12:20], uint64(6)+uint64(len(p)-s.ihl))
+	case 6:
+		s.v6, s.ihl = true, 40
+		if len(p) < 40 || 40+int(binary.BigEndian.Uint16(p[4:])) != len(p) || p[6] != 6 {
+			return s, false
+		}
+		pseudo = csumAdd(p[8:40], uint64(6)+uint64(len(p)-40))
+	default:
+		return s, false
+	}
+	if len(p) < s.ihl+20 {
+		return s, false
+	}
+	t := p[s.ihl:]
+	doff := int(t[12]>>4) * 4
+	s.hdr = s.ihl + doff
+	if doff < 20 || s.hdr >= len(p) {
+		return s, false // no payload (or a bad offset)
+	}
+	s.flags = t[13]
+	if s.flags&tcpFlagACK == 0 || s.flags&^(tcpFlagACK|tcpFlagPSH) != 0 {
+		return s, false
+	}
+	if fold(csumAdd(t, pseudo)) != 0xffff {
+		return s, false
+	}
+	s.seq = binary.BigEndian.Uint32(t[4:])
+	s.pay = len(p) - s.hdr
+	return s, true
+}
+
+// sameFlow reports whether segment q may follow segment p in one
+// super-packet as far as their headers go: the same IP header but for the
+// length, id and checksum fields, the same ports, acknowledgement, header
+// length, window and options, and the same flags but PSH.
+func sameFlow(p []byte, ps tcpSeg, q []byte, qs tcpSeg) bool {
+	if ps.v6 != qs.v6 || ps.hdr != qs.hdr || ps.ihl != qs.ihl || ps.flags&^tcpFlagPSH != qs.flags&^tcpFlagPSH {
+		return false
+	}
+	if ps.v6 {
+		if !bytes.Equal(p[:4], q[:4]) || p[7] != q[7] || !bytes.Equal(p[8:40], q[8:40]) {
+			return false
+		}
+	} else if p[1] != q[1] || p[6] != q[6] || p[8] != q[8] || !bytes.Equal(p[12:ps.ihl], q[12:ps.ihl]) {
+		return false
+	}
+	pt, qt := p[ps.ihl:ps.hdr], q[qs.ihl:qs.hdr]
+	return bytes.Equal(pt[0:4], qt[0:4]) && // ports
+		bytes.Equal(pt[8:13], qt[8:13]) && // ack, data offset
+		bytes.Equal(pt[14:16], qt[14:16]) && // window
+		bytes.Equal(pt[18:], qt[18:]) // urgent pointer, options
+}
+
+// build fills c.frames with the frames for pkts: runs of consecutive
+// in-order segments of one TCP flow (equal payload sizes but the last,
+// no PSH but on the last, at most 64 KiB) become one super-packet behind a
+// TCPV4/TCPV6 header with a partial checksum; every other packet goes out
+// as it is behind a zero header. With gro false nothing is merged.
+func (c *coalescer) build(pkts []mhinet.Packet, vnet int, gro bool) {
+	need := 0
+	for _, p := range pkts {
+		need += vnet + len(p.Data)
+	}
+	if cap(c.slab) < need {
+		c.slab = make([]byte, need)
+	}
+	slab := c.slab[:need]
+	c.frames, c.npkts, c.nbytes = c.frames[:0], c.npkts[:0], c.nbytes[:0]
+	off := 0
+	for i := 0; i < len(pkts); {
+		first := pkts[i].Data
+		run, size := 1, len(first)
+		var fs tcpSeg
+		ok := false
+		if gro {
+			fs, ok = parseTCPSeg(first)
+		}
+		if ok {
+			limit := 65535 // IPv4 total length; IPv6 payload length + 40
+			if fs.v6 {
+				limit = maxSuperPacket
+			}
+			prev := fs
+			payload := fs.pay
+			for i+run < len(pkts) && prev.pay == fs.pay && prev.flags&tcpFlagPSH == 0 {
+				q := pkts[i+run].Data
+				qs, qok := parseTCPSeg(q)
+				if !qok || qs.pay > fs.pay || qs.seq != fs.seq+uint32(payload) ||
+					fs.hdr+payload+qs.pay > limit || !sameFlow(first, fs, q, qs) {
+					break
+				}
+				payload += qs.pay
+				size += qs.pay
+				prev = qs
+				run++
+			}
+		}
+		frame := slab[off : off+vnet+size]
+		clear(frame[:vnet])
+		bytes := 0
+		if run == 1 {
+			copy(frame[vnet:], first)
+			bytes = len(first)
+		} else {
+			c.merge(frame, vnet, pkts[i:i+run], fs)
+			for _, p := range pkts[i : i+run] {
+				bytes += len(p.Data)
+			}
+		}
+		c.frames = append(c.frames, frame)
+		c.npkts = append(c.npkts, run)
+		c.nbytes = append(c.nbytes, bytes)
+		off += len(frame)
+		i += run
+	}
+}
+
+// merge writes the super-packet of a run of segments (checked by build)
+// into frame, behind its virtio_net_hdr.
+func (c *coalescer) merge(frame []byte, vnet int, run []mhinet.Packet, fs tcpSeg) {
+	first := run[0].Data
+	p := frame[vnet:]
+	copy(p, first[:fs.hdr])
+	off := fs.hdr
+	for _, s := range run {
+		off += copy(p[off:], s.Data[fs.hdr:])
+	}
+	last := run[len(run)-1].Data
+	t := p[fs.ihl:]
+	t[13] |= last[fs.ihl+13] & tcpFlagPSH
+	l4 := len(p) - fs.ihl
+	var pseudo uint64
+	typ := gso.GSOTCPv4
+	if fs.v6 {
+		typ = gso.GSOTCPv6
+		binary.BigEndian.PutUint16(p[4:], uint16(len(p)-40))
+		pseudo = csumAdd(p[8:40], 6+uint64(l4))
+	} else {
+		binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
+		p[10], p[11] = 0, 0
+		binary.BigEndian.PutUint16(p[10:], ^fold(csumAdd(p[:fs.ihl], 0)))
+		pseudo = csumAdd(p[12:20], 6+uint64(l4))
+	}
+	// A partial checksum: the field holds the pseudo-header sum; the
+	// kernel trusts it (CHECKSUM_PARTIAL), which is why every segment's
+	// checksum was verified before merging.
+	binary.BigEndian.PutUint16(t[16:], fold(pseudo))
+	h := gso.VirtioNetHdr{
+		Flags:      gso.FlagNeedsCsum,
+		GSOType:    typ,
+		HdrLen:     uint16(fs.hdr),
+		GSOSize:    uint16(fs.pay),
+		CsumStart:  uint16(fs.ihl),
+		CsumOffset: 16,
+	}
+	_ = h.Encode(frame)
+}
+
+// csumAdd adds the bytes of b, as big-endian 16-bit words (an odd last
+// byte padded with zero), to the ones' complement sum acc.
+func csumAdd(b []byte, acc uint64) uint64 {
+	var carry uint64
+	for len(b) >= 8 {
+		acc, carry = bits.Add64(acc, binary.BigEndian.Uint64(b), 0)
+		acc += carry
+		b = b[8:]
+	}
+	if len(b) >= 4 {
+		acc, carry = bits.Add64(acc, uint64(binary.BigEndian.Uint32(b)), 0)
+		acc += carry
+		b = b[4:]
+	}
+	if len(b) >= 2 {
+		acc, carry = bits.Add64(acc, uint64(binary.BigEndian.Uint16(b)), 0)
+		acc += carry
+		b = b[2:]
+	}
+	if len(b) == 1 {
+		acc, carry = bits.Add64(acc, uint64(b[0])<<8, 0)
+		acc += carry
+	}
+	return acc
+}
+
+// fold folds a ones' complement sum to 16 bits.
+func fold(acc uint64) uint16 {
+	acc = acc>>32 + acc&0xffffffff
+	acc = acc>>32 + acc&0xffffffff
+	acc = acc>>16 + acc&0xffff
+	acc = acc>>16 + acc&0xffff
+	return uint16(acc)
+}
+
+// receiveVnet writes a downlink batch to a TUN with virtio_net_hdr:
+// frames built (and TCP segments merged) in the coalescer's buffers, the
+// device's packets released at once since they were copied.
+func (b *Bridge) receiveVnet(pkts []mhinet.Packet) {
+	b.rxMu.Lock()
+	defer b.rxMu.Unlock()
+	c := &b.gro
+	c.build(pkts, b.vnet, !b.cfg.NoGRO)
+	for _, p := range pkts {
+		p.Release()
+	}
+	frames := c.frames
+	for i := 0; i < len(frames); {
+		n, err := b.tun.Write(frames[i:])
+		for k := i; k < i+n; k++ {
+			b.c.downPackets.Add(uint64(c.npkts[k]))
+			b.c.downBytes.Add(uint64(c.nbytes[k]))
+			if c.npkts[k] > 1 {
+				b.c.downSuper.Add(1)
+				b.c.downCoalesced.Add(uint64(c.npkts[k]))
+			}
+		}
+		b.c.downFrames.Add(uint64(n))
+		i += n
+		if err == nil {
+			break
+		}
+		if errors.Is(err, ErrClosed) || errors.Is(err, os.ErrClosed) {
+			for k := i; k < len(frames); k++ {
+				b.c.writeErrors.Add(uint64(c.npkts[k]))
+			}
+			break
+		}
+		b.c.writeErrors.Add(uint64(c.npkts[i]))
+		b.log.Debug("TUN write failed", "err", err)
+		i++
+	}
+	clear(c.frames) // keep no views past the batch (the slab stays)
+}

@@ -1,0 +1,371 @@
+package tun
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"testing"
+
+	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/mhinet/gso"
+)
+
+// superTCP returns a TCP super-packet (IPv4, or IPv6 with v6) from port
+// sport carrying payload from seq, with its TSO header: the kernel's view
+// of a large send. Its segments (gso.Segment) are what the modem delivers.
+func superTCP(v6 bool, sport uint16, seq uint32, payload []byte, mss int) ([]byte, gso.VirtioNetHdr) {
+	ip := 20
+	if v6 {
+		ip = 40
+	}
+	p := make([]byte, ip+32+len(payload)) // TCP with a 12-byte timestamp option
+	var pseudo uint64
+	if v6 {
+		p[0] = 0x60
+		binary.BigEndian.PutUint16(p[4:], uint16(len(p)-40))
+		p[6], p[7] = 6, 64
+		p[8], p[23], p[24], p[39] = 0x20, 1, 0x20, 2
+		pseudo = csumAdd(p[8:40], 6+uint64(len(p)-40))
+	} else {
+		p[0] = 0x45
+		binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
+		binary.BigEndian.PutUint16(p[4:], 0x1234)
+		p[6], p[8], p[9] = 0x40, 64, 6
+		copy(p[12:], []byte{198, 18, 0, 1, 198, 18, 0, 2})
+		binary.BigEndian.PutUint16(p[10:], ^fold(csumAdd(p[:20], 0)))
+		pseudo = csumAdd(p[12:20], 6+uint64(len(p)-20))
+	}
+	t := p[ip:]
+	binary.BigEndian.PutUint16(t[0:], sport)
+	binary.BigEndian.PutUint16(t[2:], 5001)
+	binary.BigEndian.PutUint32(t[4:], seq)
+	binary.BigEndian.PutUint32(t[8:], 99)
+	t[12], t[13] = 8<<4, tcpFlagACK|tcpFlagPSH
+	binary.BigEndian.PutUint16(t[14:], 1000)
+	copy(t[20:], []byte{1, 1, 8, 10, 0, 0, 0, 7, 0, 0, 0, 9}) // NOP NOP TS
+	copy(t[32:], payload)
+	binary.BigEndian.PutUint16(t[16:], fold(pseudo))
+	typ := gso.GSOTCPv4
+	if v6 {
+		typ = gso.GSOTCPv6
+	}
+	return p, gso.VirtioNetHdr{Flags: gso.FlagNeedsCsum, GSOType: typ, HdrLen: uint16(ip + 32), GSOSize: uint16(mss), CsumStart: uint16(ip), CsumOffset: 16}
+}
+
+// segments cuts a super-packet as the uplink does.
+func segments(t *testing.T, p []byte, h gso.VirtioNetHdr) [][]byte {
+	t.Helper()
+	n, err := gso.Count(p, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = make([]byte, len(p))
+	}
+	sizes := make([]int, n)
+	if _, err := gso.Segment(p, h, out, sizes); err != nil {
+		t.Fatal(err)
+	}
+	for i := range out {
+		out[i] = out[i][:sizes[i]]
+	}
+	return out
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = seed + byte(i*7)
+	}
+	return b
+}
+
+func packets(segs ...[]byte) []mhinet.Packet {
+	out := make([]mhinet.Packet, len(segs))
+	for i, s := range segs {
+		out[i] = mhinet.Packet{Data: s}
+	}
+	return out
+}
+
+// frameShape describes the frames build made: the packets in each, 0 for
+// a plain (zero-header) frame.
+func frameShape(t *testing.T, c *coalescer) []int {
+	t.Helper()
+	var shape []int
+	for i, f := range c.frames {
+		var h gso.VirtioNetHdr
+		if err := h.Decode(f); err != nil {
+			t.Fatal(err)
+		}
+		if h.GSOType == gso.GSONone {
+			if h != (gso.VirtioNetHdr{}) || c.npkts[i] != 1 {
+				t.Fatalf("frame %d: plain frame with header %v for %d packets", i, h, c.npkts[i])
+			}
+			shape = append(shape, 0)
+			continue
+		}
+		shape = append(shape, c.npkts[i])
+	}
+	return shape
+}
+
+// checkRoundTrip: cutting a merged frame again with gso.Segment gives back
+// exactly the segments it was merged from (headers, flags, checksums and
+// all) — the merge is what the kernel would have sent as one TSO packet.
+func checkRoundTrip(t *testing.T, frame []byte, want [][]byte) {
+	t.Helper()
+	var h gso.VirtioNetHdr
+	if err := h.Decode(frame); err != nil {
+		t.Fatal(err)
+	}
+	got := segments(t, frame[gso.VirtioNetHdrLen:], h)
+	if len(got) != len(want) {
+		t.Fatalf("merged frame (%v) cuts into %d segments, want %d", h, len(got), len(want))
+	}
+	for i := range got {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("segment %d differs after merge and re-cut:\n got % x\nwant % x", i, got[i][:60], want[i][:60])
+		}
+	}
+}
+
+func TestCoalesce(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("v6=%v", v6), func(t *testing.T) {
+			p, h := superTCP(v6, 40000, 1000, pattern(5*1000+300, 1), 1000)
+			segs := segments(t, p, h) // 6 segments, the last 300 bytes with PSH
+			other, oh := superTCP(v6, 40001, 1000, pattern(2000, 2), 1000)
+			osegs := segments(t, other, oh)
+			var c coalescer
+
+			c.build(packets(segs...), 10, true)
+			if s := frameShape(t, &c); fmt.Sprint(s) != "[6]" {
+				t.Fatalf("in-order run: frames %v", s)
+			}
+			checkRoundTrip(t, c.frames[0], segs)
+			if c.nbytes[0] != len(p)+5*(len(segs[0])-1000) {
+				t.Fatalf("bytes %d", c.nbytes[0])
+			}
+
+			c.build(packets(segs...), 10, false)
+			if s := frameShape(t, &c); fmt.Sprint(s) != "[0 0 0 0 0 0]" {
+				t.Fatalf("gro off: frames %v", s)
+			}
+			for i, f := range c.frames {
+				if !bytes.Equal(f[10:], segs[i]) {
+					t.Fatalf("plain frame %d differs", i)
+				}
+			}
+
+			// A segment with a bad checksum is never merged: it goes out
+			// alone for the kernel to check (and drop).
+			bad := append([]byte(nil), segs[2]...)
+			bad[len(bad)-1] ^= 0xff
+			c.build(packets(segs[0], segs[1], bad, segs[3], segs[4], segs[5]), 10, true)
+			if s := frameShape(t, &c); fmt.Sprint(s) != "[2 0 3]" {
+				t.Fatalf("bad checksum: frames %v", s)
+			}
+			checkRoundTrip(t, c.frames[0], segs[:2])
+			checkRoundTrip(t, c.frames[2], segs[3:])
+
+			// Out of order, another flow in between, a short segment in
+			// the middle: each ends the run.
+			c.build(packets(segs[0], segs[2], segs[1], segs[3]), 10, true)
+			if s := frameShape(t, &c); fmt.Sprint(s) != "[0 0 0 0]" {
+				t.Fatalf("reordered: frames %v", s)
+			}
+			c.build(packets(segs[0], osegs[0], segs[1], osegs[1]), 10, true)
+			if s := frameShape(t, &c); fmt.Sprint(s) != "[0 0 0 0]" {
+				t.Fatalf("interleaved flows: frames %v", s)
+			}
+			c.build(packets(segs[0], segs[1], osegs[0], osegs[1]), 10, true)
+			if s := frameShape(t, &c); fmt.Sprint(s) != "[2 2]" {
+				t.Fatalf("two flows: frames %v", s)
+			}
+			checkRoundTrip(t, c.frames[1], osegs)
+
+			// A different ack (or window) is another kind of segment.
+			ack := append([]byte(nil), segs[1]...)
+			ip := 20
+			if v6 {
+				ip = 40
+			}
+			binary.BigEndian.PutUint32(ack[ip+8:], 100)
+			fixTCPChecksum(ack, ip)
+			c.build(packets(segs[0], ack), 10, true)
+			if s := frameShape(t, &c); fmt.Sprint(s) != "[0 0]" {
+				t.Fatalf("different ack: frames %v", s)
+			}
+		})
+	}
+}
+
+// fixTCPChecksum recomputes the TCP checksum of a packet whose TCP header
+// is at ip.
+func fixTCPChecksum(p []byte, ip int) {
+	var pseudo uint64
+	if ip == 40 {
+		pseudo = csumAdd(p[8:40], 6+uint64(len(p)-40))
+	} else {
+		pseudo = csumAdd(p[12:20], 6+uint64(len(p)-20))
+	}
+	p[ip+16], p[ip+17] = 0, 0
+	binary.BigEndian.PutUint16(p[ip+16:], ^fold(csumAdd(p[ip:], pseudo)))
+}
+
+// A run longer than 64 KiB is split where the IP length field would
+// overflow; UDP and other packets pass unmerged.
+func TestCoalesceLimits(t *testing.T) {
+	p1, h1 := superTCP(false, 40000, 1, pattern(40*1400, 3), 1400)
+	p2, h2 := superTCP(false, 40000, 1+40*1400, pattern(40*1400, 4), 1400)
+	s1, s2 := segments(t, p1, h1), segments(t, p2, h2)
+	for _, s := range s1[:len(s1)-1] {
+		if s[33]&tcpFlagPSH != 0 {
+			t.Fatal("PSH before the last segment")
+		}
+	}
+	// Clear the PSH of the first super-packet's last segment so the two
+	// form one stream of 80 full segments.
+	last := s1[len(s1)-1]
+	last[33] &^= tcpFlagPSH
+	fixTCPChecksum(last, 20)
+	for i, s := range s2 { // IP ids continuing the first's, as one sender's
+		binary.BigEndian.PutUint16(s[4:], 0x1234+uint16(len(s1)+i))
+		s[10], s[11] = 0, 0
+		binary.BigEndian.PutUint16(s[10:], ^fold(csumAdd(s[:20], 0)))
+	}
+	all := append(append([][]byte{}, s1...), s2...)
+	var c coalescer
+	c.build(packets(all...), 10, true)
+	shape := frameShape(t, &c)
+	total := 0
+	for i, n := range shape {
+		total += n
+		if f := c.frames[i]; len(f)-10 > 65535 {
+			t.Fatalf("frame %d of %d bytes", i, len(f)-10)
+		}
+	}
+	// (65535 - 52) / 1400 = 46 segments fit one IPv4 packet.
+	if fmt.Sprint(shape) != "[46 34]" || total != 80 {
+		t.Fatalf("frames %v", shape)
+	}
+	checkRoundTrip(t, c.frames[0], all[:46])
+
+	udp := make([]byte, 28+100)
+	udp[0] = 0x45
+	binary.BigEndian.PutUint16(udp[2:], uint16(len(udp)))
+	udp[9] = 17
+	c.build(packets(udp, udp, []byte{}, []byte{0x60}), 10, true)
+	if s := frameShape(t, &c); fmt.Sprint(s) != "[0 0 0 0]" {
+		t.Fatalf("non-TCP: frames %v", s)
+	}
+}
+
+// Building frames allocates nothing once the buffers have grown.
+func TestCoalesceAllocs(t *testing.T) {
+	p, h := superTCP(false, 40000, 1000, pattern(32*1400, 1), 1400)
+	pk := packets(segments(t, p, h)...)
+	var c coalescer
+	c.build(pk, 10, true)
+	if a := testing.AllocsPerRun(100, func() { c.build(pk, 10, true) }); a != 0 {
+		t.Fatalf("%v allocations per batch", a)
+	}
+}
+
+func BenchmarkCoalesce(b *testing.B) {
+	p, h := superTCP(false, 40000, 1000, pattern(32*1448, 1), 1448)
+	n, _ := gso.Count(p, h)
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = make([]byte, 1600)
+	}
+	sizes := make([]int, n)
+	if _, err := gso.Segment(p, h, out, sizes); err != nil {
+		b.Fatal(err)
+	}
+	segs := make([][]byte, n)
+	for i := range segs {
+		segs[i] = out[i][:sizes[i]]
+	}
+	pk := packets(segs...)
+	var c coalescer
+	b.SetBytes(int64(len(p)))
+	b.ReportAllocs()
+	for range b.N {
+		c.build(pk, 10, true)
+	}
+}
+
+// FuzzCoalesce: whatever the device delivers, build does not panic, every
+// plain frame is a packet as delivered, and every merged frame cut again
+// gives the packets it was merged from with their sequence numbers and
+// payloads (IP ids aside: the merge keeps the first one's).
+func FuzzCoalesce(f *testing.F) {
+	p, h := superTCP(false, 40000, 7, pattern(3*500+100, 5), 500)
+	p6, h6 := superTCP(true, 40000, 7, pattern(3*500+100, 6), 500)
+	for _, sp := range []struct {
+		p []byte
+		h gso.VirtioNetHdr
+	}{{p, h}, {p6, h6}} {
+		n, _ := gso.Count(sp.p, sp.h)
+		out := make([][]byte, n)
+		for i := range out {
+			out[i] = make([]byte, len(sp.p))
+		}
+		sizes := make([]int, n)
+		if _, err := gso.Segment(sp.p, sp.h, out, sizes); err != nil {
+			f.Fatal(err)
+		}
+		var joined []byte
+		for i := range out {
+			seg := out[i][:sizes[i]]
+			joined = binary.BigEndian.AppendUint16(joined, uint16(len(seg)))
+			joined = append(joined, seg...)
+		}
+		f.Add(joined)
+	}
+	var c coalescer
+	f.Fuzz(func(t *testing.T, data []byte) {
+		// data is a series of (2-byte length, packet).
+		var in []mhinet.Packet
+		for len(data) >= 2 {
+			n := int(binary.BigEndian.Uint16(data))
+			data = data[2:]
+			n = min(n, len(data))
+			in = append(in, mhinet.Packet{Data: data[:n]})
+			data = data[n:]
+		}
+		c.build(in, 10, true)
+		k := 0
+		for i, fr := range c.frames {
+			var hd gso.VirtioNetHdr
+			if err := hd.Decode(fr); err != nil {
+				t.Fatal(err)
+			}
+			run := in[k : k+c.npkts[i]]
+			k += c.npkts[i]
+			if hd.GSOType == gso.GSONone {
+				if len(run) != 1 || !bytes.Equal(fr[10:], run[0].Data) {
+					t.Fatalf("plain frame %d differs from its packet", i)
+				}
+				continue
+			}
+			segs := segments(t, fr[10:], hd)
+			if len(segs) != len(run) {
+				t.Fatalf("frame %d: %d segments from %d packets", i, len(segs), len(run))
+			}
+			for j, s := range segs {
+				ps, ok := parseTCPSeg(run[j].Data)
+				qs, qok := parseTCPSeg(s)
+				if !ok || !qok || ps.seq != qs.seq || !bytes.Equal(s[qs.hdr:], run[j].Data[ps.hdr:]) {
+					t.Fatalf("frame %d segment %d differs from its packet", i, j)
+				}
+			}
+		}
+		if k != len(in) {
+			t.Fatalf("frames carry %d of %d packets", k, len(in))
+		}
+	})
+}

@@ -1,0 +1,382 @@
+package mhinet_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/mhinet/ntb"
+	"github.com/gomhi/gomhi/mhinet/qmap"
+	"github.com/gomhi/gomhi/pcigeneric"
+)
+
+// ulRecorder sits in front of the modem's IP data function and records
+// every uplink transfer's length and packets (in order), then passes it
+// on.
+type ulRecorder struct {
+	inner ep.Function
+	qmap  bool
+	mu    sync.Mutex
+	xfers []ulXfer
+	ntbp  ntb.Parser
+	qmapp qmap.Parser
+}
+
+type ulXfer struct {
+	n    int
+	at   time.Time
+	pkts []int // packet lengths
+}
+
+func (r *ulRecorder) Receive(ctx context.Context, p *ep.Pipe, transfer []byte) error {
+	x := ulXfer{n: len(transfer), at: time.Now()}
+	r.mu.Lock()
+	if r.qmap {
+		_, _ = r.qmapp.Parse(transfer, func(pk qmap.Packet) { x.pkts = append(x.pkts, len(pk.Data)) })
+	} else {
+		_, _ = r.ntbp.Parse(transfer, func(d []byte, _ uint8) { x.pkts = append(x.pkts, len(d)) })
+	}
+	r.xfers = append(r.xfers, x)
+	r.mu.Unlock()
+	return r.inner.Receive(ctx, p, transfer)
+}
+
+func (r *ulRecorder) Idle(p *ep.Pipe) {
+	if i, ok := r.inner.(ep.Idler); ok {
+		i.Idle(p)
+	}
+}
+
+func (r *ulRecorder) Attach(p *ep.Pipe) {
+	if a, ok := r.inner.(ep.PipeAttacher); ok {
+		a.Attach(p)
+	}
+}
+
+func (r *ulRecorder) snapshot() []ulXfer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]ulXfer(nil), r.xfers...)
+}
+
+// newRecRig is newIPRig with a recorder in front of the modem's function.
+func newRecRig(t *testing.T, model string, dev ep.IPDataConfig, cfg mhinet.Config) (*rig, *ulRecorder) {
+	t.Helper()
+	rec := &ulRecorder{qmap: dev.Format == ep.FormatQMAP}
+	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: model, IPData: dev, Device: func(c *ep.Config) {
+		for name, fn := range c.Functions {
+			if _, ok := fn.(*ep.IPData); ok {
+				rec.inner = fn
+				c.Functions[name] = rec
+			}
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.inner == nil {
+		t.Fatal("no IP data function to record")
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	if err := m.Controller.PowerUp(); err != nil {
+		t.Fatal(err)
+	}
+	rx := newCollector()
+	cfg.Pair = m.DataPair
+	d, err := mhinet.New(m.Controller, cfg, rx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Up(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Down() })
+	return &rig{mock: m, dev: d, rx: rx}, rec
+}
+
+// waitStats polls until cond holds or 10 s pass.
+func waitStats(t *testing.T, d *mhinet.Device, what string, cond func(mhinet.Stats) bool) mhinet.Stats {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s := d.Stats()
+		if cond(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: stats %+v", what, s)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+var aggFormats = []struct {
+	name  string
+	model string
+	host  mhinet.Format
+	dev   ep.Format
+}{
+	{"mbim", "telit-fn990", mhinet.FormatMBIM, ep.FormatNTB16},
+	{"qmap", pcigeneric.DefaultModel, mhinet.FormatQMAP, ep.FormatQMAP},
+}
+
+// fits reports whether pkts all fit one aggregate of max bytes and count.
+func fits(f mhinet.Format, maxBytes, maxPkts int, pkts []int) bool {
+	buf := make([]byte, maxBytes)
+	var err error
+	if f == mhinet.FormatMBIM {
+		var w ntb.Writer
+		if err = w.Reset(buf, ntb.Config{MaxDatagrams: maxPkts}); err != nil {
+			return false
+		}
+		for _, n := range pkts {
+			if err = w.Add(make([]byte, n)); err != nil {
+				return false
+			}
+		}
+		return true
+	}
+	var w qmap.Writer
+	if err = w.Reset(buf, qmap.Config{MaxPackets: maxPkts}); err != nil {
+		return false
+	}
+	for _, n := range pkts {
+		if err = w.Add(make([]byte, n)); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// Random packets in random batches: every aggregate respects both limits
+// exactly, and every one closed early was closed because the next packet
+// would have passed the byte limit.
+func TestTXAggregationLimitsExact(t *testing.T) {
+	for _, f := range aggFormats {
+		for _, lim := range []struct{ bytes, pkts int }{{4096, 16}, {2000, 5}, {16384, 64}} {
+			t.Run(f.name+"-"+itoa(lim.bytes)+"-"+itoa(lim.pkts), func(t *testing.T) {
+				r, rec := newRecRig(t, f.model, ep.IPDataConfig{Format: f.dev},
+					mhinet.Config{Format: f.host, TXAggregate: true, TXAggMaxBytes: lim.bytes,
+						TXAggMaxPackets: lim.pkts, TXAggTimeout: time.Hour})
+				rng := rand.New(rand.NewPCG(1, uint64(lim.bytes)))
+				const total = 600
+				var pkts [][]byte
+				var lens []int
+				for i := range total {
+					n := 28 + rng.IntN(1472)
+					if i%7 == 0 {
+						n = 28 + rng.IntN(100)
+					}
+					pkts = append(pkts, ipv4(n, uint32(i)))
+					lens = append(lens, n)
+				}
+				for sent := 0; sent < total; {
+					end := min(total, sent+1+rng.IntN(40))
+					before := sent
+					for sent < end {
+						n, err := r.dev.Transmit(pkts[sent:end])
+						sent += n
+						if errors.Is(err, mhinet.ErrBusy) {
+							time.Sleep(100 * time.Microsecond)
+						} else if err != nil {
+							t.Fatal(err)
+						}
+					}
+					_ = before
+				}
+				if err := r.dev.Flush(); err != nil {
+					t.Fatal(err)
+				}
+				s := waitStats(t, r.dev, "all transmitted", func(s mhinet.Stats) bool { return s.TxPackets == total })
+				if !r.rx.waitFor(t, total) {
+					t.FailNow()
+				}
+				xs := rec.snapshot()
+				if uint64(len(xs)) != s.TxTransfers {
+					t.Fatalf("modem saw %d transfers, host completed %d", len(xs), s.TxTransfers)
+				}
+				if s.TxAggClosedTimer != 0 || s.TxAggClosedFlush != 1 ||
+					s.TxAggClosedBytes+s.TxAggClosedPackets+s.TxAggClosedFlush != s.TxTransfers {
+					t.Fatalf("close reasons %+v", s)
+				}
+				next := 0
+				var byBytes, byPkts uint64
+				for i, x := range xs {
+					if len(x.pkts) == 0 || len(x.pkts) > lim.pkts {
+						t.Fatalf("aggregate %d holds %d packets (limit %d)", i, len(x.pkts), lim.pkts)
+					}
+					if x.n > lim.bytes && len(x.pkts) > 1 {
+						t.Fatalf("aggregate %d is %d bytes with %d packets (limit %d)", i, x.n, len(x.pkts), lim.bytes)
+					}
+					for j, n := range x.pkts {
+						if n != lens[next+j] {
+							t.Fatalf("aggregate %d packet %d: %d bytes, sent %d", i, j, n, lens[next+j])
+						}
+					}
+					next += len(x.pkts)
+					switch {
+					case i == len(xs)-1: // flushed
+					case len(x.pkts) == lim.pkts:
+						byPkts++
+					default:
+						byBytes++
+						// Closed early: the next packet must not have fitted.
+						if fits(f.host, lim.bytes, lim.pkts, append(append([]int(nil), x.pkts...), lens[next])) {
+							t.Fatalf("aggregate %d (%d packets, %d bytes) closed although the next packet (%d bytes) fits",
+								i, len(x.pkts), x.n, lens[next])
+						}
+					}
+				}
+				if next != total {
+					t.Fatalf("%d packets in aggregates, sent %d", next, total)
+				}
+				if byBytes != s.TxAggClosedBytes || byPkts != s.TxAggClosedPackets {
+					t.Fatalf("closed by bytes %d, by packets %d; counters %d, %d", byBytes, byPkts,
+						s.TxAggClosedBytes, s.TxAggClosedPackets)
+				}
+				if byBytes == 0 || (lim.pkts <= 5 && byPkts == 0) {
+					t.Fatalf("the test did not exercise both limits: bytes %d, packets %d", byBytes, byPkts)
+				}
+			})
+		}
+	}
+}
+
+// A partly filled aggregate waits for the next call and leaves when the
+// timer expires, never earlier, counting from its first packet.
+func TestTXAggregationTimer(t *testing.T) {
+	for _, f := range aggFormats {
+		t.Run(f.name, func(t *testing.T) {
+			const wait = 150 * time.Millisecond
+			r, rec := newRecRig(t, f.model, ep.IPDataConfig{Format: f.dev},
+				mhinet.Config{Format: f.host, TXAggregate: true, TXAggTimeout: wait})
+			start := time.Now()
+			if n, err := r.dev.Transmit([][]byte{ipv4(100, 1), ipv4(100, 2)}); n != 2 || err != nil {
+				t.Fatal(n, err)
+			}
+			if s := r.dev.Stats(); s.TxQueued != 0 || s.TxAggPending != 2 {
+				t.Fatalf("after the first call: %+v", s)
+			}
+			time.Sleep(wait / 3)
+			if n, err := r.dev.Transmit([][]byte{ipv4(100, 3)}); n != 1 || err != nil {
+				t.Fatal(n, err)
+			}
+			s := waitStats(t, r.dev, "timer flush", func(s mhinet.Stats) bool { return s.TxPackets == 3 })
+			xs := rec.snapshot()
+			if len(xs) != 1 || len(xs[0].pkts) != 3 {
+				t.Fatalf("transfers %+v", xs)
+			}
+			if el := xs[0].at.Sub(start); el < wait {
+				t.Fatalf("aggregate left after %v, before the %v timer", el, wait)
+			} else if el > wait+2*time.Second {
+				t.Fatalf("aggregate left after %v (timer %v)", el, wait)
+			}
+			if s.TxAggClosedTimer != 1 || s.TxAggClosedBytes+s.TxAggClosedPackets+s.TxAggClosedFlush != 0 || s.TxAggPending != 0 {
+				t.Fatalf("close reasons %+v", s)
+			}
+			r.rx.waitFor(t, 3)
+		})
+	}
+}
+
+// The packet limit closes an aggregate as soon as it is reached; Flush
+// sends the rest; a negative timeout closes at the end of each call.
+func TestTXAggregationPacketsAndFlush(t *testing.T) {
+	for _, f := range aggFormats {
+		t.Run(f.name, func(t *testing.T) {
+			r, rec := newRecRig(t, f.model, ep.IPDataConfig{Format: f.dev},
+				mhinet.Config{Format: f.host, TXAggregate: true, TXAggMaxPackets: 5, TXAggTimeout: time.Hour})
+			var pkts [][]byte
+			for i := range 23 {
+				pkts = append(pkts, ipv4(100, uint32(i)))
+			}
+			transmitAll(t, r.dev, pkts)
+			s := waitStats(t, r.dev, "four aggregates", func(s mhinet.Stats) bool { return s.TxPackets == 20 })
+			if s.TxAggClosedPackets != 4 || s.TxAggPending != 3 || s.TxQueued != 20 {
+				t.Fatalf("stats %+v", s)
+			}
+			if err := r.dev.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			s = waitStats(t, r.dev, "flush", func(s mhinet.Stats) bool { return s.TxPackets == 23 })
+			if s.TxAggClosedFlush != 1 || s.TxAggPending != 0 {
+				t.Fatalf("stats %+v", s)
+			}
+			if xs := rec.snapshot(); len(xs) != 5 || len(xs[4].pkts) != 3 {
+				t.Fatalf("transfers %+v", xs)
+			}
+			r.rx.waitFor(t, 23)
+		})
+	}
+	t.Run("no-wait", func(t *testing.T) {
+		r, rec := newRecRig(t, "telit-fn990", ep.IPDataConfig{Format: ep.FormatNTB16},
+			mhinet.Config{Format: mhinet.FormatMBIM, TXAggregate: true, TXAggTimeout: -1})
+		for i := range 3 {
+			transmitAll(t, r.dev, [][]byte{ipv4(100, uint32(2*i)), ipv4(100, uint32(2*i+1))})
+		}
+		s := waitStats(t, r.dev, "no wait", func(s mhinet.Stats) bool { return s.TxPackets == 6 })
+		if s.TxAggClosedFlush != 3 || len(rec.snapshot()) != 3 {
+			t.Fatalf("stats %+v, %d transfers", s, len(rec.snapshot()))
+		}
+	})
+}
+
+// The QMAP uplink with the MAPv5 checksum header: the modem parses what
+// the host sends, aggregated or not.
+func TestTXQMAPv5Loopback(t *testing.T) {
+	for _, agg := range []bool{false, true} {
+		r := newIPRig(t, pcigeneric.DefaultModel, ep.IPDataConfig{Format: ep.FormatQMAP, QMAPCsum: qmap.CsumV5},
+			mhinet.Config{Format: mhinet.FormatQMAP, QMAPCsum: qmap.CsumV5, TXAggregate: agg, TXAggTimeout: -1})
+		var pkts [][]byte
+		for i := range 50 {
+			pkts = append(pkts, ipv4(40+i*13, uint32(i)))
+		}
+		transmitAll(t, r.dev, pkts)
+		if !r.rx.waitFor(t, 50) {
+			t.Fatalf("agg %v: modem %+v", agg, r.mock.IPData.Stats())
+		}
+		if s := r.mock.IPData.Stats(); s.ULPackets != 50 || s.DeaggErrors() != 0 || r.rx.bad != 0 {
+			t.Fatalf("agg %v: modem %+v", agg, s)
+		}
+	}
+}
+
+// udp4 returns an IPv4/UDP packet of n bytes (n ≥ 32) to port dport whose
+// payload is a pattern derived from seq (at offset 28).
+func udp4(buf []byte, n int, dport uint16, seq uint32) []byte {
+	p := buf[:n]
+	clear(p[:28])
+	p[0] = 0x45
+	binary.BigEndian.PutUint16(p[2:], uint16(n))
+	p[8] = 64
+	p[9] = 17
+	copy(p[12:], []byte{10, 0, 0, 1, 10, 0, 0, 2})
+	binary.BigEndian.PutUint16(p[20:], 4000)
+	binary.BigEndian.PutUint16(p[22:], dport)
+	binary.BigEndian.PutUint16(p[24:], uint16(n-20))
+	binary.BigEndian.PutUint32(p[28:], seq)
+	for i := 32; i < n; i++ {
+		p[i] = byte(seq) + byte(i)
+	}
+	return p
+}
+
+// udpIntact checks a packet built by udp4 and returns its seq and port.
+func udpIntact(p []byte) (seq uint32, dport uint16, ok bool) {
+	if len(p) < 32 || p[0] != 0x45 || int(binary.BigEndian.Uint16(p[2:])) != len(p) || p[9] != 17 {
+		return 0, 0, false
+	}
+	seq = binary.BigEndian.Uint32(p[28:])
+	for i := 32; i < len(p); i++ {
+		if p[i] != byte(seq)+byte(i) {
+			return seq, 0, false
+		}
+	}
+	return seq, binary.BigEndian.Uint16(p[22:]), true
+}

@@ -1,0 +1,103 @@
+package vfiouser
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/ep"
+)
+
+// TestOpen: Open finds the model by the served function's IDs and builds a
+// controller that powers the served modem up; a second Open after Close
+// gets a fresh session.
+func TestOpen(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "m.sock")
+	dev, err := NewServerDevice(DeviceOptions{Model: "telit-fn990"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ListenAndServe(ctx, sock, dev) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no socket")
+		}
+	}
+	for i := range 2 {
+		r, err := Open(sock, OpenOptions{Name: "mhi7"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Info.Name != "telit-fn990" || r.DataPair != ep.IPDataMBIMName || r.Path != sock {
+			t.Errorf("open %d: model %s, pair %s, path %s", i, r.Info.Name, r.DataPair, r.Path)
+		}
+		if err := r.Controller.PowerUp(); err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := r.Controller.State(); st != mhi.StateM0 {
+			t.Errorf("open %d: state %s after PowerUp", i, st)
+		}
+		if _, _, err := r.Controller.ChannelPair(ep.LoopbackName); err != nil {
+			t.Errorf("open %d: LOOPBACK pair: %v", i, err)
+		}
+		if err := r.Close(); err != nil {
+			t.Errorf("close %d: %v", i, err)
+		}
+	}
+	if got := dev.Stats().Sessions; got != 2 {
+		t.Errorf("%d sessions, want 2", got)
+	}
+}
+
+// TestOpenErrors: nothing at the path, a socket nobody listens on, and a
+// file that is not a socket each give their sentinel.
+func TestOpenErrors(t *testing.T) {
+	dir := t.TempDir()
+	regular := filepath.Join(dir, "file")
+	if err := os.WriteFile(regular, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(dir, "stale.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: stale, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	l.Close()
+	for _, tc := range []struct {
+		path string
+		want []error
+	}{
+		{filepath.Join(dir, "missing"), []error{ErrNoServer, fs.ErrNotExist}},
+		{stale, []error{ErrNoServer}},
+		{regular, []error{ErrNotSocket}},
+		{dir, []error{ErrNotSocket}},
+	} {
+		r, err := Open(tc.path, OpenOptions{})
+		if err == nil {
+			r.Close()
+		}
+		for _, w := range tc.want {
+			if !errors.Is(err, w) {
+				t.Errorf("%s: %v, want %v", tc.path, err, w)
+			}
+		}
+	}
+}
