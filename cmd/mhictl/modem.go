@@ -51,7 +51,9 @@ The modem's IP data function (IP_HW0_MBIM or IP_HW0, channels 100/101) answers
 pings and UDP echo (port 7) as a modem's network would (--ip-mode responder,
 the default), loops every uplink packet back aggregated (loopback: for
 'mhictl bench --vfio-user'), or generates downlink packets for the whole
-session (generator: --gen-count, --gen-rate, --gen-size). --format is its
+session (generator: --gen-count, --gen-rate, --gen-size; uplink packets meanwhile
+are consumed, and after a --gen-count run the modem answers as a responder).
+Each session's data counters are logged at disconnect (ip_data). --format is its
 framing, by default the model's own: mbim on IP_HW0_MBIM, raw on IP_HW0; the
 client's framing must match ('mhictl up --format', 'mhictl bench --format').
 The LOOPBACK channels (0/1) always loop back.`,

@@ -115,7 +115,10 @@ func (s *servedIPData) build(model string) (ep.IPDataConfig, mhinet.Format, *ep.
 		return ep.IPDataConfig{}, 0, nil, fmt.Errorf("--max-datagrams %d, --max-aggregate %d: want 0 (the modem's default) or more", s.maxDatagrams, s.maxAggregate)
 	}
 	cfg := ep.IPDataConfig{
-		Format: sweep.ModemFormat(format), Responder: mode == "responder",
+		// A generator returns to this mode when a --gen-count run ends:
+		// answering, as a modem's network would, rather than looping the
+		// host's own packets back.
+		Format: sweep.ModemFormat(format), Responder: mode == "responder" || mode == "generator",
 		MaxDatagrams: s.maxDatagrams, MaxAggregate: s.maxAggregate,
 	}
 	if _, err := ep.NewIPData(cfg); err != nil {

@@ -313,7 +313,17 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 	if err != nil {
 		reason = err.Error()
 	}
-	dev.log.Info("disconnect", "reason", reason)
+	ms := modem.Stats()
+	dev.log.Info("disconnect", "reason", reason, "ul_transfers", ms.ULTransfers, "dl_transfers", ms.DLTransfers,
+		"interrupts", ms.InterruptsRaised, "resets", ms.Resets)
+	for name, f := range ec.Functions {
+		if ipd, ok := f.(interface{ Stats() ep.IPDataStats }); ok {
+			st := ipd.Stats()
+			dev.log.Info("ip_data", "pair", name, "ul_packets", st.ULPackets, "gen_packets", st.GenPackets,
+				"dl_packets", st.DLPackets, "dl_aggregates", st.DLAggregates, "answered", st.Answered,
+				"dropped", st.Dropped(), "malformed", st.DeaggErrors())
+		}
+	}
 	return err
 }
 
