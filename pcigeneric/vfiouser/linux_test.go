@@ -134,6 +134,10 @@ fn990)
 	sleep 0.5
 	echo "STATS $(stats wwan0)"
 	echo "MARK stats"
+	# The uplink: Linux's own NTB16 framing, parsed by the modem.
+	addrs wwan0
+	pingcheck ping4 3 192.0.2.2
+	/bin/guestprobe -name udp4-echo -to 192.0.2.2:7 -count 10 -size 1400
 	;;
 *)
 	echo "CHECK profile FAIL unknown profile '$profile'"
@@ -510,7 +514,8 @@ func (r *guestRun) logRegisters(t *testing.T) {
 // IP_HW0_MBIM, and a downlink run of the modem's generator, aggregated as
 // MBIM NTB16 of up to 32 datagrams in the driver's 32 KiB buffers, must
 // arrive whole: the guest's rx_packets equals what the modem sent, with no
-// receive errors or drops.
+// receive errors or drops. Pings and UDP echoes through wwan0 then check
+// the uplink: NTB16 built by Linux, parsed by the modem.
 func TestLinuxDriverFN990(t *testing.T) {
 	env, initrd := linuxEnv(t)
 	var genErr atomic.Value
@@ -534,7 +539,7 @@ func TestLinuxDriverFN990(t *testing.T) {
 		},
 	}
 	r.run(t, env, initrd, fmt.Sprintf("gomhi.dl=%d", dlPackets))
-	requireChecks(t, r, "netdev")
+	requireChecks(t, r, "netdev", "ping4", "udp4-echo")
 	if err, _ := genErr.Load().(error); err != nil {
 		t.Fatalf("generator: %v", err)
 	}
