@@ -102,7 +102,11 @@ func BenchmarkBridge(b *testing.B) {
 		cfg   mhinet.Config
 	}{
 		{"raw", pcigeneric.DefaultModel, ep.IPDataConfig{Format: ep.FormatRaw}, mhinet.Config{Format: mhinet.FormatRawIP}},
+		// mhinet's default uplink aggregates (rmnet's 4096 bytes, 16
+		// packets), then aggregates as large as a 16 KiB transmit buffer.
 		{"ntb16", "telit-fn990", ep.IPDataConfig{Format: ep.FormatNTB16}, mhinet.Config{Format: mhinet.FormatMBIM, TXAggregate: true}},
+		{"ntb16-16k", "telit-fn990", ep.IPDataConfig{Format: ep.FormatNTB16},
+			mhinet.Config{Format: mhinet.FormatMBIM, TXAggregate: true, TXAggMaxBytes: 16 << 10, TXAggMaxPackets: 64}},
 	} {
 		b.Run(c.name, func(b *testing.B) { benchBridge(b, c.model, c.ipd, c.cfg) })
 	}
