@@ -251,17 +251,22 @@ type counter struct {
 }
 
 func (c *counter) Receive(pkts []mhinet.Packet) {
+	// Count before inspecting: the probe returns as soon as its packet is
+	// inspected, and the measurement that follows must already see it
+	// counted.
 	var b uint64
+	for _, p := range pkts {
+		b += uint64(len(p.Data))
+	}
+	c.pkts.Add(uint64(len(pkts)))
+	c.bytes.Add(b)
 	inspect := c.inspect.Load()
 	for _, p := range pkts {
 		if inspect != nil {
 			(*inspect)(p.Data)
 		}
-		b += uint64(len(p.Data))
 		p.Release()
 	}
-	c.pkts.Add(uint64(len(pkts)))
-	c.bytes.Add(b)
 }
 
 // Run runs the sweep. Points are in MRU-major order. It returns the report
