@@ -87,7 +87,8 @@ for m in %s; do
 done
 case $profile in
 sdx55)
-	waitfor /sys/class/net/mhi_hwip0 20; check netdev $? "mhi_hwip0 (mhi_net on IP_HW0)"
+	waitfor /sys/class/net/mhi_hwip0 20; rc=$?; check netdev $rc "mhi_hwip0 (mhi_net on IP_HW0)"
+	[ $rc = 0 ] || finish
 	echo "INFO $(cat /sys/bus/mhi/devices/mhi0/serial_number 2>&1)"
 	echo "INFO channels: $(ls /sys/bus/mhi/devices | tr '\n' ' ')"
 	# No stray IPv6 traffic (router or MLD solicitations) on the link, so
@@ -119,7 +120,8 @@ sdx55)
 	echo "MARK recovered"
 	;;
 fn990)
-	waitfor /sys/class/net/wwan0 20; check netdev $? "wwan0 (mhi_wwan_mbim on IP_HW0_MBIM)"
+	waitfor /sys/class/net/wwan0 20; rc=$?; check netdev $rc "wwan0 (mhi_wwan_mbim on IP_HW0_MBIM)"
+	[ $rc = 0 ] || finish
 	echo "INFO channels: $(ls /sys/bus/mhi/devices | tr '\n' ' ')"
 	# mhi_wwan_mbim hands each datagram to netif_rx: a whole run arrives
 	# faster than the emulated CPU drains the backlog, whose overflow
