@@ -58,6 +58,9 @@ type Config struct {
 	TXAggTimeout time.Duration
 	// TXBufferSize is the size of each transmit buffer (default: MTU plus
 	// the format's header, or TXAggMaxBytes with TXAggregate if larger).
+	// A size set here must hold an MTU-sized packet with its framing and,
+	// with TXAggregate, TXAggMaxBytes; New and SetMTU fail otherwise
+	// (mhi.ErrConfig).
 	TXBufferSize int
 	// TXZeroCopy provides pinned zero-copy transmit slots (TXBuffer,
 	// TransmitZC), one per usable uplink element.
@@ -166,6 +169,10 @@ func New(ctrl *mhi.Controller, cfg Config, rx Receiver) (*Device, error) {
 		return nil, fmt.Errorf("mhinet: TXAggMaxBytes %d (64…%d), TXAggMaxPackets %d (1…65535): %w",
 			cfg.TXAggMaxBytes, mhi.MaxTRELength, cfg.TXAggMaxPackets, mhi.ErrConfig)
 	}
+	if cfg.TXBufferSize < 0 || cfg.TXBufferSize > mhi.MaxTRELength {
+		return nil, fmt.Errorf("mhinet: TXBufferSize %d (0: default, or up to %d): %w",
+			cfg.TXBufferSize, mhi.MaxTRELength, mhi.ErrConfig)
+	}
 	if cfg.MaxReassembly == 0 {
 		cfg.MaxReassembly = 256 << 10
 	}
@@ -181,6 +188,9 @@ func New(ctrl *mhi.Controller, cfg Config, rx Receiver) (*Device, error) {
 	d.ntbp.AnyProtocol = false
 	d.qmapp.Csum = cfg.QMAPCsum
 	if err := d.tx.init(d); err != nil {
+		return nil, err
+	}
+	if err := d.tx.checkSize(cfg.MTU); err != nil {
 		return nil, err
 	}
 	ctrl.OnStatus(d.onStatus)
@@ -354,14 +364,25 @@ func (d *Device) SetMRU(n int) error {
 
 // SetMTU changes the largest packet Transmit accepts. On a running device
 // the transmit buffers are rebuilt once the uplink has completed what it
-// holds.
+// holds (Transmit and TransmitZC return ErrBusy meanwhile), and the new
+// MTU takes effect with them. The uplink channel is reset and restarted
+// around the rebuild, so the modem forgets the zero-copy lend region:
+// with TXZeroCopy, forward the new ZeroCopyRegion to the modem again, as
+// after Up. It fails with an error wrapping mhi.ErrConfig when a fixed
+// TXBufferSize cannot hold a packet of n bytes.
 func (d *Device) SetMTU(n int) error {
 	if err := ValidateMTU(n); err != nil {
+		return err
+	}
+	if err := d.tx.checkSize(n); err != nil {
 		return err
 	}
 	d.ctl.Lock()
 	defer d.ctl.Unlock()
 	if d.IsUp() {
+		if n == d.MTU() {
+			return nil
+		}
 		if err := d.tx.resize(d.ctrl.Transport(), n); err != nil {
 			return err
 		}

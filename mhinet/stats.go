@@ -34,7 +34,8 @@ type counters struct {
 	mruChanges          atomic.Uint64
 	rxAbortedBuffers    atomic.Uint64
 	txAggregatedPackets atomic.Uint64
-	rxStaleCompletion   atomic.Uint64
+	rxStaleCompletion   atomic.Uint64 // downlink completions for no posted buffer
+	txStaleCompletion   atomic.Uint64 // uplink completions for no transmit buffer
 	recoveries          atomic.Uint64
 
 	// transmit aggregation and zero-copy; see tx.go, txzc.go
@@ -93,6 +94,9 @@ type Stats struct {
 	TxTooLong      uint64 `json:"tx_too_long"`
 	TxEmpty        uint64 `json:"tx_empty"`
 	TxInFlightHigh uint64 `json:"tx_in_flight_high_water"`
+	// TxStale counts uplink completions whose cookie names no transmit
+	// buffer (RxStale is its downlink counterpart).
+	TxStale uint64 `json:"tx_stale_completions"`
 
 	// Transmit aggregates closed because the next packet would pass
 	// TXAggMaxBytes, because they held TXAggMaxPackets, by the
@@ -139,6 +143,7 @@ func (c *counters) snapshot(s *Stats) {
 	s.TxQueued, s.TxAggregated = c.txQueued.Load(), c.txAggregatedPackets.Load()
 	s.TxTooLong, s.TxEmpty, s.TxBusy = c.txTooLong.Load(), c.txEmpty.Load(), c.txBusy.Load()
 	s.TxInFlightHigh = c.txInFlightHigh.Load()
+	s.TxStale = c.txStaleCompletion.Load()
 	s.TxAggClosedBytes, s.TxAggClosedPackets = c.txAggClosedBytes.Load(), c.txAggClosedPackets.Load()
 	s.TxAggClosedTimer, s.TxAggClosedFlush = c.txAggClosedTimer.Load(), c.txAggClosedFlush.Load()
 	s.TxAggPending = c.txAggPending.Load()

@@ -43,6 +43,14 @@ type txPath struct {
 	free     []int
 	inFlight int
 	size     int
+	// mtu is the MTU the buffers were allocated for: Transmit and
+	// TransmitZC check packets against it under mu, so that a packet and
+	// the buffer it is copied into always agree (SetMTU publishes the new
+	// MTU together with the new buffers).
+	mtu int
+	// resizing: SetMTU is draining the uplink and reallocating the
+	// buffers; Transmit and TransmitZC return ErrBusy meanwhile.
+	resizing bool
 	mem      mhi.DMAMemory
 	xfers    []mhi.Transfer
 	ntbw     ntb.Writer
@@ -98,17 +106,57 @@ func (t *txPath) aggregating() bool {
 	return t.d.cfg.TXAggregate && t.d.cfg.Format != FormatRawIP
 }
 
+// framedLen is the length of the element that carries one mtu-byte packet
+// (alone in an aggregate with TXAggregate).
+func (t *txPath) framedLen(mtu int) (int, error) {
+	d := t.d
+	switch d.cfg.Format {
+	case FormatMBIM:
+		if t.aggregating() {
+			return ntb.Size(ntb.Config{Session: d.cfg.Session, MaxDatagrams: t.aggPkts}, []int{mtu})
+		}
+		return ntb.TXHeaderLen + mtu, nil
+	case FormatQMAP:
+		return qmap.FrameLen(t.qmapTXCfg, mtu)
+	}
+	return mtu, nil
+}
+
+// checkSize checks that the transmit buffers for mtu hold an mtu-byte
+// packet with its framing, and (with TXAggregate) an aggregate of
+// TXAggMaxBytes. The error wraps mhi.ErrConfig.
+func (t *txPath) checkSize(mtu int) error {
+	size := t.bufferSize(mtu)
+	need, err := t.framedLen(mtu)
+	if err != nil {
+		return fmt.Errorf("mhinet: a %d-byte packet cannot be framed as %v: %v: %w", mtu, t.d.cfg.Format, err, mhi.ErrConfig)
+	}
+	if size < need {
+		return fmt.Errorf("mhinet: transmit buffers of %d bytes cannot hold a %d-byte packet (%d bytes framed as %v): %w",
+			size, mtu, need, t.d.cfg.Format, mhi.ErrConfig)
+	}
+	if t.aggregating() && t.aggBytes > size {
+		return fmt.Errorf("mhinet: TXAggMaxBytes %d exceeds the transmit buffer size %d: %w", t.aggBytes, size, mhi.ErrConfig)
+	}
+	return nil
+}
+
 // alloc allocates one transmit buffer per usable uplink element, and the
 // zero-copy slots when configured.
 func (t *txPath) alloc(mem mhi.DMAMemory, mtu int) error {
-	size := t.bufferSize(mtu)
-	if size < mtu+overhead && !t.aggregating() && size < mtu {
-		return fmt.Errorf("mhinet: transmit buffers of %d bytes cannot hold a %d-byte packet", size, mtu)
-	}
-	n := t.d.ul.Config().Elements - 1
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.mem, t.size = mem, size
+	return t.allocLocked(mem, mtu)
+}
+
+// allocLocked is alloc with t.mu held. It publishes mtu with the buffers.
+func (t *txPath) allocLocked(mem mhi.DMAMemory, mtu int) error {
+	if err := t.checkSize(mtu); err != nil {
+		return err
+	}
+	size := t.bufferSize(mtu)
+	n := t.d.ul.Config().Elements - 1
+	t.mem, t.size, t.mtu = mem, size, mtu
 	for i := 0; i < n; i++ {
 		b, err := mem.Alloc(size, 64)
 		if err != nil {
@@ -147,28 +195,75 @@ func (t *txPath) freeLocked() {
 }
 
 // resize waits for the uplink to complete what it holds and reallocates
-// the buffers for a new MTU.
+// the buffers for a new MTU. Transmit and TransmitZC return ErrBusy
+// meanwhile. The uplink channel is reset around the reallocation, so the
+// modem forgets the zero-copy lend region (and the release ring) before
+// their memory is freed: the caller forwards the new ZeroCopyRegion.
 func (t *txPath) resize(mem mhi.DMAMemory, mtu int) error {
-	if err := t.d.Flush(); err != nil && !errors.Is(err, ErrDown) {
-		return fmt.Errorf("mhinet: MTU change: %w", err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
+	d := t.d
 	t.mu.Lock()
-	for t.inFlight > 0 || t.zc.pending > 0 {
+	t.resizing = true
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if t.open >= 0 && d.ul.Free() > 0 {
+			_ = t.queueLocked(t.closeAgg(t.xfers[:0], &d.c.txAggClosedFlush))
+		}
+		t.zc.reapLocked()
+		if t.open < 0 && t.inFlight == 0 && t.zc.pending == 0 {
+			break
+		}
 		if time.Now().After(deadline) {
 			n, z := t.inFlight, t.zc.pending
+			t.resizing = false
 			t.mu.Unlock()
+			t.zc.handBack()
 			return fmt.Errorf("mhinet: MTU change: %d transmit buffers and %d zero-copy buffers still with the device: %w",
 				n, z, mhi.ErrTimeout)
 		}
-		t.zc.reapLocked()
 		t.mu.Unlock()
+		t.zc.handBack()
 		time.Sleep(time.Millisecond)
 		t.mu.Lock()
 	}
-	t.freeLocked()
 	t.mu.Unlock()
-	return t.alloc(mem, mtu)
+	t.zc.handBack()
+	if err := d.ul.Reset(); err != nil {
+		// The modem may still know the old region: keep the buffers
+		// (the uplink is disabled on the host side now; Down and Up
+		// bring it back).
+		t.mu.Lock()
+		t.resizing = false
+		t.mu.Unlock()
+		return fmt.Errorf("mhinet: MTU change: reset uplink: %w", err)
+	}
+	t.mu.Lock()
+	old := t.mtu
+	t.freeLocked()
+	err := t.allocLocked(mem, mtu)
+	if err != nil {
+		if rerr := t.allocLocked(mem, old); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}
+	t.mu.Unlock()
+	serr := d.ul.Start(nil)
+	t.mu.Lock()
+	t.resizing = false
+	t.mu.Unlock()
+	if err != nil || serr != nil {
+		return fmt.Errorf("mhinet: MTU change: %w", errors.Join(err, serr))
+	}
+	return nil
+}
+
+// unavailableLocked is the error of a transmit call that finds no
+// buffers: ErrBusy while SetMTU reallocates them, ErrDown otherwise.
+func (t *txPath) unavailableLocked() error {
+	if t.resizing {
+		t.d.c.txBusy.Add(1)
+		return ErrBusy
+	}
+	return ErrDown
 }
 
 // Transmit queues packets on the uplink channel, copying each into a
@@ -184,13 +279,14 @@ func (d *Device) Transmit(pkts [][]byte) (int, error) {
 	if !d.IsUp() {
 		return 0, ErrDown
 	}
-	mtu := d.MTU()
 	t := &d.tx
 	t.mu.Lock()
-	if t.bufs == nil {
+	if t.bufs == nil || t.resizing {
+		err := t.unavailableLocked()
 		t.mu.Unlock()
-		return 0, ErrDown
+		return 0, err
 	}
+	mtu := t.mtu
 	xs := t.xfers[:0]
 	room := d.ul.Free()
 	taken := 0
@@ -224,6 +320,11 @@ func (d *Device) Transmit(pkts [][]byte) (int, error) {
 		bi := t.free[len(t.free)-1]
 		b := &t.bufs[bi]
 		n, ferr := t.fillOne(b, p)
+		if errors.Is(ferr, errTooLong) {
+			d.c.txTooLong.Add(1)
+			taken++
+			continue
+		}
 		if ferr != nil {
 			err = ferr
 			break
@@ -275,10 +376,18 @@ func (t *txPath) queueLocked(xs []mhi.Transfer) error {
 	return nil
 }
 
-// fillOne encodes one packet (valid, within the MTU) into b.
+// errTooLong: a packet does not fit a transmit buffer (the caller counts
+// it in TxTooLong).
+var errTooLong = errors.New("mhinet: packet longer than the transmit buffer")
+
+// fillOne encodes one packet (valid, within the MTU) into b. It fails with
+// errTooLong, and writes nothing, if p does not fit the buffer.
 func (t *txPath) fillOne(b *txBuffer, p []byte) (n int, err error) {
 	buf := b.dma.Bytes
 	d := t.d
+	if len(p) > len(buf) {
+		return 0, errTooLong
+	}
 	switch d.cfg.Format {
 	case FormatRawIP:
 		n = copy(buf, p)
@@ -471,7 +580,7 @@ func (t *txPath) onComplete(c mhi.Completion) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if c.Cookie >= uint64(len(t.bufs)) {
-		d.c.rxStaleCompletion.Add(1)
+		d.c.txStaleCompletion.Add(1)
 		return
 	}
 	b := &t.bufs[c.Cookie]

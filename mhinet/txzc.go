@@ -222,7 +222,10 @@ func (z *zcPath) alloc(mem mhi.DMAMemory, mtu int) error {
 	return nil
 }
 
-// freeLocked forgets every slot (the channel has been reset).
+// freeLocked forgets every slot (the channel has been reset). Released
+// buffers not yet handed back, and those still waiting in the notify
+// channel, belong to this allocation: they are discarded, so that the
+// channel has room for every slot of the next one.
 func (z *zcPath) freeLocked(mem mhi.DMAMemory) {
 	if z.data.Bytes != nil {
 		_ = mem.Free(z.data)
@@ -234,6 +237,16 @@ func (z *zcPath) freeLocked(mem mhi.DMAMemory) {
 		z.polling = false
 	}
 	z.slots, z.state, z.free, z.pending = nil, nil, nil, 0
+	z.d.c.txZCPending.Store(0)
+	clear(z.out)
+	z.out = z.out[:0]
+	for drained := false; z.notify != nil && !drained; {
+		select {
+		case <-z.notify:
+		default:
+			drained = true
+		}
+	}
 }
 
 // ZeroCopyRegion returns where the zero-copy slots and the release ring
@@ -260,12 +273,17 @@ func (d *Device) ZeroCopyRegion() (ZCRegion, error) {
 // back to the caller when Config.TXZeroCopyNotify is set (nil otherwise).
 // It has room for every slot, so the device never blocks on it; the
 // caller owns what it receives and reuses it with TransmitZC or gives it
-// back with Device.PutTXBuffer.
+// back with Device.PutTXBuffer. The channel stays the same for the life of
+// the device. Down and SetMTU free every slot: buffers of the old slots
+// still waiting in the channel are then discarded (they could not be used
+// any more: ErrNotOwner), so every buffer is released exactly once within
+// one allocation of the slots, and the channel always has room for every
+// slot of the current one.
 func (d *Device) TXReleased() <-chan *ZCBuffer { return d.tx.zc.notify }
 
 // TXBuffer takes a free zero-copy slot. It fails with ErrZeroCopyOff,
 // ErrDown, or ErrBusy when every slot is with the caller or the modem
-// (retry after releases).
+// (retry after releases) or while SetMTU rebuilds the slots.
 func (d *Device) TXBuffer() (*ZCBuffer, error) {
 	t := &d.tx
 	t.mu.Lock()
@@ -277,6 +295,12 @@ func (d *Device) TXBuffer() (*ZCBuffer, error) {
 	if z.slots == nil {
 		t.mu.Unlock()
 		return nil, ErrDown
+	}
+	if t.resizing {
+		// SetMTU is about to free every slot.
+		t.mu.Unlock()
+		d.c.txZCBusy.Add(1)
+		return nil, ErrBusy
 	}
 	z.reapLocked()
 	if len(z.free) == 0 {
@@ -330,7 +354,6 @@ func (d *Device) TransmitZC(bufs []*ZCBuffer) (int, error) {
 	if !d.IsUp() {
 		return 0, ErrDown
 	}
-	mtu := d.MTU()
 	t := &d.tx
 	z := &t.zc
 	t.mu.Lock()
@@ -338,10 +361,12 @@ func (d *Device) TransmitZC(bufs []*ZCBuffer) (int, error) {
 		t.mu.Unlock()
 		return 0, ErrZeroCopyOff
 	}
-	if z.slots == nil || t.bufs == nil {
+	if z.slots == nil || t.bufs == nil || t.resizing {
+		err := t.unavailableLocked()
 		t.mu.Unlock()
-		return 0, ErrDown
+		return 0, err
 	}
+	mtu := t.mtu
 	xs := t.xfers[:0]
 	room := d.ul.Free()
 	taken := 0
@@ -389,6 +414,12 @@ func (d *Device) TransmitZC(bufs []*ZCBuffer) (int, error) {
 				bi := t.free[len(t.free)-1]
 				cb := &t.bufs[bi]
 				n, ferr := t.fillOne(cb, p)
+				if errors.Is(ferr, errTooLong) {
+					d.c.txTooLong.Add(1)
+					z.releaseLocked(b.slot)
+					taken++
+					continue
+				}
 				if ferr != nil {
 					err = ferr
 					break
@@ -422,6 +453,11 @@ func (d *Device) TransmitZC(bufs []*ZCBuffer) (int, error) {
 		xs = append(xs, mhi.Transfer{IOVA: b.iova, Len: n, Flags: mhi.FlagEOT,
 			Cookie: zcCookie | uint64(b.tag)<<32 | uint64(b.n)<<16 | uint64(b.slot)})
 		taken++
+	}
+	if t.open >= 0 && t.aggWait < 0 && len(xs) < room {
+		// As Transmit: with a negative TXAggTimeout no timer runs, and
+		// what the fallback put into the aggregate leaves now.
+		xs = t.closeAgg(xs, &d.c.txAggClosedFlush)
 	}
 	qerr := t.queueMixedLocked(xs)
 	z.armPollLocked()

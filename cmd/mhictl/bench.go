@@ -97,7 +97,23 @@ are out of reach: a packet it drops counts as lost.`,
 			}
 			var remote *vfiouser.Remote
 			if vfioUser != "" {
-				if remote, err = openBenchRemote(cmd, vfioUser, log, &o, &modeName, &formatName); err != nil {
+				if err := checkBenchRemoteFlags(cmd, vfioUser, &modeName); err != nil {
+					return err
+				}
+				// Every flag is checked before the served modem is
+				// touched: it serves one client at a time. Its framing
+				// (the --format default) is not known yet: check with
+				// raw, which fits any packet size; the check below, with
+				// the real format, can then only refuse a size too big
+				// for the modem's aggregates.
+				pre, preFormat := o, formatName
+				if !flags.Changed("format") {
+					preFormat = mhinet.FormatRawIP.String()
+				}
+				if err := checkBenchFlags(&pre, modeName, preFormat, jsonOut, csvOut, plotOut); err != nil {
+					return err
+				}
+				if remote, err = openBenchRemote(cmd, vfioUser, log, &o, &formatName); err != nil {
 					return err
 				}
 				defer remote.Close()
@@ -175,20 +191,26 @@ are out of reach: a packet it drops counts as lost.`,
 	return cmd
 }
 
-// openBenchRemote checks the flags that cannot go with --vfio-user,
-// connects to the served modem, powers it up and points the sweep at it:
-// o.Target, o.Model, and the mode and format defaults.
-func openBenchRemote(cmd *cobra.Command, path string, log *slog.Logger, o *sweep.Options, modeName, formatName *string) (*vfiouser.Remote, error) {
-	fl := cmd.Flags()
+// checkBenchRemoteFlags checks the flags that cannot go with --vfio-user
+// and sets the mode default (loopback).
+func checkBenchRemoteFlags(cmd *cobra.Command, path string, modeName *string) error {
 	if err := checkModemSource(cmd, "", path, "max-datagrams", "max-aggregate"); err != nil {
-		return nil, err
+		return err
 	}
-	if !fl.Changed("mode") {
+	if !cmd.Flags().Changed("mode") {
 		*modeName = string(sweep.Loopback)
 	}
 	if sweep.Mode(strings.ToLower(*modeName)) == sweep.Generator {
-		return nil, fmt.Errorf("--mode generator and --vfio-user: %w (to receive a served generator's packets run 'mhictl up --vfio-user' against 'mhictl modem serve --ip-mode generator')", sweep.ErrNoGenerator)
+		return fmt.Errorf("--mode generator and --vfio-user: %w (to receive a served generator's packets run 'mhictl up --vfio-user' against 'mhictl modem serve --ip-mode generator')", sweep.ErrNoGenerator)
 	}
+	return nil
+}
+
+// openBenchRemote connects to the served modem, powers it up and points
+// the sweep at it: o.Target, o.Model and the format default. The flags
+// are checked first (checkBenchRemoteFlags, checkBenchFlags).
+func openBenchRemote(cmd *cobra.Command, path string, log *slog.Logger, o *sweep.Options, formatName *string) (*vfiouser.Remote, error) {
+	fl := cmd.Flags()
 	r, err := openRemote(path, "mhi0", log)
 	if err != nil {
 		return nil, err

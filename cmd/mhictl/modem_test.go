@@ -57,6 +57,10 @@ func TestModemServeAcrossProcesses(t *testing.T) {
 			t.Fatalf("serve exited with %v after SIGTERM", err)
 		}
 	case <-time.After(10 * time.Second):
+		// Kill and reap it here: the cleanup must not see it running
+		// while this Wait goroutine still is.
+		_ = srv.Process.Kill()
+		<-done
 		t.Fatal("serve did not exit after SIGTERM")
 	}
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {

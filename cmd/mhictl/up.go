@@ -32,6 +32,7 @@ type upFlags struct {
 	port                                                                         uint32
 	mru                                                                          int
 	gso                                                                          bool // --gso: TUN with virtio_net_hdr and offloads
+	gro                                                                          bool // --gro: merge downlink TCP segments (with --gso)
 	// vfioUser is the socket of a modem served by another process.
 	vfioUser string
 }
@@ -66,8 +67,9 @@ set-mtu, get and stats) and, with --mount, the attribute tree as files.`,
 	fl.StringVar(&f.name, "name", "mhi0", "device name in the attribute tree and netlink")
 	fl.StringVar(&f.mount, "mount", "", "serve the attribute tree as a FUSE file tree at DIR (needs root)")
 	fl.StringVar(&f.tunName, "tun", "", "create a TUN interface NAME for the data channel (needs root)")
-	fl.StringVar(&f.tunAddr, "tun-addr", "198.18.0.1/24", "address of the TUN interface")
-	fl.BoolVar(&f.gso, "gso", true, "open the TUN with IFF_VNET_HDR and TSO/USO offloads: super-packets are segmented before the ring, looped-back TCP segments merged (--gso=false: plain packets)")
+	fl.StringVar(&f.tunAddr, "tun-addr", "198.18.0.1/24", "address of the TUN interface (needs --tun)")
+	fl.BoolVar(&f.gso, "gso", true, "open the TUN with IFF_VNET_HDR and TSO/USO offloads: super-packets are segmented before the ring, downlink TCP segments merged unless --gro=false (--gso=false: plain packets; needs --tun)")
+	fl.BoolVar(&f.gro, "gro", true, "merge runs of downlink TCP segments into super-packets for the kernel (needs --tun and --gso)")
 	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9464)")
 	fl.StringVar(&f.format, "format", "", "data channel framing: raw, mbim or qmap (default: mbim on IP_HW0_MBIM, raw on IP_HW0)")
 	fl.StringVar(&f.modemMode, "modem-mode", "responder", "what the mock modem does with uplink packets: responder or loopback")
@@ -77,6 +79,28 @@ set-mtu, get and stats) and, with --mount, the attribute tree as files.`,
 	fl.StringVar(&f.device, "device", "", "drive the real modem at PCI address ADDR through VFIO instead of the mock (bind it first: mhictl bind ADDR)")
 	fl.StringVar(&f.vfioUser, "vfio-user", "", "drive the mock modem another process serves on the vfio-user socket PATH ('mhictl modem serve --socket PATH') instead of the in-process mock")
 	return cmd
+}
+
+// errNeedsTUN: a flag that configures the TUN interface without --tun.
+var errNeedsTUN = errors.New("flag needs --tun")
+
+// checkTUNFlags refuses the TUN's flags without --tun, where they would be
+// silently ignored, and --gro without --gso (the merged packets need the
+// TUN's virtio_net_hdr).
+func checkTUNFlags(cmd *cobra.Command, f *upFlags) error {
+	fl := cmd.Flags()
+	if f.tunName == "" {
+		for _, name := range []string{"gso", "gro", "tun-addr"} {
+			if fl.Changed(name) {
+				return fmt.Errorf("--%s: %w NAME (it configures the TUN interface; without --tun there is none)", name, errNeedsTUN)
+			}
+		}
+		return nil
+	}
+	if !f.gso && f.gro && fl.Changed("gro") {
+		return fmt.Errorf("--gro with --gso=false: %w: merged segments go to the kernel as GSO packets, which needs the TUN's virtio_net_hdr (--gso)", errExclusive)
+	}
+	return nil
 }
 
 // upLog writes one line per step to stderr.
@@ -94,6 +118,9 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	}
 	var ctrl *mhi.Controller
 	var prefix netip.Prefix
+	if err := checkTUNFlags(cmd, f); err != nil {
+		return err
+	}
 	if f.tunName != "" {
 		if prefix, err = netip.ParsePrefix(f.tunAddr); err != nil {
 			return fmt.Errorf("--tun-addr %q: %w", f.tunAddr, err)
@@ -203,12 +230,16 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 		if err := ifc.Configure(tun.Config{MTU: mtu, Up: true, Addrs: []netip.Prefix{prefix}}); err != nil {
 			return err
 		}
-		bridge, net_, err = tun.Connect(ifc, ctrl, devCfg, tun.BridgeConfig{Logger: log})
+		bridge, net_, err = tun.Connect(ifc, ctrl, devCfg, tun.BridgeConfig{Logger: log, NoGRO: !f.gro})
 		if err != nil {
 			return err
 		}
 		setMTU = bridge.SetMTU
-		out.printf("interface %s up, %s, mtu %d, offloads %v", ifc.Name(), prefix, mtu, ifc.Offloads())
+		gro := "off"
+		if f.gso && f.gro {
+			gro = "on"
+		}
+		out.printf("interface %s up, %s, mtu %d, offloads %v, gro %s", ifc.Name(), prefix, mtu, ifc.Offloads(), gro)
 	} else {
 		net_, err = mhinet.New(ctrl, devCfg, mhinet.ReceiverFunc(discard))
 		if err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -13,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -74,9 +72,7 @@ func mhictl(args ...string) *exec.Cmd {
 type upProc struct {
 	cmd   *exec.Cmd
 	mount string
-	mu    sync.Mutex
-	log   bytes.Buffer
-	ready chan struct{}
+	log   *procLog // its stderr, and the one waiter (see startProc)
 }
 
 func startUp(t *testing.T, args ...string) *upProc {
@@ -84,63 +80,21 @@ func startUp(t *testing.T, args ...string) *upProc {
 	if err := exec.Command("ip", "link", "set", "lo", "up").Run(); err != nil {
 		t.Fatalf("ip link set lo up: %v", err)
 	}
-	u := &upProc{mount: t.TempDir(), ready: make(chan struct{})}
+	u := &upProc{mount: t.TempDir()}
 	u.cmd = mhictl(append([]string{"up", "--tun", "mhi0", "--mount", u.mount, "--metrics", "127.0.0.1:0"}, args...)...)
-	stderr, _ := u.cmd.StderrPipe()
-	if err := u.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		once := sync.Once{}
-		for sc.Scan() {
-			u.mu.Lock()
-			u.log.WriteString(sc.Text() + "\n")
-			u.mu.Unlock()
-			if strings.Contains(sc.Text(), "ready") {
-				once.Do(func() { close(u.ready) })
-			}
-		}
-	}()
-	select {
-	case <-u.ready:
-	case <-time.After(15 * time.Second):
-		_ = u.cmd.Process.Kill()
-		t.Fatalf("mhictl up not ready:\n%s", u.logText())
-	}
-	t.Cleanup(func() {
-		if u.cmd.ProcessState == nil {
-			_ = u.cmd.Process.Kill()
-			_ = u.cmd.Wait()
-		}
-		_ = syscall.Unmount(u.mount, syscall.MNT_DETACH)
-	})
+	// Registered first, so run last: after startProc's cleanup has
+	// killed and waited for the process.
+	t.Cleanup(func() { _ = syscall.Unmount(u.mount, syscall.MNT_DETACH) })
+	u.log = startProc(t, u.cmd, "ready")
 	return u
 }
 
-func (u *upProc) logText() string {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.log.String()
-}
+func (u *upProc) logText() string { return u.log.String() }
 
 // stop sends SIGTERM and checks the exit and the cleanup.
 func (u *upProc) stop(t *testing.T) {
 	t.Helper()
-	if err := u.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- u.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("mhictl up exited with %v:\n%s", err, u.logText())
-		}
-	case <-time.After(15 * time.Second):
-		_ = u.cmd.Process.Kill()
-		t.Fatalf("mhictl up did not exit after SIGTERM:\n%s", u.logText())
-	}
+	sigterm(t, u.cmd, u.log)
 	mounts, _ := os.ReadFile("/proc/self/mounts")
 	if bytes.Contains(mounts, []byte(u.mount)) {
 		t.Errorf("stale mount left at %s", u.mount)

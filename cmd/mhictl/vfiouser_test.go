@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -23,10 +24,17 @@ import (
 // The tests below run `mhictl modem serve` in one process and the host
 // stack (`up`, `loopback`, `bench` with --vfio-user) in others.
 
-// procLog collects a child's stderr and signals a line containing a word.
+// procLog collects a child's stderr and waits for the child: one
+// goroutine reads stderr to the end and only then calls cmd.Wait (which
+// closes the pipe, so it must not run while the pipe is read), records
+// its error and closes exited. Nobody else calls cmd.Wait or reads
+// cmd.ProcessState.
 type procLog struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
+
+	exited chan struct{} // closed once the child has exited and been waited for
+	err    error         // cmd.Wait's, set before exited is closed
 }
 
 func (l *procLog) String() string {
@@ -35,8 +43,27 @@ func (l *procLog) String() string {
 	return l.buf.String()
 }
 
+// wait waits up to d for the child to exit: ok is false if it still
+// runs, else err is cmd.Wait's error.
+func (l *procLog) wait(d time.Duration) (ok bool, err error) {
+	select {
+	case <-l.exited:
+		return true, l.err
+	default:
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-l.exited:
+		return true, l.err
+	case <-timer.C:
+		return false, nil
+	}
+}
+
 // startProc starts cmd and waits until its stderr has a line containing
-// ready; the process is killed at cleanup if still running.
+// ready; the process is killed and waited for at cleanup if still
+// running. Wait for it with the procLog's wait, never with cmd.Wait.
 func startProc(t *testing.T, cmd *exec.Cmd, ready string) *procLog {
 	t.Helper()
 	stderr, err := cmd.StderrPipe()
@@ -46,13 +73,15 @@ func startProc(t *testing.T, cmd *exec.Cmd, ready string) *procLog {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	l := &procLog{exited: make(chan struct{})}
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
+		if ok, _ := l.wait(0); !ok {
 			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+			if ok, _ := l.wait(15 * time.Second); !ok {
+				t.Errorf("%v: not gone 15 s after SIGKILL", cmd.Args[1:])
+			}
 		}
 	})
-	l := &procLog{}
 	seen := make(chan struct{})
 	go func() {
 		var once sync.Once
@@ -65,9 +94,14 @@ func startProc(t *testing.T, cmd *exec.Cmd, ready string) *procLog {
 				once.Do(func() { close(seen) })
 			}
 		}
+		_, _ = io.Copy(io.Discard, stderr) // after a line too long: read to EOF
+		l.err = cmd.Wait()
+		close(l.exited)
 	}()
 	select {
 	case <-seen:
+	case <-l.exited:
+		t.Fatalf("%v exited (%v) without a %q line:\n%s", cmd.Args[1:], l.err, ready, l)
 	case <-time.After(15 * time.Second):
 		t.Fatalf("%v: no %q line:\n%s", cmd.Args[1:], ready, l)
 	}
@@ -83,22 +117,21 @@ func serveModem(t *testing.T, args ...string) (*exec.Cmd, string, *procLog) {
 	return cmd, sock, l
 }
 
-// sigterm stops a child with SIGTERM and fails unless it exits 0 in time.
+// sigterm stops a child started by startProc with SIGTERM and fails
+// unless it exits 0 in time; one that does not is killed and waited for.
 func sigterm(t *testing.T, cmd *exec.Cmd, l *procLog) {
 	t.Helper()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("%v exited with %v after SIGTERM:\n%s", cmd.Args[1:3], err, l)
-		}
-	case <-time.After(15 * time.Second):
+	ok, err := l.wait(15 * time.Second)
+	if !ok {
 		_ = cmd.Process.Kill()
+		_, _ = l.wait(15 * time.Second)
 		t.Fatalf("%v did not exit after SIGTERM:\n%s", cmd.Args[1:3], l)
+	}
+	if err != nil {
+		t.Fatalf("%v exited with %v after SIGTERM:\n%s", cmd.Args[1:3], err, l)
 	}
 }
 
@@ -367,28 +400,70 @@ func TestUpVFIOUserTUN(t *testing.T) {
 // TestUpVFIOUserServerGone: when the served modem's process dies, `up
 // --vfio-user` notices, cleans up and exits non-zero.
 func TestUpVFIOUserServerGone(t *testing.T) {
-	srv, sock, _ := serveModem(t)
+	srv, sock, srvLog := serveModem(t)
 	up := mhictl("up", "--vfio-user", sock, "--netlink-port", testPort(3))
 	upLog := startProc(t, up, "ready")
 	if err := srv.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	_ = srv.Wait()
-	// Read the log before Wait, which closes the pipe.
+	if ok, _ := srvLog.wait(15 * time.Second); !ok {
+		t.Fatal("the server still runs after SIGKILL")
+	}
 	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(upLog.String(), "went away"); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("up did not notice its modem died:\n%s", upLog)
 		}
 	}
-	done := make(chan error, 1)
-	go func() { done <- up.Wait() }()
-	select {
-	case err := <-done:
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-			t.Fatalf("up exited with %v, want exit status 1:\n%s", err, upLog)
-		}
-	case <-time.After(15 * time.Second):
+	ok, err := upLog.wait(15 * time.Second)
+	if !ok {
 		t.Fatalf("up still running after its modem died:\n%s", upLog)
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("up exited with %v, want exit status 1:\n%s", err, upLog)
+	}
+}
+
+// TestBenchVFIOUserFlagsFirst: `bench --vfio-user` checks its flags before
+// it connects, so a bad flag never takes the served modem's one client
+// slot (nor powers it up); and a bench while another client is served
+// fails at once with vfiouser.ErrBusy, not a timeout.
+func TestBenchVFIOUserFlagsFirst(t *testing.T) {
+	srv, sock, srvLog := serveModem(t, "--model", "telit-fn990", "--ip-mode", "loopback")
+	plot := filepath.Join(t.TempDir(), "no-such-dir", "p.svg")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--json", "--csv"}, "--json and --csv are mutually exclusive"},
+		{[]string{"--mode", "sideways"}, `--mode "sideways"`},
+		{[]string{"--format", "ppp"}, "--format"},
+		{[]string{"--packets", "0"}, "--packets 0"},
+		{[]string{"--sizes", "10"}, "packet size 10"},
+		{[]string{"--mrus", "100"}, "100"},
+		{[]string{"--plot", plot}, "--plot"},
+	} {
+		out, err := run(t, append([]string{"bench", "--vfio-user", sock, "--quick"}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("bench %v: %v, want an error with %q\n%s", tc.args, err, tc.want, out)
+		}
+	}
+
+	other, err := vfiouser.Dial(sock, vfiouser.ClientOptions{Memory: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	out, err := run(t, "bench", "--vfio-user", sock, "--quick")
+	if !errors.Is(err, vfiouser.ErrBusy) || time.Since(start) >= vfiouser.DefaultTimeout {
+		t.Errorf("bench while another client is served: %v after %v, want ErrBusy\n%s", err, time.Since(start), out)
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	sigterm(t, srv, srvLog) // then the log is complete
+	if n := strings.Count(srvLog.String(), "msg=connect"); n != 1 {
+		t.Errorf("server saw %d sessions, want 1 (the other client's):\n%s", n, srvLog)
 	}
 }

@@ -131,6 +131,10 @@ type Device struct {
 
 	closeOnce sync.Once
 
+	// goMu guards goClosed: goFunc adds to wg only before Close waits.
+	goMu     sync.Mutex
+	goClosed bool
+
 	// ctrlMu serialises state-machine work: the control goroutine and
 	// Reset hold it while they change the device's state.
 	ctrlMu   sync.Mutex
@@ -239,6 +243,9 @@ func (d *Device) buildChannels() {
 func (d *Device) Close() error {
 	d.closeOnce.Do(func() {
 		d.cancel()
+		d.goMu.Lock()
+		d.goClosed = true
+		d.goMu.Unlock()
 		d.wg.Wait()
 		d.regMu.Lock()
 		s := d.sess
@@ -251,6 +258,23 @@ func (d *Device) Close() error {
 		d.log.Debug("mhi-ep: device closed")
 	})
 	return nil
+}
+
+// goFunc runs fn(d.ctx) on a goroutine of the device, which Close stops
+// (through the context) and waits for. It reports false, and runs
+// nothing, once Close has begun.
+func (d *Device) goFunc(fn func(ctx context.Context)) bool {
+	d.goMu.Lock()
+	defer d.goMu.Unlock()
+	if d.goClosed {
+		return false
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		fn(d.ctx)
+	}()
+	return true
 }
 
 // Reset performs a function-level reset, as the transport's reset does: the

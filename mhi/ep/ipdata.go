@@ -225,7 +225,11 @@ type IPDataStats struct {
 	Answered           uint64
 
 	// DroppedShaped counts packets of the shaped flow dropped because its
-	// queue was full (or a lent slot could not be read back).
+	// queue was full, because a lent slot could not be read back, because
+	// the lend region they were lent under was cleared or replaced
+	// (ClearLendRegion, SetLendRegion, an uplink channel reset: stale
+	// lends are dropped unread), or because the device they arrived on
+	// closed.
 	DroppedShaped uint64
 	// ShapedQueued is the number of shaped packets waiting; ShapedSent
 	// those the shaper has passed on (as ULPackets they were counted on

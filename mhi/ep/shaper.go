@@ -31,6 +31,12 @@ import (
 // The queue holds at most ShapeConfig.Queue packets; beyond that the modem
 // drops (tail drop, counted in DroppedShaped) and releases a lent slot at
 // once.
+//
+// The shaper is a goroutine of the device whose pipe queued the first
+// waiting packet: it starts with that packet, and Device.Close stops it
+// and waits for it. Packets a closed device's pipe left in the queue are
+// dropped (DroppedShaped); an IPData attached to a later device starts a
+// new shaper for it.
 
 // ShapeConfig shapes one uplink flow in the modem. The zero value shapes
 // nothing.
@@ -40,13 +46,21 @@ type ShapeConfig struct {
 	UDPPort uint16
 	// Rate is the flow's rate in packets per second (> 0).
 	Rate float64
-	// Queue is the most packets waiting (default DefaultShapeQueue).
+	// Queue is the most packets waiting (default DefaultShapeQueue, at
+	// most MaxShapeQueue).
 	Queue int
 }
 
 // DefaultShapeQueue is the default ShapeConfig.Queue (Linux's default
 // transmit queue length).
 const DefaultShapeQueue = 1000
+
+// MaxShapeQueue bounds ShapeConfig.Queue (the queue is allocated whole).
+const MaxShapeQueue = 1 << 16
+
+// MinShapeRate is the lowest ShapeConfig.Rate: one packet every
+// 1e6 s (about 11.6 days), far from overflowing the interval.
+const MinShapeRate = 1e-6
 
 // LendRegion describes the host's zero-copy slots and its release ring
 // (the same fields as mhinet.ZCRegion; convert one into the other). Slot i
@@ -77,6 +91,7 @@ type shapedPkt struct {
 	tag  uint16
 	gen  uint64 // lendGen when queued
 	buf  []byte // the copy (reused across packets)
+	p    *Pipe  // the pipe it arrived on
 }
 
 // shaper is the state of the shaped flow and of the lending protocol.
@@ -84,7 +99,8 @@ type shaper struct {
 	mu      sync.Mutex
 	q       []shapedPkt // ring of cfg.Queue entries
 	head, n int
-	running bool
+	running bool  // a shaper goroutine runs
+	owner   *Pipe // the pipe whose device runs it
 	wake    chan struct{}
 
 	lend    LendRegion
@@ -101,8 +117,11 @@ func validShape(c *ShapeConfig) error {
 	if c.Queue == 0 {
 		c.Queue = DefaultShapeQueue
 	}
-	if !(c.Rate > 0) || c.Queue < 1 {
-		return fmt.Errorf("rate %v packets/s, queue %d (want > 0, ≥ 1)", c.Rate, c.Queue)
+	if !(c.Rate >= MinShapeRate) {
+		return fmt.Errorf("shape rate %v packets/s (want at least %v)", c.Rate, MinShapeRate)
+	}
+	if c.Queue < 1 || c.Queue > MaxShapeQueue {
+		return fmt.Errorf("shape queue of %d packets (want 1…%d)", c.Queue, MaxShapeQueue)
 	}
 	return nil
 }
@@ -248,8 +267,18 @@ func (f *IPData) enqueueShaped(p *Pipe, transfer, pkt []byte, lent bool, base ui
 		f.st.droppedShaped.Add(1)
 		return false
 	}
+	if !s.running {
+		// Start (or restart, on a new device) the shaper, tied to p's
+		// device; a closed device takes nothing.
+		if !p.d.goFunc(func(ctx context.Context) { f.runShaper(ctx, p) }) {
+			s.mu.Unlock()
+			f.st.droppedShaped.Add(1)
+			return false
+		}
+		s.running, s.owner = true, p
+	}
 	e := &s.q[(s.head+s.n)%len(s.q)]
-	e.lent, e.n = lent, len(pkt)
+	e.lent, e.n, e.p = lent, len(pkt), p
 	if lent {
 		off := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(pkt))) - uintptr(unsafe.Pointer(unsafe.SliceData(transfer))))
 		e.iova, e.slot, e.tag, e.gen = base+off, slot, tag, gen
@@ -263,12 +292,7 @@ func (f *IPData) enqueueShaped(p *Pipe, transfer, pkt []byte, lent bool, base ui
 	}
 	s.n++
 	f.st.shapedQueued.Add(1)
-	start := !s.running
-	s.running = true
 	s.mu.Unlock()
-	if start {
-		go f.runShaper(p)
-	}
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -276,19 +300,11 @@ func (f *IPData) enqueueShaped(p *Pipe, transfer, pkt []byte, lent bool, base ui
 	return lent
 }
 
-// runShaper sends the shaped flow's packets at its rate until the device
-// closes.
-func (f *IPData) runShaper(p *Pipe) {
+// runShaper sends the shaped flow's packets at its rate until p's device
+// closes (ctx is the device's); it runs as one of the device's goroutines.
+func (f *IPData) runShaper(ctx context.Context, p *Pipe) {
 	s := &f.shp
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-p.Done():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	defer f.shaperExit(p)
 	interval := time.Duration(float64(time.Second) / f.cfg.Shape.Rate)
 	var scratch, reply, own []byte
 	// The bucket starts empty: the first packet leaves one interval after
@@ -297,6 +313,9 @@ func (f *IPData) runShaper(p *Pipe) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		if ctx.Err() != nil {
+			return // shaperExit drops what is left
+		}
 		s.mu.Lock()
 		n := s.n
 		s.mu.Unlock()
@@ -326,6 +345,7 @@ func (f *IPData) runShaper(p *Pipe) {
 			// the uplink worker may refill as soon as the lock is free.
 			s.q[s.head].buf, own = own, e.buf
 		}
+		s.q[s.head].p = nil
 		s.head = (s.head + 1) % len(s.q)
 		s.n--
 		stale := e.lent && e.gen != s.lendGen
@@ -346,9 +366,9 @@ func (f *IPData) runShaper(p *Pipe) {
 				scratch = make([]byte, e.n, max(e.n, 65536))
 			}
 			pkt = scratch[:e.n]
-			err := f.hostMem(p).ReadAt(pkt, e.iova)
+			err := f.hostMem(e.p).ReadAt(pkt, e.iova)
 			f.st.lentHeld.Add(-1)
-			f.release(p, e.slot, e.tag, e.gen)
+			f.release(e.p, e.slot, e.tag, e.gen)
 			if err != nil {
 				f.st.lendErrors.Add(1)
 				f.st.droppedShaped.Add(1)
@@ -356,7 +376,51 @@ func (f *IPData) runShaper(p *Pipe) {
 			}
 		}
 		f.st.shapedSent.Add(1)
-		f.deliverShaped(ctx, p, pkt, &reply)
+		f.deliverShaped(ctx, e.p, pkt, &reply)
+	}
+}
+
+// shaperExit ends the shaper of p's device: the packets that device's
+// pipe left in the queue are dropped (DroppedShaped; lent slots are not
+// released: the device is gone), and if packets of another device's pipe
+// wait, a shaper starts for it.
+func (f *IPData) shaperExit(p *Pipe) {
+	s := &f.shp
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running, s.owner = false, nil
+	for gone := p; gone != nil; {
+		// Keep, in order, the entries of other pipes (swapping entries,
+		// so that every copy buffer stays owned by one entry).
+		kept := 0
+		for i := range s.n {
+			e := &s.q[(s.head+i)%len(s.q)]
+			if e.p == gone {
+				if e.lent {
+					f.st.lentHeld.Add(-1)
+				}
+				f.st.shapedQueued.Add(-1)
+				f.st.droppedShaped.Add(1)
+				e.p = nil
+				continue
+			}
+			if kept != i {
+				k := &s.q[(s.head+kept)%len(s.q)]
+				*k, *e = *e, *k
+			}
+			kept++
+		}
+		s.n = kept
+		gone = nil
+		if s.n == 0 {
+			break
+		}
+		next := s.q[s.head].p
+		if next.d.goFunc(func(ctx context.Context) { f.runShaper(ctx, next) }) {
+			s.running, s.owner = true, next
+			break
+		}
+		gone = next
 	}
 }
 

@@ -97,8 +97,9 @@ func parseTCPSeg(p []byte) (tcpSeg, bool) {
 
 // sameFlow reports whether segment q may follow segment p in one
 // super-packet as far as their headers go: the same IP header but for the
-// length, id and checksum fields, the same ports, acknowledgement, header
-// length, window and options, and the same flags but PSH.
+// length, id and checksum fields (ipIDFollows checks the id), the same
+// ports, acknowledgement, header length, window and options, and the same
+// flags but PSH.
 func sameFlow(p []byte, ps tcpSeg, q []byte, qs tcpSeg) bool {
 	if ps.v6 != qs.v6 || ps.hdr != qs.hdr || ps.ihl != qs.ihl || ps.flags&^tcpFlagPSH != qs.flags&^tcpFlagPSH {
 		return false
@@ -117,11 +118,39 @@ func sameFlow(p []byte, ps tcpSeg, q []byte, qs tcpSeg) bool {
 		bytes.Equal(pt[18:], qt[18:]) // urgent pointer, options
 }
 
+// IPv4 id modes of a run, as Linux's GRO (inet_gro_flush) has them.
+const (
+	idIncrementing = iota // segment k has the first one's id + k
+	idFixed               // every segment has the first one's id (DF set)
+)
+
+// ipIDFollows reports whether the IPv4 segment q may be the k-th (k >= 1)
+// of a run that starts with first, and the run's id mode after it. The
+// kernel cuts a TSO packet with incrementing ids (the first one's + k), so
+// a merge may only join segments whose ids a re-cut would give back:
+// without DF they must increment. With DF set (an atomic datagram, RFC
+// 6864, whose id means nothing) Linux's GRO also accepts a fixed id, the
+// mode being set by the second segment and kept for the run; so do we.
+// The super-packet keeps the first segment's id either way (TUN's
+// virtio_net_hdr cannot ask for a fixed id on a re-cut, which is harmless
+// with DF set).
+func ipIDFollows(first, q []byte, k int, mode int) (int, bool) {
+	fid, id := binary.BigEndian.Uint16(first[4:]), binary.BigEndian.Uint16(q[4:])
+	df := first[6]&0x40 != 0 // equal in q: sameFlow compares byte 6
+	if id == fid+uint16(k) && (k == 1 || mode == idIncrementing) {
+		return idIncrementing, true
+	}
+	if df && id == fid && (k == 1 || mode == idFixed) {
+		return idFixed, true
+	}
+	return mode, false
+}
+
 // build fills c.frames with the frames for pkts: runs of consecutive
 // in-order segments of one TCP flow (equal payload sizes but the last,
-// no PSH but on the last, at most 64 KiB) become one super-packet behind a
-// TCPV4/TCPV6 header with a partial checksum; every other packet goes out
-// as it is behind a zero header. With gro false nothing is merged.
+// no PSH but on the last, IPv4 ids as ipIDFollows wants, at most 64 KiB)
+// become one super-packet behind a TCPV4/TCPV6 header with a partial
+// checksum; every other packet goes out as it is behind a zero header. With gro false nothing is merged.
 func (c *coalescer) build(pkts []mhinet.Packet, vnet int, gro bool) {
 	need := 0
 	for _, p := range pkts {
@@ -148,12 +177,19 @@ func (c *coalescer) build(pkts []mhinet.Packet, vnet int, gro bool) {
 			}
 			prev := fs
 			payload := fs.pay
+			idMode := idIncrementing
 			for i+run < len(pkts) && prev.pay == fs.pay && prev.flags&tcpFlagPSH == 0 {
 				q := pkts[i+run].Data
 				qs, qok := parseTCPSeg(q)
 				if !qok || qs.pay > fs.pay || qs.seq != fs.seq+uint32(payload) ||
 					fs.hdr+payload+qs.pay > limit || !sameFlow(first, fs, q, qs) {
 					break
+				}
+				if !fs.v6 {
+					var idOK bool
+					if idMode, idOK = ipIDFollows(first, q, run, idMode); !idOK {
+						break
+					}
 				}
 				payload += qs.pay
 				size += qs.pay

@@ -80,7 +80,11 @@ func TestBridgeGSOChannel(t *testing.T) {
 	td.FromStack <- badGSO
 
 	const segs = 42 // 60000 / 1460, rounded up
-	s := r.waitStats(t, "the segments back", func(s tun.BridgeStats) bool { return s.DownlinkPackets >= segs+1 })
+	// The bridge counts a transmit when TransmitGSO returns, which may be
+	// after the looped-back segments were counted down: wait for both.
+	s := r.waitStats(t, "the segments back and the uplink counted", func(s tun.BridgeStats) bool {
+		return s.DownlinkPackets >= segs+1 && s.UplinkPackets >= 3 && s.UplinkSuperPackets >= 2 && s.DropBadVnetHdr >= 1
+	})
 	var got []byte
 	next := uint32(1000)
 	plainSeen := 0
@@ -225,8 +229,11 @@ func TestGSOUDPSegmentThroughResponder(t *testing.T) {
 		}
 	}
 	// The socket may have the last answer before the bridge counted its
-	// write.
-	s := r.waitStats(t, "the answers counted", func(s tun.BridgeStats) bool { return s.DownlinkPackets >= n })
+	// write, and the answers may come back before the bridge counted the
+	// transmit (when TransmitGSO returns): wait for both directions.
+	s := r.waitStats(t, "the answers and the datagrams counted", func(s tun.BridgeStats) bool {
+		return s.DownlinkPackets >= n && s.UplinkBytes >= n*size
+	})
 	g := r.dev.Stats().GSO
 	t.Logf("bridge %+v; device GSO %+v", s, g)
 	if uso && (s.UplinkSuperPackets != 1 || s.UplinkPackets != 1 || g.SuperPackets != 1 || g.Segments != n) {

@@ -121,6 +121,9 @@ func NewClient(conn *net.UnixConn, opts ClientOptions) (*Transport, error) {
 
 func (t *Transport) setup() error {
 	r, err := t.call(CmdVersion, Version{Capabilities: `{"capabilities":{"max_msg_fds":16,"max_data_xfer_size":1048576,"pgsizes":4096}}`}, nil)
+	if errors.Is(err, unix.EBUSY) {
+		return fmt.Errorf("%w (one client at a time: stop the other first): %w", ErrBusy, err)
+	}
 	if err != nil {
 		return err
 	}

@@ -22,7 +22,9 @@
 // mapping are refused and counted) and whose interrupts are the eventfds of
 // DEVICE_SET_IRQS (vector n fires eventfd n modulo the number set).
 // DEVICE_RESET is a function-level reset of the modem. ListenAndServe serves
-// clients one after another on a unix socket.
+// clients one after another on a unix socket; one that connects while
+// another is served is refused with an EBUSY reply after BusyGrace (its
+// Dial fails with ErrBusy).
 //
 // With QEMU >= 10.1 (guest RAM must be shareable for the fd path):
 //

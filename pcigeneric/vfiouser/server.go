@@ -200,13 +200,21 @@ func (d *ServerDevice) Modem() *ep.Device {
 	return d.modem
 }
 
-// ErrBusy is returned by Serve when the device already serves a client.
+// ErrBusy is returned by Serve when the device already serves a client,
+// and by Dial and NewClient when the server refuses them for that reason.
 var ErrBusy = errors.New("vfiouser: device busy with another client")
+
+// BusyGrace is how long ListenAndServe lets a client that connects while
+// another is served wait for the session to end (the last client may just
+// have left, its session not yet torn down) before refusing it.
+const BusyGrace = time.Second
 
 // ListenAndServe listens on the unix socket path (replacing a stale socket,
 // never another kind of file) and serves one client at a time until ctx is
 // done; the socket file is removed on return. It returns nil when ctx ends
-// it.
+// it. A client that connects while another is served, and is still
+// waiting after BusyGrace, gets an EBUSY error reply to its first message
+// (its Dial fails with ErrBusy) instead of waiting unanswered.
 func ListenAndServe(ctx context.Context, path string, dev *ServerDevice) error {
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
 		_ = os.Remove(path) // a stale socket from an earlier run
@@ -218,6 +226,9 @@ func ListenAndServe(ctx context.Context, path string, dev *ServerDevice) error {
 	defer l.Close()
 	stop := context.AfterFunc(ctx, func() { _ = l.Close() })
 	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait() // before l.Close: the sessions end with ctx
+	slot := make(chan struct{}, 1)
 	for {
 		c, err := l.AcceptUnix()
 		if err != nil {
@@ -226,10 +237,45 @@ func ListenAndServe(ctx context.Context, path string, dev *ServerDevice) error {
 			}
 			return fmt.Errorf("vfiouser: accept: %w", err)
 		}
-		if err := Serve(ctx, c, dev); err != nil {
-			dev.log.Warn("error", "err", err.Error())
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			timer := time.NewTimer(BusyGrace)
+			defer timer.Stop()
+			select {
+			case slot <- struct{}{}:
+			case <-timer.C:
+				refuseBusy(c, dev)
+				return
+			case <-ctx.Done():
+				_ = c.Close()
+				return
+			}
+			defer func() { <-slot }()
+			if err := Serve(ctx, c, dev); err != nil {
+				dev.log.Warn("error", "err", err.Error())
+			}
+		}()
 	}
+}
+
+// refuseBusy answers the first message on conn with an EBUSY error reply
+// and closes conn.
+func refuseBusy(conn *net.UnixConn, dev *ServerDevice) {
+	defer conn.Close()
+	dev.log.Info("refuse", "reason", ErrBusy.Error())
+	_ = conn.SetDeadline(time.Now().Add(BusyGrace))
+	w := newWire(conn)
+	hdr, _, fds, err := w.read()
+	closeFDs(fds)
+	if err != nil {
+		return
+	}
+	h, err := DecodeHeader(hdr)
+	if err != nil || h.IsReply() || h.Flags&FlagNoReply != 0 {
+		return
+	}
+	_ = w.write(EncodeMessage(h.ID, h.Cmd, FlagReply|FlagError, uint32(unix.EBUSY), nil), nil)
 }
 
 // Serve serves dev to the client on conn until the client disconnects, a

@@ -1,0 +1,70 @@
+package vfiouser
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestListenAndServeBusy: a client that connects while another is served
+// is refused at once (after BusyGrace) with ErrBusy, not left to time out
+// unanswered; one that connects right after the last one left is served.
+func TestListenAndServeBusy(t *testing.T) {
+	dev := newDevice(t)
+	path := filepath.Join(t.TempDir(), "vu.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ListenAndServe(ctx, path, dev) }()
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Error(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("ListenAndServe did not return")
+		}
+	}()
+	var first *Transport
+	var err error
+	for range 100 {
+		if first, err = Dial(path, ClientOptions{Memory: 1 << 20}); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const timeout = 4 * BusyGrace
+	start := time.Now()
+	second, err := Dial(path, ClientOptions{Memory: 1 << 20, Timeout: timeout})
+	took := time.Since(start)
+	if err == nil {
+		_ = second.Close()
+		t.Fatal("a second client was served while the first is")
+	}
+	if !errors.Is(err, ErrBusy) || errors.Is(err, ErrTimeout) || took >= timeout {
+		t.Fatalf("second client: %v after %v; want ErrBusy within %v", err, took, timeout)
+	}
+	t.Logf("second client: %v after %v", err, took)
+
+	// The first leaves; the next client, right behind it, is served.
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	third, err := Dial(path, ClientOptions{Memory: 1 << 20, Timeout: timeout})
+	if err != nil {
+		t.Fatalf("client after the first left: %v", err)
+	}
+	if err := third.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s := dev.Stats(); s.Sessions != 2 {
+		t.Fatalf("sessions %d, want 2", s.Sessions)
+	}
+}
