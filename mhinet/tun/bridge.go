@@ -390,32 +390,13 @@ func (b *Bridge) transmitGSO(ctx context.Context, dev gsoTransmitter, pkts []mhi
 			pkts = pkts[n:]
 			since, retries = time.Time{}, 0
 		}
-		switch {
-		case err == nil:
+		if err == nil {
 			if len(pkts) == 0 {
 				return
 			}
-		case errors.Is(err, mhinet.ErrBusy):
-			now := time.Now()
-			if since.IsZero() {
-				since = now
-			}
-			if now.Sub(since) >= b.cfg.BusyTimeout || ctx.Err() != nil {
-				b.c.dropBusy.Add(uint64(len(pkts)))
-				segs := dev.DropGSOPending()
-				b.c.dropBusySegments.Add(uint64(segs))
-				b.log.Warn("uplink busy: packets dropped", "packets", len(pkts), "segments", segs, "busy_for", now.Sub(since))
-				return
-			}
-			b.c.busyRetries.Add(1)
-			backoff(retries)
-			retries++
-		case errors.Is(err, mhinet.ErrDown):
-			b.c.dropDown.Add(uint64(len(pkts)))
-			return
-		default:
-			b.c.dropTxError.Add(uint64(len(pkts)))
-			b.log.Warn("uplink transmit failed: packets dropped", "packets", len(pkts), "err", err)
+			continue
+		}
+		if !b.retryAfter(ctx, err, len(pkts), &since, &retries, dev.DropGSOPending) {
 			return
 		}
 	}
@@ -437,34 +418,48 @@ func (b *Bridge) transmit(ctx context.Context, dev transmitter, pkts [][]byte) {
 			pkts = pkts[n:]
 			since, retries = time.Time{}, 0
 		}
-		switch {
-		case err == nil:
+		if err == nil || len(pkts) == 0 {
 			return
-		case errors.Is(err, mhinet.ErrBusy):
-			if len(pkts) == 0 {
-				return
-			}
-			now := time.Now()
-			if since.IsZero() {
-				since = now
-			}
-			if now.Sub(since) >= b.cfg.BusyTimeout || ctx.Err() != nil {
-				b.c.dropBusy.Add(uint64(len(pkts)))
-				b.log.Warn("uplink busy: packets dropped", "packets", len(pkts), "busy_for", now.Sub(since))
-				return
-			}
-			b.c.busyRetries.Add(1)
-			backoff(retries)
-			retries++
-		case errors.Is(err, mhinet.ErrDown):
-			b.c.dropDown.Add(uint64(len(pkts)))
-			return
-		default:
-			b.c.dropTxError.Add(uint64(len(pkts)))
-			b.log.Warn("uplink transmit failed: packets dropped", "packets", len(pkts), "err", err)
+		}
+		if !b.retryAfter(ctx, err, len(pkts), &since, &retries, nil) {
 			return
 		}
 	}
+}
+
+// retryAfter decides what follows a transmit call that failed with err
+// and left left packets: on ErrBusy it backs off and reports true (retry)
+// until BusyTimeout passes without progress (since is the start of that
+// stretch, reset by the caller on progress) or ctx ends; otherwise, and
+// then, it counts the packets as dropped under their reason, with the
+// segments dropPending discards (GSO), and reports false.
+func (b *Bridge) retryAfter(ctx context.Context, err error, left int, since *time.Time, retries *int, dropPending func() int) bool {
+	switch {
+	case errors.Is(err, mhinet.ErrBusy):
+		now := time.Now()
+		if since.IsZero() {
+			*since = now
+		}
+		if now.Sub(*since) < b.cfg.BusyTimeout && ctx.Err() == nil {
+			b.c.busyRetries.Add(1)
+			backoff(*retries)
+			*retries++
+			return true
+		}
+		b.c.dropBusy.Add(uint64(left))
+		segs := 0
+		if dropPending != nil {
+			segs = dropPending()
+			b.c.dropBusySegments.Add(uint64(segs))
+		}
+		b.log.Warn("uplink busy: packets dropped", "packets", left, "segments", segs, "busy_for", now.Sub(*since))
+	case errors.Is(err, mhinet.ErrDown):
+		b.c.dropDown.Add(uint64(left))
+	default:
+		b.c.dropTxError.Add(uint64(left))
+		b.log.Warn("uplink transmit failed: packets dropped", "packets", left, "err", err)
+	}
+	return false
 }
 
 // backoff waits before the retry-th retry of a busy transmit: a few
