@@ -170,7 +170,7 @@ func BenchmarkHeadOfLine(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := m.IPData.SetLendRegion(ep.LendRegion(reg)); err != nil {
+			if err := m.IPData.SetLendRegion(reg); err != nil {
 				b.Fatal(err)
 			}
 			released := d.TXReleased()

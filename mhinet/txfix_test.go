@@ -39,7 +39,7 @@ func TestZCFallbackAggregateLeavesWithNegativeTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.IPData.SetLendRegion(ep.LendRegion(reg)); err != nil {
+	if err := m.IPData.SetLendRegion(reg); err != nil {
 		t.Fatal(err)
 	}
 	ul, _, _ := m.Controller.ChannelPair(m.DataPair)
@@ -204,7 +204,7 @@ func TestSetMTUModemForgetsLendRegion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.mock.IPData.SetLendRegion(ep.LendRegion(reg)); err != nil {
+	if err := r.mock.IPData.SetLendRegion(reg); err != nil {
 		t.Fatal(err)
 	}
 	send(20, 200)

@@ -75,24 +75,9 @@ func (b *ZCBuffer) SetLen(n int) { b.n = n }
 func (b *ZCBuffer) Len() int { return b.n }
 
 // ZCRegion describes the zero-copy slots and the release ring to the
-// modem (all addresses are IOVAs, all words little-endian). Slot i is
-// [DataIOVA+i*SlotSize, +SlotSize); its packet starts Headroom bytes in.
-// The host writes the 16-bit tag of each lending into the word at
-// TagIOVA+4*i before queuing the slot. The modem, when done with a slot,
-// writes the entry slot | tag<<16 at RingIOVA+4*(prod%RingEntries) and
-// then prod+1 to the word at ProdIOVA; the host writes how far it has read
-// to ConsIOVA.
-type ZCRegion struct {
-	DataIOVA    uint64 `json:"data_iova"`
-	SlotSize    int    `json:"slot_size"`
-	Slots       int    `json:"slots"`
-	Headroom    int    `json:"headroom"`
-	TagIOVA     uint64 `json:"tag_iova"`
-	ProdIOVA    uint64 `json:"prod_iova"`
-	ConsIOVA    uint64 `json:"cons_iova"`
-	RingIOVA    uint64 `json:"ring_iova"`
-	RingEntries int    `json:"ring_entries"`
-}
+// modem: mhi.LendRegion, whose comment gives the layout (ep.LendRegion is
+// the same type).
+type ZCRegion = mhi.LendRegion
 
 // Offsets in the control area.
 const (

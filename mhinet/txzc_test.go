@@ -98,7 +98,7 @@ func newZCRig(t testing.TB, shape ep.ShapeConfig, cfg mhinet.Config) *zcRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.IPData.SetLendRegion(ep.LendRegion(reg)); err != nil {
+	if err := m.IPData.SetLendRegion(reg); err != nil {
 		t.Fatal(err)
 	}
 	ul, _, err := m.Controller.ChannelPair(m.DataPair)

@@ -62,24 +62,9 @@ const MaxShapeQueue = 1 << 16
 // 1e6 s (about 11.6 days), far from overflowing the interval.
 const MinShapeRate = 1e-6
 
-// LendRegion describes the host's zero-copy slots and its release ring
-// (the same fields as mhinet.ZCRegion; convert one into the other). Slot i
-// is [DataIOVA+i*SlotSize, +SlotSize); the host's tag of its current
-// lending is the low 16 bits of the word at TagIOVA+4*i. When the modem is
-// done with a slot it writes slot | tag<<16 at RingIOVA+4*(prod mod
-// RingEntries) and then prod+1 at ProdIOVA; ConsIOVA holds how far the
-// host has read.
-type LendRegion struct {
-	DataIOVA    uint64 `json:"data_iova"`
-	SlotSize    int    `json:"slot_size"`
-	Slots       int    `json:"slots"`
-	Headroom    int    `json:"headroom"`
-	TagIOVA     uint64 `json:"tag_iova"`
-	ProdIOVA    uint64 `json:"prod_iova"`
-	ConsIOVA    uint64 `json:"cons_iova"`
-	RingIOVA    uint64 `json:"ring_iova"`
-	RingEntries int    `json:"ring_entries"`
-}
+// LendRegion is the host's zero-copy slots and release ring
+// (mhi.LendRegion; mhinet.ZCRegion is the same type).
+type LendRegion = mhi.LendRegion
 
 // shapedPkt is one packet waiting in the shaper: a copy, or the address of
 // a lent slot's packet.
