@@ -163,19 +163,8 @@ func transmitGSOAll(t testing.TB, d *mhinet.Device, pkts []mhinet.GSOPacket) (bu
 // put together are the original; plain packets pass, partial checksums
 // are finished, malformed ones are counted by reason.
 func TestTransmitGSOThroughLoopback(t *testing.T) {
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: pcigeneric.DefaultModel, IPData: ep.IPDataConfig{Format: ep.FormatRaw}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close() })
-	if err := m.Controller.PowerUp(); err != nil {
-		t.Fatal(err)
-	}
 	rx := &copyRx{}
-	d, err := mhinet.New(m.Controller, mhinet.Config{Pair: m.DataPair, MTU: 1500}, rx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := rawLoopbackDevice(t, rx)
 	if err := d.Up(); err != nil {
 		t.Fatal(err)
 	}
@@ -275,19 +264,8 @@ func TestTransmitGSOThroughLoopback(t *testing.T) {
 // on the next call; nothing is lost or sent twice. DropGSOPending gives
 // up on the pending ones, counted.
 func TestTransmitGSOBusy(t *testing.T) {
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: pcigeneric.DefaultModel, IPData: ep.IPDataConfig{Format: ep.FormatRaw}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close() })
-	if err := m.Controller.PowerUp(); err != nil {
-		t.Fatal(err)
-	}
 	rx := &copyRx{}
-	d, err := mhinet.New(m.Controller, mhinet.Config{Pair: m.DataPair, MTU: 1500}, rx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := rawLoopbackDevice(t, rx)
 	if _, err := d.TransmitGSO([]mhinet.GSOPacket{superTCP4(3000, 1000, 0).in()}); !errors.Is(err, mhinet.ErrDown) {
 		t.Fatalf("TransmitGSO on a down device: %v", err)
 	}
@@ -358,19 +336,8 @@ func TestTransmitGSOBusy(t *testing.T) {
 // second and allocations (the mock modem's goroutines allocate; a memory
 // profile shows none in mhinet's transmit path).
 func BenchmarkTransmitGSO(b *testing.B) {
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: pcigeneric.DefaultModel, IPData: ep.IPDataConfig{Format: ep.FormatRaw}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = m.Close() })
-	if err := m.Controller.PowerUp(); err != nil {
-		b.Fatal(err)
-	}
 	rx := &countingRx{}
-	d, err := mhinet.New(m.Controller, mhinet.Config{Pair: m.DataPair, MTU: 1500}, rx)
-	if err != nil {
-		b.Fatal(err)
-	}
+	d := rawLoopbackDevice(b, rx)
 	if err := d.Up(); err != nil {
 		b.Fatal(err)
 	}
@@ -397,4 +364,24 @@ func BenchmarkTransmitGSO(b *testing.B) {
 	waitCount(b, &rx.n, uint64((b.N+1)*segs))
 	b.StopTimer()
 	b.ReportMetric(float64(b.N*segs)/b.Elapsed().Seconds(), "segments/s")
+}
+
+// rawLoopbackDevice powers up the default model's mock modem (raw IP data
+// function in loopback) and returns a raw IP device on it with MTU 1500,
+// still down; the modem is closed when tb ends.
+func rawLoopbackDevice(tb testing.TB, rx mhinet.Receiver) *mhinet.Device {
+	tb.Helper()
+	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: pcigeneric.DefaultModel, IPData: ep.IPDataConfig{Format: ep.FormatRaw}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = m.Close() })
+	if err := m.Controller.PowerUp(); err != nil {
+		tb.Fatal(err)
+	}
+	d, err := mhinet.New(m.Controller, mhinet.Config{Pair: m.DataPair, MTU: 1500}, rx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return d
 }
