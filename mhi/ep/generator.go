@@ -232,6 +232,14 @@ func (f *IPData) runGenerator(ctx context.Context, p *Pipe, g *genRun) {
 			}
 		}
 		n := pick.next()
+		if f.cfg.Gate != nil && !f.cfg.Gate.DataAllowed() {
+			// No session: the network sends nothing; the packet is
+			// generated in name only and counted as gated.
+			g.sent.Add(1)
+			f.st.genPackets.Add(1)
+			f.st.droppedGated.Add(1)
+			continue
+		}
 		putGenPacket(pkt[:n], i, &cfg)
 		if err := f.add(ctx, p, pkt[:n]); err != nil {
 			g.err = err

@@ -132,6 +132,11 @@ type IPDataConfig struct {
 	// Shape makes the modem a slow consumer of one uplink flow (see
 	// ShapeConfig and SetLendRegion); the zero value shapes nothing.
 	Shape ShapeConfig
+	// Gate, when set, is asked for every packet whether IP data may flow
+	// (a Modem with RequireConnect: only while a session is connected).
+	// Packets it refuses, uplink and generated alike, are dropped and
+	// counted in DroppedGated.
+	Gate DataGate
 }
 
 // IPData is the Function of an IP data channel pair (IP_HW0 or
@@ -186,7 +191,7 @@ type ipCounters struct {
 	droppedEmpty, droppedReset                   atomic.Uint64
 	droppedNotAnswered, answered                 atomic.Uint64
 	droppedShaped, shapedSent, lentReleased      atomic.Uint64
-	lendErrors                                   atomic.Uint64
+	lendErrors, droppedGated                     atomic.Uint64
 	shapedQueued, lentHeld                       atomic.Int64
 }
 
@@ -243,6 +248,10 @@ type IPDataStats struct {
 	LentReleased uint64
 	LendErrors   uint64
 
+	// DroppedGated counts packets (uplink and generated) dropped because
+	// the Gate refused them: no data session was connected.
+	DroppedGated uint64
+
 	// NTB is the uplink NTB parser's counters, malformation reasons
 	// included (see ntb.Reasons).
 	NTB ntb.Stats
@@ -253,7 +262,7 @@ type IPDataStats struct {
 // Dropped returns the packets dropped for any reason.
 func (s IPDataStats) Dropped() uint64 {
 	return s.DroppedSunk + s.DroppedAborted + s.DroppedTooLarge + s.DroppedEmpty + s.DroppedReset +
-		s.DroppedNotAnswered + s.DroppedShaped
+		s.DroppedNotAnswered + s.DroppedShaped + s.DroppedGated
 }
 
 // DeaggErrors returns the malformations the uplink parsers counted.
@@ -378,6 +387,7 @@ func (f *IPData) Stats() IPDataStats {
 		LentHeld:           uint64(max(c.lentHeld.Load(), 0)),
 		LentReleased:       c.lentReleased.Load(),
 		LendErrors:         c.lendErrors.Load(),
+		DroppedGated:       c.droppedGated.Load(),
 	}
 	f.statMu.Lock()
 	s.NTB, s.QMAP = f.ntbSnap, f.qmapSnap
@@ -417,6 +427,11 @@ func (r *ulReceive) packet(pkt []byte) {
 	case r.aborted:
 		f.st.ulPackets.Add(1)
 		f.st.droppedAborted.Add(1)
+		return
+	case f.cfg.Gate != nil && !f.cfg.Gate.DataAllowed():
+		r.taken++
+		f.st.ulPackets.Add(1)
+		f.st.droppedGated.Add(1)
 		return
 	case f.cfg.Shape.UDPPort != 0 && f.shapedFlow(pkt):
 		if f.enqueueShaped(r.p, r.transfer, pkt, r.lent && !r.held, r.base, r.slot, r.tag, r.gen) {

@@ -1,0 +1,496 @@
+package ep
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+)
+
+// This file holds the mock modem's cellular state: what its control
+// functions (MBIM, QMI, AT) report and change, and what gates its IP data.
+// One Modem is shared by every control function of a device, so that a
+// session connected over MBIM is seen by QMI and AT as well, as on a real
+// modem whose control ports all talk to one baseband.
+
+// ModemIdentity is what a modem says about itself.
+type ModemIdentity struct {
+	Manufacturer string // e.g. "Telit"
+	Model        string // e.g. "FN990"
+	Firmware     string // firmware revision (MBIM FirmwareInfo, QMI revision, AT+CGMR)
+	Hardware     string // hardware revision (MBIM HardwareInfo)
+	IMEI         string // 15 digits (MBIM DeviceId, QMI IMEI, AT+CGSN)
+	IMSI         string // subscriber id
+	ICCID        string // SIM card id
+	MSISDN       string // own number; may be empty
+	ProviderID   string // home network MCC+MNC, e.g. "00101"
+	ProviderName string // home network name
+}
+
+// IPType is the IP family of a data session.
+type IPType uint8
+
+// IP types of a session.
+const (
+	IPv4 IPType = iota + 1
+	IPv6
+	IPv4v6
+)
+
+var ipTypeNames = [...]string{"", "ipv4", "ipv6", "ipv4v6"}
+
+// String returns "ipv4", "ipv6" or "ipv4v6".
+func (t IPType) String() string {
+	if t >= IPv4 && t <= IPv4v6 {
+		return ipTypeNames[t]
+	}
+	return fmt.Sprintf("IPType(%d)", int(t))
+}
+
+// Has4 reports whether the type includes IPv4.
+func (t IPType) Has4() bool { return t == IPv4 || t == IPv4v6 }
+
+// Has6 reports whether the type includes IPv6.
+func (t IPType) Has6() bool { return t == IPv6 || t == IPv4v6 }
+
+// ParseIPType parses "ipv4", "ipv6" or "ipv4v6".
+func ParseIPType(s string) (IPType, error) {
+	for i, n := range ipTypeNames {
+		if i > 0 && n == s {
+			return IPType(i), nil
+		}
+	}
+	return 0, fmt.Errorf("ep: IP type %q: want ipv4, ipv6 or ipv4v6: %w", s, ErrModemConfig)
+}
+
+// SessionAddressing is what the network assigns to a connected session:
+// the host's addresses, the gateway (the modem's side of the link, the
+// address the responder answers as), DNS servers and the MTU.
+type SessionAddressing struct {
+	IPv4     netip.Prefix // host address and on-link prefix
+	Gateway4 netip.Addr
+	DNS4     []netip.Addr
+	IPv6     netip.Prefix
+	Gateway6 netip.Addr
+	DNS6     []netip.Addr
+	MTU      int
+}
+
+// Default addressing of a session: the host gets 198.18.0.1/24 and
+// fd00:6d68:6900::1/64 (the benchmarking and a unique-local range), the
+// modem's side is .2 / ::2 and also serves as DNS, MTU 1500. They match
+// the addresses `mhictl up` gives its TUN interface by default.
+var (
+	DefaultIPv4     = netip.MustParsePrefix("198.18.0.1/24")
+	DefaultGateway4 = netip.MustParseAddr("198.18.0.2")
+	DefaultIPv6     = netip.MustParsePrefix("fd00:6d68:6900::1/64")
+	DefaultGateway6 = netip.MustParseAddr("fd00:6d68:6900::2")
+)
+
+// DefaultSessionMTU is the MTU a session reports unless configured.
+const DefaultSessionMTU = 1500
+
+// ModemConfig configures a Modem. Zero fields get defaults (see NewModem).
+type ModemConfig struct {
+	Identity   ModemIdentity
+	Addressing SessionAddressing
+	// RequireConnect gates IP data on a connected session, as a real modem
+	// does: until a session is connected (and after it is disconnected)
+	// the IP data function drops and counts every packet. Without it data
+	// flows whatever the session state (the behaviour before control
+	// channels existed).
+	RequireConnect bool
+	// RadioOff starts the modem with its radio off (default on).
+	RadioOff bool
+	// RSSI is the signal in the 0–31 scale of 3GPP 27.007 (+CSQ); zero
+	// means the default, 20 (about -73 dBm).
+	RSSI int
+}
+
+// Default identity strings, used for fields left empty.
+const (
+	DefaultManufacturer = "gomhi"
+	DefaultModel        = "mock modem"
+	DefaultFirmware     = "gomhi-mock-1.0"
+	DefaultHardware     = "1.0"
+	DefaultIMEI         = "350000000000009"
+	DefaultIMSI         = "001010123456789"
+	DefaultICCID        = "8900101234567890123"
+	DefaultProviderID   = "00101"
+	DefaultProviderName = "gomhi network"
+	DefaultRSSI         = 20
+)
+
+// Errors of Modem operations.
+var (
+	// ErrModemConfig: an invalid ModemConfig or argument.
+	ErrModemConfig = errors.New("ep: invalid modem configuration")
+	// ErrRadioOff: the operation needs the radio on.
+	ErrRadioOff = errors.New("ep: radio is off")
+	// ErrDetached: the packet service is detached.
+	ErrDetached = errors.New("ep: packet service detached")
+	// ErrNoAPN: a connect without an access point name.
+	ErrNoAPN = errors.New("ep: no access point name")
+	// ErrSessionActive: a connect while a session is already connected.
+	ErrSessionActive = errors.New("ep: a session is already connected")
+)
+
+// RegisterState is the network registration state.
+type RegisterState uint8
+
+// Registration states.
+const (
+	RegDeregistered RegisterState = iota // radio off: not registered, not searching
+	RegHome                              // registered on the home network
+)
+
+// Session is the state of the modem's data session.
+type Session struct {
+	Active bool
+	APN    string
+	Type   IPType // the activated type (IPv4v6 may be narrowed by the addressing)
+	// ID counts connects: it changes with every new session, so a control
+	// function can hand out session handles (QMI's packet data handle).
+	ID uint32
+}
+
+// ModemEventKind says what changed in a ModemEvent.
+type ModemEventKind uint8
+
+// Modem event kinds.
+const (
+	EventRadio         ModemEventKind = iota + 1 // radio switched on or off
+	EventRegistration                            // registration state changed
+	EventPacketService                           // attached or detached
+	EventSession                                 // session connected or disconnected
+	EventSignal                                  // signal strength changed
+)
+
+// ModemEvent tells subscribers what changed. Subscribers read the new
+// state from the Modem.
+type ModemEvent struct {
+	Kind ModemEventKind
+}
+
+// ModemStats are the modem's counters.
+type ModemStats struct {
+	Connects    uint64 `json:"connects"`
+	Disconnects uint64 `json:"disconnects"`
+	ConnectFail uint64 `json:"connect_failures"`
+}
+
+// Modem is the cellular state of the mock modem, shared by its control
+// functions and consulted by its IP data function (it implements
+// DataGate). All methods are safe for concurrent use.
+type Modem struct {
+	cfg ModemConfig
+
+	mu       sync.Mutex
+	radio    bool
+	attached bool
+	rssi     int
+	session  Session
+	nextID   uint32
+	subs     map[int]func(ModemEvent)
+	nextSub  int
+	dataOpen atomic.Bool // what DataAllowed answers, updated under mu
+
+	connects, disconnects, connectFail atomic.Uint64
+}
+
+// NewModem validates cfg, fills its defaults and returns the modem: radio
+// on (unless RadioOff), registered on the home network and attached while
+// the radio is on, no session.
+func NewModem(cfg ModemConfig) (*Modem, error) {
+	id := &cfg.Identity
+	for _, f := range []struct {
+		p   *string
+		def string
+	}{
+		{&id.Manufacturer, DefaultManufacturer}, {&id.Model, DefaultModel},
+		{&id.Firmware, DefaultFirmware}, {&id.Hardware, DefaultHardware},
+		{&id.IMEI, DefaultIMEI}, {&id.IMSI, DefaultIMSI}, {&id.ICCID, DefaultICCID},
+		{&id.ProviderID, DefaultProviderID}, {&id.ProviderName, DefaultProviderName},
+	} {
+		if *f.p == "" {
+			*f.p = f.def
+		}
+	}
+	a := &cfg.Addressing
+	if !a.IPv4.IsValid() {
+		a.IPv4 = DefaultIPv4
+	}
+	if !a.Gateway4.IsValid() {
+		a.Gateway4 = DefaultGateway4
+	}
+	if a.DNS4 == nil {
+		a.DNS4 = []netip.Addr{a.Gateway4}
+	}
+	if !a.IPv6.IsValid() {
+		a.IPv6 = DefaultIPv6
+	}
+	if !a.Gateway6.IsValid() {
+		a.Gateway6 = DefaultGateway6
+	}
+	if a.DNS6 == nil {
+		a.DNS6 = []netip.Addr{a.Gateway6}
+	}
+	if a.MTU == 0 {
+		a.MTU = DefaultSessionMTU
+	}
+	if cfg.RSSI == 0 {
+		cfg.RSSI = DefaultRSSI
+	}
+	switch {
+	case !a.IPv4.Addr().Is4() || !a.Gateway4.Is4():
+		return nil, fmt.Errorf("%w: IPv4 address %v / gateway %v", ErrModemConfig, a.IPv4, a.Gateway4)
+	case !a.IPv6.Addr().Is6() || a.IPv6.Addr().Is4In6() || !a.Gateway6.Is6():
+		return nil, fmt.Errorf("%w: IPv6 address %v / gateway %v", ErrModemConfig, a.IPv6, a.Gateway6)
+	case a.MTU < 1280 || a.MTU > 65535:
+		return nil, fmt.Errorf("%w: MTU %d outside 1280..65535", ErrModemConfig, a.MTU)
+	case cfg.RSSI < 0 || cfg.RSSI > 31:
+		return nil, fmt.Errorf("%w: RSSI %d outside 0..31", ErrModemConfig, cfg.RSSI)
+	}
+	for _, d := range a.DNS4 {
+		if !d.Is4() {
+			return nil, fmt.Errorf("%w: IPv4 DNS server %v", ErrModemConfig, d)
+		}
+	}
+	for _, d := range a.DNS6 {
+		if !d.Is6() || d.Is4In6() {
+			return nil, fmt.Errorf("%w: IPv6 DNS server %v", ErrModemConfig, d)
+		}
+	}
+	m := &Modem{cfg: cfg, radio: !cfg.RadioOff, rssi: cfg.RSSI, subs: map[int]func(ModemEvent){}}
+	m.attached = m.radio
+	m.updateGateLocked()
+	return m, nil
+}
+
+// Identity returns the modem's identity strings.
+func (m *Modem) Identity() ModemIdentity { return m.cfg.Identity }
+
+// Addressing returns what a session is assigned.
+func (m *Modem) Addressing() SessionAddressing { return m.cfg.Addressing }
+
+// RequireConnect reports whether IP data is gated on a session.
+func (m *Modem) RequireConnect() bool { return m.cfg.RequireConnect }
+
+// Subscribe calls f after every change (from the goroutine that made it,
+// after the modem's lock is released; f must not block). It returns a
+// function that removes f.
+func (m *Modem) Subscribe(f func(ModemEvent)) (cancel func()) {
+	m.mu.Lock()
+	id := m.nextSub
+	m.nextSub++
+	m.subs[id] = f
+	m.mu.Unlock()
+	return func() {
+		m.mu.Lock()
+		delete(m.subs, id)
+		m.mu.Unlock()
+	}
+}
+
+// publish sends events to the subscribers. Called without m.mu.
+func (m *Modem) publish(kinds ...ModemEventKind) {
+	if len(kinds) == 0 {
+		return
+	}
+	m.mu.Lock()
+	fs := make([]func(ModemEvent), 0, len(m.subs))
+	for _, f := range m.subs {
+		fs = append(fs, f)
+	}
+	m.mu.Unlock()
+	for _, k := range kinds {
+		for _, f := range fs {
+			f(ModemEvent{Kind: k})
+		}
+	}
+}
+
+// Radio reports whether the radio is on.
+func (m *Modem) Radio() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.radio
+}
+
+// SetRadio switches the radio. Switching it off detaches the packet
+// service and ends any session; switching it on registers and attaches.
+func (m *Modem) SetRadio(on bool) {
+	m.mu.Lock()
+	if m.radio == on {
+		m.mu.Unlock()
+		return
+	}
+	m.radio = on
+	evs := []ModemEventKind{EventRadio, EventRegistration}
+	if m.attached != on {
+		m.attached = on
+		evs = append(evs, EventPacketService)
+	}
+	if !on && m.session.Active {
+		m.session.Active = false
+		m.disconnects.Add(1)
+		evs = append(evs, EventSession)
+	}
+	m.updateGateLocked()
+	m.mu.Unlock()
+	m.publish(evs...)
+}
+
+// Registration returns the registration state: home while the radio is on.
+func (m *Modem) Registration() RegisterState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.radio {
+		return RegHome
+	}
+	return RegDeregistered
+}
+
+// Attached reports whether the packet service is attached.
+func (m *Modem) Attached() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.attached
+}
+
+// SetAttached attaches or detaches the packet service. Attaching needs the
+// radio on; detaching ends any session.
+func (m *Modem) SetAttached(on bool) error {
+	m.mu.Lock()
+	if on && !m.radio {
+		m.mu.Unlock()
+		return fmt.Errorf("ep: attach: %w", ErrRadioOff)
+	}
+	if m.attached == on {
+		m.mu.Unlock()
+		return nil
+	}
+	m.attached = on
+	evs := []ModemEventKind{EventPacketService}
+	if !on && m.session.Active {
+		m.session.Active = false
+		m.disconnects.Add(1)
+		evs = append(evs, EventSession)
+	}
+	m.updateGateLocked()
+	m.mu.Unlock()
+	m.publish(evs...)
+	return nil
+}
+
+// RSSI returns the signal strength on the 0–31 scale (99: unknown, when
+// the radio is off).
+func (m *Modem) RSSI() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.radio {
+		return 99
+	}
+	return m.rssi
+}
+
+// SetRSSI changes the signal strength (0–31).
+func (m *Modem) SetRSSI(v int) error {
+	if v < 0 || v > 31 {
+		return fmt.Errorf("%w: RSSI %d outside 0..31", ErrModemConfig, v)
+	}
+	m.mu.Lock()
+	changed := m.rssi != v
+	m.rssi = v
+	m.mu.Unlock()
+	if changed {
+		m.publish(EventSignal)
+	}
+	return nil
+}
+
+// Session returns the data session's state.
+func (m *Modem) Session() Session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.session
+}
+
+// Connect activates the data session with an access point name and an IP
+// type (0 means IPv4, as most hosts ask by default). It needs the radio on
+// and the packet service attached (a detached modem attaches first, as
+// real modems do on an activation request) and fails while a session is
+// active.
+func (m *Modem) Connect(apn string, t IPType) (Session, error) {
+	if t == 0 {
+		t = IPv4
+	}
+	if t < IPv4 || t > IPv4v6 {
+		m.connectFail.Add(1)
+		return Session{}, fmt.Errorf("ep: connect: %w: IP type %d", ErrModemConfig, t)
+	}
+	if apn == "" {
+		m.connectFail.Add(1)
+		return Session{}, fmt.Errorf("ep: connect: %w", ErrNoAPN)
+	}
+	m.mu.Lock()
+	if !m.radio {
+		m.mu.Unlock()
+		m.connectFail.Add(1)
+		return Session{}, fmt.Errorf("ep: connect: %w", ErrRadioOff)
+	}
+	if m.session.Active {
+		s := m.session
+		m.mu.Unlock()
+		m.connectFail.Add(1)
+		return s, fmt.Errorf("ep: connect: %w (APN %q)", ErrSessionActive, s.APN)
+	}
+	evs := []ModemEventKind{EventSession}
+	if !m.attached {
+		m.attached = true
+		evs = append([]ModemEventKind{EventPacketService}, evs...)
+	}
+	m.nextID++
+	m.session = Session{Active: true, APN: apn, Type: t, ID: m.nextID}
+	s := m.session
+	m.updateGateLocked()
+	m.mu.Unlock()
+	m.connects.Add(1)
+	m.publish(evs...)
+	return s, nil
+}
+
+// Disconnect ends the data session; it reports whether one was active.
+func (m *Modem) Disconnect() bool {
+	m.mu.Lock()
+	if !m.session.Active {
+		m.mu.Unlock()
+		return false
+	}
+	m.session.Active = false
+	m.updateGateLocked()
+	m.mu.Unlock()
+	m.disconnects.Add(1)
+	m.publish(EventSession)
+	return true
+}
+
+// DataAllowed implements DataGate: IP data flows unless the modem requires
+// a connected session and none is.
+func (m *Modem) DataAllowed() bool { return m.dataOpen.Load() }
+
+func (m *Modem) updateGateLocked() {
+	m.dataOpen.Store(!m.cfg.RequireConnect || m.session.Active)
+}
+
+// Stats returns the modem's counters.
+func (m *Modem) Stats() ModemStats {
+	return ModemStats{Connects: m.connects.Load(), Disconnects: m.disconnects.Load(), ConnectFail: m.connectFail.Load()}
+}
+
+// DataGate decides whether IP data may flow (a connected session, on a
+// modem that requires one). IPData consults it for every packet.
+type DataGate interface {
+	DataAllowed() bool
+}
