@@ -1,0 +1,295 @@
+package ctrlport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi/proto/mbim"
+)
+
+// MessageTransport carries whole control messages: a Pair is one (and a
+// Port's Pair, to share the channel with the port's clients).
+type MessageTransport interface {
+	Send(msg []byte) error
+	Subscribe(f func(msg []byte)) (cancel func())
+}
+
+// Errors of an MBIMClient.
+var (
+	// ErrFunctionError: the device answered a transaction with
+	// FUNCTION_ERROR; the error names its code.
+	ErrFunctionError = errors.New("ctrlport: MBIM FUNCTION_ERROR")
+	// ErrStatus: a COMMAND_DONE, OPEN_DONE or CLOSE_DONE with a status
+	// other than Success (the typed helpers return it; Command does not).
+	ErrStatus = errors.New("ctrlport: MBIM status")
+)
+
+// DefaultFirstTID is where an MBIMClient's transaction ids start: far
+// above the small ids libmbim's clients use, so that a client sharing a
+// port with mbimcli or mbim-proxy never answers for them or they for it.
+const DefaultFirstTID = 0x4d480000
+
+// MBIMClientOptions configure an MBIMClient.
+type MBIMClientOptions struct {
+	// FirstTID is the first transaction id (default DefaultFirstTID).
+	FirstTID uint32
+	// MaxControlTransfer is announced in Open and bounds what Command
+	// sends in one fragment (default 4096, what libmbim uses on wwan
+	// ports).
+	MaxControlTransfer int
+	// OnIndication, when set, receives every INDICATE_STATUS (info is
+	// valid only during the call; it must not block).
+	OnIndication func(svc mbim.UUID, cid uint32, info mbim.Info)
+}
+
+// MBIMClient runs MBIM transactions over a MessageTransport: it sends a
+// message and waits for the reply with the same transaction id,
+// reassembling fragmented replies. It is safe for concurrent use.
+type MBIMClient struct {
+	t      MessageTransport
+	opts   MBIMClientOptions
+	cancel func()
+
+	mu      sync.Mutex
+	next    uint32
+	waiters map[uint32]chan []byte
+	reasm   mbim.Reassembler
+	stray   uint64
+}
+
+// NewMBIMClient starts listening on t.
+func NewMBIMClient(t MessageTransport, opts MBIMClientOptions) *MBIMClient {
+	if opts.FirstTID == 0 {
+		opts.FirstTID = DefaultFirstTID
+	}
+	if opts.MaxControlTransfer < mbim.MinControlTransfer {
+		opts.MaxControlTransfer = 4096
+	}
+	c := &MBIMClient{t: t, opts: opts, next: opts.FirstTID, waiters: map[uint32]chan []byte{}}
+	c.cancel = t.Subscribe(c.receive)
+	return c
+}
+
+// Close stops listening; transactions in flight fail with their context.
+func (c *MBIMClient) Close() { c.cancel() }
+
+// Stray returns the number of received messages no transaction of this
+// client waited for (other clients' replies on a shared port, late
+// replies after a timeout).
+func (c *MBIMClient) Stray() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stray
+}
+
+func (c *MBIMClient) receive(msg []byte) {
+	m, err := mbim.ParseMessage(msg)
+	if err != nil {
+		c.mu.Lock()
+		c.stray++
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Lock()
+	if m.Type.Fragmentable() {
+		res, err := c.reasm.Add(m, time.Now())
+		if err != nil || res.Message == nil {
+			c.mu.Unlock()
+			return
+		}
+		if m, err = mbim.ParseMessage(res.Message); err != nil {
+			c.stray++
+			c.mu.Unlock()
+			return
+		}
+	}
+	if m.Type == mbim.TypeIndicateStatus {
+		f := c.opts.OnIndication
+		c.mu.Unlock()
+		if f != nil {
+			f(m.Service, m.CID, m.Info)
+		}
+		return
+	}
+	w, ok := c.waiters[m.TID]
+	if !ok {
+		c.stray++
+		c.mu.Unlock()
+		return
+	}
+	delete(c.waiters, m.TID)
+	c.mu.Unlock()
+	w <- append([]byte(nil), m.Raw...)
+}
+
+// transact sends the message build makes for a fresh TID and returns the
+// reply's bytes.
+func (c *MBIMClient) transact(ctx context.Context, build func(tid uint32) []byte) (mbim.Message, error) {
+	c.mu.Lock()
+	tid := c.next
+	c.next++
+	if c.next == 0 {
+		c.next = 1
+	}
+	w := make(chan []byte, 1)
+	c.waiters[tid] = w
+	c.mu.Unlock()
+	drop := func() {
+		c.mu.Lock()
+		delete(c.waiters, tid)
+		c.mu.Unlock()
+	}
+	msg := build(tid)
+	n := 1
+	if t, _, _, _ := mbim.PeekHeader(msg); t.Fragmentable() {
+		n = mbim.FragmentCount(len(msg), c.opts.MaxControlTransfer)
+	}
+	for i := range n {
+		piece := msg
+		if n > 1 {
+			var err error
+			if piece, err = mbim.AppendFragment(nil, msg, c.opts.MaxControlTransfer, i); err != nil {
+				drop()
+				return mbim.Message{}, err
+			}
+		}
+		if err := c.t.Send(piece); err != nil {
+			drop()
+			return mbim.Message{}, err
+		}
+	}
+	select {
+	case raw := <-w:
+		m, err := mbim.ParseMessage(raw)
+		if err != nil {
+			return m, err
+		}
+		if m.Type == mbim.TypeFunctionError {
+			return m, fmt.Errorf("%w: %s (TID %d)", ErrFunctionError, m.ErrorCode(), tid)
+		}
+		return m, nil
+	case <-ctx.Done():
+		drop()
+		return mbim.Message{}, fmt.Errorf("ctrlport: MBIM TID %d: %w", tid, ctx.Err())
+	}
+}
+
+// Open sends OPEN and waits for OPEN_DONE.
+func (c *MBIMClient) Open(ctx context.Context) error {
+	m, err := c.transact(ctx, func(tid uint32) []byte {
+		return mbim.AppendOpen(nil, tid, uint32(c.opts.MaxControlTransfer))
+	})
+	if err != nil {
+		return err
+	}
+	if m.Type != mbim.TypeOpenDone {
+		return fmt.Errorf("%w: %s in reply to OPEN", mbim.ErrWrongMessage, m.Type)
+	}
+	if s := m.DoneStatus(); s != mbim.StatusSuccess {
+		return fmt.Errorf("%w: OPEN: %s", ErrStatus, s)
+	}
+	return nil
+}
+
+// CloseSession sends CLOSE and waits for CLOSE_DONE.
+func (c *MBIMClient) CloseSession(ctx context.Context) error {
+	m, err := c.transact(ctx, func(tid uint32) []byte { return mbim.AppendClose(nil, tid) })
+	if err != nil {
+		return err
+	}
+	if m.Type != mbim.TypeCloseDone {
+		return fmt.Errorf("%w: %s in reply to CLOSE", mbim.ErrWrongMessage, m.Type)
+	}
+	if s := m.DoneStatus(); s != mbim.StatusSuccess {
+		return fmt.Errorf("%w: CLOSE: %s", ErrStatus, s)
+	}
+	return nil
+}
+
+// Command sends a COMMAND and returns its COMMAND_DONE's status and
+// InformationBuffer (a copy the caller owns). A status other than Success
+// is not an error here.
+func (c *MBIMClient) Command(ctx context.Context, svc mbim.UUID, cid uint32, ct mbim.CommandType, info []byte) (mbim.Status, mbim.Info, error) {
+	m, err := c.transact(ctx, func(tid uint32) []byte { return mbim.AppendCommand(nil, tid, svc, cid, ct, info) })
+	if err != nil {
+		return 0, nil, err
+	}
+	if m.Type != mbim.TypeCommandDone || m.Service != svc || m.CID != cid {
+		return 0, nil, fmt.Errorf("%w: %s %s/%d in reply to %s/%d", mbim.ErrWrongMessage, m.Type, m.Service.Name(), m.CID, svc.Name(), cid)
+	}
+	return m.Status, m.Info, nil
+}
+
+// basic runs a BASIC_CONNECT command that must succeed.
+func (c *MBIMClient) basic(ctx context.Context, cid uint32, ct mbim.CommandType, info []byte) (mbim.Info, error) {
+	s, out, err := c.Command(ctx, mbim.ServiceBasicConnect, cid, ct, info)
+	if err != nil {
+		return nil, err
+	}
+	if s != mbim.StatusSuccess {
+		return out, fmt.Errorf("%w: %s %s: %s", ErrStatus, mbim.CIDName(mbim.ServiceBasicConnect, cid), ct, s)
+	}
+	return out, nil
+}
+
+// DeviceCaps queries DEVICE_CAPS.
+func (c *MBIMClient) DeviceCaps(ctx context.Context) (mbim.DeviceCaps, error) {
+	in, err := c.basic(ctx, mbim.CIDDeviceCaps, mbim.CommandQuery, nil)
+	if err != nil {
+		return mbim.DeviceCaps{}, err
+	}
+	return mbim.ParseDeviceCaps(in)
+}
+
+// RegistrationState queries REGISTER_STATE.
+func (c *MBIMClient) RegistrationState(ctx context.Context) (mbim.RegistrationState, error) {
+	in, err := c.basic(ctx, mbim.CIDRegisterState, mbim.CommandQuery, nil)
+	if err != nil {
+		return mbim.RegistrationState{}, err
+	}
+	return mbim.ParseRegistrationState(in)
+}
+
+// Attach sets PACKET_SERVICE attach and returns the state reported.
+func (c *MBIMClient) Attach(ctx context.Context) (mbim.PacketService, error) {
+	req := mbim.PacketServiceSet{Action: mbim.PacketServiceActionAttach}
+	in, err := c.basic(ctx, mbim.CIDPacketService, mbim.CommandSet, req.AppendTo(nil))
+	if err != nil {
+		return mbim.PacketService{}, err
+	}
+	return mbim.ParsePacketService(in)
+}
+
+// Connect activates session 0 with an access point name and an MBIM IP
+// type (mbim.IPTypeIPv4…).
+func (c *MBIMClient) Connect(ctx context.Context, apn string, ipType uint32) (mbim.ConnectInfo, error) {
+	req := mbim.ConnectSet{ActivationCommand: mbim.ActivationCommandActivate, AccessString: apn, IPType: ipType, ContextType: mbim.ContextTypeInternet}
+	in, err := c.basic(ctx, mbim.CIDConnect, mbim.CommandSet, req.AppendTo(nil))
+	if err != nil {
+		return mbim.ConnectInfo{}, err
+	}
+	return mbim.ParseConnectInfo(in)
+}
+
+// Disconnect deactivates session 0.
+func (c *MBIMClient) Disconnect(ctx context.Context) (mbim.ConnectInfo, error) {
+	req := mbim.ConnectSet{ActivationCommand: mbim.ActivationCommandDeactivate, ContextType: mbim.ContextTypeInternet}
+	in, err := c.basic(ctx, mbim.CIDConnect, mbim.CommandSet, req.AppendTo(nil))
+	if err != nil {
+		return mbim.ConnectInfo{}, err
+	}
+	return mbim.ParseConnectInfo(in)
+}
+
+// IPConfiguration queries IP_CONFIGURATION of session 0.
+func (c *MBIMClient) IPConfiguration(ctx context.Context) (mbim.IPConfiguration, error) {
+	q := mbim.IPConfiguration{}
+	in, err := c.basic(ctx, mbim.CIDIPConfiguration, mbim.CommandQuery, q.AppendTo(nil))
+	if err != nil {
+		return mbim.IPConfiguration{}, err
+	}
+	return mbim.ParseIPConfiguration(in)
+}
