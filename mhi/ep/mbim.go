@@ -290,7 +290,7 @@ func (f *MBIM) receive(ctx context.Context, p mbimOut, transfer []byte) error {
 			f.stats.FragmentsIn++
 		}
 		res, err := f.reasm.Add(m, now)
-		if res.Abandoned {
+		if res.Abandoned && (err == nil || res.AbandonedTID != m.TID) {
 			f.functionError(ctx, p, res.AbandonedTID, mbim.ProtocolErrorFor(res.AbandonedErr))
 		}
 		if err != nil {
