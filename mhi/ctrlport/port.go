@@ -290,7 +290,7 @@ func (p *Port) readLoop() {
 		if len(buf) > 0 && now.Sub(last) > p.opts.PartialTimeout {
 			p.count(func(s *PortStats) { s.ULPartialDropped++ })
 			p.log.Warn("control port: incomplete message followed by silence; discarded", "bytes", len(buf))
-			copy(buf, buf[len(buf):len(buf)+n])
+			copy(buf[:n], buf[len(buf):len(buf)+n])
 			buf = buf[:n]
 		} else {
 			buf = buf[:len(buf)+n]

@@ -1,0 +1,70 @@
+package ctrlport_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/pcigeneric"
+)
+
+// testIdentity is what the mock modem of these tests says about itself.
+var testIdentity = ep.ModemIdentity{Manufacturer: "Telit", Model: "FN990", Firmware: "LE.1.2.3-gomhi-test",
+	Hardware: "rev 2", IMEI: "351234567890123", IMSI: "001019876543210", ICCID: "8900112233445566778",
+	ProviderID: "00101", ProviderName: "Test Net"}
+
+type mockModem struct {
+	mock  *pcigeneric.Mock
+	modem *ep.Modem
+	mbim  *ep.MBIM
+}
+
+// startMock starts an in-process mock modem of a model with MBIM channels,
+// with an ep.MBIM on its "MBIM" pair, and powers the host controller up.
+func startMock(t testing.TB, mc ep.ModemConfig, mo ep.MBIMOptions) *mockModem {
+	t.Helper()
+	if mc.Identity == (ep.ModemIdentity{}) {
+		mc.Identity = testIdentity
+	}
+	modem, err := ep.NewModem(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, err := ep.NewMBIM(modem, mo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mock, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: "telit-fn990", Device: func(c *ep.Config) {
+		if c.Functions == nil {
+			c.Functions = map[string]ep.Function{}
+		}
+		c.Functions[ep.MBIMName] = fn
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mock.Close() })
+	if err := mock.Controller.PowerUp(); err != nil {
+		t.Fatal(err)
+	}
+	return &mockModem{mock: mock, modem: modem, mbim: fn}
+}
+
+func ctx(t testing.TB) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
