@@ -19,7 +19,7 @@ type ModemIdentity struct {
 	Manufacturer string // e.g. "Telit"
 	Model        string // e.g. "FN990"
 	Firmware     string // firmware revision (MBIM FirmwareInfo, QMI revision, AT+CGMR)
-	Hardware     string // hardware revision (MBIM HardwareInfo)
+	Hardware     string // hardware revision (MBIM HardwareInfo, after Model)
 	IMEI         string // 15 digits (MBIM DeviceId, QMI IMEI, AT+CGSN)
 	IMSI         string // subscriber id
 	ICCID        string // SIM card id
