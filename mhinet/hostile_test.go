@@ -27,7 +27,9 @@ const chainDropMsg = "receive chain too long: dropped, buffers back to the pool"
 func setLen(ev *mhi.Element, n uint32) { ev.Dword0 = ev.Dword0&^0xFFFF | n&0xFFFF }
 
 // setCode sets an event's completion code.
-func setCode(ev *mhi.Element, c mhi.CompletionCode) { ev.Dword0 = ev.Dword0&^0xFF000000 | uint32(c)<<24 }
+func setCode(ev *mhi.Element, c mhi.CompletionCode) {
+	ev.Dword0 = ev.Dword0&^0xFF000000 | uint32(c)<<24
+}
 
 // tinyOverflows makes every OVERFLOW event claim 1 byte.
 func tinyOverflows(ev *mhi.Element, _ mhi.Element) {
