@@ -209,6 +209,13 @@ func (w *warnCounter) count(msg string) int {
 // data pair, powers the controller up and brings a device with cfg up.
 func newHostileRig(t testing.TB, model string, ipd ep.IPDataConfig, cfg mhinet.Config) *hostileRig {
 	t.Helper()
+	return newHostileRigRx(t, model, ipd, cfg, nil)
+}
+
+// newHostileRigRx is newHostileRig with rx as the device's receiver (nil:
+// the rig's collector).
+func newHostileRigRx(t testing.TB, model string, ipd ep.IPDataConfig, cfg mhinet.Config, rx mhinet.Receiver) *hostileRig {
+	t.Helper()
 	info, ok := pcigeneric.Model(model)
 	if !ok {
 		t.Fatalf("model %q", model)
@@ -255,7 +262,10 @@ func newHostileRig(t testing.TB, model string, ipd ep.IPDataConfig, cfg mhinet.C
 	r := &hostileRig{tr: tr, ctrl: ctrl, ipd: f, rx: newCollector(), dlNum: dl.Num(), ulNum: ul.Num(), warns: warns}
 	cfg.Pair = pair
 	cfg.Logger = slog.New(warns)
-	if r.dev, err = mhinet.New(ctrl, cfg, r.rx); err != nil {
+	if rx == nil {
+		rx = r.rx
+	}
+	if r.dev, err = mhinet.New(ctrl, cfg, rx); err != nil {
 		t.Fatal(err)
 	}
 	r.inUse0 = tr.slab.InUse()
