@@ -35,6 +35,8 @@ type upFlags struct {
 	gro                                                                          bool // --gro: merge downlink TCP segments (with --gso)
 	// vfioUser is the socket of a modem served by another process.
 	vfioUser string
+	// rxCopy is --rx-copy: auto, on or off.
+	rxCopy string
 }
 
 func newUpCmd(g *globalFlags) *cobra.Command {
@@ -77,6 +79,7 @@ set-mtu, get and stats) and, with --mount, the attribute tree as files.`,
 	fl.IntVar(&f.mru, "mru", 0, "initial MRU (default: the model's MRU default, or 32768)")
 	fl.StringVar(&f.sysfsRoot, "sysfs-root", pcigeneric.DefaultRoot, "sysfs mount to find --device in")
 	fl.StringVar(&f.device, "device", "", "drive the real modem at PCI address ADDR through VFIO instead of the mock (bind it first: mhictl bind ADDR)")
+	fl.StringVar(&f.rxCopy, "rx-copy", "auto", "copy received packets out of DMA memory before delivery: on, off (zero-copy: the modem can change bytes the host holds) or auto (on with --device and --vfio-user, whose modem is not trusted; off for the in-process mock)")
 	fl.StringVar(&f.vfioUser, "vfio-user", "", "drive the mock modem another process serves on the vfio-user socket PATH ('mhictl modem serve --socket PATH') instead of the in-process mock")
 	return cmd
 }
@@ -128,6 +131,10 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	}
 	if err := checkModemSource(cmd, f.device, f.vfioUser, "modem-mode"); err != nil {
 		return err
+	}
+	rxCopy, err := mhinet.ParseRxCopyMode(f.rxCopy)
+	if err != nil {
+		return fmt.Errorf("--rx-copy: %w", err)
 	}
 	responder := false
 	switch f.modemMode {
@@ -212,7 +219,7 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	st, ee := ctrl.State()
 	out.printf("%s: %s (%s) in %s, EE %s", f.name, info.Name, pair, st, ee)
 
-	devCfg := mhinet.Config{Pair: pair, Format: format, MRU: mru, Logger: log}
+	devCfg := mhinet.Config{Pair: pair, Format: format, MRU: mru, Logger: log, RxCopy: rxCopy}
 	var net_ *mhinet.Device
 	var bridge *tun.Bridge
 	var setMTU func(int) error
@@ -266,6 +273,7 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 		modem = "modem's own mode"
 	}
 	out.printf("data channel %s: %s framing, MRU %d, %s", pair, format, mru, modem)
+	out.printf("receive copy %s (--rx-copy %s)", net_.Config().RxCopy, rxCopy)
 
 	tree := sysfs.NewTree()
 	tree.AddDevice(f.name, sysfs.Device{Controller: ctrl, Net: net_, Model: info.Name, SetMTU: setMTU})
