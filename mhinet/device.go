@@ -298,11 +298,11 @@ func (d *Device) Up() error {
 	d.rxMu.Lock()
 	d.setPool(pool)
 	d.rxMu.Unlock()
-	if err := d.ul.Start(d.tx.onComplete); err != nil {
+	if err := startChannel(d.ul, d.tx.onComplete); err != nil {
 		d.freeAll()
 		return fmt.Errorf("mhinet: start uplink: %w", err)
 	}
-	if err := d.dl.Start(d.onDL); err != nil {
+	if err := startChannel(d.dl, d.onDL); err != nil {
 		_ = d.ul.Reset()
 		d.freeAll()
 		return fmt.Errorf("mhinet: start downlink: %w", err)
@@ -314,6 +314,23 @@ func (d *Device) Up() error {
 	return nil
 }
 
+// startChannel starts ch with handler h (nil: keep the one it has). A
+// channel that SYS_ERR recovery restarted behind the device's back is
+// already enabled when the device starts it: a Reset the device made
+// while the recovery had the channel disabled failed and left the channel
+// on the recovery's restart list. It is reset first, so that the device
+// gets it back empty and in its hands.
+func startChannel(ch *mhi.Channel, h func(mhi.Completion)) error {
+	err := ch.Start(h)
+	if !errors.Is(err, mhi.ErrChannelState) {
+		return err
+	}
+	if rerr := ch.Reset(); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	return ch.Start(h)
+}
+
 // Down resets both channels (every posted buffer comes back) and frees
 // the pools once their packets are released.
 func (d *Device) Down() error {
@@ -323,7 +340,19 @@ func (d *Device) Down() error {
 		return nil
 	}
 	d.stateMu.Lock()
-	d.up, d.refill = false, false
+	d.up = false
+	d.stateMu.Unlock()
+	// Stop before the reset: the modem finishes the downlink transfer it
+	// is writing (the ring is still refilled meanwhile) and the host
+	// handles every completion posted before the stop, so what the modem
+	// delivered is delivered; a reset alone marks the channel disabled
+	// first and discards those completions as stale, with their packets.
+	// A channel a SYS_ERR recovery has disabled refuses the stop: the
+	// reset follows anyway.
+	_ = d.dl.Stop()
+	_ = d.ul.Stop()
+	d.stateMu.Lock()
+	d.refill = false
 	d.stateMu.Unlock()
 	err := errors.Join(d.dl.Reset(), d.ul.Reset())
 	// The reset returned every posted buffer, which ends a chain in

@@ -1,0 +1,331 @@
+package soak
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/sysfs"
+)
+
+// runner is one soak run.
+type runner struct {
+	o     *Options
+	start time.Time
+	tree  *sysfs.Tree
+	rx    *receiver
+	dir   string // vfio-user: the socket's directory
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// sessMu guards sess and retired; the data and LOOPBACK drivers hold
+	// it (read) around their use of the session, a modem restart (write)
+	// while it replaces it.
+	sessMu  sync.RWMutex
+	sess    *session
+	retired hostCounts // final counters of closed sessions' devices
+	// ctrlRetired: controller counters of closed sessions.
+	ctrlRetired mhi.ControllerStatsSnapshot
+
+	lb *lbDriver
+
+	// faultMu keeps control operations and SYS_ERR recoveries apart
+	// (BugCommandDuringRecovery): control operations hold it for reading,
+	// an injected SYS_ERR for writing until the host has recovered.
+	faultMu sync.RWMutex
+
+	// Counters of what the soak did.
+	sent            atomic.Uint64 // data packets sent (taken by Transmit or generated)
+	phases          atomic.Int64
+	genPhases       atomic.Int64
+	mruChanges      atomic.Uint64
+	mruRefused      atomic.Uint64
+	sysErrs         atomic.Uint64 // injected
+	socResets       atomic.Uint64
+	recovered       atomic.Uint64 // StatusRecovered seen
+	recoveryFailed  atomic.Uint64 // StatusRecoveryFailed (and terminal) seen
+	recovering      atomic.Int64  // SYS_ERR seen, recovery not finished
+	recoveringSince atomic.Int64  // unix ns of the first SYS_ERR of the recovery in progress
+	dataRestarts    atomic.Uint64
+	modemRestarts   atomic.Uint64
+	faultsInProcess atomic.Uint64 // vfio-user: modem faults (kills, restarts, SoC resets) so far
+	bound           atomic.Uint64 // faultBound, once known
+
+	mu         sync.Mutex
+	violations []Violation
+	drops      map[string]uint64
+	phaseLog   []PhaseResult
+	closedSent uint64 // packets of the phases in phaseLog
+	mon        *monitor
+}
+
+// Run runs a soak and returns its summary; the error wraps ErrViolation
+// when a check failed (the summary names it), or says why the run could
+// not start or continue.
+func Run(ctx context.Context, o Options) (*Summary, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	r := &runner{o: &o, tree: sysfs.NewTree(), rx: &receiver{skipN: o.sabotage.skipCountEvery}, drops: map[string]uint64{}}
+	r.ctx, r.cancel = context.WithCancel(ctx)
+	defer r.cancel()
+	if o.Transport == VFIOUser {
+		dir, err := os.MkdirTemp("", "gomhi-soak-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		r.dir = dir
+	}
+	r.start = time.Now()
+	r.mon = newMonitor(r)
+	s, err := r.open(r.ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	r.lb = newLBDriver(r)
+	r.setSession(s)
+	r.faultBound()
+
+	var wg sync.WaitGroup
+	bg := func(f func()) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+	bg(r.lb.run)
+	bg(r.faults)
+	bg(r.mon.run)
+	dataErr := r.dataLoop()
+	r.cancel()
+	wg.Wait()
+	r.mon.final()
+
+	r.lb.close()
+	r.sessMu.Lock()
+	if r.sess != nil {
+		r.retire(r.sess)
+		r.sess.close()
+		r.sess = nil
+	}
+	r.sessMu.Unlock()
+
+	sum := r.summary()
+	if dataErr != nil && !errors.Is(dataErr, context.Canceled) && len(sum.Violations) == 0 {
+		return sum, dataErr
+	}
+	if len(sum.Violations) > 0 {
+		v := sum.Violations[0]
+		return sum, fmt.Errorf("%w: %s: %s", ErrViolation, v.Kind, v.Message)
+	}
+	if ctx.Err() != nil {
+		return sum, ctx.Err()
+	}
+	return sum, nil
+}
+
+// setSession installs s as the current session: bound in the tree, its
+// controller's status events followed.
+func (r *runner) setSession(s *session) {
+	s.ctrl.OnStatus(func(ev mhi.StatusEvent) {
+		switch ev.Kind {
+		case mhi.StatusSysErr:
+			if r.recovering.Add(1) == 1 {
+				r.recoveringSince.Store(time.Now().UnixNano())
+			}
+		case mhi.StatusRecovered:
+			r.recovered.Add(1)
+			r.recovering.Store(0)
+		case mhi.StatusEE:
+		default: // a failed attempt, or a terminal failure
+			r.recoveryFailed.Add(1)
+		}
+	})
+	r.sessMu.Lock()
+	r.sess = s
+	r.bind(s)
+	r.sessMu.Unlock()
+	r.mon.sessionChanged()
+}
+
+// retire adds a closing session's counters to the retired sums. sessMu
+// must be held.
+func (r *runner) retire(s *session) {
+	r.retired = r.retired.plus(hostOf(s.dev.Stats()))
+	c := s.ctrl.Stats()
+	r.ctrlRetired.SysErrs += c.SysErrs
+	r.ctrlRetired.Recoveries += c.Recoveries
+	r.ctrlRetired.SoCResets += c.SoCResets
+	r.ctrlRetired.StaleCompletion += c.StaleCompletion
+}
+
+// current returns the current session, with sessMu held for reading; the
+// caller calls done when finished with it.
+func (r *runner) current() (s *session, done func()) {
+	r.sessMu.RLock()
+	return r.sess, r.sessMu.RUnlock
+}
+
+// hostTotals returns the data devices' counters over the whole run.
+func (r *runner) hostTotals() hostCounts {
+	r.sessMu.RLock()
+	defer r.sessMu.RUnlock()
+	h := r.retired
+	if r.sess != nil {
+		h = h.plus(hostOf(r.sess.dev.Stats()))
+	}
+	return h
+}
+
+// ctrlTotals returns the controllers' counters over the whole run.
+func (r *runner) ctrlTotals() mhi.ControllerStatsSnapshot {
+	r.sessMu.RLock()
+	defer r.sessMu.RUnlock()
+	c := r.ctrlRetired
+	if r.sess != nil {
+		s := r.sess.ctrl.Stats()
+		c.SysErrs += s.SysErrs
+		c.Recoveries += s.Recoveries
+		c.SoCResets += s.SoCResets
+		c.StaleCompletion += s.StaleCompletion
+	}
+	return c
+}
+
+// modemStats returns the in-process modem's IP data counters.
+func (r *runner) modemStats() (ep.IPDataStats, bool) {
+	r.sessMu.RLock()
+	defer r.sessMu.RUnlock()
+	if r.sess == nil || r.sess.ipd == nil {
+		return ep.IPDataStats{}, false
+	}
+	return r.sess.ipd.Stats(), true
+}
+
+// Violation is a failed check.
+type Violation struct {
+	// At is the time since the start of the run.
+	At time.Duration `json:"at_ns"`
+	// Kind names the check: conservation, integrity, stuck, resource,
+	// loopback, control, error.
+	Kind string `json:"kind"`
+	// Message says what was violated, with the values.
+	Message string `json:"message"`
+	// Dump is the state of the stack when it happened (channels, event
+	// rings, counters), for stuck channels and failed phases.
+	Dump string `json:"dump,omitempty"`
+}
+
+// fail records a violation and stops the run: the first one ends it.
+func (r *runner) fail(kind, format string, args ...any) {
+	v := Violation{At: time.Since(r.start), Kind: kind, Message: fmt.Sprintf(format, args...)}
+	if kind == "stuck" || kind == "conservation" || kind == "control" {
+		v.Dump = r.dump()
+	}
+	r.mu.Lock()
+	r.violations = append(r.violations, v)
+	r.mu.Unlock()
+	r.o.Logger.Error("soak: violation", "kind", kind, "msg", v.Message)
+	r.cancel()
+}
+
+func (r *runner) failed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.violations) > 0
+}
+
+// done reports whether the run should start no more traffic.
+func (r *runner) done() bool {
+	if r.ctx.Err() != nil {
+		return true
+	}
+	if r.o.Duration > 0 && time.Since(r.start) >= r.o.Duration {
+		return true
+	}
+	return r.o.Packets > 0 && r.sent.Load() >= r.o.Packets
+}
+
+// control runs a control operation (an MRU write, a data restart, a
+// LOOPBACK reopen); with BugCommandDuringRecovery it never overlaps a
+// SYS_ERR recovery the soak caused.
+func (r *runner) control(f func()) {
+	if r.o.knownBug(BugCommandDuringRecovery) {
+		r.faultMu.RLock()
+		defer r.faultMu.RUnlock()
+	}
+	f()
+}
+
+// setMRU writes the MRU through the attribute tree, as FUSE and netlink
+// writes do, retrying while the device is busy (a recovery, a restart).
+func (r *runner) setMRU(mru int) {
+	path := "devices/" + devName + "/mru"
+	deadline := time.Now().Add(r.o.Stall)
+	for {
+		var err error
+		r.control(func() {
+			r.sessMu.RLock()
+			err = r.tree.Set(path, strconv.Itoa(mru))
+			r.sessMu.RUnlock()
+		})
+		if err == nil {
+			r.mruChanges.Add(1)
+			if r.o.sabotage.leakPerMRU {
+				go func() { select {} }() // sabotage: a goroutine that never ends
+			}
+			if r.o.sabotage.leakFDPerMRU {
+				_, _ = os.Open(os.DevNull) // sabotage: never closed
+			}
+			return
+		}
+		r.mruRefused.Add(1)
+		if errors.Is(err, sysfs.ErrInvalid) || time.Now().After(deadline) {
+			r.fail("control", "writing %s = %d: refused for %v: %v", path, mru, r.o.Stall, err)
+			return
+		}
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// sleep waits d or until the run ends; false if it ended.
+func (r *runner) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-r.ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// rngFor returns a random source for one of the run's goroutines: each
+// has its own stream of the seed, so their choices do not depend on how
+// the goroutines interleave.
+func (r *runner) rngFor(stream uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(r.o.Seed, stream))
+}
+
+// hostDevice returns the current data device (nil between sessions).
+func (r *runner) hostDevice() *mhinet.Device {
+	r.sessMu.RLock()
+	defer r.sessMu.RUnlock()
+	if r.sess == nil {
+		return nil
+	}
+	return r.sess.dev
+}
