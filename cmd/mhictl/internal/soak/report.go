@@ -44,12 +44,12 @@ type Summary struct {
 	ModemRestarts   uint64 `json:"modem_restarts"`
 	StaleEvents     uint64 `json:"host_stale_completion_events"`
 
-	Loopback   LoopbackCounts `json:"loopback"`
+	Loopback   LoopbackCounts    `json:"loopback"`
 	Host       map[string]uint64 `json:"host"`
-	Resources  []Resource  `json:"resources"`
-	Samples    []Sample    `json:"samples"`
-	KnownBugs  []KnownBug  `json:"known_bugs,omitempty"`
-	Violations []Violation `json:"violations,omitempty"`
+	Resources  []Resource        `json:"resources"`
+	Samples    []Sample          `json:"samples"`
+	KnownBugs  []KnownBug        `json:"known_bugs,omitempty"`
+	Violations []Violation       `json:"violations,omitempty"`
 }
 
 func (r *runner) summary() *Summary {
