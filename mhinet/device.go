@@ -298,11 +298,11 @@ func (d *Device) Up() error {
 	d.rxMu.Lock()
 	d.setPool(pool)
 	d.rxMu.Unlock()
-	if err := startChannel(d.ul, d.tx.onComplete); err != nil {
+	if err := d.ul.Start(d.tx.onComplete); err != nil {
 		d.freeAll()
 		return fmt.Errorf("mhinet: start uplink: %w", err)
 	}
-	if err := startChannel(d.dl, d.onDL); err != nil {
+	if err := d.dl.Start(d.onDL); err != nil {
 		_ = d.ul.Reset()
 		d.freeAll()
 		return fmt.Errorf("mhinet: start downlink: %w", err)
@@ -312,23 +312,6 @@ func (d *Device) Up() error {
 	d.stateMu.Unlock()
 	d.refillRing(true)
 	return nil
-}
-
-// startChannel starts ch with handler h (nil: keep the one it has). A
-// channel that SYS_ERR recovery restarted behind the device's back is
-// already enabled when the device starts it: a Reset the device made
-// while the recovery had the channel disabled failed and left the channel
-// on the recovery's restart list. It is reset first, so that the device
-// gets it back empty and in its hands.
-func startChannel(ch *mhi.Channel, h func(mhi.Completion)) error {
-	err := ch.Start(h)
-	if !errors.Is(err, mhi.ErrChannelState) {
-		return err
-	}
-	if rerr := ch.Reset(); rerr != nil {
-		return errors.Join(err, rerr)
-	}
-	return ch.Start(h)
 }
 
 // Down resets both channels (every posted buffer comes back) and frees

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
 )
@@ -73,37 +72,5 @@ func TestDownUpUnderTrafficConservesPackets(t *testing.T) {
 			}
 			t.Logf("%d restarts: %d packets delivered, %d dropped in the modem's queue", restarts, h.RxPackets, m.DLDroppedQueued)
 		})
-	}
-}
-
-// A channel that SYS_ERR recovery restarted behind the device's back must
-// not keep the device down. Down during a recovery finds the channels
-// disabled by it: its Reset is refused, the channels stay on the
-// recovery's restart list and come back enabled; Up's Start then failed
-// with mhi.ErrChannelState, and every later Up too. The recovery's
-// restart is reproduced here by starting the channels after Down, as the
-// recovery does.
-func TestUpAfterRecoveryRestartedTheChannels(t *testing.T) {
-	r := newRig(t, mhinet.Config{MRU: 2048})
-	pushRaw(t, r, 5, 0)
-	r.rx.waitFor(t, 5)
-	if err := r.dev.Down(); err != nil {
-		t.Fatal(err)
-	}
-	ul, dl, err := r.mock.Controller.ChannelPair(r.dev.Config().Pair)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ch := range []*mhi.Channel{ul, dl} {
-		if err := ch.Start(nil); err != nil { // what recover() does with its restart list
-			t.Fatal(err)
-		}
-	}
-	if err := r.dev.Up(); err != nil {
-		t.Fatalf("Up after the channels were restarted behind the device's back: %v", err)
-	}
-	pushRaw(t, r, 5, 5)
-	if !r.rx.waitFor(t, 10) {
-		r.dump(t)
 	}
 }

@@ -43,6 +43,7 @@ func newRootCmd() *cobra.Command {
 		newBindCmd(),
 		newUnbindCmd(),
 		newBenchCmd(g),
+		newSoakCmd(g),
 	)
 	return root
 }

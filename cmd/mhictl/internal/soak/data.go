@@ -3,6 +3,7 @@ package soak
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
@@ -26,8 +27,8 @@ type PhaseResult struct {
 type phaseState struct {
 	n         int
 	generator bool
-	sent      uint64 // so far
-	settling  bool
+	sent      atomic.Uint64 // so far
+	settling  atomic.Bool
 }
 
 // dataLoop runs phases until the run is done; it returns an error only
@@ -65,7 +66,9 @@ func (r *runner) phase(n int, gen bool, size uint64, mru int) error {
 	defer r.mon.setPhase(nil)
 
 	mruDone := make(chan struct{})
+	mruStarted := false
 	changeMRU := func() {
+		mruStarted = true
 		go func() {
 			defer close(mruDone)
 			r.setMRU(mru)
@@ -78,16 +81,21 @@ func (r *runner) phase(n int, gen bool, size uint64, mru int) error {
 	} else {
 		sent, err = r.transmit(st, tag, size, changeMRU)
 	}
-	if sent <= size/2 {
-		// Ended before the middle (the run is over): no MRU change.
-		close(mruDone)
+	switch {
+	case mruStarted:
+	case r.ctx.Err() == nil && sent > 0:
+		// The traffic ended between two looks at its progress: the MRU
+		// changes now, while the last packets are still in flight.
+		changeMRU()
+	default:
+		close(mruDone) // the run is over
 	}
 	<-mruDone
 	if err != nil {
 		return err
 	}
 	elapsed := time.Since(start)
-	st.settling = true
+	st.settling.Store(true)
 	res := r.settle(n, gen, sent, before)
 	res.Mode, res.MRU, res.Elapsed = "loopback", mru, elapsed
 	if gen {
@@ -121,7 +129,7 @@ func (r *runner) generate(st *phaseState, tag uint16, size uint64, changeMRU fun
 	defer tick.Stop()
 	for {
 		sent := ipd.Stats().GenPackets - before
-		st.sent = sent
+		st.sent.Store(sent)
 		r.sent.Store(r.sentBase() + sent)
 		if !changed && sent > size/2 {
 			changed = true
@@ -130,7 +138,7 @@ func (r *runner) generate(st *phaseState, tag uint16, size uint64, changeMRU fun
 		select {
 		case <-done:
 			sent = ipd.Stats().GenPackets - before
-			st.sent = sent
+			st.sent.Store(sent)
 			r.sent.Store(r.sentBase() + sent)
 			return sent, nil
 		case <-tick.C:
@@ -184,7 +192,7 @@ func (r *runner) transmit(st *phaseState, tag uint16, size uint64, changeMRU fun
 		}
 		release()
 		sent += uint64(n)
-		st.sent = sent
+		st.sent.Store(sent)
 		r.sent.Store(r.sentBase() + sent)
 		// Keep the untaken packets at the front, in order.
 		pkts = append(pkts[:0], pkts[n:]...)

@@ -93,39 +93,41 @@ func (r *runner) sysErrBurst(rng *rand.Rand) {
 		if r.waitRecovered() != nil {
 			return
 		}
-		s, release := r.current()
-		if s == nil {
-			release()
-			return
-		}
-		if s.epd != nil {
-			r.injectSysErr(s)
-			release()
-			continue
-		}
-		err := r.tree.Set("devices/"+devName+"/soc_reset", "1")
-		release()
-		if err == nil {
-			r.socResets.Add(1)
-			r.faultsInProcess.Add(1)
-		}
+		r.injectFault()
 	}
 }
 
-// injectSysErr puts the in-process modem in SYS_ERR. With
+// injectFault puts the in-process modem in SYS_ERR, or (vfio-user) writes
+// soc_reset in the attribute tree; the host recovers from either. With
 // BugCommandDuringRecovery it waits, holding faultMu, until the host has
 // recovered, so that no control operation overlaps the recovery.
-func (r *runner) injectSysErr(s *session) {
-	if !r.o.knownBug(BugCommandDuringRecovery) {
-		s.epd.InjectSysErr()
-		r.sysErrs.Add(1)
+func (r *runner) injectFault() {
+	avoid := r.o.knownBug(BugCommandDuringRecovery)
+	if avoid {
+		r.faultMu.Lock()
+		defer r.faultMu.Unlock()
+	}
+	before := r.recovered.Load() + r.recoveryFailed.Load()
+	s, release := r.current()
+	if s == nil {
+		release()
 		return
 	}
-	r.faultMu.Lock()
-	defer r.faultMu.Unlock()
-	before := r.recovered.Load() + r.recoveryFailed.Load()
-	s.epd.InjectSysErr()
-	r.sysErrs.Add(1)
+	if s.epd != nil {
+		s.epd.InjectSysErr()
+		r.sysErrs.Add(1)
+	} else {
+		if err := r.tree.Set("devices/"+devName+"/soc_reset", "1"); err != nil {
+			release()
+			return
+		}
+		r.socResets.Add(1)
+		r.faultsInProcess.Add(1)
+	}
+	release()
+	if !avoid {
+		return
+	}
 	deadline := time.Now().Add(r.o.Stall)
 	for r.recovered.Load()+r.recoveryFailed.Load() == before || r.recovering.Load() > 0 {
 		if time.Now().After(deadline) || !r.sleep(time.Millisecond) {
@@ -197,8 +199,8 @@ func (r *runner) restartModem() {
 			r.fail("stuck", "the host did not notice the modem server's death (pid %d) within %v", old.pid(), r.o.Stall)
 			return
 		}
+		old.close() // Down aborts what was queued: counted before retiring
 		r.retire(old)
-		old.close()
 		r.sess = nil
 	}
 	r.modemRestarts.Add(1)

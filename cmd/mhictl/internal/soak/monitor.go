@@ -100,13 +100,15 @@ func (m *monitor) buildWatch() {
 	ul, dl := s.channels()
 	lbUL, lbDL, _ := s.ctrl.ChannelPair("LOOPBACK")
 	now := time.Now()
+	// Packets are outstanding while a phase sends and not all of them
+	// arrived; once it settles, its own check (Settle) judges what is
+	// missing.
 	outstanding := func() bool {
 		p := m.currentPhase()
-		if p == nil {
+		if p == nil || p.settling.Load() {
 			return false
 		}
-		c := r.rx.counts()
-		return p.sent > c.Unique // not everything arrived (drops included: they end up counted, or stuck)
+		return p.sent.Load() > r.rx.counts().Unique
 	}
 	m.watch = []*progress{
 		{name: fmt.Sprintf("data uplink channel %d (%s)", ul.Num(), s.pair), value: ul.Stats().Completed.Load,

@@ -134,8 +134,8 @@ func (s *Summary) WriteTable(w io.Writer, maxRows int) error {
 		row("modem restarts", s.ModemRestarts)
 	}
 	lb := s.Loopback
-	row("LOOPBACK transfers", fmt.Sprintf("%d sent, %d received, %d aborted by SYS_ERR, %d lost with the modem, %d mismatched",
-		lb.Sent, lb.Received, lb.Aborted, lb.Lost, lb.Mismatched))
+	row("LOOPBACK transfers", fmt.Sprintf("%d sent, %d received, %d aborted by SYS_ERR, %d lost with the modem, %d mismatched, %d late echoes",
+		lb.Sent, lb.Received, lb.Aborted, lb.Lost, lb.Mismatched, lb.LateEchoes))
 	rc := s.Receiver
 	row("receiver", fmt.Sprintf("%d duplicates, %d corrupt, %d late, %d out of range", rc.Duplicates, rc.Corrupt, rc.Late, rc.OutOfRange))
 	if len(s.KnownBugs) > 0 {
@@ -207,7 +207,7 @@ func (s *Summary) WriteMarkdown(w io.Writer, command string, maxRows int) error 
 	kv("data channel restarts", s.DataRestarts)
 	kv("LOOPBACK restarts", s.Loopback.Restarts)
 	lb := s.Loopback
-	kv("LOOPBACK transfers", fmt.Sprintf("%d sent, %d received, %d aborted by SYS_ERR, %d lost with the modem, %d mismatched", lb.Sent, lb.Received, lb.Aborted, lb.Lost, lb.Mismatched))
+	kv("LOOPBACK transfers", fmt.Sprintf("%d sent, %d received, %d aborted by SYS_ERR, %d lost with the modem, %d mismatched, %d late echoes", lb.Sent, lb.Received, lb.Aborted, lb.Lost, lb.Mismatched, lb.LateEchoes))
 	kv("duplicates / corrupt / late", fmt.Sprintf("%d / %d / %d", s.Receiver.Duplicates, s.Receiver.Corrupt, s.Receiver.Late))
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| drop counter | packets |")
@@ -355,7 +355,7 @@ func (r *runner) dump() string {
 	release()
 	if p := r.mon.currentPhase(); p != nil {
 		c := r.rx.counts()
-		fmt.Fprintf(&b, "phase %d (%s): %d sent, %d delivered, settling %v\n", p.n, modeName(p.generator), p.sent, c.Unique, p.settling)
+		fmt.Fprintf(&b, "phase %d (%s): %d sent, %d delivered, settling %v\n", p.n, modeName(p.generator), p.sent.Load(), c.Unique, p.settling.Load())
 	}
 	fmt.Fprintf(&b, "LOOPBACK: %+v\n", r.lb.snapshot())
 	buf := make([]byte, 1<<20)

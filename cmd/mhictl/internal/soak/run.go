@@ -32,6 +32,7 @@ type runner struct {
 	// it (read) around their use of the session, a modem restart (write)
 	// while it replaces it.
 	sessMu  sync.RWMutex
+	runlock func() // sessMu.RUnlock, bound once (a method value allocates)
 	sess    *session
 	retired hostCounts // final counters of closed sessions' devices
 	// ctrlRetired: controller counters of closed sessions.
@@ -79,6 +80,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	r := &runner{o: &o, tree: sysfs.NewTree(), rx: &receiver{skipN: o.sabotage.skipCountEvery}, drops: map[string]uint64{}}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	defer r.cancel()
+	r.runlock = r.sessMu.RUnlock
 	if o.Transport == VFIOUser {
 		dir, err := os.MkdirTemp("", "gomhi-soak-")
 		if err != nil {
@@ -113,8 +115,8 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	r.lb.close()
 	r.sessMu.Lock()
 	if r.sess != nil {
-		r.retire(r.sess)
 		r.sess.close()
+		r.retire(r.sess)
 		r.sess = nil
 	}
 	r.sessMu.Unlock()
@@ -153,6 +155,7 @@ func (r *runner) setSession(s *session) {
 	r.sessMu.Lock()
 	r.sess = s
 	r.bind(s)
+	r.recovering.Store(0) // a new controller: the old one's recovery ended with it
 	r.sessMu.Unlock()
 	r.mon.sessionChanged()
 }
@@ -172,7 +175,7 @@ func (r *runner) retire(s *session) {
 // caller calls done when finished with it.
 func (r *runner) current() (s *session, done func()) {
 	r.sessMu.RLock()
-	return r.sess, r.sessMu.RUnlock
+	return r.sess, r.runlock
 }
 
 // hostTotals returns the data devices' counters over the whole run.
