@@ -283,11 +283,13 @@ func (r *runner) setMRU(mru int) {
 		})
 		if err == nil {
 			r.mruChanges.Add(1)
-			if r.o.sabotage.leakPerMRU {
-				go func() { select {} }() // sabotage: a goroutine that never ends
-			}
-			if r.o.sabotage.leakFDPerMRU {
-				_, _ = os.Open(os.DevNull) // sabotage: never closed
+			for range 3 { // sabotage: three of each per change, so a run of seconds under -race shows it
+				if r.o.sabotage.leakPerMRU {
+					go func() { select {} }() // a goroutine that never ends
+				}
+				if r.o.sabotage.leakFDPerMRU {
+					_, _ = os.Open(os.DevNull) // never closed
+				}
 			}
 			return
 		}

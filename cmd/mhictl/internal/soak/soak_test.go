@@ -59,7 +59,7 @@ func serve(spec string) int {
 // build tag).
 func quick(d time.Duration) Options {
 	return Options{
-		Duration: d, PhasePackets: 20_000, Warmup: 4 * time.Second,
+		Duration: d, PhasePackets: 3000, Warmup: 4 * time.Second,
 		SysErrGap: 2 * time.Second, RestartGap: time.Second, LoopbackRestartGap: time.Second,
 		ModemRestartGap: 2 * time.Second, KnownBugs: KnownBugs,
 	}
@@ -159,7 +159,7 @@ func TestSoakDetectsSabotage(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := quick(30 * time.Second)
-			o.PhasePackets = 5000
+			o.PhasePackets = 1000
 			o.Warmup = 2 * time.Second
 			o.Stall = 3 * time.Second
 			o.sabotage = tc.sab
