@@ -91,13 +91,13 @@ func parseNetlinkTable(b []byte) ([]nlSocket, error) {
 		if len(f) < 10 {
 			return nil, fmt.Errorf("genl: %s: short line %q", procNetNetlink, sc.Text())
 		}
-		proto, err1 := strconv.Atoi(f[1])
+		proto, err1 := strconv.ParseUint(f[1], 10, 8)
 		port, err2 := strconv.ParseUint(f[2], 10, 32)
 		ino, err3 := strconv.ParseUint(f[9], 10, 64)
 		if err := errors.Join(err1, err2, err3); err != nil {
 			return nil, fmt.Errorf("genl: %s: line %q: %w", procNetNetlink, sc.Text(), err)
 		}
-		out = append(out, nlSocket{Proto: proto, Port: uint32(port), Inode: ino})
+		out = append(out, nlSocket{Proto: int(proto), Port: uint32(port), Inode: ino})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("genl: %s: %w", procNetNetlink, err)

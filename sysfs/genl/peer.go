@@ -31,6 +31,9 @@ func (e *expected) accepts(cred *unix.Ucred) bool {
 
 // who describes the trusted owner for messages.
 func (e *expected) who() string {
+	if e.runFile != "" && len(e.pids) > 0 {
+		return fmt.Sprintf("the server %s names (pid %d)", e.runFile, e.pids[0])
+	}
 	var ids []string
 	for _, u := range e.uids {
 		if u == 0 {
@@ -39,11 +42,7 @@ func (e *expected) who() string {
 			ids = append(ids, "uid "+strconv.FormatUint(uint64(u), 10))
 		}
 	}
-	s := strings.Join(ids, " or ")
-	if e.runFile != "" && len(e.pids) > 0 {
-		s += fmt.Sprintf(", pid %d as %s says", e.pids[0], e.runFile)
-	}
-	return s
+	return strings.Join(ids, " or ")
 }
 
 // untrustedError is a port holder or a reply sender that fails the check.
