@@ -46,6 +46,10 @@ func (p Peer) String() string {
 	return fmt.Sprintf("pid %d (uid %d)", p.PID, p.UID)
 }
 
+// DescribePeers names the processes (`pid 1234 (uid 65534, "squat")`, …),
+// or says "an unidentified process" when there are none.
+func DescribePeers(ps []Peer) string { return describePeers(ps, 0) }
+
 // describePeers names every peer, or says the holder is unidentified.
 func describePeers(ps []Peer, inode uint64) string {
 	if len(ps) == 0 {

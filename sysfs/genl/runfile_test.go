@@ -235,12 +235,12 @@ func TestRunFilePortHeldByAnother(t *testing.T) {
 	}
 	_, err := genl.Dial(genl.ClientOptions{RunFile: runFile})
 	var ge *genl.Error
-	if !errors.Is(err, genl.ErrUntrustedServer) || !errors.As(err, &ge) || ge.Peer == nil || ge.Peer.PID != sq.pid ||
+	if !errors.Is(err, genl.ErrUntrustedServer) || !errors.As(err, &ge) || ge.Peer == nil || ge.Peer.PID != sq.PID ||
 		!strings.Contains(err.Error(), runFile) {
-		t.Fatalf("Dial: %v; want ErrUntrustedServer naming pid %d and the run file", err, sq.pid)
+		t.Fatalf("Dial: %v; want ErrUntrustedServer naming pid %d and the run file", err, sq.PID)
 	}
 	t.Logf("Dial: %v", err)
-	if got := sq.received(); len(got) != 0 {
+	if got := sq.Received(); len(got) != 0 {
 		t.Errorf("the holder received %d datagrams", len(got))
 	}
 }
