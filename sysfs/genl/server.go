@@ -103,7 +103,7 @@ func NewServer(t *sysfs.Tree, opts ServerOptions) (*Server, error) {
 	}
 	if opts.RunFile != "" {
 		if r, err := ReadRunFile(opts.RunFile); err == nil && r.Live() {
-			return nil, fmt.Errorf("genl: %w: %s serves the %q family on port %#x, as %s says",
+			return nil, fmt.Errorf("%w: %s serves the %q family on port %#x, as %s says",
 				ErrPortInUse, Peer{PID: r.PID, UID: r.UID}, FamilyName, r.Port, opts.RunFile)
 		}
 	}
