@@ -98,4 +98,3 @@ func TestOpenWriteNeedsRoot(t *testing.T) {
 func itoa(n int) string {
 	return strconv.Itoa(n)
 }
-
