@@ -81,7 +81,7 @@ func TestOpenWriteNeedsRoot(t *testing.T) {
 		// Wait until setpriv has exec'd sleep with the new identity.
 		deadline := time.Now().Add(5 * time.Second)
 		for time.Now().Before(deadline) {
-			if b, err := os.ReadFile("/proc/" + itoa(cmd.Process.Pid) + "/comm"); err == nil && strings.TrimSpace(string(b)) == "sleep" {
+			if b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/comm"); err == nil && strings.TrimSpace(string(b)) == "sleep" {
 				break
 			}
 			time.Sleep(5 * time.Millisecond)
@@ -93,8 +93,4 @@ func TestOpenWriteNeedsRoot(t *testing.T) {
 			t.Errorf("uid 65534 with %v: Open = %v, want %v", tc.caps, errno, tc.want)
 		}
 	}
-}
-
-func itoa(n int) string {
-	return strconv.Itoa(n)
 }
