@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gomhi/gomhi/sysfs/genl"
 )
@@ -177,14 +178,17 @@ func TestRunFileLifecycle(t *testing.T) {
 		t.Fatalf("run file after Close: %v", err)
 	}
 
-	// Stale: a pid that is gone, and this pid with another start time.
+	// Stale: a pid that is gone, and this pid with another start time. The
+	// port they name is live (another server of this test), so a client
+	// that believed them would go there.
+	live := startServer(t, tr)
 	gone := exec.Command("true")
 	if err := gone.Run(); err != nil {
 		t.Fatal(err)
 	}
 	for _, stale := range []string{
-		fmt.Sprintf(`{"family":"mhi","pid":%d,"uid":0,"port":%d,"start_time":1}`, gone.Process.Pid, srv.Port()),
-		fmt.Sprintf(`{"family":"mhi","pid":%d,"uid":0,"port":%d,"start_time":1}`, os.Getpid(), srv.Port()),
+		fmt.Sprintf(`{"family":"mhi","pid":%d,"uid":0,"port":%d,"start_time":1}`, gone.Process.Pid, live.Port()),
+		fmt.Sprintf(`{"family":"mhi","pid":%d,"uid":0,"port":%d,"start_time":1}`, os.Getpid(), live.Port()),
 	} {
 		if err := os.WriteFile(runFile, []byte(stale), 0o644); err != nil {
 			t.Fatal(err)
@@ -192,12 +196,20 @@ func TestRunFileLifecycle(t *testing.T) {
 		if r, err := genl.ReadRunFile(runFile); err != nil || r.Live() {
 			t.Fatalf("stale run file: %+v live=%v, %v", r, r.Live(), err)
 		}
-		// The client ignores it (and says so when it fails).
-		port := 0x7ffe0000 + rand.Uint32N(0xffff)
-		_, err := genl.Dial(genl.ClientOptions{RunFile: runFile, Port: port})
-		if !errors.Is(err, genl.ErrNoServer) {
-			t.Errorf("Dial with a stale run file: %v, want ErrNoServer", err)
+		// The client ignores it: it goes to DefaultPort, not to the port
+		// the stale file names.
+		c, err := genl.Dial(genl.ClientOptions{RunFile: runFile, Timeout: 500 * time.Millisecond})
+		var ge *genl.Error
+		switch {
+		case err == nil:
+			if c.Port() != genl.DefaultPort || c.RunFile() != "" {
+				t.Errorf("Dial with a stale run file went to %#x (run file %q)", c.Port(), c.RunFile())
+			}
+			c.Close()
+		case !errors.As(err, &ge) || ge.Port != genl.DefaultPort:
+			t.Errorf("Dial with a stale run file: %v; want it to try DefaultPort", err)
 		}
+		port := 0x7ffe0000 + rand.Uint32N(0xffff)
 		// The next server replaces it.
 		srv2, err := genl.NewServer(tr, genl.ServerOptions{Port: port, RunFile: runFile})
 		if err != nil {
