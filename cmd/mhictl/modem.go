@@ -110,7 +110,7 @@ The LOOPBACK channels (0/1) always loop back.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&socket, "socket", "", "unix socket path to listen on (a stale socket there is replaced)")
+	f.StringVar(&socket, "socket", "", "unix socket path to listen on: created 0600 (only root and this user may connect; others are refused and logged); a stale socket there is replaced, anything else is refused")
 	f.BoolVar(&jsonLog, "json-log", false, "log events as JSON lines on stdout")
 	f.IntVar(&vectors, "vectors", vfiouser.DefaultVectors, "MSI vectors offered (power of two, 1..32)")
 	f.StringVar(&ipd.mode, "ip-mode", "responder", "what the IP data function does: responder (answers ping and UDP echo), loopback or generator")
