@@ -98,11 +98,16 @@ The LOOPBACK channels (0/1) always loop back.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			ln, err := vfiouser.Listen(socket)
+			if err != nil {
+				return err
+			}
+			// Announced once the socket exists: clients wait for this line.
 			p := dev.PCI
 			events.Info("listen", "socket", socket, "model", dev.Entry.Info.Name,
 				"ids", fmt.Sprintf("%04x:%04x %04x:%04x", p.Vendor, p.Device, p.SubVendor, p.SubDevice),
 				"bar0", p.BARSize, "vectors", p.Vectors, "ip_mode", strings.ToLower(ipd.mode), "format", format.String())
-			err = vfiouser.ListenAndServe(ctx, socket, dev)
+			err = ln.Serve(ctx, dev)
 			st := dev.Stats()
 			events.Info("exit", "sessions", st.Sessions, "messages", st.Messages, "malformed", st.Malformed,
 				"dma_faults", st.DMAFaults, "interrupts", st.Interrupts)

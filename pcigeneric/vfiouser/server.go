@@ -220,11 +220,44 @@ const BusyGrace = time.Second
 // BusyGrace, gets an EBUSY error reply to its first message (its Dial fails
 // with ErrBusy) instead of waiting unanswered.
 func ListenAndServe(ctx context.Context, path string, dev *ServerDevice) error {
-	l, ino, err := listenSocket(path)
+	l, err := Listen(path)
 	if err != nil {
 		return err
 	}
-	defer removeSocket(path, ino)
+	return l.Serve(ctx, dev)
+}
+
+// Listener is a vfio-user socket made by Listen: the socket file exists
+// (clients can connect and wait) from Listen's return until Serve returns
+// or Close is called.
+type Listener struct {
+	path string
+	ino  uint64
+	l    *net.UnixListener
+}
+
+// Listen creates the socket at path as ListenAndServe does, without
+// serving it yet, so a caller can announce it once it exists.
+func Listen(path string) (*Listener, error) {
+	l, ino, err := listenSocket(path)
+	if err != nil {
+		return nil, err
+	}
+	return &Listener{path: path, ino: ino, l: l}, nil
+}
+
+// Close removes the socket; a Serve in progress returns.
+func (ln *Listener) Close() error {
+	err := ln.l.Close()
+	removeSocket(ln.path, ln.ino)
+	return err
+}
+
+// Serve serves dev on the listener as ListenAndServe does, until ctx is
+// done, and removes the socket on return.
+func (ln *Listener) Serve(ctx context.Context, dev *ServerDevice) error {
+	l, path := ln.l, ln.path
+	defer removeSocket(path, ln.ino)
 	defer l.Close()
 	stop := context.AfterFunc(ctx, func() { _ = l.Close() })
 	defer stop()
