@@ -101,7 +101,7 @@ func verdict(log string) string {
 // or skips the test saying what is missing (fails it with CI=true).
 func qemuEnv(t *testing.T) *qemuguest.Env {
 	t.Helper()
-	return qemuguest.Find(t, qemuguest.Options{Modules: vfioModules, Setup: "sudo bash .ci/vfio-setup.sh"})
+	return qemuguest.Find(t, qemuguest.Options{Modules: vfioModules})
 }
 
 // initScript is the guest's /init: mount the pseudo file systems, load the

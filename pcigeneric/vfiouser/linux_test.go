@@ -152,8 +152,7 @@ finish
 // busybox and cpio, and builds the guest's initramfs once.
 func linuxEnv(t *testing.T) (*qemuguest.Env, string) {
 	t.Helper()
-	env := qemuguest.Find(t, qemuguest.Options{VFIOUser: true, Modules: linuxModules,
-		Setup: "bash .ci/qemu-vfio-user-setup.sh; sudo bash .ci/vfio-setup.sh"})
+	env := qemuguest.Find(t, qemuguest.Options{VFIOUser: true, Modules: linuxModules})
 	names := make([]string, len(linuxModules))
 	for i, m := range linuxModules {
 		names[i] = filepath.Base(m)
