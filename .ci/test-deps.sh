@@ -98,7 +98,12 @@ else
 	need_kernel=1
 fi
 if [ -n "${GOMHI_BUSYBOX:-}" ]; then
-	say "busybox: \$GOMHI_BUSYBOX=$GOMHI_BUSYBOX"
+	if "$GOMHI_BUSYBOX" true 2>/dev/null; then
+		say "busybox: \$GOMHI_BUSYBOX=$GOMHI_BUSYBOX"
+	else
+		say "busybox: \$GOMHI_BUSYBOX=$GOMHI_BUSYBOX does not run" >&2
+		failed+=("busybox (\$GOMHI_BUSYBOX=$GOMHI_BUSYBOX)")
+	fi
 elif busybox_ok "$bdir"; then
 	say "busybox: $("$bdir/bin/busybox" | head -n1 | cut -d' ' -f1-2) in $bdir"
 else
