@@ -24,8 +24,9 @@ build:
 # need, and the race-enabled tests. .ci/gotest prints what plain go test
 # prints, then the tests that skipped and why; under CI=true a skip fails
 # the run (docs/RELIABILITY.md). Never -short here: CI runs everything.
+# TESTFLAGS=-v prints every test's output.
 test: fmt-check vet test-deps
-	$(GO) run ./.ci/gotest -race -count=1 -timeout 20m $(PKGS)
+	$(GO) run ./.ci/gotest -race -count=1 -timeout 20m $(TESTFLAGS) $(PKGS)
 	$(MAKE) --no-print-directory fuzz
 
 # QEMU 11.1, the guest kernel and a static busybox for the VFIO and

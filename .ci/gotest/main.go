@@ -1,7 +1,8 @@
 // Command gotest runs `go test -json` with the given arguments and prints
 // what plain `go test` prints (each package's ok/FAIL line, the output of
 // failed tests, build errors), then the tests that skipped, with their
-// reasons, and a closing count. Under CI (CI=true) a skipped test fails the
+// reasons, and a closing count. With -v it prints everything, as go test
+// -v does. Under CI (CI=true) a skipped test fails the
 // run: a CI run must run every test (docs/RELIABILITY.md). The exit status
 // is go test's, or 1 for skips under CI.
 //
@@ -50,7 +51,7 @@ func main() {
 		os.Exit(2)
 	}
 	w := bufio.NewWriter(os.Stdout)
-	s := filter(out, w)
+	s := filter(out, w, verbose(os.Args[1:]))
 	runErr := cmd.Wait()
 	ci := os.Getenv("CI") == "true"
 	report(w, s, ci)
@@ -67,9 +68,21 @@ func main() {
 	}
 }
 
+// verbose reports whether args ask go test for -v.
+func verbose(args []string) bool {
+	for _, a := range args {
+		switch strings.TrimLeft(a, "-") {
+		case "v", "v=true", "test.v", "test.v=true":
+			return true
+		}
+	}
+	return false
+}
+
 // filter reads test2json events from r and writes the plain go test view
-// to w: package lines as they come, a test's output only if it failed.
-func filter(r io.Reader, w *bufio.Writer) summary {
+// to w: package lines as they come, a test's output only if it failed; with
+// all, every line.
+func filter(r io.Reader, w *bufio.Writer, all bool) summary {
 	var s summary
 	type key struct{ pkg, test string }
 	held := map[key][]string{} // output of running tests
@@ -85,7 +98,14 @@ func filter(r io.Reader, w *bufio.Writer) summary {
 			continue
 		}
 		k := key{e.Package, e.Test}
+		if all && e.Action == "output" {
+			w.WriteString(e.Output)
+		}
 		switch {
+		case all && e.Action == "output":
+			if e.Test != "" {
+				held[k] = append(held[k], e.Output) // for the skip reason
+			}
 		case e.Action == "build-output":
 			w.WriteString(e.Output)
 		case e.Test == "" && e.Action == "output":
@@ -105,7 +125,9 @@ func filter(r io.Reader, w *bufio.Writer) summary {
 					continue
 				}
 				if out, ok := held[t]; ok {
-					w.WriteString(strings.Join(out, ""))
+					if !all {
+						w.WriteString(strings.Join(out, ""))
+					}
 					delete(held, t)
 				}
 			}
@@ -124,7 +146,9 @@ func filter(r io.Reader, w *bufio.Writer) summary {
 			delete(held, k)
 		case e.Action == "fail":
 			s.failed++
-			w.WriteString(strings.Join(held[k], ""))
+			if !all {
+				w.WriteString(strings.Join(held[k], ""))
+			}
 			delete(held, k)
 		case e.Action == "skip":
 			s.skips = append(s.skips, skip{e.Package, e.Test, reason(held[k])})
