@@ -81,12 +81,19 @@ func verbose(args []string) bool {
 
 // filter reads test2json events from r and writes the plain go test view
 // to w: package lines as they come, a test's output only if it failed; with
-// all, every line.
+// all, every line, each package's together when it ends (as go test -v
+// prints several packages).
 func filter(r io.Reader, w *bufio.Writer, all bool) summary {
 	var s summary
 	type key struct{ pkg, test string }
 	held := map[key][]string{} // output of running tests
 	order := []key{}           // tests in the order they started
+	pkgOut := map[string][]string{}
+	defer func() { // packages that never ended
+		for _, out := range pkgOut {
+			w.WriteString(strings.Join(out, ""))
+		}
+	}()
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
@@ -99,7 +106,11 @@ func filter(r io.Reader, w *bufio.Writer, all bool) summary {
 		}
 		k := key{e.Package, e.Test}
 		if all && e.Action == "output" {
-			w.WriteString(e.Output)
+			pkgOut[e.Package] = append(pkgOut[e.Package], e.Output)
+		}
+		if all && e.Test == "" && (e.Action == "pass" || e.Action == "fail" || e.Action == "skip") {
+			w.WriteString(strings.Join(pkgOut[e.Package], ""))
+			delete(pkgOut, e.Package)
 		}
 		switch {
 		case all && e.Action == "output":
