@@ -1,6 +1,8 @@
 package vfiouser
 
 import (
+	"github.com/gomhi/gomhi/mhi/testenv"
+
 	"bytes"
 	"context"
 	"errors"
@@ -180,18 +182,8 @@ func (s *syncBuffer) String() string {
 // refuses it by its credentials (SO_PEERCRED) with an EPERM reply and a
 // Warn log naming it, without giving it the device. Root is served after.
 func TestPeerRefused(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true: needs root, to run a client as uid 65534")
-		}
-		t.Skip("needs root, to run a client as uid 65534")
-	}
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true: needs setpriv (util-linux): %v", err)
-		}
-		t.Skipf("needs setpriv (util-linux): %v", err)
-	}
+	testenv.NeedRoot(t, "to run a client as uid 65534")
+	testenv.LookPath(t, "setpriv", "util-linux")
 	dir, err := os.MkdirTemp("", "vfiouser-peer-")
 	if err != nil {
 		t.Fatal(err)
@@ -257,7 +249,7 @@ func TestPeerRefused(t *testing.T) {
 func TestHelperPeer(t *testing.T) {
 	path := os.Getenv(peerHelperEnv)
 	if path == "" {
-		t.Skip("helper process for TestPeerRefused")
+		return // run only by TestPeerRefused (TestMain keeps it out otherwise)
 	}
 	c, err := Dial(path, ClientOptions{Memory: 1 << 20, Timeout: 5 * time.Second})
 	switch {

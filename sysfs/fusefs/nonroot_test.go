@@ -1,6 +1,8 @@
 package fusefs_test
 
 import (
+	"github.com/gomhi/gomhi/mhi/testenv"
+
 	"errors"
 	"fmt"
 	"io"
@@ -33,12 +35,7 @@ func TestNonRootCannotWrite(t *testing.T) {
 		}
 	}
 	needFUSE(t)
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true: needs setpriv (util-linux): %v", err)
-		}
-		t.Skipf("needs setpriv (util-linux): %v", err)
-	}
+	testenv.LookPath(t, "setpriv", "util-linux")
 	f := newFixture(t)
 	base, err := os.MkdirTemp("", "fusefs-nonroot-")
 	if err != nil {
@@ -150,7 +147,7 @@ func copyExec(src, dst string) error {
 func TestHelperFUSEClient(t *testing.T) {
 	file := os.Getenv(fuseHelperEnv)
 	if file == "" {
-		t.Skip("helper process for TestNonRootCannotWrite")
+		return // run only by TestNonRootCannotWrite (TestMain keeps it out otherwise)
 	}
 	if os.Getuid() == 0 {
 		t.Fatal("helper runs as root")

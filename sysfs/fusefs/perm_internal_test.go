@@ -1,6 +1,8 @@
 package fusefs
 
 import (
+	"github.com/gomhi/gomhi/mhi/testenv"
+
 	"context"
 	"log/slog"
 	"os"
@@ -54,18 +56,8 @@ func TestOpenWriteNeedsRoot(t *testing.T) {
 
 	// A uid 65534 process holding CAP_DAC_OVERRIDE passes, as it passes
 	// the kernel's check.
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true: needs root to start a process with CAP_DAC_OVERRIDE")
-		}
-		t.Skip("needs root to start a process with CAP_DAC_OVERRIDE")
-	}
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true: needs setpriv (util-linux): %v", err)
-		}
-		t.Skipf("needs setpriv: %v", err)
-	}
+	testenv.NeedRoot(t, "to start a process with CAP_DAC_OVERRIDE")
+	testenv.LookPath(t, "setpriv", "util-linux")
 	for _, tc := range []struct {
 		caps []string
 		want syscall.Errno

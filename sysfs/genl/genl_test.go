@@ -374,7 +374,7 @@ func TestServeStopsOnCancel(t *testing.T) {
 	tr, _ := newTree(t, false)
 	srv, err := genl.NewServer(tr, genl.ServerOptions{Port: 0x7e000000 + rand.Uint32N(0x100000)})
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,6 +1,8 @@
 package genl_test
 
 import (
+	"github.com/gomhi/gomhi/mhi/testenv"
+
 	"errors"
 	"fmt"
 	"io/fs"
@@ -19,12 +21,7 @@ import (
 // requireRoot skips (fails under CI=true) a test that needs root.
 func requireRoot(t *testing.T, why string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true: needs root: %s", why)
-		}
-		t.Skipf("needs root: %s", why)
-	}
+	testenv.NeedRoot(t, why)
 }
 
 // liveRunFile is a run file naming this process, as a server writes it.

@@ -58,13 +58,6 @@ func inNetns(t *testing.T) bool {
 	return false
 }
 
-// TestMain removes the copy of the test binary the helpers ran.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	genltest.RemoveSharedBinary()
-	os.Exit(code)
-}
-
 // startSquatter runs TestHelperSquatter as uid 65534 holding port.
 func startSquatter(t *testing.T, port uint32, mode string) *genltest.Squatter {
 	t.Helper()
@@ -76,7 +69,7 @@ func startSquatter(t *testing.T, port uint32, mode string) *genltest.Squatter {
 // unless startSquatter started it.
 func TestHelperSquatter(t *testing.T) {
 	if os.Getenv(genltest.ModeEnv) == "" {
-		t.Skip("helper process for the squatter tests")
+		return // run only by startSquatter (TestMain keeps it out otherwise)
 	}
 	if err := genltest.RunSquatterFromEnv(); err != nil {
 		t.Fatal(err)
@@ -342,7 +335,7 @@ func TestSquatterAnswering(t *testing.T) {
 func TestHelperSquatClient(t *testing.T) {
 	mode := os.Getenv(squatClientEnv)
 	if mode == "" {
-		t.Skip("helper process for the squatter tests")
+		return // run only by the squatter tests (TestMain keeps it out otherwise)
 	}
 	if os.Getuid() == 0 {
 		t.Fatal("helper runs as root; setpriv did not drop privileges")
