@@ -1,6 +1,7 @@
 package mhinet
 
 import (
+	"errors"
 	"sync/atomic"
 
 	"github.com/gomhi/gomhi/mhi"
@@ -43,7 +44,8 @@ func (d *Device) refillRing(force bool) {
 	if len(xs) == 0 {
 		return
 	}
-	if err := d.dl.Queue(xs); err != nil {
+	// ErrDoorbell: the buffers are queued (the next doorbell covers them).
+	if err := d.dl.Queue(xs); err != nil && !errors.Is(err, mhi.ErrDoorbell) {
 		for _, x := range xs {
 			d.pool.bufs[x.Cookie].release()
 		}
