@@ -85,6 +85,10 @@ type Options struct {
 	// BARSize, when non-zero, is what BARSize reports instead of the
 	// inner transport's.
 	BARSize uint64
+	// PassFree hands frees straight to the inner transport instead of the
+	// quarantine, for an inner transport that tracks freed memory itself
+	// (Device does).
+	PassFree bool
 }
 
 // Transport wraps an mhi.Transport for attacks: hooks on registers,
@@ -226,6 +230,9 @@ func (t *Transport) Free(b mhi.DMABuffer) error {
 		return fmt.Errorf("hostile: free of 0x%x, not allocated: %w", b.IOVA, mhi.ErrBounds)
 	}
 	delete(t.live, b.IOVA)
+	if t.opts.PassFree {
+		return t.inner.Free(b)
+	}
 	for i := range b.Bytes {
 		b.Bytes[i] = Poison
 	}
