@@ -208,3 +208,47 @@ func waitUntil(d time.Duration, cond func() bool) bool {
 	}
 	return true
 }
+
+func mustPowerUp(t *testing.T, r *scriptRig) {
+	t.Helper()
+	if err := r.ctrl.PowerUp(); err != nil {
+		t.Fatalf("PowerUp: %v", err)
+	}
+}
+
+// sendUL queues one uplink buffer on channel num and waits for its
+// completion: the data path works.
+func sendUL(t *testing.T, r *scriptRig, num uint8) {
+	t.Helper()
+	ch, err := r.ctrl.Channel(num)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	if r.ulDone == nil {
+		r.ulDone = make(chan mhi.Completion, 16)
+	}
+	done := r.ulDone
+	r.mu.Unlock()
+	if ch.Status().State != "ENABLED" {
+		if err := ch.Start(func(c mhi.Completion) {
+			if c.Err == nil {
+				done <- c
+			}
+		}); err != nil {
+			t.Fatalf("start channel %d: %v", num, err)
+		}
+	}
+	b := r.buf(t, 100)
+	if err := ch.Queue([]mhi.Transfer{{IOVA: b.IOVA, Len: 100, Flags: mhi.FlagEOT, Cookie: 42}}); err != nil {
+		t.Fatalf("queue: %v", err)
+	}
+	select {
+	case c := <-done:
+		if c.Err != nil || c.Cookie != 42 || c.Len != 100 {
+			t.Fatalf("completion %+v", c)
+		}
+	case <-time.After(time.Second):
+		t.Fatalf("no uplink completion on channel %d (stats %+v)", num, r.ctrl.Stats())
+	}
+}
