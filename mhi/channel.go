@@ -428,10 +428,12 @@ func (ch *Channel) onEvent(ev Element) {
 				c.log.Warn("transfer length larger than the buffer; clamped", "channel", ch.cfg.Num, "len", comp.Len, "buffer", s.n)
 				comp.Len = s.n
 			}
-			if code == CCBadTRE {
-				comp.Code, comp.Len = CCInvalid, 0
-				comp.Err = fmt.Errorf("%s: channel %d: device reported a bad element: %w", c.name, ch.cfg.Num, ErrBadDevice)
-			}
+		}
+		if code == CCBadTRE {
+			// The device failed the transfer: every element the event
+			// completes comes back with the error and no data.
+			comp.Code, comp.Len = CCInvalid, 0
+			comp.Err = fmt.Errorf("%s: channel %d: device reported a bad element at index %d: %w", c.name, ch.cfg.Num, idx, ErrBadDevice)
 		}
 		bytes += uint64(comp.Len)
 		comps = append(comps, comp)
