@@ -591,6 +591,9 @@ func TestMaliciousDevice(t *testing.T) {
 			r.dev.SetBehaviour(hostile.Behaviour{})
 			// The device answers the old command late: a stale completion.
 			stillM0(t, r)
+			if n := r.ctrl.Stats().StaleCompletion; n != 1 {
+				t.Fatalf("stale_completion = %d, want 1 (the late answer)", n)
+			}
 		}},
 		{name: "command-fails", run: func(t *testing.T, r *scriptRig) {
 			mustPowerUp(t, r)
