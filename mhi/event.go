@@ -221,7 +221,10 @@ func (c *Controller) onInterrupt(vector int) {
 func (c *Controller) onStateChange(s State) {
 	c.mu.Lock()
 	c.devState = s
-	startRecovery := s == StateSysErr && (c.pm == pmM0 || c.pm == pmM3 || c.pm == pmPowerUp)
+	// During a power-up (the first, or a recovery's) SYS_ERR fails the
+	// power-up's waits instead: PowerUp returns the error, a recovery
+	// attempt fails and the next one follows.
+	startRecovery := s == StateSysErr && (c.pm == pmM0 || c.pm == pmM3)
 	if startRecovery {
 		c.setPMLocked(pmSysErr)
 	}

@@ -374,7 +374,11 @@ func (c *Controller) Resume() error {
 	}
 	to := c.Timeout()
 	err = c.waitFor("M0", to, func() bool { return c.devState == StateM0 })
-	if err == nil || !errors.Is(err, ErrTimeout) {
+	if err == nil {
+		c.onM0() // in case the M0 event was handled before the host left M3
+		return nil
+	}
+	if !errors.Is(err, ErrTimeout) {
 		return err
 	}
 	c.stats.StateTimeouts.Add(1)
@@ -385,6 +389,7 @@ func (c *Controller) Resume() error {
 			c.devState = StateM0
 		}
 		c.mu.Unlock()
+		c.onM0()
 		c.log.Warn("device reports M0 but never announced it", "timeout", to)
 		return nil
 	}

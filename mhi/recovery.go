@@ -58,11 +58,11 @@ func (c *Controller) kickRecovery() {
 }
 
 // requestRecovery starts a recovery for a device fault the host detected
-// itself (not a SYS_ERR the device announced), when the host is in M0, M3
-// or powering up. reason is logged.
+// itself (not a SYS_ERR the device announced), when the host is in M0 or
+// M3 (a power-up in progress fails on its own). reason is logged.
 func (c *Controller) requestRecovery(reason string) {
 	c.mu.Lock()
-	ok := c.pm == pmM0 || c.pm == pmM3 || c.pm == pmPowerUp
+	ok := c.pm == pmM0 || c.pm == pmM3
 	if ok {
 		c.setPMLocked(pmSysErr)
 	}

@@ -26,6 +26,7 @@ type mockRig struct {
 func newMockRig(tb testing.TB, opts mhi.Options) *mockRig {
 	tb.Helper()
 	cfg := hostile.Config()
+	cfg.Timeout = 2 * time.Second // the mock's READY is timer driven: room for a loaded machine
 	in, err := inproc.New(ep.Config{MHI: cfg, SerialNumber: 0x5eed}, inproc.Options{})
 	if err != nil {
 		tb.Fatal(err)
