@@ -18,7 +18,8 @@ type EventRing struct {
 	ring
 	devRP  int // last device read pointer seen, as an index
 	notify chan struct{}
-	// Bad device read pointers, guarded by mu: the last bad value counted
+	// Bad device read pointers, guarded by mu (or procMu held for writing,
+	// when the ring is reset): the last bad value counted
 	// (badRPSet says whether there is one), consecutive looks that found a
 	// bad value, and the rate limit of their warnings.
 	badRP       uint64
@@ -140,7 +141,10 @@ func (er *EventRing) process(byPoll bool) {
 	}
 	Store64(er.ctx(), CtxWP, er.iova(er.wp))
 	if err := c.gatedDoorbell(c.erdb(er.index), er.iova(er.wp)); err != nil {
-		c.log.Warn("event ring doorbell", "ring", er.index, "err", err)
+		// Counted in DoorbellErrors; logged on the 1st, 2nd, 4th, 8th… failure.
+		if n := c.stats.DoorbellErrors.Load(); n&(n-1) == 0 {
+			c.log.Warn("event ring doorbell", "ring", er.index, "err", err, "doorbell_errors", n)
+		}
 	}
 }
 

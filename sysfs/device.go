@@ -150,6 +150,7 @@ func channelAttrs(ch *mhi.Channel) []*Attr {
 		UintAttr("overflows", "OVERFLOW completions", s.Overflows.Load, nil, 0, 0),
 		UintAttr("aborted", "elements returned unused (reset, SYS_ERR)", s.Aborted.Load, nil, 0, 0),
 		UintAttr("doorbells", "doorbells rung", s.Doorbells.Load, nil, 0, 0),
+		UintAttr("doorbell_errors", "doorbell writes the transport failed (the elements stayed queued)", s.DoorbellErrors.Load, nil, 0, 0),
 		UintAttr("db_mode_events", "OOB/DB_MODE completions", s.DBModes.Load, nil, 0, 0),
 		UintAttr("bad_events", "events the host rejected", s.BadEvents.Load, nil, 0, 0),
 	}
