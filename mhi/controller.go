@@ -82,7 +82,7 @@ type Controller struct {
 	poll time.Duration
 
 	// Offsets published by the device, read and checked at power-up.
-	regLen, chdbOff, erdbOff, bhiOff, bhieOff uint32
+	regLen, chdbOff, erdbOff, bhiOff uint32
 
 	recBackoff, recBackoffMax, recWindow time.Duration
 	recLimit                             int

@@ -159,15 +159,14 @@ func (c *Controller) initMMIO() error {
 	if err := c.checkBlock("ERDBOFF", c.erdbOff, DoorbellStride*uint64(ner), c.regLen, bar); err != nil {
 		return err
 	}
-	// BHIe is not used (no firmware download); a bad BHIEOFF is counted and
-	// remembered as absent rather than refused.
-	if bhie, err := c.read(RegBHIEOFF); err != nil {
+	// The host never follows BHIEOFF (no firmware download): a bad value is
+	// counted and logged rather than refused.
+	bhie, err := c.read(RegBHIEOFF)
+	if err != nil {
 		return err
-	} else if bhie != 0 && c.checkBlock("BHIEOFF", bhie, BHIESize, c.regLen, bar) != nil {
-		c.log.Warn("BHIEOFF outside the register space; BHIe treated as absent", "bhieoff", fmt.Sprintf("0x%x", bhie))
-		c.bhieOff = 0
-	} else {
-		c.bhieOff = bhie
+	}
+	if bhie != 0 && c.checkBlock("BHIEOFF", bhie, BHIESize, c.regLen, bar) != nil {
+		c.log.Warn("BHIEOFF outside the register space; BHIe unusable", "bhieoff", fmt.Sprintf("0x%x", bhie))
 	}
 	for _, w := range []struct {
 		off uint32
