@@ -13,7 +13,7 @@ FUZZ_TARGETS := ./mhinet/ntb:FuzzParseNTB:200000 ./mhinet/ntb:FuzzRoundTripNTB:1
 	./mhinet/qmap:FuzzParseQMAP:200000 ./mhinet/qmap:FuzzRoundTripQMAP:10000 \
 	./mhi/ep:FuzzAnswer:150000 ./sysfs/genl:FuzzDecodeRequest:60000 \
 	./mhinet/gso:FuzzSegment:100000 ./pcigeneric/vfiouser:FuzzDecodeMessage:100000 \
-	./mhinet/tun:FuzzCoalesce:100000
+	./mhinet/tun:FuzzCoalesce:100000 ./mhi:FuzzEventRing:100000
 # MBIM control messages: the codec and the mock modem's answerer.
 FUZZ_TARGETS += ./mhi/proto/mbim:FuzzParseMessage:200000 ./mhi/proto/mbim:FuzzInformationBuffer:50000 \
 	./mhi/proto/mbim:FuzzReassemble:50000 ./mhi/ep:FuzzMBIMAnswer:50000

@@ -431,7 +431,8 @@ func (t *Transport) Done() <-chan struct{} { return t.dead }
 // Capabilities returns the server's VERSION capabilities JSON.
 func (t *Transport) Capabilities() string { return t.caps }
 
-// BARSize returns the size of BAR0.
+// BARSize returns the size of BAR0 (the MHI BAR; it implements
+// mhi.BARSizer, so the controller checks the device's offsets against it).
 func (t *Transport) BARSize() uint64 { return t.barSize }
 
 // ReadConfig reads len(p) bytes of config space at off.
@@ -540,4 +541,7 @@ func (t *Transport) teardown() {
 	}
 }
 
-var _ mhi.Transport = (*Transport)(nil)
+var (
+	_ mhi.Transport = (*Transport)(nil)
+	_ mhi.BARSizer  = (*Transport)(nil)
+)
