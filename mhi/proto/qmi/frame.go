@@ -48,7 +48,9 @@ func FrameLen(b []byte) (int, error) {
 // libqmi's checks: ErrShort, ErrMarker, ErrQMUXLength (QMUX length ≠
 // len(b)−1), ErrSDUHeader, ErrTLVLength (SDU TLV length ≠ what follows the
 // SDU header) and ErrTLVOverrun (the TLVs do not exactly fill the SDU).
-// The result refers to b.
+// The result refers to b. On ErrTLVLength and ErrTLVOverrun the header
+// fields are filled in (TLVs is nil), so that a modem can still answer
+// the request with MalformedMessage.
 func ParseFrame(b []byte) (Frame, error) {
 	var f Frame
 	if len(b) < QMUXHeaderLen {
@@ -84,10 +86,10 @@ func ParseFrame(b []byte) (Frame, error) {
 	if tlvLen != len(sdu) {
 		return f, fmt.Errorf("%w: TLV length %d, %d bytes follow (%v 0x%04x)", ErrTLVLength, tlvLen, len(sdu), f.Service, uint16(f.Message))
 	}
-	f.TLVs = TLVs(sdu)
-	if err := f.TLVs.Validate(); err != nil {
+	if err := TLVs(sdu).Validate(); err != nil {
 		return f, fmt.Errorf("%w (%v 0x%04x)", err, f.Service, uint16(f.Message))
 	}
+	f.TLVs = TLVs(sdu)
 	return f, nil
 }
 
