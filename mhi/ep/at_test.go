@@ -101,7 +101,7 @@ func TestATBasics(t *testing.T) {
 		{"AT+CGDCONT=1,\"X25\",\"a\"\r", "AT+CGDCONT=1,\"X25\",\"a\"\r\r\n+CME ERROR: 50\r\n"},
 		{"AT+CMEE=2;+CPIN=\"1234\"\r", "AT+CMEE=2;+CPIN=\"1234\"\r\r\n+CME ERROR: operation not allowed\r\n"},
 		{"AT+CSQ;+FOO;+CGMI\r", "AT+CSQ;+FOO;+CGMI\r\r\n+CSQ: 20,99\r\n\r\nERROR\r\n"}, // stops at the first error
-		{"AT+CGDCONT=1,\"IP\r", "AT+CGDCONT=1,\"IP\r\r\nERROR\r\n"},                     // syntax
+		{"AT+CGDCONT=1,\"IP\r", "AT+CGDCONT=1,\"IP\r\r\nERROR\r\n"},                    // syntax
 		{"ATE0\r", "ATE0\r\r\nOK\r\n"},
 		{"ATI\r", "\r\nTelit\r\nFN990\r\nRevision: LE1.0.0.0-001\r\n\r\nOK\r\n"},
 		{"A/", "\r\nTelit\r\nFN990\r\nRevision: LE1.0.0.0-001\r\n\r\nOK\r\n"},
