@@ -312,6 +312,15 @@ func (q *QMI) nas(r *qmiReq) {
 		r.ok()
 	case qmi.NASSetEventReport:
 		r.ok() // accepted; the mock sends no NAS event reports
+	case qmi.NASInitiateNetworkRegister:
+		// The mock registers automatically while the radio is on: a
+		// request finds it already there (NoEffect, which ModemManager
+		// takes as "registered in the wanted network").
+		if q.servingLocked().registered {
+			r.fail(qmi.ErrNoEffect)
+		} else {
+			r.fail(qmi.ErrNoNetworkFound)
+		}
 	default:
 		r.unsupported()
 	}

@@ -329,6 +329,8 @@ func TestQMINAS(t *testing.T) {
 		t.Fatal("home network")
 	}
 
+	h.fails(qmi.NAS, nas, qmi.NASInitiateNetworkRegister, func(b *qmi.Builder) { b.TLVU8(0x01, 1) }, qmi.ErrNoEffect)
+
 	// Serving system indications go to clients that asked for them.
 	other := h.alloc(qmi.NAS)
 	h.ok(qmi.NAS, nas, qmi.NASRegisterIndications, func(b *qmi.Builder) { b.TLVU8(0x13, 1) })
@@ -338,6 +340,7 @@ func TestQMINAS(t *testing.T) {
 		t.Fatalf("serving system indication %x", v)
 	}
 	h.fails(qmi.NAS, nas, qmi.NASGetSignalStrength, nil, qmi.ErrNoNetworkFound)
+	h.fails(qmi.NAS, nas, qmi.NASInitiateNetworkRegister, func(b *qmi.Builder) { b.TLVU8(0x01, 1) }, qmi.ErrNoNetworkFound)
 	f = h.ok(qmi.NAS, nas, qmi.NASGetSignalInfo, nil)
 	if f.TLVs.Count() != 1 {
 		t.Fatalf("signal info with the radio off has %d TLVs", f.TLVs.Count())
