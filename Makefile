@@ -13,7 +13,9 @@ FUZZ_TARGETS := ./mhinet/ntb:FuzzParseNTB:200000 ./mhinet/ntb:FuzzRoundTripNTB:1
 	./mhinet/qmap:FuzzParseQMAP:200000 ./mhinet/qmap:FuzzRoundTripQMAP:10000 \
 	./mhi/ep:FuzzAnswer:150000 ./sysfs/genl:FuzzDecodeRequest:60000 \
 	./mhinet/gso:FuzzSegment:100000 ./pcigeneric/vfiouser:FuzzDecodeMessage:100000 \
-	./mhinet/tun:FuzzCoalesce:100000
+	./mhinet/tun:FuzzCoalesce:100000 \
+	./mhi/proto/qmi:FuzzParseQMUX:100000 ./mhi/proto/qmi:FuzzTLVs:50000 \
+	./mhi/proto/at:FuzzParseLine:100000 ./mhi/ep:FuzzQMIAnswer:50000 ./mhi/ep:FuzzATAnswer:50000
 
 all: build
 
