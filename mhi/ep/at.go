@@ -176,11 +176,12 @@ func (a *AT) Receive(ctx context.Context, p *Pipe, transfer []byte) error {
 	if len(out) == 0 {
 		return nil
 	}
+	// Counted before the host can see the bytes; taken back on failure.
+	a.count(func(s *ATStats) { s.BytesOut += uint64(len(out)) })
 	if err := p.Send(ctx, out); err != nil {
-		a.count(func(s *ATStats) { s.SendFailed++ })
+		a.count(func(s *ATStats) { s.BytesOut -= uint64(len(out)); s.SendFailed++ })
 		return err
 	}
-	a.count(func(s *ATStats) { s.BytesOut += uint64(len(out)) })
 	return nil
 }
 

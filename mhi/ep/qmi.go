@@ -400,18 +400,24 @@ func (q *QMI) frame(ctx context.Context, port *qmiPort, frame []byte, send func(
 	port.rbuf = out[:0]
 	q.log.Debug("qmi: request", "pipe", port.name(), "message", f.Name(), "client", f.Client, "tid", f.TID,
 		"status", r.res.Status, "error", r.res.Code)
+	// Counted before the host can see the answer, so that a host that has
+	// it also sees the counters; taken back if it cannot be queued.
+	count := func(d int) {
+		q.count(func(s *QMIStats) {
+			s.Responses += uint64(d)
+			s.FramesOut += uint64(d)
+			if !r.res.OK() {
+				s.ErrorResponses += uint64(d)
+				s.ErrorCodes[r.res.Code.String()] += uint64(d)
+			}
+		})
+	}
+	count(1)
 	if err := send(out); err != nil {
+		count(-1)
 		q.drop("send_failed")
 		return err
 	}
-	q.count(func(s *QMIStats) {
-		s.Responses++
-		s.FramesOut++
-		if !r.res.OK() {
-			s.ErrorResponses++
-			s.ErrorCodes[r.res.Code.String()]++
-		}
-	})
 	for _, ind := range r.post {
 		if err := q.sendIndication(port, ind, &port.rbuf, send); err != nil {
 			return err
@@ -429,14 +435,16 @@ func (q *QMI) sendIndication(port *qmiPort, ind qmiIndication, buf *[]byte, send
 	out, err := b.Finish()
 	*buf = out[:0]
 	if err == nil {
-		err = send(out)
+		q.count(func(s *QMIStats) { s.Indications++; s.FramesOut++ })
+		if err = send(out); err != nil {
+			q.count(func(s *QMIStats) { s.Indications--; s.FramesOut-- })
+		}
 	}
 	if err != nil {
 		q.count(func(s *QMIStats) { s.IndicationsDropped++ })
 		return err
 	}
 	q.log.Debug("qmi: indication", "pipe", port.name(), "message", ind.svc.String()+" "+ind.svc.MessageName(ind.msg), "client", ind.cid)
-	q.count(func(s *QMIStats) { s.Indications++; s.FramesOut++ })
 	return nil
 }
 
