@@ -17,6 +17,9 @@ FUZZ_TARGETS := ./mhinet/ntb:FuzzParseNTB:200000 ./mhinet/ntb:FuzzRoundTripNTB:1
 # MBIM control messages: the codec and the mock modem's answerer.
 FUZZ_TARGETS += ./mhi/proto/mbim:FuzzParseMessage:200000 ./mhi/proto/mbim:FuzzInformationBuffer:50000 \
 	./mhi/proto/mbim:FuzzReassemble:50000 ./mhi/ep:FuzzMBIMAnswer:50000
+# QMI and AT: the codecs and the mock modem's answerers.
+FUZZ_TARGETS += ./mhi/proto/qmi:FuzzParseQMUX:100000 ./mhi/proto/qmi:FuzzTLVs:50000 \
+	./mhi/proto/at:FuzzParseLine:100000 ./mhi/ep:FuzzQMIAnswer:50000 ./mhi/ep:FuzzATAnswer:50000
 
 all: build
 
