@@ -43,10 +43,10 @@ func TestTreeShowsRecoveryFailed(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	for path, want := range map[string]string{
-		"devices/mhi0/recovery":                      "failed: ",
-		"devices/mhi0/stats/mhi/recovery_failed":     "1",
-		"devices/mhi0/stats/mhi/recovery_gave_up":    "1",
-		"devices/mhi0/stats/mhi/recovery_attempts":   "5",
+		"devices/mhi0/recovery":                    "failed: ",
+		"devices/mhi0/stats/mhi/recovery_failed":   "1",
+		"devices/mhi0/stats/mhi/recovery_gave_up":  "1",
+		"devices/mhi0/stats/mhi/recovery_attempts": "5",
 	} {
 		if got, err := tr.Get(path); err != nil || !strings.HasPrefix(got, want) {
 			t.Errorf("%s = %q, %v; want %q", path, got, err, want)
