@@ -1,0 +1,76 @@
+package vfiouser
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gomhi/gomhi/mhi"
+)
+
+// TestDMAMapHostileFile checks the device's memory against a client that
+// maps more of its file than the file holds, or shrinks the file after
+// mapping it: touching pages past the end of a file raises SIGBUS, which
+// must become a DMA fault, never a crash of the server.
+func TestDMAMapHostileFile(t *testing.T) {
+	var faults atomic.Uint64
+	tb := &dmaTable{faults: &faults, fallback: func(bool, uint64, []byte) error { return errors.New("no fallback") }}
+	defer tb.remove(0, 0, true)
+	fd, err := unix.MemfdCreate("hostile", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Ftruncate(fd, 2*4096); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		m    DMAMap
+	}{
+		{"size past the end", DMAMap{Flags: DMAFlagRead | DMAFlagWrite, IOVA: 0x10000, Size: 1 << 20}},
+		{"offset past the end", DMAMap{Flags: DMAFlagRead, IOVA: 0x10000, Size: 4096, Offset: 2 * 4096}},
+		{"offset plus size past the end", DMAMap{Flags: DMAFlagRead, IOVA: 0x10000, Size: 2 * 4096, Offset: 4096}},
+	} {
+		if err := tb.add(tc.m, fd); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v, want ErrMalformed", tc.name, err)
+		}
+	}
+	if err := tb.add(DMAMap{Flags: DMAFlagRead | DMAFlagWrite, IOVA: 0x10000, Size: 2 * 4096}, fd); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Store32(0x11000, 7); err != nil {
+		t.Fatal(err)
+	}
+	// The client shrinks the file under the mapping.
+	if err := unix.Ftruncate(fd, 4096); err != nil {
+		t.Fatal(err)
+	}
+	before := faults.Load()
+	for _, tc := range []struct {
+		name string
+		err  func() error
+	}{
+		{"read", func() error { return tb.ReadAt(make([]byte, 8), 0x11000) }},
+		{"write", func() error { return tb.WriteAt(make([]byte, 8), 0x11000) }},
+		{"read across", func() error { return tb.ReadAt(make([]byte, 8), 0x10ffc) }},
+		{"load", func() error { _, err := tb.Load32(0x11004); return err }},
+		{"store", func() error { return tb.Store32(0x11004, 1) }},
+	} {
+		if err := tc.err(); !errors.Is(err, ErrDMA) || !errors.Is(err, mhi.ErrBounds) {
+			t.Errorf("%s past the shrunk file: %v, want ErrDMA and mhi.ErrBounds", tc.name, err)
+		}
+	}
+	if got := faults.Load() - before; got != 5 {
+		t.Errorf("%d faults counted, want 5", got)
+	}
+	// The part still backed works.
+	if err := tb.Store32(0x10ffc, 9); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := tb.Load32(0x10ffc); err != nil || v != 9 {
+		t.Fatalf("load %d %v", v, err)
+	}
+}
