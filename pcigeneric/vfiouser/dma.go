@@ -3,8 +3,10 @@ package vfiouser
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 	"runtime/debug"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -317,11 +319,22 @@ func (t *irqTable) Raise(vector int) {
 	t.raised.Add(1)
 }
 
-// set installs fds at start.. (taking ownership), trimming trailing unset
-// entries.
+// set installs fds at start.. (taking ownership: on error they are
+// closed), trimming trailing unset entries. Each must be an eventfd; it is
+// made non-blocking (QEMU and this package's client create them so), so
+// that Raise never blocks on one whose counter the client filled. A
+// client that clears O_NONBLOCK again can still block its own session's
+// interrupts.
 func (t *irqTable) set(start int, fds []int) error {
 	if start+len(fds) > t.max {
+		closeFDs(fds)
 		return fmt.Errorf("%w: vectors %d..%d of %d", ErrMalformed, start, start+len(fds), t.max)
+	}
+	for _, fd := range fds {
+		if err := prepareEventfd(fd); err != nil {
+			closeFDs(fds)
+			return fmt.Errorf("vfiouser: vector %d..%d: %w", start, start+len(fds), err)
+		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -336,6 +349,23 @@ func (t *irqTable) set(start int, fds []int) error {
 	}
 	for len(t.fds) > 0 && t.fds[len(t.fds)-1] < 0 {
 		t.fds = t.fds[:len(t.fds)-1]
+	}
+	return nil
+}
+
+// prepareEventfd checks that fd is an eventfd (when /proc tells) and
+// makes it non-blocking. A pipe or file passed as an interrupt could block
+// a write forever (a pipe nobody reads fills up).
+func prepareEventfd(fd int) error {
+	if target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)); err == nil && target != "anon_inode:[eventfd]" {
+		return fmt.Errorf("%w: descriptor %s is not an eventfd", ErrMalformed, target)
+	}
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err == nil && fl&unix.O_NONBLOCK == 0 {
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl|unix.O_NONBLOCK)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: eventfd flags: %w", ErrMalformed, err)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -72,5 +73,67 @@ func TestDMAMapHostileFile(t *testing.T) {
 	}
 	if v, err := tb.Load32(0x10ffc); err != nil || v != 9 {
 		t.Fatalf("load %d %v", v, err)
+	}
+}
+
+// TestIRQHostileDescriptors checks the interrupt side against a client
+// that passes descriptors that can block a write: a pipe nobody reads, or
+// a blocking eventfd whose counter it drove to the maximum. SET_IRQS must
+// refuse what is not an eventfd, and raising a vector must never block.
+func TestIRQHostileDescriptors(t *testing.T) {
+	var raised, lost atomic.Uint64
+	irqs := &irqTable{max: 4, raised: &raised, lost: &lost}
+	defer irqs.clear()
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	null, err := unix.Open("/dev/null", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, fd := range map[string]int{"pipe": p[1], "/dev/null": null} {
+		if err := irqs.set(0, []int{fd}); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s as an interrupt: %v, want ErrMalformed", name, err)
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil {
+			t.Errorf("%s refused but not closed", name)
+		}
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC) // blocking
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := unix.Dup(efd) // the client's copy
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(peer)
+	if err := irqs.set(1, []int{efd}); err != nil {
+		t.Fatal(err)
+	}
+	max := make([]byte, 8)
+	for i := range 8 {
+		max[i] = 0xff
+	}
+	max[0] = 0xfe // 0xfffffffffffffffe: the largest count an eventfd holds
+	if _, err := unix.Write(peer, max); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		irqs.Raise(1)
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		_, _ = unix.Read(peer, make([]byte, 8)) // unblock it
+		<-done
+		t.Fatal("Raise blocked on a full eventfd")
+	}
+	if lost.Load() != 1 {
+		t.Errorf("%d interrupts counted lost, want 1", lost.Load())
 	}
 }
