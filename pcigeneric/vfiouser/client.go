@@ -503,7 +503,9 @@ func (t *Transport) Write32(off, v uint32) error {
 }
 
 // Alloc implements mhi.DMAMemory from the memfd shared with the server.
-func (t *Transport) Alloc(size, align int) (mhi.DMABuffer, error) { return t.slab.Load().Alloc(size, align) }
+func (t *Transport) Alloc(size, align int) (mhi.DMABuffer, error) {
+	return t.slab.Load().Alloc(size, align)
+}
 
 // Free implements mhi.DMAMemory.
 func (t *Transport) Free(b mhi.DMABuffer) error { return t.slab.Load().Free(b) }

@@ -205,10 +205,10 @@ type fuzzServer struct {
 	cmds chan Header // the client's commands that expect a reply
 
 	mu       sync.Mutex
-	mapSeen  bool              // the client's DMA_MAP was received: its memory is served
-	shadow   map[uint64]byte   // bytes of the client's memory written by DMA_WRITE
-	reqs     []clientReq       // requests sent that expect an answer, in order
-	answers  []Message         // the client's answers, in order
+	mapSeen  bool            // the client's DMA_MAP was received: its memory is served
+	shadow   map[uint64]byte // bytes of the client's memory written by DMA_WRITE
+	reqs     []clientReq     // requests sent that expect an answer, in order
+	answers  []Message       // the client's answers, in order
 	problems []string
 	framing  bool // the fake server broke the framing: the client stops reading
 }

@@ -117,13 +117,13 @@ func fuzzFDs(kind, n int) (send, keep []int, err error) {
 
 // How the fuzzing client answers the server's DMA requests.
 const (
-	fuzzDMACorrect   = iota // a proper reply (reads return zeros)
-	fuzzDMAError            // an EFAULT error reply
-	fuzzDMAShort            // a read reply one byte short (write: one byte of data)
-	fuzzDMAWrongID          // a proper reply with another ID
-	fuzzDMASilent           // no reply
-	fuzzDMAWrongCmd         // a reply with the other DMA command
-	fuzzDMAWithFD           // a proper reply carrying an eventfd
+	fuzzDMACorrect  = iota // a proper reply (reads return zeros)
+	fuzzDMAError           // an EFAULT error reply
+	fuzzDMAShort           // a read reply one byte short (write: one byte of data)
+	fuzzDMAWrongID         // a proper reply with another ID
+	fuzzDMASilent          // no reply
+	fuzzDMAWrongCmd        // a reply with the other DMA command
+	fuzzDMAWithFD          // a proper reply carrying an eventfd
 	fuzzDMAModes
 )
 
