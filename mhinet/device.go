@@ -94,6 +94,10 @@ type Device struct {
 	stateMu sync.Mutex
 	up      bool
 	refill  bool // posting receive buffers is allowed
+	// dlStopped: a failed MRU change left the downlink channel reset and
+	// not started again (the controller, recovering, does not restart a
+	// channel that was reset); recovery or the next SetMRU starts it.
+	dlStopped bool
 	mru     int
 	mtu     int
 
@@ -203,8 +207,41 @@ func New(ctrl *mhi.Controller, cfg Config, rx Receiver) (*Device, error) {
 func (d *Device) onStatus(ev mhi.StatusEvent) {
 	if ev.Kind == mhi.StatusRecovered && d.IsUp() {
 		d.c.recoveries.Add(1)
+		d.stateMu.Lock()
+		stopped := d.dlStopped
+		d.stateMu.Unlock()
+		if stopped {
+			// Not from the controller's recovery goroutine, which must
+			// stay free for the next SYS_ERR while the start waits.
+			go func() {
+				d.ctl.Lock()
+				defer d.ctl.Unlock()
+				if err := d.restartStoppedDownlink(); err != nil {
+					d.log.Warn("downlink not restarted after recovery", "err", err)
+				}
+			}()
+		}
 		d.refillRing(true)
 	}
+}
+
+// restartStoppedDownlink starts the downlink a failed MRU change left
+// stopped, if any, and fills its ring; ctl must be held.
+func (d *Device) restartStoppedDownlink() error {
+	d.stateMu.Lock()
+	stopped := d.up && d.dlStopped
+	d.stateMu.Unlock()
+	if !stopped {
+		return nil
+	}
+	if err := d.dl.Start(nil); err != nil {
+		return fmt.Errorf("mhinet: restart downlink: %w", err)
+	}
+	d.stateMu.Lock()
+	d.dlStopped = false
+	d.stateMu.Unlock()
+	d.refillRing(true)
+	return nil
 }
 
 // Config returns the device's configuration (with the current MRU and MTU).
@@ -267,7 +304,7 @@ func (d *Device) Up() error {
 		return fmt.Errorf("mhinet: start downlink: %w", err)
 	}
 	d.stateMu.Lock()
-	d.up, d.refill = true, true
+	d.up, d.refill, d.dlStopped = true, true, false
 	d.stateMu.Unlock()
 	d.refillRing(true)
 	return nil
@@ -283,8 +320,14 @@ func (d *Device) Down() error {
 	}
 	d.stateMu.Lock()
 	d.up, d.refill = false, false
+	dlStopped := d.dlStopped
+	d.dlStopped = false
 	d.stateMu.Unlock()
-	err := errors.Join(d.dl.Reset(), d.ul.Reset())
+	var dlErr error
+	if !dlStopped { // else already reset
+		dlErr = d.dl.Reset()
+	}
+	err := errors.Join(dlErr, d.ul.Reset())
 	d.freeAll()
 	return err
 }
@@ -311,7 +354,9 @@ func (d *Device) setPool(p *RxPool) {
 // to take back the posted buffers, rebuilds the pool with the new size and
 // starts the channel again; packets the modem still holds are delivered
 // after the restart, and packets already delivered stay valid until
-// released. The uplink keeps running.
+// released. The uplink keeps running. When it fails the MRU stays as it
+// was; if the downlink could not be started again it is started after the
+// controller's next recovery, or by the next SetMRU.
 func (d *Device) SetMRU(n int) error {
 	if err := ValidateMRU(n); err != nil {
 		return err
@@ -325,36 +370,53 @@ func (d *Device) SetMRU(n int) error {
 		return nil
 	}
 	if n == d.MRU() {
-		return nil
+		return d.restartStoppedDownlink()
 	}
 	newPool, err := NewRxPool(d.ctrl.Transport(), d.cfg.PoolBuffers, n)
 	if err != nil {
 		return err
 	}
-	if err := d.dl.Stop(); err != nil {
-		newPool.Free()
-		return fmt.Errorf("mhinet: MRU change: stop downlink: %w", err)
+	// leftStopped records a downlink reset and not started again: refill
+	// back on (posting fails until the channel runs), a restart due.
+	leftStopped := func() {
+		d.stateMu.Lock()
+		d.refill, d.dlStopped = true, true
+		d.stateMu.Unlock()
 	}
 	d.stateMu.Lock()
-	d.refill = false
+	stopped := d.dlStopped
 	d.stateMu.Unlock()
-	if err := d.dl.Reset(); err != nil {
-		newPool.Free()
-		return fmt.Errorf("mhinet: MRU change: reset downlink: %w", err)
+	if !stopped {
+		if err := d.dl.Stop(); err != nil {
+			newPool.Free()
+			return fmt.Errorf("mhinet: MRU change: stop downlink: %w", err)
+		}
+		d.stateMu.Lock()
+		d.refill = false
+		d.stateMu.Unlock()
+		if err := d.dl.Reset(); err != nil {
+			newPool.Free()
+			leftStopped()
+			return fmt.Errorf("mhinet: MRU change: reset downlink: %w (MRU stays %d)", err, d.MRU())
+		}
 	}
 	d.rxMu.Lock()
 	old := d.pool
 	d.setPool(newPool)
 	d.rxMu.Unlock()
+	if err := d.dl.Start(nil); err != nil {
+		// Nothing of the new pool was posted (refill is off): keep the
+		// old one and its MRU.
+		d.rxMu.Lock()
+		d.setPool(old)
+		d.rxMu.Unlock()
+		newPool.Free()
+		leftStopped()
+		return fmt.Errorf("mhinet: MRU change: restart downlink: %w (MRU stays %d)", err, d.MRU())
+	}
 	old.retire()
 	d.stateMu.Lock()
-	d.mru = n
-	d.stateMu.Unlock()
-	if err := d.dl.Start(nil); err != nil {
-		return fmt.Errorf("mhinet: MRU change: restart downlink: %w", err)
-	}
-	d.stateMu.Lock()
-	d.refill = true
+	d.mru, d.refill, d.dlStopped = n, true, false
 	d.stateMu.Unlock()
 	d.refillRing(true)
 	d.c.mruChanges.Add(1)
