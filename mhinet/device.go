@@ -98,8 +98,8 @@ type Device struct {
 	// not started again (the controller, recovering, does not restart a
 	// channel that was reset); recovery or the next SetMRU starts it.
 	dlStopped bool
-	mru     int
-	mtu     int
+	mru       int
+	mtu       int
 
 	// receive side; see rx.go
 	rxMu     sync.Mutex // guards pool changes against refill
