@@ -94,12 +94,14 @@ type Device struct {
 	stateMu sync.Mutex
 	up      bool
 	refill  bool // posting receive buffers is allowed
-	// dlStopped: a failed MRU change left the downlink channel reset and
-	// not started again (the controller, recovering, does not restart a
-	// channel that was reset); recovery or the next SetMRU starts it.
+	mru     int
+	mtu     int
+
+	// dlStopped (under stateMu): a failed MRU change left the downlink
+	// channel reset and not started again (the controller, recovering,
+	// does not restart a channel that was reset); recovery or the next
+	// SetMRU starts it.
 	dlStopped bool
-	mru       int
-	mtu       int
 
 	// receive side; see rx.go
 	rxMu     sync.Mutex // guards pool changes against refill
