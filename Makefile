@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 BIN     := bin/mhictl
 
-.PHONY: all build test vet fmt-check lint bench run clean fuzz
+.PHONY: all build test vet fmt-check lint bench run clean fuzz fuzz-long
 
 # Native Go fuzz targets, each run briefly by `make test`. The budgets are
 # execution counts, not durations: with a duration, Go 1.26's fuzzing
@@ -14,6 +14,19 @@ FUZZ_TARGETS := ./mhinet/ntb:FuzzParseNTB:200000 ./mhinet/ntb:FuzzRoundTripNTB:1
 	./mhi/ep:FuzzAnswer:150000 ./sysfs/genl:FuzzDecodeRequest:60000 \
 	./mhinet/gso:FuzzSegment:100000 ./pcigeneric/vfiouser:FuzzDecodeMessage:100000 \
 	./mhinet/tun:FuzzCoalesce:100000
+# The untrusted message paths (docs/RELIABILITY.md, "Fuzzing").
+FUZZ_TARGETS += ./pcigeneric/vfiouser:FuzzServe:10000 ./pcigeneric/vfiouser:FuzzClient:12000 \
+	./sysfs/genl:FuzzServeRequest:20000 ./sysfs/genl:FuzzClientReply:10000 \
+	./sysfs/fusefs:FuzzWrite:30000
+
+# `make fuzz-long` runs every target of FUZZ_TARGETS for FUZZTIME each, one
+# after the other, and appends one line per target (duration, execs,
+# execs/s, new interesting inputs, result) to FUZZ_LOG, for the table in
+# docs/RELIABILITY.md; see .ci/fuzz-long.sh for how a crash and Go's
+# spurious "context deadline exceeded" (golang/go#75804) are reported.
+FUZZTIME ?= 1h
+FUZZMINIMIZETIME ?= 10s
+FUZZ_LOG ?= fuzz-long.log
 
 all: build
 
@@ -31,6 +44,9 @@ fuzz:
 		echo "fuzz $$name ($$n inputs)"; \
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $${n}x -fuzzminimizetime 200x $$pkg || exit 1; \
 	done
+
+fuzz-long:
+	GO=$(GO) FUZZTIME=$(FUZZTIME) FUZZMINIMIZETIME=$(FUZZMINIMIZETIME) bash .ci/fuzz-long.sh $(FUZZ_LOG) $(FUZZ_TARGETS)
 
 vet:
 	$(GO) vet $(PKGS)
