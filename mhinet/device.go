@@ -213,19 +213,24 @@ func (d *Device) onStatus(ev mhi.StatusEvent) {
 		stopped := d.dlStopped
 		d.stateMu.Unlock()
 		if stopped {
-			// Not from the controller's recovery goroutine, which must
-			// stay free for the next SYS_ERR while the start waits.
-			go func() {
-				d.ctl.Lock()
-				defer d.ctl.Unlock()
-				if err := d.restartStoppedDownlink(); err != nil {
-					d.log.Warn("downlink not restarted after recovery", "err", err)
-				}
-			}()
+			// On the controller's recovery goroutine, so that the start
+			// cannot race the next recovery's restart of the channels
+			// (an MRU change holding ctl across a new SYS_ERR delays the
+			// next recovery by at most the command timeout).
+			d.ctl.Lock()
+			if err := d.restartStoppedDownlink(); err != nil {
+				d.log.Warn("downlink not restarted after recovery", "err", err)
+			}
+			d.ctl.Unlock()
 		}
 		d.refillRing(true)
 	}
 }
+
+// startDownlink starts the downlink channel after an MRU change or a
+// recovery. It is a variable so that a test can make the start fail, as a
+// SYS_ERR arriving during the change does.
+var startDownlink = func(ch *mhi.Channel) error { return ch.Start(nil) }
 
 // restartStoppedDownlink starts the downlink a failed MRU change left
 // stopped, if any, and fills its ring; ctl must be held.
@@ -236,7 +241,7 @@ func (d *Device) restartStoppedDownlink() error {
 	if !stopped {
 		return nil
 	}
-	if err := d.dl.Start(nil); err != nil {
+	if err := startDownlink(d.dl); err != nil {
 		return fmt.Errorf("mhinet: restart downlink: %w", err)
 	}
 	d.stateMu.Lock()
@@ -406,7 +411,7 @@ func (d *Device) SetMRU(n int) error {
 	old := d.pool
 	d.setPool(newPool)
 	d.rxMu.Unlock()
-	if err := d.dl.Start(nil); err != nil {
+	if err := startDownlink(d.dl); err != nil {
 		// Nothing of the new pool was posted (refill is off): keep the
 		// old one and its MRU.
 		d.rxMu.Lock()
