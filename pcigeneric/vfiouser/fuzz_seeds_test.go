@@ -238,9 +238,6 @@ func recordSession(tb testing.TB, opts ClientOptions, powerUp bool) (serveSeed, 
 // (a whole session's messages frame and decode) and, with -write-seeds,
 // rewrites the seed corpora of FuzzServe and FuzzClient.
 func TestFuzzSeeds(t *testing.T) {
-	if testing.Short() {
-		t.Skip("records client sessions")
-	}
 	serveDir := filepath.Join("testdata", "fuzz", "FuzzServe")
 	clientDir := filepath.Join("testdata", "fuzz", "FuzzClient")
 	seeds := serveSeeds()
