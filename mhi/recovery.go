@@ -205,7 +205,13 @@ func (c *Controller) giveUp() {
 
 // recover runs one recovery attempt. It observes PowerDown at every step.
 func (c *Controller) recover() error {
+	// Wake a client command waiting on the device in SYS_ERR, then keep
+	// every client Start, Stop and Reset out until the channels run again
+	// (a client that comes meanwhile finds pm SYS_ERR and is refused, or
+	// waits for the restart).
 	c.cmd.abort()
+	c.chanOps.Lock()
+	defer c.chanOps.Unlock()
 	var restart []*Channel
 	for _, ch := range c.channels {
 		if ch == nil {
@@ -237,7 +243,7 @@ func (c *Controller) recover() error {
 		return err
 	}
 	for _, ch := range restart {
-		if err := ch.Start(nil); err != nil {
+		if err := ch.start(nil); err != nil {
 			return fmt.Errorf("restarting channel %d: %w", ch.cfg.Num, err)
 		}
 	}
