@@ -13,6 +13,9 @@ type recoveryState struct {
 	stableSince time.Time     // end of the last successful attempt, zero after a failure
 	failed      bool          // gave up: RECOVERY_FAILED
 	lastErr     error         // error of the last failed attempt
+	// hostRequested: the next attempt follows a reset the host asked for
+	// (SoCReset), not a device fault; it starts a fresh count.
+	hostRequested bool
 }
 
 // RecoveryStatus describes SYS_ERR recovery for status displays.
@@ -83,8 +86,9 @@ func (c *Controller) nextAttempt() (wait time.Duration, giveUp bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := &c.rec
-	if !r.stableSince.IsZero() && time.Since(r.stableSince) >= c.recWindow {
+	if r.hostRequested || (!r.stableSince.IsZero() && time.Since(r.stableSince) >= c.recWindow) {
 		r.consecutive = 0
+		r.hostRequested = false
 	}
 	if c.recLimit >= 0 && r.consecutive >= c.recLimit {
 		return 0, true

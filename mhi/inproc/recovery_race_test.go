@@ -2,6 +2,7 @@ package inproc_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -224,5 +225,41 @@ func TestClientStartWaitsForRecovery(t *testing.T) {
 	}
 	if st := dl.Status(); st.State != "ENABLED" {
 		t.Errorf("channel %s after the recovery, want ENABLED", st.State)
+	}
+}
+
+// TestSoCResetsDoNotExhaustRecovery asks for more SoC resets in a row than
+// the recovery limit allows device crashes (five within ten seconds, the
+// defaults): each is the host's own request, not the device failing, so
+// each recovers and the controller never gives up.
+func TestSoCResetsDoNotExhaustRecovery(t *testing.T) {
+	r := newRig(t, sdx55(), nil)
+	if err := r.ctrl.PowerUp(); err != nil {
+		t.Fatal(err)
+	}
+	result := make(chan error, 16)
+	r.ctrl.OnStatus(func(ev mhi.StatusEvent) {
+		switch ev.Kind {
+		case mhi.StatusRecovered:
+			result <- nil
+		case mhi.StatusRecoveryFailed, mhi.StatusFailed:
+			result <- fmt.Errorf("%v: %w", ev.Kind, ev.Err)
+		}
+	})
+	for i := range 8 {
+		if err := r.ctrl.SoCReset(); err != nil {
+			t.Fatalf("SoC reset %d: %v", i, err)
+		}
+		select {
+		case err := <-result:
+			if err != nil {
+				t.Fatalf("SoC reset %d: %v", i, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("SoC reset %d: no recovery within 5s (pm %s)", i, r.ctrl.PMState())
+		}
+	}
+	if rec := r.ctrl.Recovery(); rec.Failed || rec.Consecutive > 1 {
+		t.Fatalf("after 8 SoC resets: %+v", rec)
 	}
 }

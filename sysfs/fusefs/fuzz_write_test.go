@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/testenv/fuzzcheck"
 	"github.com/gomhi/gomhi/sysfs"
 	"github.com/gomhi/gomhi/sysfs/sysfstest"
+	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // FuzzWrite drives the FUSE file nodes of the attribute tree with
@@ -178,7 +180,14 @@ func settle(t *testing.T, dev sysfstest.Device) {
 // the outcome.
 func fuzzWriteOne(t *testing.T, srv *Server, e attrAt, data []byte, off int64, flags uint8) {
 	t.Helper()
-	ctx := context.Background()
+	// The caller is root (the kernel checked the mode bits before the
+	// request reached the server), or, with flag bit 3, uid 65534, whom the
+	// server itself must refuse any write open.
+	caller := &fuse.Caller{Owner: fuse.Owner{Uid: 0, Gid: 0}, Pid: uint32(os.Getpid())}
+	if flags&8 != 0 {
+		caller.Owner = fuse.Owner{Uid: 65534, Gid: 65534}
+	}
+	ctx := fuse.NewContext(context.Background(), caller)
 	a := e.attr
 	n := &attrNode{srv: srv, attr: a, path: e.path}
 	open := uint32(syscall.O_WRONLY)
@@ -190,6 +199,11 @@ func fuzzWriteOne(t *testing.T, srv *Server, e attrAt, data []byte, off int64, f
 	}
 	fh, _, errno := n.Open(ctx, open)
 	switch {
+	case caller.Uid != 0:
+		if errno != syscall.EACCES {
+			t.Errorf("%s: write open by uid %d: %v, want EACCES", e.path, caller.Uid, errno)
+		}
+		return // the kernel gives no write without an open
 	case !a.Writable():
 		if errno != syscall.EACCES {
 			t.Errorf("%s: open for writing a read-only attribute: %v, want EACCES", e.path, errno)
