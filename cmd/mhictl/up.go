@@ -35,6 +35,10 @@ type upFlags struct {
 	gro                                                                          bool // --gro: merge downlink TCP segments (with --gso)
 	// vfioUser is the socket of a modem served by another process.
 	vfioUser string
+	// requireConnect gates the embedded mock's IP data on a session.
+	requireConnect bool
+	// runDir holds the control ports' links ("": defaultRunDir).
+	runDir string
 }
 
 func newUpCmd(g *globalFlags) *cobra.Command {
@@ -55,7 +59,17 @@ then the one the modem's PCI IDs name, so --model and --modem-mode do not
 apply.
 
 The control plane is the generic-netlink family "mhi" (used by set-mru,
-set-mtu, get and stats) and, with --mount, the attribute tree as files.`,
+set-mtu, get, stats, connect and disconnect) and, with --mount, the
+attribute tree as files.
+
+Every control channel pair of the model (MBIM, QMI, DUN/DUN2 for AT) is
+exposed as a raw pseudo-terminal with a stable link in the run directory,
+named as Linux names its wwan ports (wwan0mbim0, wwan0qmi0, wwan0at0…):
+'mbimcli -d /run/gomhi/mhi0/wwan0mbim0 --query-device-caps' works as on
+/dev/wwan0mbim0. 'mhictl connect mhi0 --apn APN' connects the data session
+over MBIM and configures the TUN interface with what the modem assigned;
+'mhictl disconnect mhi0' ends it. Give --tun-addr "" to leave the interface
+without an address until a session is connected.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -78,6 +92,8 @@ set-mtu, get and stats) and, with --mount, the attribute tree as files.`,
 	fl.StringVar(&f.sysfsRoot, "sysfs-root", pcigeneric.DefaultRoot, "sysfs mount to find --device in")
 	fl.StringVar(&f.device, "device", "", "drive the real modem at PCI address ADDR through VFIO instead of the mock (bind it first: mhictl bind ADDR)")
 	fl.StringVar(&f.vfioUser, "vfio-user", "", "drive the mock modem another process serves on the vfio-user socket PATH ('mhictl modem serve --socket PATH') instead of the in-process mock")
+	fl.BoolVar(&f.requireConnect, "require-connect", false, "the embedded mock passes no IP data until a session is connected ('mhictl connect'), as a real modem (with --device or --vfio-user the modem decides: 'mhictl modem serve --require-connect')")
+	fl.StringVar(&f.runDir, "run-dir", "", "directory for the control ports' links (default /run/gomhi/NAME as root, else $XDG_RUNTIME_DIR/gomhi/NAME)")
 	return cmd
 }
 
@@ -121,12 +137,12 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	if err := checkTUNFlags(cmd, f); err != nil {
 		return err
 	}
-	if f.tunName != "" {
+	if f.tunName != "" && f.tunAddr != "" {
 		if prefix, err = netip.ParsePrefix(f.tunAddr); err != nil {
 			return fmt.Errorf("--tun-addr %q: %w", f.tunAddr, err)
 		}
 	}
-	if err := checkModemSource(cmd, f.device, f.vfioUser, "modem-mode"); err != nil {
+	if err := checkModemSource(cmd, f.device, f.vfioUser, "modem-mode", "require-connect"); err != nil {
 		return err
 	}
 	responder := false
@@ -195,16 +211,17 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	if err := mhinet.ValidateMRU(mru); err != nil {
 		return fmt.Errorf("--mru: %w", err)
 	}
+	var mock *pcigeneric.Mock
 	if ctrl == nil {
 		m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{
-			Model: info.Name, Name: f.name, Logger: log,
+			Model: info.Name, Name: f.name, Logger: log, RequireConnect: f.requireConnect,
 			IPData: ep.IPDataConfig{Format: sweep.ModemFormat(format), Responder: responder},
 		})
 		if err != nil {
 			return err
 		}
 		undo = append(undo, func() { _ = m.Close() })
-		ctrl = m.Controller
+		ctrl, mock = m.Controller, m
 	}
 	if err := ctrl.PowerUp(); err != nil {
 		return err
@@ -215,6 +232,7 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	devCfg := mhinet.Config{Pair: pair, Format: format, MRU: mru, Logger: log}
 	var net_ *mhinet.Device
 	var bridge *tun.Bridge
+	var tunIfc *tun.Interface
 	var setMTU func(int) error
 	if f.tunName != "" {
 		ifc, err := tun.OpenWith(f.tunName, tun.OpenOptions{GSO: f.gso})
@@ -226,8 +244,9 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 				out.printf("removing %s: %v", ifc.Name(), err)
 			}
 		})
+		tunIfc = ifc
 		mtu := mhinet.DefaultMTU
-		if err := ifc.Configure(tun.Config{MTU: mtu, Up: true, Addrs: []netip.Prefix{prefix}}); err != nil {
+		if err := ifc.Configure(tun.Config{MTU: mtu, Up: true, Addrs: tunAddrs(prefix)}); err != nil {
 			return err
 		}
 		bridge, net_, err = tun.Connect(ifc, ctrl, devCfg, tun.BridgeConfig{Logger: log, NoGRO: !f.gro})
@@ -239,7 +258,7 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 		if f.gso && f.gro {
 			gro = "on"
 		}
-		out.printf("interface %s up, %s, mtu %d, offloads %v, gro %s", ifc.Name(), prefix, mtu, ifc.Offloads(), gro)
+		out.printf("interface %s up, %s, mtu %d, offloads %v, gro %s", ifc.Name(), addrText(prefix), mtu, ifc.Offloads(), gro)
 	} else {
 		net_, err = mhinet.New(ctrl, devCfg, mhinet.ReceiverFunc(discard))
 		if err != nil {
@@ -267,8 +286,15 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	}
 	out.printf("data channel %s: %s framing, MRU %d, %s", pair, format, mru, modem)
 
+	cp, err := startControl(f, info, ctrl, tunIfc, setMTU, prefix, log, out)
+	if err != nil {
+		return err
+	}
+	undo = append(undo, cp.close)
+
 	tree := sysfs.NewTree()
-	tree.AddDevice(f.name, sysfs.Device{Controller: ctrl, Net: net_, Model: info.Name, SetMTU: setMTU})
+	tree.AddDevice(f.name, sysfs.Device{Controller: ctrl, Net: net_, Model: info.Name, SetMTU: setMTU,
+		Ports: cp.binds, Session: cp.session, Stats: mockStats(mock)})
 
 	srv, err := genl.NewServer(tree, genl.ServerOptions{Port: f.port, Logger: log})
 	if err != nil {

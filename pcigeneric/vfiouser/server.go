@@ -373,8 +373,14 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 			st := ipd.Stats()
 			dev.log.Info("ip_data", "pair", name, "ul_packets", st.ULPackets, "gen_packets", st.GenPackets,
 				"dl_packets", st.DLPackets, "dl_aggregates", st.DLAggregates, "answered", st.Answered,
-				"dropped", st.Dropped(), "malformed", st.DeaggErrors())
+				"dropped", st.Dropped(), "dropped_gated", st.DroppedGated, "malformed", st.DeaggErrors())
 		}
+	}
+	if fns != nil && fns.Modem != nil {
+		ms := fns.Stats()
+		dev.log.Info("control", "connects", ms.Connects, "disconnects", ms.Disconnects, "connect_failures", ms.ConnectFailures,
+			"mbim_messages_in", ms.MBIMMessagesIn, "mbim_messages_out", ms.MBIMMessagesOut,
+			"mbim_function_errors", ms.MBIMFunctionErrors, "mbim_not_supported", ms.MBIMNotSupported)
 	}
 	return err
 }
