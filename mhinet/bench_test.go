@@ -25,6 +25,12 @@ func (c *countingRx) Receive(pkts []mhinet.Packet) {
 }
 
 func benchDevice(b *testing.B, mru int, txAgg bool) (*pcigeneric.Mock, *mhinet.Device, *countingRx) {
+	return benchDeviceCfg(b, mhinet.Config{MRU: mru, TXAggregate: txAgg})
+}
+
+// benchDeviceCfg is benchDevice with a configuration (pair and format set
+// here).
+func benchDeviceCfg(b *testing.B, cfg mhinet.Config) (*pcigeneric.Mock, *mhinet.Device, *countingRx) {
 	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: "telit-fn990", IPData: ep.IPDataConfig{Format: ep.FormatNTB16}})
 	if err != nil {
 		b.Fatal(err)
@@ -34,7 +40,8 @@ func benchDevice(b *testing.B, mru int, txAgg bool) (*pcigeneric.Mock, *mhinet.D
 		b.Fatal(err)
 	}
 	rx := &countingRx{}
-	d, err := mhinet.New(m.Controller, mhinet.Config{Pair: m.DataPair, Format: mhinet.FormatMBIM, MRU: mru, TXAggregate: txAgg}, rx)
+	cfg.Pair, cfg.Format = m.DataPair, mhinet.FormatMBIM
+	d, err := mhinet.New(m.Controller, cfg, rx)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -130,28 +137,46 @@ func BenchmarkReceivePath(b *testing.B) {
 	for _, size := range []int{64, 1500} {
 		for _, mru := range []int{3500, 32768} {
 			b.Run(fmt.Sprintf("mru%d/%dB", mru, size), func(b *testing.B) {
-				m, _, rx := benchDevice(b, mru, false)
-				gen := func(n int) {
-					if err := m.IPData.StartGenerator(ep.GeneratorConfig{Count: n, Sizes: []int{size}}); err != nil {
-						b.Fatal(err)
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-					defer cancel()
-					if _, err := m.IPData.WaitGenerator(ctx); err != nil {
-						b.Fatal(err)
-					}
-				}
-				gen(5000)
-				waitCount(b, &rx.n, 5000)
-				base := rx.n.Load()
-				b.SetBytes(int64(size))
-				b.ReportAllocs()
-				b.ResetTimer()
-				cpu := cpuTime()
-				gen(b.N)
-				waitCount(b, &rx.n, base+uint64(b.N))
-				reportCPU(b, cpu)
+				benchReceive(b, mhinet.Config{MRU: mru}, size)
 			})
 		}
 	}
+}
+
+// BenchmarkReceivePathRxCopy is BenchmarkReceivePath at MRU 32768 with
+// copy-on-receive off (zero-copy, the in-process mock's default) and on
+// (the default for VFIO and vfio-user).
+func BenchmarkReceivePathRxCopy(b *testing.B) {
+	for _, size := range []int{64, 1500} {
+		for _, mode := range []mhinet.RxCopyMode{mhinet.RxCopyOff, mhinet.RxCopyOn} {
+			b.Run(fmt.Sprintf("%dB/copy=%s", size, mode), func(b *testing.B) {
+				benchReceive(b, mhinet.Config{MRU: 32768, RxCopy: mode}, size)
+			})
+		}
+	}
+}
+
+// benchReceive runs the generator benchmark on a device with cfg.
+func benchReceive(b *testing.B, cfg mhinet.Config, size int) {
+	m, _, rx := benchDeviceCfg(b, cfg)
+	gen := func(n int) {
+		if err := m.IPData.StartGenerator(ep.GeneratorConfig{Count: n, Sizes: []int{size}}); err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := m.IPData.WaitGenerator(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	gen(5000)
+	waitCount(b, &rx.n, 5000)
+	base := rx.n.Load()
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := cpuTime()
+	gen(b.N)
+	waitCount(b, &rx.n, base+uint64(b.N))
+	reportCPU(b, cpu)
 }

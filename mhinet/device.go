@@ -41,6 +41,20 @@ type Config struct {
 	// MaxReassembly bounds an aggregate that arrives over several elements
 	// (default 256 KiB); longer chains are dropped and counted.
 	MaxReassembly int
+	// MaxChainElements bounds the number of elements (receive buffers) one
+	// chained transfer may hold: a chain that reaches it before its last
+	// element is dropped (RxChainTooLong) and its buffers go back to the
+	// pool at once. Default: what an honest modem can need for a
+	// MaxReassembly-byte aggregate, ceil(MaxReassembly/MRU) + 2, and never
+	// more than half of PoolBuffers (at least 1), so a chain can never hold
+	// the buffers the refill needs. A value set here must be within
+	// 1…max(1, PoolBuffers/2) (mhi.ErrConfig otherwise); the half-pool
+	// bound also caps it after an MRU change.
+	MaxChainElements int
+	// RxCopy says whether received transfers are copied out of DMA memory
+	// before delivery (see RxCopyMode; default RxCopyAuto: copy unless the
+	// transport's device is trusted).
+	RxCopy RxCopyMode
 	// TXAggregate packs transmitted packets into aggregates (MBIM and
 	// QMAP formats) bounded by TXAggMaxBytes and TXAggMaxPackets; a partly
 	// filled aggregate waits up to TXAggTimeout for the next Transmit call.
@@ -105,6 +119,7 @@ type Device struct {
 	posted   int
 	xfers    []mhi.Transfer
 	reasm    *RxPool
+	rxCopy   bool       // copy-on-receive, resolved from cfg.RxCopy
 	chainMu  sync.Mutex // guards chain, skipping, batch and the parsers
 	chain    []fragment
 	chainLen int
@@ -113,6 +128,9 @@ type Device struct {
 	ntbp     ntb.Parser
 	qmapp    qmap.Parser
 	parseMu  sync.Mutex // guards the parsers' Stats for snapshots
+
+	// chainWarn rate-limits the warning for dropped chains.
+	chainWarn rateLimiter
 
 	// transmit side; see tx.go
 	tx txPath
@@ -176,13 +194,24 @@ func New(ctrl *mhi.Controller, cfg Config, rx Receiver) (*Device, error) {
 	if cfg.MaxReassembly == 0 {
 		cfg.MaxReassembly = 256 << 10
 	}
+	if cfg.MaxReassembly < 0 {
+		return nil, fmt.Errorf("mhinet: MaxReassembly %d bytes: %w", cfg.MaxReassembly, mhi.ErrConfig)
+	}
+	if limit := max(1, cfg.PoolBuffers/2); cfg.MaxChainElements < 0 || cfg.MaxChainElements > limit {
+		return nil, fmt.Errorf("mhinet: MaxChainElements %d: want 0 (derived) or 1…%d (half of %d receive buffers): %w",
+			cfg.MaxChainElements, limit, cfg.PoolBuffers, mhi.ErrConfig)
+	}
+	if cfg.RxCopy > RxCopyOff {
+		return nil, fmt.Errorf("mhinet: receive copy mode %d: %w", cfg.RxCopy, mhi.ErrConfig)
+	}
 	d := &Device{ctrl: ctrl, ul: ul, dl: dl, cfg: cfg, rx: rx, mru: cfg.MRU, mtu: cfg.MTU, log: cfg.Logger}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
 	d.log = d.log.With("dev", ctrl.Name(), "pair", cfg.Pair)
+	d.rxCopy = resolveRxCopy(cfg.RxCopy, ctrl.Transport())
 	d.xfers = make([]mhi.Transfer, 0, dl.Config().Elements)
-	d.chain = make([]fragment, 0, 64)
+	d.chain = make([]fragment, 0, max(1, cfg.PoolBuffers/2)+1)
 	d.batch = make([]Packet, 0, 64)
 	d.reasm = newReassemblyPool(4, cfg.MaxReassembly)
 	d.ntbp.AnyProtocol = false
@@ -201,6 +230,10 @@ func New(ctrl *mhi.Controller, cfg Config, rx Receiver) (*Device, error) {
 // posted buffer came back aborted, so after recovery, when the controller
 // has restarted the channels, the ring is filled again.
 func (d *Device) onStatus(ev mhi.StatusEvent) {
+	if ev.Kind == mhi.StatusSysErr {
+		// The transfer in progress is lost with the device's state.
+		d.abandonChain()
+	}
 	if ev.Kind == mhi.StatusRecovered && d.IsUp() {
 		d.c.recoveries.Add(1)
 		d.refillRing(true)
@@ -213,8 +246,16 @@ func (d *Device) Config() Config {
 	defer d.stateMu.Unlock()
 	c := d.cfg
 	c.MRU, c.MTU = d.mru, d.mtu
+	c.RxCopy = RxCopyOff
+	if d.rxCopy {
+		c.RxCopy = RxCopyOn
+	}
 	return c
 }
+
+// RxCopy reports whether received transfers are copied out of DMA memory
+// before delivery (the resolved Config.RxCopy).
+func (d *Device) RxCopy() bool { return d.rxCopy }
 
 // MRU returns the current receive buffer size.
 func (d *Device) MRU() int {
@@ -246,7 +287,7 @@ func (d *Device) Up() error {
 		return nil
 	}
 	mem := d.ctrl.Transport()
-	pool, err := NewRxPool(mem, d.cfg.PoolBuffers, d.MRU())
+	pool, err := newRxPool(mem, d.cfg.PoolBuffers, d.MRU(), d.rxCopy)
 	if err != nil {
 		return err
 	}
@@ -285,6 +326,10 @@ func (d *Device) Down() error {
 	d.up, d.refill = false, false
 	d.stateMu.Unlock()
 	err := errors.Join(d.dl.Reset(), d.ul.Reset())
+	// The reset returned every posted buffer, which ends a chain in
+	// progress; a chain with no buffer posted behind it is abandoned here,
+	// so its buffers are not pinned for good.
+	d.abandonChain()
 	d.freeAll()
 	return err
 }
@@ -301,6 +346,7 @@ func (d *Device) freeAll() {
 
 // setPool installs a new receive pool; called with rxMu held.
 func (d *Device) setPool(p *RxPool) {
+	p.maxChain = chainLimit(d.cfg.MaxChainElements, d.cfg.MaxReassembly, p.mru, len(p.bufs))
 	d.poolGen++
 	p.onPut = func() { d.refillRing(false) }
 	d.pool = p
@@ -327,7 +373,7 @@ func (d *Device) SetMRU(n int) error {
 	if n == d.MRU() {
 		return nil
 	}
-	newPool, err := NewRxPool(d.ctrl.Transport(), d.cfg.PoolBuffers, n)
+	newPool, err := newRxPool(d.ctrl.Transport(), d.cfg.PoolBuffers, n, d.rxCopy)
 	if err != nil {
 		return err
 	}
@@ -342,6 +388,7 @@ func (d *Device) SetMRU(n int) error {
 		newPool.Free()
 		return fmt.Errorf("mhinet: MRU change: reset downlink: %w", err)
 	}
+	d.abandonChain()
 	d.rxMu.Lock()
 	old := d.pool
 	d.setPool(newPool)
@@ -402,9 +449,14 @@ func (d *Device) Stats() Stats {
 	d.rxMu.Lock()
 	if d.pool != nil {
 		s.PoolBuffers, s.PoolMemory, s.PoolFree = d.pool.Len(), d.pool.Memory(), d.pool.Available()
+		s.PoolPrivateMemory, s.RxMaxChain = d.pool.PrivateMemory(), d.pool.maxChain
 	}
 	s.RxPosted = d.posted
 	d.rxMu.Unlock()
+	s.RxCopy = RxCopyOff.String()
+	if d.rxCopy {
+		s.RxCopy = RxCopyOn.String()
+	}
 	d.c.snapshot(&s)
 	d.parseMu.Lock()
 	s.NTB, s.QMAP = d.ntbp.Stats, d.qmapp.Stats

@@ -2,10 +2,14 @@ package mhinet
 
 // Packet is one received IP packet: a view into the receive buffer it
 // arrived in. Ownership rule: the receiver owns the Packet until it calls
-// Release, exactly once; the bytes stay valid and unchanged until then, and
+// Release, exactly once; the host does not reuse the bytes until then, and
 // the buffer returns to the pool when the last packet cut from it is
-// released. Copy Data to keep it longer. Packet values are small and are
-// passed in slices owned by the caller, so delivery does not allocate.
+// released. Copy Data to keep it longer. With copy-on-receive
+// (Config.RxCopy, the default for devices the transport does not trust) the
+// bytes are host memory the device cannot reach, so they also stay
+// unchanged; with zero-copy they are the DMA buffer, and the device can
+// change them while the receiver holds them. Packet values are small and
+// are passed in slices owned by the caller, so delivery does not allocate.
 type Packet struct {
 	Data []byte
 	// Mux is the QMAP mux id or the MBIM session id the packet came on

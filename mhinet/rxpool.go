@@ -17,7 +17,12 @@ type rxBuffer struct {
 	index int
 	dma   mhi.DMABuffer
 	data  []byte
-	refs  atomic.Int32
+	// private is host memory the device cannot reach, as large as data:
+	// with copy-on-receive a transfer is copied here before it is parsed,
+	// and the packets are views into it (nil without copy-on-receive and
+	// for reassembly buffers, which are host memory already).
+	private []byte
+	refs    atomic.Int32
 }
 
 func (b *rxBuffer) release() {
@@ -33,6 +38,12 @@ type RxPool struct {
 	mru  int
 	mem  mhi.DMAMemory // nil for a reassembly pool
 	bufs []*rxBuffer
+	// private is the host memory behind the buffers' private copies
+	// (copy-on-receive), allocated once with the pool.
+	private []byte
+	// maxChain is the most elements a chained transfer may hold in
+	// buffers of this pool; see chainLimit.
+	maxChain int
 
 	mu      sync.Mutex
 	free    []*rxBuffer
@@ -44,10 +55,19 @@ type RxPool struct {
 
 // NewRxPool allocates n buffers of mru bytes from mem.
 func NewRxPool(mem mhi.DMAMemory, n, mru int) (*RxPool, error) {
+	return newRxPool(mem, n, mru, false)
+}
+
+// newRxPool allocates n buffers of mru bytes from mem and, with private,
+// as much host memory again for their copies (copy-on-receive).
+func newRxPool(mem mhi.DMAMemory, n, mru int, private bool) (*RxPool, error) {
 	if err := ValidateMRU(mru); err != nil {
 		return nil, err
 	}
-	p := &RxPool{mru: mru, mem: mem}
+	p := &RxPool{mru: mru, mem: mem, maxChain: max(1, n/2)}
+	if private {
+		p.private = make([]byte, n*mru)
+	}
 	for i := 0; i < n; i++ {
 		d, err := mem.Alloc(mru, 64)
 		if err != nil {
@@ -55,6 +75,9 @@ func NewRxPool(mem mhi.DMAMemory, n, mru int) (*RxPool, error) {
 			return nil, fmt.Errorf("mhinet: receive pool of %d × %d bytes: %w", n, mru, err)
 		}
 		b := &rxBuffer{pool: p, index: i, dma: d, data: d.Bytes}
+		if private {
+			b.private = p.private[i*mru : (i+1)*mru : (i+1)*mru]
+		}
 		p.bufs = append(p.bufs, b)
 		p.free = append(p.free, b)
 	}
@@ -80,6 +103,10 @@ func (p *RxPool) Len() int { return len(p.bufs) }
 
 // Memory returns the bytes the pool holds (buffers × MRU).
 func (p *RxPool) Memory() int { return len(p.bufs) * p.mru }
+
+// PrivateMemory returns the host memory of the buffers' private copies
+// (copy-on-receive; 0 without it).
+func (p *RxPool) PrivateMemory() int { return len(p.private) }
 
 // Available returns the number of free buffers.
 func (p *RxPool) Available() int {
@@ -123,6 +150,22 @@ func (p *RxPool) put(b *rxBuffer) {
 	}
 }
 
+// unget gives back a buffer taken with get and never used (its posting
+// failed), without waking the refill: the caller holds the device's rxMu.
+func (p *RxPool) unget(b *rxBuffer) {
+	b.refs.Store(0)
+	p.mu.Lock()
+	if p.retired {
+		p.mu.Unlock()
+		if p.mem != nil {
+			_ = p.mem.Free(b.dma)
+		}
+		return
+	}
+	p.free = append(p.free, b)
+	p.mu.Unlock()
+}
+
 // retire frees every buffer that is free now and marks the pool so that the
 // others are freed as they come back.
 func (p *RxPool) retire() {
@@ -145,7 +188,7 @@ func (p *RxPool) Free() {
 			_ = p.mem.Free(b.dma)
 		}
 	}
-	p.bufs, p.free = nil, nil
+	p.bufs, p.free, p.private = nil, nil, nil
 }
 
 // grow adds a buffer to a reassembly pool of fewer than limit buffers and

@@ -37,6 +37,12 @@ type counters struct {
 	rxStaleCompletion   atomic.Uint64 // downlink completions for no posted buffer
 	txStaleCompletion   atomic.Uint64 // uplink completions for no transmit buffer
 	recoveries          atomic.Uint64
+	refillErrors        atomic.Uint64 // refills the channel refused (buffers put back)
+	rxUnreported        atomic.Uint64 // elements completed without an event of their own
+	rxDroppedFragments  atomic.Uint64 // filled elements dropped with their transfer
+	rxDroppedBytes      atomic.Uint64 // their bytes
+	rxCopied            atomic.Uint64 // transfers copied out of DMA memory
+	rxCopiedBytes       atomic.Uint64
 
 	// transmit aggregation and zero-copy; see tx.go, txzc.go
 	txAggClosedBytes, txAggClosedPackets atomic.Uint64
@@ -62,6 +68,16 @@ type Stats struct {
 	RxPosted     int    `json:"rx_posted"`
 	RxPostedHigh uint64 `json:"rx_posted_high_water"`
 
+	// PoolPrivateMemory is the host memory of the receive buffers'
+	// private copies (copy-on-receive; 0 without it).
+	PoolPrivateMemory int `json:"pool_private_memory_bytes"`
+	// RxCopy is "on" when received transfers are copied out of DMA memory
+	// before delivery, "off" for zero-copy delivery.
+	RxCopy string `json:"rx_copy"`
+	// RxMaxChain is the most elements one chained transfer may hold in
+	// the current pool (Config.MaxChainElements, derived or set).
+	RxMaxChain int `json:"rx_max_chain_elements"`
+
 	RxPackets     uint64 `json:"rx_packets"`
 	RxBytes       uint64 `json:"rx_bytes"`
 	RxTransfers   uint64 `json:"rx_transfers"`
@@ -82,6 +98,24 @@ type Stats struct {
 	RxEmpty          uint64 `json:"rx_empty"`
 	RxBadPacket      uint64 `json:"rx_bad_packet"`
 	RxStale          uint64 `json:"rx_stale_completions"`
+	// RxUnreported counts transfers lost because the device completed
+	// their element without an event of its own (an event naming a later
+	// element), so their length is unknown; dropped.
+	RxUnreported uint64 `json:"rx_unreported"`
+	// RxDroppedFragments and RxDroppedBytes count the filled elements (and
+	// their bytes) of every transfer dropped by the counters above:
+	// chains too long, aborted or unreported, and the rest of a dropped
+	// transfer. Their buffers went back to the pool at once.
+	RxDroppedFragments uint64 `json:"rx_dropped_fragments"`
+	RxDroppedBytes     uint64 `json:"rx_dropped_bytes"`
+	// RxCopied and RxCopiedBytes count the transfers (and bytes) copied out
+	// of DMA memory by copy-on-receive. Chained transfers are reassembled
+	// in host memory whatever the mode and are not counted here.
+	RxCopied      uint64 `json:"rx_copied"`
+	RxCopiedBytes uint64 `json:"rx_copied_bytes"`
+	// RefillErrors counts refills the channel refused (the buffers went
+	// back to the pool; the next completion or restart refills again).
+	RefillErrors uint64 `json:"refill_errors"`
 
 	TxPackets      uint64 `json:"tx_packets"`
 	TxBytes        uint64 `json:"tx_bytes"`
@@ -138,6 +172,10 @@ func (c *counters) snapshot(s *Stats) {
 	s.RxChainTooLong, s.RxChainAborted = c.rxChainTooLong.Load(), c.rxChainAborted.Load()
 	s.RxReassemblyBusy, s.RxEmpty, s.RxBadPacket = c.rxReassemblyBusy.Load(), c.rxEmpty.Load(), c.rxBadPacket.Load()
 	s.RxStale = c.rxStaleCompletion.Load()
+	s.RxUnreported = c.rxUnreported.Load()
+	s.RxDroppedFragments, s.RxDroppedBytes = c.rxDroppedFragments.Load(), c.rxDroppedBytes.Load()
+	s.RxCopied, s.RxCopiedBytes = c.rxCopied.Load(), c.rxCopiedBytes.Load()
+	s.RefillErrors = c.refillErrors.Load()
 	s.RefillStarved, s.Refills, s.RxPostedHigh = c.refillStarved.Load(), c.refills.Load(), c.rxPostedHigh.Load()
 	s.TxPackets, s.TxBytes, s.TxTransfers = c.txPackets.Load(), c.txBytes.Load(), c.txTransfers.Load()
 	s.TxQueued, s.TxAggregated = c.txQueued.Load(), c.txAggregatedPackets.Load()
@@ -152,7 +190,7 @@ func (c *counters) snapshot(s *Stats) {
 	s.TxZCBusy, s.TxZCReleased, s.TxZCBadRelease = c.txZCBusy.Load(), c.txZCReleased.Load(), c.txZCBadRelease.Load()
 	s.MRUChanges = c.mruChanges.Load()
 	s.Recoveries = c.recoveries.Load()
-	s.RxDropped = s.RxChainTooLong + s.RxChainAborted + s.RxReassemblyBusy
+	s.RxDropped = s.RxChainTooLong + s.RxChainAborted + s.RxReassemblyBusy + s.RxUnreported
 	s.RxErrors = s.RxEmpty + s.RxBadPacket
 	s.TxErrors = s.TxTooLong + s.TxEmpty
 	s.TxDropped = c.txAborted.Load()

@@ -35,6 +35,8 @@ type upFlags struct {
 	gro                                                                          bool // --gro: merge downlink TCP segments (with --gso)
 	// vfioUser is the socket of a modem served by another process.
 	vfioUser string
+	// rxCopy is --rx-copy: auto, on or off.
+	rxCopy string
 	// requireConnect gates the embedded mock's IP data on a session.
 	requireConnect bool
 	// runDir holds the control ports' links ("": defaultRunDir).
@@ -91,6 +93,7 @@ without an address until a session is connected.`,
 	fl.IntVar(&f.mru, "mru", 0, "initial MRU (default: the model's MRU default, or 32768)")
 	fl.StringVar(&f.sysfsRoot, "sysfs-root", pcigeneric.DefaultRoot, "sysfs mount to find --device in")
 	fl.StringVar(&f.device, "device", "", "drive the real modem at PCI address ADDR through VFIO instead of the mock (bind it first: mhictl bind ADDR)")
+	fl.StringVar(&f.rxCopy, "rx-copy", "auto", "copy received packets out of DMA memory before delivery: on, off (zero-copy: the modem can change bytes the host holds) or auto (on with --device and --vfio-user, whose modem is not trusted; off for the in-process mock)")
 	fl.StringVar(&f.vfioUser, "vfio-user", "", "drive the mock modem another process serves on the vfio-user socket PATH ('mhictl modem serve --socket PATH') instead of the in-process mock")
 	fl.BoolVar(&f.requireConnect, "require-connect", false, "the embedded mock passes no IP data until a session is connected ('mhictl connect'), as a real modem (with --device or --vfio-user the modem decides: 'mhictl modem serve --require-connect')")
 	fl.StringVar(&f.runDir, "run-dir", "", "directory for the control ports' links (default /run/gomhi/NAME as root, else $XDG_RUNTIME_DIR/gomhi/NAME)")
@@ -144,6 +147,10 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	}
 	if err := checkModemSource(cmd, f.device, f.vfioUser, "modem-mode", "require-connect"); err != nil {
 		return err
+	}
+	rxCopy, err := mhinet.ParseRxCopyMode(f.rxCopy)
+	if err != nil {
+		return fmt.Errorf("--rx-copy: %w", err)
 	}
 	responder := false
 	switch f.modemMode {
@@ -229,7 +236,7 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	st, ee := ctrl.State()
 	out.printf("%s: %s (%s) in %s, EE %s", f.name, info.Name, pair, st, ee)
 
-	devCfg := mhinet.Config{Pair: pair, Format: format, MRU: mru, Logger: log}
+	devCfg := mhinet.Config{Pair: pair, Format: format, MRU: mru, Logger: log, RxCopy: rxCopy}
 	var net_ *mhinet.Device
 	var bridge *tun.Bridge
 	var tunIfc *tun.Interface
@@ -285,6 +292,7 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 		modem = "modem's own mode"
 	}
 	out.printf("data channel %s: %s framing, MRU %d, %s", pair, format, mru, modem)
+	out.printf("receive copy %s (--rx-copy %s)", net_.Config().RxCopy, rxCopy)
 
 	cp, err := startControl(f, info, ctrl, tunIfc, setMTU, prefix, log, out)
 	if err != nil {

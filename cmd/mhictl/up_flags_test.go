@@ -42,3 +42,34 @@ func TestUpTUNFlagsNeedTUN(t *testing.T) {
 		}
 	}
 }
+
+// TestUpRxCopy: --rx-copy is validated before anything starts, auto gives
+// zero-copy for the in-process mock (its device is trusted), and on gives
+// a device with private copy buffers (pool_private_memory_bytes). The
+// vfio-user default (on) is checked by TestVFIOUserGenerator.
+func TestUpRxCopy(t *testing.T) {
+	out, err := mhictl("up", "--rx-copy", "maybe", "--netlink-port", testPort(6)).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `--rx-copy: mhinet: unknown receive copy mode "maybe"`) {
+		t.Errorf("up --rx-copy maybe: %v\n%s", err, out)
+	}
+	for _, tc := range []struct {
+		args    []string
+		line    string
+		private bool
+	}{
+		{nil, "receive copy off (--rx-copy auto)", false},
+		{[]string{"--rx-copy", "on"}, "receive copy on (--rx-copy on)", true},
+		{[]string{"--rx-copy", "off"}, "receive copy off (--rx-copy off)", false},
+	} {
+		port := testPort(7)
+		up := mhictl(append([]string{"up", "--netlink-port", port}, tc.args...)...)
+		l := startProc(t, up, "ready")
+		if !strings.Contains(l.String(), tc.line) {
+			t.Errorf("up %v: no %q line:\n%s", tc.args, tc.line, l)
+		}
+		if st := statsOf(t, port); (st["net/pool_private_memory_bytes"] > 0) != tc.private {
+			t.Errorf("up %v: pool_private_memory_bytes %d", tc.args, st["net/pool_private_memory_bytes"])
+		}
+		sigterm(t, up, l)
+	}
+}

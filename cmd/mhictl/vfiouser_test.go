@@ -250,6 +250,11 @@ func TestVFIOUserGenerator(t *testing.T) {
 	if want := uint64(1500 * (64 + 1500)); st["net/rx_bytes"] != want {
 		t.Errorf("received %d bytes, want %d", st["net/rx_bytes"], want)
 	}
+	// The served modem is another process: not trusted, so every
+	// transfer was copied out of DMA memory (--rx-copy auto).
+	if !strings.Contains(upLog.String(), "receive copy on (--rx-copy auto)") || st["net/rx_copied"] != st["net/rx_transfers"] || st["net/rx_copied"] == 0 {
+		t.Errorf("rx copy over vfio-user: copied %d of %d transfers:\n%s", st["net/rx_copied"], st["net/rx_transfers"], upLog)
+	}
 	sigterm(t, up, upLog)
 	sigterm(t, srv, srvLog)
 }

@@ -80,6 +80,11 @@ func (t *Transport) Device() *ep.Device { return t.dev }
 // Slab returns the host memory shared with the device.
 func (t *Transport) Slab() *Slab { return t.slab }
 
+// DeviceTrusted reports true: the device is the project's own mock modem
+// in the host's process, not a bus master that could write host memory
+// behind the host's back (mhinet's RxCopyAuto delivers zero-copy for it).
+func (t *Transport) DeviceTrusted() bool { return true }
+
 // Read32 implements mhi.Registers.
 func (t *Transport) Read32(off uint32) (uint32, error) { return t.dev.ReadRegister(off), nil }
 
