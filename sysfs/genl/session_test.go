@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -207,4 +208,36 @@ func TestHelperSessionClient(t *testing.T) {
 		}
 	}
 	fmt.Println("CONNECT and DISCONNECT refused\nHELPER-OK")
+}
+
+// The YAML spec names every command and top-level attribute with the
+// number the code uses.
+func TestSpecNumbers(t *testing.T) {
+	b, err := os.ReadFile("../../docs/netlink-mhi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := string(b)
+	for name, v := range map[string]uint8{
+		"get-device": genl.CmdGetDevice, "set-device": genl.CmdSetDevice, "get-stats": genl.CmdGetStats,
+		"dump-channels": genl.CmdDumpChannels, "connect": genl.CmdConnect, "disconnect": genl.CmdDisconnect,
+		"get-session": genl.CmdGetSession, "dump-ports": genl.CmdDumpPorts,
+	} {
+		if !regexp.MustCompile(`name: ` + name + `\s+value: ` + strconv.Itoa(int(v)) + `\b`).MatchString(spec) {
+			t.Errorf("the spec lacks operation %s = %d", name, v)
+		}
+	}
+	for name, v := range map[string]uint16{
+		"dev-name": genl.AttrDevName, "mru": genl.AttrMRU, "mtu": genl.AttrMTU, "timeout-ms": genl.AttrTimeoutMs,
+		"state": genl.AttrState, "ee": genl.AttrEE, "model": genl.AttrModel, "serial": genl.AttrSerial,
+		"stats": genl.AttrStats, "channel": genl.AttrChannel, "device": genl.AttrDevice, "apn": genl.AttrAPN,
+		"ip-type": genl.AttrIPType, "session": genl.AttrSession, "port": genl.AttrPort,
+	} {
+		if !regexp.MustCompile(`name: ` + name + `\s+type: \w+\s+value: ` + strconv.Itoa(int(v)) + `\b`).MatchString(spec) {
+			t.Errorf("the spec lacks attribute %s = %d", name, v)
+		}
+	}
+	if !strings.Contains(spec, "maxattr "+strconv.Itoa(int(genl.AttrMax))) {
+		t.Errorf("the spec's maxattr is not %d", genl.AttrMax)
+	}
 }
