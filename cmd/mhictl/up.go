@@ -83,7 +83,7 @@ without an address until a session is connected.`,
 	fl.StringVar(&f.name, "name", "mhi0", "device name in the attribute tree and netlink")
 	fl.StringVar(&f.mount, "mount", "", "serve the attribute tree as a FUSE file tree at DIR (needs root)")
 	fl.StringVar(&f.tunName, "tun", "", "create a TUN interface NAME for the data channel (needs root)")
-	fl.StringVar(&f.tunAddr, "tun-addr", "198.18.0.1/24", "address of the TUN interface (needs --tun)")
+	fl.StringVar(&f.tunAddr, "tun-addr", "198.18.0.1/24", "static address of the TUN interface, kept when a session disconnects (\"\": none until 'mhictl connect' assigns one; needs --tun)")
 	fl.BoolVar(&f.gso, "gso", true, "open the TUN with IFF_VNET_HDR and TSO/USO offloads: super-packets are segmented before the ring, downlink TCP segments merged unless --gro=false (--gso=false: plain packets; needs --tun)")
 	fl.BoolVar(&f.gro, "gro", true, "merge runs of downlink TCP segments into super-packets for the kernel (needs --tun and --gso)")
 	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9464)")
