@@ -88,6 +88,9 @@ type ChannelStats struct {
 	Doorbells atomic.Uint64
 	DBModes   atomic.Uint64
 	BadEvents atomic.Uint64
+	// DoorbellErrors counts doorbell writes of this channel the transport
+	// failed (the elements stayed queued; see Queue).
+	DoorbellErrors atomic.Uint64
 }
 
 // Num returns the channel number.
@@ -159,8 +162,13 @@ func (ch *Channel) Start(handler func(Completion)) error {
 	ch.mu.Unlock()
 	if pending {
 		ch.mu.Lock()
-		ch.ringDoorbell()
+		err := ch.ringDoorbell()
 		ch.mu.Unlock()
+		if err != nil {
+			// The channel is started; its queued elements wait for the
+			// next Queue or Kick.
+			ch.ctrl.log.Warn("channel doorbell after start", "channel", ch.cfg.Num, "err", err)
+		}
 	}
 	return nil
 }
@@ -245,7 +253,16 @@ func (ch *Channel) Pending() int {
 }
 
 // Queue posts the elements of xs in order and rings the doorbell once. Either
-// all are queued or none (ErrRingFull when the ring lacks room).
+// all are queued or none (ErrRingFull when the ring lacks room, and
+// ErrChannelState, ErrTooLarge).
+//
+// One error means the opposite: an error wrapping ErrDoorbell says that the
+// elements ARE queued but the doorbell write failed (the transport's error
+// is wrapped too; the failure is counted in DoorbellErrors). The buffers
+// then belong to the channel as after a successful Queue: their completions
+// (or ErrAborted returns on reset, SYS_ERR or power-down) reach the handler
+// as usual, and the caller must not reuse them. Call Kick to ring the
+// doorbell again; the next successful Queue rings it too.
 func (ch *Channel) Queue(xs []Transfer) error {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
@@ -280,34 +297,66 @@ func (ch *Channel) Queue(xs []Transfer) error {
 		ch.ring.wp = ch.ring.next(i)
 	}
 	ch.stats.Queued.Add(uint64(len(xs)))
-	ch.ringDoorbell()
+	if err := ch.ringDoorbell(); err != nil {
+		return fmt.Errorf("%s: channel %d: %d elements queued, doorbell not rung (Kick to retry): %w",
+			ch.ctrl.name, ch.cfg.Num, len(xs), err)
+	}
+	return nil
+}
+
+// Kick rings the channel's doorbell with its current write pointer, to
+// retry after Queue returned an error wrapping ErrDoorbell. It does nothing
+// when no element is queued or the channel is not enabled.
+func (ch *Channel) Kick() error {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.state != ChannelEnabled || ch.ring.used() == 0 {
+		return nil
+	}
+	if ch.cfg.Burst {
+		ch.dbMode = true // a doorbell that may have been lost must ring
+	}
+	if err := ch.ringDoorbell(); err != nil {
+		return fmt.Errorf("%s: channel %d: %w", ch.ctrl.name, ch.cfg.Num, err)
+	}
 	return nil
 }
 
 // ringDoorbell publishes the write pointer and, when allowed, rings the
-// channel doorbell. Called with ch.mu held.
-func (ch *Channel) ringDoorbell() {
+// channel doorbell. A failed write is counted and returned wrapping
+// ErrDoorbell. Called with ch.mu held.
+func (ch *Channel) ringDoorbell() error {
+	c := ch.ctrl
 	wp := ch.ring.iova(ch.ring.wp)
 	Store64(ch.ctx(), CtxWP, wp)
-	if !ch.ctrl.doorbellsAllowed() {
-		return
+	c.gate.RLock()
+	defer c.gate.RUnlock()
+	if !c.doorbellsAllowed() {
+		return nil
 	}
 	if ch.cfg.Burst {
 		if !ch.dbMode {
-			return // the device polls the context write pointer
+			return nil // the device polls the context write pointer
 		}
 		ch.dbMode = false
 	}
 	ch.stats.Doorbells.Add(1)
-	if err := ch.ctrl.doorbell(ch.ctrl.chdb(ch.cfg.Num), wp); err != nil {
-		ch.ctrl.log.Warn("channel doorbell", "channel", ch.cfg.Num, "err", err)
+	if err := c.doorbell(c.chdb(ch.cfg.Num), wp); err != nil {
+		if ch.cfg.Burst {
+			ch.dbMode = true // not rung: ring again next time
+		}
+		ch.stats.DoorbellErrors.Add(1)
+		c.stats.DoorbellErrors.Add(1)
+		return fmt.Errorf("%w (write pointer 0x%x): %w", ErrDoorbell, wp, err)
 	}
+	return nil
 }
 
+// doorbellsAllowed reports whether channel doorbells may ring: in M0, and
+// while powering up.
 func (c *Controller) doorbellsAllowed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.pm == pmM0 || c.pm == pmPowerUp
+	p := pmState(c.pmNow.Load())
+	return p == pmM0 || p == pmPowerUp
 }
 
 // onM0 re-enters doorbell mode where configured and rings pending work.
@@ -318,7 +367,9 @@ func (ch *Channel) onM0() {
 		ch.dbMode = true
 	}
 	if ch.state == ChannelEnabled && ch.ring.used() > 0 {
-		ch.ringDoorbell()
+		if err := ch.ringDoorbell(); err != nil {
+			ch.ctrl.log.Warn("channel doorbell on M0", "channel", ch.cfg.Num, "err", err)
+		}
 	}
 }
 
@@ -338,7 +389,9 @@ func (ch *Channel) onEvent(ev Element) {
 		ch.stats.DBModes.Add(1)
 		ch.dbMode = true
 		if ch.state == ChannelEnabled && ch.ring.used() > 0 {
-			ch.ringDoorbell()
+			if err := ch.ringDoorbell(); err != nil {
+				c.log.Warn("channel doorbell on DB_MODE", "channel", ch.cfg.Num, "err", err)
+			}
 		}
 		ch.mu.Unlock()
 		return
@@ -375,10 +428,12 @@ func (ch *Channel) onEvent(ev Element) {
 				c.log.Warn("transfer length larger than the buffer; clamped", "channel", ch.cfg.Num, "len", comp.Len, "buffer", s.n)
 				comp.Len = s.n
 			}
-			if code == CCBadTRE {
-				comp.Code, comp.Len = CCInvalid, 0
-				comp.Err = fmt.Errorf("%s: channel %d: device reported a bad element: %w", c.name, ch.cfg.Num, ErrBadDevice)
-			}
+		}
+		if code == CCBadTRE {
+			// The device failed the transfer: every element the event
+			// completes comes back with the error and no data.
+			comp.Code, comp.Len = CCInvalid, 0
+			comp.Err = fmt.Errorf("%s: channel %d: device reported a bad element at index %d: %w", c.name, ch.cfg.Num, idx, ErrBadDevice)
 		}
 		bytes += uint64(comp.Len)
 		comps = append(comps, comp)

@@ -14,7 +14,8 @@ import (
 // stats/mhi and stats/net as mhi_<group>_<name>{device="…"}, the channel
 // counters as mhi_channel_<name>{device, channel, name}, mru, mtu and
 // timeout_ms as gauges, and the state as mhi_device_info{device, state,
-// ee, model} 1. Values are read live from the same counters the tree shows.
+// ee, model, pm_state} 1 (pm_state RECOVERY_FAILED: recovery gave up; the
+// gauge mhi_mhi_recovery_failed is 1 then too). Values are read live from the same counters the tree shows.
 func (t *Tree) WriteMetrics(w io.Writer) error {
 	type sample struct{ labels, value string }
 	series := map[string][]sample{}
@@ -41,11 +42,11 @@ func (t *Tree) WriteMetrics(w io.Writer) error {
 			switch a.Name {
 			case "mru", "mtu", "timeout_ms":
 				add("mhi_"+a.Name, "gauge", dl, v)
-			case "state", "ee", "model":
+			case "state", "ee", "model", "pm_state":
 				info[a.Name] = v
 			}
 		}
-		add("mhi_device_info", "gauge", fmt.Sprintf(`%s,state=%q,ee=%q,model=%q`, dl, info["state"], info["ee"], info["model"]), "1")
+		add("mhi_device_info", "gauge", fmt.Sprintf(`%s,state=%q,ee=%q,model=%q,pm_state=%q`, dl, info["state"], info["ee"], info["model"], info["pm_state"]), "1")
 		if stats, ok := dev.Dir("stats"); ok {
 			for _, group := range stats.Dirs() {
 				for _, a := range group.Attrs() {
@@ -143,7 +144,8 @@ func sessionMetrics(add func(name, kind, labels, value string), dl string, dev *
 
 // kindOf says whether a numeric attribute is a counter or a gauge.
 func kindOf(name string) string {
-	for _, g := range []string{"mru", "mtu", "pool_", "rx_posted", "high_water", "elements", "event_ring", "pending", "connected", "session_active"} {
+	for _, g := range []string{"mru", "mtu", "pool_", "rx_posted", "high_water", "elements", "event_ring", "pending",
+		"recovery_consecutive", "recovery_backoff", "recovery_failed", "connected", "session_active"} {
 		if strings.Contains(name, g) {
 			return "gauge"
 		}

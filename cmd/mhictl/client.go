@@ -19,7 +19,7 @@ type dialFlags struct {
 }
 
 func (d *dialFlags) add(cmd *cobra.Command) {
-	cmd.Flags().Uint32Var(&d.port, "netlink-port", genl.DefaultPort, "netlink port of the running `mhictl up`")
+	cmd.Flags().Uint32Var(&d.port, "netlink-port", 0, "netlink port of the running `mhictl up` (default: the one its run file names, else 0x4d4849)")
 	cmd.Flags().DurationVar(&d.timeout, "timeout", 5*time.Second, "per-request timeout")
 	cmd.Flags().BoolVar(&d.json, "json", false, "print as JSON")
 }

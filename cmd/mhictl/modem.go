@@ -107,11 +107,16 @@ messages).`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			ln, err := vfiouser.Listen(socket)
+			if err != nil {
+				return err
+			}
+			// Announced once the socket exists: clients wait for this line.
 			p := dev.PCI
 			events.Info("listen", "socket", socket, "model", dev.Entry.Info.Name,
 				"ids", fmt.Sprintf("%04x:%04x %04x:%04x", p.Vendor, p.Device, p.SubVendor, p.SubDevice),
 				"bar0", p.BARSize, "vectors", p.Vectors, "ip_mode", strings.ToLower(ipd.mode), "format", format.String())
-			err = vfiouser.ListenAndServe(ctx, socket, dev)
+			err = ln.Serve(ctx, dev)
 			st := dev.Stats()
 			events.Info("exit", "sessions", st.Sessions, "messages", st.Messages, "malformed", st.Malformed,
 				"dma_faults", st.DMAFaults, "interrupts", st.Interrupts)
@@ -119,7 +124,7 @@ messages).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&socket, "socket", "", "unix socket path to listen on (a stale socket there is replaced)")
+	f.StringVar(&socket, "socket", "", "unix socket path to listen on: created 0600 (only root and this user may connect; others are refused and logged); a stale socket there is replaced, anything else is refused")
 	f.BoolVar(&jsonLog, "json-log", false, "log events as JSON lines on stdout")
 	f.IntVar(&vectors, "vectors", vfiouser.DefaultVectors, "MSI vectors offered (power of two, 1..32)")
 	f.StringVar(&ipd.mode, "ip-mode", "responder", "what the IP data function does: responder (answers ping and UDP echo), loopback or generator")

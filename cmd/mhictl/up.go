@@ -89,7 +89,7 @@ without an address until a session is connected.`,
 	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9464)")
 	fl.StringVar(&f.format, "format", "", "data channel framing: raw, mbim or qmap (default: mbim on IP_HW0_MBIM, raw on IP_HW0)")
 	fl.StringVar(&f.modemMode, "modem-mode", "responder", "what the mock modem does with uplink packets: responder or loopback")
-	fl.Uint32Var(&f.port, "netlink-port", genl.DefaultPort, "netlink port of the control plane")
+	fl.Uint32Var(&f.port, "netlink-port", 0, "netlink port of the control plane (default: 0x4d4849, or a kernel-assigned port, advertised in the run file, if another user's process holds it)")
 	fl.IntVar(&f.mru, "mru", 0, "initial MRU (default: the model's MRU default, or 32768)")
 	fl.StringVar(&f.sysfsRoot, "sysfs-root", pcigeneric.DefaultRoot, "sysfs mount to find --device in")
 	fl.StringVar(&f.device, "device", "", "drive the real modem at PCI address ADDR through VFIO instead of the mock (bind it first: mhictl bind ADDR)")
@@ -304,9 +304,19 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	tree.AddDevice(f.name, sysfs.Device{Controller: ctrl, Net: net_, Model: info.Name, SetMTU: setMTU,
 		Ports: cp.binds, Session: cp.session, Stats: mockStats(mock)})
 
-	srv, err := genl.NewServer(tree, genl.ServerOptions{Port: f.port, Logger: log})
+	// On the default port the server advertises itself in a run file, so
+	// that clients find it even when a squatter pushed it elsewhere.
+	var runFile string
+	if f.port == 0 {
+		runFile = genl.DefaultRunFile()
+	}
+	srv, err := genl.NewServer(tree, genl.ServerOptions{Port: f.port, RunFile: runFile, Logger: log})
 	if err != nil {
 		return err
+	}
+	if holders, squatted := srv.Squatted(); squatted {
+		out.printf("netlink port 0x%x is held by %s, not by root or this user: another local user may be squatting it; serving on port 0x%x instead (clients find it in %s)",
+			genl.DefaultPort, genl.DescribePeers(holders), srv.Port(), runFile)
 	}
 	sctx, scancel := context.WithCancel(ctx)
 	sdone := make(chan struct{})
@@ -317,7 +327,11 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 		}
 	}()
 	undo = append(undo, func() { scancel(); _ = srv.Close(); <-sdone })
-	out.printf("netlink family %q on port 0x%x", genl.FamilyName, srv.Port())
+	if runFile != "" {
+		out.printf("netlink family %q on port 0x%x, advertised in %s", genl.FamilyName, srv.Port(), runFile)
+	} else {
+		out.printf("netlink family %q on port 0x%x", genl.FamilyName, srv.Port())
+	}
 
 	if f.mount != "" {
 		if err := fusefs.CleanupStale(f.mount); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,6 +124,9 @@ func (t *Transport) setup() error {
 	r, err := t.call(CmdVersion, Version{Capabilities: `{"capabilities":{"max_msg_fds":16,"max_data_xfer_size":1048576,"pgsizes":4096}}`}, nil)
 	if errors.Is(err, unix.EBUSY) {
 		return fmt.Errorf("%w (one client at a time: stop the other first): %w", ErrBusy, err)
+	}
+	if errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("%w (this process runs as uid %d): %w", ErrPeerRefused, os.Getuid(), err)
 	}
 	if err != nil {
 		return err
@@ -284,8 +288,7 @@ func (t *Transport) call(cmd Command, body any, fds []int) (Message, error) {
 	}
 	timer := time.NewTimer(t.opts.Timeout)
 	defer timer.Stop()
-	select {
-	case r := <-ch:
+	reply := func(r Message) (Message, error) {
 		if r.Header.Flags&FlagError != 0 {
 			return r, fmt.Errorf("vfiouser: %s: %w: %w", cmd, ErrRemote, unix.Errno(r.Header.Error))
 		}
@@ -293,7 +296,18 @@ func (t *Transport) call(cmd Command, body any, fds []int) (Message, error) {
 			return r, fmt.Errorf("vfiouser: %s answered by %s: %w", cmd, r.Header.Cmd, ErrMalformed)
 		}
 		return r, nil
+	}
+	select {
+	case r := <-ch:
+		return reply(r)
 	case <-t.dead:
+		// The reply may have arrived just before the connection closed
+		// (a server that refuses answers, then hangs up): it wins.
+		select {
+		case r := <-ch:
+			return reply(r)
+		default:
+		}
 		drop()
 		return Message{}, fmt.Errorf("vfiouser: %s: %w (%w)", cmd, ErrClosed, t.readErr)
 	case <-timer.C:
@@ -417,7 +431,8 @@ func (t *Transport) Done() <-chan struct{} { return t.dead }
 // Capabilities returns the server's VERSION capabilities JSON.
 func (t *Transport) Capabilities() string { return t.caps }
 
-// BARSize returns the size of BAR0.
+// BARSize returns the size of BAR0 (the MHI BAR; it implements
+// mhi.BARSizer, so the controller checks the device's offsets against it).
 func (t *Transport) BARSize() uint64 { return t.barSize }
 
 // ReadConfig reads len(p) bytes of config space at off.
@@ -526,4 +541,7 @@ func (t *Transport) teardown() {
 	}
 }
 
-var _ mhi.Transport = (*Transport)(nil)
+var (
+	_ mhi.Transport = (*Transport)(nil)
+	_ mhi.BARSizer  = (*Transport)(nil)
+)

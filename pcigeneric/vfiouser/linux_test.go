@@ -31,12 +31,11 @@ import (
 // the generator, taking the modem's counters) and gives the verdict from
 // the guest's checks and the modem's counters together.
 //
-// Requirements: QEMU >= 10.1 with vfio-user-pci (bash
-// .ci/qemu-vfio-user-setup.sh unpacks trixie-backports' 11.1 into
-// /var/cache/gomhi/qemu-vfio-user, no root needed), and the kernel, a
-// static busybox and cpio of .ci/vfio-setup.sh. Without them the tests
-// skip saying what is missing; with CI=true they fail. See
-// docs/LINUX-DRIVER.md.
+// Requirements: QEMU >= 10.1 with vfio-user-pci, the kernel and a static
+// busybox; make test-deps (run by make test) unpacks trixie-backports'
+// QEMU 11.1 and bookworm's kernel and busybox into qemuguest.CacheDir, no
+// root needed. Without them the tests skip saying what is missing; with
+// CI=true they fail. See docs/LINUX-DRIVER.md.
 
 // linuxModules are the kernel's MHI and WWAN modules, in insmod order.
 var linuxModules = []string{
@@ -148,12 +147,11 @@ esac
 finish
 `
 
-// linuxEnv finds QEMU with vfio-user, the kernel with the MHI modules,
-// busybox and cpio, and builds the guest's initramfs once.
+// linuxEnv finds QEMU with vfio-user, the kernel with the MHI modules and
+// busybox, and builds the guest's initramfs once.
 func linuxEnv(t *testing.T) (*qemuguest.Env, string) {
 	t.Helper()
-	env := qemuguest.Find(t, qemuguest.Options{VFIOUser: true, Modules: linuxModules,
-		Setup: "bash .ci/qemu-vfio-user-setup.sh; sudo bash .ci/vfio-setup.sh"})
+	env := qemuguest.Find(t, qemuguest.Options{VFIOUser: true, Modules: linuxModules})
 	names := make([]string, len(linuxModules))
 	for i, m := range linuxModules {
 		names[i] = filepath.Base(m)

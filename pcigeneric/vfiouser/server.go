@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -215,20 +214,56 @@ var ErrBusy = errors.New("vfiouser: device busy with another client")
 // have left, its session not yet torn down) before refusing it.
 const BusyGrace = time.Second
 
-// ListenAndServe listens on the unix socket path (replacing a stale socket,
-// never another kind of file) and serves one client at a time until ctx is
-// done; the socket file is removed on return. It returns nil when ctx ends
-// it. A client that connects while another is served, and is still
-// waiting after BusyGrace, gets an EBUSY error reply to its first message
-// (its Dial fails with ErrBusy) instead of waiting unanswered.
+// ListenAndServe listens on the unix socket path and serves one client at
+// a time until ctx is done; the socket file is removed on return. It
+// returns nil when ctx ends it. The socket is created with SocketMode
+// (0600) whatever the umask; a stale socket there is replaced, a live one
+// or any other kind of file is refused (see listenSocket). A connecting
+// process that is neither root nor the socket's owner (SO_PEERCRED) gets
+// an EPERM error reply to its first message (its Dial fails with
+// ErrPeerRefused) and a Warn log line, and never takes the device. A client
+// that connects while another is served, and is still waiting after
+// BusyGrace, gets an EBUSY error reply to its first message (its Dial fails
+// with ErrBusy) instead of waiting unanswered.
 func ListenAndServe(ctx context.Context, path string, dev *ServerDevice) error {
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		_ = os.Remove(path) // a stale socket from an earlier run
-	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	l, err := Listen(path)
 	if err != nil {
-		return fmt.Errorf("vfiouser: listen: %w", err)
+		return err
 	}
+	return l.Serve(ctx, dev)
+}
+
+// Listener is a vfio-user socket made by Listen: the socket file exists
+// (clients can connect and wait) from Listen's return until Serve returns
+// or Close is called.
+type Listener struct {
+	path string
+	ino  uint64
+	l    *net.UnixListener
+}
+
+// Listen creates the socket at path as ListenAndServe does, without
+// serving it yet, so a caller can announce it once it exists.
+func Listen(path string) (*Listener, error) {
+	l, ino, err := listenSocket(path)
+	if err != nil {
+		return nil, err
+	}
+	return &Listener{path: path, ino: ino, l: l}, nil
+}
+
+// Close removes the socket; a Serve in progress returns.
+func (ln *Listener) Close() error {
+	err := ln.l.Close()
+	removeSocket(ln.path, ln.ino)
+	return err
+}
+
+// Serve serves dev on the listener as ListenAndServe does, until ctx is
+// done, and removes the socket on return.
+func (ln *Listener) Serve(ctx context.Context, dev *ServerDevice) error {
+	l, path := ln.l, ln.path
+	defer removeSocket(path, ln.ino)
 	defer l.Close()
 	stop := context.AfterFunc(ctx, func() { _ = l.Close() })
 	defer stop()
@@ -243,6 +278,19 @@ func ListenAndServe(ctx context.Context, path string, dev *ServerDevice) error {
 			}
 			return fmt.Errorf("vfiouser: accept: %w", err)
 		}
+		if cred, err := checkPeer(c); err != nil {
+			attrs := []any{"socket", path, "reason", err.Error()}
+			if cred != nil {
+				attrs = append(attrs, "peer_uid", cred.Uid, "peer_pid", cred.Pid)
+			}
+			dev.log.Warn("refuse", attrs...)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				refuse(c, dev, unix.EPERM, refuseGrace)
+			}()
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -251,7 +299,8 @@ func ListenAndServe(ctx context.Context, path string, dev *ServerDevice) error {
 			select {
 			case slot <- struct{}{}:
 			case <-timer.C:
-				refuseBusy(c, dev)
+				dev.log.Info("refuse", "reason", ErrBusy.Error())
+				refuse(c, dev, unix.EBUSY, BusyGrace)
 				return
 			case <-ctx.Done():
 				_ = c.Close()
@@ -265,12 +314,15 @@ func ListenAndServe(ctx context.Context, path string, dev *ServerDevice) error {
 	}
 }
 
-// refuseBusy answers the first message on conn with an EBUSY error reply
-// and closes conn.
-func refuseBusy(conn *net.UnixConn, dev *ServerDevice) {
+// refuseGrace is how long a refused peer has to send its first message,
+// which is answered with EPERM.
+const refuseGrace = 5 * time.Second
+
+// refuse answers the first message on conn, if it comes within wait, with
+// an error reply carrying errno, and closes conn.
+func refuse(conn *net.UnixConn, dev *ServerDevice, errno unix.Errno, wait time.Duration) {
 	defer conn.Close()
-	dev.log.Info("refuse", "reason", ErrBusy.Error())
-	_ = conn.SetDeadline(time.Now().Add(BusyGrace))
+	_ = conn.SetDeadline(time.Now().Add(wait))
 	w := newWire(conn)
 	hdr, _, fds, err := w.read()
 	closeFDs(fds)
@@ -281,7 +333,7 @@ func refuseBusy(conn *net.UnixConn, dev *ServerDevice) {
 	if err != nil || h.IsReply() || h.Flags&FlagNoReply != 0 {
 		return
 	}
-	_ = w.write(EncodeMessage(h.ID, h.Cmd, FlagReply|FlagError, uint32(unix.EBUSY), nil), nil)
+	_ = w.write(EncodeMessage(h.ID, h.Cmd, FlagReply|FlagError, uint32(errno), nil), nil)
 }
 
 // Serve serves dev to the client on conn until the client disconnects, a

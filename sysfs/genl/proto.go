@@ -10,6 +10,15 @@
 // -errno, the request's header and an extended acknowledgement
 // (NLMSGERR_ATTR_MSG, NLMSGERR_ATTR_OFFS).
 //
+// Any local user may bind a NETLINK_USERSOCK port, so the port is not
+// trusted by itself: a server pushed off DefaultPort by another user's
+// socket serves on a kernel-assigned port advertised in a root-owned run
+// file (RunFile, ServerOptions.RunFile), and the client trusts only root,
+// its own user and the server a trusted run file names — it checks who
+// holds the port (/proc) before sending, and the kernel-stamped
+// credentials (SCM_CREDENTIALS) of every reply, failing with
+// ErrUntrustedServer otherwise.
+//
 // The wire format (commands, attributes, their numbers and types) is
 // specified in docs/netlink-mhi.yaml and explained in docs/NETLINK.md.
 // The server keeps no state of its own: every GET reads the tree and every
