@@ -134,6 +134,10 @@ type MockFunctions struct {
 	IPData   *ep.IPData
 	// MBIM answers on the "MBIM" pair (nil if the model has none).
 	MBIM *ep.MBIM
+	// QMI answers on the "QMI" pair (nil if the model has none).
+	QMI *ep.QMI
+	// AT answers on "DUN" and "DUN2" (nil if the model has neither).
+	AT *ep.AT
 	// ControlPairs lists the control channel pairs given a function, in
 	// channel order.
 	ControlPairs []string
@@ -161,6 +165,18 @@ type MockModemStats struct {
 	MBIMFunctionErrors uint64 `json:"mbim_function_errors"`
 	MBIMIndications    uint64 `json:"mbim_indications"`
 	MBIMDropped        uint64 `json:"mbim_dropped"`
+
+	QMIFramesIn       uint64 `json:"qmi_frames_in"`
+	QMIFramesOut      uint64 `json:"qmi_frames_out"`
+	QMIErrorResponses uint64 `json:"qmi_error_responses"`
+	QMIMalformed      uint64 `json:"qmi_malformed"`
+	QMIDropped        uint64 `json:"qmi_dropped"`
+	QMIIndications    uint64 `json:"qmi_indications"`
+	QMIClientsActive  uint64 `json:"qmi_clients_active"`
+
+	ATLines  uint64 `json:"at_lines"`
+	ATOK     uint64 `json:"at_ok"`
+	ATErrors uint64 `json:"at_errors"`
 }
 
 // Stats returns the counters of the modem side.
@@ -185,6 +201,15 @@ func (f *MockFunctions) Stats() MockModemStats {
 		s.MBIMFunctionErrors, s.MBIMIndications = st.FunctionErrors, st.Indications
 		s.MBIMDropped = st.DroppedShort + st.DroppedReplies + st.IndicationsDropped
 	}
+	if f.QMI != nil {
+		st := f.QMI.Stats()
+		s.QMIFramesIn, s.QMIFramesOut, s.QMIErrorResponses = st.FramesIn, st.FramesOut, st.ErrorResponses
+		s.QMIMalformed, s.QMIDropped, s.QMIIndications, s.QMIClientsActive = st.Malformed, st.Dropped+st.IndicationsDropped, st.Indications, st.ClientsActive
+	}
+	if f.AT != nil {
+		st := f.AT.Stats()
+		s.ATLines, s.ATOK, s.ATErrors = st.Lines+st.Repeats+st.TooLong, st.OK, st.Errors
+	}
 	return s
 }
 
@@ -193,9 +218,9 @@ func (f *MockFunctions) Stats() MockModemStats {
 // serial number derived from the model's name, an ep.Modem with the
 // entry's identity (MockIdentity, overridden by opts.Modem), the IP data
 // function on the data pair (gated by the Modem) and the control
-// functions the model's pairs call for: MBIM on "MBIM". Pairs without a
-// function (QMI, DUN until their functions exist, DIAG…) consume and
-// count what the host sends.
+// functions the model's pairs call for: MBIM on "MBIM", QMI on "QMI", AT
+// on "DUN" and "DUN2" (one AT function for both), all on the one Modem.
+// Other pairs (DIAG, IPCR…) consume and count what the host sends.
 func NewMockConfig(e Entry, opts MockModemOptions) (ep.Config, *MockFunctions, error) {
 	if e.Info == nil {
 		return ep.Config{}, nil, fmt.Errorf("pcigeneric: mock for %q: %w: the entry has no model", e.Product, ErrUnknownModel)
@@ -240,6 +265,22 @@ func NewMockConfig(e Entry, opts MockModemOptions) (ep.Config, *MockFunctions, e
 			}
 			ec.Functions[pair] = fn
 			fns.MBIM = fn
+		case ep.QMIName:
+			fn, err := ep.NewQMI(modem, ep.QMIOptions{Logger: log})
+			if err != nil {
+				return ep.Config{}, nil, err
+			}
+			ec.Functions[pair] = fn
+			fns.QMI = fn
+		case ep.DUNName, ep.DUN2Name:
+			if fns.AT == nil {
+				fn, err := ep.NewAT(modem, ep.ATOptions{Logger: log})
+				if err != nil {
+					return ep.Config{}, nil, err
+				}
+				fns.AT = fn
+			}
+			ec.Functions[pair] = fns.AT
 		default:
 			continue
 		}

@@ -15,10 +15,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/testenv"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
 
@@ -26,28 +28,17 @@ import (
 // and drive it with Debian's mbimcli (libmbim-utils) and mbim-proxy
 // (libmbim-proxy), directly and through the proxy, and with `mhictl
 // connect`/`disconnect`, as root in a network namespace of their own.
-// Outside CI they skip when the tools are missing; under CI=true they fail.
+// Missing tools skip the tests outside CI and fail them under CI=true
+// (testenv).
 
 const mbimProxyBin = "/usr/libexec/mbim-proxy"
 
-func needTool(t *testing.T, name, pkg string) {
-	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s not found: install Debian's %s", name, pkg)
-		}
-		t.Skipf("%s not found (Debian package %s)", name, pkg)
-	}
-}
+func needTool(t *testing.T, name, pkg string) { t.Helper(); testenv.LookPath(t, name, pkg) }
 
 func needFile(t *testing.T, path, pkg string) {
 	t.Helper()
-	if _, err := os.Stat(path); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s: %v: install Debian's %s", path, err, pkg)
-		}
-		t.Skipf("%s: %v (Debian package %s)", path, err, pkg)
-	}
+	_, err := os.Stat(path)
+	testenv.Need(t, path+" (Debian package "+pkg+")", err)
 }
 
 // mbimcli runs mbimcli with a timeout; it returns the combined output.
@@ -416,4 +407,211 @@ func TestUpRequireConnectFlags(t *testing.T) {
 			t.Errorf("%v accepted:\n%s", args, out)
 		}
 	}
+}
+
+const qmiProxyBin = "/usr/libexec/qmi-proxy"
+
+// qmicli runs qmicli with a timeout; it returns the combined output.
+func qmicli(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "qmicli", args...).CombinedOutput()
+	t.Logf("$ qmicli %s\n%s", strings.Join(args, " "), out)
+	return string(out), err
+}
+
+// killProxies stops the processes running bin in this network namespace,
+// by pid (qmicli -p spawns qmi-proxy, which outlives it).
+func killProxies(t *testing.T, bin string) {
+	self, _ := os.Readlink("/proc/self/ns/net")
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		ns, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid))
+		if exe == bin && ns == self {
+			if p, err := os.FindProcess(pid); err == nil {
+				t.Logf("stopping %s pid %d", bin, pid)
+				_ = p.Kill()
+			}
+		}
+	}
+}
+
+// qmicliSession: the identity and registration queries, then a call
+// qmicli starts opens the mock's gate (ping 5/5) and stopping it closes
+// it again.
+func qmicliSession(t *testing.T, dev []string, id ep.ModemIdentity, seq uint16) {
+	t.Helper()
+	q := func(args ...string) string {
+		t.Helper()
+		out, err := qmicli(t, append(append([]string{}, dev...), args...)...)
+		if err != nil {
+			t.Fatalf("qmicli %s: %v", args[0], err)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		arg  string
+		want []string
+	}{
+		{"--dms-get-ids", []string{"IMEI: '" + id.IMEI + "'"}},
+		{"--dms-get-revision", []string{"Revision: '" + id.Firmware + "'"}},
+		{"--dms-get-model", []string{"Model: '" + id.Model + "'"}},
+		{"--nas-get-serving-system", []string{"Registration state: 'registered'", "PS: 'attached'"}},
+	} {
+		out := q(c.arg)
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("qmicli %s: output lacks %q", c.arg, w)
+			}
+		}
+	}
+	if got := pings(t, seq, 2); got != 0 {
+		t.Fatalf("%d of 2 pings answered before --wds-start-network", got)
+	}
+	out := q("--wds-start-network=apn=internet,ip-type=4", "--client-no-release-cid")
+	handle := regexp.MustCompile(`Packet data handle: '(\d+)'`).FindStringSubmatch(out)
+	cid := regexp.MustCompile(`CID: '(\d+)'`).FindStringSubmatch(out)
+	if !strings.Contains(out, "Network started") || handle == nil || cid == nil {
+		t.Fatalf("--wds-start-network: no handle or CID in %q", out)
+	}
+	if got := pings(t, seq+10, 5); got != 5 {
+		t.Fatalf("%d of 5 pings answered with qmicli's call up", got)
+	}
+	t.Logf("qmicli's call: 5/5 pings")
+	if out := q("--wds-get-current-settings", "--client-cid="+cid[1], "--client-no-release-cid"); !strings.Contains(out, "IPv4 address: 198.18.0.1") {
+		t.Errorf("--wds-get-current-settings lacks the address")
+	}
+	if out := q("--wds-stop-network="+handle[1], "--client-cid="+cid[1]); !strings.Contains(out, "Network stopped") {
+		t.Errorf("--wds-stop-network: %q", out)
+	}
+	if got := pings(t, seq+20, 2); got != 0 {
+		t.Fatalf("%d of 2 pings answered after --wds-stop-network", got)
+	}
+}
+
+// TestUpControlQMI: on the embedded mock of qcom-sdx55m (MBIM and QMI),
+// Debian's qmicli answers on wwan0qmi0, directly and through qmi-proxy,
+// and the call it starts is the modem's session (the gate opens and
+// closes with it).
+func TestUpControlQMI(t *testing.T) {
+	needTool(t, "qmicli", "libqmi-utils")
+	if !inNetns(t) {
+		return
+	}
+	killProxies(t, qmiProxyBin)
+	t.Cleanup(func() { killProxies(t, qmiProxyBin) })
+	runDir := filepath.Join(t.TempDir(), "run")
+	startUp(t, "--model", "qcom-sdx55m", "--require-connect", "--run-dir", runDir)
+	link := filepath.Join(runDir, "wwan0qmi0")
+	id := pcigeneric.MockIdentity(pcigeneric.EntriesFor("qcom-sdx55m")[0])
+	// A PTY has no /sys/class/wwan type: qmicli needs --device-open-qmi.
+	qmicliSession(t, []string{"-d", link, "--device-open-qmi"}, id, 300)
+	needFile(t, qmiProxyBin, "libqmi-proxy")
+	qmicliSession(t, []string{"-p", "-d", link, "--device-open-qmi"}, id, 400)
+	st := localStats(t)
+	if st["modem/qmi_frames_in"] == 0 || st["modem/qmi_malformed"] != 0 || st["modem/connects"] != 2 || st["modem/disconnects"] != 2 {
+		t.Errorf("modem counters: qmi_frames_in %d, qmi_malformed %d, connects %d, disconnects %d",
+			st["modem/qmi_frames_in"], st["modem/qmi_malformed"], st["modem/connects"], st["modem/disconnects"])
+	}
+}
+
+// TestUpControlQMIConnect: `mhictl connect` on a model whose only control
+// channel is QMI (telit-fn920c04) drives the session over QMI: a dual-stack
+// session is two WDS calls; ping 5/5, then nothing after disconnect.
+func TestUpControlQMIConnect(t *testing.T) {
+	if !inNetns(t) {
+		return
+	}
+	runDir := filepath.Join(t.TempDir(), "run")
+	u := startUp(t, "--model", "telit-fn920c04", "--require-connect", "--run-dir", runDir)
+	if !strings.Contains(u.logText(), "data session over QMI") {
+		t.Fatalf("up does not drive the session over QMI:\n%s", u.logText())
+	}
+	if got := pings(t, 500, 2); got != 0 {
+		t.Fatalf("%d of 2 pings answered before connect", got)
+	}
+	var c connectOut
+	mhictlJSON(t, &c, "connect", "mhi0", "--apn", "internet", "--ip-type", "ipv4v6")
+	if c.State != "connected" || c.Protocol != "qmi" || c.IPv4 != "198.18.0.1/24" || c.Gateway4 != "198.18.0.2" ||
+		c.IPv6 != "fd00:6d68:6900::1/64" || c.MTU != 1500 || c.Interface != "mhi0" {
+		t.Fatalf("connect printed %+v", c)
+	}
+	if got := pings(t, 510, 5); got != 5 {
+		t.Fatalf("%d of 5 pings answered after connect:\n%s", got, u.logText())
+	}
+	var s connectOut
+	mhictlJSON(t, &s, "disconnect", "mhi0")
+	if s.State != "disconnected" {
+		t.Fatalf("disconnect printed %+v", s)
+	}
+	if got := pings(t, 520, 2); got != 0 {
+		t.Fatalf("%d of 2 pings answered after disconnect", got)
+	}
+	st := localStats(t)
+	if st["modem/connects"] != 1 || st["modem/disconnects"] != 1 || st["modem/qmi_clients_active"] != 0 || st["modem/ip_dropped_gated"] < 4 {
+		t.Errorf("modem counters: connects %d, disconnects %d, qmi clients active %d, gated %d",
+			st["modem/connects"], st["modem/disconnects"], st["modem/qmi_clients_active"], st["modem/ip_dropped_gated"])
+	}
+}
+
+// converse writes s to a terminal and reads until a final result line.
+func converse(t *testing.T, f *os.File, s string) string {
+	t.Helper()
+	if _, err := f.WriteString(s); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	buf := make([]byte, 512)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_ = f.SetReadDeadline(deadline)
+		n, err := f.Read(buf)
+		if err != nil {
+			t.Fatalf("read after %q: %v (got %q)", s, err, got)
+		}
+		got = append(got, buf[:n]...)
+		if bytes.HasSuffix(got, []byte("OK\r\n")) || bytes.HasSuffix(got, []byte("ERROR\r\n")) {
+			return string(got)
+		}
+	}
+}
+
+// TestUpControlAT: ATI on the AT ports of `mhictl up` (telit-fn990: DUN
+// and DUN2) answers with the model's strings, opened as a terminal
+// program opens them.
+func TestUpControlAT(t *testing.T) {
+	runDir := filepath.Join(t.TempDir(), "run")
+	cmd := mhictl("up", "--model", "telit-fn990", "--netlink-port", testPort(7), "--run-dir", runDir)
+	l := startProc(t, cmd, "ready")
+	id := pcigeneric.MockIdentity(pcigeneric.EntriesFor("telit-fn990")[0])
+	for _, name := range []string{"wwan0at0", "wwan0at1"} {
+		term, err := os.OpenFile(filepath.Join(runDir, name), os.O_RDWR|syscall.O_NOCTTY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := converse(t, term, "ATI\r")
+		want := "ATI\r\r\n" + id.Manufacturer + "\r\n" + id.Model + "\r\nRevision: " + id.Firmware + "\r\n\r\nOK\r\n"
+		if got != want {
+			t.Errorf("%s: ATI answered %q, want %q", name, got, want)
+		}
+		if got := converse(t, term, "AT+CGSN\r"); !strings.Contains(got, id.IMEI) {
+			t.Errorf("%s: AT+CGSN answered %q, want the IMEI %s", name, got, id.IMEI)
+		}
+		if got := converse(t, term, "AT+NOSUCH\r"); !strings.HasSuffix(got, "ERROR\r\n") {
+			t.Errorf("%s: an unknown command answered %q", name, got)
+		}
+		t.Logf("%s: ATI answered %q", name, got)
+		_ = term.Close()
+	}
+	st := statsOf(t, testPort(7))
+	if st["modem/at_lines"] != 6 || st["modem/at_ok"] != 4 || st["modem/at_errors"] != 2 {
+		t.Errorf("AT counters: lines %d ok %d errors %d", st["modem/at_lines"], st["modem/at_ok"], st["modem/at_errors"])
+	}
+	sigterm(t, cmd, l)
 }

@@ -21,7 +21,8 @@ import (
 // This file is `mhictl up`'s part on the modem's control channels: a
 // port (a raw pseudo-terminal with a stable link in the run directory)
 // for every MBIM, QMI and AT pair of the model, and the data session
-// driven over the MBIM one, configuring the TUN interface.
+// driven over the MBIM one (QMI where there is no MBIM), configuring the
+// TUN interface.
 
 // systemRunDir is where root's `mhictl up` puts its per-device run
 // directories (the netlink run file lives there too).
@@ -136,24 +137,28 @@ func (cp *controlPlane) port(pair string) *ctrlport.Port {
 	return nil
 }
 
-// startSession starts the data session over the MBIM port (QMI where a
-// model has no MBIM is not driven yet), configuring host when set. It
-// does nothing for a model without an MBIM port.
+// startSession starts the data session over the MBIM port, or the QMI
+// port where the model has no MBIM, configuring host when set. It does
+// nothing for a model with neither.
 func (cp *controlPlane) startSession(host ctrlport.HostConfigurer, log *slog.Logger, out upLog) {
-	p := cp.port("MBIM")
-	if p == nil {
+	var client ctrlport.SessionClient
+	var over string
+	if p := cp.port("MBIM"); p != nil {
+		client, over = ctrlport.NewMBIMSession(p.Pair()), "MBIM"
+	} else if p := cp.port("QMI"); p != nil {
+		client, over = ctrlport.NewQMISession(p.Pair()), "QMI"
+	} else {
 		if len(cp.ports) > 0 {
-			out.printf("data session: not driven (the model has no MBIM control channel)")
+			out.printf("data session: not driven (the model has no MBIM or QMI control channel)")
 		}
 		return
 	}
-	var opts ctrlport.SessionOptions
+	opts := ctrlport.SessionOptions{Logger: log}
 	if host != nil {
 		opts.Host = host
 	}
-	opts.Logger = log
-	cp.session = ctrlport.NewSession(ctrlport.NewMBIMSession(p.Pair()), opts)
-	out.printf("data session over MBIM: 'mhictl connect DEV --apn APN' connects it")
+	cp.session = ctrlport.NewSession(client, opts)
+	out.printf("data session over %s: 'mhictl connect DEV --apn APN' connects it", over)
 }
 
 // close stops the session and the ports (removing their links) and

@@ -517,6 +517,9 @@ func (s *Session) maybeLost() {
 		if err != nil || active {
 			return
 		}
+		// Let the client drop what it holds for the ended session (QMI
+		// client ids); the modem has nothing left to deactivate.
+		_ = s.client.Disconnect(ctx)
 		if s.opts.Host != nil {
 			if err := s.opts.Host.Remove(cur.SessionConfig); err != nil {
 				s.log.Warn("removing the ended session's configuration", "err", err)

@@ -83,7 +83,7 @@ func (s *Server) sessionDir(req *Request) (string, error) {
 	}
 	if _, err := s.tree.LookupDir(base + "/session"); err != nil {
 		return "", &RequestError{Errno: unix.EOPNOTSUPP, Offset: req.AttrOffset(AttrDevName), Err: err,
-			Msg: fmt.Sprintf("%s has no data session (its model has no MBIM control channel, or the host stack drives none)", req.DevName)}
+			Msg: fmt.Sprintf("%s has no data session (its model has no MBIM or QMI control channel, or the host stack drives none)", req.DevName)}
 	}
 	return base + "/session", nil
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gomhi/gomhi/mhi/testenv"
 	"github.com/gomhi/gomhi/sysfs"
 	"github.com/gomhi/gomhi/sysfs/genl"
 	"github.com/gomhi/gomhi/sysfs/sysfstest"
@@ -141,16 +142,15 @@ func nlMessage(family uint16, payload []byte) []byte {
 	return b
 }
 
+// sessionHelperEnv tells the re-executed test binary the port for
+// TestHelperSessionClient.
+const sessionHelperEnv = "GOMHI_GENL_SESSION_HELPER_PORT"
+
 // TestSessionNonRoot: an unprivileged client reads the session and the
 // ports but may not connect.
 func TestSessionNonRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root, to run the client as uid 65534 with setpriv")
-	}
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("setpriv (util-linux) not installed")
-	}
+	testenv.NeedRoot(t, "to run the client as uid 65534 with setpriv")
+	setpriv := testenv.LookPath(t, "setpriv", "util-linux")
 	tr, d := newControlTree(t)
 	srv := startServer(t, tr)
 	dir, err := os.MkdirTemp("", "genl-nonroot-")
@@ -166,7 +166,7 @@ func TestSessionNonRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-test.run=^TestHelperSessionClient$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), helperPortEnv+"="+strconv.FormatUint(uint64(srv.Port()), 10))
+	cmd.Env = append(os.Environ(), sessionHelperEnv+"="+strconv.FormatUint(uint64(srv.Port()), 10))
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	t.Logf("helper output:\n%s", out)
@@ -178,11 +178,12 @@ func TestSessionNonRoot(t *testing.T) {
 	}
 }
 
-// TestHelperSessionClient is the unprivileged side of TestSessionNonRoot.
+// TestHelperSessionClient is the unprivileged side of TestSessionNonRoot;
+// TestMain leaves it out of every run that test did not start.
 func TestHelperSessionClient(t *testing.T) {
-	portStr := os.Getenv(helperPortEnv)
+	portStr := os.Getenv(sessionHelperEnv)
 	if portStr == "" {
-		t.Skip("helper process for TestSessionNonRoot")
+		t.Fatal("runs only as the helper process of TestSessionNonRoot")
 	}
 	port, _ := strconv.ParseUint(portStr, 10, 32)
 	if os.Getuid() == 0 {
