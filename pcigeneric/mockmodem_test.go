@@ -82,14 +82,14 @@ func TestMockIdentityEveryEntry(t *testing.T) {
 // DEVICE_CAPS carry the entry's identity, and RequireConnect gates data.
 func TestOpenMockControl(t *testing.T) {
 	for _, c := range []struct {
-		model string
-		mbim  bool
-		pairs []string
+		model         string
+		mbim, qmi, at bool
+		pairs         []string
 	}{
-		{"telit-fn990", true, []string{"MBIM", "DUN", "DUN2"}},
-		{"qcom-sdx55m", true, []string{"MBIM", "QMI"}},
-		{"telit-fn920c04", false, []string{"QMI", "DUN", "DUN2"}},
-		{"sa8775p-none", false, nil},
+		{"telit-fn990", true, false, true, []string{"MBIM", "DUN", "DUN2"}},
+		{"qcom-sdx55m", true, true, false, []string{"MBIM", "QMI"}},
+		{"telit-fn920c04", false, true, true, []string{"QMI", "DUN", "DUN2"}},
+		{"sa8775p-none", false, false, false, nil},
 	} {
 		t.Run(c.model, func(t *testing.T) {
 			model := c.model
@@ -105,8 +105,12 @@ func TestOpenMockControl(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			if (m.Functions.MBIM != nil) != c.mbim {
-				t.Fatalf("MBIM function present = %v, want %v", m.Functions.MBIM != nil, c.mbim)
+			f := m.Functions
+			if (f.MBIM != nil) != c.mbim || (f.QMI != nil) != c.qmi || (f.AT != nil) != c.at {
+				t.Fatalf("functions MBIM %v QMI %v AT %v, want %v %v %v", f.MBIM != nil, f.QMI != nil, f.AT != nil, c.mbim, c.qmi, c.at)
+			}
+			if fmt.Sprint(f.ControlPairs) != fmt.Sprint(c.pairs) {
+				t.Errorf("pairs given a function %v, want %v", f.ControlPairs, c.pairs)
 			}
 			if m.Modem == nil || !m.Modem.RequireConnect() || m.Modem.DataAllowed() {
 				t.Fatal("RequireConnect did not reach the modem")
