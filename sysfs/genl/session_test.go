@@ -31,6 +31,7 @@ func newControlTree(t testing.TB) (*sysfs.Tree, sysfstest.ControlDevice) {
 }
 
 func TestSessionCommands(t *testing.T) {
+	testenv.NeedRoot(t, "CONNECT and DISCONNECT need root or CAP_NET_ADMIN")
 	tr, d := newControlTree(t)
 	srv := startServer(t, tr)
 	c := dial(t, srv.Port())
