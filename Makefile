@@ -20,6 +20,8 @@ FUZZ_TARGETS += ./mhi/proto/mbim:FuzzParseMessage:200000 ./mhi/proto/mbim:FuzzIn
 # QMI and AT: the codecs and the mock modem's answerers.
 FUZZ_TARGETS += ./mhi/proto/qmi:FuzzParseQMUX:100000 ./mhi/proto/qmi:FuzzTLVs:50000 \
 	./mhi/proto/at:FuzzParseLine:100000 ./mhi/ep:FuzzQMIAnswer:50000 ./mhi/ep:FuzzATAnswer:50000
+# The host's session clients on what the modem sends (MBIM, QMI, WDS settings).
+FUZZ_TARGETS += ./mhi/ctrlport:FuzzSessionReceive:50000
 
 all: build
 

@@ -278,7 +278,12 @@ func (s *QMISession) settings(ctx context.Context, cid uint8, family uint8, cfg 
 	if err != nil {
 		return err
 	}
-	t := f.TLVs
+	return parseWDSSettings(f.TLVs, family, cfg)
+}
+
+// parseWDSSettings reads a GET_CURRENT_SETTINGS response's TLVs (from the
+// modem: untrusted; every length is checked) for family into cfg.
+func parseWDSSettings(t qmi.TLVs, family uint8, cfg *SessionConfig) error {
 	if family == qmiWDSFamily4 {
 		addr, ok := v4(findTLV(t, 0x1E))
 		if !ok {
