@@ -24,6 +24,8 @@ FUZZ_TARGETS += ./mhi/proto/qmi:FuzzParseQMUX:100000 ./mhi/proto/qmi:FuzzTLVs:50
 FUZZ_TARGETS += ./pcigeneric/vfiouser:FuzzServe:10000 ./pcigeneric/vfiouser:FuzzClient:12000 \
 	./sysfs/genl:FuzzServeRequest:20000 ./sysfs/genl:FuzzClientReply:10000 \
 	./sysfs/fusefs:FuzzWrite:30000
+# The host's session clients on what the modem sends (MBIM, QMI, WDS settings).
+FUZZ_TARGETS += ./mhi/ctrlport:FuzzSessionReceive:50000
 
 # `make fuzz-long` runs every target of FUZZ_TARGETS for FUZZTIME each, one
 # after the other, and appends one line per target (duration, execs,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/internal/qemuguest"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 )
@@ -139,6 +140,11 @@ fn990)
 	addrs wwan0
 	pingcheck ping4 3 192.0.2.2
 	/bin/guestprobe -name udp4-echo -to 192.0.2.2:7 -count 10 -size 1400
+	# Linux's control ports (mhi_wwan_ctrl): MBIM OPEN + DEVICE_CAPS on
+	# wwan0mbim0, ATI on wwan0at0, answered by the mock's functions.
+	waitfor /dev/wwan0mbim0 10 && waitfor /dev/wwan0at0 10; check wwan-ports $? "$(ls /dev | grep wwan | tr '\n' ' ')"
+	/bin/guestprobe -name mbim-device-caps -mbim /dev/wwan0mbim0
+	/bin/guestprobe -name at-ati -at /dev/wwan0at0
 	;;
 *)
 	echo "CHECK profile FAIL unknown profile '$profile'"
@@ -539,7 +545,19 @@ func TestLinuxDriverFN990(t *testing.T) {
 		},
 	}
 	r.run(t, env, initrd, fmt.Sprintf("gomhi.dl=%d", dlPackets))
-	requireChecks(t, r, "netdev", "ping4", "udp4-echo")
+	requireChecks(t, r, "netdev", "ping4", "udp4-echo", "wwan-ports", "mbim-device-caps", "at-ati")
+	// Linux's control-port path: the answers carry the identity of the
+	// table entry the mock impersonates.
+	id := pcigeneric.MockIdentity(r.dev.Entry)
+	got := checks(r.serial)
+	for _, w := range []string{`device-id="` + id.IMEI + `"`, `firmware="` + id.Firmware + `"`, `hardware="` + id.Model + " " + id.Hardware + `"`} {
+		if !strings.Contains(got["mbim-device-caps"], w) {
+			t.Errorf("MBIM DEVICE_CAPS through /dev/wwan0mbim0 lacks %s: %s", w, got["mbim-device-caps"])
+		}
+	}
+	if w := `ATI\r\r\n` + id.Manufacturer + `\r\n` + id.Model + `\r\nRevision: ` + id.Firmware; !strings.Contains(got["at-ati"], w) {
+		t.Errorf("ATI through /dev/wwan0at0 lacks %q: %s", w, got["at-ati"])
+	}
 	if err, _ := genErr.Load().(error); err != nil {
 		t.Fatalf("generator: %v", err)
 	}

@@ -1,8 +1,11 @@
 // Command guestprobe runs inside the Linux-driver test's guest
 // (pcigeneric/vfiouser/linux_test.go): it sends UDP datagrams to an echo
 // port through the modem's network interface and checks that each comes
-// back intact. It prints one line, "CHECK <name> PASS|FAIL <detail>", and
-// exits 1 on failure. The busybox in the guest has no UDP client.
+// back intact; with -mbim PATH it sends MBIM OPEN and DEVICE_CAPS on
+// Linux's MBIM port (mhi_wwan_ctrl's /dev/wwan0mbim0) and reports the
+// answer; with -at PATH it types ATI on an AT port (/dev/wwan0at0). It
+// prints one line, "CHECK <name> PASS|FAIL <detail>", and exits 1 on
+// failure. The busybox in the guest has no UDP client and no MBIM.
 package main
 
 import (
@@ -21,7 +24,13 @@ func main() {
 	count := flag.Int("count", 10, "datagrams to send")
 	size := flag.Int("size", 200, "payload bytes per datagram")
 	timeout := flag.Duration("timeout", 2*time.Second, "wait for each echo")
+	mbimPath := flag.String("mbim", "", "MBIM port to query DEVICE_CAPS on, instead of the UDP check")
+	atPath := flag.String("at", "", "AT port to type ATI on, instead of the UDP check")
 	flag.Parse()
+	if *mbimPath != "" || *atPath != "" {
+		ctrlMain(*name, *mbimPath, *atPath, 5*time.Second)
+		return
+	}
 	got, err := probe(*addr, *count, *size, *timeout)
 	if err != nil || got != *count {
 		fmt.Printf("CHECK %s FAIL %d/%d echoes: %v\n", *name, got, *count, err)
