@@ -297,6 +297,7 @@ func checkMBIMPort(t *testing.T, r *guestRun, id ep.ModemIdentity) {
 		t.Errorf("on open the driver rang the downlink doorbell of channel %d %d times and the uplink one %d times; want %d (one buffer per free descriptor) and 0",
 			dl.Num, dlDB, ulDB, dl.Elements-1)
 	}
+	t.Logf("register writes of that open: %s", r.writeSequence(closed.regs, opened.regs))
 	for _, c := range r.mark(t, "ctl").status.Channels {
 		if c.Num == dl.Num {
 			t.Logf("channel %d (%s downlink): host buffers of %d bytes", c.Num, c.Name, c.HostBufferLen)
@@ -344,6 +345,25 @@ func (r *guestRun) doorbells(from, to int, ch uint8) int {
 		}
 	}
 	return n
+}
+
+// writeSequence lists the host's register writes between two points of
+// the register log, doorbells by name (the low halves only).
+func (r *guestRun) writeSequence(from, to int) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, a := range r.regs[from:to] {
+		name := ep.RegisterName(a.Offset)
+		if !a.Write || strings.HasSuffix(name, ".hi") || strings.HasSuffix(name, "_HIGHER") {
+			continue
+		}
+		if a.Offset == uint32(ep.ChannelDoorbellOffset)+8*127 {
+			name += fmt.Sprintf("=%d", a.Value) // device wake: 1 assert, 0 release
+		}
+		out = append(out, name)
+	}
+	return strings.Join(out, " ")
 }
 
 // checkATPorts checks the at probes on DUN (at0) and DUN2 (at1).

@@ -24,8 +24,8 @@ import (
 
 // The Linux-driver test: the mock modem, served over vfio-user by this
 // package, is a PCI device of a QEMU guest running Debian's kernel, and
-// Linux's own MHI stack (mhi, mhi_pci_generic, mhi_net, mhi_wwan_mbim)
-// drives it. The guest's /init checks what it sees and prints one
+// Linux's own MHI stack (mhi, mhi_pci_generic, mhi_net, mhi_wwan_mbim,
+// mhi_wwan_ctrl) drives it. The guest's /init checks what it sees and prints one
 // "CHECK <name> PASS|FAIL <detail>" line per check on the serial console;
 // the test reacts to its "MARK <step>" lines (injecting SYS_ERR, starting
 // the generator, taking the modem's counters) and gives the verdict from
@@ -376,6 +376,7 @@ func errText(err error) string {
 
 var (
 	checkLine   = regexp.MustCompile(`(?m)^CHECK (\S+) (PASS|FAIL)(.*)$`)
+	infoLine    = regexp.MustCompile(`(?m)^INFO .*$`)
 	statsFields = regexp.MustCompile(`(\w+)=(\d+)`)
 )
 
@@ -429,6 +430,9 @@ func requireChecks(t *testing.T, r *guestRun, names ...string) {
 	for _, n := range slices.Sorted(maps.Keys(got)) {
 		t.Logf("guest: CHECK %s %s", n, got[n])
 	}
+	for _, l := range infoLine.FindAllString(r.serial, -1) {
+		t.Logf("guest: %s", l)
+	}
 }
 
 // TestLinuxDriverSDX55 boots the guest with the mock modem as a Qualcomm
@@ -437,7 +441,10 @@ func requireChecks(t *testing.T, r *guestRun, names ...string) {
 // UDP echoes with the modem's responder (IPv4 and IPv6) with counters that
 // match the modem's; then the modem raises SYS_ERR and the driver must
 // tear the channels down, reset the modem and bring it back to mission
-// mode, with traffic flowing again.
+// mode, with traffic flowing again. Before the SYS_ERR, the guest probe
+// speaks MBIM on /dev/wwan0mbim0 and QMI on /dev/wwan0qmi0 (mhi_wwan_ctrl)
+// to the modem's control functions, and after it MBIM once more
+// (linux_ctl_test.go).
 func TestLinuxDriverSDX55(t *testing.T) {
 	env, initrd := linuxEnv(t)
 	r := &guestRun{model: "qcom-sdx55m", profile: "sdx55",
@@ -565,7 +572,10 @@ func (r *guestRun) logRegisters(t *testing.T) {
 // MBIM NTB16 of up to 32 datagrams in the driver's 32 KiB buffers, must
 // arrive whole: the guest's rx_packets equals what the modem sent, with no
 // receive errors or drops. Pings and UDP echoes through wwan0 then check
-// the uplink: NTB16 built by Linux, parsed by the modem.
+// the uplink: NTB16 built by Linux, parsed by the modem. Last, the guest
+// probe speaks MBIM on /dev/wwan0mbim0 and AT on /dev/wwan0at0 and
+// /dev/wwan0at1 (mhi_wwan_ctrl) to the modem's control functions
+// (linux_ctl_test.go).
 func TestLinuxDriverFN990(t *testing.T) {
 	env, initrd := linuxEnv(t)
 	var genErr atomic.Value
