@@ -26,8 +26,9 @@ MBIM control channel (attach the packet service, CONNECT with the APN and IP
 type, read IP_CONFIGURATION) or, on a model without MBIM, its QMI one (WDS
 START_NETWORK per IP family, GET_CURRENT_SETTINGS), then give the TUN
 interface the addresses, a route to a gateway outside their prefix, and the
-MTU the modem assigned. It prints what was configured. A modem started with --require-connect (or a
-real one) passes IP data only while a session is connected.`,
+MTU the modem assigned. It prints what was configured. A modem started
+with --require-connect (or a real one) passes IP data only while a session
+is connected.`,
 		Example: `  mhictl connect mhi0 --apn internet
   mhictl connect mhi0 --apn internet --ip-type ipv4v6 --json`,
 		Args: cobra.ExactArgs(1),
