@@ -1,7 +1,5 @@
 package mhi
 
-import "fmt"
-
 // BHIInfo is what the host reads from the BHI block before using a device.
 type BHIInfo struct {
 	ExecEnv      ExecEnv    `json:"ee"`
@@ -14,12 +12,9 @@ type BHIInfo struct {
 // hash from the BHI block. It works in any state.
 func (c *Controller) ReadBHI() (BHIInfo, error) {
 	var info BHIInfo
-	bhi, err := c.read(RegBHIOFF)
+	bhi, err := c.bhiBlock()
 	if err != nil {
 		return info, err
-	}
-	if bhi == 0 || (c.regLen != 0 && bhi >= c.regLen) {
-		return info, fmt.Errorf("%s: %w: BHIOFF 0x%x", c.name, ErrBadDevice, bhi)
 	}
 	v, err := c.read(bhi + BHIExecEnv)
 	if err != nil {
@@ -52,7 +47,9 @@ type RegValue struct {
 }
 
 // RegDump reads every named MHI and BHI register, as the kernel's debugfs
-// regdump does. It works in any state.
+// regdump does. It works in any state. The BHI block is read only when
+// BHIOFF passes the checks of power-up; otherwise the MHI registers are
+// returned with an error wrapping ErrBadDevice.
 func (c *Controller) RegDump() ([]RegValue, error) {
 	out := make([]RegValue, 0, len(MHIRegisters)+len(BHIRegisters))
 	for _, r := range MHIRegisters {
@@ -62,7 +59,7 @@ func (c *Controller) RegDump() ([]RegValue, error) {
 		}
 		out = append(out, RegValue{Name: r.Name, Block: r.Block, Offset: r.Offset, Value: v})
 	}
-	bhi, err := c.read(RegBHIOFF)
+	bhi, err := c.bhiBlock()
 	if err != nil {
 		return out, err
 	}
@@ -74,4 +71,25 @@ func (c *Controller) RegDump() ([]RegValue, error) {
 		out = append(out, RegValue{Name: r.Name, Block: r.Block, Offset: bhi + r.Offset, Value: v})
 	}
 	return out, nil
+}
+
+// bhiBlock reads MHIREGLEN and BHIOFF now and returns BHIOFF once the whole
+// BHI block is known to lie inside the register space (see checkBlock).
+func (c *Controller) bhiBlock() (uint32, error) {
+	regLen, err := c.read(RegMHIREGLEN)
+	if err != nil {
+		return 0, err
+	}
+	bar := c.barSize()
+	if err := c.checkRegLen(regLen, bar); err != nil {
+		return 0, err
+	}
+	bhi, err := c.read(RegBHIOFF)
+	if err != nil {
+		return 0, err
+	}
+	if err := c.checkBlock("BHIOFF", bhi, BHISize, regLen, bar); err != nil {
+		return 0, err
+	}
+	return bhi, nil
 }

@@ -88,6 +88,9 @@ type ChannelStats struct {
 	Doorbells atomic.Uint64
 	DBModes   atomic.Uint64
 	BadEvents atomic.Uint64
+	// DoorbellErrors counts doorbell writes of this channel the transport
+	// failed (the elements stayed queued; see Queue).
+	DoorbellErrors atomic.Uint64
 }
 
 // Num returns the channel number.
@@ -121,10 +124,31 @@ func (ch *Channel) writeContext(st ChannelState, withRing bool) {
 	ctx.Put(ch.ctx())
 }
 
+// clientOp takes the client side of chanOps for a Start, Stop or Reset
+// and reports whether the device is in SYS_ERR (the recovery has not taken
+// stock yet). The caller must call ch.ctrl.chanOps.RUnlock.
+func (ch *Channel) clientOp() (sysErr bool) {
+	c := ch.ctrl
+	c.chanOps.RLock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pm == pmSysErr
+}
+
 // Start starts the channel on the device; handler receives every completion
 // (from the controller's event goroutine; it may queue again). Start is
 // allowed from DISABLED and STOP.
 func (ch *Channel) Start(handler func(Completion)) error {
+	sysErr := ch.clientOp()
+	defer ch.ctrl.chanOps.RUnlock()
+	if sysErr {
+		return fmt.Errorf("%s: start channel %d: %w", ch.ctrl.name, ch.cfg.Num, ErrRecovering)
+	}
+	return ch.start(handler)
+}
+
+// start is Start without the client gate, for the recovery's restart.
+func (ch *Channel) start(handler func(Completion)) error {
 	ch.ctrl.procMu.RLock()
 	allocated := ch.ctrl.allocated
 	ch.ctrl.procMu.RUnlock()
@@ -159,14 +183,24 @@ func (ch *Channel) Start(handler func(Completion)) error {
 	ch.mu.Unlock()
 	if pending {
 		ch.mu.Lock()
-		ch.ringDoorbell()
+		err := ch.ringDoorbell()
 		ch.mu.Unlock()
+		if err != nil {
+			// The channel is started; its queued elements wait for the
+			// next Queue or Kick.
+			ch.ctrl.log.Warn("channel doorbell after start", "channel", ch.cfg.Num, "err", err)
+		}
 	}
 	return nil
 }
 
 // Stop stops the channel; queued buffers stay queued.
 func (ch *Channel) Stop() error {
+	sysErr := ch.clientOp()
+	defer ch.ctrl.chanOps.RUnlock()
+	if sysErr {
+		return fmt.Errorf("%s: stop channel %d: %w", ch.ctrl.name, ch.cfg.Num, ErrRecovering)
+	}
 	ch.mu.Lock()
 	if ch.state != ChannelEnabled {
 		st := ch.state
@@ -190,8 +224,10 @@ func (ch *Channel) Stop() error {
 // Reset resets the channel: the device forgets the ring and every queued
 // buffer is returned to the handler with ErrAborted.
 func (ch *Channel) Reset() error {
+	sysErr := ch.clientOp()
+	defer ch.ctrl.chanOps.RUnlock()
 	ch.mu.Lock()
-	if ch.state != ChannelEnabled && ch.state != ChannelStop {
+	if ch.state != ChannelEnabled && ch.state != ChannelStop && !sysErr {
 		st := ch.state
 		ch.mu.Unlock()
 		return fmt.Errorf("%s: reset channel %d in state %s: %w", ch.ctrl.name, ch.cfg.Num, st, ErrChannelState)
@@ -199,6 +235,16 @@ func (ch *Channel) Reset() error {
 	ch.state = ChannelDisabled
 	ch.wanted = false
 	ch.mu.Unlock()
+	if sysErr {
+		// The recovery's MHI reset resets the channel on the device; it
+		// will not restart it (no longer wanted). Only the host side is
+		// left to do.
+		ch.abort()
+		ch.mu.Lock()
+		ch.writeContext(ChannelDisabled, false)
+		ch.mu.Unlock()
+		return nil
+	}
 	err := ch.ctrl.sendCommand(PktResetChanCmd, ch.cfg.Num)
 	// Consume (as stale) whatever the device posted for the channel before
 	// the reset, so no old event meets the restarted ring.
@@ -245,7 +291,16 @@ func (ch *Channel) Pending() int {
 }
 
 // Queue posts the elements of xs in order and rings the doorbell once. Either
-// all are queued or none (ErrRingFull when the ring lacks room).
+// all are queued or none (ErrRingFull when the ring lacks room, and
+// ErrChannelState, ErrTooLarge).
+//
+// One error means the opposite: an error wrapping ErrDoorbell says that the
+// elements ARE queued but the doorbell write failed (the transport's error
+// is wrapped too; the failure is counted in DoorbellErrors). The buffers
+// then belong to the channel as after a successful Queue: their completions
+// (or ErrAborted returns on reset, SYS_ERR or power-down) reach the handler
+// as usual, and the caller must not reuse them. Call Kick to ring the
+// doorbell again; the next successful Queue rings it too.
 func (ch *Channel) Queue(xs []Transfer) error {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
@@ -280,34 +335,66 @@ func (ch *Channel) Queue(xs []Transfer) error {
 		ch.ring.wp = ch.ring.next(i)
 	}
 	ch.stats.Queued.Add(uint64(len(xs)))
-	ch.ringDoorbell()
+	if err := ch.ringDoorbell(); err != nil {
+		return fmt.Errorf("%s: channel %d: %d elements queued, doorbell not rung (Kick to retry): %w",
+			ch.ctrl.name, ch.cfg.Num, len(xs), err)
+	}
+	return nil
+}
+
+// Kick rings the channel's doorbell with its current write pointer, to
+// retry after Queue returned an error wrapping ErrDoorbell. It does nothing
+// when no element is queued or the channel is not enabled.
+func (ch *Channel) Kick() error {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.state != ChannelEnabled || ch.ring.used() == 0 {
+		return nil
+	}
+	if ch.cfg.Burst {
+		ch.dbMode = true // a doorbell that may have been lost must ring
+	}
+	if err := ch.ringDoorbell(); err != nil {
+		return fmt.Errorf("%s: channel %d: %w", ch.ctrl.name, ch.cfg.Num, err)
+	}
 	return nil
 }
 
 // ringDoorbell publishes the write pointer and, when allowed, rings the
-// channel doorbell. Called with ch.mu held.
-func (ch *Channel) ringDoorbell() {
+// channel doorbell. A failed write is counted and returned wrapping
+// ErrDoorbell. Called with ch.mu held.
+func (ch *Channel) ringDoorbell() error {
+	c := ch.ctrl
 	wp := ch.ring.iova(ch.ring.wp)
 	Store64(ch.ctx(), CtxWP, wp)
-	if !ch.ctrl.doorbellsAllowed() {
-		return
+	c.gate.RLock()
+	defer c.gate.RUnlock()
+	if !c.doorbellsAllowed() {
+		return nil
 	}
 	if ch.cfg.Burst {
 		if !ch.dbMode {
-			return // the device polls the context write pointer
+			return nil // the device polls the context write pointer
 		}
 		ch.dbMode = false
 	}
 	ch.stats.Doorbells.Add(1)
-	if err := ch.ctrl.doorbell(ch.ctrl.chdb(ch.cfg.Num), wp); err != nil {
-		ch.ctrl.log.Warn("channel doorbell", "channel", ch.cfg.Num, "err", err)
+	if err := c.doorbell(c.chdb(ch.cfg.Num), wp); err != nil {
+		if ch.cfg.Burst {
+			ch.dbMode = true // not rung: ring again next time
+		}
+		ch.stats.DoorbellErrors.Add(1)
+		c.stats.DoorbellErrors.Add(1)
+		return fmt.Errorf("%w (write pointer 0x%x): %w", ErrDoorbell, wp, err)
 	}
+	return nil
 }
 
+// doorbellsAllowed reports whether channel doorbells may ring: in M0, and
+// while powering up.
 func (c *Controller) doorbellsAllowed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.pm == pmM0 || c.pm == pmPowerUp
+	p := pmState(c.pmNow.Load())
+	return p == pmM0 || p == pmPowerUp
 }
 
 // onM0 re-enters doorbell mode where configured and rings pending work.
@@ -318,7 +405,9 @@ func (ch *Channel) onM0() {
 		ch.dbMode = true
 	}
 	if ch.state == ChannelEnabled && ch.ring.used() > 0 {
-		ch.ringDoorbell()
+		if err := ch.ringDoorbell(); err != nil {
+			ch.ctrl.log.Warn("channel doorbell on M0", "channel", ch.cfg.Num, "err", err)
+		}
 	}
 }
 
@@ -338,7 +427,9 @@ func (ch *Channel) onEvent(ev Element) {
 		ch.stats.DBModes.Add(1)
 		ch.dbMode = true
 		if ch.state == ChannelEnabled && ch.ring.used() > 0 {
-			ch.ringDoorbell()
+			if err := ch.ringDoorbell(); err != nil {
+				c.log.Warn("channel doorbell on DB_MODE", "channel", ch.cfg.Num, "err", err)
+			}
 		}
 		ch.mu.Unlock()
 		return
@@ -375,10 +466,12 @@ func (ch *Channel) onEvent(ev Element) {
 				c.log.Warn("transfer length larger than the buffer; clamped", "channel", ch.cfg.Num, "len", comp.Len, "buffer", s.n)
 				comp.Len = s.n
 			}
-			if code == CCBadTRE {
-				comp.Code, comp.Len = CCInvalid, 0
-				comp.Err = fmt.Errorf("%s: channel %d: device reported a bad element: %w", c.name, ch.cfg.Num, ErrBadDevice)
-			}
+		}
+		if code == CCBadTRE {
+			// The device failed the transfer: every element the event
+			// completes comes back with the error and no data.
+			comp.Code, comp.Len = CCInvalid, 0
+			comp.Err = fmt.Errorf("%s: channel %d: device reported a bad element at index %d: %w", c.name, ch.cfg.Num, idx, ErrBadDevice)
 		}
 		bytes += uint64(comp.Len)
 		comps = append(comps, comp)

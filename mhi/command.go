@@ -23,8 +23,20 @@ func (c *Controller) sendCommand(t PacketType, ch uint8) error {
 	cr.issue.Lock()
 	defer cr.issue.Unlock()
 
+	c.mu.Lock()
+	quit := c.stop
+	ferr := c.fencedLocked(fmt.Sprintf("%s channel %d", t, ch))
+	if ferr == nil && c.pm == pmSysErr {
+		// The device will not answer; the recovery aborts commands in
+		// flight and issues its own once the device is back in M0.
+		ferr = fmt.Errorf("%s: %s channel %d: %w", c.name, t, ch, ErrRecovering)
+	}
+	c.mu.Unlock()
+	if ferr != nil {
+		return ferr
+	}
 	c.procMu.RLock()
-	if !c.allocated {
+	if !c.allocated || quit == nil {
 		c.procMu.RUnlock()
 		return fmt.Errorf("%s: %s channel %d: %w", c.name, t, ch, ErrPoweredDown)
 	}
@@ -38,11 +50,11 @@ func (c *Controller) sendCommand(t PacketType, ch uint8) error {
 	cr.mu.Unlock()
 	Store64(c.cmdCtx.Bytes, CtxWP, wp)
 	c.stats.Commands.Add(1)
-	err := c.doorbell(RegCRDBLower, wp)
+	err := c.gatedDoorbell(RegCRDBLower, wp)
 	c.procMu.RUnlock()
 	if err != nil {
 		cr.abort()
-		return err
+		return fmt.Errorf("%s: %s channel %d: %w", c.name, t, ch, err)
 	}
 
 	timer := time.NewTimer(c.Timeout())
@@ -59,6 +71,9 @@ func (c *Controller) sendCommand(t PacketType, ch uint8) error {
 	case <-timer.C:
 		cr.abort()
 		return fmt.Errorf("%s: %s channel %d: no completion within %v: %w", c.name, t, ch, c.Timeout(), ErrTimeout)
+	case <-quit:
+		cr.abort()
+		return fmt.Errorf("%s: %s channel %d: %w", c.name, t, ch, ErrPoweredDown)
 	}
 }
 

@@ -17,7 +17,38 @@ type Options struct {
 	// PollInterval is how often event rings are checked without an interrupt,
 	// a safety net against lost interrupts (default 50ms; negative disables).
 	PollInterval time.Duration
+	// RecoveryBackoff is the wait before the second of several consecutive
+	// SYS_ERR recoveries; it doubles with every further one, up to
+	// RecoveryBackoffMax (defaults DefaultRecoveryBackoff and
+	// DefaultRecoveryBackoffMax). The first recovery after a quiet period
+	// starts at once.
+	RecoveryBackoff    time.Duration
+	RecoveryBackoffMax time.Duration
+	// RecoveryLimit is the number of consecutive recoveries (each one that
+	// failed, or that another SYS_ERR followed within RecoveryWindow) after
+	// which the controller gives up: it resets the device, enters the
+	// terminal state RECOVERY_FAILED and leaves the device alone until
+	// PowerDown (default DefaultRecoveryLimit; negative: never give up).
+	RecoveryLimit int
+	// RecoveryWindow is how long a recovered device must run without a new
+	// SYS_ERR for its recoveries to stop counting as consecutive (default
+	// DefaultRecoveryWindow).
+	RecoveryWindow time.Duration
 }
+
+// Defaults of the recovery options.
+const (
+	DefaultRecoveryBackoff    = 10 * time.Millisecond
+	DefaultRecoveryBackoffMax = 5 * time.Second
+	DefaultRecoveryLimit      = 5
+	DefaultRecoveryWindow     = 10 * time.Second
+)
+
+// BadEventRingRPLimit is the number of consecutive looks at an event ring
+// (interrupts or polls) that find its read pointer outside the ring after
+// which the host stops waiting for the device to repair it and recovers the
+// device as from SYS_ERR.
+const BadEventRingRPLimit = 32
 
 // pm states of the controller (host view).
 type pmState int
@@ -29,9 +60,14 @@ const (
 	pmM3
 	pmSysErr
 	pmShutdown
+	pmFailed
 )
 
-var pmNames = []string{"DISABLED", "POWER_UP", "M0", "M3", "SYS_ERR_PROCESS", "SHUTDOWN"}
+var pmNames = []string{"DISABLED", "POWER_UP", "M0", "M3", "SYS_ERR_PROCESS", "SHUTDOWN", "RECOVERY_FAILED"}
+
+// PMRecoveryFailed is the name of the terminal host state PMState reports
+// once SYS_ERR recovery has given up (Options.RecoveryLimit).
+const PMRecoveryFailed = "RECOVERY_FAILED"
 
 func (p pmState) String() string { return pmNames[p] }
 
@@ -45,8 +81,11 @@ type Controller struct {
 	log  *slog.Logger
 	poll time.Duration
 
-	// Offsets published by the device, read at power-up.
+	// Offsets published by the device, read and checked at power-up.
 	regLen, chdbOff, erdbOff, bhiOff uint32
+
+	recBackoff, recBackoffMax, recWindow time.Duration
+	recLimit                             int
 
 	chCtx, erCtx, cmdCtx DMABuffer
 	allocated            bool
@@ -55,10 +94,25 @@ type Controller struct {
 	eventRings []*EventRing
 	channels   [MaxDoorbellChannels]*Channel
 
+	// life serialises PowerUp and PowerDown.
+	life sync.Mutex
+	// gate is held (read) around every device write of the data path
+	// (doorbells, commands, SoC reset) and taken (write) as a barrier once
+	// the controller is SHUTDOWN or RECOVERY_FAILED: after it, no such write
+	// reaches the device.
+	gate sync.RWMutex
+	// halted is set in SHUTDOWN and RECOVERY_FAILED: interrupts and event
+	// rings are ignored and nothing is written to the device.
+	halted atomic.Bool
+
 	// mu guards the fields below and is the lock for state waits (cond).
 	mu        sync.Mutex
 	cond      *sync.Cond
 	pm        pmState
+	pmNow     atomic.Int32 // pm, readable without mu
+	stop      chan struct{}
+	stopped   bool // stop is closed
+	rec       recoveryState
 	devState  State // last state announced by the device
 	ee        ExecEnv
 	eeSeen    bool // a mission-mode EE event arrived since the last M0 request
@@ -68,8 +122,14 @@ type Controller struct {
 	// while the rings are reset, so processing never sees a ring mid-reset.
 	procMu sync.RWMutex
 
+	// chanOps is held (read) by a client's Start, Stop and Reset for their
+	// whole run and (write) by a SYS_ERR recovery from the moment it takes
+	// stock of the channels until it has restarted them, so that no client
+	// command interleaves with the reset, the context rewrite and the
+	// restart.
+	chanOps sync.RWMutex
+
 	recoverCh chan struct{}
-	stop      chan struct{}
 	wg        sync.WaitGroup
 
 	stats ControllerStats
@@ -80,10 +140,14 @@ type StatusKind int
 
 // Status event kinds delivered to the listeners added with OnStatus.
 const (
-	StatusSysErr    StatusKind = iota // the device entered SYS_ERR; channels were aborted
-	StatusRecovered                   // recovery finished; channels were restarted
-	StatusRecoveryFailed
-	StatusEE // the execution environment changed
+	StatusSysErr         StatusKind = iota // the device entered SYS_ERR; channels were aborted
+	StatusRecovered                        // recovery finished; channels were restarted
+	StatusRecoveryFailed                   // one recovery attempt failed; another follows after a backoff
+	StatusEE                               // the execution environment changed
+	// StatusFailed: recovery gave up (Options.RecoveryLimit); the
+	// controller is in RECOVERY_FAILED, the device was reset and is left
+	// alone until PowerDown. Err wraps ErrRecoveryFailed.
+	StatusFailed
 )
 
 // StatusEvent is a notification from the controller to its clients.
@@ -119,6 +183,22 @@ func NewController(t Transport, cfg ControllerConfig, opts Options) (*Controller
 	c.log = c.log.With("dev", c.name)
 	if c.poll == 0 {
 		c.poll = 50 * time.Millisecond
+	}
+	c.recBackoff, c.recBackoffMax = opts.RecoveryBackoff, opts.RecoveryBackoffMax
+	if c.recBackoff <= 0 {
+		c.recBackoff = DefaultRecoveryBackoff
+	}
+	if c.recBackoffMax <= 0 {
+		c.recBackoffMax = DefaultRecoveryBackoffMax
+	}
+	c.recBackoffMax = max(c.recBackoffMax, c.recBackoff)
+	c.recLimit = opts.RecoveryLimit
+	if c.recLimit == 0 {
+		c.recLimit = DefaultRecoveryLimit
+	}
+	c.recWindow = opts.RecoveryWindow
+	if c.recWindow <= 0 {
+		c.recWindow = DefaultRecoveryWindow
 	}
 	c.cond = sync.NewCond(&c.mu)
 	for _, chc := range cfg.Channels {
@@ -185,7 +265,57 @@ func (c *Controller) State() (State, ExecEnv) {
 }
 
 // Stats returns a snapshot of the controller's counters.
-func (c *Controller) Stats() ControllerStatsSnapshot { return c.stats.snapshot() }
+func (c *Controller) Stats() ControllerStatsSnapshot {
+	s := c.stats.snapshot()
+	r := c.Recovery()
+	s.RecoveryConsecutive = uint64(r.Consecutive)
+	s.RecoveryBackoffMs = uint64(r.Backoff.Milliseconds())
+	if r.Failed {
+		s.RecoveryFailed = 1
+	}
+	return s
+}
+
+// PMState returns the host's power-management state: DISABLED, POWER_UP,
+// M0, M3, SYS_ERR_PROCESS (recovering), SHUTDOWN or RECOVERY_FAILED
+// (PMRecoveryFailed, terminal until PowerDown).
+func (c *Controller) PMState() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pm.String()
+}
+
+// BARSizer is implemented by transports that know the size of the MHI
+// BAR. The controller checks every offset the device publishes (MHIREGLEN,
+// CHDBOFF, ERDBOFF, BHIOFF, BHIEOFF) against it before any access there.
+type BARSizer interface {
+	// BARSize returns the size of the MHI BAR in bytes (0: unknown).
+	BARSize() uint64
+}
+
+// barSize returns the transport's BAR size, 0 when it does not know it.
+func (c *Controller) barSize() uint64 {
+	if s, ok := c.t.(BARSizer); ok {
+		return s.BARSize()
+	}
+	return 0
+}
+
+// setPMLocked changes the host state; c.mu must be held.
+func (c *Controller) setPMLocked(p pmState) {
+	c.pm = p
+	c.pmNow.Store(int32(p))
+	c.halted.Store(p == pmShutdown || p == pmFailed)
+	c.cond.Broadcast()
+}
+
+// closeStopLocked closes the stop channel of the running power cycle, once.
+func (c *Controller) closeStopLocked() {
+	if c.stop != nil && !c.stopped {
+		close(c.stop)
+		c.stopped = true
+	}
+}
 
 func (c *Controller) read(off uint32) (uint32, error) {
 	v, err := c.t.Read32(off)
@@ -242,6 +372,24 @@ type ControllerStats struct {
 	SysErrs         atomic.Uint64
 	Recoveries      atomic.Uint64
 	SoCResets       atomic.Uint64
+	// DoorbellErrors counts doorbell writes the transport failed.
+	DoorbellErrors atomic.Uint64
+	// BadRegister counts register values the device published that the
+	// host refused (MHIREGLEN, CHDBOFF, ERDBOFF, BHIOFF, BHIEOFF, EXECENV).
+	BadRegister atomic.Uint64
+	// RecoveryAttempts counts SYS_ERR recovery attempts, RecoveryFailures
+	// the failed ones, RecoveryGaveUp the times the controller entered
+	// RECOVERY_FAILED.
+	RecoveryAttempts atomic.Uint64
+	RecoveryFailures atomic.Uint64
+	RecoveryGaveUp   atomic.Uint64
+	// DeviceErrorRecoveries counts recoveries the host started itself for
+	// a device fault other than SYS_ERR (an event ring read pointer left
+	// outside its ring, an M3 or M0 the device never acknowledged).
+	DeviceErrorRecoveries atomic.Uint64
+	// StateTimeouts counts M3 and M0 transitions the device did not
+	// acknowledge in time after power-up.
+	StateTimeouts atomic.Uint64
 }
 
 // ControllerStatsSnapshot is a copy of ControllerStats at one moment.
@@ -262,6 +410,19 @@ type ControllerStatsSnapshot struct {
 	SysErrs         uint64 `json:"sys_errs"`
 	Recoveries      uint64 `json:"recoveries"`
 	SoCResets       uint64 `json:"soc_resets"`
+	DoorbellErrors  uint64 `json:"doorbell_errors"`
+	BadRegister     uint64 `json:"bad_register"`
+
+	RecoveryAttempts      uint64 `json:"recovery_attempts"`
+	RecoveryFailures      uint64 `json:"recovery_failures"`
+	RecoveryGaveUp        uint64 `json:"recovery_gave_up"`
+	DeviceErrorRecoveries uint64 `json:"device_error_recoveries"`
+	StateTimeouts         uint64 `json:"state_timeouts"`
+	// Gauges: consecutive recoveries so far, the backoff before the next
+	// one, and 1 in RECOVERY_FAILED.
+	RecoveryConsecutive uint64 `json:"recovery_consecutive"`
+	RecoveryBackoffMs   uint64 `json:"recovery_backoff_ms"`
+	RecoveryFailed      uint64 `json:"recovery_failed"`
 }
 
 func (s *ControllerStats) snapshot() ControllerStatsSnapshot {
@@ -272,10 +433,14 @@ func (s *ControllerStats) snapshot() ControllerStatsSnapshot {
 		UnknownChannel: s.UnknownChannel.Load(), BadCode: s.BadCode.Load(), LengthClamped: s.LengthClamped.Load(),
 		UnknownEvent: s.UnknownEvent.Load(), StaleCompletion: s.StaleCompletion.Load(),
 		SysErrs: s.SysErrs.Load(), Recoveries: s.Recoveries.Load(), SoCResets: s.SoCResets.Load(),
+		DoorbellErrors: s.DoorbellErrors.Load(), BadRegister: s.BadRegister.Load(),
+		RecoveryAttempts: s.RecoveryAttempts.Load(), RecoveryFailures: s.RecoveryFailures.Load(),
+		RecoveryGaveUp: s.RecoveryGaveUp.Load(), DeviceErrorRecoveries: s.DeviceErrorRecoveries.Load(),
+		StateTimeouts: s.StateTimeouts.Load(),
 	}
 }
 
 // DeviceErrors returns the number of device misbehaviours detected.
 func (s ControllerStatsSnapshot) DeviceErrors() uint64 {
-	return s.BadEventRingRP + s.BadEventPtr + s.UnknownChannel + s.BadCode + s.LengthClamped + s.UnknownEvent
+	return s.BadEventRingRP + s.BadEventPtr + s.UnknownChannel + s.BadCode + s.LengthClamped + s.UnknownEvent + s.BadRegister
 }

@@ -18,6 +18,15 @@ type EventRing struct {
 	ring
 	devRP  int // last device read pointer seen, as an index
 	notify chan struct{}
+	// Bad device read pointers, guarded by mu (or procMu held for writing,
+	// when the ring is reset): the last bad value counted
+	// (badRPSet says whether there is one), consecutive looks that found a
+	// bad value, and the rate limit of their warnings.
+	badRP       uint64
+	badRPSet    bool
+	badLooks    int
+	badLogAt    time.Time
+	badUnlogged int // bad values counted but not logged since badLogAt
 	// mu serialises processing: the ring's goroutine and callers that
 	// drain the ring synchronously (channel stop and reset).
 	mu sync.Mutex
@@ -33,11 +42,40 @@ func (er *EventRing) ctx() []byte {
 func (er *EventRing) arm() error {
 	er.ctrl.procMu.Lock()
 	er.rp, er.wp, er.devRP = 0, er.n-1, 0
+	er.forgetBadRP()
 	Store64(er.ctx(), CtxRP, er.base())
 	wp := er.iova(er.wp)
 	Store64(er.ctx(), CtxWP, wp)
 	er.ctrl.procMu.Unlock()
-	return er.ctrl.doorbell(er.ctrl.erdb(er.index), wp)
+	return er.ctrl.gatedDoorbell(er.ctrl.erdb(er.index), wp)
+}
+
+// forgetBadRP clears the bad read pointer bookkeeping (ring reset).
+func (er *EventRing) forgetBadRP() {
+	er.badRP, er.badRPSet, er.badLooks = 0, false, 0
+}
+
+// badReadPointer handles a device read pointer outside the ring: each
+// distinct bad value is counted once and logged at most once a second; when
+// BadEventRingRPLimit consecutive looks find a bad value the host stops
+// waiting for the device to repair it and recovers the device.
+func (er *EventRing) badReadPointer(iova uint64, err error) {
+	c := er.ctrl
+	er.badLooks++
+	if !er.badRPSet || iova != er.badRP {
+		er.badRP, er.badRPSet = iova, true
+		c.stats.BadEventRingRP.Add(1)
+		if now := time.Now(); now.Sub(er.badLogAt) >= time.Second {
+			c.log.Warn("event ring read pointer outside the ring; events ignored until the device repairs it",
+				"ring", er.index, "rp", fmt.Sprintf("0x%x", iova), "err", err, "unlogged_bad_values", er.badUnlogged)
+			er.badLogAt, er.badUnlogged = now, 0
+		} else {
+			er.badUnlogged++
+		}
+	}
+	if er.badLooks == BadEventRingRPLimit {
+		c.requestRecovery(fmt.Sprintf("event ring %d: read pointer 0x%x outside the ring on %d consecutive looks", er.index, iova, er.badLooks))
+	}
 }
 
 func (er *EventRing) signal() {
@@ -75,17 +113,16 @@ func (er *EventRing) process(byPoll bool) {
 	defer c.procMu.RUnlock()
 	er.mu.Lock()
 	defer er.mu.Unlock()
-	if !c.allocated || !er.armed() {
+	if !c.allocated || !er.armed() || c.halted.Load() {
 		return
 	}
 	devRPIOVA := Load64(er.ctx(), CtxRP)
 	devRP, err := er.index2(devRPIOVA)
 	if err != nil {
-		// Only count a given bad value once; the device may fix it on the next event.
-		c.stats.BadEventRingRP.Add(1)
-		c.log.Warn("event ring read pointer outside the ring; events ignored", "ring", er.index, "rp", fmt.Sprintf("0x%x", devRPIOVA), "err", err)
+		er.badReadPointer(devRPIOVA, err)
 		return
 	}
+	er.badRPSet, er.badLooks = false, 0
 	if devRP == er.rp {
 		return
 	}
@@ -103,9 +140,27 @@ func (er *EventRing) process(byPoll bool) {
 		er.handle(ev)
 	}
 	Store64(er.ctx(), CtxWP, er.iova(er.wp))
-	if err := c.doorbell(c.erdb(er.index), er.iova(er.wp)); err != nil {
-		c.log.Warn("event ring doorbell", "ring", er.index, "err", err)
+	if err := c.gatedDoorbell(c.erdb(er.index), er.iova(er.wp)); err != nil {
+		// Counted in DoorbellErrors; logged on the 1st, 2nd, 4th, 8th… failure.
+		if n := c.stats.DoorbellErrors.Load(); n&(n-1) == 0 {
+			c.log.Warn("event ring doorbell", "ring", er.index, "err", err, "doorbell_errors", n)
+		}
 	}
+}
+
+// gatedDoorbell rings a doorbell unless the controller is halted
+// (SHUTDOWN, RECOVERY_FAILED); failures are counted in DoorbellErrors.
+func (c *Controller) gatedDoorbell(off uint32, v uint64) error {
+	c.gate.RLock()
+	defer c.gate.RUnlock()
+	if c.halted.Load() {
+		return fmt.Errorf("%s: doorbell 0x%x: %w", c.name, off, ErrPoweredDown)
+	}
+	if err := c.doorbell(off, v); err != nil {
+		c.stats.DoorbellErrors.Add(1)
+		return fmt.Errorf("%w: %w", ErrDoorbell, err)
+	}
+	return nil
 }
 
 // armed reports whether the ring has been handed to the device.
@@ -149,7 +204,7 @@ func (c *Controller) onInterrupt(vector int) {
 	// removed cannot meet the rings being freed.
 	c.procMu.RLock()
 	defer c.procMu.RUnlock()
-	if !c.allocated {
+	if !c.allocated || c.halted.Load() {
 		return
 	}
 	c.stats.Interrupts.Add(1)
@@ -170,9 +225,12 @@ func (c *Controller) onInterrupt(vector int) {
 func (c *Controller) onStateChange(s State) {
 	c.mu.Lock()
 	c.devState = s
-	startRecovery := s == StateSysErr && (c.pm == pmM0 || c.pm == pmM3 || c.pm == pmPowerUp)
+	// During a power-up (the first, or a recovery's) SYS_ERR fails the
+	// power-up's waits instead: PowerUp returns the error, a recovery
+	// attempt fails and the next one follows.
+	startRecovery := s == StateSysErr && (c.pm == pmM0 || c.pm == pmM3)
 	if startRecovery {
-		c.pm = pmSysErr
+		c.setPMLocked(pmSysErr)
 	}
 	c.cond.Broadcast()
 	c.mu.Unlock()
@@ -182,10 +240,7 @@ func (c *Controller) onStateChange(s State) {
 	}
 	if startRecovery {
 		c.stats.SysErrs.Add(1)
-		select {
-		case c.recoverCh <- struct{}{}:
-		default:
-		}
+		c.kickRecovery()
 	}
 }
 
@@ -229,8 +284,8 @@ func (c *Controller) waitFor(what string, timeout time.Duration, cond func() boo
 		if c.devState == StateSysErr {
 			return fmt.Errorf("%s: waiting for %s: %w", c.name, what, ErrSysErr)
 		}
-		if c.pm == pmShutdown || c.pm == pmDisabled {
-			return fmt.Errorf("%s: waiting for %s: %w", c.name, what, ErrPoweredDown)
+		if err := c.fencedLocked("waiting for " + what); err != nil {
+			return err
 		}
 		if !time.Now().Before(deadline) {
 			return fmt.Errorf("%s: %s not reached within %v (state %s, ee %s): %w", c.name, what, timeout, c.devState, c.ee, ErrTimeout)

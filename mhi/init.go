@@ -91,12 +91,17 @@ func (c *Controller) initContexts() {
 		if ch == nil {
 			continue
 		}
+		// Under the channel's lock: in a SYS_ERR recovery clients may
+		// be looking at the ring (Channel.Free from a refill).
+		ch.mu.Lock()
 		ch.ring.reset()
 		ch.writeContext(ChannelDisabled, false)
+		ch.mu.Unlock()
 	}
 	for i, er := range c.eventRings {
 		er.ring.reset()
 		er.devRP = 0
+		er.forgetBadRP()
 		ctx := Context{
 			Cfg:   uint32(er.cfg.ModerationMs) << IntModTShift,
 			Type:  ERTypeValid,
@@ -112,13 +117,38 @@ func (c *Controller) initContexts() {
 	Context{RBase: c.cmd.base(), RLen: c.cmd.length(), RP: c.cmd.base(), WP: c.cmd.base()}.Put(c.cmdCtx.Bytes)
 }
 
+// MinRegLen is the smallest MHIREGLEN the host accepts: the MHI control
+// registers. CHDBOFF, ERDBOFF, BHIOFF and BHIEOFF must point at or beyond
+// it, so that no doorbell or BHI access lands on a control register.
+const MinRegLen = 0x100
+
+// checkRegLen checks MHIREGLEN against the BAR size (0: unknown).
+func (c *Controller) checkRegLen(regLen uint32, bar uint64) error {
+	if regLen < MinRegLen || regLen%4 != 0 || bar != 0 && uint64(regLen) > bar {
+		c.stats.BadRegister.Add(1)
+		return fmt.Errorf("%s: %w: MHIREGLEN 0x%x: want a multiple of 4 from 0x%x up to the BAR size 0x%x", c.name, ErrBadDevice, regLen, MinRegLen, bar)
+	}
+	return nil
+}
+
+// checkBlock checks that a block of size bytes at the offset off the device
+// published in register name lies inside the register space: 4-byte
+// aligned, past the control registers, and ending within MHIREGLEN (which
+// checkRegLen already bounded by the BAR), computed without overflow.
+func (c *Controller) checkBlock(name string, off uint32, size uint64, regLen uint32, bar uint64) error {
+	if off%4 != 0 || off < MinRegLen || uint64(off)+size > uint64(regLen) {
+		c.stats.BadRegister.Add(1)
+		return fmt.Errorf("%s: %w: %s 0x%x: 0x%x bytes there do not fit 4-byte aligned in [0x%x, 0x%x) (MHIREGLEN 0x%x, BAR 0x%x)",
+			c.name, ErrBadDevice, name, off, size, MinRegLen, regLen, regLen, bar)
+	}
+	return nil
+}
+
 // initMMIO reads the device's doorbell offsets and programs the context
 // bases, the event ring counts and the address limits, in Linux's order.
+// readLayout has checked MHIREGLEN and BHIOFF.
 func (c *Controller) initMMIO() error {
 	var err error
-	if c.regLen, err = c.read(RegMHIREGLEN); err != nil {
-		return err
-	}
 	if c.chdbOff, err = c.read(RegCHDBOFF); err != nil {
 		return err
 	}
@@ -126,13 +156,21 @@ func (c *Controller) initMMIO() error {
 		return err
 	}
 	ner := uint32(len(c.cfg.EventRings))
-	switch {
-	case c.regLen < 0x100:
-		return fmt.Errorf("%s: %w: MHIREGLEN 0x%x too small", c.name, ErrBadDevice, c.regLen)
-	case int64(c.chdbOff) >= int64(c.regLen)-DoorbellStride*(MaxDoorbellChannels-1):
-		return fmt.Errorf("%s: %w: CHDBOFF 0x%x leaves no room for 128 doorbells in 0x%x bytes", c.name, ErrBadDevice, c.chdbOff, c.regLen)
-	case int64(c.erdbOff) >= int64(c.regLen)-DoorbellStride*int64(ner):
-		return fmt.Errorf("%s: %w: ERDBOFF 0x%x leaves no room for %d doorbells in 0x%x bytes", c.name, ErrBadDevice, c.erdbOff, ner, c.regLen)
+	bar := c.barSize()
+	if err := c.checkBlock("CHDBOFF", c.chdbOff, DoorbellStride*MaxDoorbellChannels, c.regLen, bar); err != nil {
+		return err
+	}
+	if err := c.checkBlock("ERDBOFF", c.erdbOff, DoorbellStride*uint64(ner), c.regLen, bar); err != nil {
+		return err
+	}
+	// The host never follows BHIEOFF (no firmware download): a bad value is
+	// counted and logged rather than refused.
+	bhie, err := c.read(RegBHIEOFF)
+	if err != nil {
+		return err
+	}
+	if bhie != 0 && c.checkBlock("BHIEOFF", bhie, BHIESize, c.regLen, bar) != nil {
+		c.log.Warn("BHIEOFF outside the register space; BHIe unusable", "bhieoff", fmt.Sprintf("0x%x", bhie))
 	}
 	for _, w := range []struct {
 		off uint32

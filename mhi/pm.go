@@ -1,6 +1,7 @@
 package mhi
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -8,50 +9,123 @@ import (
 // PowerUp brings the device from RESET to M0 in mission mode: it allocates
 // the contexts and rings, waits for READY, programs the MMIO registers,
 // arms the event rings, requests M0 and waits for the device to announce M0
-// and the AMSS execution environment.
+// and the AMSS execution environment. On failure the device is reset and
+// everything is freed again.
 func (c *Controller) PowerUp() error {
+	c.life.Lock()
+	defer c.life.Unlock()
 	c.mu.Lock()
 	if c.pm != pmDisabled {
 		pm := c.pm
 		c.mu.Unlock()
 		return fmt.Errorf("%s: power up in state %s: %w", c.name, pm, ErrWrongState)
 	}
-	c.pm = pmPowerUp
+	c.setPMLocked(pmPowerUp)
 	c.devState = StateReset
+	c.rec = recoveryState{}
+	stop := make(chan struct{})
+	c.stop, c.stopped = stop, false
 	c.mu.Unlock()
 
 	if err := c.allocate(); err != nil {
-		c.setPM(pmDisabled)
+		c.mu.Lock()
+		c.closeStopLocked()
+		c.stop = nil
+		c.setPMLocked(pmDisabled)
+		c.mu.Unlock()
 		return err
 	}
-	c.stop = make(chan struct{})
 	for _, er := range c.eventRings {
 		c.wg.Add(1)
-		go er.run(c.stop, c.poll)
+		go er.run(stop, c.poll)
 	}
 	c.wg.Add(1)
-	go c.recoveryWorker(c.stop)
+	go c.recoveryWorker(stop)
 	c.t.SetInterruptHandler(c.onInterrupt)
 
 	if err := c.bringUp(); err != nil {
-		c.shutdown()
+		if terr := c.teardown(); terr != nil {
+			c.log.Warn("reset after a failed power-up", "err", terr)
+		}
 		return err
 	}
 	return nil
 }
 
-func (c *Controller) setPM(p pmState) {
+// fenced returns an error once the controller may no longer drive the
+// device: PowerDown began (ErrPoweredDown) or recovery gave up
+// (ErrRecoveryFailed). Every step of power-up and recovery checks it.
+func (c *Controller) fenced(what string) error {
 	c.mu.Lock()
-	c.pm = p
-	c.cond.Broadcast()
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	return c.fencedLocked(what)
+}
+
+func (c *Controller) fencedLocked(what string) error {
+	switch c.pm {
+	case pmShutdown, pmDisabled:
+		return fmt.Errorf("%s: %s: %w", c.name, what, ErrPoweredDown)
+	case pmFailed:
+		return fmt.Errorf("%s: %s: %w", c.name, what, ErrRecoveryFailed)
+	}
+	return nil
+}
+
+// poweringDown reports whether PowerDown has begun (or is done).
+func (c *Controller) poweringDown() bool {
+	p := pmState(c.pmNow.Load())
+	return p == pmShutdown || p == pmDisabled
+}
+
+// promote moves the host state from one state to another, and fails
+// (leaving it alone) when something else changed it meanwhile: PowerDown,
+// SYS_ERR, or recovery giving up.
+func (c *Controller) promote(from, to pmState, what string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.fencedLocked(what); err != nil {
+		return err
+	}
+	if c.pm != from {
+		if c.pm == pmSysErr {
+			return fmt.Errorf("%s: %s: %w", c.name, what, ErrSysErr)
+		}
+		return fmt.Errorf("%s: %s in state %s: %w", c.name, what, c.pm, ErrWrongState)
+	}
+	c.setPMLocked(to)
+	return nil
+}
+
+// readLayout reads MHIREGLEN and BHIOFF and checks them against the
+// register space before anything is read or written at BHIOFF.
+func (c *Controller) readLayout() error {
+	regLen, err := c.read(RegMHIREGLEN)
+	if err != nil {
+		return err
+	}
+	bar := c.barSize()
+	if err := c.checkRegLen(regLen, bar); err != nil {
+		return err
+	}
+	bhi, err := c.read(RegBHIOFF)
+	if err != nil {
+		return err
+	}
+	if err := c.checkBlock("BHIOFF", bhi, BHISize, regLen, bar); err != nil {
+		return err
+	}
+	c.regLen, c.bhiOff = regLen, bhi
+	return nil
 }
 
 // bringUp runs the power-up sequence proper, from the device in any state to
-// M0 in mission mode. Used by PowerUp and by SYS_ERR recovery.
+// M0 in mission mode. Used by PowerUp and by SYS_ERR recovery. It stops at
+// the first step that finds the controller fenced (PowerDown).
 func (c *Controller) bringUp() error {
-	var err error
-	if c.bhiOff, err = c.read(RegBHIOFF); err != nil {
+	if err := c.fenced("power up"); err != nil {
+		return err
+	}
+	if err := c.readLayout(); err != nil {
 		return err
 	}
 	if err := c.write(c.bhiOff+BHIIntVec, 0); err != nil {
@@ -74,7 +148,7 @@ func (c *Controller) bringUp() error {
 		return err
 	}
 	if st&MHISTATUSSysErr != 0 || State((st&MHISTATUSStateMask)>>MHISTATUSStateShift) == StateSysErr {
-		if err := c.resetDevice(); err != nil {
+		if err := c.resetDevice(true); err != nil {
 			return err
 		}
 	}
@@ -85,6 +159,9 @@ func (c *Controller) bringUp() error {
 	c.devState = StateReady
 	c.eeSeen = false
 	c.mu.Unlock()
+	if err := c.fenced("power up"); err != nil {
+		return err
+	}
 	if err := c.initMMIO(); err != nil {
 		return err
 	}
@@ -95,13 +172,18 @@ func (c *Controller) bringUp() error {
 			}
 		}
 	}
+	if err := c.fenced("power up"); err != nil {
+		return err
+	}
 	if err := c.rmw(RegMHICTRL, MHICTRLStateMask, uint32(StateM0)<<MHICTRLStateShift); err != nil {
 		return err
 	}
 	if err := c.waitFor("M0", c.Timeout(), func() bool { return c.devState == StateM0 }); err != nil {
 		return err
 	}
-	c.setPM(pmM0)
+	if err := c.promote(pmPowerUp, pmM0, "entering M0"); err != nil {
+		return err
+	}
 	if err := c.waitFor("mission mode", c.Timeout(), func() bool { return c.eeSeen }); err != nil {
 		return err
 	}
@@ -110,6 +192,7 @@ func (c *Controller) bringUp() error {
 		return err
 	}
 	if !ExecEnv(eev).MissionMode() {
+		c.stats.BadRegister.Add(1)
 		return fmt.Errorf("%s: EE event said mission mode but EXECENV reads %s: %w", c.name, ExecEnv(eev), ErrBadDevice)
 	}
 	for _, er := range c.eventRings {
@@ -124,9 +207,19 @@ func (c *Controller) bringUp() error {
 }
 
 // pollReg polls register off until done(value) holds or the timeout passes.
-func (c *Controller) pollReg(off uint32, timeout time.Duration, done func(uint32) bool) (uint32, error) {
+// An abortable poll also ends, with ErrPoweredDown, as soon as PowerDown
+// begins; the final reset of PowerDown is not abortable.
+func (c *Controller) pollReg(off uint32, timeout time.Duration, abortable bool, done func(uint32) bool) (uint32, error) {
 	deadline := time.Now().Add(timeout)
 	delay := 100 * time.Microsecond
+	var quit <-chan struct{}
+	if abortable {
+		c.mu.Lock()
+		quit = c.stop
+		c.mu.Unlock()
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
 		v, err := c.read(off)
 		if err != nil {
@@ -138,10 +231,14 @@ func (c *Controller) pollReg(off uint32, timeout time.Duration, done func(uint32
 		if time.Now().After(deadline) {
 			return v, ErrTimeout
 		}
-		if c.shuttingDown() {
-			return v, ErrPoweredDown
+		if abortable && c.poweringDown() {
+			return v, fmt.Errorf("%s: polling register 0x%x: %w", c.name, off, ErrPoweredDown)
 		}
-		time.Sleep(delay)
+		timer.Reset(delay)
+		select {
+		case <-timer.C:
+		case <-quit:
+		}
 		if delay < 25*time.Millisecond { // Linux polls every 25 ms
 			delay *= 2
 		}
@@ -158,10 +255,10 @@ func (c *Controller) readyTimeout() time.Duration {
 // waitReady waits for MHICTRL.RESET to clear and MHISTATUS.READY to be set.
 func (c *Controller) waitReady() error {
 	to := c.readyTimeout()
-	if v, err := c.pollReg(RegMHICTRL, to, func(v uint32) bool { return v&MHICTRLReset == 0 }); err != nil {
+	if v, err := c.pollReg(RegMHICTRL, to, true, func(v uint32) bool { return v&MHICTRLReset == 0 }); err != nil {
 		return fmt.Errorf("%s: MHICTRL.RESET still set after %v (MHICTRL=0x%x): %w", c.name, to, v, err)
 	}
-	v, err := c.pollReg(RegMHISTATUS, to, func(v uint32) bool {
+	v, err := c.pollReg(RegMHISTATUS, to, true, func(v uint32) bool {
 		return v&MHISTATUSReady != 0 && v&MHISTATUSSysErr == 0
 	})
 	if err != nil {
@@ -171,22 +268,29 @@ func (c *Controller) waitReady() error {
 }
 
 // resetDevice sets MHICTRL.RESET and waits for the device to clear it.
-func (c *Controller) resetDevice() error {
+func (c *Controller) resetDevice(abortable bool) error {
 	if err := c.rmw(RegMHICTRL, MHICTRLReset, MHICTRLReset); err != nil {
 		return err
 	}
 	to := c.Timeout()
-	if v, err := c.pollReg(RegMHICTRL, to, func(v uint32) bool { return v&MHICTRLReset == 0 }); err != nil {
+	if v, err := c.pollReg(RegMHICTRL, to, abortable, func(v uint32) bool { return v&MHICTRLReset == 0 }); err != nil {
 		return fmt.Errorf("%s: device did not finish MHI reset within %v (MHICTRL=0x%x): %w", c.name, to, v, err)
 	}
 	c.mu.Lock()
 	c.devState = StateReset
 	c.mu.Unlock()
 	// The device clears INTVEC on reset.
+	if c.bhiOff == 0 {
+		return nil // BHIOFF never passed its checks
+	}
 	return c.write(c.bhiOff+BHIIntVec, 0)
 }
 
-// Suspend moves the device from M0 to M3. Channels keep their state.
+// Suspend moves the device from M0 to M3. Channels keep their state. When
+// the device does not acknowledge M3 within the timeout, the request is
+// withdrawn: a device still in M0 leaves the host in M0 (doorbells held
+// back meanwhile are rung), any other answer starts a recovery as from
+// SYS_ERR. Either way Suspend returns an error wrapping ErrTimeout.
 func (c *Controller) Suspend() error {
 	c.mu.Lock()
 	if c.pm != pmM0 {
@@ -194,15 +298,58 @@ func (c *Controller) Suspend() error {
 		c.mu.Unlock()
 		return fmt.Errorf("%s: suspend in state %s: %w", c.name, pm, ErrWrongState)
 	}
-	c.pm = pmM3
+	c.setPMLocked(pmM3)
 	c.mu.Unlock()
 	if err := c.rmw(RegMHICTRL, MHICTRLStateMask, uint32(StateM3)<<MHICTRLStateShift); err != nil {
+		// The request did not reach the device: the host stays in M0.
+		if perr := c.promote(pmM3, pmM0, "suspend"); perr == nil {
+			c.onM0()
+		}
 		return err
 	}
-	return c.waitFor("M3", c.Timeout(), func() bool { return c.devState == StateM3 })
+	err := c.waitFor("M3", c.Timeout(), func() bool { return c.devState == StateM3 })
+	if err == nil || !errors.Is(err, ErrTimeout) {
+		return err // done, or SYS_ERR / power-down took over
+	}
+	c.stats.StateTimeouts.Add(1)
+	return c.abandonSuspend(err)
+}
+
+// abandonSuspend withdraws an M3 request the device did not acknowledge:
+// it requests M0 again and, when the device reports M0, puts the host back
+// in M0; otherwise it starts a recovery.
+func (c *Controller) abandonSuspend(cause error) error {
+	to := c.Timeout()
+	werr := c.rmw(RegMHICTRL, MHICTRLStateMask, uint32(StateM0)<<MHICTRLStateShift)
+	var st uint32
+	if werr == nil {
+		st, werr = c.pollReg(RegMHISTATUS, to, true, func(v uint32) bool {
+			return v&MHISTATUSSysErr == 0 && State((v&MHISTATUSStateMask)>>MHISTATUSStateShift) == StateM0
+		})
+	}
+	if werr == nil {
+		c.mu.Lock()
+		back := c.pm == pmM3
+		if back {
+			c.setPMLocked(pmM0)
+			c.devState = StateM0
+		}
+		c.mu.Unlock()
+		if back {
+			c.onM0()
+			c.log.Warn("device did not acknowledge M3; suspend withdrawn, back in M0", "timeout", to)
+			return fmt.Errorf("%s: suspend: device did not acknowledge M3 within %v; suspend withdrawn, host and device back in M0: %w", c.name, to, cause)
+		}
+	}
+	devState := State((st & MHISTATUSStateMask) >> MHISTATUSStateShift)
+	c.requestRecovery(fmt.Sprintf("M3 not acknowledged, device reports %s (MHISTATUS=0x%x)", devState, st))
+	return fmt.Errorf("%s: suspend: device did not acknowledge M3 within %v and reports %s (MHISTATUS=0x%x); recovering it: %w", c.name, to, devState, st, cause)
 }
 
 // Resume moves the device from M3 back to M0 and rings held-back doorbells.
+// When the device does not announce M0 in time but MHISTATUS reads M0, the
+// resume stands; otherwise a recovery starts and Resume returns an error
+// wrapping ErrTimeout.
 func (c *Controller) Resume() error {
 	c.mu.Lock()
 	if c.pm != pmM3 {
@@ -222,100 +369,81 @@ func (c *Controller) Resume() error {
 		return err
 	}
 	// pm becomes M0 before the M0 event is handled so held doorbells ring.
-	c.setPM(pmM0)
-	return c.waitFor("M0", c.Timeout(), func() bool { return c.devState == StateM0 })
-}
-
-// recoveryWorker recovers from SYS_ERR: it aborts every channel, resets the
-// device, powers it up again and restarts the channels clients had started.
-func (c *Controller) recoveryWorker(stop <-chan struct{}) {
-	defer c.wg.Done()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-c.recoverCh:
-		}
-		c.notify(StatusEvent{Kind: StatusSysErr})
-		err := c.recover()
-		select {
-		case <-stop:
-			return
-		default:
-		}
-		if err != nil {
-			c.log.Error("SYS_ERR recovery failed", "err", err)
-			c.setPM(pmSysErr)
-			c.notify(StatusEvent{Kind: StatusRecoveryFailed, Err: err})
-			continue
-		}
-		c.stats.Recoveries.Add(1)
-		c.log.Info("recovered from SYS_ERR")
-		c.notify(StatusEvent{Kind: StatusRecovered})
-	}
-}
-
-func (c *Controller) recover() error {
-	c.cmd.abort()
-	var restart []*Channel
-	for _, ch := range c.channels {
-		if ch == nil {
-			continue
-		}
-		ch.mu.Lock()
-		if ch.wanted {
-			restart = append(restart, ch)
-		}
-		ch.state = ChannelDisabled
-		ch.mu.Unlock()
-		ch.abort()
-	}
-	if err := c.resetDevice(); err != nil {
+	if err := c.promote(pmM3, pmM0, "resume"); err != nil {
 		return err
 	}
-	c.procMu.Lock()
-	c.cmd.mu.Lock()
-	c.initContexts()
-	c.cmd.mu.Unlock()
-	c.procMu.Unlock()
-	c.setPM(pmPowerUp)
-	if err := c.bringUp(); err != nil {
+	to := c.Timeout()
+	err = c.waitFor("M0", to, func() bool { return c.devState == StateM0 })
+	if err == nil {
+		c.onM0() // in case the M0 event was handled before the host left M3
+		return nil
+	}
+	if !errors.Is(err, ErrTimeout) {
 		return err
 	}
-	for _, ch := range restart {
-		if err := ch.Start(nil); err != nil {
-			return fmt.Errorf("restarting channel %d: %w", ch.cfg.Num, err)
+	c.stats.StateTimeouts.Add(1)
+	st, rerr := c.read(RegMHISTATUS)
+	if rerr == nil && st&MHISTATUSSysErr == 0 && State((st&MHISTATUSStateMask)>>MHISTATUSStateShift) == StateM0 {
+		c.mu.Lock()
+		if c.devState == StateM3 {
+			c.devState = StateM0
 		}
+		c.mu.Unlock()
+		c.onM0()
+		c.log.Warn("device reports M0 but never announced it", "timeout", to)
+		return nil
 	}
-	return nil
+	s := State((st & MHISTATUSStateMask) >> MHISTATUSStateShift)
+	c.requestRecovery(fmt.Sprintf("M0 not acknowledged after M3, device reports %s (MHISTATUS=0x%x)", s, st))
+	return fmt.Errorf("%s: resume: device did not announce M0 within %v and reports %s; recovering it: %w", c.name, to, s, err)
 }
 
 // PowerDown resets the device, returns every queued buffer with ErrAborted,
-// stops the controller's goroutines and frees its memory.
+// stops the controller's goroutines and frees its memory. It first fences
+// SYS_ERR recovery and any power-up in progress, so that the last thing the
+// device sees before the memory is freed is a reset (and its context base
+// registers cleared). It must not be called from a status listener.
 func (c *Controller) PowerDown() error {
 	c.mu.Lock()
 	if c.pm == pmDisabled {
 		c.mu.Unlock()
 		return nil
 	}
+	c.setPMLocked(pmShutdown)
+	c.closeStopLocked()
 	c.mu.Unlock()
-	err := c.resetDevice()
-	c.shutdown()
-	if err != nil {
+	// A power-up in progress sees the fence and gives up.
+	c.life.Lock()
+	defer c.life.Unlock()
+	c.mu.Lock()
+	done := c.pm == pmDisabled // the failed power-up tore everything down
+	c.mu.Unlock()
+	if done {
+		return nil
+	}
+	if err := c.teardown(); err != nil {
 		return fmt.Errorf("%s: power down: %w", c.name, err)
 	}
 	return nil
 }
 
-func (c *Controller) shutdown() {
-	c.setPM(pmShutdown)
+// teardown stops the controller: it fences and waits for every goroutine
+// (event rings, recovery), quiesces the device, returns every buffer and
+// frees the memory. c.life must be held.
+func (c *Controller) teardown() error {
+	c.mu.Lock()
+	c.setPMLocked(pmShutdown)
+	c.closeStopLocked()
+	c.mu.Unlock()
 	c.cmd.abort()
+	c.wg.Wait() // recovery and the event goroutines are gone
+	// Barrier: data-path writes that passed their check before SHUTDOWN
+	// finish now; later ones see SHUTDOWN and write nothing.
+	c.gate.Lock()
+	c.gate.Unlock() // an empty critical section on purpose: the barrier
+	err := c.quiesce()
 	c.t.SetInterruptHandler(nil)
-	if c.stop != nil {
-		close(c.stop)
-		c.wg.Wait()
-		c.stop = nil
-	}
+	c.cmd.abort()
 	for _, ch := range c.channels {
 		if ch != nil {
 			ch.mu.Lock()
@@ -329,16 +457,31 @@ func (c *Controller) shutdown() {
 	c.release()
 	c.procMu.Unlock()
 	c.mu.Lock()
-	c.pm = pmDisabled
+	c.setPMLocked(pmDisabled)
 	c.devState = StateReset
-	c.cond.Broadcast()
+	c.stop = nil
 	c.mu.Unlock()
+	return err
 }
 
-func (c *Controller) shuttingDown() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.pm == pmShutdown
+// quiesce is the last word to the device before its memory is freed: an
+// MHI reset (a function-level reset when the device does not finish it),
+// then the context base registers cleared, so that the device is out of M0
+// and points at nothing of ours.
+func (c *Controller) quiesce() error {
+	err := c.resetDevice(false)
+	if err != nil {
+		c.log.Warn("MHI reset failed; function-level reset", "err", err)
+		if rerr := c.t.Reset(); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("%s: function-level reset: %w", c.name, rerr))
+		}
+	}
+	for _, off := range []uint32{RegCCABAPLower, RegECABAPLower, RegCRCBAPLower} {
+		if werr := c.write64(off, 0); werr != nil {
+			return errors.Join(err, werr)
+		}
+	}
+	return err
 }
 
 // SoCReset asks the device for a SoC reset (MHI_SOC_RESET_REQ) and recovers
@@ -347,13 +490,19 @@ func (c *Controller) shuttingDown() bool {
 // StatusSysErr, then StatusRecovered (or StatusRecoveryFailed). SoCReset
 // returns once the reset is requested; recovery runs in the background.
 func (c *Controller) SoCReset() error {
+	c.gate.RLock()
+	defer c.gate.RUnlock()
 	c.mu.Lock()
 	if c.pm != pmM0 && c.pm != pmM3 {
 		pm := c.pm
 		c.mu.Unlock()
 		return fmt.Errorf("%s: SoC reset in state %s: %w", c.name, pm, ErrWrongState)
 	}
-	c.pm = pmSysErr
+	c.setPMLocked(pmSysErr)
+	// The host asked for this reset: it is not the device crashing, so it
+	// starts a fresh count of recovery attempts (no backoff, no step
+	// towards RecoveryLimit).
+	c.rec.hostRequested = true
 	c.mu.Unlock()
 	if err := c.write(RegSOCRESETREQ, SOCResetReqBit); err != nil {
 		return err
@@ -363,10 +512,7 @@ func (c *Controller) SoCReset() error {
 		return err
 	}
 	c.stats.SoCResets.Add(1)
-	select {
-	case c.recoverCh <- struct{}{}:
-	default:
-	}
+	c.kickRecovery()
 	return nil
 }
 

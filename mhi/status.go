@@ -25,6 +25,7 @@ type Status struct {
 	Channels   []ChannelStatus         `json:"channels"`
 	EventRings []EventRingStatus       `json:"event_rings"`
 	Stats      ControllerStatsSnapshot `json:"stats"`
+	Recovery   RecoveryStatus          `json:"recovery"`
 }
 
 // Status returns a snapshot of the controller.
@@ -49,6 +50,7 @@ func (c *Controller) Status() Status {
 		}
 	}
 	c.procMu.Unlock()
-	st.Stats = c.stats.snapshot()
+	st.Stats = c.Stats()
+	st.Recovery = c.Recovery()
 	return st
 }

@@ -1,6 +1,7 @@
 package mhinet
 
 import (
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -86,7 +87,8 @@ func (d *Device) refillRing(force bool) {
 	if len(xs) == 0 {
 		return
 	}
-	if err := d.dl.Queue(xs); err != nil {
+	// ErrDoorbell: the buffers are queued (the next doorbell covers them).
+	if err := d.dl.Queue(xs); err != nil && !errors.Is(err, mhi.ErrDoorbell) {
 		// Give the buffers back without waking the refill: put calls
 		// refillRing on a starved pool, and rxMu is held here.
 		for _, x := range xs {

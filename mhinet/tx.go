@@ -356,7 +356,8 @@ func (t *txPath) queueLocked(xs []mhi.Transfer) error {
 	if len(xs) == 0 {
 		return nil
 	}
-	if qerr := d.ul.Queue(xs); qerr != nil {
+	// ErrDoorbell: the elements are queued (the next doorbell covers them).
+	if qerr := d.ul.Queue(xs); qerr != nil && !errors.Is(qerr, mhi.ErrDoorbell) {
 		for _, x := range xs {
 			b := &t.bufs[x.Cookie]
 			d.c.txAborted.Add(uint64(b.pkts))

@@ -604,7 +604,8 @@ func (t *txPath) queueMixedLocked(xs []mhi.Transfer) error {
 	if len(xs) == 0 {
 		return nil
 	}
-	if qerr := d.ul.Queue(xs); qerr != nil {
+	// ErrDoorbell: the elements are queued (the next doorbell covers them).
+	if qerr := d.ul.Queue(xs); qerr != nil && !errors.Is(qerr, mhi.ErrDoorbell) {
 		for _, x := range xs {
 			if x.Cookie&zcCookie != 0 {
 				d.c.txAborted.Add(1)

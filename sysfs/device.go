@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhinet"
 )
 
@@ -21,6 +22,16 @@ type Device struct {
 	// SetMTU, if set, applies MTU writes instead of Net.SetMTU (a TUN
 	// bridge sets the interface's MTU and the device's together).
 	SetMTU func(int) error
+	// Ports are the device's control ports (ports/<name>; counters
+	// under stats/ports/<name>).
+	Ports []Port
+	// Session, if set, is the device's data session (session/…;
+	// counters under stats/session).
+	Session *ctrlport.Session
+	// Stats adds counter groups under stats/<name>: functions returning
+	// structs whose integer fields with JSON names are the counters
+	// (e.g. "modem", the embedded mock's own counters).
+	Stats map[string]func() any
 }
 
 // TimeoutRange bounds timeout_ms.
@@ -39,6 +50,10 @@ func (t *Tree) AddDevice(name string, d Device) {
 			func() string { s, _ := c.State(); return s.String() }),
 		StringAttr("ee", "execution environment (PBL, SBL, AMSS…)",
 			func() string { _, ee := c.State(); return ee.String() }),
+		StringAttr("pm_state", "host power-management state (DISABLED, POWER_UP, M0, M3, SYS_ERR_PROCESS, SHUTDOWN; RECOVERY_FAILED: SYS_ERR recovery gave up and the device is left alone until it is powered down)",
+			c.PMState),
+		StringAttr("recovery", "SYS_ERR recovery: ok, recovering (consecutive attempts, limit, backoff), or failed with the last error",
+			func() string { return recoveryString(c.Recovery()) }),
 		StringAttr("model", "modem model (device-table name)", func() string { return d.Model }),
 		StringAttr("serial_number", "BHI serial number", func() string {
 			info, err := c.ReadBHI()
@@ -98,6 +113,19 @@ func (t *Tree) AddDevice(name string, d Device) {
 	if n := d.Net; n != nil {
 		stats.Mkdir("net").Add(counterAttrs(func() any { return n.Stats() })...)
 	}
+	addControl(dir, d)
+}
+
+// recoveryString renders a RecoveryStatus for the recovery attribute.
+func recoveryString(r mhi.RecoveryStatus) string {
+	switch {
+	case r.Failed:
+		return "failed: " + r.LastError
+	case r.Consecutive > 0:
+		return fmt.Sprintf("recovering: %d consecutive of %d, backoff %v, %d attempts, %d failed",
+			r.Consecutive, r.Limit, r.Backoff, r.Attempts, r.Failures)
+	}
+	return fmt.Sprintf("ok: %d attempts, %d failed", r.Attempts, r.Failures)
 }
 
 // RemoveDevice removes devices/<name>.
@@ -134,6 +162,7 @@ func channelAttrs(ch *mhi.Channel) []*Attr {
 		UintAttr("overflows", "OVERFLOW completions", s.Overflows.Load, nil, 0, 0),
 		UintAttr("aborted", "elements returned unused (reset, SYS_ERR)", s.Aborted.Load, nil, 0, 0),
 		UintAttr("doorbells", "doorbells rung", s.Doorbells.Load, nil, 0, 0),
+		UintAttr("doorbell_errors", "doorbell writes the transport failed (the elements stayed queued)", s.DoorbellErrors.Load, nil, 0, 0),
 		UintAttr("db_mode_events", "OOB/DB_MODE completions", s.DBModes.Load, nil, 0, 0),
 		UintAttr("bad_events", "events the host rejected", s.BadEvents.Load, nil, 0, 0),
 	}

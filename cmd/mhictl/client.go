@@ -19,7 +19,7 @@ type dialFlags struct {
 }
 
 func (d *dialFlags) add(cmd *cobra.Command) {
-	cmd.Flags().Uint32Var(&d.port, "netlink-port", genl.DefaultPort, "netlink port of the running `mhictl up`")
+	cmd.Flags().Uint32Var(&d.port, "netlink-port", 0, "netlink port of the running `mhictl up` (default: the one its run file names, else 0x4d4849)")
 	cmd.Flags().DurationVar(&d.timeout, "timeout", 5*time.Second, "per-request timeout")
 	cmd.Flags().BoolVar(&d.json, "json", false, "print as JSON")
 }
@@ -81,8 +81,8 @@ func newSetMTUCmd() *cobra.Command {
 func newGetCmd() *cobra.Command {
 	d := &dialFlags{}
 	cmd := &cobra.Command{
-		Use:   "get DEV [ATTR]",
-		Short: "Show a device of a running `mhictl up`, or one attribute (mru, mtu, state, ee, model, serial, timeout_ms)",
+		Use:   "get DEV [ATTR|ports|session]",
+		Short: "Show a device of a running `mhictl up`, one attribute (mru, mtu, state, ee, model, serial, timeout_ms), its control ports or its data session",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := d.dial()
@@ -90,6 +90,9 @@ func newGetCmd() *cobra.Command {
 				return err
 			}
 			defer c.Close()
+			if len(args) == 2 && (args[1] == "ports" || args[1] == "session") {
+				return getControl(cmd.OutOrStdout(), c, args[0], args[1], d.json)
+			}
 			dev, err := c.GetDevice(args[0])
 			if err != nil {
 				return err

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"flag"
 	"os"
 	"testing"
+
+	"github.com/gomhi/gomhi/mhi/testenv"
+	"github.com/gomhi/gomhi/sysfs/genl/genltest"
 )
 
 // TestMain lets tests run this test binary as mhictl itself: with
@@ -13,5 +17,7 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
+	flag.Parse()
+	testenv.RunHelpersOnlyWhenAsked(map[string]string{"TestHelperNetlinkSquatter": genltest.ModeEnv})
 	os.Exit(m.Run())
 }

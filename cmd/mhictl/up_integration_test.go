@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gomhi/gomhi/mhi/testenv"
 )
 
 // The integration tests run `mhictl up` with a TUN interface and a FUSE
@@ -27,17 +29,11 @@ const netnsEnv = "GOMHI_IN_TEST_NETNS"
 
 func needRootNetns(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: TUN, FUSE and network namespaces (CI runs as root)")
-	}
+	testenv.NeedRoot(t, "TUN, FUSE and network namespaces")
 	for _, p := range []string{"/dev/net/tun", "/dev/fuse"} {
-		if _, err := os.Stat(p); err != nil {
-			t.Skipf("needs %s: %v", p, err)
-		}
+		testenv.NeedPath(t, p)
 	}
-	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Skip("needs unshare(1) from util-linux")
-	}
+	testenv.LookPath(t, "unshare", "util-linux")
 }
 
 // inNetns runs the test in a fresh network namespace and reports whether

@@ -17,6 +17,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
+	"github.com/gomhi/gomhi/mhi/testenv"
 )
 
 // These tests run Debian's mbimcli (package libmbim-utils) and mbim-proxy
@@ -27,14 +28,7 @@ const mbimProxyPath = "/usr/libexec/mbim-proxy"
 
 func needTool(t *testing.T, name, pkg string) string {
 	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s not found: install Debian's %s", name, pkg)
-		}
-		t.Skipf("%s not found (Debian package %s)", name, pkg)
-	}
-	return p
+	return testenv.LookPath(t, name, pkg)
 }
 
 // mbimcli runs mbimcli with a timeout and returns its combined output.
@@ -183,12 +177,7 @@ func inNetns(t *testing.T) bool {
 	if os.Getenv(netnsEnv) == "1" {
 		return true
 	}
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("mbim-proxy tests need root (network namespaces; the proxy serves uid 0 only)")
-		}
-		t.Skip("needs root: network namespaces, and mbim-proxy serves uid 0 only")
-	}
+	testenv.NeedRoot(t, "network namespaces; mbim-proxy serves uid 0 only")
 	needTool(t, "unshare", "util-linux")
 	cmd := exec.Command("unshare", "--net", os.Args[0], "-test.run", "^"+t.Name()+"$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), netnsEnv+"=1")
@@ -208,12 +197,8 @@ func inNetns(t *testing.T) bool {
 // checking it lives in this namespace).
 func startProxy(t *testing.T) {
 	t.Helper()
-	if _, err := os.Stat(mbimProxyPath); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s: %v: install Debian's libmbim-proxy", mbimProxyPath, err)
-		}
-		t.Skipf("%s: %v (Debian package libmbim-proxy)", mbimProxyPath, err)
-	}
+	_, err := os.Stat(mbimProxyPath)
+	testenv.Need(t, "mbim-proxy (Debian's libmbim-proxy)", err)
 	var log bytes.Buffer
 	cmd := exec.Command(mbimProxyPath, "--no-exit", "--verbose")
 	cmd.Stdout, cmd.Stderr = &log, &log

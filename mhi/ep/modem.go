@@ -134,6 +134,8 @@ var (
 	ErrNoAPN = errors.New("ep: no access point name")
 	// ErrSessionActive: a connect while a session is already connected.
 	ErrSessionActive = errors.New("ep: a session is already connected")
+	// ErrNoSession: the operation names a session that is not the active one.
+	ErrNoSession = errors.New("ep: no such active session")
 )
 
 // RegisterState is the network registration state.
@@ -474,6 +476,49 @@ func (m *Modem) Disconnect() bool {
 	m.disconnects.Add(1)
 	m.publish(EventSession)
 	return true
+}
+
+// DisconnectID ends the data session if it is the active one with the
+// given ID (a control function ending the session it started, without
+// ending a newer one another function started meanwhile). It reports
+// whether it ended one.
+func (m *Modem) DisconnectID(id uint32) bool {
+	m.mu.Lock()
+	if !m.session.Active || m.session.ID != id {
+		m.mu.Unlock()
+		return false
+	}
+	m.session.Active = false
+	m.updateGateLocked()
+	m.mu.Unlock()
+	m.disconnects.Add(1)
+	m.publish(EventSession)
+	return true
+}
+
+// SetSessionType changes the IP type of the active session with the given
+// ID: QMI connects each IP family on its own WDS client, so a dual-stack
+// session gains its second family (and loses one) after it was connected.
+// It fails with ErrNoSession when id is not the active session and with
+// ErrModemConfig for an invalid type.
+func (m *Modem) SetSessionType(id uint32, t IPType) (Session, error) {
+	if t < IPv4 || t > IPv4v6 {
+		return Session{}, fmt.Errorf("ep: session type: %w: IP type %d", ErrModemConfig, t)
+	}
+	m.mu.Lock()
+	if !m.session.Active || m.session.ID != id {
+		s := m.session
+		m.mu.Unlock()
+		return s, fmt.Errorf("ep: session type of session %d: %w", id, ErrNoSession)
+	}
+	changed := m.session.Type != t
+	m.session.Type = t
+	s := m.session
+	m.mu.Unlock()
+	if changed {
+		m.publish(EventSession)
+	}
+	return s, nil
 }
 
 // DataAllowed implements DataGate: IP data flows unless the modem requires

@@ -151,3 +151,61 @@ func TestIPDataGate(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+func TestModemSessionByID(t *testing.T) {
+	m, err := NewModem(ModemConfig{RequireConnect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	n := 0
+	defer m.Subscribe(func(e ModemEvent) {
+		if e.Kind == EventSession {
+			mu.Lock()
+			n++
+			mu.Unlock()
+		}
+	})()
+	sessionEvents := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		v := n
+		n = 0
+		return v
+	}
+	if _, err := m.SetSessionType(1, IPv4v6); !errors.Is(err, ErrNoSession) {
+		t.Fatalf("type of no session: %v", err)
+	}
+	s, err := m.Connect("internet", IPv4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessionEvents()
+	if _, err := m.SetSessionType(s.ID+1, IPv4v6); !errors.Is(err, ErrNoSession) {
+		t.Fatalf("type of another session: %v", err)
+	}
+	if _, err := m.SetSessionType(s.ID, 7); !errors.Is(err, ErrModemConfig) {
+		t.Fatalf("bad type: %v", err)
+	}
+	if got, err := m.SetSessionType(s.ID, IPv4v6); err != nil || got.Type != IPv4v6 || m.Session().Type != IPv4v6 {
+		t.Fatalf("widen: %+v %v", got, err)
+	}
+	if _, err := m.SetSessionType(s.ID, IPv4v6); err != nil {
+		t.Fatal(err)
+	}
+	if ev := sessionEvents(); ev != 1 {
+		t.Fatalf("%d session events for one change", ev)
+	}
+	if m.DisconnectID(s.ID+1) || !m.Session().Active {
+		t.Fatal("DisconnectID of another session ended the active one")
+	}
+	if !m.DisconnectID(s.ID) || m.Session().Active || m.DataAllowed() || m.DisconnectID(s.ID) {
+		t.Fatal("DisconnectID of the active session")
+	}
+	if ev := sessionEvents(); ev != 1 {
+		t.Fatalf("%d session events for the disconnect", ev)
+	}
+	if st := m.Stats(); st.Disconnects != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}

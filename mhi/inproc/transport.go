@@ -28,12 +28,13 @@ type Options struct {
 	Vectors int
 }
 
-// Transport is an mhi.Transport whose device is an ep.Device in the same
-// process.
+// Transport is an mhi.Transport (and mhi.BARSizer) whose device is an
+// ep.Device in the same process.
 type Transport struct {
 	slab    *Slab
 	dev     *ep.Device
 	vectors int
+	barSize uint64
 
 	pending atomic.Uint64 // raised, not yet delivered vectors
 	wake    chan struct{}
@@ -58,9 +59,14 @@ func New(cfg ep.Config, opts Options) (*Transport, error) {
 	if opts.Vectors < 1 || opts.Vectors > MaxVectors {
 		return nil, fmt.Errorf("inproc: %d vectors, want 1..%d", opts.Vectors, MaxVectors)
 	}
+	bar := cfg.RegLen
+	if bar == 0 {
+		bar = ep.DefaultRegLen
+	}
 	t := &Transport{
 		slab:    NewSlab(DefaultBase, opts.Memory),
 		vectors: opts.Vectors,
+		barSize: uint64(bar),
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -76,6 +82,10 @@ func New(cfg ep.Config, opts Options) (*Transport, error) {
 
 // Device returns the mock modem, for fault injection and statistics.
 func (t *Transport) Device() *ep.Device { return t.dev }
+
+// BARSize implements mhi.BARSizer: the mock's register space is its whole
+// BAR.
+func (t *Transport) BARSize() uint64 { return t.barSize }
 
 // Slab returns the host memory shared with the device.
 func (t *Transport) Slab() *Slab { return t.slab }

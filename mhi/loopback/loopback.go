@@ -205,7 +205,10 @@ func (c *Client) postDL() error {
 	for i, b := range c.dlBufs {
 		xs[i] = mhi.Transfer{IOVA: b.IOVA, Len: len(b.Bytes), Flags: mhi.FlagEOT, Cookie: uint64(i)}
 	}
-	return c.dl.Queue(xs)
+	if err := c.dl.Queue(xs); err != nil && !errors.Is(err, mhi.ErrDoorbell) {
+		return err // ErrDoorbell: queued all the same
+	}
+	return nil
 }
 
 func (c *Client) onUL(comp mhi.Completion) {
@@ -252,7 +255,7 @@ func (c *Client) onDL(comp mhi.Completion) {
 	}
 	c.mu.Unlock()
 	c.xfers = append(c.xfers[:0], mhi.Transfer{IOVA: buf.IOVA, Len: len(buf.Bytes), Flags: mhi.FlagEOT, Cookie: comp.Cookie})
-	if err := c.dl.Queue(c.xfers); err != nil {
+	if err := c.dl.Queue(c.xfers); err != nil && !errors.Is(err, mhi.ErrDoorbell) {
 		// The channel is being reset or recovered; Recovered and Close
 		// account for the buffer.
 		c.mu.Lock()
@@ -331,7 +334,7 @@ func (c *Client) Run(ro RunOptions) (Result, error) {
 				return c.finish(res, start, startRecv, startMis, startAb), ErrInterrupted
 			}
 			err := c.ul.Queue(ulXfers)
-			if err == nil {
+			if err == nil || errors.Is(err, mhi.ErrDoorbell) { // ErrDoorbell: queued all the same
 				c.ulFree--
 				if c.head > 0 && c.head == len(c.fifo) {
 					c.fifo, c.head = c.fifo[:0], 0

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gomhi/gomhi/mhi/testenv"
 )
 
 // inNetns runs f on a locked OS thread moved into a fresh network namespace.
@@ -22,12 +24,8 @@ import (
 // the namespace dies with it.
 func inNetns(t *testing.T, f func() error) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("kernel check needs root (unshare(CLONE_NEWNET) and /dev/net/tun)")
-	}
-	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		t.Skipf("kernel check needs /dev/net/tun: %v", err)
-	}
+	testenv.NeedRoot(t, "unshare(CLONE_NEWNET) and /dev/net/tun")
+	testenv.NeedPath(t, "/dev/net/tun")
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -39,7 +37,7 @@ func inNetns(t *testing.T, f func() error) {
 	}()
 	err := <-errc
 	if err != nil && strings.HasPrefix(err.Error(), "skip: ") {
-		t.Skip(err)
+		testenv.Need(t, "a new network namespace", err)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/testenv"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/gso"
 	"github.com/gomhi/gomhi/mhinet/tun"
@@ -268,10 +269,7 @@ func loopRouting(t testing.TB, name string) {
 // address family ("-4" or "-6").
 func loopRoutingFor(t testing.TB, name, family, prefix string) {
 	t.Helper()
-	ipCmd, err := exec.LookPath("ip")
-	if err != nil {
-		t.Skipf("needs the ip command (iproute2) for policy routing: %v", err)
-	}
+	ipCmd := testenv.LookPath(t, "ip", "iproute2")
 	for _, args := range [][]string{
 		{family, "rule", "add", "pref", "10", "fwmark", "1", "lookup", "100"},
 		{family, "rule", "del", "pref", "0"},

@@ -3,13 +3,13 @@ package tun_test
 import (
 	"errors"
 	"net/netip"
-	"os"
 	"runtime"
 	"testing"
 
 	"github.com/jsimonetti/rtnetlink/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/gomhi/gomhi/mhi/testenv"
 	"github.com/gomhi/gomhi/mhinet/tun"
 )
 
@@ -24,12 +24,8 @@ var (
 // requireTUN skips tests that need root and /dev/net/tun.
 func requireTUN(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (TUN, network namespaces); CI runs these as root")
-	}
-	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		t.Skipf("needs /dev/net/tun: %v", err)
-	}
+	testenv.NeedRoot(t, "TUN, network namespaces")
+	testenv.NeedPath(t, "/dev/net/tun")
 }
 
 // enterNetns moves the calling goroutine — the test's own — to a fresh

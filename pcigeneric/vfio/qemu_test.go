@@ -20,11 +20,12 @@ import (
 // MSI, DMA through the IOMMU, teardown). The verdict comes from the guest's
 // serial log, because QEMU exits 0 whatever the guest did.
 //
-// Requirements (bash .ci/vfio-setup.sh installs them): qemu-system-x86_64,
-// a static busybox, cpio, and the cloud kernel unpacked under
-// $GOMHI_VFIO_KERNEL_DIR (default /var/cache/gomhi/vfio-kernel). Without
-// them the tests skip and say what is missing; with CI=true they fail
-// instead. Both tests are skipped in -short mode. See docs/VFIO.md.
+// Requirements (make test-deps, run by make test, prepares them without
+// root): a QEMU with the edu and intel-iommu devices (the QEMU 11.1 bundle
+// of the Linux-driver tests, else qemu-system-x86_64 from $PATH), a static
+// busybox and the cloud kernel, in qemuguest.CacheDir. Without them the
+// tests skip and say what is missing; with CI=true they fail instead. Both
+// tests are skipped in -short mode. See docs/VFIO.md.
 
 // bootTimeout bounds one boot (the `timeout` wrapper around QEMU). A boot
 // takes about 4 s here.
@@ -97,11 +98,11 @@ func verdict(log string) string {
 	return "no EDUTEST RESULT line"
 }
 
-// qemuEnv finds QEMU, busybox, cpio and the kernel with the VFIO modules,
+// qemuEnv finds QEMU, busybox and the kernel with the VFIO modules,
 // or skips the test saying what is missing (fails it with CI=true).
 func qemuEnv(t *testing.T) *qemuguest.Env {
 	t.Helper()
-	return qemuguest.Find(t, qemuguest.Options{Modules: vfioModules, Setup: "sudo bash .ci/vfio-setup.sh"})
+	return qemuguest.Find(t, qemuguest.Options{Modules: vfioModules})
 }
 
 // initScript is the guest's /init: mount the pseudo file systems, load the

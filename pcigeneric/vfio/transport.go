@@ -29,7 +29,10 @@ type Transport struct {
 	retired []*pollLoop // stopped loops whose stop eventfd is not closed yet
 }
 
-var _ mhi.Transport = (*Transport)(nil)
+var (
+	_ mhi.Transport = (*Transport)(nil)
+	_ mhi.BARSizer  = (*Transport)(nil)
+)
 
 // pollLoop is one interrupt goroutine and its stop eventfd.
 type pollLoop struct {
@@ -102,6 +105,9 @@ func (t *Transport) BAR() *BAR { return t.bar }
 
 // IRQIndex returns the IRQ index in use (IRQIndexMSIX or IRQIndexMSI).
 func (t *Transport) IRQIndex() int { return t.irqIndex }
+
+// BARSize implements mhi.BARSizer: the size of the mapped MHI BAR.
+func (t *Transport) BARSize() uint64 { return uint64(t.bar.Size()) }
 
 // Read32 implements mhi.Registers: one 32-bit load from the BAR.
 func (t *Transport) Read32(off uint32) (uint32, error) { return t.bar.CheckedRead32(off) }

@@ -24,7 +24,10 @@
 // DEVICE_RESET is a function-level reset of the modem. ListenAndServe serves
 // clients one after another on a unix socket; one that connects while
 // another is served is refused with an EBUSY reply after BusyGrace (its
-// Dial fails with ErrBusy).
+// Dial fails with ErrBusy). The socket is created with SocketMode (0600,
+// whatever the umask) and never replaces anything but a stale socket; a
+// peer that is neither root nor the socket's owner (SO_PEERCRED) is refused
+// with an EPERM reply (its Dial fails with ErrPeerRefused) and a Warn log.
 //
 // With QEMU >= 10.1 (guest RAM must be shareable for the fd path):
 //

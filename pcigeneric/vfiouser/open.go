@@ -115,6 +115,8 @@ func kindOf(m fs.FileMode) string {
 		return "named pipe"
 	case m&fs.ModeDevice != 0:
 		return "device"
+	case m&fs.ModeSymlink != 0:
+		return "symbolic link"
 	}
 	return m.Type().String()
 }

@@ -5,11 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +50,13 @@ type DeviceOptions struct {
 	// IPData configures the mock modem's IP data function, as in
 	// pcigeneric.MockOptions.
 	IPData ep.IPDataConfig
+	// RequireConnect and Modem configure each session's mock modem as in
+	// pcigeneric.MockOptions: with RequireConnect IP data is dropped and
+	// counted until the client connects a session over a control channel
+	// (MBIM CONNECT). Each session gets a fresh modem (a new client finds
+	// it registered, attached, without a session).
+	RequireConnect bool
+	Modem          ep.ModemConfig
 	// Device, if set, adjusts each session's modem configuration.
 	Device func(*ep.Config)
 	// OnRegister, if set, is called with every BAR0 register access the
@@ -98,7 +103,7 @@ type ServerDevice struct {
 
 	opts DeviceOptions
 	log  *slog.Logger
-	cfg  func() (ep.Config, error)
+	cfg  func() (ep.Config, *pcigeneric.MockFunctions, error)
 
 	messages, errReplies, malformed, sessions atomic.Uint64
 	maps, faults, raised, lost                atomic.Uint64
@@ -106,6 +111,7 @@ type ServerDevice struct {
 
 	mu    sync.Mutex
 	modem *ep.Device
+	fns   *pcigeneric.MockFunctions
 	busy  bool
 }
 
@@ -145,28 +151,19 @@ func NewServerDevice(opts DeviceOptions) (*ServerDevice, error) {
 		mlog = slog.New(slog.DiscardHandler)
 	}
 	d := &ServerDevice{Entry: entry, opts: opts, log: log}
-	d.cfg = func() (ep.Config, error) {
-		cfg := info.Config.WithLoopback()
-		h := fnv.New32a()
-		h.Write([]byte(info.Name))
-		ec := ep.Config{MHI: cfg, SerialNumber: h.Sum32(), Logger: mlog}
-		if pair := pcigeneric.DataPair(cfg); pair != "" {
-			ic := opts.IPData
-			if ic == (ep.IPDataConfig{}) && pair == ep.IPDataName {
-				ic.Format = ep.FormatRaw
-			}
-			ipd, err := ep.NewIPData(ic)
-			if err != nil {
-				return ep.Config{}, err
-			}
-			ec.Functions = map[string]ep.Function{pair: ipd}
+	d.cfg = func() (ep.Config, *pcigeneric.MockFunctions, error) {
+		ec, fns, err := pcigeneric.NewMockConfig(entry, pcigeneric.MockModemOptions{
+			IPData: opts.IPData, Modem: opts.Modem, RequireConnect: opts.RequireConnect, Logger: mlog,
+		})
+		if err != nil {
+			return ep.Config{}, nil, err
 		}
 		if opts.Device != nil {
 			opts.Device(&ec)
 		}
-		return ec, nil
+		return ec, fns, nil
 	}
-	ec, err := d.cfg()
+	ec, _, err := d.cfg()
 	if err != nil {
 		return nil, err
 	}
@@ -200,6 +197,14 @@ func (d *ServerDevice) Modem() *ep.Device {
 	return d.modem
 }
 
+// Functions returns the current session's mock modem functions (IP data,
+// MBIM…) and their shared state, or nil between sessions.
+func (d *ServerDevice) Functions() *pcigeneric.MockFunctions {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.fns
+}
+
 // ErrBusy is returned by Serve when the device already serves a client,
 // and by Dial and NewClient when the server refuses them for that reason.
 var ErrBusy = errors.New("vfiouser: device busy with another client")
@@ -209,20 +214,56 @@ var ErrBusy = errors.New("vfiouser: device busy with another client")
 // have left, its session not yet torn down) before refusing it.
 const BusyGrace = time.Second
 
-// ListenAndServe listens on the unix socket path (replacing a stale socket,
-// never another kind of file) and serves one client at a time until ctx is
-// done; the socket file is removed on return. It returns nil when ctx ends
-// it. A client that connects while another is served, and is still
-// waiting after BusyGrace, gets an EBUSY error reply to its first message
-// (its Dial fails with ErrBusy) instead of waiting unanswered.
+// ListenAndServe listens on the unix socket path and serves one client at
+// a time until ctx is done; the socket file is removed on return. It
+// returns nil when ctx ends it. The socket is created with SocketMode
+// (0600) whatever the umask; a stale socket there is replaced, a live one
+// or any other kind of file is refused (see listenSocket). A connecting
+// process that is neither root nor the socket's owner (SO_PEERCRED) gets
+// an EPERM error reply to its first message (its Dial fails with
+// ErrPeerRefused) and a Warn log line, and never takes the device. A client
+// that connects while another is served, and is still waiting after
+// BusyGrace, gets an EBUSY error reply to its first message (its Dial fails
+// with ErrBusy) instead of waiting unanswered.
 func ListenAndServe(ctx context.Context, path string, dev *ServerDevice) error {
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		_ = os.Remove(path) // a stale socket from an earlier run
-	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	l, err := Listen(path)
 	if err != nil {
-		return fmt.Errorf("vfiouser: listen: %w", err)
+		return err
 	}
+	return l.Serve(ctx, dev)
+}
+
+// Listener is a vfio-user socket made by Listen: the socket file exists
+// (clients can connect and wait) from Listen's return until Serve returns
+// or Close is called.
+type Listener struct {
+	path string
+	ino  uint64
+	l    *net.UnixListener
+}
+
+// Listen creates the socket at path as ListenAndServe does, without
+// serving it yet, so a caller can announce it once it exists.
+func Listen(path string) (*Listener, error) {
+	l, ino, err := listenSocket(path)
+	if err != nil {
+		return nil, err
+	}
+	return &Listener{path: path, ino: ino, l: l}, nil
+}
+
+// Close removes the socket; a Serve in progress returns.
+func (ln *Listener) Close() error {
+	err := ln.l.Close()
+	removeSocket(ln.path, ln.ino)
+	return err
+}
+
+// Serve serves dev on the listener as ListenAndServe does, until ctx is
+// done, and removes the socket on return.
+func (ln *Listener) Serve(ctx context.Context, dev *ServerDevice) error {
+	l, path := ln.l, ln.path
+	defer removeSocket(path, ln.ino)
 	defer l.Close()
 	stop := context.AfterFunc(ctx, func() { _ = l.Close() })
 	defer stop()
@@ -237,6 +278,19 @@ func ListenAndServe(ctx context.Context, path string, dev *ServerDevice) error {
 			}
 			return fmt.Errorf("vfiouser: accept: %w", err)
 		}
+		if cred, err := checkPeer(c); err != nil {
+			attrs := []any{"socket", path, "reason", err.Error()}
+			if cred != nil {
+				attrs = append(attrs, "peer_uid", cred.Uid, "peer_pid", cred.Pid)
+			}
+			dev.log.Warn("refuse", attrs...)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				refuse(c, dev, unix.EPERM, refuseGrace)
+			}()
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -245,7 +299,8 @@ func ListenAndServe(ctx context.Context, path string, dev *ServerDevice) error {
 			select {
 			case slot <- struct{}{}:
 			case <-timer.C:
-				refuseBusy(c, dev)
+				dev.log.Info("refuse", "reason", ErrBusy.Error())
+				refuse(c, dev, unix.EBUSY, BusyGrace)
 				return
 			case <-ctx.Done():
 				_ = c.Close()
@@ -259,12 +314,15 @@ func ListenAndServe(ctx context.Context, path string, dev *ServerDevice) error {
 	}
 }
 
-// refuseBusy answers the first message on conn with an EBUSY error reply
-// and closes conn.
-func refuseBusy(conn *net.UnixConn, dev *ServerDevice) {
+// refuseGrace is how long a refused peer has to send its first message,
+// which is answered with EPERM.
+const refuseGrace = 5 * time.Second
+
+// refuse answers the first message on conn, if it comes within wait, with
+// an error reply carrying errno, and closes conn.
+func refuse(conn *net.UnixConn, dev *ServerDevice, errno unix.Errno, wait time.Duration) {
 	defer conn.Close()
-	dev.log.Info("refuse", "reason", ErrBusy.Error())
-	_ = conn.SetDeadline(time.Now().Add(BusyGrace))
+	_ = conn.SetDeadline(time.Now().Add(wait))
 	w := newWire(conn)
 	hdr, _, fds, err := w.read()
 	closeFDs(fds)
@@ -275,7 +333,7 @@ func refuseBusy(conn *net.UnixConn, dev *ServerDevice) {
 	if err != nil || h.IsReply() || h.Flags&FlagNoReply != 0 {
 		return
 	}
-	_ = w.write(EncodeMessage(h.ID, h.Cmd, FlagReply|FlagError, uint32(unix.EBUSY), nil), nil)
+	_ = w.write(EncodeMessage(h.ID, h.Cmd, FlagReply|FlagError, uint32(errno), nil), nil)
 }
 
 // Serve serves dev to the client on conn until the client disconnects, a
@@ -294,7 +352,7 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 	dev.mu.Unlock()
 	defer func() {
 		dev.mu.Lock()
-		dev.busy, dev.modem = false, nil
+		dev.busy, dev.modem, dev.fns = false, nil, nil
 		dev.mu.Unlock()
 	}()
 	dev.sessions.Add(1)
@@ -309,7 +367,7 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 	}
 	s.mem.fallback = s.dmaMessage
 	dev.log.Info("connect")
-	ec, err := dev.cfg()
+	ec, fns, err := dev.cfg()
 	if err != nil {
 		conn.Close()
 		return err
@@ -321,7 +379,7 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 	}
 	s.modem = modem
 	dev.mu.Lock()
-	dev.modem = modem
+	dev.modem, dev.fns = modem, fns
 	dev.mu.Unlock()
 
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
@@ -367,8 +425,14 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 			st := ipd.Stats()
 			dev.log.Info("ip_data", "pair", name, "ul_packets", st.ULPackets, "gen_packets", st.GenPackets,
 				"dl_packets", st.DLPackets, "dl_aggregates", st.DLAggregates, "answered", st.Answered,
-				"dropped", st.Dropped(), "malformed", st.DeaggErrors())
+				"dropped", st.Dropped(), "dropped_gated", st.DroppedGated, "malformed", st.DeaggErrors())
 		}
+	}
+	if fns != nil && fns.Modem != nil {
+		ms := fns.Stats()
+		dev.log.Info("control", "connects", ms.Connects, "disconnects", ms.Disconnects, "connect_failures", ms.ConnectFailures,
+			"mbim_messages_in", ms.MBIMMessagesIn, "mbim_messages_out", ms.MBIMMessagesOut,
+			"mbim_function_errors", ms.MBIMFunctionErrors, "mbim_not_supported", ms.MBIMNotSupported)
 	}
 	return err
 }

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/testenv"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/sysfs"
@@ -30,12 +31,8 @@ import (
 // opens /dev/fuse (0600 root), so they need root.
 func needFUSE(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: mounting FUSE with mount(2) (no fusermount) needs root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("skipping: /dev/fuse is not available: %v", err)
-	}
+	testenv.NeedRoot(t, "mounting FUSE with mount(2), no fusermount")
+	testenv.NeedPath(t, "/dev/fuse")
 }
 
 // fixture is a tree bound to a powered-up mock modem and its network
@@ -230,11 +227,8 @@ func TestMountServesTree(t *testing.T) {
 	})
 
 	t.Run("shell", func(t *testing.T) {
-		sh, err1 := exec.LookPath("sh")
-		bash, err2 := exec.LookPath("bash")
-		if err1 != nil || err2 != nil {
-			t.Skipf("skipping: need sh and bash: %v, %v", err1, err2)
-		}
+		sh := testenv.LookPath(t, "sh", "dash")
+		bash := testenv.LookPath(t, "bash", "bash")
 		if out, err := exec.Command(sh, "-c", "echo 8192 > "+mru).CombinedOutput(); err != nil {
 			t.Fatalf("sh echo 8192 > mru: %v: %s", err, out)
 		}
@@ -382,12 +376,10 @@ func TestCloseWithOpenFile(t *testing.T) {
 func TestCloseAbortsHeldFile(t *testing.T) {
 	needFUSE(t)
 	const fusectl = "/sys/fs/fuse/connections"
-	if _, err := os.Stat(filepath.Join(fusectl, "..")); err != nil {
-		t.Skipf("skipping: no %s: %v", fusectl, err)
-	}
+	testenv.NeedPath(t, filepath.Join(fusectl, ".."))
 	if !mounted(t, fusectl) {
 		if err := unix.Mount("fusectl", fusectl, "fusectl", 0, ""); err != nil {
-			t.Skipf("skipping: cannot mount fusectl: %v", err)
+			testenv.Need(t, "the fusectl file system at "+fusectl, err)
 		}
 		t.Cleanup(func() { _ = unix.Unmount(fusectl, 0) })
 	}
@@ -480,7 +472,7 @@ func TestMountNeedsRoot(t *testing.T) {
 		}
 	}
 	if err := syscall.Setresuid(-1, 65534, -1); err != nil {
-		t.Skipf("skipping: cannot change the effective uid: %v", err)
+		testenv.Need(t, "to change the effective uid to 65534", err)
 	}
 	s, err := fusefs.Mount(dir, sysfs.NewTree(), fusefs.Options{})
 	if rerr := syscall.Setresuid(-1, 0, -1); rerr != nil {

@@ -184,14 +184,22 @@ func (n *attrNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAtt
 // Open refuses to open a read-only attribute for writing or a write-only
 // one for reading (EACCES). The kernel checks the mode bits
 // (default_permissions) for other users, but root passes them, so the
-// check is repeated here. Open makes every open DIRECT_IO so reads see the
-// live value and each write(2) reaches Write.
+// check is repeated here; and a write open by anyone but root (or a
+// holder of CAP_DAC_OVERRIDE) is refused with EACCES and logged, whatever
+// the kernel decided (see mayWrite). Open makes every open DIRECT_IO so
+// reads see the live value and each write(2) reaches Write.
 func (n *attrNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	acc := flags & syscall.O_ACCMODE
 	wantR := acc == syscall.O_RDONLY || acc == syscall.O_RDWR
 	wantW := acc == syscall.O_WRONLY || acc == syscall.O_RDWR || flags&syscall.O_TRUNC != 0
 	if (wantR && !n.attr.Readable()) || (wantW && !n.attr.Writable()) {
 		return nil, 0, syscall.EACCES
+	}
+	if wantW {
+		if ok, uid, pid := mayWrite(ctx); !ok {
+			n.srv.log.Info("fusefs: write open refused: only root may change attributes", "path", n.path, "uid", uid, "pid", pid)
+			return nil, 0, syscall.EACCES
+		}
 	}
 	return &handle{}, fuse.FOPEN_DIRECT_IO, 0
 }

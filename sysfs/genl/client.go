@@ -39,6 +39,12 @@ var (
 	// ErrProtocol: the reply was malformed, or the server failed (EIO and
 	// other errnos).
 	ErrProtocol = errors.New("mhi netlink protocol error")
+	// ErrUntrustedServer: the process at the server's port is not the
+	// one the client trusts — neither root, nor the client's own user,
+	// nor the server a trusted run file names. Most likely another local
+	// user bound the port first (a squatter). The error names the
+	// process (Error.Peer) and says whether anything was sent to it.
+	ErrUntrustedServer = errors.New("the netlink port is held by a process the client does not trust")
 )
 
 // Error is a failed client request.
@@ -59,6 +65,9 @@ type Error struct {
 	Offset int
 	// Kind is the sentinel this error matches (ErrInvalid…).
 	Kind error
+	// Peer is, for ErrUntrustedServer, the process found at the port or
+	// named by the refused reply's credentials (nil if unidentified).
+	Peer *Peer
 	// Err is the underlying error.
 	Err error
 }
@@ -78,6 +87,13 @@ func (e *Error) Error() string {
 		fmt.Fprintf(&b, "%v: nothing listens at netlink port %#x", ErrNoServer, e.Port)
 	case e.Kind == ErrTimeout:
 		fmt.Fprintf(&b, "no answer from netlink port %#x: %v", e.Port, ErrTimeout)
+	case e.Kind == ErrUntrustedServer && e.Err != nil:
+		var ue *untrustedError
+		if errors.As(e.Err, &ue) {
+			b.WriteString(ue.Error())
+		} else {
+			b.WriteString(e.Err.Error())
+		}
 	case e.Message != "":
 		fmt.Fprintf(&b, "%s (%v)", e.Message, e.Errno)
 	case e.Kind != nil && e.Err != nil && e.Kind == ErrProtocol:
@@ -107,17 +123,15 @@ func (e *Error) Unwrap() []error {
 
 // ClientOptions configure Dial.
 type ClientOptions struct {
-	// Port is the server's NETLINK_USERSOCK port id (0: DefaultPort).
+	// Port is the server's NETLINK_USERSOCK port id. 0: the port in the
+	// run file of a live server (RunFile, or the default places), else
+	// DefaultPort.
 	Port uint32
+	// RunFile is the run file to read ("": root's in RunDir, then, for
+	// other users, their own under $XDG_RUNTIME_DIR; see DefaultRunFile).
+	RunFile string
 	// Timeout bounds each request (0: DefaultTimeout).
 	Timeout time.Duration
-}
-
-func (o ClientOptions) port() uint32 {
-	if o.Port == 0 {
-		return DefaultPort
-	}
-	return o.Port
 }
 
 // Client talks to a Server. Its methods are safe for concurrent use; the
@@ -127,6 +141,7 @@ type Client struct {
 	sock    *userSocket
 	conn    *genetlink.Conn
 	port    uint32
+	runFile string
 	timeout time.Duration
 	family  genetlink.Family
 }
@@ -176,19 +191,38 @@ type Channel struct {
 	CtxWP     uint64 `json:"ctx_wp"`
 }
 
-// Dial opens a client socket and resolves the family at the server's
-// port with nlctrl GETFAMILY. With nothing listening it fails with an
-// error matching ErrNoServer that tells the user to run `mhictl up`.
+// Dial finds the server (ClientOptions.Port), checks who holds its port,
+// opens a client socket and resolves the family with nlctrl GETFAMILY.
+// With nothing listening it fails with an error matching ErrNoServer that
+// tells the user to run `mhictl up`.
+//
+// The client trusts only root, its own user and the server a trusted run
+// file names (its uid and pid). Before sending anything it looks the
+// port's holder up in /proc; a holder it can see and does not trust fails
+// Dial with ErrUntrustedServer, naming the process, and nothing is sent.
+// Every reply's kernel-stamped credentials (SCM_CREDENTIALS) are checked
+// too, so a holder the client could not see is caught by its first reply,
+// the family look-up, before any request that changes something is sent.
 func Dial(opts ClientOptions) (*Client, error) {
-	sock, err := newUserSocket(opts.port())
+	exp, err := locate(opts)
 	if err != nil {
-		return nil, &Error{Op: "dial", Port: opts.port(), Kind: ErrProtocol, Err: err}
+		return nil, untrusted("dial", "", exp.port, err)
+	}
+	return dial(exp, opts.Timeout)
+}
+
+// dial opens the client socket for exp and resolves the family.
+func dial(exp *expected, timeout time.Duration) (*Client, error) {
+	sock, err := newUserSocket(exp)
+	if err != nil {
+		return nil, &Error{Op: "dial", Port: exp.port, Kind: ErrProtocol, Err: err}
 	}
 	c := &Client{
 		sock:    sock,
 		conn:    genetlink.NewConn(netlink.NewConn(sock, sock.raw.PID())),
-		port:    opts.port(),
-		timeout: opts.Timeout,
+		port:    exp.port,
+		runFile: exp.runFile,
+		timeout: timeout,
 	}
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
@@ -205,6 +239,19 @@ func (c *Client) Close() error { return c.conn.Close() }
 
 // Port returns the server port the client talks to.
 func (c *Client) Port() uint32 { return c.port }
+
+// RunFile returns the run file the port came from, "" if none.
+func (c *Client) RunFile() string { return c.runFile }
+
+// untrusted wraps an untrustedError into an *Error.
+func untrusted(op, dev string, port uint32, err error) *Error {
+	e := &Error{Op: op, Device: dev, Port: port, Kind: ErrUntrustedServer, Err: err}
+	var ue *untrustedError
+	if errors.As(err, &ue) {
+		e.Peer = ue.peer
+	}
+	return e
+}
 
 // Family returns the family as the server described it.
 func (c *Client) Family() genetlink.Family { return c.family }
@@ -266,6 +313,9 @@ func (c *Client) exec(m genetlink.Message, family uint16, flags netlink.HeaderFl
 
 // fail turns a request error into an *Error with its sentinel.
 func (c *Client) fail(op, dev string, err error) *Error {
+	if errors.Is(err, ErrUntrustedServer) {
+		return untrusted(op, dev, c.port, err)
+	}
 	e := &Error{Op: op, Device: dev, Port: c.port, Err: err}
 	var oe *netlink.OpError
 	if errors.As(err, &oe) {

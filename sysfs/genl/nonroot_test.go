@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gomhi/gomhi/mhi/testenv"
 	"github.com/gomhi/gomhi/sysfs/genl"
 	"golang.org/x/sys/unix"
 )
@@ -25,13 +26,8 @@ const (
 // 65534 (setpriv) against a server run by root here: GET works, SET is
 // refused with EPERM; with CAP_NET_ADMIN (ambient) the SET goes through.
 func TestNonRootClient(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root, to run the client as uid 65534 with setpriv")
-	}
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("setpriv (util-linux) not installed")
-	}
+	testenv.NeedRoot(t, "to run the client as uid 65534 with setpriv")
+	setpriv := testenv.LookPath(t, "setpriv", "util-linux")
 	tr, n := newTree(t, false)
 	srv := startServer(t, tr)
 
@@ -96,12 +92,12 @@ func copyFile(src, dst string) error {
 	return out.Close()
 }
 
-// TestHelperClient is the unprivileged side of TestNonRootClient; it does
-// nothing unless that test started it.
+// TestHelperClient is the unprivileged side of TestNonRootClient; TestMain
+// leaves it out of every run that test did not start.
 func TestHelperClient(t *testing.T) {
 	portStr := os.Getenv(helperPortEnv)
 	if portStr == "" {
-		t.Skip("helper process for TestNonRootClient")
+		t.Fatal("runs only as the helper process of TestNonRootClient")
 	}
 	port, err := strconv.ParseUint(portStr, 10, 32)
 	if err != nil {

@@ -30,8 +30,20 @@ var ErrClosed = errors.New("genl: server closed")
 
 // ServerOptions configure NewServer.
 type ServerOptions struct {
-	// Port is the NETLINK_USERSOCK port id to bind (0: DefaultPort).
+	// Port is the NETLINK_USERSOCK port id to bind. 0 means DefaultPort,
+	// and, when RunFile is set and DefaultPort is held by a process of
+	// another user than root and this one (a squatter), a kernel-assigned
+	// port instead, advertised in the run file (see Squatted). Any other
+	// port held by anyone fails with ErrPortInUse, naming the holder.
 	Port uint32
+	// RunFile, if set, is where the server advertises itself while it
+	// runs (RunFile: pid, uid, port, start time; DefaultRunFile is the
+	// usual place): written atomically once the port is bound, mode 0644
+	// whatever the umask, in a directory that must be owned by root or
+	// this user and writable by nobody else; removed by Close. If it
+	// names a live server already, NewServer fails with ErrPortInUse; a
+	// stale one (its process gone) is replaced.
+	RunFile string
 	// Logger receives diagnostics (nil: discard).
 	Logger *slog.Logger
 	// MaxInFlight bounds the requests handled concurrently (0: 8).
@@ -55,6 +67,11 @@ type Server struct {
 	log  *slog.Logger
 	sem  chan struct{}
 
+	runPath  string  // run file written, "" if none
+	run      RunFile // its content
+	squatted bool    // DefaultPort was held by another user
+	holders  []Peer  // who held it (empty: unidentified)
+
 	wg      sync.WaitGroup
 	closed  atomic.Bool
 	serving atomic.Bool
@@ -63,12 +80,16 @@ type Server struct {
 // NewServer binds the server's socket at opts.Port (DefaultPort if 0) and
 // asks the kernel for each sender's credentials (SO_PASSCRED). Call Serve
 // to answer requests and Close to release the port. A port already taken
-// gives an error wrapping ErrPortInUse.
+// gives an error wrapping ErrPortInUse that names the holder, unless it is
+// DefaultPort, held by another user, and opts.RunFile is set: then the
+// server binds a kernel-assigned port, says so in a Warn log naming the
+// holder, and advertises the port in the run file (see ServerOptions).
 func NewServer(t *sysfs.Tree, opts ServerOptions) (*Server, error) {
 	if t == nil {
 		return nil, errors.New("genl: NewServer needs a tree")
 	}
 	port := opts.Port
+	fallback := port == 0 && opts.RunFile != ""
 	if port == 0 {
 		port = DefaultPort
 	}
@@ -80,18 +101,40 @@ func NewServer(t *sysfs.Tree, opts ServerOptions) (*Server, error) {
 	if inflight <= 0 {
 		inflight = 8
 	}
-	conn, err := netlink.Dial(unix.NETLINK_USERSOCK, &netlink.Config{PID: port})
-	if err != nil {
-		if errors.Is(err, unix.EADDRINUSE) {
-			return nil, fmt.Errorf("genl: bind NETLINK_USERSOCK port %#x: %w: %w", port, ErrPortInUse, err)
+	if opts.RunFile != "" {
+		if r, err := ReadRunFile(opts.RunFile); err == nil && r.Live() {
+			return nil, fmt.Errorf("%w: %s serves the %q family on port %#x, as %s says",
+				ErrPortInUse, Peer{PID: r.PID, UID: r.UID}, FamilyName, r.Port, opts.RunFile)
 		}
+	}
+	s := &Server{tree: t, port: port, log: log, sem: make(chan struct{}, inflight)}
+	conn, err := netlink.Dial(unix.NETLINK_USERSOCK, &netlink.Config{PID: port})
+	if errors.Is(err, unix.EADDRINUSE) {
+		ino, _, _ := portInode(port)
+		if ino != 0 {
+			s.holders = socketHolders(ino)
+		}
+		holder := describePeers(s.holders, ino)
+		if !fallback || s.holderTrusted() {
+			return nil, fmt.Errorf("genl: bind NETLINK_USERSOCK port %#x: %w: held by %s: %w", port, ErrPortInUse, holder, err)
+		}
+		conn, err = netlink.Dial(unix.NETLINK_USERSOCK, nil)
+		if err != nil {
+			return nil, fmt.Errorf("genl: port %#x is held by %s, and binding a kernel-assigned port failed: %w", port, holder, err)
+		}
+		s.port, s.squatted = conn.PID(), true
+		log.Warn("genl: the default netlink port is held by another user's process (a squatter?): serving on a kernel-assigned port instead, advertised in the run file",
+			"default_port", fmt.Sprintf("%#x", DefaultPort), "holder", holder, "port", fmt.Sprintf("%#x", s.port), "run_file", opts.RunFile)
+	} else if err != nil {
 		return nil, fmt.Errorf("genl: bind NETLINK_USERSOCK port %#x: %w", port, err)
 	}
+	s.conn = conn
 	rc, err := conn.SyscallConn()
 	if err != nil {
 		_ = conn.Close()
 		return nil, fmt.Errorf("genl: %w", err)
 	}
+	s.rc = rc
 	var serr error
 	cerr := rc.Control(func(fd uintptr) {
 		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSCRED, 1)
@@ -103,18 +146,55 @@ func NewServer(t *sysfs.Tree, opts ServerOptions) (*Server, error) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("genl: SO_PASSCRED: %w", err)
 	}
-	return &Server{tree: t, conn: conn, rc: rc, port: port, log: log, sem: make(chan struct{}, inflight)}, nil
+	if opts.RunFile != "" {
+		r, err := newRunFile(s.port)
+		if err == nil {
+			err = writeRunFile(opts.RunFile, r)
+		}
+		if err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+		s.runPath, s.run = opts.RunFile, r
+	}
+	return s, nil
 }
+
+// holderTrusted reports whether a process found holding the port is root
+// or this server's user: another instance, not a squatter.
+func (s *Server) holderTrusted() bool {
+	for _, h := range s.holders {
+		if h.UID == 0 || h.UID == uint32(os.Getuid()) || h.UID == uint32(os.Geteuid()) {
+			return true
+		}
+	}
+	return false
+}
+
+// Squatted reports whether the server serves on a kernel-assigned port
+// because another user's process held DefaultPort, and names that
+// process (holders is empty when it could not be identified).
+func (s *Server) Squatted() (holders []Peer, squatted bool) {
+	return s.holders, s.squatted
+}
+
+// RunFile returns the path of the run file the server wrote, "" if none.
+func (s *Server) RunFile() string { return s.runPath }
 
 // Port returns the port id the server is bound to.
 func (s *Server) Port() uint32 { return s.port }
 
-// Close releases the port and makes Serve return.
+// Close releases the port, removes the run file (if it still names this
+// server) and makes Serve return.
 func (s *Server) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	return s.conn.Close()
+	var rerr error
+	if s.runPath != "" {
+		rerr = removeRunFile(s.runPath, s.run)
+	}
+	return errors.Join(s.conn.Close(), rerr)
 }
 
 // Serve answers requests until ctx is done or Close is called, then waits
@@ -297,6 +377,14 @@ func (s *Server) dispatch(port uint32, cred *unix.Ucred, msg []byte, req *Reques
 			err = s.getStats(r)
 		case CmdDumpChannels:
 			err = s.dumpChannels(r)
+		case CmdConnect:
+			err = s.connect(r, cred)
+		case CmdDisconnect:
+			err = s.disconnect(r, cred)
+		case CmdGetSession:
+			err = s.getSession(r)
+		case CmdDumpPorts:
+			err = s.dumpPorts(r)
 		default: // DecodeRequest rejects these; kept for safety
 			err = reqErr(unix.EOPNOTSUPP, 0, "unknown command %d", req.Command)
 		}
@@ -428,6 +516,10 @@ func (s *Server) getFamily(r *reply) error {
 			{CmdSetDevice, unix.GENL_CMD_CAP_DO | unix.GENL_CMD_CAP_HASPOL | unix.GENL_ADMIN_PERM},
 			{CmdGetStats, unix.GENL_CMD_CAP_DO | unix.GENL_CMD_CAP_HASPOL},
 			{CmdDumpChannels, unix.GENL_CMD_CAP_DUMP | unix.GENL_CMD_CAP_HASPOL},
+			{CmdConnect, unix.GENL_CMD_CAP_DO | unix.GENL_CMD_CAP_HASPOL | unix.GENL_ADMIN_PERM},
+			{CmdDisconnect, unix.GENL_CMD_CAP_DO | unix.GENL_CMD_CAP_HASPOL | unix.GENL_ADMIN_PERM},
+			{CmdGetSession, unix.GENL_CMD_CAP_DO | unix.GENL_CMD_CAP_HASPOL},
+			{CmdDumpPorts, unix.GENL_CMD_CAP_DUMP | unix.GENL_CMD_CAP_HASPOL},
 		} {
 			nae.Nested(uint16(i+1), func(oe *netlink.AttributeEncoder) error {
 				oe.Uint32(unix.CTRL_ATTR_OP_ID, uint32(op.cmd))

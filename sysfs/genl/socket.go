@@ -1,6 +1,7 @@
 package genl
 
 import (
+	"errors"
 	"fmt"
 	"iter"
 	"os"
@@ -16,12 +17,17 @@ import (
 // userSocket is a netlink.Socket that sends to a user port instead of the
 // kernel (netlink.Conn always sends to port 0), accepts datagrams only from
 // that port (the kernel-stamped source, not nlmsg_pid), and drops replies
-// to earlier requests that arrive late.
+// to earlier requests that arrive late. It asks for the senders'
+// credentials (SO_PASSCRED): a datagram from the port whose credentials
+// the expected peer does not accept fails Receive with an error wrapping
+// ErrUntrustedServer.
 type userSocket struct {
 	raw *netlink.Conn // the dialed NETLINK_USERSOCK socket
 	rc  syscall.RawConn
 	dst uint32
+	exp *expected
 	buf []byte
+	oob []byte
 
 	mu       sync.Mutex
 	seq      uint32 // sequence number of the last request sent
@@ -33,7 +39,8 @@ var (
 	_ netlink.Socket = (*userSocket)(nil)
 )
 
-func newUserSocket(dst uint32) (*userSocket, error) {
+func newUserSocket(exp *expected) (*userSocket, error) {
+	dst := exp.port
 	raw, err := netlink.Dial(unix.NETLINK_USERSOCK, nil)
 	if err != nil {
 		return nil, fmt.Errorf("genl: open NETLINK_USERSOCK socket: %w", err)
@@ -54,7 +61,15 @@ func newUserSocket(dst uint32) (*userSocket, error) {
 		_ = raw.Close()
 		return nil, fmt.Errorf("genl: %w", err)
 	}
-	return &userSocket{raw: raw, rc: rc, dst: dst, buf: make([]byte, recvBufSize)}, nil
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSCRED, 1)
+	}); err != nil || serr != nil {
+		_ = raw.Close()
+		return nil, fmt.Errorf("genl: SO_PASSCRED: %w", errors.Join(err, serr))
+	}
+	return &userSocket{raw: raw, rc: rc, dst: dst, exp: exp, buf: make([]byte, recvBufSize),
+		oob: make([]byte, unix.CmsgSpace(unix.SizeofUcred))}, nil
 }
 
 // Close closes the socket.
@@ -112,12 +127,12 @@ func (s *userSocket) sendto(b []byte, deadline time.Time) error {
 func (s *userSocket) Receive() ([]netlink.Message, error) {
 	for {
 		var (
-			n, rflags int
-			from      unix.Sockaddr
-			rerr      error
+			n, oobn, rflags int
+			from            unix.Sockaddr
+			rerr            error
 		)
 		err := s.rc.Read(func(fd uintptr) bool {
-			n, _, rflags, from, rerr = unix.Recvmsg(int(fd), s.buf, nil, unix.MSG_DONTWAIT)
+			n, oobn, rflags, from, rerr = unix.Recvmsg(int(fd), s.buf, s.oob, unix.MSG_DONTWAIT)
 			return rerr != unix.EAGAIN && rerr != unix.EINTR
 		})
 		if err == nil {
@@ -128,6 +143,11 @@ func (s *userSocket) Receive() ([]netlink.Message, error) {
 		}
 		if sa, ok := from.(*unix.SockaddrNetlink); !ok || sa.Pid != s.dst {
 			continue // not from the server
+		}
+		// Whoever holds the port sent this: it must be the process the
+		// client trusts, by the credentials the kernel stamped on it.
+		if cred := parseCred(s.oob[:oobn]); !s.exp.accepts(cred) {
+			return nil, s.exp.replyError(cred)
 		}
 		if rflags&unix.MSG_TRUNC != 0 {
 			return nil, fmt.Errorf("%w: reply datagram larger than %d bytes", ErrProtocol, len(s.buf))
@@ -216,11 +236,17 @@ func splitMessages(b []byte) ([]netlink.Message, error) {
 }
 
 // DialGenetlink opens a *genetlink.Conn whose requests go to the server at
-// opts.Port (DefaultPort if 0) over NETLINK_USERSOCK, for tools that want
-// raw generic-netlink access: GetFamily("mhi"), Execute with any command.
-// Deadlines set on it apply to both directions. Most callers want Dial.
+// opts.Port (0: as Dial finds it) over NETLINK_USERSOCK, for tools that
+// want raw generic-netlink access: GetFamily("mhi"), Execute with any
+// command. The port's holder and every reply's credentials are checked as
+// Dial does (ErrUntrustedServer). Deadlines set on it apply to both
+// directions. Most callers want Dial.
 func DialGenetlink(opts ClientOptions) (*genetlink.Conn, error) {
-	sock, err := newUserSocket(opts.port())
+	exp, err := locate(opts)
+	if err != nil {
+		return nil, &Error{Op: "dial", Port: exp.port, Kind: ErrUntrustedServer, Err: err}
+	}
+	sock, err := newUserSocket(exp)
 	if err != nil {
 		return nil, err
 	}

@@ -3,13 +3,16 @@
 // (pcigeneric/vfio) and the mock modem under Linux's own MHI driver
 // (pcigeneric/vfiouser). It finds the tools and the kernel, packs an
 // initramfs (a static busybox, kernel modules, the test's /init and
-// files), runs QEMU and streams the guest's serial console line by line.
+// files) in Go, runs QEMU and streams the guest's serial console line by
+// line.
 //
-// The kernel is Debian's cloud kernel unpacked by .ci/vfio-setup.sh (it
-// carries the VFIO, MHI and WWAN modules); QEMU is the system one, or for
-// vfio-user a QEMU >= 10.1 prepared by .ci/qemu-vfio-user-setup.sh.
-// Without them the tests skip and say what is missing; with CI=true they
-// fail instead, so the proof cannot silently stop running.
+// `make test` prepares everything with .ci/test-deps.sh, without root,
+// into CacheDir: one QEMU (Debian's 11.1, with the edu device, the
+// emulated Intel IOMMU and vfio-user-pci) for both kinds of test, a
+// static busybox, and Debian's cloud kernel (it carries the VFIO, MHI and
+// WWAN modules). Without them the tests skip and say what is missing;
+// with CI=true they fail instead (mhi/testenv), so the proof cannot
+// silently stop running.
 package qemuguest
 
 import (
@@ -27,15 +30,48 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/u-root/u-root/pkg/cpio"
+
+	"github.com/gomhi/gomhi/mhi/testenv"
 )
 
-// DefaultKernelDir is where .ci/vfio-setup.sh unpacks the kernel
-// (override: GOMHI_VFIO_KERNEL_DIR).
-const DefaultKernelDir = "/var/cache/gomhi/vfio-kernel"
+// SetupCommand prepares what the guests need (idempotent, no root).
+const SetupCommand = "make test-deps"
 
-// DefaultVFIOUserQEMUDir is where .ci/qemu-vfio-user-setup.sh unpacks
-// QEMU >= 10.1 (override: GOMHI_QEMU_DIR, or GOMHI_QEMU for a binary).
-const DefaultVFIOUserQEMUDir = "/var/cache/gomhi/qemu-vfio-user"
+// CacheDir is where .ci/test-deps.sh keeps what the guests need:
+// $GOMHI_CACHE_DIR, else /var/cache/gomhi for root, else gomhi in the
+// user's cache directory ($XDG_CACHE_HOME or ~/.cache). The script
+// computes the same default.
+func CacheDir() string {
+	if d := os.Getenv("GOMHI_CACHE_DIR"); d != "" {
+		return d
+	}
+	if os.Geteuid() == 0 {
+		return "/var/cache/gomhi"
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "gomhi")
+	}
+	return filepath.Join(os.TempDir(), "gomhi-cache")
+}
+
+// QEMUDir is the folder of the unpacked QEMU bundle (its wrapper is
+// QEMUDir()/qemu): $GOMHI_QEMU_DIR, else CacheDir()/qemu-vfio-user.
+func QEMUDir() string { return envOr("GOMHI_QEMU_DIR", filepath.Join(CacheDir(), "qemu-vfio-user")) }
+
+// KernelDir is the dpkg -x tree of the guest kernel:
+// $GOMHI_VFIO_KERNEL_DIR, else CacheDir()/vfio-kernel.
+func KernelDir() string {
+	return envOr("GOMHI_VFIO_KERNEL_DIR", filepath.Join(CacheDir(), "vfio-kernel"))
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
 
 // Env is what a boot needs, found on the host.
 type Env struct {
@@ -43,8 +79,6 @@ type Env struct {
 	QEMU string
 	// Busybox is a statically linked busybox (the guest has no libc).
 	Busybox string
-	// CPIO is the cpio that packs the initramfs.
-	CPIO string
 	// Kernel is the kernel image; Modules its lib/modules/<version> folder.
 	Kernel, Modules string
 	// ModRoot is the Go module's root, for building guest programs.
@@ -53,79 +87,85 @@ type Env struct {
 
 // Options say which QEMU and which kernel modules a test needs.
 type Options struct {
-	// VFIOUser asks for a QEMU with the vfio-user-pci device.
+	// VFIOUser asks for a QEMU with the vfio-user-pci device; otherwise
+	// the QEMU must have the edu device and the emulated Intel IOMMU.
 	VFIOUser bool
 	// Modules are module paths under lib/modules/<version> that must exist.
 	Modules []string
-	// Setup names the script that installs what is missing, for the
-	// skip message.
-	Setup string
 }
 
 // Find finds the tools and the kernel, or skips the test (fails it with
-// CI=true) saying what is missing. Skipped in -short mode.
+// CI=true) saying what is missing. Skipped in -short mode, which CI does
+// not use.
 func Find(t testing.TB, opts Options) *Env {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("boots a VM; skipped in -short mode")
 	}
-	missing := func(what string) {
+	need := func(what string, err error) {
 		t.Helper()
-		msg := what + " (run: " + opts.Setup + ")"
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true but " + msg)
-		}
-		t.Skip(msg)
+		testenv.Need(t, what+" (run: "+SetupCommand+")", err)
 	}
 	var e Env
 	var err error
 	if opts.VFIOUser {
-		if e.QEMU, err = vfioUserQEMU(); err != nil {
-			missing(err.Error())
-		}
-	} else if e.QEMU, err = exec.LookPath("qemu-system-x86_64"); err != nil {
-		missing("qemu-system-x86_64 not found")
+		e.QEMU, err = findQEMU([]string{"vfio-user-pci"})
+		need("a QEMU >= 10.1 with vfio-user-pci", err)
+	} else {
+		e.QEMU, err = findQEMU([]string{"edu", "intel-iommu"})
+		need("a QEMU with the edu and intel-iommu devices", err)
 	}
-	if e.CPIO, err = exec.LookPath("cpio"); err != nil {
-		missing("cpio not found")
-	}
-	if e.Busybox, err = staticBusybox(); err != nil {
-		missing(err.Error())
-	}
-	kdir := os.Getenv("GOMHI_VFIO_KERNEL_DIR")
-	if kdir == "" {
-		kdir = DefaultKernelDir
-	}
-	if e.Kernel, e.Modules, err = findKernel(kdir, opts.Modules); err != nil {
-		missing(err.Error())
-	}
+	e.Busybox, err = staticBusybox()
+	need("a static busybox", err)
+	e.Kernel, e.Modules, err = findKernel(KernelDir(), opts.Modules)
+	need("the guest kernel", err)
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == os.DevNull {
 		t.Fatalf("go env GOMOD: %q, %v", out, err)
 	}
 	e.ModRoot = filepath.Dir(strings.TrimSpace(string(out)))
+	t.Logf("guest: qemu %s, busybox %s, kernel %s", e.QEMU, e.Busybox, e.Kernel)
 	return &e
 }
 
-// vfioUserQEMU returns a QEMU that has vfio-user-pci: $GOMHI_QEMU, or the
-// wrapper in $GOMHI_QEMU_DIR (default DefaultVFIOUserQEMUDir).
-func vfioUserQEMU() (string, error) {
-	q := os.Getenv("GOMHI_QEMU")
-	if q == "" {
-		dir := os.Getenv("GOMHI_QEMU_DIR")
-		if dir == "" {
-			dir = DefaultVFIOUserQEMUDir
+// findQEMU returns a QEMU that has every device of devices: $GOMHI_QEMU if
+// set, else the bundle's wrapper in QEMUDir(), else qemu-system-x86_64 from
+// $PATH (a system QEMU has edu and intel-iommu, but vfio-user-pci only
+// from 10.1 on).
+func findQEMU(devices []string) (string, error) {
+	var cands []string
+	if q := os.Getenv("GOMHI_QEMU"); q != "" {
+		cands = []string{q}
+	} else {
+		cands = []string{filepath.Join(QEMUDir(), "qemu")}
+		if p, err := exec.LookPath("qemu-system-x86_64"); err == nil {
+			cands = append(cands, p)
 		}
-		q = filepath.Join(dir, "qemu")
 	}
-	if _, err := os.Stat(q); err != nil {
-		return "", fmt.Errorf("no QEMU with vfio-user-pci at %s (set GOMHI_QEMU or GOMHI_QEMU_DIR)", q)
+	var errs []error
+	for _, q := range cands {
+		if _, err := os.Stat(q); err != nil {
+			errs = append(errs, fmt.Errorf("no QEMU at %s (set GOMHI_QEMU or GOMHI_QEMU_DIR)", q))
+			continue
+		}
+		if err := qemuHas(q, devices); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		return q, nil
 	}
-	out, err := exec.Command(q, "-device", "vfio-user-pci,help").CombinedOutput()
-	if err != nil || !bytes.Contains(out, []byte("socket")) {
-		return "", fmt.Errorf("%s has no vfio-user-pci device (QEMU >= 10.1 needed): %v %s", q, err, firstLine(out))
+	return "", errors.Join(errs...)
+}
+
+// qemuHas checks that QEMU q knows every device of devices.
+func qemuHas(q string, devices []string) error {
+	for _, d := range devices {
+		out, err := exec.Command(q, "-device", d+",help").CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte(" options:")) {
+			return fmt.Errorf("%s has no %s device: %v %s", q, d, err, firstLine(out))
+		}
 	}
-	return q, nil
+	return nil
 }
 
 func firstLine(b []byte) string {
@@ -133,16 +173,24 @@ func firstLine(b []byte) string {
 	return s
 }
 
-// staticBusybox returns a statically linked busybox.
+// staticBusybox returns a statically linked busybox: $GOMHI_BUSYBOX, else
+// the one unpacked into CacheDir()/busybox, else one on the host.
 func staticBusybox() (string, error) {
-	cands := []string{"/bin/busybox", "/usr/bin/busybox"}
-	if p, err := exec.LookPath("busybox"); err == nil {
-		cands = append([]string{p}, cands...)
+	var cands []string
+	if p := os.Getenv("GOMHI_BUSYBOX"); p != "" {
+		cands = []string{p}
+	} else {
+		cands = []string{filepath.Join(CacheDir(), "busybox", "bin", "busybox")}
+		if p, err := exec.LookPath("busybox"); err == nil {
+			cands = append(cands, p)
+		}
+		cands = append(cands, "/bin/busybox", "/usr/bin/busybox")
 	}
-	found := ""
+	var errs []error
 	for _, p := range cands {
 		f, err := elf.Open(p)
 		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		static := true
@@ -155,12 +203,9 @@ func staticBusybox() (string, error) {
 		if static {
 			return p, nil
 		}
-		found = p
+		errs = append(errs, fmt.Errorf("busybox at %s is dynamically linked; a static one (busybox-static) is needed", p))
 	}
-	if found != "" {
-		return "", fmt.Errorf("busybox at %s is dynamically linked; a static one (busybox-static) is needed", found)
-	}
-	return "", errors.New("busybox not found")
+	return "", errors.Join(errs...)
 }
 
 // findKernel returns the kernel image under dir (a dpkg -x tree of a
@@ -231,7 +276,9 @@ func (e *Env) Build(t testing.TB, dir string, fs Initramfs) string {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "initrd.cpio")
-	packInitramfs(t, e.CPIO, root, out)
+	if err := packInitramfs(root, out); err != nil {
+		t.Fatal(err)
+	}
 	return out
 }
 
@@ -316,36 +363,47 @@ func (e *Env) Run(ctx context.Context, b Boot) Result {
 	return Result{Serial: serial.String(), Stderr: stderr.String(), Elapsed: time.Since(start), Err: runErr}
 }
 
-// packInitramfs writes root as an uncompressed newc cpio archive (gzip
-// would halve it but boots no faster under TCG).
-func packInitramfs(t testing.TB, cpio, root, out string) {
-	t.Helper()
-	var list bytes.Buffer
-	err := filepath.WalkDir(root, func(p string, _ os.DirEntry, err error) error {
+// packInitramfs writes the tree under root as an uncompressed newc cpio
+// archive, the format the kernel unpacks as its initramfs (gzip would halve
+// it but boots no faster under TCG). Names are relative to root; owners are
+// kept (0 when the tests run as root) as the archive says nothing else.
+func packInitramfs(root, out string) error {
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriter(f)
+	w := cpio.Newc.Writer(bw)
+	rec := cpio.NewRecorder()
+	err = filepath.WalkDir(root, func(p string, _ os.DirEntry, err error) error {
+		if err != nil || p == root {
+			return err
+		}
+		r, err := rec.GetRecord(p)
 		if err != nil {
 			return err
 		}
-		rel, err := filepath.Rel(root, p)
-		if err == nil {
-			fmt.Fprintln(&list, rel)
+		if r.Name, err = filepath.Rel(root, p); err != nil {
+			return err
 		}
-		return err
+		if err := w.WriteRecord(r); err != nil {
+			return fmt.Errorf("initramfs: %s: %w", r.Name, err)
+		}
+		return nil
 	})
+	if err == nil {
+		err = cpio.WriteTrailer(w)
+	}
+	if err == nil {
+		err = bw.Flush()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
-		t.Fatal(err)
+		return fmt.Errorf("initramfs %s: %w", out, err)
 	}
-	f, err := os.Create(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	cmd := exec.Command(cpio, "-o", "-H", "newc", "--quiet")
-	cmd.Dir, cmd.Stdin, cmd.Stdout = root, &list, f
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("cpio: %v\n%s", err, stderr.String())
-	}
+	return nil
 }
 
 func copyFile(t testing.TB, src, dst string, mode os.FileMode) {

@@ -1,0 +1,772 @@
+package ep
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+
+	"github.com/gomhi/gomhi/mhi/proto/qmi"
+)
+
+// This file answers the DMS, NAS, WDS and WDA messages. TLV numbers and
+// value layouts follow libqmi 1.32's data/qmi-service-*.json (see
+// shared/reference/control-facts.md §2). Every handler runs with q.mu held
+// and starts its response with r.ok() or r.fail().
+
+// DMS operating modes.
+const (
+	dmsModeOnline             = 0
+	dmsModeLowPower           = 1
+	dmsModeOffline            = 3
+	dmsModePersistentLowPower = 6
+	dmsModeOnlyLowPower       = 7
+)
+
+// Radio interfaces and capabilities.
+const (
+	dmsRadioUMTS      = 5
+	dmsRadioLTE       = 8
+	dmsDataCapCSPS    = 3 // simultaneous CS and PS
+	dmsSIMSupported   = 2
+	dmsPINDisabled    = 3
+	nasRadioLTE       = 8
+	nasDataCapLTE     = 0x0B
+	nasRegistered     = 1
+	nasNotRegistered  = 0
+	nasAttached       = 1
+	nasDetached       = 2
+	nasNetwork3GPP    = 2
+	nasRoamingOff     = 1 // roaming indicator "off"
+	nasDomainCSPS     = 3
+	nasServiceNone    = 0
+	nasServiceFull    = 2
+	nasRoamStatusOff  = 0
+	dmsBandWCDMA2100  = 1 << 22
+	dmsLTEBands       = 1<<0 | 1<<2 | 1<<6 | 1<<19 // E-UTRA bands 1, 3, 7, 20
+	mockCellID        = 0x01A2B3C
+	mockTAC           = 0x0101
+	qmiMaxTxRate      = 50_000_000
+	qmiMaxRxRate      = 150_000_000
+	wdsFamilyIPv4     = 4
+	wdsFamilyIPv6     = 6
+	wdsFamilyUnspec   = 8
+	wdsConnected      = 2
+	wdsDisconnected   = 1
+	wdsPDPTypeIPv4    = 0
+	wdsPDPTypeIPv6    = 2
+	wdsGlobalHandle   = 0xFFFFFFFF
+	wdsIPv6HandleBit  = 1 << 30
+	wdaLinkRawIP      = 2
+	wdaAggDisabled    = 0
+	wdsVerbose3GPP    = 6
+	wds3GPPUnknownAPN = 27
+)
+
+// WDS call end reasons (QmiWdsCallEndReason).
+const (
+	wdsCERUnspecified   = 1
+	wdsCERClientEnd     = 2
+	wdsCERNoService     = 3
+	wdsCERReleaseNormal = 5
+)
+
+// dms answers DMS requests.
+func (q *QMI) dms(r *qmiReq) {
+	id := q.m.Identity()
+	str := func(s string) {
+		r.ok()
+		r.b.TLVString(0x01, s)
+	}
+	switch r.f.Message {
+	case qmi.DMSGetCapabilities:
+		r.ok()
+		r.b.Begin(0x01)
+		r.b.Put32(qmiMaxTxRate)
+		r.b.Put32(qmiMaxRxRate)
+		r.b.Put8(dmsDataCapCSPS)
+		r.b.Put8(dmsSIMSupported)
+		r.b.Put8(2)
+		r.b.Put8(dmsRadioUMTS)
+		r.b.Put8(dmsRadioLTE)
+		r.b.End()
+	case qmi.DMSGetManufacturer:
+		str(id.Manufacturer)
+	case qmi.DMSGetModel:
+		str(id.Model)
+	case qmi.DMSGetRevision, qmi.DMSGetSoftwareVersion:
+		str(id.Firmware)
+	case qmi.DMSGetHardwareRevision:
+		str(id.Hardware)
+	case qmi.DMSGetIDs:
+		r.ok()
+		r.b.TLVString(0x11, id.IMEI)
+	case qmi.DMSGetMSISDN:
+		if id.MSISDN == "" {
+			r.fail(qmi.ErrNotProvisioned)
+			return
+		}
+		str(id.MSISDN)
+	case qmi.DMSUIMGetICCID:
+		str(id.ICCID)
+	case qmi.DMSUIMGetIMSI:
+		str(id.IMSI)
+	case qmi.DMSUIMGetPINStatus:
+		r.ok()
+		for _, typ := range []uint8{0x11, 0x12} { // PIN1, PIN2: disabled, 3 tries, 10 unblock tries
+			r.b.Begin(typ)
+			r.b.Put8(dmsPINDisabled)
+			r.b.Put8(3)
+			r.b.Put8(10)
+			r.b.End()
+		}
+	case qmi.DMSGetPowerState:
+		r.ok()
+		r.b.Begin(0x01)
+		r.b.Put8(1)   // external power
+		r.b.Put8(100) // battery level
+		r.b.End()
+	case qmi.DMSGetBandCapabilities:
+		r.ok()
+		r.b.Begin(0x01)
+		r.b.Put64(dmsBandWCDMA2100)
+		r.b.End()
+		r.b.Begin(0x10)
+		r.b.Put64(dmsLTEBands)
+		r.b.End()
+	case qmi.DMSGetOperatingMode:
+		mode := uint8(dmsModeOnline)
+		if !q.m.Radio() {
+			mode = q.offMode
+		}
+		r.ok()
+		r.b.TLVU8(0x01, mode)
+	case qmi.DMSSetOperatingMode:
+		v, ok := r.f.TLVs.Find(0x01)
+		if !ok || len(v) != 1 {
+			r.fail(qmi.ErrMissingArgument)
+			return
+		}
+		switch v[0] {
+		case dmsModeOnline:
+			q.m.SetRadio(true)
+		case dmsModeLowPower, dmsModeOffline, dmsModePersistentLowPower, dmsModeOnlyLowPower:
+			q.offMode = v[0]
+			q.m.SetRadio(false)
+		default:
+			r.fail(qmi.ErrInvalidArgument) // factory test, reset, shutting down: not modelled
+			return
+		}
+		r.ok()
+	case qmi.DMSSetEventReport:
+		r.ok() // accepted; the mock sends no DMS event reports
+	default:
+		r.unsupported()
+	}
+}
+
+// plmn splits a provider id "MCCMNC" into numbers; ok is false when it is
+// not 5 or 6 digits.
+func plmn(id string) (mcc, mnc uint16, mncDigits int, ok bool) {
+	if len(id) != 5 && len(id) != 6 {
+		return 0, 0, 0, false
+	}
+	for i := range len(id) {
+		if id[i] < '0' || id[i] > '9' {
+			return 0, 0, 0, false
+		}
+	}
+	n := func(s string) uint16 {
+		v := uint16(0)
+		for i := range len(s) {
+			v = v*10 + uint16(s[i]-'0')
+		}
+		return v
+	}
+	return n(id[:3]), n(id[3:]), len(id) - 3, true
+}
+
+// putServingSystem writes the NAS serving system TLVs of the response or
+// the indication (they share the first ones).
+func (q *QMI) putServingSystem(b *qmi.Builder, sv qmiServing, indication bool) {
+	id := q.m.Identity()
+	b.Begin(0x01)
+	if sv.registered {
+		b.Put8(nasRegistered)
+		b.Put8(nasAttached) // CS
+		if sv.attached {
+			b.Put8(nasAttached)
+		} else {
+			b.Put8(nasDetached)
+		}
+		b.Put8(nasNetwork3GPP)
+		b.Put8(1)
+		b.Put8(nasRadioLTE)
+	} else {
+		b.Put8(nasNotRegistered)
+		b.Put8(nasDetached)
+		b.Put8(nasDetached)
+		b.Put8(0) // unknown network
+		b.Put8(0) // no radio interface
+	}
+	b.End()
+	if !sv.registered {
+		return
+	}
+	b.TLVU8(0x10, nasRoamingOff)
+	b.Begin(0x11)
+	b.Put8(1)
+	b.Put8(nasDataCapLTE)
+	b.End()
+	if mcc, mnc, digits, ok := plmn(id.ProviderID); ok {
+		name := id.ProviderName
+		if len(name) > 255 {
+			name = name[:255]
+		}
+		b.Begin(0x12)
+		b.Put16(mcc)
+		b.Put16(mnc)
+		b.PutString8(name)
+		b.End()
+		// MNC PCS digit status: TLV 0x27 in the response, 0x29 in the
+		// indication.
+		typ := uint8(0x27)
+		if indication {
+			typ = 0x29
+		}
+		b.Begin(typ)
+		b.Put16(mcc)
+		b.Put16(mnc)
+		b.Put8(boolByte(digits == 3))
+		b.End()
+	}
+}
+
+// nas answers NAS requests.
+func (q *QMI) nas(r *qmiReq) {
+	radio := q.m.Radio()
+	switch r.f.Message {
+	case qmi.NASGetServingSystem:
+		r.ok()
+		q.putServingSystem(&r.b, q.servingLocked(), false)
+	case qmi.NASGetHomeNetwork:
+		id := q.m.Identity()
+		mcc, mnc, digits, ok := plmn(id.ProviderID)
+		if !ok {
+			r.fail(qmi.ErrInformationUnavailable)
+			return
+		}
+		r.ok()
+		r.b.Begin(0x01)
+		r.b.Put16(mcc)
+		r.b.Put16(mnc)
+		name := id.ProviderName
+		if len(name) > 255 {
+			name = name[:255]
+		}
+		r.b.PutString8(name)
+		r.b.End()
+		r.b.Begin(0x12)
+		r.b.Put8(1) // 3GPP
+		r.b.Put8(boolByte(digits == 3))
+		r.b.End()
+	case qmi.NASGetSignalStrength:
+		if !radio {
+			r.fail(qmi.ErrNoNetworkFound)
+			return
+		}
+		rssi, rsrq, rsrp, snr := q.signal()
+		r.ok()
+		r.b.Begin(0x01)
+		r.b.Put8(uint8(int8(rssi)))
+		r.b.Put8(nasRadioLTE)
+		r.b.End()
+		r.b.Begin(0x11) // RSSI list: one LTE entry, value in -dBm
+		r.b.Put16(1)
+		r.b.Put8(uint8(-rssi))
+		r.b.Put8(nasRadioLTE)
+		r.b.End()
+		r.b.Begin(0x16)
+		r.b.Put8(uint8(int8(rsrq)))
+		r.b.Put8(nasRadioLTE)
+		r.b.End()
+		r.b.TLVU16(0x17, uint16(int16(snr)))
+		r.b.TLVU16(0x18, uint16(int16(rsrp)))
+	case qmi.NASGetSignalInfo:
+		r.ok()
+		if radio {
+			rssi, rsrq, rsrp, snr := q.signal()
+			r.b.Begin(0x14)
+			r.b.Put8(uint8(int8(rssi)))
+			r.b.Put8(uint8(int8(rsrq)))
+			r.b.Put16(uint16(int16(rsrp)))
+			r.b.Put16(uint16(int16(snr)))
+			r.b.End()
+		}
+	case qmi.NASGetSystemInfo:
+		r.ok()
+		q.putSystemInfo(&r.b)
+	case qmi.NASRegisterIndications:
+		if v, ok := r.f.TLVs.Find(0x13); ok && len(v) == 1 {
+			r.client.servingInds = v[0] != 0
+		}
+		r.ok()
+	case qmi.NASSetEventReport:
+		r.ok() // accepted; the mock sends no NAS event reports
+	case qmi.NASInitiateNetworkRegister:
+		// The mock registers automatically while the radio is on: a
+		// request finds it already there (NoEffect, which ModemManager
+		// takes as "registered in the wanted network").
+		if q.servingLocked().registered {
+			r.fail(qmi.ErrNoEffect)
+		} else {
+			r.fail(qmi.ErrNoNetworkFound)
+		}
+	default:
+		r.unsupported()
+	}
+}
+
+// signal derives LTE measurements from the Modem's 0–31 RSSI: RSSI in
+// dBm as +CSQ defines it, RSRP about 31 dB below (a 20 MHz carrier),
+// RSRQ -10 dB, SNR in tenths of a dB.
+func (q *QMI) signal() (rssi, rsrq, rsrp, snr int) {
+	v := q.m.RSSI()
+	if v > 31 {
+		v = 0
+	}
+	rssi = -113 + 2*v
+	rsrp = max(rssi-31, -140)
+	return rssi, -10, rsrp, (v - 10) * 10
+}
+
+// putSystemInfo writes GET_SYSTEM_INFO's LTE TLVs.
+func (q *QMI) putSystemInfo(b *qmi.Builder) {
+	sv := q.servingLocked()
+	b.Begin(0x14) // LTE service status
+	if sv.registered {
+		b.Put8(nasServiceFull)
+		b.Put8(nasServiceFull)
+	} else {
+		b.Put8(nasServiceNone)
+		b.Put8(nasServiceNone)
+	}
+	b.Put8(0) // preferred data path
+	b.End()
+	if !sv.registered {
+		return
+	}
+	mcc, mnc, idOK := "", "", false
+	if id := q.m.Identity().ProviderID; len(id) == 5 || len(id) == 6 {
+		if _, _, _, ok := plmn(id); ok {
+			mcc, mnc, idOK = id[:3], id[3:], true
+		}
+	}
+	b.Begin(0x19) // LTE system info v2
+	b.Put8(1)     // domain valid
+	b.Put8(nasDomainCSPS)
+	b.Put8(1) // service capability valid
+	b.Put8(nasDomainCSPS)
+	b.Put8(1) // roaming status valid
+	b.Put8(nasRoamStatusOff)
+	b.Put8(1) // forbidden valid
+	b.Put8(0)
+	b.Put8(0) // LAC not valid (LTE)
+	b.Put16(0)
+	b.Put8(1) // cell id valid
+	b.Put32(mockCellID)
+	b.Put8(0) // no registration reject
+	b.Put8(0)
+	b.Put8(0)
+	b.Put8(boolByte(idOK)) // network id valid
+	if idOK {
+		b.PutString(mcc)
+		b.PutString(mnc)
+		if len(mnc) == 2 {
+			b.Put8(0xFF) // a two-digit MNC is padded with 0xFF
+		}
+	} else {
+		b.PutBytes([]byte{0, 0, 0, 0, 0, 0})
+	}
+	b.Put8(1) // TAC valid
+	b.Put16(mockTAC)
+	b.End()
+}
+
+func boolByte(v bool) uint8 {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// wdsFamily decodes a QMI IP family.
+func wdsFamily(v uint8) (IPType, bool) {
+	switch v {
+	case wdsFamilyIPv4, wdsFamilyUnspec:
+		return IPv4, true
+	case wdsFamilyIPv6:
+		return IPv6, true
+	}
+	return 0, false
+}
+
+func wdsFamilyByte(t IPType) uint8 {
+	if t == IPv6 {
+		return wdsFamilyIPv6
+	}
+	return wdsFamilyIPv4
+}
+
+// callHandle is the packet data handle of a session's call of one family:
+// the Modem's session ID, with bit 30 set for the IPv6 call.
+func callHandle(session uint32, family IPType) uint32 {
+	if family == IPv6 {
+		return session | wdsIPv6HandleBit
+	}
+	return session
+}
+
+// wdsPacketStatusInd builds a PACKET_SERVICE_STATUS indication.
+func wdsPacketStatusInd(cid uint8, connected bool, family IPType, reason uint16) qmiIndication {
+	return qmiIndication{svc: qmi.WDS, cid: cid, msg: qmi.WDSGetPacketServiceStatus, build: func(b *qmi.Builder) {
+		b.Begin(0x01)
+		if connected {
+			b.Put8(wdsConnected)
+		} else {
+			b.Put8(wdsDisconnected)
+		}
+		b.Put8(0) // no reconfiguration required
+		b.End()
+		if !connected {
+			b.TLVU16(0x10, reason)
+		}
+		b.TLVU8(0x12, wdsFamilyByte(family))
+	}}
+}
+
+// callsLocked returns the QMI calls (all ports) on session id.
+func (q *QMI) callsLocked(id uint32) (n int, has4, has6 bool) {
+	for _, port := range q.ports {
+		for _, c := range port.clients {
+			if c.call != nil && c.call.session == id {
+				n++
+				has4 = has4 || c.call.family == IPv4
+				has6 = has6 || c.call.family == IPv6
+			}
+		}
+	}
+	return n, has4, has6
+}
+
+// dropCallLocked ends c's call: when no QMI call is left on the session
+// and QMI connected it, the session is disconnected; when one family is
+// left of a dual-stack session, the session narrows to it.
+func (q *QMI) dropCallLocked(c *qmiClient) {
+	call := c.call
+	c.call = nil
+	s := q.m.Session()
+	if !s.Active || s.ID != call.session {
+		return
+	}
+	n, has4, has6 := q.callsLocked(call.session)
+	switch {
+	case n == 0 && q.ownSession == call.session:
+		q.m.DisconnectID(call.session)
+		q.ownSession = 0
+	case n > 0 && s.Type == IPv4v6 && !(has4 && has6):
+		t := IPv4
+		if has6 {
+			t = IPv6
+		}
+		_, _ = q.m.SetSessionType(call.session, t)
+	}
+}
+
+// wds answers WDS requests.
+func (q *QMI) wds(r *qmiReq) {
+	c := r.client
+	switch r.f.Message {
+	case qmi.WDSStartNetwork:
+		q.startNetwork(r)
+	case qmi.WDSStopNetwork:
+		v, ok := r.f.TLVs.Find(0x01)
+		rd := qmi.NewReader(v)
+		h := rd.U32()
+		if !ok || rd.Finish() != nil {
+			r.fail(qmi.ErrMissingArgument)
+			return
+		}
+		if c.call == nil {
+			r.fail(qmi.ErrNoEffect)
+			return
+		}
+		if h != wdsGlobalHandle && h != c.call.handle {
+			r.fail(qmi.ErrInvalidHandle)
+			return
+		}
+		family := c.call.family
+		q.dropCallLocked(c)
+		r.ok()
+		r.post = append(r.post, wdsPacketStatusInd(c.cid, false, family, wdsCERClientEnd))
+	case qmi.WDSGetPacketServiceStatus:
+		r.ok()
+		st := uint8(wdsDisconnected)
+		if q.clientConnected(c) {
+			st = wdsConnected
+		}
+		r.b.TLVU8(0x01, st)
+	case qmi.WDSGetCurrentSettings:
+		q.currentSettings(r)
+	case qmi.WDSSetIPFamily:
+		v, ok := r.f.TLVs.Find(0x01)
+		if !ok || len(v) != 1 {
+			r.fail(qmi.ErrMissingArgument)
+			return
+		}
+		t, ok := wdsFamily(v[0])
+		if !ok {
+			r.fail(qmi.ErrInvalidIPFamilyPreference)
+			return
+		}
+		c.family = t
+		r.ok()
+	case qmi.WDSSetEventReport, qmi.WDSIndicationRegister:
+		c.wdsEvents = true
+		r.ok() // packet service status indications go to call holders anyway
+	case qmi.WDSGetAutoconnectSettings:
+		r.ok()
+		r.b.TLVU8(0x01, 0) // autoconnect disabled
+	default:
+		r.unsupported()
+	}
+}
+
+// clientFamily is the family a WDS client's settings refer to: its call's,
+// else its preference.
+func clientFamily(c *qmiClient) IPType {
+	if c.call != nil {
+		return c.call.family
+	}
+	return c.family
+}
+
+// clientConnected reports whether the Modem's session carries c's family
+// (its own call, or a session another client or MBIM connected).
+func (q *QMI) clientConnected(c *qmiClient) bool {
+	s := q.m.Session()
+	if c.call != nil {
+		return s.Active && s.ID == c.call.session && sessionHas(s.Type, c.call.family)
+	}
+	return s.Active && sessionHas(s.Type, c.family)
+}
+
+func (q *QMI) startNetwork(r *qmiReq) {
+	c := r.client
+	apn := ""
+	if v, ok := r.f.TLVs.Find(0x14); ok {
+		apn = string(v)
+	}
+	family := c.family
+	if v, ok := r.f.TLVs.Find(0x19); ok {
+		t, valid := wdsFamily(firstByte(v))
+		if !valid || len(v) != 1 {
+			r.fail(qmi.ErrInvalidIPFamilyPreference)
+			return
+		}
+		family = t
+	}
+	callFailed := func(reason uint16, verbose bool) {
+		r.fail(qmi.ErrCallFailed)
+		r.b.TLVU16(0x10, reason)
+		if verbose {
+			r.b.Begin(0x11)
+			r.b.Put16(wdsVerbose3GPP)
+			r.b.Put16(wds3GPPUnknownAPN)
+			r.b.End()
+		}
+	}
+	if c.call != nil {
+		r.fail(qmi.ErrNoEffect)
+		return
+	}
+	s := q.m.Session()
+	switch {
+	case s.Active && apn != "" && !strings.EqualFold(apn, s.APN):
+		// One session only: a second PDN is not modelled.
+		callFailed(wdsCERUnspecified, false)
+		return
+	case s.Active && sessionHas(s.Type, family):
+		// The call exists (another client, MBIM, or a client that went
+		// away): a real modem answers NoEffect and binds this client to
+		// it, so that its STOP_NETWORK (with the global handle) works.
+		c.call = &qmiCall{handle: callHandle(s.ID, family), family: family, session: s.ID}
+		r.fail(qmi.ErrNoEffect)
+		return
+	case s.Active:
+		// The other family of a dual-stack session.
+		if _, err := q.m.SetSessionType(s.ID, IPv4v6); err != nil {
+			callFailed(wdsCERUnspecified, false)
+			return
+		}
+	default:
+		var err error
+		s, err = q.m.Connect(apn, family)
+		switch {
+		case err == nil:
+			q.ownSession = s.ID
+		case errors.Is(err, ErrNoAPN):
+			callFailed(wdsCERUnspecified, true)
+			return
+		case errors.Is(err, ErrRadioOff), errors.Is(err, ErrDetached):
+			callFailed(wdsCERNoService, false)
+			return
+		default:
+			callFailed(wdsCERUnspecified, false)
+			return
+		}
+	}
+	c.call = &qmiCall{handle: callHandle(s.ID, family), family: family, session: s.ID}
+	r.ok()
+	r.b.TLVU32(0x01, c.call.handle)
+	r.post = append(r.post, wdsPacketStatusInd(c.cid, true, family, 0))
+}
+
+func firstByte(v []byte) uint8 {
+	if len(v) == 0 {
+		return 0
+	}
+	return v[0]
+}
+
+// Requested-settings bits of GET_CURRENT_SETTINGS.
+const (
+	wdsReqPDPType  = 1 << 2
+	wdsReqAPN      = 1 << 3
+	wdsReqDNS      = 1 << 4
+	wdsReqIP       = 1 << 8
+	wdsReqGateway  = 1 << 9
+	wdsReqMTU      = 1 << 13
+	wdsReqIPFamily = 1 << 15
+)
+
+// v4le is an IPv4 address as WDS carries it: a u32 written little-endian
+// (198.18.0.1 is 0xC6120001, bytes 01 00 12 c6).
+func v4le(a netip.Addr) uint32 {
+	b := a.As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+func (q *QMI) currentSettings(r *qmiReq) {
+	c := r.client
+	mask := uint32(0xFFFFFFFF)
+	if v, ok := r.f.TLVs.Find(0x10); ok {
+		rd := qmi.NewReader(v)
+		mask = rd.U32()
+		if rd.Finish() != nil {
+			r.fail(qmi.ErrMalformedMessage)
+			return
+		}
+	}
+	if !q.clientConnected(c) {
+		r.fail(qmi.ErrOutOfCall)
+		return
+	}
+	family := clientFamily(c)
+	s := q.m.Session()
+	a := q.m.Addressing()
+	r.ok()
+	if mask&wdsReqPDPType != 0 {
+		if family == IPv6 {
+			r.b.TLVU8(0x11, wdsPDPTypeIPv6)
+		} else {
+			r.b.TLVU8(0x11, wdsPDPTypeIPv4)
+		}
+	}
+	if mask&wdsReqAPN != 0 {
+		r.b.TLVString(0x14, s.APN)
+	}
+	if family == IPv4 {
+		if mask&wdsReqDNS != 0 {
+			for i, d := range a.DNS4 {
+				if i < 2 {
+					r.b.TLVU32(0x15+uint8(i), v4le(d))
+				}
+			}
+		}
+		if mask&wdsReqIP != 0 {
+			r.b.TLVU32(0x1E, v4le(a.IPv4.Addr()))
+		}
+		if mask&wdsReqGateway != 0 {
+			r.b.TLVU32(0x20, v4le(a.Gateway4))
+			bits := a.IPv4.Bits()
+			r.b.TLVU32(0x21, ^uint32(0)<<(32-bits))
+		}
+	} else {
+		if mask&wdsReqIP != 0 {
+			addr := a.IPv6.Addr().As16()
+			r.b.Begin(0x25)
+			r.b.PutBytes(addr[:])
+			r.b.Put8(uint8(a.IPv6.Bits()))
+			r.b.End()
+		}
+		if mask&wdsReqGateway != 0 {
+			gw := a.Gateway6.As16()
+			r.b.Begin(0x26)
+			r.b.PutBytes(gw[:])
+			r.b.Put8(uint8(a.IPv6.Bits()))
+			r.b.End()
+		}
+		if mask&wdsReqDNS != 0 {
+			for i, d := range a.DNS6 {
+				if i < 2 {
+					b := d.As16()
+					r.b.TLV(0x27+uint8(i), b[:])
+				}
+			}
+		}
+	}
+	if mask&wdsReqMTU != 0 {
+		r.b.TLVU32(0x29, uint32(a.MTU))
+	}
+	if mask&wdsReqIPFamily != 0 {
+		r.b.TLVU8(0x2B, wdsFamilyByte(family))
+	}
+}
+
+// wda answers WDA requests: the data path is raw IP without aggregation
+// (mhi_net), and that is the only format it accepts.
+func (q *QMI) wda(r *qmiReq) {
+	switch r.f.Message {
+	case qmi.WDAGetDataFormat:
+		r.ok()
+		putDataFormat(&r.b)
+	case qmi.WDASetDataFormat:
+		want := map[uint8]uint32{0x11: wdaLinkRawIP, 0x12: wdaAggDisabled, 0x13: wdaAggDisabled}
+		for typ, val := range want {
+			v, ok := r.f.TLVs.Find(typ)
+			if !ok {
+				continue
+			}
+			rd := qmi.NewReader(v)
+			if got := rd.U32(); rd.Finish() != nil || got != val {
+				r.fail(qmi.ErrInvalidDataFormat)
+				return
+			}
+		}
+		if v, ok := r.f.TLVs.Find(0x10); ok && (len(v) != 1 || v[0] != 0) {
+			r.fail(qmi.ErrInvalidDataFormat) // no QoS header
+			return
+		}
+		r.ok()
+		putDataFormat(&r.b)
+	default:
+		r.unsupported()
+	}
+}
+
+func putDataFormat(b *qmi.Builder) {
+	b.TLVU8(0x10, 0) // no QoS header
+	b.TLVU32(0x11, wdaLinkRawIP)
+	b.TLVU32(0x12, wdaAggDisabled)
+	b.TLVU32(0x13, wdaAggDisabled)
+}
