@@ -35,7 +35,12 @@ func TestDLDroppedQueuedCountsPackets(t *testing.T) {
 			}
 			t.Cleanup(r.ipd.StopGenerator)
 			depth := DefaultDLQueueDepth
-			r.waitFor("a full downlink queue", func() bool { return pendingDL(r.testHost, dlChan) == depth })
+			r.waitFor("a full downlink queue", func() bool {
+				// The OVERFLOW event of the one buffer says the head is
+				// partly written.
+				return pendingDL(r.testHost, dlChan) == depth && r.ipd.Stats().DLAggregates == uint64(depth) &&
+					r.pendingEvents(1) > 0
+			})
 			before := r.ipd.Stats()
 			if before.DLAggregates != uint64(depth) || before.DLPackets != uint64(depth*DefaultMaxDatagrams) {
 				t.Fatalf("setup: %d aggregates, %d packets queued; want %d of %d", before.DLAggregates, before.DLPackets, depth, DefaultMaxDatagrams)

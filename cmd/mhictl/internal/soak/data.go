@@ -240,7 +240,12 @@ func (r *runner) snapshot() snapshot {
 func (r *runner) settle(n int, gen bool, sent uint64, before snapshot) PhaseResult {
 	start := time.Now()
 	c := &phaseCheck{sent: sent, generator: gen, knownBug: r.o.knownBug, bound: r.faultBound()}
-	quiet := 0
+	// Settled when the checks hold, no recovery or restart is under way,
+	// and nothing has arrived for settleQuiet: over vfio-user the modem's
+	// queues are out of sight, and packets it still holds would arrive in
+	// the next phase as late.
+	quietSince := time.Now()
+	lastHanded := r.rx.counts().Handed
 	var now snapshot
 	for {
 		now = r.snapshot()
@@ -254,13 +259,12 @@ func (r *runner) settle(n int, gen bool, sent uint64, before snapshot) PhaseResu
 			c.modem = &m
 		}
 		c.evaluate()
-		if len(c.problems) == 0 && r.recovering.Load() == 0 {
-			quiet++
-			if quiet >= 3 { // holds on three looks in a row, 5 ms apart
-				break
-			}
-		} else {
-			quiet = 0
+		busy := r.recovering.Load() > 0 || r.restarting.Load() > 0
+		if c.rx.Handed != lastHanded || busy {
+			lastHanded, quietSince = c.rx.Handed, time.Now()
+		}
+		if len(c.problems) == 0 && time.Since(quietSince) >= r.settleQuiet() {
+			break
 		}
 		if time.Since(start) > r.o.Settle || r.ctx.Err() != nil && r.failed() {
 			if r.ctx.Err() != nil && r.failed() {
@@ -275,6 +279,16 @@ func (r *runner) settle(n int, gen bool, sent uint64, before snapshot) PhaseResu
 	}
 	return PhaseResult{N: n, Sent: sent, Delivered: c.rx.Unique, Drops: c.drops, Recoveries: c.recoveries,
 		SettleTime: time.Since(start)}
+}
+
+// settleQuiet is how long nothing may arrive before a phase is judged:
+// in process the modem's counters show what it still holds, so a short
+// wait suffices; over vfio-user they are out of reach.
+func (r *runner) settleQuiet() time.Duration {
+	if r.o.Transport == VFIOUser {
+		return 300 * time.Millisecond
+	}
+	return 20 * time.Millisecond
 }
 
 func modeName(gen bool) string {

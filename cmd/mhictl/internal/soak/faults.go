@@ -31,7 +31,9 @@ func (r *runner) faults() {
 	mk := func(gap time.Duration, stream uint64) *schedule {
 		s := &schedule{gap: gap, rng: r.rngFor(stream)}
 		if gap > 0 {
-			s.after(now)
+			// The first comes sooner: a quarter of the gap, plus an
+			// exponential extra of the same mean.
+			s.next = now.Add(gap/4 + time.Duration(s.rng.ExpFloat64()*float64(gap)/4))
 		}
 		return s
 	}
@@ -155,6 +157,8 @@ func (r *runner) restartData(rng *rand.Rand) {
 }
 
 func (r *runner) restartDataLocked(rng *rand.Rand) {
+	r.restarting.Add(1)
+	defer r.restarting.Add(-1)
 	s, release := r.current()
 	defer release()
 	if s == nil {
@@ -186,6 +190,8 @@ func (r *runner) restartDataLocked(rng *rand.Rand) {
 // restartModem kills the served modem's process, lets the host notice,
 // closes the host side, starts a new server and attaches to it.
 func (r *runner) restartModem() {
+	r.restarting.Add(1)
+	defer r.restarting.Add(-1)
 	r.sessMu.Lock()
 	old := r.sess
 	r.lb.closeLocked()

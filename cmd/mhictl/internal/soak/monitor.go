@@ -63,10 +63,17 @@ type monitor struct {
 	watch   []*progress
 	rebuild bool
 	// warmEnd is when the warm-up ends: Options.Warmup after the start,
-	// and not before every MRU was used once (the receive pools reach
-	// their largest size then).
+	// not before every MRU was used once (the receive pools reach their
+	// largest size then) nor before a garbage collection (the Go heap,
+	// and with it RSS, grows to its goal until then).
 	warmEnd time.Duration
+	gc0     uint32 // runtime.MemStats.NumGC at the first sample
+	gcSet   bool
 }
+
+// warmupGCs is the number of garbage collections the warm-up waits for:
+// after the first, the heap has reached its goal once.
+const warmupGCs = 1
 
 func newMonitor(r *runner) *monitor { return &monitor{r: r, rebuild: true} }
 
@@ -166,7 +173,11 @@ func (m *monitor) sample() Sample {
 	}
 	m.mu.Lock()
 	m.samples = append(m.samples, s)
-	if m.warmEnd == 0 && time.Since(r.start) >= r.o.Warmup && r.mruChanges.Load() >= uint64(len(r.o.MRUs)) {
+	if !m.gcSet {
+		m.gc0, m.gcSet = ms.NumGC, true
+	}
+	if m.warmEnd == 0 && time.Since(r.start) >= r.o.Warmup && r.mruChanges.Load() >= uint64(len(r.o.MRUs)) &&
+		ms.NumGC >= m.gc0+warmupGCs {
 		m.warmEnd = s.At
 	}
 	m.mu.Unlock()
@@ -244,7 +255,7 @@ func (m *monitor) checkResources(s Sample, final bool) {
 	m.mu.Unlock()
 	if warmEnd == 0 {
 		if final {
-			m.r.fail("resource", "the run ended before its warm-up did (%v and one use of every MRU): resources cannot be judged flat; run longer", m.r.o.Warmup)
+			m.r.fail("resource", "the run ended before its warm-up did (%v, one use of every MRU, %d garbage collection): resources cannot be judged flat; run longer", m.r.o.Warmup, warmupGCs)
 		}
 		return
 	}

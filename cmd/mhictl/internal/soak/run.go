@@ -58,6 +58,7 @@ type runner struct {
 	recovering      atomic.Int64  // SYS_ERR seen, recovery not finished
 	recoveringSince atomic.Int64  // unix ns of the first SYS_ERR of the recovery in progress
 	dataRestarts    atomic.Uint64
+	restarting      atomic.Int32 // a data restart (Down … Up) or modem restart in progress
 	modemRestarts   atomic.Uint64
 	faultsInProcess atomic.Uint64 // vfio-user: modem faults (kills, restarts, SoC resets) so far
 	bound           atomic.Uint64 // faultBound, once known
@@ -148,7 +149,12 @@ func (r *runner) setSession(s *session) {
 			r.recovered.Add(1)
 			r.recovering.Store(0)
 		case mhi.StatusEE:
-		default: // a failed attempt, or a terminal failure
+		case mhi.StatusFailed:
+			r.recoveryFailed.Add(1)
+			// Not from the listener: fail dumps the controller's state.
+			go r.fail("recovery", "the host gave up SYS_ERR recovery (%v): %d recoveries, %d SYS_ERRs injected, %d SoC resets; faults closer together than the recovery window (mhi.DefaultRecoveryWindow) count as consecutive",
+				ev.Err, r.recovered.Load(), r.sysErrs.Load(), r.socResets.Load())
+		default: // a failed attempt; another follows after a backoff
 			r.recoveryFailed.Add(1)
 		}
 	})
@@ -273,7 +279,9 @@ func (r *runner) control(f func()) {
 // writes do, retrying while the device is busy (a recovery, a restart).
 func (r *runner) setMRU(mru int) {
 	path := "devices/" + devName + "/mru"
-	deadline := time.Now().Add(r.o.Stall)
+	// Twice the stall bound: a stuck channel behind a refusal is named by
+	// the watchdog first.
+	deadline := time.Now().Add(2 * r.o.Stall)
 	for {
 		var err error
 		r.control(func() {
@@ -295,7 +303,7 @@ func (r *runner) setMRU(mru int) {
 		}
 		r.mruRefused.Add(1)
 		if errors.Is(err, sysfs.ErrInvalid) || time.Now().After(deadline) {
-			r.fail("control", "writing %s = %d: refused for %v: %v", path, mru, r.o.Stall, err)
+			r.fail("control", "writing %s = %d: refused for %v: %v", path, mru, 2*r.o.Stall, err)
 			return
 		}
 		select {

@@ -149,7 +149,7 @@ type Options struct {
 	// Warmup is the time after which resources must stay flat (default:
 	// a quarter of Duration, at least 10 s and at most 5 min; 15 s
 	// without Duration). The warm-up also lasts until every MRU was
-	// used once.
+	// used once and the Go heap was collected once.
 	Warmup time.Duration
 	// Stall is how long a channel with work outstanding may go without
 	// progress (default 15 s).
