@@ -158,7 +158,10 @@ func (c *phaseCheck) evaluate() {
 		bad("%d corrupt packets", c.rx.Corrupt)
 	}
 	if c.rx.Late > 0 {
-		bad("%d packets of an earlier phase", c.rx.Late)
+		bad("%d packets of an earlier phase, arriving after it was closed", c.rx.Late)
+	}
+	if c.rx.LateDuplicates > 0 {
+		bad("%d packets of the previous phase delivered a second time", c.rx.LateDuplicates)
 	}
 	if c.rx.OutOfRange > 0 {
 		bad("%d packets with a sequence number never sent", c.rx.OutOfRange)

@@ -101,10 +101,10 @@ func (r *runner) sysErrBurst(rng *rand.Rand) {
 
 // injectFault puts the in-process modem in SYS_ERR, or (vfio-user) writes
 // soc_reset in the attribute tree; the host recovers from either. With
-// BugCommandDuringRecovery it waits, holding faultMu, until the host has
+// BugResetContextRace it waits, holding faultMu, until the host has
 // recovered, so that no control operation overlaps the recovery.
 func (r *runner) injectFault() {
-	avoid := r.o.knownBug(BugCommandDuringRecovery)
+	avoid := r.o.knownBug(BugResetContextRace)
 	if avoid {
 		r.faultMu.Lock()
 		defer r.faultMu.Unlock()

@@ -204,3 +204,42 @@ func TestKnownBugLoopbackLateEcho(t *testing.T) {
 		t.Errorf("%d echoes counted as mismatched in %d runs around 300 SYS_ERRs", mismatched, runs)
 	}
 }
+
+// BugResetContextRace: a channel Reset while SYS_ERR recovery runs is
+// done on the host side only and rewrites the channel context with plain
+// stores while the modem may still read it: under -race the detector
+// reports mhi's Context.Put against the mock's context reads (run this
+// test with -race; it fails with "race detected during execution").
+func TestKnownBugResetContextRace(t *testing.T) {
+	for range 20 {
+		m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: DefaultModel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Controller.PowerUp(); err != nil {
+			t.Fatal(err)
+		}
+		dev, err := mhinet.New(m.Controller, mhinet.Config{Pair: m.DataPair, MRU: 2048}, mhinet.ReceiverFunc(func(p []mhinet.Packet) {
+			for _, x := range p {
+				x.Release()
+			}
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := dev.Up(); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.IPData.StartGenerator(ep.GeneratorConfig{Count: 0, Sizes: []int{64}}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+		m.Transport.Device().InjectSysErr()
+		for m.Controller.PMState() == "M0" {
+			time.Sleep(10 * time.Microsecond)
+		}
+		_ = dev.Down() // a host-side reset of both data channels
+		m.IPData.StopGenerator()
+		_ = m.Close()
+	}
+}

@@ -63,14 +63,19 @@ func ipChecksum(h []byte) uint16 {
 // payload pattern, phase, sequence number) and records which sequence
 // numbers of the current phase arrived.
 type receiver struct {
-	mu      sync.Mutex
-	tag     uint16
-	size    uint64   // sequence numbers of the phase: 0..size-1
-	seen    []uint64 // bitmap of the phase's sequence numbers
-	c       rxCounts // this phase
-	total   rxCounts // closed phases
-	skipN   uint64   // sabotage: lose every n-th packet uncounted
-	skipped uint64
+	mu   sync.Mutex
+	tag  uint16
+	size uint64   // sequence numbers of the phase: 0..size-1
+	seen []uint64 // bitmap of the phase's sequence numbers
+	// The previous phase: a late packet of it is told apart from a
+	// second copy of one it already had.
+	prevTag  uint16
+	prevSize uint64
+	prevSeen []uint64
+	c        rxCounts // this phase
+	total    rxCounts // closed phases
+	skipN    uint64   // sabotage: lose every n-th packet uncounted
+	skipped  uint64
 }
 
 // rxCounts counts what a receiver was handed.
@@ -80,8 +85,11 @@ type rxCounts struct {
 	Bytes      uint64 `json:"bytes"`      // their bytes
 	Duplicates uint64 `json:"duplicates"` // good packets of the phase seen before
 	Corrupt    uint64 `json:"corrupt"`    // not in the format, or the pattern broken
-	Late       uint64 `json:"late"`       // good packets of another phase
-	OutOfRange uint64 `json:"out_of_range"`
+	Late       uint64 `json:"late"`       // good packets of another phase, first arrival as far as known
+	// LateDuplicates are packets of the previous phase that it had
+	// already received: delivered twice.
+	LateDuplicates uint64 `json:"late_duplicates"`
+	OutOfRange     uint64 `json:"out_of_range"`
 }
 
 func (c *rxCounts) add(o rxCounts) {
@@ -91,11 +99,14 @@ func (c *rxCounts) add(o rxCounts) {
 	c.Duplicates += o.Duplicates
 	c.Corrupt += o.Corrupt
 	c.Late += o.Late
+	c.LateDuplicates += o.LateDuplicates
 	c.OutOfRange += o.OutOfRange
 }
 
 // bad returns the packets that must never arrive.
-func (c rxCounts) bad() uint64 { return c.Duplicates + c.Corrupt + c.Late + c.OutOfRange }
+func (c rxCounts) bad() uint64 {
+	return c.Duplicates + c.Corrupt + c.Late + c.LateDuplicates + c.OutOfRange
+}
 
 // startPhase closes the current phase and opens one for size packets
 // tagged tag.
@@ -104,6 +115,8 @@ func (r *receiver) startPhase(tag uint16, size uint64) {
 	defer r.mu.Unlock()
 	r.total.add(r.c)
 	r.c = rxCounts{}
+	r.prevTag, r.prevSize = r.tag, r.size
+	r.seen, r.prevSeen = r.prevSeen, r.seen
 	r.tag, r.size = tag, size
 	words := int((size + 63) / 64)
 	if cap(r.seen) < words {
@@ -160,7 +173,12 @@ func (r *receiver) Receive(pkts []mhinet.Packet) {
 		case !ok:
 			r.c.Corrupt++
 		case binary.BigEndian.Uint16(p.Data[srcPortOff:]) != r.tag:
-			r.c.Late++
+			if binary.BigEndian.Uint16(p.Data[srcPortOff:]) == r.prevTag && seq < r.prevSize &&
+				r.prevSeen[seq/64]&(1<<(seq%64)) != 0 {
+				r.c.LateDuplicates++
+			} else {
+				r.c.Late++
+			}
 		case seq >= r.size:
 			r.c.OutOfRange++
 		case r.seen[seq/64]&(1<<(seq%64)) != 0:

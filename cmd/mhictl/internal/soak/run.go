@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
@@ -16,6 +18,9 @@ import (
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/sysfs"
 )
+
+// soakGCPercent is the GOGC of a soak run.
+const soakGCPercent = 25
 
 // runner is one soak run.
 type runner struct {
@@ -41,8 +46,8 @@ type runner struct {
 	lb *lbDriver
 
 	// faultMu keeps control operations and SYS_ERR recoveries apart
-	// (BugCommandDuringRecovery): control operations hold it for reading,
-	// an injected SYS_ERR for writing until the host has recovered.
+	// (BugResetContextRace): control operations hold it for reading, an
+	// injected fault for writing until the host has recovered.
 	faultMu sync.RWMutex
 
 	// Counters of what the soak did.
@@ -90,6 +95,12 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		defer os.RemoveAll(dir)
 		r.dir = dir
 	}
+	// The Go heap grows to its goal (GOGC: twice what is live, and the
+	// in-process modem's DMA slab alone is 64 MiB) before it is collected;
+	// RSS follows it. A lower goal makes the heap reach its steady size
+	// within the warm-up, so that RSS afterwards shows what is retained,
+	// not the collector's pacing.
+	defer debug.SetGCPercent(debug.SetGCPercent(soakGCPercent))
 	r.start = time.Now()
 	r.mon = newMonitor(r)
 	s, err := r.open(r.ctx, 1)
@@ -265,10 +276,10 @@ func (r *runner) done() bool {
 }
 
 // control runs a control operation (an MRU write, a data restart, a
-// LOOPBACK reopen); with BugCommandDuringRecovery it never overlaps a
-// SYS_ERR recovery the soak caused.
+// LOOPBACK reopen); with BugResetContextRace it never overlaps a recovery
+// the soak caused.
 func (r *runner) control(f func()) {
-	if r.o.knownBug(BugCommandDuringRecovery) {
+	if r.o.knownBug(BugResetContextRace) {
 		r.faultMu.RLock()
 		defer r.faultMu.RUnlock()
 	}
@@ -296,7 +307,8 @@ func (r *runner) setMRU(mru int) {
 					go func() { select {} }() // a goroutine that never ends
 				}
 				if r.o.sabotage.leakFDPerMRU {
-					_, _ = os.Open(os.DevNull) // never closed
+					// A raw descriptor: an *os.File's finalizer would close it.
+					_, _ = syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 				}
 			}
 			return

@@ -75,15 +75,14 @@ const (
 	// counted as host_recovery_discarded, only in phases with a recovery
 	// and never more than the rings can hold per recovery.
 	BugRecoveryDiscard KnownBug = "recovery-discard"
-	// BugCommandDuringRecovery: a channel command (START, RESET) issued
-	// while SYS_ERR recovery runs is rung on a device being reset and
-	// never completed: the caller waits the whole command timeout, holding
-	// the command ring, and the recovery's own channel restarts wait
-	// behind it; a Reset refused during recovery leaves the channel on the
-	// recovery's restart list. Avoided: the soak starts no control
-	// operation (MRU write, data restart, LOOPBACK reopen) while a
-	// recovery runs, and injects no SYS_ERR while one is in progress.
-	BugCommandDuringRecovery KnownBug = "command-during-recovery"
+	// BugResetContextRace: a channel Reset while SYS_ERR recovery runs is
+	// done on the host side only and rewrites the channel's context
+	// (mhi's Context.Put, plain stores) while the modem may still read it
+	// (the mock's atomic loads): a data race the race detector reports in
+	// process. Avoided: no control operation (MRU write, data restart,
+	// LOOPBACK reopen) overlaps a recovery the soak caused, and no SYS_ERR
+	// is injected while one is in progress.
+	BugResetContextRace KnownBug = "reset-context-race"
 	// BugLoopbackLateEcho: the LOOPBACK client (mhi/loopback) forgets the
 	// transfers in flight when it hears of a SYS_ERR, but completions the
 	// modem posted before the error are still handled after that, and
@@ -101,7 +100,7 @@ const (
 )
 
 // KnownBugs lists every KnownBug.
-var KnownBugs = []KnownBug{BugRecoveryDiscard, BugCommandDuringRecovery, BugLoopbackLateEcho, BugLoopbackReopenLeak}
+var KnownBugs = []KnownBug{BugRecoveryDiscard, BugResetContextRace, BugLoopbackLateEcho, BugLoopbackReopenLeak}
 
 // Options configure a soak run. At least one of Duration and Packets must
 // be set; the run ends at whichever comes first.
@@ -149,7 +148,8 @@ type Options struct {
 	// Warmup is the time after which resources must stay flat (default:
 	// a quarter of Duration, at least 10 s and at most 5 min; 15 s
 	// without Duration). The warm-up also lasts until every MRU was
-	// used once and the Go heap was collected once.
+	// used once; a garbage collection ends it (forced if none
+	// happened yet).
 	Warmup time.Duration
 	// Stall is how long a channel with work outstanding may go without
 	// progress (default 15 s).
