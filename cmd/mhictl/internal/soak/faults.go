@@ -75,7 +75,7 @@ func (r *runner) faults() {
 				modem.after(time.Now())
 			}
 			if !stallAt.IsZero() && t.After(stallAt) {
-				stallAt = time.Time{}
+				// Again and again: an MRU change would restart it.
 				r.stallDownlink()
 			}
 		}
@@ -224,7 +224,8 @@ func (r *runner) restartModem() {
 }
 
 // stallDownlink (sabotage) stops the data downlink channel behind mhinet's
-// back: the modem stops writing, the host stops receiving.
+// back: the modem stops writing, the host stops receiving. Called on
+// every tick once due.
 func (r *runner) stallDownlink() {
 	s, release := r.current()
 	defer release()
@@ -232,5 +233,5 @@ func (r *runner) stallDownlink() {
 		return
 	}
 	_, dl := s.channels()
-	_ = dl.Stop()
+	_ = dl.Stop() // refused while stopped: it stays so
 }
