@@ -127,7 +127,7 @@ const (
 // phaseCheck is the exact conservation check of one phase.
 type phaseCheck struct {
 	sent       uint64
-	rx         rxCounts
+	rx         ReceiverCounts
 	host       hostCounts // deltas
 	modem      *modemDelta
 	generator  bool

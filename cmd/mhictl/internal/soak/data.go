@@ -10,8 +10,8 @@ import (
 	"github.com/gomhi/gomhi/mhinet"
 )
 
-// PhaseResult is what one phase did.
-type PhaseResult struct {
+// phaseResult is what one phase did.
+type phaseResult struct {
 	N          int               `json:"n"`
 	Mode       string            `json:"mode"` // generator or loopback
 	MRU        int               `json:"mru"`  // written in the middle of the phase
@@ -104,7 +104,6 @@ func (r *runner) phase(n int, gen bool, size uint64, mru int) error {
 	}
 	r.phases.Add(1)
 	r.mu.Lock()
-	r.phaseLog = append(r.phaseLog, res)
 	r.closedSent += res.Sent
 	for k, v := range res.Drops {
 		r.drops[k] += v
@@ -232,12 +231,12 @@ type snapshot struct {
 func (r *runner) snapshot() snapshot {
 	m, ok := r.modemStats()
 	return snapshot{host: r.hostTotals(), modem: m, modemOK: ok,
-		recovered: r.recovered.Load() + r.recoveryFailed.Load(), faults: r.faultsInProcess.Load()}
+		recovered: r.recovered.Load() + r.recoveryFailed.Load(), faults: r.modemFaults.Load()}
 }
 
 // settle waits until the phase's packets are all delivered or counted, or
 // Settle passes, and records a violation if conservation does not hold.
-func (r *runner) settle(n int, gen bool, sent uint64, before snapshot) PhaseResult {
+func (r *runner) settle(n int, gen bool, sent uint64, before snapshot) phaseResult {
 	start := time.Now()
 	c := &phaseCheck{sent: sent, generator: gen, knownBug: r.o.knownBug, bound: r.faultBound()}
 	// Settled when the checks hold, no recovery or restart is under way,
@@ -277,7 +276,7 @@ func (r *runner) settle(n int, gen bool, sent uint64, before snapshot) PhaseResu
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return PhaseResult{N: n, Sent: sent, Delivered: c.rx.Unique, Drops: c.drops, Recoveries: c.recoveries,
+	return phaseResult{N: n, Sent: sent, Delivered: c.rx.Unique, Drops: c.drops, Recoveries: c.recoveries,
 		SettleTime: time.Since(start)}
 }
 

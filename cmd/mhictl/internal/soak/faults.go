@@ -124,7 +124,7 @@ func (r *runner) injectFault() {
 			return
 		}
 		r.socResets.Add(1)
-		r.faultsInProcess.Add(1)
+		r.modemFaults.Add(1)
 	}
 	release()
 	if !avoid {
@@ -172,7 +172,7 @@ func (r *runner) restartDataLocked(rng *rand.Rand) {
 		if err == nil {
 			r.dataRestarts.Add(1)
 			if s.remote != nil {
-				r.faultsInProcess.Add(1)
+				r.modemFaults.Add(1)
 			}
 			return
 		}
@@ -210,7 +210,7 @@ func (r *runner) restartModem() {
 		r.sess = nil
 	}
 	r.modemRestarts.Add(1)
-	r.faultsInProcess.Add(1)
+	r.modemFaults.Add(1)
 	r.sessMu.Unlock()
 	n := 1 + int(r.modemRestarts.Load())
 	s, err := r.open(r.ctx, n)

@@ -72,14 +72,15 @@ type receiver struct {
 	prevTag  uint16
 	prevSize uint64
 	prevSeen []uint64
-	c        rxCounts // this phase
-	total    rxCounts // closed phases
-	skipN    uint64   // sabotage: lose every n-th packet uncounted
+	c        ReceiverCounts // this phase
+	total    ReceiverCounts // closed phases
+	skipN    uint64         // sabotage: lose every n-th packet uncounted
 	skipped  uint64
 }
 
-// rxCounts counts what a receiver was handed.
-type rxCounts struct {
+// ReceiverCounts counts what the soak's receiver was handed. Every
+// packet but Unique is a violation.
+type ReceiverCounts struct {
 	Handed     uint64 `json:"handed"`     // packets handed over (all kinds)
 	Unique     uint64 `json:"unique"`     // good packets of the phase, first arrival
 	Bytes      uint64 `json:"bytes"`      // their bytes
@@ -92,7 +93,7 @@ type rxCounts struct {
 	OutOfRange     uint64 `json:"out_of_range"`
 }
 
-func (c *rxCounts) add(o rxCounts) {
+func (c *ReceiverCounts) add(o ReceiverCounts) {
 	c.Handed += o.Handed
 	c.Unique += o.Unique
 	c.Bytes += o.Bytes
@@ -104,7 +105,7 @@ func (c *rxCounts) add(o rxCounts) {
 }
 
 // bad returns the packets that must never arrive.
-func (c rxCounts) bad() uint64 {
+func (c ReceiverCounts) bad() uint64 {
 	return c.Duplicates + c.Corrupt + c.Late + c.LateDuplicates + c.OutOfRange
 }
 
@@ -114,7 +115,7 @@ func (r *receiver) startPhase(tag uint16, size uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.total.add(r.c)
-	r.c = rxCounts{}
+	r.c = ReceiverCounts{}
 	r.prevTag, r.prevSize = r.tag, r.size
 	r.seen, r.prevSeen = r.prevSeen, r.seen
 	r.tag, r.size = tag, size
@@ -127,14 +128,14 @@ func (r *receiver) startPhase(tag uint16, size uint64) {
 }
 
 // counts returns the current phase's counts.
-func (r *receiver) counts() rxCounts {
+func (r *receiver) counts() ReceiverCounts {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.c
 }
 
 // totals returns the counts of every phase so far.
-func (r *receiver) totals() rxCounts {
+func (r *receiver) totals() ReceiverCounts {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t := r.total

@@ -11,7 +11,9 @@ import (
 	"time"
 )
 
-// Summary is the result of a soak run.
+// Summary is the result of a soak run. Passed is false when a check
+// failed: Violations says which (the first one stopped the run).
+// Transport, Model, Format and Seed say what ran; Duration for how long.
 type Summary struct {
 	Passed    bool          `json:"passed"`
 	Transport Transport     `json:"transport"`
@@ -29,9 +31,13 @@ type Summary struct {
 	Counted      uint64            `json:"counted_drops"`
 	CountedTwice uint64            `json:"counted_twice"`
 	Drops        map[string]uint64 `json:"drops"`
-	Receiver     rxCounts          `json:"receiver"`
+	Receiver     ReceiverCounts    `json:"receiver"`
 	PacketsPerS  float64           `json:"packets_per_s"`
 
+	// What the soak did: phases (of them with the generator), MRU
+	// writes through the attribute tree (and refusals retried), faults
+	// injected, recoveries seen (and failed attempts), restarts, and the
+	// controller's stale completion events (closed sessions).
 	Phases          int64  `json:"phases"`
 	GeneratorPhases int64  `json:"generator_phases"`
 	MRUChanges      uint64 `json:"mru_changes"`
@@ -44,6 +50,9 @@ type Summary struct {
 	ModemRestarts   uint64 `json:"modem_restarts"`
 	StaleEvents     uint64 `json:"host_stale_completion_events"`
 
+	// Loopback is the LOOPBACK pair's traffic; Host the data devices'
+	// counters summed over the run; Resources the flatness verdicts;
+	// Samples the resource curves; KnownBugs the bugs lived with.
 	Loopback   LoopbackCounts    `json:"loopback"`
 	Host       map[string]uint64 `json:"host"`
 	Resources  []Resource        `json:"resources"`

@@ -15,7 +15,6 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
-	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/sysfs"
 )
 
@@ -65,14 +64,13 @@ type runner struct {
 	dataRestarts    atomic.Uint64
 	restarting      atomic.Int32 // a data restart (Down … Up) or modem restart in progress
 	modemRestarts   atomic.Uint64
-	faultsInProcess atomic.Uint64 // vfio-user: modem faults (kills, restarts, SoC resets) so far
+	modemFaults     atomic.Uint64 // vfio-user: faults the served modem's counters would account for (kills, restarts, SoC resets)
 	bound           atomic.Uint64 // faultBound, once known
 
 	mu         sync.Mutex
 	violations []Violation
 	drops      map[string]uint64
-	phaseLog   []PhaseResult
-	closedSent uint64 // packets of the phases in phaseLog
+	closedSent uint64 // packets of the phases closed (kept as totals only: an hour has thousands of phases)
 	mon        *monitor
 }
 
@@ -206,21 +204,6 @@ func (r *runner) hostTotals() hostCounts {
 	return h
 }
 
-// ctrlTotals returns the controllers' counters over the whole run.
-func (r *runner) ctrlTotals() mhi.ControllerStatsSnapshot {
-	r.sessMu.RLock()
-	defer r.sessMu.RUnlock()
-	c := r.ctrlRetired
-	if r.sess != nil {
-		s := r.sess.ctrl.Stats()
-		c.SysErrs += s.SysErrs
-		c.Recoveries += s.Recoveries
-		c.SoCResets += s.SoCResets
-		c.StaleCompletion += s.StaleCompletion
-	}
-	return c
-}
-
 // modemStats returns the in-process modem's IP data counters.
 func (r *runner) modemStats() (ep.IPDataStats, bool) {
 	r.sessMu.RLock()
@@ -343,14 +326,4 @@ func (r *runner) sleep(d time.Duration) bool {
 // the goroutines interleave.
 func (r *runner) rngFor(stream uint64) *rand.Rand {
 	return rand.New(rand.NewPCG(r.o.Seed, stream))
-}
-
-// hostDevice returns the current data device (nil between sessions).
-func (r *runner) hostDevice() *mhinet.Device {
-	r.sessMu.RLock()
-	defer r.sessMu.RUnlock()
-	if r.sess == nil {
-		return nil
-	}
-	return r.sess.dev
 }
