@@ -1,0 +1,620 @@
+package vfiouser_test
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/internal/qemuguest"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
+)
+
+// The ModemManager test: the mock modem, served over vfio-user, is a PCI
+// device of a QEMU guest that runs Debian bookworm's own user space —
+// udev, the system D-Bus, polkitd and ModemManager 1.20.4 — on Debian's
+// 6.1 kernel with its own MHI drivers. ModemManager finds the modem's
+// wwan ports (mhi_wwan_ctrl) and its network interface, probes them,
+// and the guest then drives it with mmcli as a user would: list, enable,
+// simple-connect, configure the interface from the bearer, ping and UDP
+// echo through it, simple-disconnect. The guest prints each verdict as
+// "CHECK <name> PASS|FAIL <detail>", mmcli's answers between
+// "BEGIN <what>" and "END <what>" lines, and "MARK <step>" where the test
+// takes the mock's counters; ModemManager's debug log goes to the guest's
+// second serial port, a file the test reads.
+//
+// Requirements: those of the Linux-driver test, plus the root file
+// system image .ci/guest-rootfs.sh builds (make test-deps). See
+// docs/MODEMMANAGER.md.
+
+var mmShell = flag.Bool("mm.shell", false, "TestModemManager…: boot the guest, start ModemManager and give the console to the terminal (run the test binary directly, see docs/MODEMMANAGER.md)")
+
+var mmLogDir = flag.String("mm.logdir", "", "TestModemManager…: copy each guest's serial log and ModemManager's log into this folder")
+
+// mmBootModules are what the initramfs loads before it switches to the
+// Debian root: the virtio disk.
+var mmBootModules = qemuguest.VirtioBlkModules
+
+// mmInitramfs is the initramfs' /init: it mounts the Debian root file
+// system from the virtio disk, copies the test's files into it and
+// switches to it, running /gomhi/init.sh there.
+const mmInitramfs = `#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+for m in virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_blk; do
+	insmod /lib/modules/$m.ko || echo "CHECK insmod-$m FAIL"
+done
+i=0; while [ ! -b /dev/vda ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+mkdir -p /newroot
+if ! mount -t ext2 /dev/vda /newroot; then
+	echo "CHECK rootfs FAIL cannot mount /dev/vda"
+	echo "GUEST DONE"
+	poweroff -f
+fi
+mkdir -p /newroot/gomhi
+cp -a /gomhi/. /newroot/gomhi/
+umount /proc /sys
+mount --move /dev /newroot/dev
+exec switch_root /newroot /bin/sh /gomhi/init.sh
+`
+
+// mmGuestInit is /gomhi/init.sh, run by Debian's /bin/sh once the root is
+// the Debian image. Parameters come from the kernel command line
+// (gomhi.iface=wwan0|mhi_hwip0, gomhi.apn=…, gomhi.shell=1).
+const mmGuestInit = `#!/bin/sh
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs -o mode=0755 tmpfs /run
+mkdir -p /run/dbus /run/lock
+mount -t tmpfs tmpfs /tmp
+hostname gomhi
+ip link set lo up
+arg() { sed -n "s/.*gomhi\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
+iface=$(arg iface)
+apn=$(arg apn)
+shell=$(arg shell)
+uptime() { cut -d' ' -f1 /proc/uptime; }
+check() { if [ "$2" = 0 ]; then echo "CHECK $1 PASS $3"; else echo "CHECK $1 FAIL $3"; fi; }
+finish() {
+	echo "INFO uptime $(uptime) s at finish"
+	echo "--- kernel log ---"; dmesg | grep -iE 'mhi|wwan' | grep -vE 'insmod|Loading'
+	echo "GUEST DONE"; sync; poweroff -f
+}
+# block NAME COMMAND...: run the command, its output between BEGIN and END.
+block() { n=$1; shift; echo "BEGIN $n"; "$@" 2>&1; echo "RC $n $?"; echo "END $n"; }
+# key FILE KEY: the value of one "key : value" line of mmcli -K.
+key() { sed -n "s/^$2 *: *//p" "$1" | head -n1; }
+# waitstate STATE SECONDS: until the modem reports STATE.
+waitstate() {
+	i=0
+	while [ $i -lt $(($2*4)) ]; do
+		mmcli -m 0 -K >/tmp/m0 2>&1 && [ "$(key /tmp/m0 modem.generic.state)" = "$1" ] && return 0
+		sleep 0.25; i=$((i+1))
+	done
+	return 1
+}
+echo "MARK boot"
+echo "INFO $(uname -r), ModemManager $(ModemManager --version | head -n1)"
+/lib/systemd/systemd-udevd --daemon
+for m in mhi wwan mhi_pci_generic mhi_net mhi_wwan_ctrl mhi_wwan_mbim; do
+	insmod /gomhi/$m.ko || echo "CHECK insmod-$m FAIL"
+done
+udevadm trigger --action=add
+udevadm settle --timeout=60
+echo "INFO wwan ports: $(ls /dev | grep '^wwan' | tr '\n' ' '); net: $(ls /sys/class/net | tr '\n' ' ')"
+for p in /sys/class/wwan/*; do
+	[ -e "$p/type" ] && echo "INFO udev $(basename $p): $(udevadm info -q property -p $p | grep ID_MM | tr '\n' ' ')"
+done
+systemd-machine-id-setup >/dev/null 2>&1 || dbus-uuidgen --ensure
+dbus-daemon --system --fork
+ModemManager --debug --log-level=DEBUG --log-relative-timestamps --log-file=/dev/ttyS1 &
+echo "MARK mm-started"
+# The modem appears once ModemManager has probed every port.
+i=0; found=1
+while [ $i -lt 480 ]; do
+	if mmcli -L 2>/dev/null | grep -q '/Modem/'; then found=0; break; fi
+	sleep 0.25; i=$((i+1))
+done
+block mmcli-list mmcli -L
+check modem-listed $found "after $(uptime) s of uptime"
+[ $found = 0 ] || finish
+# Initialisation ends in "disabled" (or an error state).
+waitstate disabled 90; rc=$?
+check modem-initialized $rc "state $(key /tmp/m0 modem.generic.state) at $(uptime) s"
+block mmcli-m0-k-disabled mmcli -m 0 -K
+echo "MARK probed"
+if [ "$shell" = 1 ]; then
+	echo "The modem is /org/freedesktop/ModemManager1/Modem/0; ModemManager logs to /dev/ttyS1. poweroff -f ends the guest."
+	exec setsid -c /bin/bash -l </dev/ttyS0 >/dev/ttyS0 2>&1
+fi
+[ $rc = 0 ] || finish
+block mmcli-enable mmcli -m 0 --enable
+waitstate registered 60; rc=$?
+check registered $rc "state $(key /tmp/m0 modem.generic.state) at $(uptime) s"
+[ $rc = 0 ] || finish
+echo "MARK registered"
+block mmcli-connect mmcli -m 0 --simple-connect="apn=$apn"
+mmcli -m 0 -K >/tmp/m0 2>&1
+st=$(key /tmp/m0 modem.generic.state)
+[ "$st" = connected ]; check connected $? "state $st at $(uptime) s"
+bearer=$(key /tmp/m0 'modem.generic.bearers.value\[1\]')
+b=${bearer##*/}
+echo "INFO bearer $bearer"
+[ -n "$b" ] || finish
+block mmcli-bearer-k mmcli -b "$b" -K
+mmcli -b "$b" -K >/tmp/b0 2>&1
+dev=$(key /tmp/b0 bearer.status.interface)
+addr=$(key /tmp/b0 bearer.ipv4-config.address)
+prefix=$(key /tmp/b0 bearer.ipv4-config.prefix)
+gw=$(key /tmp/b0 bearer.ipv4-config.gateway)
+mtu=$(key /tmp/b0 bearer.ipv4-config.mtu)
+[ "$dev" = "$iface" ]; check bearer-interface $? "bearer on $dev (want $iface)"
+# Configure the data interface from the bearer, as NetworkManager would.
+ip link set "$dev" up
+ip addr add "$addr/$prefix" dev "$dev"
+[ -n "$mtu" ] && [ "$mtu" != "--" ] && ip link set "$dev" mtu "$mtu"
+block ip-addr ip addr show dev "$dev"
+out=$(ping -c 5 -W 2 "$gw" 2>&1)
+echo "$out" | grep -q ' 5 received'; check ping-gateway $? "$(echo "$out" | grep transmitted)"
+/gomhi/guestprobe -name udp-echo -to "$gw:7" -count 10 -size 1000
+echo "MARK connected-at $(uptime)"
+block mmcli-m0 mmcli -m 0
+block mmcli-bearer mmcli -b "$b"
+echo "MARK connected"
+block mmcli-disconnect mmcli -m 0 --simple-disconnect
+mmcli -m 0 -K >/tmp/m0 2>&1
+st=$(key /tmp/m0 modem.generic.state)
+[ "$st" = registered ]; check disconnected $? "state $st"
+out=$(ping -c 3 -W 1 "$gw" 2>&1)
+echo "$out" | grep -q ' 0 received'; check ping-fails-disconnected $? "$(echo "$out" | grep transmitted)"
+echo "MARK disconnected"
+finish
+`
+
+// mmModel is one modem model under ModemManager.
+type mmModel struct {
+	name              string // device-table model
+	iface             string // the data interface Linux creates
+	format            ep.Format
+	ident             ep.ModemIdentity
+	wantMBIM, wantQMI bool // control functions to attach
+}
+
+// mmIdentities are the identities the mock reports per model.
+var mmModels = map[string]mmModel{
+	"telit-fn990": {name: "telit-fn990", iface: "wwan0", format: ep.FormatNTB16, wantMBIM: true,
+		ident: ep.ModemIdentity{Manufacturer: "Telit", Model: "FN990", Firmware: "LE2.0.1.0-0042", Hardware: "rev 2",
+			IMEI: "359876543210982", IMSI: "001010000000042", ICCID: "8900100000000000042", ProviderID: "00101", ProviderName: "gomhi network"}},
+	"qcom-sdx55m": {name: "qcom-sdx55m", iface: "mhi_hwip0", format: ep.FormatRaw, wantMBIM: true, wantQMI: true,
+		ident: ep.ModemIdentity{Manufacturer: "Qualcomm", Model: "SDX55", Firmware: "MPSS.HI.2.0.c3-00042", Hardware: "10000",
+			IMEI: "358765432109876", IMSI: "001010000000055", ICCID: "8900100000000000055", ProviderID: "00101", ProviderName: "gomhi network"}},
+}
+
+// mmSession is the mock's control and data functions of one vfio-user
+// session (one boot).
+type mmSession struct {
+	modem *ep.Modem
+	mbim  *ep.MBIM
+	qmi   *ep.QMI
+	at    *ep.AT
+	ipd   *ep.IPData
+}
+
+// mmSnap is the mock's counters at a guest's MARK line.
+type mmSnap struct {
+	at      time.Duration // since QEMU started
+	modem   ep.ModemStats
+	session ep.Session
+	ip      ep.IPDataStats
+	mbim    ep.MBIMStats
+	qmi     ep.QMIStats
+	at_     ep.ATStats
+}
+
+// mmRun is one boot of the ModemManager guest.
+type mmRun struct {
+	model mmModel
+	// mangleMBIM, if set, changes every MBIM message the mock sends (the
+	// broken-on-purpose test).
+	mangleMBIM func([]byte)
+
+	dev  *vfiouser.ServerDevice
+	sess atomic.Pointer[mmSession]
+
+	mu      sync.Mutex
+	marks   map[string]mmSnap
+	serial  string
+	mmLog   string
+	elapsed time.Duration
+	events  *eventLog
+}
+
+// device attaches the control functions and a gated IP data function to
+// each session's modem.
+func (r *mmRun) device(t *testing.T) func(*ep.Config) {
+	return func(c *ep.Config) {
+		m, err := ep.NewModem(ep.ModemConfig{Identity: r.model.ident, RequireConnect: true})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		s := &mmSession{modem: m}
+		if c.Functions == nil {
+			c.Functions = map[string]ep.Function{}
+		}
+		has := func(name string) bool {
+			_, ok := c.MHI.ChannelByName(name, mhi.Uplink)
+			return ok
+		}
+		if r.model.wantMBIM && has(ep.MBIMName) {
+			if s.mbim, err = ep.NewMBIM(m, ep.MBIMOptions{Mangle: r.mangleMBIM}); err != nil {
+				t.Error(err)
+				return
+			}
+			c.Functions[ep.MBIMName] = s.mbim
+		}
+		if r.model.wantQMI && has(ep.QMIName) {
+			if s.qmi, err = ep.NewQMI(m, ep.QMIOptions{}); err != nil {
+				t.Error(err)
+				return
+			}
+			c.Functions[ep.QMIName] = s.qmi
+		}
+		if has(ep.DUNName) || has(ep.DUN2Name) {
+			if s.at, err = ep.NewAT(m, ep.ATOptions{}); err != nil {
+				t.Error(err)
+				return
+			}
+			for _, n := range []string{ep.DUNName, ep.DUN2Name} {
+				if has(n) {
+					c.Functions[n] = s.at
+				}
+			}
+		}
+		pair := pcigeneric.DataPair(c.MHI)
+		if s.ipd, err = ep.NewIPData(ep.IPDataConfig{Format: r.model.format, Responder: true, Gate: m}); err != nil {
+			t.Error(err)
+			return
+		}
+		c.Functions[pair] = s.ipd
+		r.sess.Store(s)
+	}
+}
+
+// snapshot records the mock's counters at a guest's MARK line.
+func (r *mmRun) snapshot(step string, at time.Duration) {
+	s := mmSnap{at: at}
+	if ss := r.sess.Load(); ss != nil {
+		s.modem, s.session, s.ip = ss.modem.Stats(), ss.modem.Session(), ss.ipd.Stats()
+		if ss.mbim != nil {
+			s.mbim = ss.mbim.Stats()
+		}
+		if ss.qmi != nil {
+			s.qmi = ss.qmi.Stats()
+		}
+		if ss.at != nil {
+			s.at_ = ss.at.Stats()
+		}
+	}
+	r.mu.Lock()
+	r.marks[step] = s
+	r.mu.Unlock()
+}
+
+func (r *mmRun) mark(t *testing.T, step string) mmSnap {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.marks[step]
+	if !ok {
+		t.Fatalf("%s: the guest never reached MARK %s; serial log:\n%s\nModemManager log:\n%s", r.model.name, step, r.serial, r.mmLog)
+	}
+	return s
+}
+
+// run serves the modem, boots the guest and collects its logs.
+func (r *mmRun) run(t *testing.T) {
+	t.Helper()
+	env := qemuguest.Find(t, qemuguest.Options{VFIOUser: true, Modules: append(slices.Clone(linuxModules), mmBootModules...)})
+	image := qemuguest.FindRootFS(t)
+	dir := t.TempDir()
+	initPath := filepath.Join(dir, "init.sh")
+	if err := os.WriteFile(initPath, []byte(mmGuestInit), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{"gomhi/init.sh": initPath}
+	for _, m := range linuxModules {
+		files["gomhi/"+filepath.Base(m)] = filepath.Join(env.Modules, m)
+	}
+	initrd := env.Build(t, dir, qemuguest.Initramfs{
+		Init:     mmInitramfs,
+		Modules:  mmBootModules,
+		Files:    files,
+		Programs: map[string]string{"gomhi/guestprobe": "./pcigeneric/vfiouser/internal/guestprobe"},
+	})
+
+	r.events = &eventLog{}
+	r.marks = map[string]mmSnap{}
+	dev, err := vfiouser.NewServerDevice(vfiouser.DeviceOptions{
+		Model:  r.model.name,
+		Logger: slog.New(slog.NewTextHandler(r.events, nil)),
+		Device: r.device(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.dev = dev
+	sock := filepath.Join(dir, "mhi.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- vfiouser.ListenAndServe(ctx, sock, dev) }()
+	defer func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	}()
+	waitSocket(t, sock)
+
+	mmLogPath := filepath.Join(dir, "modemmanager.log")
+	args := []string{"-machine", "q35,memory-backend=mem", "-accel", "tcg",
+		"-object", "memory-backend-memfd,id=mem,size=512M,share=on", "-m", "512", "-smp", "1",
+		"-device", fmt.Sprintf(`{"driver":"vfio-user-pci","id":"mhi0","socket":{"type":"unix","path":%q}}`, sock)}
+	args = append(args, qemuguest.DiskArgs(image)...)
+	args = append(args, qemuguest.SerialFileArgs(mmLogPath)...)
+	appendArgs := fmt.Sprintf("gomhi.iface=%s gomhi.apn=internet", r.model.iface)
+
+	if *mmShell {
+		err := env.RunInteractive(context.Background(), qemuguest.Boot{Args: args, Initrd: initrd, Append: appendArgs + " gomhi.shell=1"})
+		t.Logf("QEMU: %v; ModemManager's log is in %s", errText(err), mmLogPath)
+		return
+	}
+
+	start := time.Now()
+	res := env.Run(context.Background(), qemuguest.Boot{
+		Args:    args,
+		Initrd:  initrd,
+		Append:  appendArgs,
+		Timeout: 5 * time.Minute,
+		OnLine: func(line string) {
+			step, ok := strings.CutPrefix(line, "MARK ")
+			if !ok {
+				return
+			}
+			step, _, _ = strings.Cut(strings.TrimSpace(step), " ")
+			r.snapshot(step, time.Since(start))
+		},
+	})
+	r.serial, r.elapsed = res.Serial, res.Elapsed
+	if b, err := os.ReadFile(mmLogPath); err == nil {
+		r.mmLog = strings.ReplaceAll(string(b), "\r", "")
+	}
+	if *mmLogDir != "" {
+		for name, text := range map[string]string{"serial": r.serial, "modemmanager": r.mmLog} {
+			p := filepath.Join(*mmLogDir, t.Name()+"-"+name+".log")
+			if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Logf("%s: boot, ModemManager and checks %v (qemu: %v)", r.model.name, res.Elapsed.Round(time.Millisecond), errText(res.Err))
+	if res.Err != nil || !strings.Contains(res.Serial, "GUEST DONE") {
+		t.Fatalf("%s: guest did not finish (qemu: %v)\nserial log:\n%s\nqemu output:\n%s\nModemManager log:\n%s",
+			r.model.name, errText(res.Err), res.Serial, res.Stderr, r.mmLog)
+	}
+}
+
+var (
+	mmCheckLine = regexp.MustCompile(`(?m)^CHECK (\S+) (PASS|FAIL)(.*)$`)
+	mmKeyLine   = regexp.MustCompile(`(?m)^(\S+)\s+:\s?(.*)$`)
+)
+
+// mmBlock returns the output the guest printed between BEGIN name and
+// END name.
+func mmBlock(serial, name string) (string, bool) {
+	_, rest, ok := strings.Cut(serial, "BEGIN "+name+"\n")
+	if !ok {
+		return "", false
+	}
+	body, _, ok := strings.Cut(rest, "\nEND "+name+"\n")
+	return body, ok
+}
+
+// mmKeys parses mmcli -K output.
+func mmKeys(out string) map[string]string {
+	kv := map[string]string{}
+	for _, m := range mmKeyLine.FindAllStringSubmatch(out, -1) {
+		kv[m[1]] = strings.TrimSpace(m[2])
+	}
+	return kv
+}
+
+// mmChecks returns the guest's verdicts by name.
+func mmChecks(serial string) map[string]string {
+	out := map[string]string{}
+	for _, m := range mmCheckLine.FindAllStringSubmatch(serial, -1) {
+		out[m[1]] = m[2] + m[3]
+	}
+	return out
+}
+
+// requireMMChecks fails unless every named check passed and none failed.
+func (r *mmRun) requireChecks(t *testing.T, names ...string) {
+	t.Helper()
+	got := mmChecks(r.serial)
+	var bad []string
+	for _, n := range names {
+		if v, ok := got[n]; !ok {
+			bad = append(bad, n+": missing")
+		} else if !strings.HasPrefix(v, "PASS") {
+			bad = append(bad, n+": "+v)
+		}
+	}
+	for n, v := range got {
+		if strings.HasPrefix(v, "FAIL") && !slices.Contains(names, n) {
+			bad = append(bad, n+": "+v)
+		}
+	}
+	if len(bad) > 0 {
+		slices.Sort(bad)
+		t.Fatalf("%s: guest checks failed:\n  %s\nserial log:\n%s\nModemManager log:\n%s", r.model.name, strings.Join(bad, "\n  "), r.serial, r.mmLog)
+	}
+	for _, n := range slices.Sorted(maps.Keys(got)) {
+		t.Logf("%s: guest: CHECK %s %s", r.model.name, n, got[n])
+	}
+}
+
+// jsonText renders counters for the log.
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
+}
+
+// testModemManager runs the whole sequence for one model and checks what
+// ModemManager reports against what the mock assigned.
+func testModemManager(t *testing.T, model string) *mmRun {
+	r := &mmRun{model: mmModels[model]}
+	r.run(t)
+	if *mmShell {
+		return r
+	}
+	r.requireChecks(t, "modem-listed", "modem-initialized", "registered", "connected", "bearer-interface",
+		"ping-gateway", "udp-echo", "disconnected", "ping-fails-disconnected")
+	id := r.model.ident
+	ss := r.sess.Load()
+	addr := ss.modem.Addressing()
+
+	// What mmcli reports about the modem, against the mock's identity.
+	kout, ok := mmBlock(r.serial, "mmcli-m0-k-disabled")
+	if !ok {
+		t.Fatalf("no mmcli -m 0 -K output")
+	}
+	kv := mmKeys(kout)
+	t.Logf("%s: ModemManager: plugin %q, drivers %q, primary port %q, manufacturer %q, model %q, revision %q, h/w revision %q, equipment id %q",
+		model, kv["modem.generic.plugin"], kv["modem.generic.drivers.value[1]"], kv["modem.generic.primary-port"],
+		kv["modem.generic.manufacturer"], kv["modem.generic.model"], kv["modem.generic.revision"],
+		kv["modem.generic.hardware-revision"], kv["modem.generic.equipment-identifier"])
+	for k, want := range map[string]string{
+		"modem.generic.revision":             id.Firmware,
+		"modem.generic.equipment-identifier": id.IMEI,
+	} {
+		if kv[k] != want {
+			t.Errorf("%s: mmcli %s = %q, the mock reports %q", model, k, kv[k], want)
+		}
+	}
+
+	// The bearer's IP configuration, against what the mock assigned.
+	bout, ok := mmBlock(r.serial, "mmcli-bearer-k")
+	if !ok {
+		t.Fatalf("no mmcli -b -K output")
+	}
+	bk := mmKeys(bout)
+	want := map[string]string{
+		"bearer.status.connected":         "yes",
+		"bearer.status.interface":         r.model.iface,
+		"bearer.ipv4-config.method":       "static",
+		"bearer.ipv4-config.address":      addr.IPv4.Addr().String(),
+		"bearer.ipv4-config.prefix":       strconv.Itoa(addr.IPv4.Bits()),
+		"bearer.ipv4-config.gateway":      addr.Gateway4.String(),
+		"bearer.ipv4-config.mtu":          strconv.Itoa(addr.MTU),
+		"bearer.ipv4-config.dns.value[1]": addr.DNS4[0].String(),
+	}
+	for k, v := range want {
+		if bk[k] != v {
+			t.Errorf("%s: bearer %s = %q, the mock assigned %q", model, k, bk[k], v)
+		}
+	}
+
+	conn, disc := r.mark(t, "connected"), r.mark(t, "disconnected")
+	if !conn.session.Active || conn.session.APN != "internet" {
+		t.Errorf("%s: the mock's session while connected: %+v", model, conn.session)
+	}
+	if disc.session.Active {
+		t.Errorf("%s: the mock's session still active after simple-disconnect", model)
+	}
+	// 5 pings and 10 UDP echoes answered while connected; the pings after
+	// the disconnect reached the mock and were dropped by its gate.
+	if conn.ip.Answered < 15 {
+		t.Errorf("%s: the mock answered %d packets while connected, want >= 15", model, conn.ip.Answered)
+	}
+	if g := disc.ip.DroppedGated - conn.ip.DroppedGated; g < 3 {
+		t.Errorf("%s: %d packets dropped by the gate after the disconnect, want >= 3 (the pings)", model, g)
+	}
+	if testing.Verbose() {
+		if out, ok := mmBlock(r.serial, "mmcli-m0"); ok {
+			t.Logf("%s: mmcli -m 0 while connected:\n%s", model, out)
+		}
+		if out, ok := mmBlock(r.serial, "mmcli-bearer"); ok {
+			t.Logf("%s: mmcli -b while connected:\n%s", model, out)
+		}
+		if out, ok := mmBlock(r.serial, "ip-addr"); ok {
+			t.Logf("%s: the guest's data interface:\n%s", model, out)
+		}
+		for _, step := range []string{"probed", "registered", "connected", "disconnected"} {
+			s := r.mark(t, step)
+			t.Logf("%s: at MARK %s (%v after QEMU started): session %+v, modem %s, IP data %s, MBIM %s, QMI %s, AT %s",
+				model, step, s.at.Round(time.Millisecond), s.session, jsonText(s.modem), jsonText(s.ip), jsonText(s.mbim), jsonText(s.qmi), jsonText(s.at_))
+		}
+	}
+	t.Logf("%s: boot to connected %v, to probed %v", model, conn.at.Round(time.Millisecond), r.mark(t, "probed").at.Round(time.Millisecond))
+	r.logUnsupported(t)
+	return r
+}
+
+// logUnsupported prints what ModemManager asked that the mock answered
+// "not supported".
+func (r *mmRun) logUnsupported(t *testing.T) {
+	ss := r.sess.Load()
+	if ss.mbim != nil {
+		for _, u := range ss.mbim.Stats().Unsupported {
+			t.Logf("%s: MBIM not supported: %s CID %d %s ×%d", r.model.name, u.Service, u.CID, u.Command, u.Count)
+		}
+	}
+	if ss.qmi != nil {
+		for _, u := range ss.qmi.Stats().Unsupported {
+			t.Logf("%s: QMI not supported: %s 0x%04x ×%d", r.model.name, u.Service, u.Message, u.Count)
+		}
+	}
+	if ss.at != nil {
+		for name, n := range ss.at.Stats().Unknown {
+			t.Logf("%s: AT not supported: %s ×%d", r.model.name, name, n)
+		}
+	}
+}
+
+// TestModemManagerFN990: ModemManager drives the mock as a Telit FN990
+// (MBIM control on /dev/wwan0mbim0, AT on /dev/wwan0at0/at1, data on
+// wwan0 through mhi_wwan_mbim).
+func TestModemManagerFN990(t *testing.T) {
+	testModemManager(t, "telit-fn990")
+}
+
+// TestModemManagerSDX55: ModemManager drives the mock as a Qualcomm SDX55
+// (MBIM and QMI control ports, data on mhi_hwip0 through mhi_net).
+func TestModemManagerSDX55(t *testing.T) {
+	testModemManager(t, "qcom-sdx55m")
+}
