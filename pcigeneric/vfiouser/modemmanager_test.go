@@ -99,7 +99,7 @@ check() { if [ "$2" = 0 ]; then echo "CHECK $1 PASS $3"; else echo "CHECK $1 FAI
 finish() {
 	echo "INFO uptime $(uptime) s at finish"
 	echo "--- kernel log ---"; dmesg | grep -iE 'mhi|wwan' | grep -vE 'insmod|Loading'
-	echo "GUEST DONE"; sync; poweroff -f
+	echo "GUEST DONE"; sync; busybox poweroff -f
 }
 # block NAME COMMAND...: run the command, its output between BEGIN and END.
 block() { n=$1; shift; echo "BEGIN $n"; "$@" 2>&1; echo "RC $n $?"; echo "END $n"; }
