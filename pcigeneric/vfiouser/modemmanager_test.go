@@ -2,6 +2,7 @@ package vfiouser_test
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/mbim"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/internal/qemuguest"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
@@ -157,7 +159,9 @@ echo "MARK registered"
 block mmcli-connect mmcli -m 0 --simple-connect="apn=$apn"
 mmcli -m 0 -K >/tmp/m0 2>&1
 st=$(key /tmp/m0 modem.generic.state)
-[ "$st" = connected ]; check connected $? "state $st at $(uptime) s"
+[ "$st" = connected ]; rc=$?
+check connected $rc "state $st at $(uptime) s"
+[ $rc = 0 ] || finish
 bearer=$(key /tmp/m0 'modem.generic.bearers.value\[1\]')
 b=${bearer##*/}
 echo "INFO bearer $bearer"
@@ -267,8 +271,21 @@ func (r *mmRun) device(t *testing.T) func(*ep.Config) {
 			_, ok := c.MHI.ChannelByName(name, mhi.Uplink)
 			return ok
 		}
+		pair := pcigeneric.DataPair(c.MHI)
+		if s.ipd, err = ep.NewIPData(ep.IPDataConfig{Format: r.model.format, Responder: true, Gate: m}); err != nil {
+			t.Error(err)
+			return
+		}
+		c.Functions[pair] = s.ipd
 		if r.model.wantMBIM && has(ep.MBIMName) {
-			if s.mbim, err = ep.NewMBIM(m, ep.MBIMOptions{Mangle: r.mangleMBIM}); err != nil {
+			// PACKET_STATISTICS from the data function's counters, as the
+			// modem's own interface counters.
+			stats := func() mbim.PacketStatistics {
+				st := s.ipd.Stats()
+				return mbim.PacketStatistics{InOctets: st.DLBytes, InPackets: st.DLPackets,
+					OutOctets: st.ULBytes, OutPackets: st.ULPackets, OutDiscards: uint32(st.DroppedGated)}
+			}
+			if s.mbim, err = ep.NewMBIM(m, ep.MBIMOptions{Mangle: r.mangleMBIM, PacketStatistics: stats}); err != nil {
 				t.Error(err)
 				return
 			}
@@ -292,12 +309,6 @@ func (r *mmRun) device(t *testing.T) func(*ep.Config) {
 				}
 			}
 		}
-		pair := pcigeneric.DataPair(c.MHI)
-		if s.ipd, err = ep.NewIPData(ep.IPDataConfig{Format: r.model.format, Responder: true, Gate: m}); err != nil {
-			t.Error(err)
-			return
-		}
-		c.Functions[pair] = s.ipd
 		r.sess.Store(s)
 	}
 }
@@ -617,4 +628,52 @@ func TestModemManagerFN990(t *testing.T) {
 // (MBIM and QMI control ports, data on mhi_hwip0 through mhi_net).
 func TestModemManagerSDX55(t *testing.T) {
 	testModemManager(t, "qcom-sdx55m")
+}
+
+// TestModemManagerCatchesBrokenConnect breaks the mock on purpose: every
+// CONNECT answer and notification of its MBIM function says the session
+// is "deactivated", whatever happened. ModemManager must then refuse to
+// call the bearer connected, and the guest's connect check must fail: a
+// test of the mock against ModemManager that cannot fail would prove
+// nothing.
+func TestModemManagerCatchesBrokenConnect(t *testing.T) {
+	var mangled atomic.Int64
+	r := &mmRun{model: mmModels["telit-fn990"], mangleMBIM: func(msg []byte) {
+		m, err := mbim.ParseMessage(msg)
+		if err != nil || m.Service != mbim.ServiceBasicConnect || m.CID != mbim.CIDConnect || m.Fragmented() {
+			return
+		}
+		var off int
+		switch {
+		case m.Type == mbim.TypeCommandDone && m.Status == mbim.StatusSuccess:
+			off = mbim.CommandHeaderLen
+		case m.Type == mbim.TypeIndicateStatus:
+			off = mbim.IndicateStatusHeaderLen
+		default:
+			return
+		}
+		if len(msg) >= off+8 {
+			binary.LittleEndian.PutUint32(msg[off+4:], mbim.ActivationStateDeactivated)
+			mangled.Add(1)
+		}
+	}}
+	r.run(t)
+	got := mmChecks(r.serial)
+	for _, n := range []string{"modem-listed", "modem-initialized", "registered"} {
+		if !strings.HasPrefix(got[n], "PASS") {
+			t.Fatalf("the guest failed before the connect (%s: %q); serial log:\n%s\nModemManager log:\n%s", n, got[n], r.serial, r.mmLog)
+		}
+	}
+	if mangled.Load() == 0 {
+		t.Fatalf("no CONNECT answer was broken: ModemManager never sent CONNECT; serial log:\n%s", r.serial)
+	}
+	if v := got["connected"]; !strings.HasPrefix(v, "FAIL") {
+		t.Fatalf("broken CONNECT not caught: connected %q; serial log:\n%s", v, r.serial)
+	}
+	t.Logf("guest, as expected: CHECK connected %s (%d CONNECT messages broken)", got["connected"], mangled.Load())
+	out, _ := mmBlock(r.serial, "mmcli-connect")
+	if !strings.Contains(out, "couldn't connect") {
+		t.Errorf("mmcli --simple-connect did not report a failed connect:\n%s", out)
+	}
+	t.Logf("mmcli --simple-connect said:\n%s", out)
 }
