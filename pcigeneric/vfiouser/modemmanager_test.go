@@ -100,6 +100,10 @@ uptime() { cut -d' ' -f1 /proc/uptime; }
 check() { if [ "$2" = 0 ]; then echo "CHECK $1 PASS $3"; else echo "CHECK $1 FAIL $3"; fi; }
 finish() {
 	echo "INFO uptime $(uptime) s at finish"
+	# Stop ModemManager before the kernel tears the modem down at power-off.
+	if [ -n "$mmpid" ]; then
+		kill $mmpid; i=0; while kill -0 $mmpid 2>/dev/null && [ $i -lt 40 ]; do sleep 0.1; i=$((i+1)); done
+	fi
 	echo "--- kernel log ---"; dmesg | grep -iE 'mhi|wwan' | grep -vE 'insmod|Loading'
 	echo "GUEST DONE"; sync; busybox poweroff -f
 }
@@ -131,6 +135,7 @@ done
 systemd-machine-id-setup >/dev/null 2>&1 || dbus-uuidgen --ensure
 dbus-daemon --system --fork
 ModemManager --debug --log-level=DEBUG --log-relative-timestamps --log-file=/dev/ttyS1 &
+mmpid=$!
 echo "MARK mm-started"
 # The modem appears once ModemManager has probed every port.
 i=0; found=1
@@ -208,11 +213,11 @@ type mmModel struct {
 // mmIdentities are the identities the mock reports per model.
 var mmModels = map[string]mmModel{
 	"telit-fn990": {name: "telit-fn990", iface: "wwan0", format: ep.FormatNTB16, wantMBIM: true,
-		ident: ep.ModemIdentity{Manufacturer: "Telit", Model: "FN990", Firmware: "LE2.0.1.0-0042", Hardware: "rev 2",
-			IMEI: "359876543210982", IMSI: "001010000000042", ICCID: "8900100000000000042", ProviderID: "00101", ProviderName: "gomhi network"}},
+		ident: ep.ModemIdentity{Manufacturer: "Telit", Model: "FN990", Firmware: "45.00.003-B012-P0H.000042", Hardware: "rev 2",
+			IMEI: "359876543210982", IMSI: "001010000000042", ICCID: "8900100000000000042", MSISDN: "+15555550142", ProviderID: "00101", ProviderName: "gomhi network"}},
 	"qcom-sdx55m": {name: "qcom-sdx55m", iface: "mhi_hwip0", format: ep.FormatRaw, wantMBIM: true, wantQMI: true,
 		ident: ep.ModemIdentity{Manufacturer: "Qualcomm", Model: "SDX55", Firmware: "MPSS.HI.2.0.c3-00042", Hardware: "10000",
-			IMEI: "358765432109876", IMSI: "001010000000055", ICCID: "8900100000000000055", ProviderID: "00101", ProviderName: "gomhi network"}},
+			IMEI: "358765432109876", IMSI: "001010000000055", ICCID: "8900100000000000055", MSISDN: "+15555550155", ProviderID: "00101", ProviderName: "gomhi network"}},
 }
 
 // mmSession is the mock's control and data functions of one vfio-user
@@ -292,7 +297,11 @@ func (r *mmRun) device(t *testing.T) func(*ep.Config) {
 			c.Functions[ep.MBIMName] = s.mbim
 		}
 		if r.model.wantQMI && has(ep.QMIName) {
-			if s.qmi, err = ep.NewQMI(m, ep.QMIOptions{}); err != nil {
+			counters := func() ep.PacketCounters {
+				st := s.ipd.Stats()
+				return ep.PacketCounters{TxPackets: st.ULPackets, RxPackets: st.DLPackets, TxBytes: st.ULBytes, RxBytes: st.DLBytes, TxDropped: st.DroppedGated}
+			}
+			if s.qmi, err = ep.NewQMI(m, ep.QMIOptions{PacketStatistics: counters}); err != nil {
 				t.Error(err)
 				return
 			}
