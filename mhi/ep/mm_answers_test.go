@@ -36,9 +36,9 @@ func TestATModemManagerCommands(t *testing.T) {
 		{"AT+CRSM=176,28589,0,0,0\r", "\r\n+CRSM: 144,0,\"00000002\"\r\n\r\nOK\r\n"},
 		{"AT+CRSM=176,28478,0,0,0\r", "\r\n+CRSM: 144,0,\"FFFFFFFFFFFFFFFF\"\r\n\r\nOK\r\n"},
 		{"AT+CRSM=176,28599,0,3,3\r", "\r\n+CRSM: 144,0,\"19F1FF\"\r\n\r\nOK\r\n"}, // offset 3
-		{"AT+CRSM=176,28599,1,0,3\r", "\r\n+CRSM: 107,0\r\n\r\nOK\r\n"},             // offset past the end
-		{"AT+CRSM=176,28672,0,0,0\r", "\r\n+CRSM: 106,130\r\n\r\nOK\r\n"},           // no such file
-		{"AT+CRSM=178,28480,1,4,0\r", "\r\n+CRSM: 109,0\r\n\r\nOK\r\n"},             // READ RECORD: not modelled
+		{"AT+CRSM=176,28599,1,0,3\r", "\r\n+CRSM: 107,0\r\n\r\nOK\r\n"},            // offset past the end
+		{"AT+CRSM=176,28672,0,0,0\r", "\r\n+CRSM: 106,130\r\n\r\nOK\r\n"},          // no such file
+		{"AT+CRSM=178,28480,1,4,0\r", "\r\n+CRSM: 109,0\r\n\r\nOK\r\n"},            // READ RECORD: not modelled
 		{"AT+CRSM=176,70000,0,0,0\r", "\r\nERROR\r\n"},
 		{"AT#BND=?\r", "\r\n#BND: (0),(0),(80045),(0)\r\n\r\nOK\r\n"},
 		{"AT#BND?\r", "\r\n#BND: 0,0,80045,0\r\n\r\nOK\r\n"},
