@@ -111,14 +111,44 @@ finish() {
 block() { n=$1; shift; echo "BEGIN $n"; "$@" 2>&1; echo "RC $n $?"; echo "END $n"; }
 # key FILE KEY: the value of one "key : value" line of mmcli -K.
 key() { sed -n "s/^$2 *: *//p" "$1" | head -n1; }
-# waitstate STATE SECONDS: until the modem reports STATE.
+# waitstate STATE SECONDS: until modem $mi reports STATE.
+mi=0
 waitstate() {
 	i=0
 	while [ $i -lt $(($2*4)) ]; do
-		mmcli -m 0 -K >/tmp/m0 2>&1 && [ "$(key /tmp/m0 modem.generic.state)" = "$1" ] && return 0
+		mmcli -m $mi -K >/tmp/m0 2>&1 && [ "$(key /tmp/m0 modem.generic.state)" = "$1" ] && return 0
 		sleep 0.25; i=$((i+1))
 	done
 	return 1
+}
+# connect NAME: simple-connect modem $mi, check it, configure the data
+# interface from the bearer (as NetworkManager would) and ping the
+# gateway COUNT times; sets b (bearer index), dev, gw.
+connect() {
+	block mmcli-connect$1 mmcli -m $mi --simple-connect="apn=$apn"
+	mmcli -m $mi -K >/tmp/m0 2>&1
+	st=$(key /tmp/m0 modem.generic.state)
+	[ "$st" = connected ]; rc=$?
+	check connected$1 $rc "state $st at $(uptime) s"
+	[ $rc = 0 ] || finish
+	bearer=$(key /tmp/m0 'modem.generic.bearers.value\[1\]')
+	b=${bearer##*/}
+	echo "INFO bearer $bearer"
+	[ -n "$b" ] || finish
+	block mmcli-bearer-k$1 mmcli -b "$b" -K
+	mmcli -b "$b" -K >/tmp/b0 2>&1
+	dev=$(key /tmp/b0 bearer.status.interface)
+	addr=$(key /tmp/b0 bearer.ipv4-config.address)
+	prefix=$(key /tmp/b0 bearer.ipv4-config.prefix)
+	gw=$(key /tmp/b0 bearer.ipv4-config.gateway)
+	mtu=$(key /tmp/b0 bearer.ipv4-config.mtu)
+	[ "$dev" = "$iface" ]; check bearer-interface$1 $? "bearer on $dev (want $iface)"
+	ip link set "$dev" up
+	ip addr replace "$addr/$prefix" dev "$dev"
+	[ -n "$mtu" ] && [ "$mtu" != "--" ] && ip link set "$dev" mtu "$mtu"
+	block ip-addr$1 ip addr show dev "$dev"
+	out=$(ping -c $2 -W 2 "$gw" 2>&1)
+	echo "$out" | grep -q " $2 received"; check ping-gateway$1 $? "$(echo "$out" | grep transmitted)"
 }
 echo "MARK boot"
 echo "INFO $(uname -r), ModemManager $(ModemManager --version | head -n1)"
@@ -161,31 +191,7 @@ waitstate registered 60; rc=$?
 check registered $rc "state $(key /tmp/m0 modem.generic.state) at $(uptime) s"
 [ $rc = 0 ] || finish
 echo "MARK registered"
-block mmcli-connect mmcli -m 0 --simple-connect="apn=$apn"
-mmcli -m 0 -K >/tmp/m0 2>&1
-st=$(key /tmp/m0 modem.generic.state)
-[ "$st" = connected ]; rc=$?
-check connected $rc "state $st at $(uptime) s"
-[ $rc = 0 ] || finish
-bearer=$(key /tmp/m0 'modem.generic.bearers.value\[1\]')
-b=${bearer##*/}
-echo "INFO bearer $bearer"
-[ -n "$b" ] || finish
-block mmcli-bearer-k mmcli -b "$b" -K
-mmcli -b "$b" -K >/tmp/b0 2>&1
-dev=$(key /tmp/b0 bearer.status.interface)
-addr=$(key /tmp/b0 bearer.ipv4-config.address)
-prefix=$(key /tmp/b0 bearer.ipv4-config.prefix)
-gw=$(key /tmp/b0 bearer.ipv4-config.gateway)
-mtu=$(key /tmp/b0 bearer.ipv4-config.mtu)
-[ "$dev" = "$iface" ]; check bearer-interface $? "bearer on $dev (want $iface)"
-# Configure the data interface from the bearer, as NetworkManager would.
-ip link set "$dev" up
-ip addr add "$addr/$prefix" dev "$dev"
-[ -n "$mtu" ] && [ "$mtu" != "--" ] && ip link set "$dev" mtu "$mtu"
-block ip-addr ip addr show dev "$dev"
-out=$(ping -c 5 -W 2 "$gw" 2>&1)
-echo "$out" | grep -q ' 5 received'; check ping-gateway $? "$(echo "$out" | grep transmitted)"
+connect "" 5
 /gomhi/guestprobe -name udp-echo -to "$gw:7" -count 10 -size 1000
 echo "MARK connected-at $(uptime)"
 block mmcli-m0 mmcli -m 0
@@ -198,6 +204,35 @@ st=$(key /tmp/m0 modem.generic.state)
 out=$(ping -c 3 -W 1 "$gw" 2>&1)
 echo "$out" | grep -q ' 0 received'; check ping-fails-disconnected $? "$(echo "$out" | grep transmitted)"
 echo "MARK disconnected"
+# SYS_ERR while connected: the modem crashes, Linux's driver resets it and
+# re-creates its ports and interface; ModemManager must see the modem go
+# and come back, and connect again.
+connect -again 3
+echo "MARK syserr"
+i=0; gone=1
+while [ $i -lt 120 ]; do
+	mmcli -m $mi >/dev/null 2>&1 || { gone=0; break; }
+	sleep 0.25; i=$((i+1))
+done
+check syserr-modem-gone $gone "modem $mi gone at $(uptime) s"
+[ $gone = 0 ] || finish
+i=0; mi=
+while [ $i -lt 480 ]; do
+	mi=$(mmcli -L 2>/dev/null | sed -n 's|.*/Modem/\([0-9]*\) .*|\1|p' | head -n1)
+	[ -n "$mi" ] && break
+	sleep 0.25; i=$((i+1))
+done
+[ -n "$mi" ]; check syserr-modem-back $? "modem ${mi:-none} at $(uptime) s"
+[ -n "$mi" ] || finish
+waitstate disabled 90; rc=$?
+check syserr-modem-initialized $rc "state $(key /tmp/m0 modem.generic.state) at $(uptime) s"
+[ $rc = 0 ] || finish
+block mmcli-enable-recovered mmcli -m $mi --enable
+waitstate registered 60; rc=$?
+check syserr-registered $rc "state $(key /tmp/m0 modem.generic.state) at $(uptime) s"
+[ $rc = 0 ] || finish
+connect -recovered 3
+echo "MARK recovered"
 finish
 `
 
@@ -233,6 +268,7 @@ type mmSession struct {
 // mmSnap is the mock's counters at a guest's MARK line.
 type mmSnap struct {
 	at      time.Duration // since QEMU started
+	device  ep.Stats      // the MHI side (resets, SYS_ERRs)
 	modem   ep.ModemStats
 	session ep.Session
 	ip      ep.IPDataStats
@@ -325,6 +361,9 @@ func (r *mmRun) device(t *testing.T) func(*ep.Config) {
 // snapshot records the mock's counters at a guest's MARK line.
 func (r *mmRun) snapshot(step string, at time.Duration) {
 	s := mmSnap{at: at}
+	if d := r.dev.Modem(); d != nil {
+		s.device = d.Stats()
+	}
 	if ss := r.sess.Load(); ss != nil {
 		s.modem, s.session, s.ip = ss.modem.Stats(), ss.modem.Session(), ss.ipd.Stats()
 		if ss.mbim != nil {
@@ -423,6 +462,14 @@ func (r *mmRun) run(t *testing.T) {
 				return
 			}
 			step, _, _ = strings.Cut(strings.TrimSpace(step), " ")
+			if step == "syserr" && r.dev.Modem() != nil {
+				// The baseband crashes: its cellular state restarts and
+				// the MHI side raises SYS_ERR.
+				if ss := r.sess.Load(); ss != nil {
+					ss.modem.Restart()
+				}
+				r.dev.Modem().InjectSysErr()
+			}
 			r.snapshot(step, time.Since(start))
 		},
 	})
@@ -446,6 +493,7 @@ func (r *mmRun) run(t *testing.T) {
 }
 
 var (
+	mmANSI      = regexp.MustCompile("\x1b\\[[0-9;]*m")
 	mmCheckLine = regexp.MustCompile(`(?m)^CHECK (\S+) (PASS|FAIL)(.*)$`)
 	mmKeyLine   = regexp.MustCompile(`(?m)^(\S+)\s+:\s?(.*)$`)
 )
@@ -458,7 +506,7 @@ func mmBlock(serial, name string) (string, bool) {
 		return "", false
 	}
 	body, _, ok := strings.Cut(rest, "\nEND "+name+"\n")
-	return body, ok
+	return mmANSI.ReplaceAllString(body, ""), ok
 }
 
 // mmKeys parses mmcli -K output.
@@ -523,7 +571,10 @@ func testModemManager(t *testing.T, model string) *mmRun {
 		return r
 	}
 	r.requireChecks(t, "modem-listed", "modem-initialized", "registered", "connected", "bearer-interface",
-		"ping-gateway", "udp-echo", "disconnected", "ping-fails-disconnected")
+		"ping-gateway", "udp-echo", "disconnected", "ping-fails-disconnected",
+		"connected-again", "bearer-interface-again", "ping-gateway-again",
+		"syserr-modem-gone", "syserr-modem-back", "syserr-modem-initialized", "syserr-registered",
+		"connected-recovered", "bearer-interface-recovered", "ping-gateway-recovered")
 	id := r.model.ident
 	ss := r.sess.Load()
 	addr := ss.modem.Addressing()
@@ -584,6 +635,17 @@ func testModemManager(t *testing.T, model string) *mmRun {
 	if g := disc.ip.DroppedGated - conn.ip.DroppedGated; g < 3 {
 		t.Errorf("%s: %d packets dropped by the gate after the disconnect, want >= 3 (the pings)", model, g)
 	}
+	// SYS_ERR while connected: the driver reset the modem, ModemManager
+	// connected a new session after the recovery.
+	crash, rec := r.mark(t, "syserr"), r.mark(t, "recovered")
+	if rec.device.Resets <= crash.device.Resets || rec.modem.Restarts != 1 {
+		t.Errorf("%s: resets %d before SYS_ERR, %d after; baseband restarts %d", model, crash.device.Resets, rec.device.Resets, rec.modem.Restarts)
+	}
+	if !rec.session.Active || rec.session.ID <= crash.session.ID {
+		t.Errorf("%s: session after the recovery %+v (at the crash %+v), want a new active one", model, rec.session, crash.session)
+	}
+	t.Logf("%s: SYS_ERR to connected again %v (MHI resets %d → %d, session %d → %d)", model, (rec.at - crash.at).Round(time.Millisecond),
+		crash.device.Resets, rec.device.Resets, crash.session.ID, rec.session.ID)
 	if testing.Verbose() {
 		if out, ok := mmBlock(r.serial, "mmcli-m0"); ok {
 			t.Logf("%s: mmcli -m 0 while connected:\n%s", model, out)
@@ -594,7 +656,7 @@ func testModemManager(t *testing.T, model string) *mmRun {
 		if out, ok := mmBlock(r.serial, "ip-addr"); ok {
 			t.Logf("%s: the guest's data interface:\n%s", model, out)
 		}
-		for _, step := range []string{"probed", "registered", "connected", "disconnected"} {
+		for _, step := range []string{"probed", "registered", "connected", "disconnected", "syserr", "recovered"} {
 			s := r.mark(t, step)
 			t.Logf("%s: at MARK %s (%v after QEMU started): session %+v, modem %s, IP data %s, MBIM %s, QMI %s, AT %s",
 				model, step, s.at.Round(time.Millisecond), s.session, jsonText(s.modem), jsonText(s.ip), jsonText(s.mbim), jsonText(s.qmi), jsonText(s.at_))
@@ -602,7 +664,109 @@ func testModemManager(t *testing.T, model string) *mmRun {
 	}
 	t.Logf("%s: boot to connected %v, to probed %v", model, conn.at.Round(time.Millisecond), r.mark(t, "probed").at.Round(time.Millisecond))
 	r.logUnsupported(t)
+	r.checkLogWarnings(t)
 	return r
+}
+
+// mmKnownWarning is a ModemManager warning the test accepts, and why.
+type mmKnownWarning struct {
+	re     *regexp.Regexp
+	models []string // empty: every model
+	why    string
+}
+
+// mmKnownWarnings are the warnings ModemManager 1.20.4 logs about the mock
+// that the test accepts, each with its reason (docs/MODEMMANAGER.md,
+// "What remains"). Any other warning or error fails the test.
+var mmKnownWarnings = []mmKnownWarning{
+	{regexp.MustCompile(`couldn't load carrier config: QMI PDC not supported`), nil,
+		"the mock has no QMI PDC service (neither on the QMI port nor QMI over MBIM); a real SDX55 has one"},
+	{regexp.MustCompile(`couldn't query SIM slots: NoDeviceSupport`), []string{"telit-fn990"},
+		"MBIMEx SYS_CAPS is not answered; a real single-SIM modem that answers it gets \"Only one SIM slot is supported\", also a warning"},
+	{regexp.MustCompile(`couldn't load EID: NoDeviceSupport`), []string{"telit-fn990"},
+		"the mock has no MS UICC low-level access service; a real modem with a plain (not embedded) SIM also fails to read an EID"},
+	{regexp.MustCompile(`couldn't load initial EPS bearer settings: LTE attach status info is unsupported`), []string{"telit-fn990"},
+		"ModemManager's own: MBIMEx LTE_ATTACH_INFO is not in the mock's device services"},
+	{regexp.MustCompile(`couldn't load 5GNR registration settings: 5GNR registration settings are unsupported`), []string{"telit-fn990"},
+		"ModemManager's own: needs MBIMEx v3, which the mock does not offer"},
+	{regexp.MustCompile(`(SIM hot swap setup failed|couldn't query SIM slots|couldn't load GID[12]): Couldn't peek client for service 'uim'`), []string{"qcom-sdx55m"},
+		"the mock has no QMI UIM service (SIM state comes from DMS); a real SDX55 has one"},
+	{regexp.MustCompile(`couldn't load (list of emergency numbers|UE mode of operation for EPS): No AT port available to run command`), []string{"qcom-sdx55m"},
+		"Linux 6.1's SDX55 configuration has no DUN channel, so a real SDX55 on this kernel has no AT port either"},
+	{regexp.MustCompile(`^Cannot read from istream: connection broken$`), []string{"qcom-sdx55m"},
+		"the QMI port disappears with the modem's SYS_ERR (the crash the test injects)"},
+}
+
+var (
+	mmWarnLine     = regexp.MustCompile(`(?m)^<(warn|err|error|crit|critical)>\s+\[[0-9.]+\]\s+(.*)$`)
+	mmObjectPrefix = regexp.MustCompile(`^\[modem\d+(/sim\d+)?\] `)
+)
+
+// mmWarnings sorts ModemManager's warnings and errors in log into the
+// known ones (counted by mmKnownWarnings index) and the others.
+func mmWarnings(log, model string) (known map[int]int, unknown []string) {
+	known = map[int]int{}
+	for _, m := range mmWarnLine.FindAllStringSubmatch(log, -1) {
+		msg := mmObjectPrefix.ReplaceAllString(m[2], "")
+		i := slices.IndexFunc(mmKnownWarnings, func(k mmKnownWarning) bool {
+			return k.re.MatchString(msg) && (len(k.models) == 0 || slices.Contains(k.models, model))
+		})
+		if i < 0 {
+			unknown = append(unknown, "<"+m[1]+"> "+m[2])
+			continue
+		}
+		known[i]++
+	}
+	return known, unknown
+}
+
+// checkLogWarnings fails on ModemManager warnings and errors that are not
+// known, and logs the known ones with their reasons.
+func (r *mmRun) checkLogWarnings(t *testing.T) {
+	t.Helper()
+	known, unknown := mmWarnings(r.mmLog, r.model.name)
+	for _, i := range slices.Sorted(maps.Keys(known)) {
+		t.Logf("%s: known ModemManager warning ×%d: %s (%s)", r.model.name, known[i], mmKnownWarnings[i].re, mmKnownWarnings[i].why)
+	}
+	if len(unknown) > 0 {
+		t.Errorf("%s: ModemManager logged %d warnings or errors the mock should not cause:\n  %s", r.model.name, len(unknown), strings.Join(unknown, "\n  "))
+	}
+}
+
+// TestModemManagerLogWarnings checks the sorting of ModemManager's log
+// (no guest needed).
+func TestModemManagerLogWarnings(t *testing.T) {
+	log := `<info>  [000000.024561] ModemManager (version 1.20.4) starting in system bus...
+<warn>  [000004.409481] [modem0] couldn't load carrier config: QMI PDC not supported
+<warn>  [000004.526199] [modem0] couldn't query SIM slots: NoDeviceSupport
+<warn>  [000006.378101] [modem1] couldn't query SIM slots: Couldn't peek client for service 'uim'
+<warn>  [000004.716735] [modem0/sim0] couldn't load list of emergency numbers: Unknown error
+<err>   [000005.000000] [modem0] something broke
+<debug> [000005.100000] [modem0] couldn't load EID: NoDeviceSupport
+`
+	for _, c := range []struct {
+		model   string
+		known   int
+		unknown []string
+	}{
+		{"telit-fn990", 2, []string{
+			"<warn> [modem1] couldn't query SIM slots: Couldn't peek client for service 'uim'",
+			"<warn> [modem0/sim0] couldn't load list of emergency numbers: Unknown error",
+			"<err> [modem0] something broke"}},
+		{"qcom-sdx55m", 2, []string{
+			"<warn> [modem0] couldn't query SIM slots: NoDeviceSupport",
+			"<warn> [modem0/sim0] couldn't load list of emergency numbers: Unknown error",
+			"<err> [modem0] something broke"}},
+	} {
+		known, unknown := mmWarnings(log, c.model)
+		n := 0
+		for _, v := range known {
+			n += v
+		}
+		if n != c.known || !slices.Equal(unknown, c.unknown) {
+			t.Errorf("%s: %d known, unknown %q; want %d, %q", c.model, n, unknown, c.known, c.unknown)
+		}
+	}
 }
 
 // logUnsupported prints what ModemManager asked that the mock answered
