@@ -182,7 +182,7 @@ check modem-initialized $rc "state $(key /tmp/m0 modem.generic.state) at $(uptim
 block mmcli-m0-k-disabled mmcli -m 0 -K
 echo "MARK probed"
 if [ "$shell" = 1 ]; then
-	echo "The modem is /org/freedesktop/ModemManager1/Modem/0; ModemManager logs to /dev/ttyS1. poweroff -f ends the guest."
+	echo "The modem is /org/freedesktop/ModemManager1/Modem/0 (mmcli -m 0); ModemManager logs to /dev/ttyS1 (the file the test names). busybox poweroff -f (or Ctrl-A X) ends the guest."
 	exec setsid -c /bin/bash -l </dev/ttyS0 >/dev/ttyS0 2>&1
 fi
 [ $rc = 0 ] || finish
@@ -437,6 +437,16 @@ func (r *mmRun) run(t *testing.T) {
 	waitSocket(t, sock)
 
 	mmLogPath := filepath.Join(dir, "modemmanager.log")
+	if *mmShell {
+		// The log outlives the test, for reading after the session.
+		f, err := os.CreateTemp("", "gomhi-modemmanager-*.log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		mmLogPath = f.Name()
+		fmt.Fprintf(os.Stderr, "ModemManager's log: %s (tail -f it from another terminal)\n", mmLogPath)
+	}
 	args := []string{"-machine", "q35,memory-backend=mem", "-accel", "tcg",
 		"-object", "memory-backend-memfd,id=mem,size=512M,share=on", "-m", "512", "-smp", "1",
 		"-device", fmt.Sprintf(`{"driver":"vfio-user-pci","id":"mhi0","socket":{"type":"unix","path":%q}}`, sock)}

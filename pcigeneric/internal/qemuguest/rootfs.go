@@ -66,10 +66,12 @@ func SerialFileArgs(path string) []string {
 	return []string{"-chardev", "file,id=ttys1,path=" + path, "-device", "isa-serial,chardev=ttys1,index=1"}
 }
 
-// RunInteractive boots the guest with its console on this process's
+// RunInteractive boots the guest with its console on the controlling
 // terminal (QEMU's monitor multiplexed on it: Ctrl-A X quits) instead of
-// capturing it, for a person to use the guest's shell. It returns when
-// QEMU exits or ctx ends.
+// capturing it, for a person to use the guest's shell. The terminal is
+// /dev/tty when the process has one — go test gives a test binary neither
+// its standard input nor, without -v, its output as it comes — else the
+// standard streams. It returns when QEMU exits or ctx ends.
 func (e *Env) RunInteractive(ctx context.Context, b Boot) error {
 	args := append([]string{}, b.Args...)
 	args = append(args, "-nodefaults", "-display", "none", "-no-reboot", "-serial", "mon:stdio",
@@ -77,5 +79,9 @@ func (e *Env) RunInteractive(ctx context.Context, b Boot) error {
 		"-append", strings.TrimSpace("console=ttyS0 panic=-1 quiet "+b.Append))
 	cmd := exec.CommandContext(ctx, e.QEMU, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if tty, err := os.OpenFile("/dev/tty", os.O_RDWR, 0); err == nil {
+		defer tty.Close()
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	}
 	return cmd.Run()
 }
