@@ -445,7 +445,13 @@ func (r *mmRun) run(t *testing.T) {
 		}
 		f.Close()
 		mmLogPath = f.Name()
-		fmt.Fprintf(os.Stderr, "ModemManager's log: %s (tail -f it from another terminal)\n", mmLogPath)
+		// On the terminal: go test holds the test's own output back.
+		out := os.Stderr
+		if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
+			defer tty.Close()
+			out = tty
+		}
+		fmt.Fprintf(out, "ModemManager's log: %s (tail -f it from another terminal)\n", mmLogPath)
 	}
 	args := []string{"-machine", "q35,memory-backend=mem", "-accel", "tcg",
 		"-object", "memory-backend-memfd,id=mem,size=512M,share=on", "-m", "512", "-smp", "1",
