@@ -108,6 +108,7 @@ finish() {
 	echo "GUEST DONE"; sync; busybox poweroff -f
 }
 # block NAME COMMAND...: run the command, its output between BEGIN and END.
+stats() { for f in rx_packets tx_packets rx_bytes tx_bytes rx_errors tx_errors rx_dropped tx_dropped; do printf '%s=%s ' $f $(cat /sys/class/net/$1/statistics/$f); done; }
 block() { n=$1; shift; echo "BEGIN $n"; "$@" 2>&1; echo "RC $n $?"; echo "END $n"; }
 # key FILE KEY: the value of one "key : value" line of mmcli -K.
 key() { sed -n "s/^$2 *: *//p" "$1" | head -n1; }
@@ -143,6 +144,9 @@ connect() {
 	gw=$(key /tmp/b0 bearer.ipv4-config.gateway)
 	mtu=$(key /tmp/b0 bearer.ipv4-config.mtu)
 	[ "$dev" = "$iface" ]; check bearer-interface$1 $? "bearer on $dev (want $iface)"
+	# The bearer is IPv4: no IPv6 link traffic (router and neighbour
+	# solicitations), so the interface's counters match the modem's.
+	sysctl -qw net.ipv6.conf.$dev.disable_ipv6=1
 	ip link set "$dev" up
 	ip addr replace "$addr/$prefix" dev "$dev"
 	[ -n "$mtu" ] && [ "$mtu" != "--" ] && ip link set "$dev" mtu "$mtu"
@@ -193,10 +197,10 @@ check registered $rc "state $(key /tmp/m0 modem.generic.state) at $(uptime) s"
 echo "MARK registered"
 connect "" 5
 /gomhi/guestprobe -name udp-echo -to "$gw:7" -count 10 -size 1000
-echo "MARK connected-at $(uptime)"
+echo "STATS $(stats $dev)"
+echo "MARK connected"
 block mmcli-m0 mmcli -m 0
 block mmcli-bearer mmcli -b "$b"
-echo "MARK connected"
 block mmcli-disconnect mmcli -m 0 --simple-disconnect
 mmcli -m 0 -K >/tmp/m0 2>&1
 st=$(key /tmp/m0 modem.generic.state)
@@ -243,14 +247,24 @@ type mmModel struct {
 	format            ep.Format
 	ident             ep.ModemIdentity
 	wantMBIM, wantQMI bool // control functions to attach
+	// What mmcli must show as manufacturer, model and hardware revision.
+	// ModemManager 1.20.4 reads them from the modem over QMI; for an MBIM
+	// modem the manufacturer is the physical device's sysfs manufacturer
+	// (a PCI function has none) or else the plugin's name, and the model
+	// its sysfs product or else "MBIM [VID:PID]" (mm-broadband-modem-mbim.c);
+	// the hardware revision is MBIM's HardwareInfo, which the mock fills
+	// with the model and the hardware revision.
+	mmManufacturer, mmModel, mmHardware string
 }
 
-// mmIdentities are the identities the mock reports per model.
+// mmModels are the models under test and the identities the mock reports.
 var mmModels = map[string]mmModel{
 	"telit-fn990": {name: "telit-fn990", iface: "wwan0", format: ep.FormatNTB16, wantMBIM: true,
+		mmManufacturer: "telit", mmModel: "MBIM [17CB:0308]", mmHardware: "FN990 rev 2",
 		ident: ep.ModemIdentity{Manufacturer: "Telit", Model: "FN990", Firmware: "45.00.003-B012-P0H.000042", Hardware: "rev 2",
 			IMEI: "359876543210982", IMSI: "001010000000042", ICCID: "8900100000000000042", MSISDN: "+15555550142", ProviderID: "00101", ProviderName: "gomhi network"}},
 	"qcom-sdx55m": {name: "qcom-sdx55m", iface: "mhi_hwip0", format: ep.FormatRaw, wantMBIM: true, wantQMI: true,
+		mmManufacturer: "Qualcomm", mmModel: "SDX55", mmHardware: "10000",
 		ident: ep.ModemIdentity{Manufacturer: "Qualcomm", Model: "SDX55", Firmware: "MPSS.HI.2.0.c3-00042", Hardware: "10000",
 			IMEI: "358765432109876", IMSI: "001010000000055", ICCID: "8900100000000000055", MSISDN: "+15555550155", ProviderID: "00101", ProviderName: "gomhi network"}},
 }
@@ -534,6 +548,27 @@ func mmKeys(out string) map[string]string {
 	return kv
 }
 
+// mmStats parses the guest's "STATS rx_packets=… …" line.
+func mmStats(serial string) map[string]uint64 {
+	out := map[string]uint64{}
+	if m := regexp.MustCompile(`(?m)^STATS (.*)$`).FindStringSubmatch(serial); m != nil {
+		for _, f := range regexp.MustCompile(`(\w+)=(\d+)`).FindAllStringSubmatch(m[1], -1) {
+			v, _ := strconv.ParseUint(f[2], 10, 64)
+			out[f[1]] = v
+		}
+	}
+	return out
+}
+
+// mustModel returns the device table's channel configuration of model.
+func mustModel(t *testing.T, model string) mhi.ControllerConfig {
+	info, ok := pcigeneric.Model(model)
+	if !ok {
+		t.Fatalf("no model %q", model)
+	}
+	return info.Config
+}
+
 // mmChecks returns the guest's verdicts by name.
 func mmChecks(serial string) map[string]string {
 	out := map[string]string{}
@@ -606,8 +641,13 @@ func testModemManager(t *testing.T, model string) *mmRun {
 		kv["modem.generic.manufacturer"], kv["modem.generic.model"], kv["modem.generic.revision"],
 		kv["modem.generic.hardware-revision"], kv["modem.generic.equipment-identifier"])
 	for k, want := range map[string]string{
+		"modem.generic.manufacturer":         r.model.mmManufacturer,
+		"modem.generic.model":                r.model.mmModel,
 		"modem.generic.revision":             id.Firmware,
+		"modem.generic.hardware-revision":    r.model.mmHardware,
 		"modem.generic.equipment-identifier": id.IMEI,
+		"modem.3gpp.imei":                    id.IMEI,
+		"modem.generic.own-numbers.value[1]": id.MSISDN,
 	} {
 		if kv[k] != want {
 			t.Errorf("%s: mmcli %s = %q, the mock reports %q", model, k, kv[k], want)
@@ -642,6 +682,21 @@ func testModemManager(t *testing.T, model string) *mmRun {
 	}
 	if disc.session.Active {
 		t.Errorf("%s: the mock's session still active after simple-disconnect", model)
+	}
+	// The guest's data interface against the modem's data function, at
+	// the same quiet moment: every packet the guest sent reached the
+	// modem, every packet the modem sent reached the guest.
+	g := mmStats(r.serial)
+	t.Logf("%s: guest %s: %v", model, r.model.iface, g)
+	t.Logf("%s: modem %s: uplink %d packets (%d bytes), answered %d, not answered %d, gated %d; downlink %d packets (%d bytes)",
+		model, pcigeneric.DataPair(mustModel(t, model)), conn.ip.ULPackets, conn.ip.ULBytes, conn.ip.Answered, conn.ip.DroppedNotAnswered,
+		conn.ip.DroppedGated, conn.ip.DLPackets, conn.ip.DLBytes)
+	if g["tx_packets"] != conn.ip.ULPackets || g["rx_packets"] != conn.ip.DLPackets {
+		t.Errorf("%s: guest sent %d and received %d packets; the modem received %d and sent %d", model,
+			g["tx_packets"], g["rx_packets"], conn.ip.ULPackets, conn.ip.DLPackets)
+	}
+	if g["rx_errors"]+g["tx_errors"]+g["rx_dropped"]+g["tx_dropped"] != 0 {
+		t.Errorf("%s: guest interface errors or drops: %v", model, g)
 	}
 	// 5 pings and 10 UDP echoes answered while connected; the pings after
 	// the disconnect reached the mock and were dropped by its gate.
