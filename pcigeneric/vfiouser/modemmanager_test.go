@@ -485,7 +485,7 @@ func (r *mmRun) run(t *testing.T) {
 		Args:    args,
 		Initrd:  initrd,
 		Append:  appendArgs,
-		Timeout: 5 * time.Minute,
+		Timeout: 6 * time.Minute,
 		OnLine: func(line string) {
 			step, ok := strings.CutPrefix(line, "MARK ")
 			if !ok {
