@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 BIN     := bin/mhictl
 
-.PHONY: all build test test-deps vet fmt-check lint bench run clean fuzz
+.PHONY: all build test test-deps vet fmt-check lint bench run clean fuzz fuzz-long
 
 # Native Go fuzz targets, each run briefly by `make test`. The budgets are
 # execution counts, not durations: with a duration, Go 1.26's fuzzing
@@ -20,6 +20,21 @@ FUZZ_TARGETS += ./mhi/proto/mbim:FuzzParseMessage:200000 ./mhi/proto/mbim:FuzzIn
 # QMI and AT: the codecs and the mock modem's answerers.
 FUZZ_TARGETS += ./mhi/proto/qmi:FuzzParseQMUX:100000 ./mhi/proto/qmi:FuzzTLVs:50000 \
 	./mhi/proto/at:FuzzParseLine:100000 ./mhi/ep:FuzzQMIAnswer:50000 ./mhi/ep:FuzzATAnswer:50000
+# The untrusted message paths (docs/RELIABILITY.md, "Fuzzing").
+FUZZ_TARGETS += ./pcigeneric/vfiouser:FuzzServe:10000 ./pcigeneric/vfiouser:FuzzClient:12000 \
+	./sysfs/genl:FuzzServeRequest:20000 ./sysfs/genl:FuzzClientReply:10000 \
+	./sysfs/fusefs:FuzzWrite:30000
+# The host's session clients on what the modem sends (MBIM, QMI, WDS settings).
+FUZZ_TARGETS += ./mhi/ctrlport:FuzzSessionReceive:50000
+
+# `make fuzz-long` runs every target of FUZZ_TARGETS for FUZZTIME each, one
+# after the other, and appends one line per target (duration, execs,
+# execs/s, new interesting inputs, result) to FUZZ_LOG, for the table in
+# docs/RELIABILITY.md; see .ci/fuzz-long.sh for how a crash and Go's
+# spurious "context deadline exceeded" (golang/go#75804) are reported.
+FUZZTIME ?= 1h
+FUZZMINIMIZETIME ?= 10s
+FUZZ_LOG ?= fuzz-long.log
 
 all: build
 
@@ -48,6 +63,9 @@ fuzz:
 		echo "fuzz $$name ($$n inputs)"; \
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $${n}x -fuzzminimizetime 200x $$pkg || exit 1; \
 	done
+
+fuzz-long:
+	GO=$(GO) FUZZTIME=$(FUZZTIME) FUZZMINIMIZETIME=$(FUZZMINIMIZETIME) bash .ci/fuzz-long.sh $(FUZZ_LOG) $(FUZZ_TARGETS)
 
 vet:
 	$(GO) vet $(PKGS) ./.ci/gotest

@@ -124,10 +124,31 @@ func (ch *Channel) writeContext(st ChannelState, withRing bool) {
 	ctx.Put(ch.ctx())
 }
 
+// clientOp takes the client side of chanOps for a Start, Stop or Reset
+// and reports whether the device is in SYS_ERR (the recovery has not taken
+// stock yet). The caller must call ch.ctrl.chanOps.RUnlock.
+func (ch *Channel) clientOp() (sysErr bool) {
+	c := ch.ctrl
+	c.chanOps.RLock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pm == pmSysErr
+}
+
 // Start starts the channel on the device; handler receives every completion
 // (from the controller's event goroutine; it may queue again). Start is
 // allowed from DISABLED and STOP.
 func (ch *Channel) Start(handler func(Completion)) error {
+	sysErr := ch.clientOp()
+	defer ch.ctrl.chanOps.RUnlock()
+	if sysErr {
+		return fmt.Errorf("%s: start channel %d: %w", ch.ctrl.name, ch.cfg.Num, ErrRecovering)
+	}
+	return ch.start(handler)
+}
+
+// start is Start without the client gate, for the recovery's restart.
+func (ch *Channel) start(handler func(Completion)) error {
 	ch.ctrl.procMu.RLock()
 	allocated := ch.ctrl.allocated
 	ch.ctrl.procMu.RUnlock()
@@ -175,6 +196,11 @@ func (ch *Channel) Start(handler func(Completion)) error {
 
 // Stop stops the channel; queued buffers stay queued.
 func (ch *Channel) Stop() error {
+	sysErr := ch.clientOp()
+	defer ch.ctrl.chanOps.RUnlock()
+	if sysErr {
+		return fmt.Errorf("%s: stop channel %d: %w", ch.ctrl.name, ch.cfg.Num, ErrRecovering)
+	}
 	ch.mu.Lock()
 	if ch.state != ChannelEnabled {
 		st := ch.state
@@ -198,8 +224,10 @@ func (ch *Channel) Stop() error {
 // Reset resets the channel: the device forgets the ring and every queued
 // buffer is returned to the handler with ErrAborted.
 func (ch *Channel) Reset() error {
+	sysErr := ch.clientOp()
+	defer ch.ctrl.chanOps.RUnlock()
 	ch.mu.Lock()
-	if ch.state != ChannelEnabled && ch.state != ChannelStop {
+	if ch.state != ChannelEnabled && ch.state != ChannelStop && !sysErr {
 		st := ch.state
 		ch.mu.Unlock()
 		return fmt.Errorf("%s: reset channel %d in state %s: %w", ch.ctrl.name, ch.cfg.Num, st, ErrChannelState)
@@ -207,6 +235,16 @@ func (ch *Channel) Reset() error {
 	ch.state = ChannelDisabled
 	ch.wanted = false
 	ch.mu.Unlock()
+	if sysErr {
+		// The recovery's MHI reset resets the channel on the device; it
+		// will not restart it (no longer wanted). Only the host side is
+		// left to do.
+		ch.abort()
+		ch.mu.Lock()
+		ch.writeContext(ChannelDisabled, false)
+		ch.mu.Unlock()
+		return nil
+	}
 	err := ch.ctrl.sendCommand(PktResetChanCmd, ch.cfg.Num)
 	// Consume (as stale) whatever the device posted for the channel before
 	// the reset, so no old event meets the restarted ring.

@@ -26,6 +26,11 @@ func (c *Controller) sendCommand(t PacketType, ch uint8) error {
 	c.mu.Lock()
 	quit := c.stop
 	ferr := c.fencedLocked(fmt.Sprintf("%s channel %d", t, ch))
+	if ferr == nil && c.pm == pmSysErr {
+		// The device will not answer; the recovery aborts commands in
+		// flight and issues its own once the device is back in M0.
+		ferr = fmt.Errorf("%s: %s channel %d: %w", c.name, t, ch, ErrRecovering)
+	}
 	c.mu.Unlock()
 	if ferr != nil {
 		return ferr

@@ -122,6 +122,13 @@ type Controller struct {
 	// while the rings are reset, so processing never sees a ring mid-reset.
 	procMu sync.RWMutex
 
+	// chanOps is held (read) by a client's Start, Stop and Reset for their
+	// whole run and (write) by a SYS_ERR recovery from the moment it takes
+	// stock of the channels until it has restarted them, so that no client
+	// command interleaves with the reset, the context rewrite and the
+	// restart.
+	chanOps sync.RWMutex
+
 	recoverCh chan struct{}
 	wg        sync.WaitGroup
 

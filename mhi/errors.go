@@ -33,6 +33,10 @@ var (
 	// consecutive attempts; the controller stays in RECOVERY_FAILED, leaving
 	// the device alone, until PowerDown.
 	ErrRecoveryFailed = errors.New("mhi: SYS_ERR recovery failed")
+	// ErrRecovering: the device is in SYS_ERR and the controller is
+	// recovering it; channel commands wait for the recovery to finish
+	// (StatusRecovered) and are refused meanwhile.
+	ErrRecovering = errors.New("mhi: SYS_ERR recovery in progress")
 	// ErrDoorbell: the elements were queued but the doorbell write failed
 	// (see Channel.Queue).
 	ErrDoorbell = errors.New("mhi: doorbell write failed")

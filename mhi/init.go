@@ -91,8 +91,12 @@ func (c *Controller) initContexts() {
 		if ch == nil {
 			continue
 		}
+		// Under the channel's lock: in a SYS_ERR recovery clients may
+		// be looking at the ring (Channel.Free from a refill).
+		ch.mu.Lock()
 		ch.ring.reset()
 		ch.writeContext(ChannelDisabled, false)
+		ch.mu.Unlock()
 	}
 	for i, er := range c.eventRings {
 		er.ring.reset()

@@ -499,6 +499,10 @@ func (c *Controller) SoCReset() error {
 		return fmt.Errorf("%s: SoC reset in state %s: %w", c.name, pm, ErrWrongState)
 	}
 	c.setPMLocked(pmSysErr)
+	// The host asked for this reset: it is not the device crashing, so it
+	// starts a fresh count of recovery attempts (no backoff, no step
+	// towards RecoveryLimit).
+	c.rec.hostRequested = true
 	c.mu.Unlock()
 	if err := c.write(RegSOCRESETREQ, SOCResetReqBit); err != nil {
 		return err

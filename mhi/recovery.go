@@ -13,6 +13,9 @@ type recoveryState struct {
 	stableSince time.Time     // end of the last successful attempt, zero after a failure
 	failed      bool          // gave up: RECOVERY_FAILED
 	lastErr     error         // error of the last failed attempt
+	// hostRequested: the next attempt follows a reset the host asked for
+	// (SoCReset), not a device fault; it starts a fresh count.
+	hostRequested bool
 }
 
 // RecoveryStatus describes SYS_ERR recovery for status displays.
@@ -83,8 +86,9 @@ func (c *Controller) nextAttempt() (wait time.Duration, giveUp bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := &c.rec
-	if !r.stableSince.IsZero() && time.Since(r.stableSince) >= c.recWindow {
+	if r.hostRequested || (!r.stableSince.IsZero() && time.Since(r.stableSince) >= c.recWindow) {
 		r.consecutive = 0
+		r.hostRequested = false
 	}
 	if c.recLimit >= 0 && r.consecutive >= c.recLimit {
 		return 0, true
@@ -205,7 +209,13 @@ func (c *Controller) giveUp() {
 
 // recover runs one recovery attempt. It observes PowerDown at every step.
 func (c *Controller) recover() error {
+	// Wake a client command waiting on the device in SYS_ERR, then keep
+	// every client Start, Stop and Reset out until the channels run again
+	// (a client that comes meanwhile finds pm SYS_ERR and is refused, or
+	// waits for the restart).
 	c.cmd.abort()
+	c.chanOps.Lock()
+	defer c.chanOps.Unlock()
 	var restart []*Channel
 	for _, ch := range c.channels {
 		if ch == nil {
@@ -237,7 +247,7 @@ func (c *Controller) recover() error {
 		return err
 	}
 	for _, ch := range restart {
-		if err := ch.Start(nil); err != nil {
+		if err := ch.start(nil); err != nil {
 			return fmt.Errorf("restarting channel %d: %w", ch.cfg.Num, err)
 		}
 	}

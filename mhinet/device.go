@@ -111,6 +111,12 @@ type Device struct {
 	mru     int
 	mtu     int
 
+	// dlStopped (under stateMu): a failed MRU change left the downlink
+	// channel reset and not started again (the controller, recovering,
+	// does not restart a channel that was reset); recovery or the next
+	// SetMRU starts it.
+	dlStopped bool
+
 	// receive side; see rx.go
 	rxMu     sync.Mutex // guards pool changes against refill
 	pool     *RxPool
@@ -236,8 +242,46 @@ func (d *Device) onStatus(ev mhi.StatusEvent) {
 	}
 	if ev.Kind == mhi.StatusRecovered && d.IsUp() {
 		d.c.recoveries.Add(1)
+		d.stateMu.Lock()
+		stopped := d.dlStopped
+		d.stateMu.Unlock()
+		if stopped {
+			// On the controller's recovery goroutine, so that the start
+			// cannot race the next recovery's restart of the channels
+			// (an MRU change holding ctl across a new SYS_ERR delays the
+			// next recovery by at most the command timeout).
+			d.ctl.Lock()
+			if err := d.restartStoppedDownlink(); err != nil {
+				d.log.Warn("downlink not restarted after recovery", "err", err)
+			}
+			d.ctl.Unlock()
+		}
 		d.refillRing(true)
 	}
+}
+
+// startDownlink starts the downlink channel after an MRU change or a
+// recovery. It is a variable so that a test can make the start fail, as a
+// SYS_ERR arriving during the change does.
+var startDownlink = func(ch *mhi.Channel) error { return ch.Start(nil) }
+
+// restartStoppedDownlink starts the downlink a failed MRU change left
+// stopped, if any, and fills its ring; ctl must be held.
+func (d *Device) restartStoppedDownlink() error {
+	d.stateMu.Lock()
+	stopped := d.up && d.dlStopped
+	d.stateMu.Unlock()
+	if !stopped {
+		return nil
+	}
+	if err := startDownlink(d.dl); err != nil {
+		return fmt.Errorf("mhinet: restart downlink: %w", err)
+	}
+	d.stateMu.Lock()
+	d.dlStopped = false
+	d.stateMu.Unlock()
+	d.refillRing(true)
+	return nil
 }
 
 // Config returns the device's configuration (with the current MRU and MTU).
@@ -308,7 +352,7 @@ func (d *Device) Up() error {
 		return fmt.Errorf("mhinet: start downlink: %w", err)
 	}
 	d.stateMu.Lock()
-	d.up, d.refill = true, true
+	d.up, d.refill, d.dlStopped = true, true, false
 	d.stateMu.Unlock()
 	d.refillRing(true)
 	return nil
@@ -324,8 +368,14 @@ func (d *Device) Down() error {
 	}
 	d.stateMu.Lock()
 	d.up, d.refill = false, false
+	dlStopped := d.dlStopped
+	d.dlStopped = false
 	d.stateMu.Unlock()
-	err := errors.Join(d.dl.Reset(), d.ul.Reset())
+	var dlErr error
+	if !dlStopped { // else already reset
+		dlErr = d.dl.Reset()
+	}
+	err := errors.Join(dlErr, d.ul.Reset())
 	// The reset returned every posted buffer, which ends a chain in
 	// progress; a chain with no buffer posted behind it is abandoned here,
 	// so its buffers are not pinned for good.
@@ -357,7 +407,9 @@ func (d *Device) setPool(p *RxPool) {
 // to take back the posted buffers, rebuilds the pool with the new size and
 // starts the channel again; packets the modem still holds are delivered
 // after the restart, and packets already delivered stay valid until
-// released. The uplink keeps running.
+// released. The uplink keeps running. When it fails the MRU stays as it
+// was; if the downlink could not be started again it is started after the
+// controller's next recovery, or by the next SetMRU.
 func (d *Device) SetMRU(n int) error {
 	if err := ValidateMRU(n); err != nil {
 		return err
@@ -371,37 +423,54 @@ func (d *Device) SetMRU(n int) error {
 		return nil
 	}
 	if n == d.MRU() {
-		return nil
+		return d.restartStoppedDownlink()
 	}
 	newPool, err := newRxPool(d.ctrl.Transport(), d.cfg.PoolBuffers, n, d.rxCopy)
 	if err != nil {
 		return err
 	}
-	if err := d.dl.Stop(); err != nil {
-		newPool.Free()
-		return fmt.Errorf("mhinet: MRU change: stop downlink: %w", err)
+	// leftStopped records a downlink reset and not started again: refill
+	// back on (posting fails until the channel runs), a restart due.
+	leftStopped := func() {
+		d.stateMu.Lock()
+		d.refill, d.dlStopped = true, true
+		d.stateMu.Unlock()
 	}
 	d.stateMu.Lock()
-	d.refill = false
+	stopped := d.dlStopped
 	d.stateMu.Unlock()
-	if err := d.dl.Reset(); err != nil {
-		newPool.Free()
-		return fmt.Errorf("mhinet: MRU change: reset downlink: %w", err)
+	if !stopped {
+		if err := d.dl.Stop(); err != nil {
+			newPool.Free()
+			return fmt.Errorf("mhinet: MRU change: stop downlink: %w", err)
+		}
+		d.stateMu.Lock()
+		d.refill = false
+		d.stateMu.Unlock()
+		if err := d.dl.Reset(); err != nil {
+			newPool.Free()
+			leftStopped()
+			return fmt.Errorf("mhinet: MRU change: reset downlink: %w (MRU stays %d)", err, d.MRU())
+		}
 	}
 	d.abandonChain()
 	d.rxMu.Lock()
 	old := d.pool
 	d.setPool(newPool)
 	d.rxMu.Unlock()
+	if err := startDownlink(d.dl); err != nil {
+		// Nothing of the new pool was posted (refill is off): keep the
+		// old one and its MRU.
+		d.rxMu.Lock()
+		d.setPool(old)
+		d.rxMu.Unlock()
+		newPool.Free()
+		leftStopped()
+		return fmt.Errorf("mhinet: MRU change: restart downlink: %w (MRU stays %d)", err, d.MRU())
+	}
 	old.retire()
 	d.stateMu.Lock()
-	d.mru = n
-	d.stateMu.Unlock()
-	if err := d.dl.Start(nil); err != nil {
-		return fmt.Errorf("mhinet: MRU change: restart downlink: %w", err)
-	}
-	d.stateMu.Lock()
-	d.refill = true
+	d.mru, d.refill, d.dlStopped = n, true, false
 	d.stateMu.Unlock()
 	d.refillRing(true)
 	d.c.mruChanges.Add(1)

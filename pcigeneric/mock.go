@@ -2,7 +2,6 @@ package pcigeneric
 
 import (
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 
 	"github.com/gomhi/gomhi/mhi"
@@ -27,6 +26,17 @@ type MockOptions struct {
 	// data channel pair (IP_HW0 or IP_HW0_MBIM). The zero value is internal
 	// loopback with NTB16 aggregation on IP_HW0_MBIM and raw IP on IP_HW0.
 	IPData ep.IPDataConfig
+	// RequireConnect gates the mock's IP data on a connected session, as
+	// a real modem does: until a session is connected over a control
+	// channel (MBIM CONNECT), and after it is disconnected, every IP
+	// packet is dropped and counted (IPDataStats.DroppedGated).
+	RequireConnect bool
+	// Modem overrides the mock modem's cellular configuration: identity
+	// fields set here replace the ones derived from the device-table
+	// entry (MockIdentity); addressing, radio and signal as in
+	// ep.ModemConfig (defaults: 198.18.0.1/24 via 198.18.0.2,
+	// fd00:6d68:6900::1/64 via ::2, MTU 1500).
+	Modem ep.ModemConfig
 	// Device, if set, adjusts the mock modem's configuration before it starts.
 	Device func(*ep.Config)
 }
@@ -34,13 +44,22 @@ type MockOptions struct {
 // Mock is a mock modem in this process joined to a host controller by the
 // in-process transport. The controller is not powered up yet.
 type Mock struct {
-	Info       *ModemInfo
+	Info *ModemInfo
+	// Entry is the device-table entry the mock impersonates (the model's
+	// first): its product name gives the modem's identity.
+	Entry      Entry
 	Transport  *inproc.Transport
 	Controller *mhi.Controller
 	// DataPair names the model's IP data channel pair ("" if it has none).
 	DataPair string
 	// IPData is the mock modem's function on DataPair (nil if none).
 	IPData *ep.IPData
+	// Modem is the mock modem's cellular state: identity, registration,
+	// the data session that gates IP data with RequireConnect.
+	Modem *ep.Modem
+	// Functions are the mock modem's functions (IP data, MBIM…) and
+	// their counters.
+	Functions *MockFunctions
 }
 
 // DataPair returns the name of a configuration's IP data channel pair:
@@ -65,31 +84,22 @@ func OpenMock(opts MockOptions) (*Mock, error) {
 	if !ok {
 		return nil, fmt.Errorf("pcigeneric: model %q: %w (see 'mhictl models')", opts.Model, ErrUnknownModel)
 	}
-	cfg := info.Config.WithLoopback()
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := fnv.New32a()
-	h.Write([]byte(info.Name))
-	ec := ep.Config{
-		MHI:          cfg,
-		SerialNumber: h.Sum32(),
-		Logger:       log.With("side", "modem"),
+	entry := Entry{Product: info.Name, Info: info}
+	if es := EntriesFor(info.Name); len(es) > 0 {
+		entry = es[0]
 	}
-	var ipd *ep.IPData
-	pair := DataPair(cfg)
-	if pair != "" {
-		ic := opts.IPData
-		if ic == (ep.IPDataConfig{}) && pair == ep.IPDataName {
-			ic.Format = ep.FormatRaw
-		}
-		var err error
-		if ipd, err = ep.NewIPData(ic); err != nil {
-			return nil, err
-		}
-		ec.Functions = map[string]ep.Function{pair: ipd}
+	ec, fns, err := NewMockConfig(entry, MockModemOptions{
+		IPData: opts.IPData, Modem: opts.Modem, RequireConnect: opts.RequireConnect,
+		Logger: log.With("side", "modem"),
+	})
+	if err != nil {
+		return nil, err
 	}
+	cfg := ec.MHI
 	if opts.Device != nil {
 		opts.Device(&ec)
 	}
@@ -102,7 +112,8 @@ func OpenMock(opts MockOptions) (*Mock, error) {
 		_ = tr.Close()
 		return nil, err
 	}
-	return &Mock{Info: info, Transport: tr, Controller: ctrl, DataPair: pair, IPData: ipd}, nil
+	return &Mock{Info: info, Entry: entry, Transport: tr, Controller: ctrl, DataPair: fns.DataPair, IPData: fns.IPData,
+		Modem: fns.Modem, Functions: fns}, nil
 }
 
 // Close powers the controller down and stops the mock modem.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhinet"
 )
 
@@ -21,6 +22,16 @@ type Device struct {
 	// SetMTU, if set, applies MTU writes instead of Net.SetMTU (a TUN
 	// bridge sets the interface's MTU and the device's together).
 	SetMTU func(int) error
+	// Ports are the device's control ports (ports/<name>; counters
+	// under stats/ports/<name>).
+	Ports []Port
+	// Session, if set, is the device's data session (session/…;
+	// counters under stats/session).
+	Session *ctrlport.Session
+	// Stats adds counter groups under stats/<name>: functions returning
+	// structs whose integer fields with JSON names are the counters
+	// (e.g. "modem", the embedded mock's own counters).
+	Stats map[string]func() any
 }
 
 // TimeoutRange bounds timeout_ms.
@@ -102,6 +113,7 @@ func (t *Tree) AddDevice(name string, d Device) {
 	if n := d.Net; n != nil {
 		stats.Mkdir("net").Add(counterAttrs(func() any { return n.Stats() })...)
 	}
+	addControl(dir, d)
 }
 
 // recoveryString renders a RecoveryStatus for the recovery attribute.

@@ -59,8 +59,10 @@ func (t *Tree) WriteMetrics(w io.Writer) error {
 					}
 					add(metricName("mhi_"+group.Name+"_"+a.Name), kindOf(a.Name), dl, v)
 				}
+				groupDirMetrics(add, dl, group)
 			}
 		}
+		sessionMetrics(add, dl, dev)
 		if chans, ok := dev.Dir("channels"); ok {
 			for _, ch := range chans.Dirs() {
 				num, name, _ := strings.Cut(ch.Name, "_")
@@ -96,10 +98,54 @@ func (t *Tree) WriteMetrics(w io.Writer) error {
 	return nil
 }
 
+// groupDirMetrics adds the counters of the subdirectories of a stats
+// group (stats/ports/<port>/…) as mhi_<group without the plural
+// s>_<name>{device, <group without s>="<subdirectory>"}: per-port
+// counters are mhi_port_ul_messages{device="mhi0",port="wwan0mbim0"}.
+func groupDirMetrics(add func(name, kind, labels, value string), dl string, group *Dir) {
+	what := strings.TrimSuffix(group.Name, "s")
+	for _, sub := range group.Dirs() {
+		ll := fmt.Sprintf(`%s,%s=%q`, dl, metricName(what), sub.Name)
+		for _, a := range sub.Attrs() {
+			if a.Type != Uint {
+				continue
+			}
+			v, err := a.Read()
+			if err != nil {
+				continue
+			}
+			add(metricName("mhi_"+what+"_"+a.Name), kindOf(a.Name), ll, v)
+		}
+	}
+}
+
+// sessionMetrics adds mhi_session_info{device, state, protocol, apn,
+// ip_type, ipv4, ipv6, interface} 1 and mhi_session_up{device} (1 while
+// connected) for a device with a session/ directory.
+func sessionMetrics(add func(name, kind, labels, value string), dl string, dev *Dir) {
+	sess, ok := dev.Dir("session")
+	if !ok {
+		return
+	}
+	v := map[string]string{}
+	for _, a := range sess.Attrs() {
+		if a.Type == String && a.Readable() {
+			v[a.Name], _ = a.Read()
+		}
+	}
+	add("mhi_session_info", "gauge", fmt.Sprintf(`%s,state=%q,protocol=%q,apn=%q,ip_type=%q,ipv4=%q,ipv6=%q,interface=%q`,
+		dl, v["state"], v["protocol"], v["apn"], v["ip_type"], v["ipv4"], v["ipv6"], v["interface"]), "1")
+	up := "0"
+	if v["state"] == "connected" {
+		up = "1"
+	}
+	add("mhi_session_up", "gauge", dl, up)
+}
+
 // kindOf says whether a numeric attribute is a counter or a gauge.
 func kindOf(name string) string {
 	for _, g := range []string{"mru", "mtu", "pool_", "rx_posted", "high_water", "elements", "event_ring", "pending",
-		"recovery_consecutive", "recovery_backoff", "recovery_failed"} {
+		"recovery_consecutive", "recovery_backoff", "recovery_failed", "connected", "session_active"} {
 		if strings.Contains(name, g) {
 			return "gauge"
 		}

@@ -81,8 +81,8 @@ func newSetMTUCmd() *cobra.Command {
 func newGetCmd() *cobra.Command {
 	d := &dialFlags{}
 	cmd := &cobra.Command{
-		Use:   "get DEV [ATTR]",
-		Short: "Show a device of a running `mhictl up`, or one attribute (mru, mtu, state, ee, model, serial, timeout_ms)",
+		Use:   "get DEV [ATTR|ports|session]",
+		Short: "Show a device of a running `mhictl up`, one attribute (mru, mtu, state, ee, model, serial, timeout_ms), its control ports or its data session",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := d.dial()
@@ -90,6 +90,9 @@ func newGetCmd() *cobra.Command {
 				return err
 			}
 			defer c.Close()
+			if len(args) == 2 && (args[1] == "ports" || args[1] == "session") {
+				return getControl(cmd.OutOrStdout(), c, args[0], args[1], d.json)
+			}
 			dev, err := c.GetDevice(args[0])
 			if err != nil {
 				return err

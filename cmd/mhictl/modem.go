@@ -36,6 +36,8 @@ func newModemServeCmd(g *globalFlags) *cobra.Command {
 		jsonLog bool
 		vectors int
 		ipd     servedIPData
+		// requireConnect gates IP data on a connected session.
+		requireConnect bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -56,7 +58,14 @@ are consumed, and after a --gen-count run the modem answers as a responder).
 Each session's data counters are logged at disconnect (ip_data). --format is its
 framing, by default the model's own: mbim on IP_HW0_MBIM, raw on IP_HW0; the
 client's framing must match ('mhictl up --format', 'mhictl bench --format').
-The LOOPBACK channels (0/1) always loop back.`,
+The LOOPBACK channels (0/1) always loop back.
+
+The modem answers MBIM on its MBIM channels (12/13) with the identity of the
+device-table entry it impersonates; with --require-connect it passes no IP
+data until the client connects a session ('mhictl connect' against 'mhictl
+up --vfio-user'), as a real modem, and counts what it drops (dropped_gated in
+the ip_data line; the control line at disconnect counts connects and MBIM
+messages).`,
 		Example: `  mhictl modem serve --socket /run/mhi/vu.sock
   mhictl modem serve --socket /tmp/m.sock --model telit-fn990 --ip-mode loopback
   mhictl modem serve --socket /tmp/m.sock --ip-mode generator --gen-rate 10000 --gen-size 64,1500`,
@@ -81,7 +90,7 @@ The LOOPBACK channels (0/1) always loop back.`,
 			}
 			opts := vfiouser.DeviceOptions{
 				Model: g.model, Vectors: vectors, Logger: events, ModemLogger: mlog.With("side", "modem"),
-				IPData: ipc,
+				IPData: ipc, RequireConnect: requireConnect,
 			}
 			if gen != nil {
 				opts.Device = func(ec *ep.Config) {
@@ -125,6 +134,7 @@ The LOOPBACK channels (0/1) always loop back.`,
 	f.IntVar(&ipd.genCount, "gen-count", 0, "generator: packets per session (0: until the client disconnects)")
 	f.Float64Var(&ipd.genRate, "gen-rate", 0, "generator: packets per second (0: as fast as the client takes them)")
 	f.IntSliceVar(&ipd.genSizes, "gen-size", []int{ep.DefaultGenPacket}, "generator: IP packet sizes, used in turn")
+	f.BoolVar(&requireConnect, "require-connect", false, "pass no IP data until a session is connected over MBIM (as a real modem); dropped packets are counted")
 	return cmd
 }
 

@@ -39,6 +39,8 @@ func newRootCmd() *cobra.Command {
 		newSetMTUCmd(),
 		newGetCmd(),
 		newStatsCmd(),
+		newConnectCmd(),
+		newDisconnectCmd(),
 		newListCmd(),
 		newBindCmd(),
 		newUnbindCmd(),

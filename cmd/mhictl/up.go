@@ -37,6 +37,10 @@ type upFlags struct {
 	vfioUser string
 	// rxCopy is --rx-copy: auto, on or off.
 	rxCopy string
+	// requireConnect gates the embedded mock's IP data on a session.
+	requireConnect bool
+	// runDir holds the control ports' links ("": defaultRunDir).
+	runDir string
 }
 
 func newUpCmd(g *globalFlags) *cobra.Command {
@@ -57,7 +61,17 @@ then the one the modem's PCI IDs name, so --model and --modem-mode do not
 apply.
 
 The control plane is the generic-netlink family "mhi" (used by set-mru,
-set-mtu, get and stats) and, with --mount, the attribute tree as files.`,
+set-mtu, get, stats, connect and disconnect) and, with --mount, the
+attribute tree as files.
+
+Every control channel pair of the model (MBIM, QMI, DUN/DUN2 for AT) is
+exposed as a raw pseudo-terminal with a stable link in the run directory,
+named as Linux names its wwan ports (wwan0mbim0, wwan0qmi0, wwan0at0…):
+'mbimcli -d /run/gomhi/mhi0/wwan0mbim0 --query-device-caps' works as on
+/dev/wwan0mbim0. 'mhictl connect mhi0 --apn APN' connects the data session
+over MBIM and configures the TUN interface with what the modem assigned;
+'mhictl disconnect mhi0' ends it. Give --tun-addr "" to leave the interface
+without an address until a session is connected.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -69,7 +83,7 @@ set-mtu, get and stats) and, with --mount, the attribute tree as files.`,
 	fl.StringVar(&f.name, "name", "mhi0", "device name in the attribute tree and netlink")
 	fl.StringVar(&f.mount, "mount", "", "serve the attribute tree as a FUSE file tree at DIR (needs root)")
 	fl.StringVar(&f.tunName, "tun", "", "create a TUN interface NAME for the data channel (needs root)")
-	fl.StringVar(&f.tunAddr, "tun-addr", "198.18.0.1/24", "address of the TUN interface (needs --tun)")
+	fl.StringVar(&f.tunAddr, "tun-addr", "198.18.0.1/24", "static address of the TUN interface, kept when a session disconnects (\"\": none until 'mhictl connect' assigns one; needs --tun)")
 	fl.BoolVar(&f.gso, "gso", true, "open the TUN with IFF_VNET_HDR and TSO/USO offloads: super-packets are segmented before the ring, downlink TCP segments merged unless --gro=false (--gso=false: plain packets; needs --tun)")
 	fl.BoolVar(&f.gro, "gro", true, "merge runs of downlink TCP segments into super-packets for the kernel (needs --tun and --gso)")
 	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9464)")
@@ -81,6 +95,8 @@ set-mtu, get and stats) and, with --mount, the attribute tree as files.`,
 	fl.StringVar(&f.device, "device", "", "drive the real modem at PCI address ADDR through VFIO instead of the mock (bind it first: mhictl bind ADDR)")
 	fl.StringVar(&f.rxCopy, "rx-copy", "auto", "copy received packets out of DMA memory before delivery: on, off (zero-copy: the modem can change bytes the host holds) or auto (on with --device and --vfio-user, whose modem is not trusted; off for the in-process mock)")
 	fl.StringVar(&f.vfioUser, "vfio-user", "", "drive the mock modem another process serves on the vfio-user socket PATH ('mhictl modem serve --socket PATH') instead of the in-process mock")
+	fl.BoolVar(&f.requireConnect, "require-connect", false, "the embedded mock passes no IP data until a session is connected ('mhictl connect'), as a real modem (with --device or --vfio-user the modem decides: 'mhictl modem serve --require-connect')")
+	fl.StringVar(&f.runDir, "run-dir", "", "directory for the control ports' links (default /run/gomhi/NAME as root, else $XDG_RUNTIME_DIR/gomhi/NAME)")
 	return cmd
 }
 
@@ -124,12 +140,12 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	if err := checkTUNFlags(cmd, f); err != nil {
 		return err
 	}
-	if f.tunName != "" {
+	if f.tunName != "" && f.tunAddr != "" {
 		if prefix, err = netip.ParsePrefix(f.tunAddr); err != nil {
 			return fmt.Errorf("--tun-addr %q: %w", f.tunAddr, err)
 		}
 	}
-	if err := checkModemSource(cmd, f.device, f.vfioUser, "modem-mode"); err != nil {
+	if err := checkModemSource(cmd, f.device, f.vfioUser, "modem-mode", "require-connect"); err != nil {
 		return err
 	}
 	rxCopy, err := mhinet.ParseRxCopyMode(f.rxCopy)
@@ -202,16 +218,17 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	if err := mhinet.ValidateMRU(mru); err != nil {
 		return fmt.Errorf("--mru: %w", err)
 	}
+	var mock *pcigeneric.Mock
 	if ctrl == nil {
 		m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{
-			Model: info.Name, Name: f.name, Logger: log,
+			Model: info.Name, Name: f.name, Logger: log, RequireConnect: f.requireConnect,
 			IPData: ep.IPDataConfig{Format: sweep.ModemFormat(format), Responder: responder},
 		})
 		if err != nil {
 			return err
 		}
 		undo = append(undo, func() { _ = m.Close() })
-		ctrl = m.Controller
+		ctrl, mock = m.Controller, m
 	}
 	if err := ctrl.PowerUp(); err != nil {
 		return err
@@ -222,6 +239,7 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	devCfg := mhinet.Config{Pair: pair, Format: format, MRU: mru, Logger: log, RxCopy: rxCopy}
 	var net_ *mhinet.Device
 	var bridge *tun.Bridge
+	var tunIfc *tun.Interface
 	var setMTU func(int) error
 	if f.tunName != "" {
 		ifc, err := tun.OpenWith(f.tunName, tun.OpenOptions{GSO: f.gso})
@@ -233,8 +251,9 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 				out.printf("removing %s: %v", ifc.Name(), err)
 			}
 		})
+		tunIfc = ifc
 		mtu := mhinet.DefaultMTU
-		if err := ifc.Configure(tun.Config{MTU: mtu, Up: true, Addrs: []netip.Prefix{prefix}}); err != nil {
+		if err := ifc.Configure(tun.Config{MTU: mtu, Up: true, Addrs: tunAddrs(prefix)}); err != nil {
 			return err
 		}
 		bridge, net_, err = tun.Connect(ifc, ctrl, devCfg, tun.BridgeConfig{Logger: log, NoGRO: !f.gro})
@@ -246,7 +265,7 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 		if f.gso && f.gro {
 			gro = "on"
 		}
-		out.printf("interface %s up, %s, mtu %d, offloads %v, gro %s", ifc.Name(), prefix, mtu, ifc.Offloads(), gro)
+		out.printf("interface %s up, %s, mtu %d, offloads %v, gro %s", ifc.Name(), addrText(prefix), mtu, ifc.Offloads(), gro)
 	} else {
 		net_, err = mhinet.New(ctrl, devCfg, mhinet.ReceiverFunc(discard))
 		if err != nil {
@@ -275,8 +294,15 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	out.printf("data channel %s: %s framing, MRU %d, %s", pair, format, mru, modem)
 	out.printf("receive copy %s (--rx-copy %s)", net_.Config().RxCopy, rxCopy)
 
+	cp, err := startControl(f, info, ctrl, tunIfc, setMTU, prefix, log, out)
+	if err != nil {
+		return err
+	}
+	undo = append(undo, cp.close)
+
 	tree := sysfs.NewTree()
-	tree.AddDevice(f.name, sysfs.Device{Controller: ctrl, Net: net_, Model: info.Name, SetMTU: setMTU})
+	tree.AddDevice(f.name, sysfs.Device{Controller: ctrl, Net: net_, Model: info.Name, SetMTU: setMTU,
+		Ports: cp.binds, Session: cp.session, Stats: mockStats(mock)})
 
 	// On the default port the server advertises itself in a run file, so
 	// that clients find it even when a squatter pushed it elsewhere.

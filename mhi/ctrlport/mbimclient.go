@@ -27,6 +27,33 @@ var (
 	ErrStatus = errors.New("ctrlport: MBIM status")
 )
 
+// FunctionError is a FUNCTION_ERROR answer; it matches ErrFunctionError.
+type FunctionError struct {
+	Code mbim.ProtocolError
+	TID  uint32
+}
+
+// Error names the code and the transaction.
+func (e *FunctionError) Error() string {
+	return fmt.Sprintf("%v: %s (TID %d)", ErrFunctionError, e.Code, e.TID)
+}
+
+// Unwrap returns ErrFunctionError.
+func (e *FunctionError) Unwrap() error { return ErrFunctionError }
+
+// StatusError is a COMMAND_DONE whose status is not Success, from the
+// typed helpers; it matches ErrStatus.
+type StatusError struct {
+	Op     string // e.g. "CONNECT set"
+	Status mbim.Status
+}
+
+// Error names the command and the status.
+func (e *StatusError) Error() string { return fmt.Sprintf("%v: %s: %s", ErrStatus, e.Op, e.Status) }
+
+// Unwrap returns ErrStatus.
+func (e *StatusError) Unwrap() error { return ErrStatus }
+
 // DefaultFirstTID is where an MBIMClient's transaction ids start: far
 // above the small ids libmbim's clients use, so that a client sharing a
 // port with mbimcli or mbim-proxy never answers for them or they for it.
@@ -168,7 +195,7 @@ func (c *MBIMClient) transact(ctx context.Context, build func(tid uint32) []byte
 			return m, err
 		}
 		if m.Type == mbim.TypeFunctionError {
-			return m, fmt.Errorf("%w: %s (TID %d)", ErrFunctionError, m.ErrorCode(), tid)
+			return m, &FunctionError{Code: m.ErrorCode(), TID: tid}
 		}
 		return m, nil
 	case <-ctx.Done():
@@ -230,7 +257,7 @@ func (c *MBIMClient) basic(ctx context.Context, cid uint32, ct mbim.CommandType,
 		return nil, err
 	}
 	if s != mbim.StatusSuccess {
-		return out, fmt.Errorf("%w: %s %s: %s", ErrStatus, mbim.CIDName(mbim.ServiceBasicConnect, cid), ct, s)
+		return out, &StatusError{Op: mbim.CIDName(mbim.ServiceBasicConnect, cid) + " " + ct.String(), Status: s}
 	}
 	return out, nil
 }
@@ -292,4 +319,14 @@ func (c *MBIMClient) IPConfiguration(ctx context.Context) (mbim.IPConfiguration,
 		return mbim.IPConfiguration{}, err
 	}
 	return mbim.ParseIPConfiguration(in)
+}
+
+// ConnectionState queries CONNECT for session 0.
+func (c *MBIMClient) ConnectionState(ctx context.Context) (mbim.ConnectInfo, error) {
+	q := mbim.ConnectInfo{}
+	in, err := c.basic(ctx, mbim.CIDConnect, mbim.CommandQuery, q.AppendTo(nil))
+	if err != nil {
+		return mbim.ConnectInfo{}, err
+	}
+	return mbim.ParseConnectInfo(in)
 }

@@ -111,6 +111,9 @@ func TestPortPTY(t *testing.T) {
 	if m := readMessage(t, c); m.TID != 5 || m.CID != mbim.CIDSubscriberReadyStatus || m.Status != mbim.StatusSuccess {
 		t.Fatalf("%+v\n%+v\n%+v", m, p.Stats(), mm.mbim.Stats())
 	}
+	// The port counts a message after its write returns, which may be
+	// after the client has read it.
+	waitFor(t, "the last downlink write to be counted", func() bool { return p.Stats().DLMessages == 5 })
 	st := p.Stats()
 	if st.ULGarbageRuns != 1 || st.ULGarbage != 5 || st.ULPartialDropped != 1 || st.ULMessages != 5 || st.DLMessages != 5 {
 		t.Fatalf("stats %+v", st)

@@ -33,6 +33,17 @@ type rig struct {
 
 func newRig(tb testing.TB, cfg mhi.ControllerConfig, mod func(*ep.Config)) *rig {
 	tb.Helper()
+	return newRigWith(tb, cfg, mod, mhi.Options{Name: "mhi0", PollInterval: 20 * time.Millisecond})
+}
+
+// newRigOptions is newRig with the controller's options.
+func newRigOptions(tb testing.TB, cfg mhi.ControllerConfig, opts mhi.Options) *rig {
+	tb.Helper()
+	return newRigWith(tb, cfg, nil, opts)
+}
+
+func newRigWith(tb testing.TB, cfg mhi.ControllerConfig, mod func(*ep.Config), opts mhi.Options) *rig {
+	tb.Helper()
 	ec := ep.Config{MHI: cfg, SerialNumber: 0x1234abcd}
 	if mod != nil {
 		mod(&ec)
@@ -41,7 +52,7 @@ func newRig(tb testing.TB, cfg mhi.ControllerConfig, mod func(*ep.Config)) *rig 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ctrl, err := mhi.NewController(tr, cfg, mhi.Options{Name: "mhi0", PollInterval: 20 * time.Millisecond})
+	ctrl, err := mhi.NewController(tr, cfg, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}

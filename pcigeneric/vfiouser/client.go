@@ -57,7 +57,7 @@ type Transport struct {
 
 	nextID  atomic.Uint32
 	pmu     sync.Mutex
-	pending map[uint16]chan Message
+	pending map[uint16]chan callReply
 	dead    chan struct{}
 	readErr error
 	rdone   chan struct{}
@@ -67,8 +67,11 @@ type Transport struct {
 	caps    string
 
 	memfd int
-	slab  *inproc.Slab
-	mem   []byte // the memfd mapping the slab carves up
+	// slab carves up mem; it is set during setup while the read loop may
+	// already serve the server's DMA requests, hence atomic (nil: no
+	// memory yet, every DMA request fails with EFAULT).
+	slab atomic.Pointer[inproc.Slab]
+	mem  []byte // the memfd mapping the slab carves up
 
 	evfds   []int
 	stopfd  int
@@ -109,7 +112,7 @@ func NewClient(conn *net.UnixConn, opts ClientOptions) (*Transport, error) {
 		return nil, fmt.Errorf("vfiouser: DMA memory of %d bytes, want a multiple of 4096: %w", opts.Memory, mhi.ErrConfig)
 	}
 	t := &Transport{
-		w: newWire(conn), opts: opts, pending: map[uint16]chan Message{},
+		w: newWire(conn), opts: opts, pending: map[uint16]chan callReply{},
 		dead: make(chan struct{}), rdone: make(chan struct{}), memfd: -1, stopfd: -1,
 	}
 	go t.readLoop()
@@ -228,7 +231,7 @@ func (t *Transport) setup() error {
 		return fmt.Errorf("vfiouser: mmap DMA memory: %w", err)
 	}
 	t.mem = mem
-	t.slab = inproc.NewSlabOn(t.opts.Base, mem)
+	t.slab.Store(inproc.NewSlabOn(t.opts.Base, mem))
 	var mapFDs []int
 	if !t.opts.NoDMAFD {
 		mapFDs = []int{fd}
@@ -273,7 +276,7 @@ func (t *Transport) regionInfo(index uint32) (RegionInfo, error) {
 // error wrapping ErrRemote and the errno.
 func (t *Transport) call(cmd Command, body any, fds []int) (Message, error) {
 	id := uint16(t.nextID.Add(1))
-	ch := make(chan Message, 1)
+	ch := make(chan callReply, 1)
 	t.pmu.Lock()
 	t.pending[id] = ch
 	t.pmu.Unlock()
@@ -288,7 +291,11 @@ func (t *Transport) call(cmd Command, body any, fds []int) (Message, error) {
 	}
 	timer := time.NewTimer(t.opts.Timeout)
 	defer timer.Stop()
-	reply := func(r Message) (Message, error) {
+	reply := func(cr callReply) (Message, error) {
+		r := cr.msg
+		if cr.err != nil {
+			return r, fmt.Errorf("vfiouser: %s: reply: %w", cmd, cr.err)
+		}
 		if r.Header.Flags&FlagError != 0 {
 			return r, fmt.Errorf("vfiouser: %s: %w: %w", cmd, ErrRemote, unix.Errno(r.Header.Error))
 		}
@@ -298,14 +305,14 @@ func (t *Transport) call(cmd Command, body any, fds []int) (Message, error) {
 		return r, nil
 	}
 	select {
-	case r := <-ch:
-		return reply(r)
+	case cr := <-ch:
+		return reply(cr)
 	case <-t.dead:
 		// The reply may have arrived just before the connection closed
 		// (a server that refuses answers, then hangs up): it wins.
 		select {
-		case r := <-ch:
-			return reply(r)
+		case cr := <-ch:
+			return reply(cr)
 		default:
 		}
 		drop()
@@ -330,23 +337,41 @@ func (t *Transport) readLoop() {
 		closeFDs(fds)
 		m, err := DecodeMessage(hdr, payload, len(fds))
 		if err != nil {
-			if m.Header.IsReply() || m.Header.Flags&FlagNoReply != 0 {
+			if m.Header.IsReply() {
+				// A malformed answer still answers its call: the
+				// caller gets the error now rather than a timeout.
+				t.answer(m, err)
+				continue
+			}
+			if m.Header.Flags&FlagNoReply != 0 {
 				continue
 			}
 			_ = t.w.write(EncodeMessage(m.Header.ID, m.Header.Cmd, FlagReply|FlagError, uint32(unix.EINVAL), nil), nil)
 			continue
 		}
 		if m.Header.IsReply() {
-			t.pmu.Lock()
-			ch := t.pending[m.Header.ID]
-			delete(t.pending, m.Header.ID)
-			t.pmu.Unlock()
-			if ch != nil {
-				ch <- m
-			}
+			t.answer(m, nil)
 			continue
 		}
 		t.serveDMA(m)
+	}
+}
+
+// callReply is what a call receives: the reply, or why it is unusable.
+type callReply struct {
+	msg Message
+	err error
+}
+
+// answer hands a reply (or its decoding error) to the call waiting for
+// its ID; a reply nobody waits for is dropped.
+func (t *Transport) answer(m Message, err error) {
+	t.pmu.Lock()
+	ch := t.pending[m.Header.ID]
+	delete(t.pending, m.Header.ID)
+	t.pmu.Unlock()
+	if ch != nil {
+		ch <- callReply{msg: m, err: err}
 	}
 }
 
@@ -355,10 +380,14 @@ func (t *Transport) serveDMA(m Message) {
 	a, ok := m.Body.(DMAAccess)
 	var reply []byte
 	var buf []byte
-	if ok && t.slab != nil {
+	slab := t.slab.Load()
+	if ok {
 		var err error
-		buf, err = t.slab.Slice(a.Address, int(min(a.Count, uint64(t.slab.Size()))))
-		ok = err == nil && uint64(len(buf)) == a.Count
+		ok = false
+		if slab != nil {
+			buf, err = slab.Slice(a.Address, int(min(a.Count, uint64(slab.Size()))))
+			ok = err == nil && uint64(len(buf)) == a.Count
+		}
 	}
 	switch {
 	case !ok:
@@ -489,10 +518,12 @@ func (t *Transport) Write32(off, v uint32) error {
 }
 
 // Alloc implements mhi.DMAMemory from the memfd shared with the server.
-func (t *Transport) Alloc(size, align int) (mhi.DMABuffer, error) { return t.slab.Alloc(size, align) }
+func (t *Transport) Alloc(size, align int) (mhi.DMABuffer, error) {
+	return t.slab.Load().Alloc(size, align)
+}
 
 // Free implements mhi.DMAMemory.
-func (t *Transport) Free(b mhi.DMABuffer) error { return t.slab.Free(b) }
+func (t *Transport) Free(b mhi.DMABuffer) error { return t.slab.Load().Free(b) }
 
 // Vectors implements mhi.Interrupts: the MSI vectors with an eventfd.
 func (t *Transport) Vectors() int { return len(t.evfds) }

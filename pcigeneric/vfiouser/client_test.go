@@ -17,7 +17,7 @@ func TestClientServesDMA(t *testing.T) {
 	defer c.Close()
 	defer s.Close()
 	tr := &Transport{w: newWire(c), mem: make([]byte, 4096)}
-	tr.slab = inproc.NewSlabOn(0x1000, tr.mem)
+	tr.slab.Store(inproc.NewSlabOn(0x1000, tr.mem))
 	peer := newWire(s)
 	exchange := func(raw []byte) Message {
 		t.Helper()

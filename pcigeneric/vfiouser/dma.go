@@ -3,7 +3,10 @@ package vfiouser
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
+	"runtime/debug"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -44,6 +47,16 @@ func (t *dmaTable) add(d DMAMap, fd int) error {
 		}
 		if d.Offset > 1<<62 {
 			return fmt.Errorf("%w: DMA offset 0x%x", ErrMalformed, d.Offset)
+		}
+		// Pages past the end of a file raise SIGBUS when touched: refuse
+		// a mapping the file does not cover (faultGuard catches a file
+		// shrunk afterwards).
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return fmt.Errorf("vfiouser: DMA region 0x%x+0x%x: fstat: %w", d.IOVA, d.Size, err)
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFREG && d.Offset+d.Size > uint64(st.Size) {
+			return fmt.Errorf("%w: DMA region 0x%x+0x%x at offset 0x%x of a %d-byte file", ErrMalformed, d.IOVA, d.Size, d.Offset, st.Size)
 		}
 		mem, err := unix.Mmap(fd, int64(d.Offset), int(d.Size), prot, unix.MAP_SHARED)
 		if err != nil {
@@ -151,16 +164,22 @@ func (t *dmaTable) access(p []byte, iova uint64, write bool) error {
 		direct = direct && c.r.mem != nil
 	}
 	if direct {
-		pos := 0
-		for _, c := range sp {
-			if write {
-				copy(c.r.mem[c.off:], p[pos:pos+c.n])
-			} else {
-				copy(p[pos:pos+c.n], c.r.mem[c.off:])
+		err := guarded(func() {
+			pos := 0
+			for _, c := range sp {
+				if write {
+					copy(c.r.mem[c.off:], p[pos:pos+c.n])
+				} else {
+					copy(p[pos:pos+c.n], c.r.mem[c.off:])
+				}
+				pos += c.n
 			}
-			pos += c.n
-		}
+		})
 		t.mu.RUnlock()
+		if err != nil {
+			t.faults.Add(1)
+			return fmt.Errorf("vfiouser: %d bytes at 0x%x: %w", len(p), iova, err)
+		}
 		return nil
 	}
 	t.mu.RUnlock()
@@ -196,8 +215,13 @@ func (t *dmaTable) Load32(iova uint64) (uint32, error) {
 	t.mu.RLock()
 	r, off, err := t.find(iova, 4, false)
 	if err == nil && r.mem != nil {
-		v := mhi.Load32(r.mem, int(off))
+		var v uint32
+		err := guarded(func() { v = mhi.Load32(r.mem, int(off)) })
 		t.mu.RUnlock()
+		if err != nil {
+			t.faults.Add(1)
+			return 0, fmt.Errorf("vfiouser: 32-bit load at 0x%x: %w", iova, err)
+		}
 		return v, nil
 	}
 	t.mu.RUnlock()
@@ -220,8 +244,12 @@ func (t *dmaTable) Store32(iova uint64, v uint32) error {
 	t.mu.RLock()
 	r, off, err := t.find(iova, 4, true)
 	if err == nil && r.mem != nil {
-		mhi.Store32(r.mem, int(off), v)
+		err := guarded(func() { mhi.Store32(r.mem, int(off), v) })
 		t.mu.RUnlock()
+		if err != nil {
+			t.faults.Add(1)
+			return fmt.Errorf("vfiouser: 32-bit store at 0x%x: %w", iova, err)
+		}
 		return nil
 	}
 	t.mu.RUnlock()
@@ -231,6 +259,27 @@ func (t *dmaTable) Store32(iova uint64, v uint32) error {
 	var b [4]byte
 	binary.LittleEndian.PutUint32(b[:], v)
 	return t.fallback(true, iova, b[:])
+}
+
+// errPageFault: an access to a client mapping faulted, its file shrunk
+// under it.
+var errPageFault = fmt.Errorf("page fault on the client's memory (file truncated under the mapping?): %w: %w", ErrDMA, mhi.ErrBounds)
+
+// guarded runs an access to client-mapped memory and turns a memory fault
+// (SIGBUS from a page past the end of a file the client truncated after
+// DMA_MAP) into errPageFault instead of a crash. Any other panic goes on.
+func guarded(access func()) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(interface{ Addr() uintptr }); !ok {
+				panic(r)
+			}
+			err = errPageFault
+		}
+	}()
+	access()
+	return nil
 }
 
 // irqTable holds the MSI eventfds set by SET_IRQS and implements
@@ -270,11 +319,22 @@ func (t *irqTable) Raise(vector int) {
 	t.raised.Add(1)
 }
 
-// set installs fds at start.. (taking ownership), trimming trailing unset
-// entries.
+// set installs fds at start.. (taking ownership: on error they are
+// closed), trimming trailing unset entries. Each must be an eventfd; it is
+// made non-blocking (QEMU and this package's client create them so), so
+// that Raise never blocks on one whose counter the client filled. A
+// client that clears O_NONBLOCK again can still block its own session's
+// interrupts.
 func (t *irqTable) set(start int, fds []int) error {
 	if start+len(fds) > t.max {
+		closeFDs(fds)
 		return fmt.Errorf("%w: vectors %d..%d of %d", ErrMalformed, start, start+len(fds), t.max)
+	}
+	for _, fd := range fds {
+		if err := prepareEventfd(fd); err != nil {
+			closeFDs(fds)
+			return fmt.Errorf("vfiouser: vector %d..%d: %w", start, start+len(fds), err)
+		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -289,6 +349,23 @@ func (t *irqTable) set(start int, fds []int) error {
 	}
 	for len(t.fds) > 0 && t.fds[len(t.fds)-1] < 0 {
 		t.fds = t.fds[:len(t.fds)-1]
+	}
+	return nil
+}
+
+// prepareEventfd checks that fd is an eventfd (when /proc tells) and
+// makes it non-blocking. A pipe or file passed as an interrupt could block
+// a write forever (a pipe nobody reads fills up).
+func prepareEventfd(fd int) error {
+	if target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)); err == nil && target != "anon_inode:[eventfd]" {
+		return fmt.Errorf("%w: descriptor %s is not an eventfd", ErrMalformed, target)
+	}
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err == nil && fl&unix.O_NONBLOCK == 0 {
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl|unix.O_NONBLOCK)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: eventfd flags: %w", ErrMalformed, err)
 	}
 	return nil
 }

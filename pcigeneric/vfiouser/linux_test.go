@@ -24,8 +24,8 @@ import (
 
 // The Linux-driver test: the mock modem, served over vfio-user by this
 // package, is a PCI device of a QEMU guest running Debian's kernel, and
-// Linux's own MHI stack (mhi, mhi_pci_generic, mhi_net, mhi_wwan_mbim)
-// drives it. The guest's /init checks what it sees and prints one
+// Linux's own MHI stack (mhi, mhi_pci_generic, mhi_net, mhi_wwan_mbim,
+// mhi_wwan_ctrl) drives it. The guest's /init checks what it sees and prints one
 // "CHECK <name> PASS|FAIL <detail>" line per check on the serial console;
 // the test reacts to its "MARK <step>" lines (injecting SYS_ERR, starting
 // the generator, taking the modem's counters) and gives the verdict from
@@ -72,6 +72,13 @@ stats() { for f in rx_packets tx_packets rx_bytes tx_bytes rx_errors tx_errors r
 kernlog() { dmesg | grep -iE 'mhi|wwan' | grep -vE 'insmod|Loading' ; }
 # pingcheck NAME COUNT ADDRESS: ping and check every echo came back.
 pingcheck() { out=$(ping -c $2 -W 2 $3 2>&1); echo "$out" | grep -q " $2 packets received"; check $1 $? "$(echo "$out" | grep -E 'transmitted|bad|unreach')"; }
+# ctlports NODE…: the wwan ports exist (check node-NODE) with their types.
+ctlports() {
+	for n in "$@"; do waitfor /dev/$n 10; check node-$n $? "/dev/$n ($(cat /sys/class/wwan/$n/type 2>/dev/null))"; done
+	echo "INFO wwan class: $(ls /sys/class/wwan | tr '\n' ' ')"
+}
+# mark STEP: let the test take the modem's counters at a quiet moment.
+mark() { sleep 0.2; echo "MARK $1"; sleep 0.3; }
 finish() { echo "--- kernel log ---"; kernlog; echo "GUEST DONE"; poweroff -f; }
 addrs() {
 	ip link set $1 up
@@ -99,13 +106,18 @@ sdx55)
 	pingcheck ping4 5 192.0.2.2
 	[ "$stopafter" = ping4 ] && finish
 	pingcheck ping6 5 2001:db8::2
-	/bin/guestprobe -name udp4-echo -to 192.0.2.2:7 -count 10 -size 1200
-	/bin/guestprobe -name udp6-echo -to [2001:db8::2]:7 -count 10 -size 1200
+	/bin/guestprobe udp -name udp4-echo -to 192.0.2.2:7 -count 10 -size 1200
+	/bin/guestprobe udp -name udp6-echo -to [2001:db8::2]:7 -count 10 -size 1200
 	sleep 1
 	echo "STATS $(stats mhi_hwip0)"
 	echo "MARK stats"
 	sleep 0.5
 	echo "STATS-AFTER $(stats mhi_hwip0)"
+	# Linux's control ports (mhi_wwan_ctrl): MBIM and QMI.
+	ctlports wwan0mbim0 wwan0qmi0
+	/bin/guestprobe mbim -dev /dev/wwan0mbim0 -observe
+	/bin/guestprobe qmi -dev /dev/wwan0qmi0
+	mark ctl
 	# After SYS_ERR the driver destroys the channels' devices and creates
 	# them again once the modem is back in mission mode: mhi_hwip0 comes
 	# back as a new interface (another ifindex), perhaps within one poll.
@@ -116,6 +128,9 @@ sdx55)
 	waitfor /sys/class/net/mhi_hwip0 30; check syserr-recovered $? "mhi_hwip0 back (ifindex $(cat /sys/class/net/mhi_hwip0/ifindex 2>/dev/null)) after SYS_ERR recovery"
 	addrs mhi_hwip0
 	pingcheck ping4-after-syserr 3 192.0.2.2
+	# The MBIM port is created again too, and the modem answers on it.
+	waitfor /dev/wwan0mbim0 10
+	/bin/guestprobe mbim -dev /dev/wwan0mbim0 -name mbim-after-syserr -quick
 	echo "MARK recovered"
 	;;
 fn990)
@@ -138,7 +153,13 @@ fn990)
 	# The uplink: Linux's own NTB16 framing, parsed by the modem.
 	addrs wwan0
 	pingcheck ping4 3 192.0.2.2
-	/bin/guestprobe -name udp4-echo -to 192.0.2.2:7 -count 10 -size 1400
+	/bin/guestprobe udp -name udp4-echo -to 192.0.2.2:7 -count 10 -size 1400
+	# Linux's control ports (mhi_wwan_ctrl): MBIM, DUN and DUN2.
+	ctlports wwan0mbim0 wwan0at0 wwan0at1
+	/bin/guestprobe mbim -dev /dev/wwan0mbim0 -observe
+	/bin/guestprobe at -dev /dev/wwan0at0 -name at0
+	/bin/guestprobe at -dev /dev/wwan0at1 -name at1 -long
+	mark ctl
 	;;
 *)
 	echo "CHECK profile FAIL unknown profile '$profile'"
@@ -174,8 +195,13 @@ type guestRun struct {
 	// modem setup for each session (faults)
 	device func(*ep.Config)
 
+	// ctlID, if set, attaches the MBIM, QMI and AT functions the model
+	// has channels for, answering as this identity.
+	ctlID *ep.ModemIdentity
+
 	dev    *vfiouser.ServerDevice
 	ipd    atomic.Pointer[ep.IPData]
+	ctl    atomic.Pointer[ctlSetup]
 	events *eventLog
 
 	mu      sync.Mutex
@@ -190,6 +216,9 @@ type markSnap struct {
 	ip     ep.IPDataStats
 	modem  ep.Stats
 	status ep.Status
+	ctl    *ctlSnap  // nil without control functions
+	regs   int       // register accesses logged so far
+	at     time.Time // when the line arrived
 }
 
 // eventLog collects the server's event log records.
@@ -227,6 +256,14 @@ func (r *guestRun) run(t *testing.T, env *qemuguest.Env, initrd string, extraApp
 			for _, f := range c.Functions {
 				if ipd, ok := f.(*ep.IPData); ok {
 					r.ipd.Store(ipd)
+				}
+			}
+			if r.ctlID != nil {
+				s, err := newCtlSetup(c, *r.ctlID)
+				if err != nil {
+					t.Errorf("control functions: %v", err)
+				} else {
+					r.ctl.Store(s)
 				}
 			}
 			if r.device != nil {
@@ -290,7 +327,7 @@ func (r *guestRun) run(t *testing.T, env *qemuguest.Env, initrd string, extraApp
 
 // snapshot records the modem's counters at a guest's MARK line.
 func (r *guestRun) snapshot(step string) {
-	var s markSnap
+	s := markSnap{at: time.Now()}
 	if ipd := r.ipData(); ipd != nil {
 		s.ip = ipd.Stats()
 	}
@@ -298,7 +335,12 @@ func (r *guestRun) snapshot(step string) {
 		s.modem = m.Stats()
 		s.status = m.Status()
 	}
+	if c := r.ctl.Load(); c != nil {
+		cs := c.snapshot()
+		s.ctl = &cs
+	}
 	r.mu.Lock()
+	s.regs = len(r.regs)
 	r.marks[step] = s
 	r.mu.Unlock()
 }
@@ -334,6 +376,7 @@ func errText(err error) string {
 
 var (
 	checkLine   = regexp.MustCompile(`(?m)^CHECK (\S+) (PASS|FAIL)(.*)$`)
+	infoLine    = regexp.MustCompile(`(?m)^INFO .*$`)
 	statsFields = regexp.MustCompile(`(\w+)=(\d+)`)
 )
 
@@ -387,6 +430,9 @@ func requireChecks(t *testing.T, r *guestRun, names ...string) {
 	for _, n := range slices.Sorted(maps.Keys(got)) {
 		t.Logf("guest: CHECK %s %s", n, got[n])
 	}
+	for _, l := range infoLine.FindAllString(r.serial, -1) {
+		t.Logf("guest: %s", l)
+	}
 }
 
 // TestLinuxDriverSDX55 boots the guest with the mock modem as a Qualcomm
@@ -395,11 +441,15 @@ func requireChecks(t *testing.T, r *guestRun, names ...string) {
 // UDP echoes with the modem's responder (IPv4 and IPv6) with counters that
 // match the modem's; then the modem raises SYS_ERR and the driver must
 // tear the channels down, reset the modem and bring it back to mission
-// mode, with traffic flowing again.
+// mode, with traffic flowing again. Before the SYS_ERR, the guest probe
+// speaks MBIM on /dev/wwan0mbim0 and QMI on /dev/wwan0qmi0 (mhi_wwan_ctrl)
+// to the modem's control functions, and after it MBIM once more
+// (linux_ctl_test.go).
 func TestLinuxDriverSDX55(t *testing.T) {
 	env, initrd := linuxEnv(t)
 	r := &guestRun{model: "qcom-sdx55m", profile: "sdx55",
 		ipdata: ep.IPDataConfig{Format: ep.FormatRaw, Responder: true},
+		ctlID:  &sdx55Identity,
 		onMark: func(r *guestRun, step string) {
 			if step == "syserr" {
 				r.dev.Modem().InjectSysErr()
@@ -407,8 +457,9 @@ func TestLinuxDriverSDX55(t *testing.T) {
 		},
 	}
 	r.run(t, env, initrd, os.Getenv("GOMHI_LINUX_APPEND"))
-	requireChecks(t, r, "netdev", "ping4", "ping6", "udp4-echo", "udp6-echo",
-		"syserr-teardown", "syserr-recovered", "ping4-after-syserr")
+	requireChecks(t, r, slices.Concat([]string{"netdev", "ping4", "ping6", "udp4-echo", "udp6-echo",
+		"syserr-teardown", "syserr-recovered", "ping4-after-syserr", "node-wwan0mbim0"},
+		mbimChecks, qmiChecks, afterSysErrChecks)...)
 
 	// The guest's interface counters against the modem's, at the same
 	// quiet moment: every packet the guest sent reached the modem's data
@@ -455,6 +506,12 @@ func TestLinuxDriverSDX55(t *testing.T) {
 	if bad := r.dev.Stats(); bad.Malformed != 0 || bad.DMAFaults != 0 {
 		t.Errorf("server: %d malformed messages, %d DMA faults", bad.Malformed, bad.DMAFaults)
 	}
+
+	// Linux's control ports: MBIM and QMI through mhi_wwan_ctrl.
+	checkMBIMPort(t, r, sdx55Identity)
+	checkQMIPort(t, r, sdx55Identity)
+	checkMBIMAfterSysErr(t, r, sdx55Identity)
+	ctlSummary(t, r)
 	r.logRegisters(t)
 }
 
@@ -515,12 +572,16 @@ func (r *guestRun) logRegisters(t *testing.T) {
 // MBIM NTB16 of up to 32 datagrams in the driver's 32 KiB buffers, must
 // arrive whole: the guest's rx_packets equals what the modem sent, with no
 // receive errors or drops. Pings and UDP echoes through wwan0 then check
-// the uplink: NTB16 built by Linux, parsed by the modem.
+// the uplink: NTB16 built by Linux, parsed by the modem. Last, the guest
+// probe speaks MBIM on /dev/wwan0mbim0 and AT on /dev/wwan0at0 and
+// /dev/wwan0at1 (mhi_wwan_ctrl) to the modem's control functions
+// (linux_ctl_test.go).
 func TestLinuxDriverFN990(t *testing.T) {
 	env, initrd := linuxEnv(t)
 	var genErr atomic.Value
 	r := &guestRun{model: "telit-fn990", profile: "fn990",
 		ipdata: ep.IPDataConfig{Format: ep.FormatNTB16, Responder: true},
+		ctlID:  &fn990Identity,
 		onMark: func(r *guestRun, step string) {
 			if step != "dl" {
 				return
@@ -539,7 +600,7 @@ func TestLinuxDriverFN990(t *testing.T) {
 		},
 	}
 	r.run(t, env, initrd, fmt.Sprintf("gomhi.dl=%d", dlPackets))
-	requireChecks(t, r, "netdev", "ping4", "udp4-echo")
+	requireChecks(t, r, slices.Concat([]string{"netdev", "ping4", "udp4-echo", "node-wwan0mbim0"}, mbimChecks, atChecks)...)
 	if err, _ := genErr.Load().(error); err != nil {
 		t.Fatalf("generator: %v", err)
 	}
@@ -576,6 +637,11 @@ func TestLinuxDriverFN990(t *testing.T) {
 			}
 		}
 	}
+
+	// Linux's control ports: MBIM, DUN and DUN2 through mhi_wwan_ctrl.
+	checkMBIMPort(t, r, fn990Identity)
+	checkATPorts(t, r, fn990Identity)
+	ctlSummary(t, r)
 }
 
 // TestLinuxDriverCatchesBrokenModem breaks the mock modem on purpose: from

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"net"
@@ -51,6 +50,13 @@ type DeviceOptions struct {
 	// IPData configures the mock modem's IP data function, as in
 	// pcigeneric.MockOptions.
 	IPData ep.IPDataConfig
+	// RequireConnect and Modem configure each session's mock modem as in
+	// pcigeneric.MockOptions: with RequireConnect IP data is dropped and
+	// counted until the client connects a session over a control channel
+	// (MBIM CONNECT). Each session gets a fresh modem (a new client finds
+	// it registered, attached, without a session).
+	RequireConnect bool
+	Modem          ep.ModemConfig
 	// Device, if set, adjusts each session's modem configuration.
 	Device func(*ep.Config)
 	// OnRegister, if set, is called with every BAR0 register access the
@@ -97,7 +103,7 @@ type ServerDevice struct {
 
 	opts DeviceOptions
 	log  *slog.Logger
-	cfg  func() (ep.Config, error)
+	cfg  func() (ep.Config, *pcigeneric.MockFunctions, error)
 
 	messages, errReplies, malformed, sessions atomic.Uint64
 	maps, faults, raised, lost                atomic.Uint64
@@ -105,6 +111,7 @@ type ServerDevice struct {
 
 	mu    sync.Mutex
 	modem *ep.Device
+	fns   *pcigeneric.MockFunctions
 	busy  bool
 }
 
@@ -144,28 +151,19 @@ func NewServerDevice(opts DeviceOptions) (*ServerDevice, error) {
 		mlog = slog.New(slog.DiscardHandler)
 	}
 	d := &ServerDevice{Entry: entry, opts: opts, log: log}
-	d.cfg = func() (ep.Config, error) {
-		cfg := info.Config.WithLoopback()
-		h := fnv.New32a()
-		h.Write([]byte(info.Name))
-		ec := ep.Config{MHI: cfg, SerialNumber: h.Sum32(), Logger: mlog}
-		if pair := pcigeneric.DataPair(cfg); pair != "" {
-			ic := opts.IPData
-			if ic == (ep.IPDataConfig{}) && pair == ep.IPDataName {
-				ic.Format = ep.FormatRaw
-			}
-			ipd, err := ep.NewIPData(ic)
-			if err != nil {
-				return ep.Config{}, err
-			}
-			ec.Functions = map[string]ep.Function{pair: ipd}
+	d.cfg = func() (ep.Config, *pcigeneric.MockFunctions, error) {
+		ec, fns, err := pcigeneric.NewMockConfig(entry, pcigeneric.MockModemOptions{
+			IPData: opts.IPData, Modem: opts.Modem, RequireConnect: opts.RequireConnect, Logger: mlog,
+		})
+		if err != nil {
+			return ep.Config{}, nil, err
 		}
 		if opts.Device != nil {
 			opts.Device(&ec)
 		}
-		return ec, nil
+		return ec, fns, nil
 	}
-	ec, err := d.cfg()
+	ec, _, err := d.cfg()
 	if err != nil {
 		return nil, err
 	}
@@ -197,6 +195,14 @@ func (d *ServerDevice) Modem() *ep.Device {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.modem
+}
+
+// Functions returns the current session's mock modem functions (IP data,
+// MBIM…) and their shared state, or nil between sessions.
+func (d *ServerDevice) Functions() *pcigeneric.MockFunctions {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.fns
 }
 
 // ErrBusy is returned by Serve when the device already serves a client,
@@ -346,7 +352,7 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 	dev.mu.Unlock()
 	defer func() {
 		dev.mu.Lock()
-		dev.busy, dev.modem = false, nil
+		dev.busy, dev.modem, dev.fns = false, nil, nil
 		dev.mu.Unlock()
 	}()
 	dev.sessions.Add(1)
@@ -361,7 +367,7 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 	}
 	s.mem.fallback = s.dmaMessage
 	dev.log.Info("connect")
-	ec, err := dev.cfg()
+	ec, fns, err := dev.cfg()
 	if err != nil {
 		conn.Close()
 		return err
@@ -373,7 +379,7 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 	}
 	s.modem = modem
 	dev.mu.Lock()
-	dev.modem = modem
+	dev.modem, dev.fns = modem, fns
 	dev.mu.Unlock()
 
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
@@ -419,8 +425,14 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 			st := ipd.Stats()
 			dev.log.Info("ip_data", "pair", name, "ul_packets", st.ULPackets, "gen_packets", st.GenPackets,
 				"dl_packets", st.DLPackets, "dl_aggregates", st.DLAggregates, "answered", st.Answered,
-				"dropped", st.Dropped(), "malformed", st.DeaggErrors())
+				"dropped", st.Dropped(), "dropped_gated", st.DroppedGated, "malformed", st.DeaggErrors())
 		}
+	}
+	if fns != nil && fns.Modem != nil {
+		ms := fns.Stats()
+		dev.log.Info("control", "connects", ms.Connects, "disconnects", ms.Disconnects, "connect_failures", ms.ConnectFailures,
+			"mbim_messages_in", ms.MBIMMessagesIn, "mbim_messages_out", ms.MBIMMessagesOut,
+			"mbim_function_errors", ms.MBIMFunctionErrors, "mbim_not_supported", ms.MBIMNotSupported)
 	}
 	return err
 }

@@ -25,12 +25,19 @@ func newWire(c *net.UnixConn) *wire {
 // errFraming marks a read error after which the stream cannot be resynced.
 var errFraming = errors.New("vfiouser: framing lost")
 
-// readFull reads exactly len(p) bytes and collects descriptors.
+// readFull reads exactly len(p) bytes and collects descriptors. When the
+// peer attached more descriptors than fit in MaxFDs (the kernel then drops
+// the excess and sets MSG_CTRUNC), it closes those received and returns
+// tooManyFDs instead.
 func (w *wire) readFull(p []byte, fds []int) ([]int, error) {
 	for n := 0; n < len(p); {
-		k, oobn, _, _, err := w.c.ReadMsgUnix(p[n:], w.oob)
+		k, oobn, flags, _, err := w.c.ReadMsgUnix(p[n:], w.oob)
 		if oobn > 0 {
 			fds = append(fds, parseRights(w.oob[:oobn])...)
+		}
+		if flags&unix.MSG_CTRUNC != 0 {
+			closeFDs(fds)
+			fds = tooManyFDs()
 		}
 		n += k
 		if err != nil {
@@ -47,6 +54,18 @@ func (w *wire) readFull(p []byte, fds []int) ([]int, error) {
 		}
 	}
 	return fds, nil
+}
+
+// tooManyFDs stands for the descriptors of a message that carried more
+// than MaxFDs: MaxFDs+1 entries of -1, no descriptor (closeFDs skips
+// them), so that DecodeMessage refuses the message (ErrUnexpectedFDs)
+// and it gets an error reply like any message with too many.
+func tooManyFDs() []int {
+	fds := make([]int, MaxFDs+1)
+	for i := range fds {
+		fds[i] = -1
+	}
+	return fds
 }
 
 func parseRights(oob []byte) []int {

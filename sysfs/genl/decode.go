@@ -60,6 +60,8 @@ type Request struct {
 	DevName string
 	// MRU, MTU and TimeoutMs are the SET_DEVICE values (nil when absent).
 	MRU, MTU, TimeoutMs *uint32
+	// APN and IPType are the CONNECT values ("" when absent).
+	APN, IPType string
 
 	// FamilyName and FamilyID are the nlctrl GETFAMILY attributes
 	// ("" and 0 when absent).
@@ -205,6 +207,10 @@ var mhiPolicy = [cmdMax + 1]uint32{
 	CmdSetDevice:    1<<AttrDevName | 1<<AttrMRU | 1<<AttrMTU | 1<<AttrTimeoutMs,
 	CmdGetStats:     1 << AttrDevName,
 	CmdDumpChannels: 1 << AttrDevName,
+	CmdConnect:      1<<AttrDevName | 1<<AttrAPN | 1<<AttrIPType,
+	CmdDisconnect:   1 << AttrDevName,
+	CmdGetSession:   1 << AttrDevName,
+	CmdDumpPorts:    1 << AttrDevName,
 }
 
 func (r *Request) decodeMHI(msg []byte) error {
@@ -251,6 +257,8 @@ func (r *Request) decodeMHI(msg []byte) error {
 			default:
 				r.TimeoutMs = &v
 			}
+		case AttrAPN, AttrIPType:
+			return r.decodeSessionAttr(typ, name, p, off)
 		}
 		return nil
 	})
@@ -261,6 +269,10 @@ func (r *Request) decodeMHI(msg []byte) error {
 	if needName && r.DevName == "" {
 		return &RequestError{Errno: unix.EINVAL, Missing: AttrDevName,
 			Msg: fmt.Sprintf("%s needs the %s attribute", cmdName(r.Command), attrName(AttrDevName))}
+	}
+	if r.Command == CmdConnect && r.APN == "" {
+		return &RequestError{Errno: unix.EINVAL, Missing: AttrAPN,
+			Msg: fmt.Sprintf("%s needs the %s attribute", cmdName(r.Command), attrName(AttrAPN))}
 	}
 	if r.Command == CmdSetDevice && r.MRU == nil && r.MTU == nil && r.TimeoutMs == nil {
 		return &RequestError{Errno: unix.EINVAL, Missing: AttrMRU,

@@ -28,6 +28,11 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add(append(nlmsg(genl.FamilyID, req, 8, genl.CmdGetDevice, dev), nlmsg(genl.FamilyID, req, 9, 99)...))
 	f.Add(nlmsg(genl.FamilyID, req, 10, genl.CmdSetDevice, dev, attr(genl.AttrMRU|0x8000, []byte{1})))
 	f.Add([]byte{0x14, 0, 0, 0, 0x4d, 0})
+	f.Add(nlmsg(genl.FamilyID, req, 11, genl.CmdConnect, dev, attr(genl.AttrAPN, str("internet")), attr(genl.AttrIPType, str("ipv4v6"))))
+	f.Add(nlmsg(genl.FamilyID, req, 12, genl.CmdConnect, dev, attr(genl.AttrAPN, str("a b"))))
+	f.Add(nlmsg(genl.FamilyID, req, 13, genl.CmdDisconnect, dev))
+	f.Add(nlmsg(genl.FamilyID, req, 14, genl.CmdGetSession, dev))
+	f.Add(nlmsg(genl.FamilyID, req|uint16(netlink.Dump), 15, genl.CmdDumpPorts, dev))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		rest := b
 		for len(rest) > 0 {
@@ -55,7 +60,7 @@ func FuzzDecodeRequest(f *testing.F) {
 // mhi-family request.
 func checkRequest(t *testing.T, r *genl.Request, n int) {
 	t.Helper()
-	if r.Command < genl.CmdGetDevice || r.Command > genl.CmdDumpChannels {
+	if r.Command < genl.CmdGetDevice || r.Command > genl.CmdDumpPorts {
 		t.Fatalf("accepted command %d", r.Command)
 	}
 	if r.DevName == "" && !(r.Command == genl.CmdGetDevice && r.Dump()) {
@@ -69,6 +74,12 @@ func checkRequest(t *testing.T, r *genl.Request, n int) {
 	}
 	if r.Command != genl.CmdSetDevice && (r.MRU != nil || r.MTU != nil || r.TimeoutMs != nil) {
 		t.Fatalf("accepted values in command %d", r.Command)
+	}
+	if r.Command == genl.CmdConnect && (r.APN == "" || len(r.APN) > genl.MaxAPNLen || strings.ContainsAny(r.APN+r.IPType, " \t\r\n\x00")) {
+		t.Fatalf("accepted connect with APN %q, IP type %q", r.APN, r.IPType)
+	}
+	if r.Command != genl.CmdConnect && (r.APN != "" || r.IPType != "") {
+		t.Fatalf("accepted APN or IP type in command %d", r.Command)
 	}
 	if r.DevName != "" {
 		if off := r.AttrOffset(genl.AttrDevName); off < 20 || off >= n {

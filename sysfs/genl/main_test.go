@@ -16,9 +16,10 @@ import (
 func TestMain(m *testing.M) {
 	flag.Parse()
 	testenv.RunHelpersOnlyWhenAsked(map[string]string{
-		"TestHelperClient":      helperPortEnv,
-		"TestHelperSquatter":    genltest.ModeEnv,
-		"TestHelperSquatClient": squatClientEnv,
+		"TestHelperClient":        helperPortEnv,
+		"TestHelperSessionClient": sessionHelperEnv,
+		"TestHelperSquatter":      genltest.ModeEnv,
+		"TestHelperSquatClient":   squatClientEnv,
 	})
 	code := m.Run()
 	genltest.RemoveSharedBinary()

@@ -62,8 +62,22 @@ const (
 	// CmdDumpChannels: DEV_NAME → one multipart message per channel, each
 	// with DEV_NAME and a CHANNEL nest, then NLMSG_DONE.
 	CmdDumpChannels uint8 = 4
+	// CmdConnect: DEV_NAME, APN and optionally IP_TYPE → connects the
+	// device's data session over its control channel and configures its
+	// interface; the reply is DEV_NAME and a SESSION nest, as
+	// CmdGetSession returns it. Needs uid 0 or CAP_NET_ADMIN.
+	CmdConnect uint8 = 5
+	// CmdDisconnect: DEV_NAME → disconnects the data session and removes
+	// its addresses; the reply as CmdGetSession. Needs uid 0 or
+	// CAP_NET_ADMIN.
+	CmdDisconnect uint8 = 6
+	// CmdGetSession: DEV_NAME → DEV_NAME and a SESSION nest.
+	CmdGetSession uint8 = 7
+	// CmdDumpPorts: DEV_NAME → one multipart message per control port,
+	// each with DEV_NAME and a PORT nest, then NLMSG_DONE.
+	CmdDumpPorts uint8 = 8
 
-	cmdMax = CmdDumpChannels
+	cmdMax = CmdDumpPorts
 )
 
 // Attributes of the top-level "mhi" set (also used inside DEVICE nests).
@@ -79,9 +93,13 @@ const (
 	AttrStats     uint16 = 9  // nest: StatsAttrEntry nests
 	AttrChannel   uint16 = 10 // nest: ChanAttr* attributes
 	AttrDevice    uint16 = 11 // nest, repeated: one device in a dump
+	AttrAPN       uint16 = 12 // string: access point name (CONNECT)
+	AttrIPType    uint16 = 13 // string: "ipv4", "ipv6" or "ipv4v6" (CONNECT)
+	AttrSession   uint16 = 14 // nest: SessAttr* attributes
+	AttrPort      uint16 = 15 // nest: PortAttr* attributes
 
 	// AttrMax is the highest top-level attribute type.
-	AttrMax = AttrDevice
+	AttrMax = AttrPort
 )
 
 // Attributes of the "stats" set (inside AttrStats).
@@ -154,6 +172,10 @@ var attrNames = [...]string{
 	AttrStats:     "stats",
 	AttrChannel:   "channel",
 	AttrDevice:    "device",
+	AttrAPN:       "apn",
+	AttrIPType:    "ip-type",
+	AttrSession:   "session",
+	AttrPort:      "port",
 }
 
 var cmdNames = [...]string{
@@ -161,6 +183,10 @@ var cmdNames = [...]string{
 	CmdSetDevice:    "set-device",
 	CmdGetStats:     "get-stats",
 	CmdDumpChannels: "dump-channels",
+	CmdConnect:      "connect",
+	CmdDisconnect:   "disconnect",
+	CmdGetSession:   "get-session",
+	CmdDumpPorts:    "dump-ports",
 }
 
 func attrName(t uint16) string {

@@ -377,6 +377,14 @@ func (s *Server) dispatch(port uint32, cred *unix.Ucred, msg []byte, req *Reques
 			err = s.getStats(r)
 		case CmdDumpChannels:
 			err = s.dumpChannels(r)
+		case CmdConnect:
+			err = s.connect(r, cred)
+		case CmdDisconnect:
+			err = s.disconnect(r, cred)
+		case CmdGetSession:
+			err = s.getSession(r)
+		case CmdDumpPorts:
+			err = s.dumpPorts(r)
 		default: // DecodeRequest rejects these; kept for safety
 			err = reqErr(unix.EOPNOTSUPP, 0, "unknown command %d", req.Command)
 		}
@@ -508,6 +516,10 @@ func (s *Server) getFamily(r *reply) error {
 			{CmdSetDevice, unix.GENL_CMD_CAP_DO | unix.GENL_CMD_CAP_HASPOL | unix.GENL_ADMIN_PERM},
 			{CmdGetStats, unix.GENL_CMD_CAP_DO | unix.GENL_CMD_CAP_HASPOL},
 			{CmdDumpChannels, unix.GENL_CMD_CAP_DUMP | unix.GENL_CMD_CAP_HASPOL},
+			{CmdConnect, unix.GENL_CMD_CAP_DO | unix.GENL_CMD_CAP_HASPOL | unix.GENL_ADMIN_PERM},
+			{CmdDisconnect, unix.GENL_CMD_CAP_DO | unix.GENL_CMD_CAP_HASPOL | unix.GENL_ADMIN_PERM},
+			{CmdGetSession, unix.GENL_CMD_CAP_DO | unix.GENL_CMD_CAP_HASPOL},
+			{CmdDumpPorts, unix.GENL_CMD_CAP_DUMP | unix.GENL_CMD_CAP_HASPOL},
 		} {
 			nae.Nested(uint16(i+1), func(oe *netlink.AttributeEncoder) error {
 				oe.Uint32(unix.CTRL_ATTR_OP_ID, uint32(op.cmd))

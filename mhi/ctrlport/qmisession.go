@@ -1,0 +1,444 @@
+package ctrlport
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gomhi/gomhi/mhi/proto/qmi"
+)
+
+// QMISession is a SessionClient over QMI (CTL client ids, WDS
+// START_NETWORK, GET_CURRENT_SETTINGS, STOP_NETWORK), for models whose
+// control channel is QMI only. A dual-stack session is two calls, one WDS
+// client per IP family, as QMI modems want. It shares its transport (a
+// Port's Pair) with qmicli and qmi-proxy: its CTL transaction ids are
+// high (QMICTLFirstTID…254) where libqmi counts from 1, and its service
+// messages go to client ids it allocated itself.
+type QMISession struct {
+	t      MessageTransport
+	cancel func()
+	notify atomic.Pointer[func()]
+
+	mu      sync.Mutex
+	ctlTID  uint8
+	svcTID  uint16
+	waiters map[qmiWaitKey]chan []byte
+	calls   []qmiCall
+	stray   uint64
+}
+
+// QMICTLFirstTID is the first CTL transaction id a QMISession uses.
+const QMICTLFirstTID = 200
+
+type qmiWaitKey struct {
+	svc qmi.Service
+	cid uint8
+	tid uint16
+}
+
+// qmiCall is one WDS call: the client that started it and its handle.
+type qmiCall struct {
+	cid    uint8
+	handle uint32
+	family uint8 // 4 or 6
+}
+
+// QMI WDS values used by the session (libqmi's numbering).
+const (
+	qmiWDSFamily4         = 4
+	qmiWDSFamily6         = 6
+	qmiWDSConnected       = 2
+	qmiWDSGlobalHandle    = 0xFFFFFFFF
+	qmiWDSSettingsRequest = 1<<2 | 1<<3 | 1<<4 | 1<<8 | 1<<9 | 1<<13 | 1<<15 // PDP type, APN, DNS, IP, gateway, MTU, family
+)
+
+// QMIError is a failed QMI result; it matches ErrQMIStatus.
+type QMIError struct {
+	Op   string // e.g. "WDS START_NETWORK"
+	Code qmi.ErrorCode
+	// CallEndReason is START_NETWORK's call-end reason (TLV 0x10), 0 if
+	// absent.
+	CallEndReason uint16
+}
+
+// ErrQMIStatus: a QMI response with a failed result.
+var ErrQMIStatus = errors.New("ctrlport: QMI status")
+
+// Error names the operation and the code.
+func (e *QMIError) Error() string {
+	s := fmt.Sprintf("%v: %s: %s", ErrQMIStatus, e.Op, e.Code)
+	if e.CallEndReason != 0 {
+		s += fmt.Sprintf(" (call end reason %d)", e.CallEndReason)
+	}
+	return s
+}
+
+// Unwrap returns ErrQMIStatus.
+func (e *QMIError) Unwrap() error { return ErrQMIStatus }
+
+// NewQMISession starts a QMI session client on t.
+func NewQMISession(t MessageTransport) *QMISession {
+	s := &QMISession{t: t, ctlTID: QMICTLFirstTID, svcTID: 1, waiters: map[qmiWaitKey]chan []byte{}}
+	s.cancel = t.Subscribe(s.receive)
+	return s
+}
+
+// Protocol returns "qmi".
+func (s *QMISession) Protocol() string { return "qmi" }
+
+// Notify implements SessionClient.
+func (s *QMISession) Notify(f func()) { s.notify.Store(&f) }
+
+// Close stops listening.
+func (s *QMISession) Close() { s.cancel() }
+
+// Stray returns the number of received frames no transaction waited for
+// (other clients' answers on a shared port, unreadable frames).
+func (s *QMISession) Stray() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stray
+}
+
+// receive takes one downlink transfer: one or more QMUX frames.
+func (s *QMISession) receive(msg []byte) {
+	for len(msg) > 0 {
+		n, err := qmi.FrameLen(msg)
+		if err != nil || n > len(msg) {
+			s.mu.Lock()
+			s.stray++
+			s.mu.Unlock()
+			return
+		}
+		s.frame(msg[:n])
+		msg = msg[n:]
+	}
+}
+
+func (s *QMISession) frame(b []byte) {
+	f, err := qmi.ParseFrame(b)
+	if err != nil {
+		s.mu.Lock()
+		s.stray++
+		s.mu.Unlock()
+		return
+	}
+	switch f.Type() {
+	case qmi.Response:
+		cid := f.Client
+		if f.Service == qmi.CTL {
+			cid = 0
+		}
+		k := qmiWaitKey{f.Service, cid, f.TID}
+		s.mu.Lock()
+		w, ok := s.waiters[k]
+		if ok {
+			delete(s.waiters, k)
+		} else {
+			s.stray++
+		}
+		s.mu.Unlock()
+		if ok {
+			w <- append([]byte(nil), b...)
+		}
+	case qmi.Indication:
+		if f.Service != qmi.WDS || f.Message != qmi.WDSGetPacketServiceStatus {
+			return
+		}
+		v, ok := f.TLVs.Find(0x01)
+		if !ok || len(v) < 1 || v[0] == qmiWDSConnected {
+			return
+		}
+		s.mu.Lock()
+		ours := f.Client == qmi.BroadcastClient
+		for _, c := range s.calls {
+			ours = ours || c.cid == f.Client
+		}
+		s.mu.Unlock()
+		if f := s.notify.Load(); ours && f != nil {
+			(*f)()
+		}
+	}
+}
+
+// transact sends one request and waits for its response; a failed result
+// is a *QMIError.
+func (s *QMISession) transact(ctx context.Context, svc qmi.Service, cid uint8, msg qmi.MessageID, tlvs func(b *qmi.Builder)) (qmi.Frame, error) {
+	op := svc.String() + " " + svc.MessageName(msg)
+	s.mu.Lock()
+	var tid uint16
+	if svc == qmi.CTL {
+		cid = 0
+		tid = uint16(s.ctlTID)
+		if s.ctlTID++; s.ctlTID == 255 {
+			s.ctlTID = QMICTLFirstTID
+		}
+	} else {
+		tid = s.svcTID
+		if s.svcTID++; s.svcTID == 0 {
+			s.svcTID = 1
+		}
+	}
+	k := qmiWaitKey{svc, cid, tid}
+	w := make(chan []byte, 1)
+	s.waiters[k] = w
+	s.mu.Unlock()
+	drop := func() {
+		s.mu.Lock()
+		delete(s.waiters, k)
+		s.mu.Unlock()
+	}
+	var b qmi.Builder
+	b.Start(make([]byte, 0, 128), qmi.Header{QMUXFlags: qmi.QMUXFromHost, Service: svc, Client: cid, Type: qmi.Request, TID: tid, Message: msg})
+	if tlvs != nil {
+		tlvs(&b)
+	}
+	frame, err := b.Finish()
+	if err != nil {
+		drop()
+		return qmi.Frame{}, fmt.Errorf("ctrlport: %s: %w", op, err)
+	}
+	if err := s.t.Send(frame); err != nil {
+		drop()
+		return qmi.Frame{}, fmt.Errorf("ctrlport: %s: %w", op, err)
+	}
+	select {
+	case raw := <-w:
+		f, err := qmi.ParseFrame(raw)
+		if err != nil {
+			return f, fmt.Errorf("ctrlport: %s: %w", op, err)
+		}
+		if f.Message != msg {
+			return f, fmt.Errorf("ctrlport: %s: response for message %#04x", op, uint16(f.Message))
+		}
+		r, err := f.TLVs.Result()
+		if err != nil {
+			return f, fmt.Errorf("ctrlport: %s: %w", op, err)
+		}
+		if !r.OK() {
+			e := &QMIError{Op: op, Code: r.Code}
+			if v, ok := f.TLVs.Find(0x10); ok && msg == qmi.WDSStartNetwork && svc == qmi.WDS && len(v) == 2 {
+				e.CallEndReason = binary.LittleEndian.Uint16(v)
+			}
+			return f, e
+		}
+		return f, nil
+	case <-ctx.Done():
+		drop()
+		return qmi.Frame{}, fmt.Errorf("ctrlport: %s (TID %d): %w", op, tid, ctx.Err())
+	}
+}
+
+func qmiCode(err error) qmi.ErrorCode {
+	var qe *QMIError
+	if errors.As(err, &qe) {
+		return qe.Code
+	}
+	return qmi.ErrNone
+}
+
+// allocate asks CTL for a client id of svc.
+func (s *QMISession) allocate(ctx context.Context, svc qmi.Service) (uint8, error) {
+	f, err := s.transact(ctx, qmi.CTL, 0, qmi.CTLAllocateCID, func(b *qmi.Builder) { b.TLVU8(0x01, uint8(svc)) })
+	if err != nil {
+		return 0, err
+	}
+	v, ok := f.TLVs.Find(0x01)
+	if !ok || len(v) != 2 || qmi.Service(v[0]) != svc {
+		return 0, fmt.Errorf("ctrlport: CTL ALLOCATE_CID: %w: allocation info % x", qmi.ErrValue, v)
+	}
+	return v[1], nil
+}
+
+// release gives a client id back (errors ignored: the modem may have
+// released it already, e.g. after a client's CTL SYNC).
+func (s *QMISession) release(ctx context.Context, svc qmi.Service, cid uint8) {
+	_, _ = s.transact(ctx, qmi.CTL, 0, qmi.CTLReleaseCID, func(b *qmi.Builder) { b.TLV(0x01, []byte{uint8(svc), cid}) })
+}
+
+// v4 decodes an IPv4 address as WDS carries it: a u32 in little-endian
+// byte order whose most significant byte is the first octet.
+func v4(v []byte) (netip.Addr, bool) {
+	if len(v) != 4 {
+		return netip.Addr{}, false
+	}
+	u := binary.LittleEndian.Uint32(v)
+	return netip.AddrFrom4([4]byte{byte(u >> 24), byte(u >> 16), byte(u >> 8), byte(u)}), true
+}
+
+// settings reads GET_CURRENT_SETTINGS of a connected client into cfg.
+func (s *QMISession) settings(ctx context.Context, cid uint8, family uint8, cfg *SessionConfig) error {
+	f, err := s.transact(ctx, qmi.WDS, cid, qmi.WDSGetCurrentSettings, func(b *qmi.Builder) { b.TLVU32(0x10, qmiWDSSettingsRequest) })
+	if err != nil {
+		return err
+	}
+	return parseWDSSettings(f.TLVs, family, cfg)
+}
+
+// parseWDSSettings reads a GET_CURRENT_SETTINGS response's TLVs (from the
+// modem: untrusted; every length is checked) for family into cfg.
+func parseWDSSettings(t qmi.TLVs, family uint8, cfg *SessionConfig) error {
+	if family == qmiWDSFamily4 {
+		addr, ok := v4(findTLV(t, 0x1E))
+		if !ok {
+			return fmt.Errorf("ctrlport: WDS GET_CURRENT_SETTINGS: no IPv4 address")
+		}
+		plen := 32
+		if m, ok := v4(findTLV(t, 0x21)); ok {
+			mb := m.As4()
+			plen = bits.OnesCount32(binary.BigEndian.Uint32(mb[:]))
+		}
+		cfg.IPv4 = netip.PrefixFrom(addr, plen)
+		if gw, ok := v4(findTLV(t, 0x20)); ok {
+			cfg.Gateway4 = gw
+		}
+		for _, typ := range []uint8{0x15, 0x16} {
+			if d, ok := v4(findTLV(t, typ)); ok {
+				cfg.DNS4 = append(cfg.DNS4, d)
+			}
+		}
+	} else {
+		v := findTLV(t, 0x25)
+		if len(v) != 17 || v[16] > 128 {
+			return fmt.Errorf("ctrlport: WDS GET_CURRENT_SETTINGS: no IPv6 address")
+		}
+		cfg.IPv6 = netip.PrefixFrom(netip.AddrFrom16([16]byte(v[:16])), int(v[16]))
+		if g := findTLV(t, 0x26); len(g) == 17 {
+			cfg.Gateway6 = netip.AddrFrom16([16]byte(g[:16]))
+		}
+		for _, typ := range []uint8{0x27, 0x28} {
+			if d := findTLV(t, typ); len(d) == 16 {
+				cfg.DNS6 = append(cfg.DNS6, netip.AddrFrom16([16]byte(d)))
+			}
+		}
+	}
+	if m := findTLV(t, 0x29); len(m) == 4 && cfg.MTU == 0 {
+		cfg.MTU = int(binary.LittleEndian.Uint32(m))
+	}
+	if a := findTLV(t, 0x14); len(a) > 0 && cfg.APN == "" {
+		cfg.APN = string(a)
+	}
+	return nil
+}
+
+func findTLV(t qmi.TLVs, typ uint8) []byte {
+	v, _ := t.Find(typ)
+	return v
+}
+
+// Connect starts one WDS call per IP family of the request (a client id
+// each, its IP family set, START_NETWORK with the APN) and reads each
+// call's settings. A modem that answers NoEffect already has the call (a
+// qmicli or MBIM client started it): the client is bound to it and its
+// settings are read. On a failure the calls already made are stopped.
+func (s *QMISession) Connect(ctx context.Context, req SessionRequest) (SessionConfig, error) {
+	if err := req.validate(); err != nil {
+		return SessionConfig{}, err
+	}
+	s.mu.Lock()
+	busy := len(s.calls) > 0
+	s.mu.Unlock()
+	if busy {
+		return SessionConfig{}, fmt.Errorf("%w: this client's calls are up; disconnect first", ErrSessionActive)
+	}
+	families := map[string][]uint8{IPTypeIPv4: {qmiWDSFamily4}, IPTypeIPv6: {qmiWDSFamily6}, IPTypeIPv4v6: {qmiWDSFamily4, qmiWDSFamily6}}[req.IPType]
+	cfg := SessionConfig{Protocol: "qmi", IPType: req.IPType}
+	var calls []qmiCall
+	fail := func(err error) (SessionConfig, error) {
+		s.stop(ctx, calls)
+		return SessionConfig{}, fmt.Errorf("%w: APN %q, %s: %w", ErrSessionRefused, req.APN, req.IPType, err)
+	}
+	for _, fam := range families {
+		cid, err := s.allocate(ctx, qmi.WDS)
+		if err != nil {
+			return fail(err)
+		}
+		if _, err := s.transact(ctx, qmi.WDS, cid, qmi.WDSSetIPFamily, func(b *qmi.Builder) { b.TLVU8(0x01, fam) }); err != nil && qmiCode(err) != qmi.ErrInvalidQMICommand {
+			s.release(ctx, qmi.WDS, cid)
+			return fail(err)
+		}
+		f, err := s.transact(ctx, qmi.WDS, cid, qmi.WDSStartNetwork, func(b *qmi.Builder) {
+			b.TLVString(0x14, req.APN)
+			b.TLVU8(0x19, fam)
+		})
+		handle := uint32(qmiWDSGlobalHandle)
+		switch {
+		case err == nil:
+			if v, ok := f.TLVs.Find(0x01); ok && len(v) == 4 {
+				handle = binary.LittleEndian.Uint32(v)
+			}
+		case qmiCode(err) == qmi.ErrNoEffect:
+			// The call exists already; this client is bound to it.
+		default:
+			s.release(ctx, qmi.WDS, cid)
+			return fail(err)
+		}
+		calls = append(calls, qmiCall{cid: cid, handle: handle, family: fam})
+		if err := s.settings(ctx, cid, fam, &cfg); err != nil {
+			return fail(err)
+		}
+	}
+	cfg.APN = req.APN
+	s.mu.Lock()
+	s.calls = calls
+	s.mu.Unlock()
+	return cfg, nil
+}
+
+// stop ends calls and releases their client ids. A client id the modem
+// no longer knows (released by a CTL SYNC), a call already gone (NoEffect,
+// OutOfCall) count as stopped.
+func (s *QMISession) stop(ctx context.Context, calls []qmiCall) error {
+	var errs []error
+	for _, c := range calls {
+		_, err := s.transact(ctx, qmi.WDS, c.cid, qmi.WDSStopNetwork, func(b *qmi.Builder) { b.TLVU32(0x01, c.handle) })
+		switch qmiCode(err) {
+		case qmi.ErrInvalidClientID, qmi.ErrNoEffect, qmi.ErrOutOfCall:
+			err = nil
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		s.release(ctx, qmi.WDS, c.cid)
+	}
+	return errors.Join(errs...)
+}
+
+// Disconnect stops this client's calls. (A QMI modem ends only the calls
+// a client started; a session started over MBIM or by another QMI client
+// is theirs to stop.)
+func (s *QMISession) Disconnect(ctx context.Context) error {
+	s.mu.Lock()
+	calls := s.calls
+	s.calls = nil
+	s.mu.Unlock()
+	return s.stop(ctx, calls)
+}
+
+// Active asks GET_PACKET_SERVICE_STATUS on the first call's client.
+func (s *QMISession) Active(ctx context.Context) (bool, error) {
+	s.mu.Lock()
+	var c *qmiCall
+	if len(s.calls) > 0 {
+		c = &s.calls[0]
+	}
+	s.mu.Unlock()
+	if c == nil {
+		return false, nil
+	}
+	f, err := s.transact(ctx, qmi.WDS, c.cid, qmi.WDSGetPacketServiceStatus, nil)
+	if qmiCode(err) == qmi.ErrInvalidClientID {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	v, ok := f.TLVs.Find(0x01)
+	return ok && len(v) >= 1 && v[0] == qmiWDSConnected, nil
+}

@@ -1,0 +1,545 @@
+package ctrlport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi/proto/mbim"
+)
+
+// This file is the host's data session: connecting the modem's packet
+// data context over a control channel (MBIM CONNECT here; QMI WDS where a
+// model has no MBIM), reading the configuration the network assigned, and
+// handing it to whatever configures the host's interface. It is what
+// ModemManager's bearer does for Linux; `mhictl up` runs one per device
+// and `mhictl connect` asks it to connect.
+
+// IP types of a session request, as `mhictl connect --ip-type` spells them.
+const (
+	IPTypeIPv4   = "ipv4"
+	IPTypeIPv6   = "ipv6"
+	IPTypeIPv4v6 = "ipv4v6"
+)
+
+// Session errors.
+var (
+	// ErrSessionRequest: the request is invalid (no APN, unknown IP type).
+	ErrSessionRequest = errors.New("ctrlport: invalid session request")
+	// ErrSessionActive: connect while a session is connected.
+	ErrSessionActive = errors.New("ctrlport: a session is already connected")
+	// ErrSessionRefused: the modem refused or failed the connect; the
+	// error names its status.
+	ErrSessionRefused = errors.New("ctrlport: the modem did not connect the session")
+	// ErrHostConfig: the session connected but the host side (addresses,
+	// routes, MTU) could not be configured; the session was disconnected
+	// again.
+	ErrHostConfig = errors.New("ctrlport: configuring the host side of the session failed")
+)
+
+// SessionRequest asks for a data session.
+type SessionRequest struct {
+	// APN is the access point name (required).
+	APN string
+	// IPType is IPTypeIPv4 (also ""), IPTypeIPv6 or IPTypeIPv4v6.
+	IPType string
+}
+
+// validate checks r and fills the default IP type.
+func (r *SessionRequest) validate() error {
+	if r.APN == "" {
+		return fmt.Errorf("%w: no APN", ErrSessionRequest)
+	}
+	if len(r.APN) > 100 {
+		return fmt.Errorf("%w: APN of %d bytes, longer than 100", ErrSessionRequest, len(r.APN))
+	}
+	switch r.IPType {
+	case "":
+		r.IPType = IPTypeIPv4
+	case IPTypeIPv4, IPTypeIPv6, IPTypeIPv4v6:
+	default:
+		return fmt.Errorf("%w: IP type %q: want ipv4, ipv6 or ipv4v6", ErrSessionRequest, r.IPType)
+	}
+	return nil
+}
+
+// SessionConfig is what the network assigned to a connected session, as
+// the modem reported it (MBIM IP_CONFIGURATION, QMI WDS current settings).
+// Absent values are zero.
+type SessionConfig struct {
+	Protocol string       `json:"protocol"` // "mbim" or "qmi"
+	APN      string       `json:"apn"`
+	IPType   string       `json:"ip_type"` // the activated type
+	IPv4     netip.Prefix `json:"ipv4"`
+	Gateway4 netip.Addr   `json:"gateway4"`
+	DNS4     []netip.Addr `json:"dns4"`
+	IPv6     netip.Prefix `json:"ipv6"`
+	Gateway6 netip.Addr   `json:"gateway6"`
+	DNS6     []netip.Addr `json:"dns6"`
+	MTU      int          `json:"mtu"`
+}
+
+// SessionClient connects and disconnects the modem's data session over
+// one control protocol. MBIMSession is one.
+type SessionClient interface {
+	// Protocol names the protocol: "mbim", "qmi".
+	Protocol() string
+	// Connect activates the session and returns its configuration.
+	Connect(ctx context.Context, req SessionRequest) (SessionConfig, error)
+	// Disconnect deactivates the session (no error if none is active).
+	Disconnect(ctx context.Context) error
+	// Active asks the modem whether the session is active.
+	Active(ctx context.Context) (bool, error)
+	// Notify sets f, called (from the client's receive path; it must
+	// not block) when the modem announces that the session may have
+	// ended. Session uses it to notice a network-side disconnect.
+	Notify(f func())
+	// Close stops the client.
+	Close()
+}
+
+// MBIMSession is a SessionClient over MBIM (BASIC_CONNECT PACKET_SERVICE,
+// CONNECT, IP_CONFIGURATION) on session 0. It shares its transport (a
+// Port's Pair) with the port's clients: its transaction ids are far from
+// theirs, and it opens the MBIM function only when the modem answers
+// NotOpened (a client's CLOSE closed it), so that a running mbim-proxy,
+// which holds the function open, is not disturbed.
+type MBIMSession struct {
+	c      *MBIMClient
+	notify atomic.Pointer[func()]
+}
+
+// NewMBIMSession starts an MBIM session client on t.
+func NewMBIMSession(t MessageTransport) *MBIMSession {
+	s := &MBIMSession{}
+	s.c = NewMBIMClient(t, MBIMClientOptions{OnIndication: s.indication})
+	return s
+}
+
+// Client returns the MBIM client the session uses.
+func (s *MBIMSession) Client() *MBIMClient { return s.c }
+
+// Protocol returns "mbim".
+func (s *MBIMSession) Protocol() string { return "mbim" }
+
+// Notify implements SessionClient.
+func (s *MBIMSession) Notify(f func()) { s.notify.Store(&f) }
+
+// Close stops the client.
+func (s *MBIMSession) Close() { s.c.Close() }
+
+// indication watches CONNECT and PACKET_SERVICE indications: either may
+// mean the session ended on the modem's side.
+func (s *MBIMSession) indication(svc mbim.UUID, cid uint32, info mbim.Info) {
+	if svc != mbim.ServiceBasicConnect {
+		return
+	}
+	switch cid {
+	case mbim.CIDConnect:
+		ci, err := mbim.ParseConnectInfo(info)
+		if err != nil || ci.SessionID != 0 || ci.ActivationState == mbim.ActivationStateActivated {
+			return
+		}
+	case mbim.CIDPacketService, mbim.CIDRadioState:
+	default:
+		return
+	}
+	if f := s.notify.Load(); f != nil {
+		(*f)()
+	}
+}
+
+// withOpen runs op; if the modem answers NotOpened (the function was
+// closed by a port client's CLOSE), it opens the function and runs op
+// once more.
+func (s *MBIMSession) withOpen(ctx context.Context, op func() error) error {
+	err := op()
+	var fe *FunctionError
+	if errors.As(err, &fe) && fe.Code == mbim.ErrorNotOpened {
+		if oerr := s.c.Open(ctx); oerr != nil {
+			return fmt.Errorf("ctrlport: MBIM OPEN after NotOpened: %w", oerr)
+		}
+		err = op()
+	}
+	return err
+}
+
+var mbimIPTypes = map[string]uint32{IPTypeIPv4: mbim.IPTypeIPv4, IPTypeIPv6: mbim.IPTypeIPv6, IPTypeIPv4v6: mbim.IPTypeIPv4v6}
+
+func mbimIPTypeName(t uint32) string {
+	switch t {
+	case mbim.IPTypeIPv4:
+		return IPTypeIPv4
+	case mbim.IPTypeIPv6:
+		return IPTypeIPv6
+	case mbim.IPTypeIPv4v6, mbim.IPTypeIPv4AndIPv6:
+		return IPTypeIPv4v6
+	}
+	return fmt.Sprintf("mbim-ip-type-%d", t)
+}
+
+// Connect attaches the packet service (a modem without the CID, answering
+// NoDeviceSupport, is taken as attaching on its own), activates session 0
+// with req's APN and IP type, and reads IP_CONFIGURATION.
+func (s *MBIMSession) Connect(ctx context.Context, req SessionRequest) (SessionConfig, error) {
+	if err := req.validate(); err != nil {
+		return SessionConfig{}, err
+	}
+	err := s.withOpen(ctx, func() error {
+		_, err := s.c.Attach(ctx)
+		var se *StatusError
+		if errors.As(err, &se) && se.Status == mbim.StatusNoDeviceSupport {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return SessionConfig{}, fmt.Errorf("%w: packet service attach: %w", ErrSessionRefused, err)
+	}
+	var ci mbim.ConnectInfo
+	err = s.withOpen(ctx, func() (err error) {
+		ci, err = s.c.Connect(ctx, req.APN, mbimIPTypes[req.IPType])
+		return err
+	})
+	var se *StatusError
+	if errors.As(err, &se) && se.Status == mbim.StatusMaxActivatedContexts {
+		return SessionConfig{}, fmt.Errorf("%w: the modem has a session connected already (disconnect it first): %w", ErrSessionActive, err)
+	}
+	if err != nil {
+		return SessionConfig{}, fmt.Errorf("%w: APN %q, %s: %w", ErrSessionRefused, req.APN, req.IPType, err)
+	}
+	if ci.ActivationState != mbim.ActivationStateActivated {
+		return SessionConfig{}, fmt.Errorf("%w: APN %q: activation state %d after CONNECT", ErrSessionRefused, req.APN, ci.ActivationState)
+	}
+	cfg := SessionConfig{Protocol: "mbim", APN: req.APN, IPType: mbimIPTypeName(ci.IPType)}
+	if ci.IPType == mbim.IPTypeDefault {
+		cfg.IPType = req.IPType
+	}
+	ipc, err := s.c.IPConfiguration(ctx)
+	if err != nil {
+		_ = s.Disconnect(ctx)
+		return SessionConfig{}, fmt.Errorf("%w: IP_CONFIGURATION: %w", ErrSessionRefused, err)
+	}
+	if ipc.IPv4Available&mbim.IPConfigAddress != 0 && len(ipc.IPv4Addresses) > 0 {
+		cfg.IPv4 = ipc.IPv4Addresses[0]
+	}
+	if ipc.IPv4Available&mbim.IPConfigGateway != 0 {
+		cfg.Gateway4 = ipc.IPv4Gateway
+	}
+	if ipc.IPv4Available&mbim.IPConfigDNS != 0 {
+		cfg.DNS4 = ipc.IPv4DNS
+	}
+	if ipc.IPv6Available&mbim.IPConfigAddress != 0 && len(ipc.IPv6Addresses) > 0 {
+		cfg.IPv6 = ipc.IPv6Addresses[0]
+	}
+	if ipc.IPv6Available&mbim.IPConfigGateway != 0 {
+		cfg.Gateway6 = ipc.IPv6Gateway
+	}
+	if ipc.IPv6Available&mbim.IPConfigDNS != 0 {
+		cfg.DNS6 = ipc.IPv6DNS
+	}
+	switch {
+	case ipc.IPv4Available&mbim.IPConfigMTU != 0 && ipc.IPv4MTU > 0:
+		cfg.MTU = int(ipc.IPv4MTU)
+	case ipc.IPv6Available&mbim.IPConfigMTU != 0 && ipc.IPv6MTU > 0:
+		cfg.MTU = int(ipc.IPv6MTU)
+	}
+	return cfg, nil
+}
+
+// Disconnect deactivates session 0.
+func (s *MBIMSession) Disconnect(ctx context.Context) error {
+	return s.withOpen(ctx, func() error {
+		_, err := s.c.Disconnect(ctx)
+		var se *StatusError
+		if errors.As(err, &se) && se.Status == mbim.StatusContextNotActivated {
+			return nil
+		}
+		return err
+	})
+}
+
+// Active queries CONNECT for session 0.
+func (s *MBIMSession) Active(ctx context.Context) (bool, error) {
+	var ci mbim.ConnectInfo
+	err := s.withOpen(ctx, func() (err error) {
+		ci, err = s.c.ConnectionState(ctx)
+		return err
+	})
+	return ci.ActivationState == mbim.ActivationStateActivated, err
+}
+
+// HostConfigurer applies a connected session's configuration to the
+// host: the interface's addresses, routes and MTU.
+type HostConfigurer interface {
+	// Interface names the interface configured ("" for none).
+	Interface() string
+	// Apply configures the host for cfg.
+	Apply(cfg SessionConfig) error
+	// Remove undoes Apply.
+	Remove(cfg SessionConfig) error
+}
+
+// SessionOptions configure a Session.
+type SessionOptions struct {
+	// Host, if set, configures the host side of a connected session.
+	Host HostConfigurer
+	// Timeout bounds one connect or disconnect (default
+	// DefaultSessionTimeout).
+	Timeout time.Duration
+	// Logger receives Info records for connects and disconnects and Warn
+	// records for failures (nil: discard).
+	Logger *slog.Logger
+}
+
+// DefaultSessionTimeout bounds a connect or disconnect: real modems take
+// seconds to activate a context (mbimcli allows 60 s).
+const DefaultSessionTimeout = 60 * time.Second
+
+// Session states.
+const (
+	StateConnected    = "connected"
+	StateDisconnected = "disconnected"
+)
+
+// SessionState is a Session's state: connected or not, and what was
+// configured.
+type SessionState struct {
+	State     string `json:"state"` // StateConnected or StateDisconnected
+	Interface string `json:"interface"`
+	SessionConfig
+	// Since is when the state last changed.
+	Since time.Time `json:"since"`
+	// LastError is the last failure's message ("" after a success).
+	LastError string `json:"last_error"`
+}
+
+// Connected reports whether the state is connected.
+func (s SessionState) Connected() bool { return s.State == StateConnected }
+
+// SessionStats are a Session's counters.
+type SessionStats struct {
+	Connects           uint64 `json:"connects"`
+	ConnectFailures    uint64 `json:"connect_failures"`
+	Disconnects        uint64 `json:"disconnects"`
+	DisconnectFailures uint64 `json:"disconnect_failures"`
+	// NetworkDisconnects counts sessions the modem ended on its own
+	// (radio off, detach, another client's deactivate).
+	NetworkDisconnects uint64 `json:"network_disconnects"`
+	Connected          uint64 `json:"connected"` // 1 while connected
+}
+
+// Session drives a device's data session: connect over a SessionClient,
+// then configure the host; disconnect and unconfigure. It notices a
+// session the modem ends on its own and unconfigures the host then too.
+// Its methods are safe for concurrent use; operations are serialised.
+type Session struct {
+	client SessionClient
+	opts   SessionOptions
+	log    *slog.Logger
+
+	op sync.Mutex // serialises operations
+
+	mu    sync.Mutex
+	state SessionState
+	stats SessionStats
+
+	checking atomic.Bool
+	closed   atomic.Bool
+	wg       sync.WaitGroup
+	ctx      context.Context // ends with Close
+	cancel   func()
+}
+
+// NewSession returns a disconnected Session over client.
+func NewSession(client SessionClient, opts SessionOptions) *Session {
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultSessionTimeout
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Session{client: client, opts: opts, log: log.With("protocol", client.Protocol())}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.state = SessionState{State: StateDisconnected, SessionConfig: SessionConfig{Protocol: client.Protocol()}, Since: time.Now()}
+	if opts.Host != nil {
+		s.state.Interface = opts.Host.Interface()
+	}
+	client.Notify(s.maybeLost)
+	return s
+}
+
+// Protocol returns the client's protocol.
+func (s *Session) Protocol() string { return s.client.Protocol() }
+
+// State returns the current state.
+func (s *Session) State() SessionState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.state
+	return st
+}
+
+// Stats returns the counters.
+func (s *Session) Stats() SessionStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	if s.state.Connected() {
+		st.Connected = 1
+	}
+	return st
+}
+
+func (s *Session) set(st SessionState) {
+	st.Since = time.Now()
+	if s.opts.Host != nil {
+		st.Interface = s.opts.Host.Interface()
+	}
+	st.Protocol = s.client.Protocol()
+	s.mu.Lock()
+	s.state = st
+	s.mu.Unlock()
+}
+
+func (s *Session) fail(counter *uint64, err error) {
+	s.mu.Lock()
+	*counter++
+	s.state.LastError = err.Error()
+	s.mu.Unlock()
+}
+
+// Connect connects the session and configures the host. It fails with
+// ErrSessionRequest for an invalid request, ErrSessionActive while
+// connected, ErrSessionRefused when the modem does not connect and
+// ErrHostConfig when the host cannot be configured (the modem's session
+// is then disconnected again).
+func (s *Session) Connect(ctx context.Context, req SessionRequest) (SessionState, error) {
+	if err := req.validate(); err != nil {
+		s.fail(&s.stats.ConnectFailures, err)
+		return s.State(), err
+	}
+	s.op.Lock()
+	defer s.op.Unlock()
+	if cur := s.State(); cur.Connected() {
+		err := fmt.Errorf("%w (APN %q, %s); disconnect first", ErrSessionActive, cur.APN, cur.IPType)
+		s.fail(&s.stats.ConnectFailures, err)
+		return cur, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	cfg, err := s.client.Connect(ctx, req)
+	if err != nil {
+		s.log.Warn("session connect failed", "apn", req.APN, "ip_type", req.IPType, "err", err)
+		s.fail(&s.stats.ConnectFailures, err)
+		return s.State(), err
+	}
+	if h := s.opts.Host; h != nil {
+		if herr := h.Apply(cfg); herr != nil {
+			derr := s.client.Disconnect(ctx)
+			_ = h.Remove(cfg)
+			err := fmt.Errorf("%w: %s: %w", ErrHostConfig, h.Interface(), errors.Join(herr, derr))
+			s.log.Warn("session connected but the host could not be configured; disconnected", "err", err)
+			s.fail(&s.stats.ConnectFailures, err)
+			return s.State(), err
+		}
+	}
+	s.set(SessionState{State: StateConnected, SessionConfig: cfg})
+	s.mu.Lock()
+	s.stats.Connects++
+	st := s.state
+	s.mu.Unlock()
+	s.log.Info("session connected", "apn", cfg.APN, "ip_type", cfg.IPType, "ipv4", cfg.IPv4, "ipv6", cfg.IPv6, "mtu", cfg.MTU, "interface", st.Interface)
+	return st, nil
+}
+
+// Disconnect deactivates the modem's session (whoever connected it) and
+// unconfigures the host if this Session had configured it.
+func (s *Session) Disconnect(ctx context.Context) (SessionState, error) {
+	s.op.Lock()
+	defer s.op.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	cur := s.State()
+	err := s.client.Disconnect(ctx)
+	if err != nil {
+		err = fmt.Errorf("ctrlport: %s disconnect: %w", s.client.Protocol(), err)
+		s.log.Warn("session disconnect failed", "err", err)
+		s.fail(&s.stats.DisconnectFailures, err)
+		return s.State(), err
+	}
+	var herr error
+	if cur.Connected() && s.opts.Host != nil {
+		herr = s.opts.Host.Remove(cur.SessionConfig)
+	}
+	s.set(SessionState{State: StateDisconnected})
+	s.mu.Lock()
+	if cur.Connected() {
+		s.stats.Disconnects++
+	}
+	st := s.state
+	s.mu.Unlock()
+	if herr != nil {
+		herr = fmt.Errorf("%w: removing the session's configuration from %s: %w", ErrHostConfig, st.Interface, herr)
+		s.fail(&s.stats.DisconnectFailures, herr)
+		return s.State(), herr
+	}
+	s.log.Info("session disconnected", "apn", cur.APN)
+	return st, nil
+}
+
+// maybeLost runs when the modem says the session may have ended: a
+// goroutine asks the modem and, if the session is gone, unconfigures the
+// host.
+func (s *Session) maybeLost() {
+	if s.closed.Load() || !s.State().Connected() || s.checking.Swap(true) {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.checking.Store(false)
+		s.op.Lock()
+		defer s.op.Unlock()
+		cur := s.State()
+		if !cur.Connected() || s.closed.Load() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+		defer cancel()
+		active, err := s.client.Active(ctx)
+		if err != nil || active {
+			return
+		}
+		// Let the client drop what it holds for the ended session (QMI
+		// client ids); the modem has nothing left to deactivate.
+		_ = s.client.Disconnect(ctx)
+		if s.opts.Host != nil {
+			if err := s.opts.Host.Remove(cur.SessionConfig); err != nil {
+				s.log.Warn("removing the ended session's configuration", "err", err)
+			}
+		}
+		s.set(SessionState{State: StateDisconnected, LastError: "the modem ended the session"})
+		s.mu.Lock()
+		s.stats.NetworkDisconnects++
+		s.mu.Unlock()
+		s.log.Info("the modem ended the session", "apn", cur.APN)
+	}()
+}
+
+// Close stops watching the modem and closes the client. It leaves the
+// modem's session as it is (the modem goes away with the host stack).
+func (s *Session) Close() {
+	if s.closed.Swap(true) {
+		return
+	}
+	s.cancel()
+	s.client.Close()
+	s.wg.Wait()
+}

@@ -1,0 +1,331 @@
+package pcigeneric
+
+import (
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strings"
+
+	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/ep"
+)
+
+// This file builds the mock modem's device side from a device-table entry:
+// its identity (derived from the entry's product name, deterministic per
+// model), its shared cellular state (ep.Modem) and the functions on its
+// channel pairs — IP data on IP_HW0/IP_HW0_MBIM, MBIM on "MBIM" — as both
+// the embedded mock (OpenMock) and the vfio-user server use them.
+
+// MockIdentity returns what the mock modem impersonating table entry e
+// says about itself. Manufacturer and model come from the entry's product
+// name ("Telit FN990" → "Telit", "FN990"; a parenthesised chipset and a
+// ", variant" suffix are left out); the firmware and hardware revisions
+// and the IMEI (with a valid Luhn check digit) are derived from a hash of
+// the model and product names, so they are the same in every run. IMSI,
+// ICCID and the home network are ep's defaults.
+func MockIdentity(e Entry) ep.ModemIdentity {
+	manufacturer, model, hw := splitProduct(e.Product)
+	h := fnv.New64a()
+	name := ""
+	if e.Info != nil {
+		name = e.Info.Name
+	}
+	h.Write([]byte(name + "\x00" + e.Product))
+	sum := h.Sum64()
+	if hw == "" {
+		hw = fmt.Sprintf("rev %d", 1+sum%4)
+	}
+	compact := strings.ToUpper(strings.ReplaceAll(model, " ", ""))
+	firmware := fmt.Sprintf("%s.%02d.%02d.%03d-gomhi", compact, 1+(sum>>8)%9, (sum>>16)%100, (sum>>24)%1000)
+	return ep.ModemIdentity{
+		Manufacturer: manufacturer,
+		Model:        model,
+		Firmware:     firmware,
+		Hardware:     hw,
+		IMEI:         mockIMEI(sum >> 32),
+	}
+}
+
+// splitProduct cuts a product name into manufacturer (the first word) and
+// model (the rest, up to " (" or ", "; a leading "variant of " dropped).
+// A " hardware revision N" in the model becomes the hardware string
+// "rev N".
+func splitProduct(product string) (manufacturer, model, hw string) {
+	manufacturer, model, _ = strings.Cut(strings.TrimSpace(product), " ")
+	if i := strings.Index(model, " ("); i >= 0 {
+		model = model[:i]
+	}
+	if i := strings.Index(model, ", "); i >= 0 {
+		model = model[:i]
+	}
+	model = strings.TrimPrefix(model, "variant of ")
+	if m, rev, ok := strings.Cut(model, " hardware revision "); ok {
+		model, hw = m, "rev "+rev
+	}
+	if model == "" {
+		model = manufacturer
+	}
+	return manufacturer, model, hw
+}
+
+// mockIMEI builds a 15-digit IMEI from h: the type allocation code "35"
+// and six digits, a six-digit serial number, and the Luhn check digit.
+func mockIMEI(h uint64) string {
+	body := fmt.Sprintf("35%06d%06d", h%1000000, (h/1000000)%1000000)
+	return body + string(rune('0'+luhnDigit(body)))
+}
+
+// luhnDigit returns the check digit that makes digits+check pass the Luhn
+// test (ISO/IEC 7812-1), as 3GPP TS 23.003 prescribes for the IMEI.
+func luhnDigit(digits string) int {
+	sum := 0
+	double := true // the rightmost payload digit is doubled
+	for i := len(digits) - 1; i >= 0; i-- {
+		d := int(digits[i] - '0')
+		if double {
+			d *= 2
+			if d > 9 {
+				d -= 9
+			}
+		}
+		sum += d
+		double = !double
+	}
+	return (10 - sum%10) % 10
+}
+
+// LuhnValid reports whether s is all digits and passes the Luhn test.
+func LuhnValid(s string) bool {
+	if len(s) < 2 {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return luhnDigit(s[:len(s)-1]) == int(s[len(s)-1]-'0')
+}
+
+// MockModemOptions configure the device side of a mock modem.
+type MockModemOptions struct {
+	// IPData configures the IP data function (see MockOptions.IPData).
+	IPData ep.IPDataConfig
+	// Modem overrides the modem's configuration: non-empty identity
+	// fields replace the derived ones (MockIdentity); addressing, radio
+	// and signal as in ep.ModemConfig.
+	Modem ep.ModemConfig
+	// RequireConnect gates IP data on a connected session (also set by
+	// Modem.RequireConnect).
+	RequireConnect bool
+	// Logger receives the functions' logs (nil: discard).
+	Logger *slog.Logger
+}
+
+// MockFunctions are the functions of one mock modem's channel pairs and
+// the state they share.
+type MockFunctions struct {
+	// Modem is the cellular state the control functions share and the IP
+	// data function is gated by.
+	Modem *ep.Modem
+	// DataPair names the IP data pair ("" if the model has none); IPData
+	// is its function.
+	DataPair string
+	IPData   *ep.IPData
+	// MBIM answers on the "MBIM" pair (nil if the model has none).
+	MBIM *ep.MBIM
+	// QMI answers on the "QMI" pair (nil if the model has none).
+	QMI *ep.QMI
+	// AT answers on "DUN" and "DUN2" (nil if the model has neither).
+	AT *ep.AT
+	// ControlPairs lists the control channel pairs given a function, in
+	// channel order.
+	ControlPairs []string
+}
+
+// MockModemStats are the modem side's counters, as the attribute tree
+// shows them (stats/modem).
+type MockModemStats struct {
+	IPULPackets    uint64 `json:"ip_ul_packets"`
+	IPDLPackets    uint64 `json:"ip_dl_packets"`
+	IPAnswered     uint64 `json:"ip_answered"`
+	IPDropped      uint64 `json:"ip_dropped"`
+	IPDroppedGated uint64 `json:"ip_dropped_gated"`
+
+	Connects        uint64 `json:"connects"`
+	Disconnects     uint64 `json:"disconnects"`
+	ConnectFailures uint64 `json:"connect_failures"`
+	SessionActive   uint64 `json:"session_active"`
+
+	MBIMMessagesIn     uint64 `json:"mbim_messages_in"`
+	MBIMMessagesOut    uint64 `json:"mbim_messages_out"`
+	MBIMCommands       uint64 `json:"mbim_commands"`
+	MBIMCommandsFailed uint64 `json:"mbim_commands_failed"`
+	MBIMNotSupported   uint64 `json:"mbim_not_supported"`
+	MBIMFunctionErrors uint64 `json:"mbim_function_errors"`
+	MBIMIndications    uint64 `json:"mbim_indications"`
+	MBIMDropped        uint64 `json:"mbim_dropped"`
+
+	QMIFramesIn       uint64 `json:"qmi_frames_in"`
+	QMIFramesOut      uint64 `json:"qmi_frames_out"`
+	QMIErrorResponses uint64 `json:"qmi_error_responses"`
+	QMIMalformed      uint64 `json:"qmi_malformed"`
+	QMIDropped        uint64 `json:"qmi_dropped"`
+	QMIIndications    uint64 `json:"qmi_indications"`
+	QMIClientsActive  uint64 `json:"qmi_clients_active"`
+
+	ATLines  uint64 `json:"at_lines"`
+	ATOK     uint64 `json:"at_ok"`
+	ATErrors uint64 `json:"at_errors"`
+}
+
+// Stats returns the counters of the modem side.
+func (f *MockFunctions) Stats() MockModemStats {
+	var s MockModemStats
+	if f.IPData != nil {
+		st := f.IPData.Stats()
+		s.IPULPackets, s.IPDLPackets, s.IPAnswered = st.ULPackets, st.DLPackets, st.Answered
+		s.IPDropped, s.IPDroppedGated = st.Dropped(), st.DroppedGated
+	}
+	if f.Modem != nil {
+		st := f.Modem.Stats()
+		s.Connects, s.Disconnects, s.ConnectFailures = st.Connects, st.Disconnects, st.ConnectFail
+		if f.Modem.Session().Active {
+			s.SessionActive = 1
+		}
+	}
+	if f.MBIM != nil {
+		st := f.MBIM.Stats()
+		s.MBIMMessagesIn, s.MBIMMessagesOut = st.MessagesIn, st.MessagesOut
+		s.MBIMCommands, s.MBIMCommandsFailed, s.MBIMNotSupported = st.Commands, st.CommandsFailed, st.NotSupported
+		s.MBIMFunctionErrors, s.MBIMIndications = st.FunctionErrors, st.Indications
+		s.MBIMDropped = st.DroppedShort + st.DroppedReplies + st.IndicationsDropped
+	}
+	if f.QMI != nil {
+		st := f.QMI.Stats()
+		s.QMIFramesIn, s.QMIFramesOut, s.QMIErrorResponses = st.FramesIn, st.FramesOut, st.ErrorResponses
+		s.QMIMalformed, s.QMIDropped, s.QMIIndications, s.QMIClientsActive = st.Malformed, st.Dropped+st.IndicationsDropped, st.Indications, st.ClientsActive
+	}
+	if f.AT != nil {
+		st := f.AT.Stats()
+		s.ATLines, s.ATOK, s.ATErrors = st.Lines+st.Repeats+st.TooLong, st.OK, st.Errors
+	}
+	return s
+}
+
+// NewMockConfig builds the device-side configuration of a mock modem
+// impersonating table entry e: the model's channels plus LOOPBACK, a
+// serial number derived from the model's name, an ep.Modem with the
+// entry's identity (MockIdentity, overridden by opts.Modem), the IP data
+// function on the data pair (gated by the Modem) and the control
+// functions the model's pairs call for: MBIM on "MBIM", QMI on "QMI", AT
+// on "DUN" and "DUN2" (one AT function for both), all on the one Modem.
+// Other pairs (DIAG, IPCR…) consume and count what the host sends.
+func NewMockConfig(e Entry, opts MockModemOptions) (ep.Config, *MockFunctions, error) {
+	if e.Info == nil {
+		return ep.Config{}, nil, fmt.Errorf("pcigeneric: mock for %q: %w: the entry has no model", e.Product, ErrUnknownModel)
+	}
+	info := e.Info
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg := info.Config.WithLoopback()
+	h := fnv.New32a()
+	h.Write([]byte(info.Name))
+	ec := ep.Config{MHI: cfg, SerialNumber: h.Sum32(), Logger: log, Functions: map[string]ep.Function{}}
+
+	mc := opts.Modem
+	mc.Identity = mergeIdentity(MockIdentity(e), mc.Identity)
+	mc.RequireConnect = mc.RequireConnect || opts.RequireConnect
+	modem, err := ep.NewModem(mc)
+	if err != nil {
+		return ep.Config{}, nil, fmt.Errorf("pcigeneric: mock %s: %w", info.Name, err)
+	}
+	fns := &MockFunctions{Modem: modem}
+	if pair := DataPair(cfg); pair != "" {
+		ic := opts.IPData
+		if ic == (ep.IPDataConfig{}) && pair == ep.IPDataName {
+			ic.Format = ep.FormatRaw
+		}
+		ic.Gate = modem
+		ipd, err := ep.NewIPData(ic)
+		if err != nil {
+			return ep.Config{}, nil, err
+		}
+		ec.Functions[pair] = ipd
+		fns.DataPair, fns.IPData = pair, ipd
+	}
+	for _, pair := range ControlPairs(cfg) {
+		switch pair {
+		case ep.MBIMName:
+			fn, err := ep.NewMBIM(modem, ep.MBIMOptions{Logger: log})
+			if err != nil {
+				return ep.Config{}, nil, err
+			}
+			ec.Functions[pair] = fn
+			fns.MBIM = fn
+		case ep.QMIName:
+			fn, err := ep.NewQMI(modem, ep.QMIOptions{Logger: log})
+			if err != nil {
+				return ep.Config{}, nil, err
+			}
+			ec.Functions[pair] = fn
+			fns.QMI = fn
+		case ep.DUNName, ep.DUN2Name:
+			if fns.AT == nil {
+				fn, err := ep.NewAT(modem, ep.ATOptions{Logger: log})
+				if err != nil {
+					return ep.Config{}, nil, err
+				}
+				fns.AT = fn
+			}
+			ec.Functions[pair] = fns.AT
+		default:
+			continue
+		}
+		fns.ControlPairs = append(fns.ControlPairs, pair)
+	}
+	return ec, fns, nil
+}
+
+// mergeIdentity returns base with the non-empty fields of over.
+func mergeIdentity(base, over ep.ModemIdentity) ep.ModemIdentity {
+	for _, f := range []struct{ dst, src *string }{
+		{&base.Manufacturer, &over.Manufacturer}, {&base.Model, &over.Model},
+		{&base.Firmware, &over.Firmware}, {&base.Hardware, &over.Hardware},
+		{&base.IMEI, &over.IMEI}, {&base.IMSI, &over.IMSI}, {&base.ICCID, &over.ICCID},
+		{&base.MSISDN, &over.MSISDN}, {&base.ProviderID, &over.ProviderID},
+		{&base.ProviderName, &over.ProviderName},
+	} {
+		if *f.src != "" {
+			*f.dst = *f.src
+		}
+	}
+	return base
+}
+
+// controlPairNames are the control channel pairs a host exposes as ports
+// (Linux's mhi_wwan_ctrl: MBIM, QMI, AT on DUN and DUN2), in the order
+// they are looked for.
+var controlPairNames = []string{"MBIM", "QMI", "DUN", "DUN2"}
+
+// ControlPairs returns the control channel pairs of cfg a host exposes
+// as ports — MBIM, QMI, DUN, DUN2 (AT) — in channel order. DIAG, SAHARA,
+// FIREHOSE, IPCR and NMEA are left out.
+func ControlPairs(cfg mhi.ControllerConfig) []string {
+	var out []string
+	for _, ch := range cfg.Channels {
+		if ch.Dir != mhi.Uplink {
+			continue
+		}
+		for _, n := range controlPairNames {
+			if ch.Name == n {
+				if _, ok := cfg.ChannelByName(n, mhi.Downlink); ok {
+					out = append(out, n)
+				}
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,221 @@
+package pcigeneric
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi/ctrlport"
+	"github.com/gomhi/gomhi/mhi/ep"
+)
+
+func TestLuhn(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		want bool
+	}{
+		{"490154203237518", true}, // the IMEI example of 3GPP TS 23.003
+		{"490154203237517", false},
+		{"79927398713", true}, // the classic Luhn example
+		{"79927398710", false},
+		{"35000000000000a", false},
+		{"", false},
+	} {
+		if got := LuhnValid(c.s); got != c.want {
+			t.Errorf("LuhnValid(%q) = %v, want %v", c.s, got, c.want)
+		}
+	}
+}
+
+func TestSplitProduct(t *testing.T) {
+	for _, c := range []struct{ product, man, model, hw string }{
+		{"Telit FN990", "Telit", "FN990", ""},
+		{"Telit FN920C04 (SDX35)", "Telit", "FN920C04", ""},
+		{"Telit FN980 hardware revision 1", "Telit", "FN980", "rev 1"},
+		{"Quectel RM520N-GL (SDX6x), eSIM", "Quectel", "RM520N-GL", ""},
+		{"Cinterion MV31-W, new baseline", "Cinterion", "MV31-W", ""},
+		{"HP variant of Foxconn T99W175 (SDX55)", "HP", "Foxconn T99W175", ""},
+		{"Qualcomm SDX55 reference", "Qualcomm", "SDX55 reference", ""},
+		{"Solo", "Solo", "Solo", ""},
+	} {
+		man, model, hw := splitProduct(c.product)
+		if man != c.man || model != c.model || hw != c.hw {
+			t.Errorf("splitProduct(%q) = %q, %q, %q; want %q, %q, %q", c.product, man, model, hw, c.man, c.model, c.hw)
+		}
+	}
+}
+
+// Every table entry gets a complete identity with a valid IMEI, the same
+// in every call, and different products get different IMEIs.
+func TestMockIdentityEveryEntry(t *testing.T) {
+	imeis := map[string]string{}
+	for _, e := range Entries() {
+		id := MockIdentity(e)
+		if id != MockIdentity(e) {
+			t.Errorf("%s: identity not deterministic", e.Product)
+		}
+		if id.Manufacturer == "" || id.Model == "" || id.Firmware == "" || id.Hardware == "" {
+			t.Errorf("%s: incomplete identity %+v", e.Product, id)
+		}
+		if !strings.Contains(e.Product, id.Manufacturer) || !strings.Contains(e.Product, id.Model) {
+			t.Errorf("%s: identity %q / %q not from the product name", e.Product, id.Manufacturer, id.Model)
+		}
+		if len(id.IMEI) != 15 || !LuhnValid(id.IMEI) {
+			t.Errorf("%s: IMEI %q is not 15 digits with a valid check digit", e.Product, id.IMEI)
+		}
+		key := e.Info.Name + " " + e.Product // rows repeating a product share its identity
+		if other, dup := imeis[id.IMEI]; dup && other != key {
+			t.Errorf("%s and %s share IMEI %s", key, other, id.IMEI)
+		}
+		imeis[id.IMEI] = key
+		if _, err := ep.NewModem(ep.ModemConfig{Identity: id}); err != nil {
+			t.Errorf("%s: %v", e.Product, err)
+		}
+	}
+}
+
+// OpenMock gives a model with an MBIM pair a working MBIM function whose
+// DEVICE_CAPS carry the entry's identity, and RequireConnect gates data.
+func TestOpenMockControl(t *testing.T) {
+	for _, c := range []struct {
+		model         string
+		mbim, qmi, at bool
+		pairs         []string
+	}{
+		{"telit-fn990", true, false, true, []string{"MBIM", "DUN", "DUN2"}},
+		{"qcom-sdx55m", true, true, false, []string{"MBIM", "QMI"}},
+		{"telit-fn920c04", false, true, true, []string{"QMI", "DUN", "DUN2"}},
+		{"sa8775p-none", false, false, false, nil},
+	} {
+		t.Run(c.model, func(t *testing.T) {
+			model := c.model
+			if model == "sa8775p-none" {
+				model = "qcom-sa8775p"
+			}
+			info, _ := Model(model)
+			if got := ControlPairs(info.Config); fmt.Sprint(got) != fmt.Sprint(c.pairs) {
+				t.Errorf("ControlPairs = %v, want %v", got, c.pairs)
+			}
+			m, err := OpenMock(MockOptions{Model: model, RequireConnect: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			f := m.Functions
+			if (f.MBIM != nil) != c.mbim || (f.QMI != nil) != c.qmi || (f.AT != nil) != c.at {
+				t.Fatalf("functions MBIM %v QMI %v AT %v, want %v %v %v", f.MBIM != nil, f.QMI != nil, f.AT != nil, c.mbim, c.qmi, c.at)
+			}
+			if fmt.Sprint(f.ControlPairs) != fmt.Sprint(c.pairs) {
+				t.Errorf("pairs given a function %v, want %v", f.ControlPairs, c.pairs)
+			}
+			if m.Modem == nil || !m.Modem.RequireConnect() || m.Modem.DataAllowed() {
+				t.Fatal("RequireConnect did not reach the modem")
+			}
+			want := MockIdentity(EntriesFor(model)[0])
+			if got := m.Modem.Identity(); got.Model != want.Model || got.IMEI != want.IMEI {
+				t.Errorf("identity %+v, want %+v", got, want)
+			}
+			if _, err := m.Modem.Connect("internet", ep.IPv4); err != nil {
+				t.Fatal(err)
+			}
+			if !m.Modem.DataAllowed() {
+				t.Error("a connected session does not open the gate")
+			}
+			if st := m.Functions.Stats(); st.Connects != 1 || st.SessionActive != 1 {
+				t.Errorf("stats %+v", st)
+			}
+		})
+	}
+}
+
+// The MBIM function answers DEVICE_CAPS over the host controller's MBIM
+// pair with the identity (a raw exchange; ctrlport's tests drive it
+// with a client).
+func TestOpenMockMBIMAnswers(t *testing.T) {
+	m, err := OpenMock(MockOptions{Model: "telit-fn990", Modem: ep.ModemConfig{Identity: ep.ModemIdentity{Firmware: "override-1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Controller.PowerUp(); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Modem.Identity(); got.Firmware != "override-1" || got.Manufacturer != "Telit" || got.Model != "FN990" {
+		t.Errorf("identity with override %+v", got)
+	}
+	pair, err := ctrlport.OpenPair(m.Controller, "MBIM", ctrlport.PairOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pair.Close()
+	c := ctrlport.NewMBIMClient(pair, ctrlport.MBIMClientOptions{})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	caps, err := c.DeviceCaps(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := MockIdentity(m.Entry)
+	if caps.DeviceID != want.IMEI || caps.FirmwareInfo != "override-1" || !strings.Contains(caps.HardwareInfo, "FN990") {
+		t.Errorf("DEVICE_CAPS %+v, want IMEI %s, firmware override-1, hardware with FN990", caps, want.IMEI)
+	}
+	if !m.Functions.MBIM.Open() {
+		t.Error("the MBIM function is not open after OPEN")
+	}
+}
+
+// The identity table in docs/CONTROL.md is generated from the table: this
+// test fails when it is stale (GOMHI_UPDATE_DOCS=1 rewrites it).
+func TestMockIdentityDocTable(t *testing.T) {
+	const path = "../docs/CONTROL.md"
+	const begin, end = "<!-- mock-identity-table:begin -->\n", "<!-- mock-identity-table:end -->"
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString("| model | manufacturer | model string | firmware | hardware | IMEI | control pairs | data pair |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	for _, name := range Models() {
+		es := EntriesFor(name)
+		if len(es) == 0 {
+			continue
+		}
+		id := MockIdentity(es[0])
+		pairs := strings.Join(ControlPairs(es[0].Info.Config), ", ")
+		if pairs == "" {
+			pairs = "—"
+		}
+		data := DataPair(es[0].Info.Config)
+		if data == "" {
+			data = "—"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", name, id.Manufacturer, id.Model, id.Firmware, id.Hardware, id.IMEI, pairs, data)
+	}
+	i := bytes.Index(doc, []byte(begin))
+	j := bytes.Index(doc, []byte(end))
+	if i < 0 || j < i {
+		t.Fatalf("%s lacks the markers %q … %q", path, begin, end)
+	}
+	cur := string(doc[i+len(begin) : j])
+	if cur == b.String() {
+		return
+	}
+	if os.Getenv("GOMHI_UPDATE_DOCS") == "1" {
+		out := append(append(append([]byte{}, doc[:i+len(begin)]...), b.String()...), doc[j:]...)
+		if err := os.WriteFile(path, out, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rewrote the identity table in %s", path)
+		return
+	}
+	t.Errorf("the identity table in %s is stale; run GOMHI_UPDATE_DOCS=1 go test ./pcigeneric -run TestMockIdentityDocTable\nwant:\n%s", path, b.String())
+}
