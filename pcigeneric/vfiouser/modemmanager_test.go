@@ -196,7 +196,7 @@ check registered $rc "state $(key /tmp/m0 modem.generic.state) at $(uptime) s"
 [ $rc = 0 ] || finish
 echo "MARK registered"
 connect "" 5
-/gomhi/guestprobe -name udp-echo -to "$gw:7" -count 10 -size 1000
+/gomhi/guestprobe udp -name udp-echo -to "$gw:7" -count 10 -size 1000
 echo "STATS $(stats $dev)"
 echo "MARK connected"
 block mmcli-m0 mmcli -m 0
@@ -242,41 +242,45 @@ finish
 
 // mmModel is one modem model under ModemManager.
 type mmModel struct {
-	name              string // device-table model
-	iface             string // the data interface Linux creates
-	format            ep.Format
-	ident             ep.ModemIdentity
-	wantMBIM, wantQMI bool // control functions to attach
-	// What mmcli must show as manufacturer, model and hardware revision.
-	// ModemManager 1.20.4 reads them from the modem over QMI; for an MBIM
-	// modem the manufacturer is the physical device's sysfs manufacturer
-	// (a PCI function has none) or else the plugin's name, and the model
-	// its sysfs product or else "MBIM [VID:PID]" (mm-broadband-modem-mbim.c);
-	// the hardware revision is MBIM's HardwareInfo, which the mock fills
-	// with the model and the hardware revision.
-	mmManufacturer, mmModel, mmHardware string
+	name   string // device-table model
+	iface  string // the data interface Linux creates
+	format ep.Format
+	// identity overrides what pcigeneric.MockIdentity derives from the
+	// device table (non-empty fields win).
+	identity ep.ModemIdentity
+	// mbim: ModemManager drives the model over MBIM. ModemManager 1.20.4
+	// does not ask an MBIM modem for its manufacturer and model: it takes
+	// the physical device's sysfs manufacturer and product (a PCI function
+	// has neither) or else the plugin's name and "MBIM [VID:PID]"
+	// (mm-broadband-modem-mbim.c), which mmManufacturer and mmModel hold;
+	// the hardware revision is DEVICE_CAPS' HardwareInfo (the model and
+	// the hardware revision). Over QMI all three come from the modem.
+	mbim                    bool
+	mmManufacturer, mmModel string
 }
 
-// mmModels are the models under test and the identities the mock reports.
+// mmModels are the models under test. The FN990's firmware revision
+// starts with 45.00, as a real FN990's does: ModemManager's Telit plugin
+// picks the FN990's band format by that prefix.
 var mmModels = map[string]mmModel{
-	"telit-fn990": {name: "telit-fn990", iface: "wwan0", format: ep.FormatNTB16, wantMBIM: true,
-		mmManufacturer: "telit", mmModel: "MBIM [17CB:0308]", mmHardware: "FN990 rev 2",
-		ident: ep.ModemIdentity{Manufacturer: "Telit", Model: "FN990", Firmware: "45.00.003-B012-P0H.000042", Hardware: "rev 2",
-			IMEI: "359876543210982", IMSI: "001010000000042", ICCID: "8900100000000000042", MSISDN: "+15555550142", ProviderID: "00101", ProviderName: "gomhi network"}},
-	"qcom-sdx55m": {name: "qcom-sdx55m", iface: "mhi_hwip0", format: ep.FormatRaw, wantMBIM: true, wantQMI: true,
-		mmManufacturer: "Qualcomm", mmModel: "SDX55", mmHardware: "10000",
-		ident: ep.ModemIdentity{Manufacturer: "Qualcomm", Model: "SDX55", Firmware: "MPSS.HI.2.0.c3-00042", Hardware: "10000",
-			IMEI: "358765432109876", IMSI: "001010000000055", ICCID: "8900100000000000055", MSISDN: "+15555550155", ProviderID: "00101", ProviderName: "gomhi network"}},
+	"telit-fn990": {name: "telit-fn990", iface: "wwan0", format: ep.FormatNTB16,
+		identity: ep.ModemIdentity{Firmware: "45.00.003-B012-P0H.000042", MSISDN: "+15555550142"},
+		mbim:     true, mmManufacturer: "telit", mmModel: "MBIM [17CB:0308]"},
+	"qcom-sdx55m": {name: "qcom-sdx55m", iface: "mhi_hwip0", format: ep.FormatRaw,
+		identity: ep.ModemIdentity{MSISDN: "+15555550155"}},
 }
 
-// mmSession is the mock's control and data functions of one vfio-user
-// session (one boot).
-type mmSession struct {
-	modem *ep.Modem
-	mbim  *ep.MBIM
-	qmi   *ep.QMI
-	at    *ep.AT
-	ipd   *ep.IPData
+// want returns what mmcli must show as manufacturer, model and hardware
+// revision for a mock reporting id.
+func (m mmModel) want(id ep.ModemIdentity) (manufacturer, model, hardware string) {
+	if !m.mbim {
+		return id.Manufacturer, id.Model, id.Hardware
+	}
+	hw := id.Hardware
+	if !strings.Contains(hw, id.Model) {
+		hw = strings.TrimSpace(id.Model + " " + hw)
+	}
+	return m.mmManufacturer, m.mmModel, hw
 }
 
 // mmSnap is the mock's counters at a guest's MARK line.
@@ -294,12 +298,14 @@ type mmSnap struct {
 // mmRun is one boot of the ModemManager guest.
 type mmRun struct {
 	model mmModel
-	// mangleMBIM, if set, changes every MBIM message the mock sends (the
-	// broken-on-purpose test).
+	// mangleMBIM, if set, changes every MBIM message the mock sends from
+	// the guest's first MARK on (the broken-on-purpose test).
 	mangleMBIM func([]byte)
 
-	dev  *vfiouser.ServerDevice
-	sess atomic.Pointer[mmSession]
+	dev *vfiouser.ServerDevice
+	// fns are the session's functions (the server forgets them when the
+	// session ends).
+	fns atomic.Pointer[pcigeneric.MockFunctions]
 
 	mu      sync.Mutex
 	marks   map[string]mmSnap
@@ -309,67 +315,16 @@ type mmRun struct {
 	events  *eventLog
 }
 
-// device attaches the control functions and a gated IP data function to
-// each session's modem.
-func (r *mmRun) device(t *testing.T) func(*ep.Config) {
-	return func(c *ep.Config) {
-		m, err := ep.NewModem(ep.ModemConfig{Identity: r.model.ident, RequireConnect: true})
-		if err != nil {
-			t.Error(err)
-			return
+// functions returns the session's functions, keeping them for after the
+// session.
+func (r *mmRun) functions() *pcigeneric.MockFunctions {
+	if f := r.dev.Functions(); f != nil {
+		if r.fns.Swap(f) == nil && r.mangleMBIM != nil && f.MBIM != nil {
+			f.MBIM.SetMangle(r.mangleMBIM)
 		}
-		s := &mmSession{modem: m}
-		if c.Functions == nil {
-			c.Functions = map[string]ep.Function{}
-		}
-		has := func(name string) bool {
-			_, ok := c.MHI.ChannelByName(name, mhi.Uplink)
-			return ok
-		}
-		pair := pcigeneric.DataPair(c.MHI)
-		if s.ipd, err = ep.NewIPData(ep.IPDataConfig{Format: r.model.format, Responder: true, Gate: m}); err != nil {
-			t.Error(err)
-			return
-		}
-		c.Functions[pair] = s.ipd
-		if r.model.wantMBIM && has(ep.MBIMName) {
-			// PACKET_STATISTICS from the data function's counters, as the
-			// modem's own interface counters.
-			stats := func() mbim.PacketStatistics {
-				st := s.ipd.Stats()
-				return mbim.PacketStatistics{InOctets: st.DLBytes, InPackets: st.DLPackets,
-					OutOctets: st.ULBytes, OutPackets: st.ULPackets, OutDiscards: uint32(st.DroppedGated)}
-			}
-			if s.mbim, err = ep.NewMBIM(m, ep.MBIMOptions{Mangle: r.mangleMBIM, PacketStatistics: stats}); err != nil {
-				t.Error(err)
-				return
-			}
-			c.Functions[ep.MBIMName] = s.mbim
-		}
-		if r.model.wantQMI && has(ep.QMIName) {
-			counters := func() ep.PacketCounters {
-				st := s.ipd.Stats()
-				return ep.PacketCounters{TxPackets: st.ULPackets, RxPackets: st.DLPackets, TxBytes: st.ULBytes, RxBytes: st.DLBytes, TxDropped: st.DroppedGated}
-			}
-			if s.qmi, err = ep.NewQMI(m, ep.QMIOptions{PacketStatistics: counters}); err != nil {
-				t.Error(err)
-				return
-			}
-			c.Functions[ep.QMIName] = s.qmi
-		}
-		if has(ep.DUNName) || has(ep.DUN2Name) {
-			if s.at, err = ep.NewAT(m, ep.ATOptions{}); err != nil {
-				t.Error(err)
-				return
-			}
-			for _, n := range []string{ep.DUNName, ep.DUN2Name} {
-				if has(n) {
-					c.Functions[n] = s.at
-				}
-			}
-		}
-		r.sess.Store(s)
+		return f
 	}
+	return r.fns.Load()
 }
 
 // snapshot records the mock's counters at a guest's MARK line.
@@ -378,16 +333,16 @@ func (r *mmRun) snapshot(step string, at time.Duration) {
 	if d := r.dev.Modem(); d != nil {
 		s.device = d.Stats()
 	}
-	if ss := r.sess.Load(); ss != nil {
-		s.modem, s.session, s.ip = ss.modem.Stats(), ss.modem.Session(), ss.ipd.Stats()
-		if ss.mbim != nil {
-			s.mbim = ss.mbim.Stats()
+	if f := r.functions(); f != nil {
+		s.modem, s.session, s.ip = f.Modem.Stats(), f.Modem.Session(), f.IPData.Stats()
+		if f.MBIM != nil {
+			s.mbim = f.MBIM.Stats()
 		}
-		if ss.qmi != nil {
-			s.qmi = ss.qmi.Stats()
+		if f.QMI != nil {
+			s.qmi = f.QMI.Stats()
 		}
-		if ss.at != nil {
-			s.at_ = ss.at.Stats()
+		if f.AT != nil {
+			s.at_ = f.AT.Stats()
 		}
 	}
 	r.mu.Lock()
@@ -429,10 +384,15 @@ func (r *mmRun) run(t *testing.T) {
 
 	r.events = &eventLog{}
 	r.marks = map[string]mmSnap{}
+	// The mock as mhictl modem serve builds it (pcigeneric.NewMockConfig:
+	// MBIM, QMI and AT on the model's pairs, one ep.Modem, IP data gated
+	// by the session).
 	dev, err := vfiouser.NewServerDevice(vfiouser.DeviceOptions{
-		Model:  r.model.name,
-		Logger: slog.New(slog.NewTextHandler(r.events, nil)),
-		Device: r.device(t),
+		Model:          r.model.name,
+		Logger:         slog.New(slog.NewTextHandler(r.events, nil)),
+		IPData:         ep.IPDataConfig{Format: r.model.format, Responder: true},
+		RequireConnect: true,
+		Modem:          ep.ModemConfig{Identity: r.model.identity},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -495,8 +455,8 @@ func (r *mmRun) run(t *testing.T) {
 			if step == "syserr" && r.dev.Modem() != nil {
 				// The baseband crashes: its cellular state restarts and
 				// the MHI side raises SYS_ERR.
-				if ss := r.sess.Load(); ss != nil {
-					ss.modem.Restart()
+				if f := r.functions(); f != nil {
+					f.Modem.Restart()
 				}
 				r.dev.Modem().InjectSysErr()
 			}
@@ -626,9 +586,10 @@ func testModemManager(t *testing.T, model string) *mmRun {
 		"connected-again", "bearer-interface-again", "ping-gateway-again",
 		"syserr-modem-gone", "syserr-modem-back", "syserr-modem-initialized", "syserr-registered",
 		"connected-recovered", "bearer-interface-recovered", "ping-gateway-recovered")
-	id := r.model.ident
-	ss := r.sess.Load()
-	addr := ss.modem.Addressing()
+	fns := r.fns.Load()
+	id := fns.Modem.Identity()
+	addr := fns.Modem.Addressing()
+	wantManufacturer, wantModel, wantHardware := r.model.want(id)
 
 	// What mmcli reports about the modem, against the mock's identity.
 	kout, ok := mmBlock(r.serial, "mmcli-m0-k-disabled")
@@ -641,10 +602,10 @@ func testModemManager(t *testing.T, model string) *mmRun {
 		kv["modem.generic.manufacturer"], kv["modem.generic.model"], kv["modem.generic.revision"],
 		kv["modem.generic.hardware-revision"], kv["modem.generic.equipment-identifier"])
 	for k, want := range map[string]string{
-		"modem.generic.manufacturer":         r.model.mmManufacturer,
-		"modem.generic.model":                r.model.mmModel,
+		"modem.generic.manufacturer":         wantManufacturer,
+		"modem.generic.model":                wantModel,
 		"modem.generic.revision":             id.Firmware,
-		"modem.generic.hardware-revision":    r.model.mmHardware,
+		"modem.generic.hardware-revision":    wantHardware,
 		"modem.generic.equipment-identifier": id.IMEI,
 		"modem.3gpp.imei":                    id.IMEI,
 		"modem.generic.own-numbers.value[1]": id.MSISDN,
@@ -843,19 +804,19 @@ func TestModemManagerLogWarnings(t *testing.T) {
 // logUnsupported prints what ModemManager asked that the mock answered
 // "not supported".
 func (r *mmRun) logUnsupported(t *testing.T) {
-	ss := r.sess.Load()
-	if ss.mbim != nil {
-		for _, u := range ss.mbim.Stats().Unsupported {
+	ss := r.fns.Load()
+	if ss.MBIM != nil {
+		for _, u := range ss.MBIM.Stats().Unsupported {
 			t.Logf("%s: MBIM not supported: %s CID %d %s ×%d", r.model.name, u.Service, u.CID, u.Command, u.Count)
 		}
 	}
-	if ss.qmi != nil {
-		for _, u := range ss.qmi.Stats().Unsupported {
+	if ss.QMI != nil {
+		for _, u := range ss.QMI.Stats().Unsupported {
 			t.Logf("%s: QMI not supported: %s 0x%04x ×%d", r.model.name, u.Service, u.Message, u.Count)
 		}
 	}
-	if ss.at != nil {
-		for name, n := range ss.at.Stats().Unknown {
+	if ss.AT != nil {
+		for name, n := range ss.AT.Stats().Unknown {
 			t.Logf("%s: AT not supported: %s ×%d", r.model.name, name, n)
 		}
 	}
