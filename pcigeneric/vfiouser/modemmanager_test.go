@@ -44,7 +44,7 @@ import (
 // system image .ci/guest-rootfs.sh builds (make test-deps). See
 // docs/MODEMMANAGER.md.
 
-var mmShell = flag.Bool("mm.shell", false, "TestModemManager…: boot the guest, start ModemManager and give the console to the terminal (run the test binary directly, see docs/MODEMMANAGER.md)")
+var mmShell = flag.Bool("mm.shell", false, "TestModemManager…: boot the guest, start ModemManager and give its console to the terminal (go test -timeout 0 -run 'TestModemManagerSDX55$' … -args -mm.shell; docs/MODEMMANAGER.md)")
 
 var mmLogDir = flag.String("mm.logdir", "", "TestModemManager…: copy each guest's serial log and ModemManager's log into this folder")
 
