@@ -381,4 +381,3 @@ func TestMetricsDocTable(t *testing.T) {
 	}
 	t.Errorf("the metrics table in %s is stale; run GOMHI_UPDATE_DOCS=1 go test ./sysfs -run TestMetricsDocTable\nwant:\n%s", path, b.String())
 }
-
