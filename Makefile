@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 BIN     := bin/mhictl
 
-.PHONY: all build test test-deps vet fmt-check lint bench run clean fuzz fuzz-long soak
+.PHONY: all build test test-deps vet fmt-check lint bench run clean fuzz fuzz-long man deploy-files soak
 
 # Native Go fuzz targets, each run briefly by `make test`. The budgets are
 # execution counts, not durations: with a duration, Go 1.26's fuzzing
@@ -94,6 +94,18 @@ lint: fmt-check vet
 # Benchmarks with allocation counts; figures go to docs/PERFORMANCE.md.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./mhi/...
+
+# The manual pages, one per command, generated from the commands' own help
+# (cobra/doc) into docs/man, which is checked in: TestManPagesCurrent
+# fails when they are stale. View one with `man -l docs/man/mhictl-up.1`.
+man:
+	rm -f docs/man/*.1
+	$(GO) run ./cmd/mhictl gen-man docs/man
+
+# The generated deployment files: the udev rule from the device table
+# (TestUdevRuleCurrent fails when deploy/udev/70-gomhi.rules is stale).
+deploy-files:
+	$(GO) run ./cmd/mhictl deploy udev-rule > deploy/udev/70-gomhi.rules
 
 # The main job on the embedded mock modem.
 run:

@@ -109,6 +109,8 @@ elif busybox_ok "$bdir"; then
 else
 	need_busybox=1
 fi
+# The ModemManager guest's Debian root file system (mmdebstrap, genext2fs).
+"$(dirname "$0")/guest-rootfs.sh" "$cache" || failed+=("the ModemManager guest's root file system (.ci/guest-rootfs.sh)")
 if [ -z "$need_qemu$need_kernel$need_busybox" ]; then
 	finish
 fi

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/mbim"
 )
 
 // This file builds the mock modem's device side from a device-table entry:
@@ -256,17 +257,34 @@ func NewMockConfig(e Entry, opts MockModemOptions) (ep.Config, *MockFunctions, e
 		ec.Functions[pair] = ipd
 		fns.DataPair, fns.IPData = pair, ipd
 	}
+	// The control functions report the data function's counters as the
+	// session's packet statistics (MBIM PACKET_STATISTICS, QMI WDS
+	// GET_PACKET_STATISTICS): uplink is what the host transmitted.
+	var mbimStats func() mbim.PacketStatistics
+	var qmiStats func() ep.PacketCounters
+	if ipd := fns.IPData; ipd != nil {
+		mbimStats = func() mbim.PacketStatistics {
+			st := ipd.Stats()
+			return mbim.PacketStatistics{InOctets: st.DLBytes, InPackets: st.DLPackets,
+				OutOctets: st.ULBytes, OutPackets: st.ULPackets, OutDiscards: uint32(min(st.DroppedGated, 0xFFFFFFFF))}
+		}
+		qmiStats = func() ep.PacketCounters {
+			st := ipd.Stats()
+			return ep.PacketCounters{TxPackets: st.ULPackets, RxPackets: st.DLPackets,
+				TxBytes: st.ULBytes, RxBytes: st.DLBytes, TxDropped: st.DroppedGated}
+		}
+	}
 	for _, pair := range ControlPairs(cfg) {
 		switch pair {
 		case ep.MBIMName:
-			fn, err := ep.NewMBIM(modem, ep.MBIMOptions{Logger: log})
+			fn, err := ep.NewMBIM(modem, ep.MBIMOptions{Logger: log, PacketStatistics: mbimStats})
 			if err != nil {
 				return ep.Config{}, nil, err
 			}
 			ec.Functions[pair] = fn
 			fns.MBIM = fn
 		case ep.QMIName:
-			fn, err := ep.NewQMI(modem, ep.QMIOptions{Logger: log})
+			fn, err := ep.NewQMI(modem, ep.QMIOptions{Logger: log, PacketStatistics: qmiStats})
 			if err != nil {
 				return ep.Config{}, nil, err
 			}

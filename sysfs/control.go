@@ -36,16 +36,16 @@ func addControl(dir *Dir, d Device) {
 			ports.Add(StringAttr(p.Name, "path of the control port a tool opens (mbimcli -d, qmicli -d, a terminal)",
 				func() string { return p.Path }))
 			if p.Stats != nil {
-				pstats.Mkdir(p.Name).Add(counterAttrs(p.Stats)...)
+				pstats.Mkdir(p.Name).Add(counterAttrs("ports", p.Stats)...)
 			}
 		}
 	}
 	if s := d.Session; s != nil {
 		dir.Mkdir("session").Add(sessionAttrs(s)...)
-		stats.Mkdir("session").Add(counterAttrs(func() any { return s.Stats() })...)
+		stats.Mkdir("session").Add(counterAttrs("session", func() any { return s.Stats() })...)
 	}
 	for name, f := range d.Stats {
-		stats.Mkdir(name).Add(counterAttrs(f)...)
+		stats.Mkdir(name).Add(counterAttrs(name, f)...)
 	}
 }
 

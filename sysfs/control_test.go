@@ -66,19 +66,15 @@ func TestTreeControlPortsAndSession(t *testing.T) {
 	if n := get("stats/ports/wwan0mbim0/pair_ul_messages"); n == "0" {
 		t.Error("no uplink messages counted on the port's pair")
 	}
-	var b strings.Builder
-	if err := tr.WriteMetrics(&b); err != nil {
-		t.Fatal(err)
-	}
-	m := b.String()
+	m := scrape(t, tr).text
 	for _, want := range []string{
-		`mhi_port_pair_ul_messages{device="mhi0",port="wwan0mbim0"} `,
-		`mhi_port_ul_framing_errors{device="mhi0",port="wwan0mbim0"} 0`,
-		`mhi_session_info{device="mhi0",state="connected",protocol="mbim",apn="internet",ip_type="ipv4v6",ipv4="198.18.0.1/24",ipv6="fd00:6d68:6900::1/64",interface=""} 1`,
+		`mhi_port_pair_ul_messages_total{device="mhi0",port="wwan0mbim0"} `,
+		`mhi_port_ul_framing_errors_total{device="mhi0",port="wwan0mbim0"} 0`,
+		`mhi_session_info{apn="internet",device="mhi0",interface="",ip_type="ipv4v6",ipv4="198.18.0.1/24",ipv6="fd00:6d68:6900::1/64",protocol="mbim",state="connected"} 1`,
 		`mhi_session_up{device="mhi0"} 1`,
-		`mhi_session_connects{device="mhi0"} 1`,
+		`mhi_session_connects_total{device="mhi0"} 1`,
 		"# TYPE mhi_session_connected gauge",
-		`mhi_modem_ip_dropped_gated{device="mhi0"} 0`,
+		`mhi_modem_ip_dropped_gated_total{device="mhi0"} 0`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q", want)

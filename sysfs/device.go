@@ -76,20 +76,20 @@ func (t *Tree) AddDevice(name string, d Device) {
 			}
 			return b.String()
 		}),
-		UintAttr("timeout_ms", "command and state-change timeout in milliseconds",
+		UintAttr("timeout_ms", "timeout of MHI commands and state changes",
 			func() uint64 { return uint64(c.Timeout().Milliseconds()) },
 			func(v uint64) error { return invalid(c.SetTimeout(time.Duration(v) * time.Millisecond)) },
-			MinTimeoutMs, MaxTimeoutMs),
+			MinTimeoutMs, MaxTimeoutMs).AsMetric(Gauge, UnitMilliseconds),
 		ActionAttr("soc_reset", "write 1: SoC reset, then recovery to M0 with the channels restarted",
 			func() error { return busy(c.SoCReset()) }),
 	)
 	if n := d.Net; n != nil {
 		dir.Add(
-			UintAttr("mru", "receive buffer size of the data channel in bytes",
+			UintAttr("mru", "receive buffer size of the data channel",
 				func() uint64 { return uint64(n.MRU()) },
 				func(v uint64) error { return invalid(n.SetMRU(int(v))) },
-				mhinet.MinMRU, mhinet.MaxMRU),
-			UintAttr("mtu", "largest packet the data channel transmits, in bytes",
+				mhinet.MinMRU, mhinet.MaxMRU).AsMetric(Gauge, UnitBytes),
+			UintAttr("mtu", "largest packet the data channel transmits",
 				func() uint64 { return uint64(n.MTU()) },
 				func(v uint64) error {
 					if d.SetMTU != nil {
@@ -97,7 +97,7 @@ func (t *Tree) AddDevice(name string, d Device) {
 					}
 					return invalid(n.SetMTU(int(v)))
 				},
-				mhinet.MinMTU, mhinet.MaxMTU),
+				mhinet.MinMTU, mhinet.MaxMTU).AsMetric(Gauge, UnitBytes),
 		)
 	}
 	chans := dir.Mkdir("channels")
@@ -109,9 +109,9 @@ func (t *Tree) AddDevice(name string, d Device) {
 		chans.Mkdir(fmt.Sprintf("%d_%s", cc.Num, cc.Name)).Add(channelAttrs(ch)...)
 	}
 	stats := dir.Mkdir("stats")
-	stats.Mkdir("mhi").Add(counterAttrs(func() any { return c.Stats() })...)
+	stats.Mkdir("mhi").Add(counterAttrs("mhi", func() any { return c.Stats() })...)
 	if n := d.Net; n != nil {
-		stats.Mkdir("net").Add(counterAttrs(func() any { return n.Stats() })...)
+		stats.Mkdir("net").Add(counterAttrs("net", func() any { return n.Stats() })...)
 	}
 	addControl(dir, d)
 }
@@ -148,30 +148,36 @@ func channelAttrs(ch *mhi.Channel) []*Attr {
 		StringAttr("state", "host view of the channel state", st(func(c mhi.ChannelStatus) string { return c.State })),
 		StringAttr("ctx_state", "channel state in the context (device view)", st(func(c mhi.ChannelStatus) string { return c.CtxState })),
 		StringAttr("dir", "UL or DL", st(func(c mhi.ChannelStatus) string { return c.Dir })),
-		UintAttr("elements", "transfer ring size", num(func(c mhi.ChannelStatus) uint64 { return uint64(c.Elements) }), nil, 0, 0),
-		UintAttr("event_ring", "event ring of the completions", num(func(c mhi.ChannelStatus) uint64 { return uint64(c.EventRing) }), nil, 0, 0),
+		UintAttr("elements", "size of the channel's transfer ring, in elements", num(func(c mhi.ChannelStatus) uint64 { return uint64(c.Elements) }), nil, 0, 0).AsMetric(Gauge, ""),
+		UintAttr("event_ring", "index of the event ring the channel's completions arrive on", num(func(c mhi.ChannelStatus) uint64 { return uint64(c.EventRing) }), nil, 0, 0).AsMetric(Gauge, ""),
 		StringAttr("ring_base", "IOVA of the transfer ring", hex(func(c mhi.ChannelStatus) uint64 { return c.RingBase })),
 		StringAttr("host_rp", "host read pointer", hex(func(c mhi.ChannelStatus) uint64 { return c.HostRP })),
 		StringAttr("host_wp", "host write pointer", hex(func(c mhi.ChannelStatus) uint64 { return c.HostWP })),
 		StringAttr("ctx_rp", "context read pointer (written by the device)", hex(func(c mhi.ChannelStatus) uint64 { return c.CtxRP })),
 		StringAttr("ctx_wp", "context write pointer", hex(func(c mhi.ChannelStatus) uint64 { return c.CtxWP })),
-		UintAttr("pending", "queued, not completed elements", num(func(c mhi.ChannelStatus) uint64 { return uint64(c.Pending) }), nil, 0, 0),
-		UintAttr("queued", "elements queued", s.Queued.Load, nil, 0, 0),
-		UintAttr("completed", "elements completed", s.Completed.Load, nil, 0, 0),
-		UintAttr("bytes", "bytes completed", s.Bytes.Load, nil, 0, 0),
-		UintAttr("overflows", "OVERFLOW completions", s.Overflows.Load, nil, 0, 0),
-		UintAttr("aborted", "elements returned unused (reset, SYS_ERR)", s.Aborted.Load, nil, 0, 0),
-		UintAttr("doorbells", "doorbells rung", s.Doorbells.Load, nil, 0, 0),
-		UintAttr("doorbell_errors", "doorbell writes the transport failed (the elements stayed queued)", s.DoorbellErrors.Load, nil, 0, 0),
-		UintAttr("db_mode_events", "OOB/DB_MODE completions", s.DBModes.Load, nil, 0, 0),
-		UintAttr("bad_events", "events the host rejected", s.BadEvents.Load, nil, 0, 0),
+		UintAttr("pending", "elements queued on the transfer ring and not completed yet", num(func(c mhi.ChannelStatus) uint64 { return uint64(c.Pending) }), nil, 0, 0).AsMetric(Gauge, ""),
+		UintAttr("queued", "transfer elements queued on the ring", s.Queued.Load, nil, 0, 0).AsMetric(Counter, ""),
+		UintAttr("completed", "transfer elements the device completed", s.Completed.Load, nil, 0, 0).AsMetric(Counter, ""),
+		UintAttr("bytes", "bytes the device completed (the lengths of its completion events)", s.Bytes.Load, nil, 0, 0).AsMetric(Counter, UnitBytes),
+		UintAttr("overflows", "OVERFLOW completions: a transfer larger than its buffer, continued in the next element", s.Overflows.Load, nil, 0, 0).AsMetric(Counter, ""),
+		UintAttr("aborted", "elements returned unused by a channel reset or SYS_ERR", s.Aborted.Load, nil, 0, 0).AsMetric(Counter, ""),
+		UintAttr("doorbells", "channel doorbells rung", s.Doorbells.Load, nil, 0, 0).AsMetric(Counter, ""),
+		UintAttr("doorbell_errors", "doorbell writes the transport failed (the elements stayed queued)", s.DoorbellErrors.Load, nil, 0, 0).AsMetric(Counter, ""),
+		UintAttr("db_mode_events", "OOB and DB_MODE completions (the device asks for a doorbell)", s.DBModes.Load, nil, 0, 0).AsMetric(Counter, ""),
+		UintAttr("bad_events", "transfer events for this channel the host rejected (unknown code, pointer outside the queued elements, length clamped)", s.BadEvents.Load, nil, 0, 0).AsMetric(Counter, ""),
 	}
 }
 
 // counterAttrs makes one read-only Uint attribute per integer field of the
-// struct snapshot() returns, named by the field's JSON name.
-func counterAttrs(snapshot func() any) []*Attr {
-	return structCounters(snapshot, reflect.TypeOf(snapshot()), nil, "")
+// struct snapshot() returns, named by the field's JSON name, for the
+// counter group stats/<group>: its description, metric kind and unit come
+// from the group's entry in statDocs.
+func counterAttrs(group string, snapshot func() any) []*Attr {
+	attrs := structCounters(snapshot, reflect.TypeOf(snapshot()), nil, "")
+	for _, a := range attrs {
+		describeStat(group, a)
+	}
+	return attrs
 }
 
 // structCounters makes one attribute per unsigned or int field of typ

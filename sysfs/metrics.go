@@ -1,179 +1,234 @@
 package sysfs
 
 import (
-	"fmt"
-	"io"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// WriteMetrics writes every numeric attribute of the tree in the Prometheus
-// text exposition format (version 0.0.4): per device, the counters of
-// stats/mhi and stats/net as mhi_<group>_<name>{device="…"}, the channel
-// counters as mhi_channel_<name>{device, channel, name}, mru, mtu and
-// timeout_ms as gauges, and the state as mhi_device_info{device, state,
-// ee, model, pm_state} 1 (pm_state RECOVERY_FAILED: recovery gave up; the
-// gauge mhi_mhi_recovery_failed is 1 then too). Values are read live from the same counters the tree shows.
-func (t *Tree) WriteMetrics(w io.Writer) error {
-	type sample struct{ labels, value string }
-	series := map[string][]sample{}
-	kinds := map[string]string{}
-	add := func(name, kind, labels, value string) {
-		series[name] = append(series[name], sample{labels, value})
-		kinds[name] = kind
-	}
-	devs, err := t.LookupDir("devices")
+// Collector is a prometheus.Collector over the attribute tree: every scrape
+// reads the attributes marked as metrics (Attr.Metric) live, as the tree
+// shows them. Per device:
+//
+//   - devices/<dev>/<attr> → mhi_<attr>{device}: mru and mtu
+//     (mhi_mru_bytes, mhi_mtu_bytes), timeout_ms (mhi_timeout_seconds);
+//   - stats/mhi/<attr> → mhi_controller_<attr>{device}; stats/<group>/<attr>
+//     → mhi_<group>_<attr>{device} (net, session, modem);
+//     stats/ports/<port>/<attr> → mhi_port_<attr>{device, port};
+//   - channels/<num>_<name>/<attr> → mhi_channel_<attr>{device, channel,
+//     channel_name};
+//   - mhi_device_info{device, model, state, ee, pm_state} 1, and with a
+//     session mhi_session_info{device, state, protocol, apn, ip_type, ipv4,
+//     ipv6, interface} 1 and mhi_session_up{device}.
+//
+// Counters end in _total, values are in base units (a name ending in
+// _bytes, or _seconds for attributes kept in milliseconds), and each
+// family's HELP text is its attribute's Doc. The set of families changes
+// as devices come and go, so the collector is unchecked (Describe sends
+// nothing).
+type Collector struct {
+	tree *Tree
+
+	mu    sync.Mutex
+	descs map[string]*prometheus.Desc
+}
+
+// NewCollector returns a collector over t.
+func NewCollector(t *Tree) *Collector {
+	return &Collector{tree: t, descs: map[string]*prometheus.Desc{}}
+}
+
+// Describe sends nothing: the collector is unchecked.
+func (c *Collector) Describe(chan<- *prometheus.Desc) {}
+
+// Collect reads the tree and sends one metric per exposed attribute.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	devs, err := c.tree.LookupDir("devices")
 	if err != nil {
-		return err
-	}
-	for _, dev := range devs.Dirs() {
-		dl := fmt.Sprintf(`device=%q`, dev.Name)
-		info := map[string]string{}
-		for _, a := range dev.Attrs() {
-			if !a.Readable() {
-				continue
-			}
-			v, err := a.Read()
-			if err != nil {
-				continue
-			}
-			switch a.Name {
-			case "mru", "mtu", "timeout_ms":
-				add("mhi_"+a.Name, "gauge", dl, v)
-			case "state", "ee", "model", "pm_state":
-				info[a.Name] = v
-			}
-		}
-		add("mhi_device_info", "gauge", fmt.Sprintf(`%s,state=%q,ee=%q,model=%q,pm_state=%q`, dl, info["state"], info["ee"], info["model"], info["pm_state"]), "1")
-		if stats, ok := dev.Dir("stats"); ok {
-			for _, group := range stats.Dirs() {
-				for _, a := range group.Attrs() {
-					if a.Type != Uint {
-						continue
-					}
-					v, err := a.Read()
-					if err != nil {
-						continue
-					}
-					add(metricName("mhi_"+group.Name+"_"+a.Name), kindOf(a.Name), dl, v)
-				}
-				groupDirMetrics(add, dl, group)
-			}
-		}
-		sessionMetrics(add, dl, dev)
-		if chans, ok := dev.Dir("channels"); ok {
-			for _, ch := range chans.Dirs() {
-				num, name, _ := strings.Cut(ch.Name, "_")
-				cl := fmt.Sprintf(`%s,channel=%q,name=%q`, dl, num, name)
-				for _, a := range ch.Attrs() {
-					if a.Type != Uint {
-						continue
-					}
-					v, err := a.Read()
-					if err != nil {
-						continue
-					}
-					add(metricName("mhi_channel_"+a.Name), kindOf(a.Name), cl, v)
-				}
-			}
-		}
-	}
-	names := make([]string, 0, len(series))
-	for n := range series {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if _, err := fmt.Fprintf(w, "# TYPE %s %s\n", n, kinds[n]); err != nil {
-			return err
-		}
-		for _, s := range series[n] {
-			if _, err := fmt.Fprintf(w, "%s{%s} %s\n", n, s.labels, s.value); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// groupDirMetrics adds the counters of the subdirectories of a stats
-// group (stats/ports/<port>/…) as mhi_<group without the plural
-// s>_<name>{device, <group without s>="<subdirectory>"}: per-port
-// counters are mhi_port_ul_messages{device="mhi0",port="wwan0mbim0"}.
-func groupDirMetrics(add func(name, kind, labels, value string), dl string, group *Dir) {
-	what := strings.TrimSuffix(group.Name, "s")
-	for _, sub := range group.Dirs() {
-		ll := fmt.Sprintf(`%s,%s=%q`, dl, metricName(what), sub.Name)
-		for _, a := range sub.Attrs() {
-			if a.Type != Uint {
-				continue
-			}
-			v, err := a.Read()
-			if err != nil {
-				continue
-			}
-			add(metricName("mhi_"+what+"_"+a.Name), kindOf(a.Name), ll, v)
-		}
-	}
-}
-
-// sessionMetrics adds mhi_session_info{device, state, protocol, apn,
-// ip_type, ipv4, ipv6, interface} 1 and mhi_session_up{device} (1 while
-// connected) for a device with a session/ directory.
-func sessionMetrics(add func(name, kind, labels, value string), dl string, dev *Dir) {
-	sess, ok := dev.Dir("session")
-	if !ok {
 		return
 	}
-	v := map[string]string{}
-	for _, a := range sess.Attrs() {
-		if a.Type == String && a.Readable() {
-			v[a.Name], _ = a.Read()
-		}
+	for _, dev := range devs.Dirs() {
+		c.collectDevice(ch, dev)
 	}
-	add("mhi_session_info", "gauge", fmt.Sprintf(`%s,state=%q,protocol=%q,apn=%q,ip_type=%q,ipv4=%q,ipv6=%q,interface=%q`,
-		dl, v["state"], v["protocol"], v["apn"], v["ip_type"], v["ipv4"], v["ipv6"], v["interface"]), "1")
-	up := "0"
-	if v["state"] == "connected" {
-		up = "1"
-	}
-	add("mhi_session_up", "gauge", dl, up)
 }
 
-// kindOf says whether a numeric attribute is a counter or a gauge.
-func kindOf(name string) string {
-	for _, g := range []string{"mru", "mtu", "pool_", "rx_posted", "high_water", "elements", "event_ring", "pending",
-		"recovery_consecutive", "recovery_backoff", "recovery_failed", "connected", "session_active"} {
-		if strings.Contains(name, g) {
-			return "gauge"
+// Label names.
+var (
+	deviceLabels  = []string{"device"}
+	portLabels    = []string{"device", "port"}
+	channelLabels = []string{"device", "channel", "channel_name"}
+	infoLabels    = []string{"device", "model", "state", "ee", "pm_state"}
+	sessionLabels = []string{"device", "state", "protocol", "apn", "ip_type", "ipv4", "ipv6", "interface"}
+)
+
+// Help texts of the families that are not one attribute each.
+const (
+	deviceInfoHelp  = "the device's model and state: MHI state, execution environment and host power-management state (pm_state RECOVERY_FAILED: recovery gave up); always 1"
+	sessionInfoHelp = "the device's data session: state, control protocol, APN, IP type, addresses and interface; always 1"
+	sessionUpHelp   = "1 while the device's data session is connected, else 0"
+)
+
+func (c *Collector) collectDevice(ch chan<- prometheus.Metric, dev *Dir) {
+	dl := []string{dev.Name}
+	info := map[string]string{}
+	for _, a := range dev.Attrs() {
+		switch a.Name {
+		case "model", "state", "ee", "pm_state":
+			info[a.Name], _ = a.Read()
+		}
+		c.attrMetric(ch, "", a, deviceLabels, dl)
+	}
+	c.send(ch, "mhi_device_info", deviceInfoHelp, prometheus.GaugeValue, 1, infoLabels,
+		dev.Name, info["model"], info["state"], info["ee"], info["pm_state"])
+	if stats, ok := dev.Dir("stats"); ok {
+		for _, group := range stats.Dirs() {
+			prefix := group.Name + "_"
+			switch group.Name {
+			case "mhi":
+				prefix = "controller_"
+			case "ports":
+				for _, port := range group.Dirs() {
+					for _, a := range port.Attrs() {
+						c.attrMetric(ch, "port_", a, portLabels, []string{dev.Name, port.Name})
+					}
+				}
+				continue
+			}
+			for _, a := range group.Attrs() {
+				c.attrMetric(ch, prefix, a, deviceLabels, dl)
+			}
 		}
 	}
-	return "counter"
+	if chans, ok := dev.Dir("channels"); ok {
+		for _, chd := range chans.Dirs() {
+			num, name, _ := strings.Cut(chd.Name, "_")
+			for _, a := range chd.Attrs() {
+				c.attrMetric(ch, "channel_", a, channelLabels, []string{dev.Name, num, name})
+			}
+		}
+	}
+	if sess, ok := dev.Dir("session"); ok {
+		v := map[string]string{}
+		for _, a := range sess.Attrs() {
+			if a.Type == String && a.Readable() {
+				v[a.Name], _ = a.Read()
+			}
+		}
+		c.send(ch, "mhi_session_info", sessionInfoHelp, prometheus.GaugeValue, 1, sessionLabels,
+			dev.Name, v["state"], v["protocol"], v["apn"], v["ip_type"], v["ipv4"], v["ipv6"], v["interface"])
+		up := 0.0
+		if v["state"] == "connected" {
+			up = 1
+		}
+		c.send(ch, "mhi_session_up", sessionUpHelp, prometheus.GaugeValue, up, deviceLabels, dev.Name)
+	}
 }
 
-// metricName keeps only the characters Prometheus allows in a name.
-func metricName(s string) string {
+// attrMetric sends a's value as mhi_<prefix><name>, if a is a readable
+// Uint attribute marked as a metric.
+func (c *Collector) attrMetric(ch chan<- prometheus.Metric, prefix string, a *Attr, labels, values []string) {
+	if a.Metric == NotAMetric || a.Type != Uint || !a.Readable() {
+		return
+	}
+	s, err := a.Read()
+	if err != nil {
+		return
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return
+	}
+	v := float64(n)
+	if a.Unit == UnitMilliseconds {
+		v /= 1000
+	}
+	vt := prometheus.GaugeValue
+	if a.Metric == Counter {
+		vt = prometheus.CounterValue
+	}
+	c.send(ch, MetricName(prefix, a), a.Doc, vt, v, labels, values...)
+}
+
+// MetricName is the Prometheus name of attribute a shown with prefix
+// ("controller_", "net_", "port_", "channel_"… or "" for a device
+// attribute): mhi_<prefix><name>, the unit in base units (_bytes;
+// _seconds for milliseconds), and _total for a counter.
+func MetricName(prefix string, a *Attr) string {
+	part := a.Name
+	if a.MetricName != "" {
+		part = a.MetricName
+	}
+	switch a.Unit {
+	case UnitMilliseconds:
+		part = strings.TrimSuffix(part, "_ms") + "_seconds"
+	case UnitBytes:
+		if part != "bytes" && !strings.HasSuffix(part, "_bytes") {
+			part += "_bytes"
+		}
+	}
+	name := "mhi_" + prefix + part
+	if a.Metric == Counter {
+		name += "_total"
+	}
+	return sanitizeName(name)
+}
+
+// send sends one sample of the family name, creating its descriptor on
+// first use. Label values are made valid UTF-8 (a modem's strings are not
+// trusted to be).
+func (c *Collector) send(ch chan<- prometheus.Metric, name, help string, vt prometheus.ValueType, v float64, labels []string, values ...string) {
+	c.mu.Lock()
+	d, ok := c.descs[name]
+	if !ok {
+		d = prometheus.NewDesc(name, help, labels, nil)
+		c.descs[name] = d
+	}
+	c.mu.Unlock()
+	for i, s := range values {
+		values[i] = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	m, err := prometheus.NewConstMetric(d, vt, v, values...)
+	if err != nil {
+		m = prometheus.NewInvalidMetric(d, err)
+	}
+	ch <- m
+}
+
+// sanitizeName keeps only the characters Prometheus allows in a name.
+func sanitizeName(s string) string {
 	b := []byte(s)
 	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == ':') {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
 			b[i] = '_'
 		}
 	}
 	return string(b)
 }
 
-// MetricsHandler serves WriteMetrics over HTTP.
+// NewRegistry returns a registry holding the tree's collector, the Go
+// runtime collector and the process collector.
+func (t *Tree) NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(t), collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// MetricsHandler serves the tree's metrics, with the Go runtime's and the
+// process's, in the Prometheus text format or, when the scraper asks for
+// it, in OpenMetrics (promhttp). The handler counts its own requests
+// (promhttp_metric_handler_requests_total).
 func (t *Tree) MetricsHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		var b strings.Builder
-		if err := t.WriteMetrics(&b); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
-		_, _ = io.WriteString(w, b.String())
+	reg := t.NewRegistry()
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		EnableOpenMetrics: true,
+		ErrorHandling:     promhttp.ContinueOnError,
+		Registry:          reg,
 	})
+	return promhttp.InstrumentMetricHandler(reg, h)
 }

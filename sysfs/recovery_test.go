@@ -67,16 +67,16 @@ func TestTreeShowsRecoveryFailed(t *testing.T) {
 	if f+r != 5 || f == 0 {
 		t.Errorf("recovery_failures %d + recoveries %d, want 5 attempts accounted for, at least one failed", f, r)
 	}
-	var b strings.Builder
-	if err := tr.WriteMetrics(&b); err != nil {
-		t.Fatal(err)
-	}
+	sc := scrape(t, tr)
+	m := sc.text
 	for _, want := range []string{
-		`pm_state="RECOVERY_FAILED"} 1`,
-		"# TYPE mhi_mhi_recovery_failed gauge\n",
-		`mhi_mhi_recovery_failed{device="mhi0"} 1`,
+		`pm_state="RECOVERY_FAILED"`,
+		"# TYPE mhi_controller_recovery_failed gauge\n",
+		`mhi_controller_recovery_failed{device="mhi0"} 1`,
+		`mhi_controller_recovery_gave_up_total{device="mhi0"} 1`,
+		`mhi_controller_recovery_attempts_total{device="mhi0"} 5`,
 	} {
-		if !strings.Contains(b.String(), want) {
+		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}

@@ -59,11 +59,49 @@ type Attr struct {
 	Mode fs.FileMode
 	// Min and Max bound a writable Uint attribute (inclusive).
 	Min, Max uint64
-	// Doc says what the attribute is, for the documentation.
+	// Doc says what the attribute is, for the documentation; the
+	// Prometheus exposition uses it as the HELP text.
 	Doc string
+	// Metric says whether and how the Prometheus exposition (Collector)
+	// shows a Uint attribute: not at all (NotAMetric), as a gauge or as a
+	// counter.
+	Metric MetricKind
+	// Unit is the unit of the value: none (a count), UnitBytes or
+	// UnitMilliseconds (exposed in seconds, Prometheus's base unit).
+	Unit Unit
+	// MetricName, if set, is the name part the exposition uses instead of
+	// Name (where Name would mislead: tx_agg_closed_bytes counts
+	// aggregates closed by the byte limit, not bytes).
+	MetricName string
 
 	get func() (string, error)
 	set func(string) error
+}
+
+// MetricKind is how the Prometheus exposition shows an attribute.
+type MetricKind int
+
+// Metric kinds.
+const (
+	NotAMetric MetricKind = iota // not exposed
+	Gauge                        // a value that goes up and down
+	Counter                      // a count that only grows while the process runs
+)
+
+// Unit is the unit of an attribute's value.
+type Unit string
+
+// Units. A count has none.
+const (
+	UnitBytes        Unit = "bytes"
+	UnitMilliseconds Unit = "milliseconds"
+)
+
+// AsMetric marks a Uint attribute as exposed to Prometheus as kind, its
+// value in unit, and returns it.
+func (a *Attr) AsMetric(kind MetricKind, unit Unit) *Attr {
+	a.Metric, a.Unit = kind, unit
+	return a
 }
 
 // Readable reports whether the attribute can be read.

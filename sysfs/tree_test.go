@@ -2,9 +2,6 @@ package sysfs_test
 
 import (
 	"errors"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -92,45 +89,5 @@ func TestTreeRejectsBadWrites(t *testing.T) {
 	}
 	if n.MRU() != mhinet.DefaultMRU {
 		t.Errorf("MRU changed to %d by rejected writes", n.MRU())
-	}
-}
-
-func TestMetrics(t *testing.T) {
-	tr, _ := newTree(t)
-	srv := httptest.NewServer(tr.MetricsHandler())
-	defer srv.Close()
-	resp, err := http.Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	text := string(body)
-	for _, want := range []string{
-		"# TYPE mhi_mru gauge\n",
-		`mhi_mru{device="mhi0"} 32768`,
-		`mhi_device_info{device="mhi0",state="M0",ee="AMSS",model="qcom-sdx55m",pm_state="M0"} 1`,
-		"# TYPE mhi_mhi_recovery_failed gauge\n",
-		`mhi_mhi_recovery_failed{device="mhi0"} 0`,
-		"# TYPE mhi_net_rx_packets counter\n",
-		`mhi_net_rx_packets{device="mhi0"} 0`,
-		`mhi_channel_completed{device="mhi0",channel="101",name="IP_HW0"}`,
-		`mhi_mhi_events{device="mhi0"}`,
-	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("metrics lack %q", want)
-		}
-	}
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
-		t.Errorf("content type %q", ct)
-	}
-	// Every sample line is "name{labels} value".
-	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
-		if i := strings.LastIndexByte(line, ' '); i < 0 || !strings.Contains(line[:i], "{") {
-			t.Fatalf("bad line %q", line)
-		}
 	}
 }

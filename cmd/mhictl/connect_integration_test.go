@@ -318,10 +318,10 @@ func TestUpControlMBIM(t *testing.T) {
 	}
 	metrics := scrape(t, u)
 	for _, want := range []string{
-		`mhi_port_ul_messages{device="mhi0",port="wwan0mbim0"}`,
+		`mhi_port_ul_messages_total{device="mhi0",port="wwan0mbim0"}`,
 		`mhi_session_up{device="mhi0"} 0`,
-		`mhi_session_connects{device="mhi0"} 1`,
-		`mhi_modem_ip_dropped_gated{device="mhi0"}`,
+		`mhi_session_connects_total{device="mhi0"} 1`,
+		`mhi_modem_ip_dropped_gated_total{device="mhi0"}`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %q", want)

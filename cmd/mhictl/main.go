@@ -9,7 +9,11 @@ import (
 
 func main() {
 	if err := newRootCmd().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "mhictl:", err)
+		prio := ""
+		if stderrIsJournal() {
+			prio = "<3>" // the journal's error priority
+		}
+		fmt.Fprintln(os.Stderr, prio+"mhictl:", err)
 		os.Exit(1)
 	}
 }

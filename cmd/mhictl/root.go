@@ -14,8 +14,9 @@ import (
 
 // globalFlags are the flags every command shares.
 type globalFlags struct {
-	model    string
-	logLevel string
+	model     string
+	logLevel  string
+	logFormat string
 }
 
 func newRootCmd() *cobra.Command {
@@ -28,6 +29,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&g.model, "model", "qcom-sdx55m", "modem model the embedded mock impersonates (see 'mhictl models')")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", logText, "log format: text, json, or journal (each line prefixed with its syslog priority for systemd-journald, no timestamp)")
 	root.AddCommand(
 		newLoopbackCmd(g),
 		newRegdumpCmd(g),
@@ -46,6 +48,8 @@ func newRootCmd() *cobra.Command {
 		newUnbindCmd(),
 		newBenchCmd(g),
 		newSoakCmd(g),
+		newDeployCmd(),
+		newGenManCmd(),
 	)
 	return root
 }
@@ -55,7 +59,11 @@ func (g *globalFlags) logger() (*slog.Logger, error) {
 	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: %w", g.logLevel, err)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})), nil
+	h, err := newLogHandler(os.Stderr, g.logFormat, lvl)
+	if err != nil {
+		return nil, err
+	}
+	return slog.New(h), nil
 }
 
 // openMock starts the embedded mock modem and a host controller for it and,

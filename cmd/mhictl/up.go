@@ -367,9 +367,11 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	}
 
 	out.printf("ready (SIGINT or SIGTERM to stop)")
+	_ = sdNotify("READY=1") // under systemd (Type=notify); else nothing
 	select {
 	case <-ctx.Done():
 		out.printf("stopping")
+		_ = sdNotify("STOPPING=1")
 		return nil
 	case <-gone:
 		out.printf("the vfio-user server at %s went away: stopping", f.vfioUser)

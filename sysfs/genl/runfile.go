@@ -28,7 +28,13 @@ import (
 // sticky directory such as /tmp is allowed: others cannot replace what is
 // in it). Root's run files live in RunDir (/run/gomhi, 0755 root); a user's
 // own server, which cannot write there, uses $XDG_RUNTIME_DIR/gomhi, which
-// only that user's clients read. A run file whose process is gone, or was
+// only that user's clients read. One exception: root may hand RunDir itself
+// to a service user (a systemd unit with User=gomhi and
+// RuntimeDirectory=gomhi; docs/DEPLOY.md). RunDir is then owned by that
+// user, not writable by group or others, in directories that are root's and
+// writable by nobody else — only root can have made it so — and its owner
+// is trusted for run files in it like root: that user's server advertises
+// itself there and root's clients find it. A run file whose process is gone, or was
 // replaced by another process with the same pid (the start time differs),
 // is stale: clients ignore it and the next server replaces it.
 
@@ -80,14 +86,18 @@ func runFileName(ns uint64) string {
 }
 
 // DefaultRunFile is where a server run by this user advertises itself:
-// RunDir/genl-<netns>.json for root, $XDG_RUNTIME_DIR/gomhi/genl-<netns>.json
-// for other users who have one, else "" (no run file).
+// RunDir/genl-<netns>.json for root and for the service user root handed
+// RunDir to, $XDG_RUNTIME_DIR/gomhi/genl-<netns>.json for other users who
+// have one, else "" (no run file).
 func DefaultRunFile() string {
 	ns, err := netnsID()
 	if err != nil {
 		return ""
 	}
 	if os.Geteuid() == 0 {
+		return filepath.Join(RunDir, runFileName(ns))
+	}
+	if uid, ok := delegatedOwner(RunDir); ok && uid == uint32(os.Geteuid()) {
 		return filepath.Join(RunDir, runFileName(ns))
 	}
 	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) {
@@ -124,6 +134,45 @@ func trustedOwners() []uint32 {
 	return own
 }
 
+// delegableRunDirs are the directories root may hand to a service user
+// (RunDir; tests add their own).
+var delegableRunDirs = []string{RunDir}
+
+// delegatedOwner returns the owner of dir when root handed dir to that
+// user: dir is one of delegableRunDirs, a directory (not a link) owned by a
+// user other than root, not writable by group or others, and every
+// directory above it is root's and writable by nobody else (no sticky
+// exception: under /tmp anyone can make such a directory).
+func delegatedOwner(dir string) (uint32, bool) {
+	dir = filepath.Clean(dir)
+	if !slices.Contains(delegableRunDirs, dir) {
+		return 0, false
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid == 0 || st.Mode&0o022 != 0 {
+		return 0, false
+	}
+	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
+		var pst unix.Stat_t
+		if err := unix.Lstat(d, &pst); err != nil || pst.Mode&unix.S_IFMT != unix.S_IFDIR || pst.Uid != 0 || pst.Mode&0o022 != 0 {
+			return 0, false
+		}
+		if d == "/" {
+			return st.Uid, true
+		}
+	}
+}
+
+// runFileOwners are the owners whose run files in dir this process
+// trusts: root, itself, and the user root handed dir to, if any.
+func runFileOwners(dir string) []uint32 {
+	owners := trustedOwners()
+	if uid, ok := delegatedOwner(dir); ok && !slices.Contains(owners, uid) {
+		owners = append(owners, uid)
+	}
+	return owners
+}
+
 // checkDirChain checks dir and every directory above it: owned by one of
 // owners and not writable by group or others, unless sticky.
 func checkDirChain(dir string, owners []uint32) error {
@@ -157,12 +206,12 @@ func checkDirChain(dir string, owners []uint32) error {
 
 // ReadRunFile reads and checks the run file at path: a regular file (not
 // followed through a symbolic link), owned by root or by this process's
-// user, not writable by group or others, in directories that pass the
-// same test; its content names a family, a pid and a port. It does not
+// user (or by the service user root handed RunDir to), not writable by
+// group or others, in directories that pass the same test; its content names a family, a pid and a port. It does not
 // check that the process still runs (RunFile.Live). Untrustworthy files
 // give an error wrapping ErrUnsafeRunFile.
 func ReadRunFile(path string) (RunFile, error) {
-	owners := trustedOwners()
+	owners := runFileOwners(filepath.Dir(path))
 	if err := checkDirChain(filepath.Dir(path), owners); err != nil {
 		return RunFile{}, fmt.Errorf("genl: run file %s: %w", path, err)
 	}
@@ -246,7 +295,7 @@ func writeRunFile(path string, r RunFile) error {
 			return fmt.Errorf("genl: run directory: %w", err)
 		}
 	}
-	if err := checkDirChain(dir, trustedOwners()); err != nil {
+	if err := checkDirChain(dir, runFileOwners(dir)); err != nil {
 		return fmt.Errorf("genl: run file %s: %w", path, err)
 	}
 	b, err := json.MarshalIndent(r, "", "  ")

@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/gomhi/gomhi/mhi/testenv"
 )
 
 func TestParseNetlinkTable(t *testing.T) {
@@ -145,4 +147,70 @@ func FuzzDecodeRunFile(f *testing.F) {
 			t.Fatalf("accepted %+v", r)
 		}
 	})
+}
+
+// TestRunDirDelegation: a run directory root handed to a service user
+// (owned by it, in root's directories) makes that user's run files
+// trusted; the same directory under a directory anyone may write to, or
+// writable by others, or not one of the delegable directories, does not.
+func TestRunDirDelegation(t *testing.T) {
+	testenv.NeedRoot(t, "directories of another owner")
+	base, err := os.MkdirTemp("/run", "genl-delegation-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(base)
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const svc = 65534
+	dir := base + "/gomhi"
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, svc, svc); err != nil {
+		t.Fatal(err)
+	}
+	defer func(old []string) { delegableRunDirs = old }(delegableRunDirs)
+	delegableRunDirs = []string{dir}
+
+	r := RunFile{Family: FamilyName, PID: os.Getpid(), UID: svc, Port: 0x4d4849}
+	path := dir + "/genl-1.json"
+	if err := writeRunFile(path, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(path, svc, svc); err != nil {
+		t.Fatal(err)
+	}
+	if uid, ok := delegatedOwner(dir); !ok || uid != svc {
+		t.Fatalf("delegatedOwner = %d, %v; want %d, true", uid, ok, svc)
+	}
+	if got, err := ReadRunFile(path); err != nil || got.UID != svc {
+		t.Fatalf("ReadRunFile of the delegated directory: %+v, %v", got, err)
+	}
+	for name, spoil := range map[string]func() func(){
+		"not delegable": func() func() {
+			delegableRunDirs = nil
+			return func() { delegableRunDirs = []string{dir} }
+		},
+		"directory writable by others": func() func() {
+			_ = os.Chmod(dir, 0o777)
+			return func() { _ = os.Chmod(dir, 0o755) }
+		},
+		"parent writable by others, even sticky": func() func() {
+			_ = os.Chmod(base, 0o1777)
+			return func() { _ = os.Chmod(base, 0o755) }
+		},
+		"parent not root's": func() func() {
+			_ = os.Chown(base, svc, svc)
+			return func() { _ = os.Chown(base, 0, 0) }
+		},
+	} {
+		undo := spoil()
+		_, err := ReadRunFile(path)
+		undo()
+		if !errors.Is(err, ErrUnsafeRunFile) {
+			t.Errorf("%s: ReadRunFile = %v, want ErrUnsafeRunFile", name, err)
+		}
+	}
 }
