@@ -116,7 +116,8 @@ type Controller struct {
 	devState  State // last state announced by the device
 	ee        ExecEnv
 	eeSeen    bool // a mission-mode EE event arrived since the last M0 request
-	listeners []func(StatusEvent)
+	listeners []statusListener
+	nextID    int
 
 	// procMu is held (read) while an event ring is processed and (write)
 	// while the rings are reset, so processing never sees a ring mid-reset.
@@ -220,21 +221,42 @@ func (c *Controller) Config() ControllerConfig {
 // Transport returns the transport the controller drives.
 func (c *Controller) Transport() Transport { return c.t }
 
+// statusListener is one function added with OnStatus.
+type statusListener struct {
+	id int
+	f  func(StatusEvent)
+}
+
 // OnStatus adds f to the listeners of status events (SYS_ERR, recovery,
 // EE changes), called in the order they were added from the controller's
-// goroutines. f must not block.
-func (c *Controller) OnStatus(f func(StatusEvent)) {
+// goroutines. f must not block. The returned function removes f (a client
+// that closes must call it, or the controller keeps it, and all it holds,
+// alive); it may be called more than once.
+func (c *Controller) OnStatus(f func(StatusEvent)) (remove func()) {
 	c.mu.Lock()
-	c.listeners = append(c.listeners, f)
+	c.nextID++
+	id := c.nextID
+	c.listeners = append(c.listeners, statusListener{id: id, f: f})
 	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i, l := range c.listeners {
+			if l.id == id {
+				// A new slice: notify may be ranging over the old one.
+				c.listeners = append(c.listeners[:i:i], c.listeners[i+1:]...)
+				return
+			}
+		}
+	}
 }
 
 func (c *Controller) notify(ev StatusEvent) {
 	c.mu.Lock()
-	fs := c.listeners
+	ls := c.listeners
 	c.mu.Unlock()
-	for _, f := range fs {
-		f(ev)
+	for _, l := range ls {
+		l.f(ev)
 	}
 }
 

@@ -97,11 +97,12 @@ type PairStats struct {
 // every downlink transfer (overflow pieces joined) goes to the
 // subscribers; Send queues one uplink transfer per message.
 type Pair struct {
-	ctrl   *mhi.Controller
-	name   string
-	ul, dl *mhi.Channel
-	opts   PairOptions
-	log    *slog.Logger
+	ctrl     *mhi.Controller
+	name     string
+	ul, dl   *mhi.Channel
+	opts     PairOptions
+	log      *slog.Logger
+	unlisten func() // removes onStatus from the controller's listeners
 
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -186,7 +187,7 @@ func OpenPair(ctrl *mhi.Controller, name string, opts PairOptions) (*Pair, error
 		p.Close()
 		return nil, err
 	}
-	ctrl.OnStatus(p.onStatus)
+	p.unlisten = ctrl.OnStatus(p.onStatus)
 	return p, nil
 }
 
@@ -429,6 +430,7 @@ func (p *Pair) Close() error {
 	p.closed = true
 	p.cond.Broadcast()
 	p.mu.Unlock()
+	p.unlisten()
 	err := p.ul.Reset()
 	if e := p.dl.Reset(); err == nil {
 		err = e
