@@ -36,6 +36,7 @@ type irqTable struct {
 	pending uint32 // per vector
 	vec     []vectorCounts
 	max     int
+	scratch [8]byte // eventfd counter I/O, under mu
 
 	raised, lost, held *atomic.Uint64 // the device's totals
 }
@@ -45,7 +46,7 @@ const irqNone = -1
 
 // vectorCounts are one vector's counters over a session.
 type vectorCounts struct {
-	signalled, lost, held uint64
+	signalled, merged, lost, held uint64
 }
 
 func newIRQTable(max int, raised, lost, held *atomic.Uint64) *irqTable {
@@ -57,6 +58,7 @@ func newIRQTable(max int, raised, lost, held *atomic.Uint64) *irqTable {
 	return t
 }
 
+// one is an eventfd write of 1.
 var one = func() []byte {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], 1)
@@ -92,12 +94,31 @@ func (t *irqTable) fire(v int) {
 		t.lost.Add(1)
 		return
 	}
-	if _, err := unix.Write(fd, one); err != nil {
+	// An eventfd counts signals until the client reads it, and the client
+	// injects one interrupt per read that finds it non-zero: a signal
+	// written before the client took the previous one merges with it. To
+	// know which, the counter is taken (read) and written back one more:
+	// a read that finds 0 means the client took everything before, so
+	// this signal is a new interrupt. The client reading in between finds
+	// 0 and injects nothing, so the count stays exact.
+	var taken uint64
+	if n, err := unix.Read(fd, t.scratch[:]); err == nil && n == 8 {
+		taken = binary.LittleEndian.Uint64(t.scratch[:])
+	}
+	binary.LittleEndian.PutUint64(t.scratch[:], taken+1)
+	if _, err := unix.Write(fd, t.scratch[:]); err != nil {
+		if taken > 0 { // give back what was taken, as far as it goes
+			binary.LittleEndian.PutUint64(t.scratch[:], taken)
+			_, _ = unix.Write(fd, t.scratch[:])
+		}
 		t.vec[v].lost++
 		t.lost.Add(1)
 		return
 	}
 	t.vec[v].signalled++
+	if taken > 0 {
+		t.vec[v].merged++
+	}
 	t.raised.Add(1)
 }
 
@@ -282,7 +303,7 @@ func (t *irqTable) stats() IRQStats {
 	for v := range t.max {
 		bit := uint32(1) << v
 		s.Vectors[v] = VectorStats{Armed: t.fds[v] >= 0, Masked: t.masked&bit != 0, Pending: t.pending&bit != 0,
-			Signalled: t.vec[v].signalled, Lost: t.vec[v].lost, Held: t.vec[v].held}
+			Signalled: t.vec[v].signalled, Merged: t.vec[v].merged, Lost: t.vec[v].lost, Held: t.vec[v].held}
 	}
 	return s
 }
@@ -305,8 +326,12 @@ type VectorStats struct {
 	Armed bool
 	// Masked and Pending are the vector's mask and pending bits.
 	Masked, Pending bool
-	// Signalled counts the interrupts delivered (eventfd written).
+	// Signalled counts the interrupts signalled (eventfd written).
 	Signalled uint64
+	// Merged counts those written while the client had not yet taken the
+	// previous one: the client injects one interrupt for both. The guest
+	// sees Signalled - Merged interrupts (Delivered).
+	Merged uint64
 	// Lost counts the interrupts raised on the vector while it had no
 	// eventfd (or the write failed).
 	Lost uint64
@@ -314,6 +339,10 @@ type VectorStats struct {
 	// pending; one delivery on unmask stands for all of them).
 	Held uint64
 }
+
+// Delivered is the number of interrupts the client injected for the
+// vector: one per eventfd read that found signals.
+func (v VectorStats) Delivered() uint64 { return v.Signalled - v.Merged }
 
 // prepareEventfd checks that fd is an eventfd (when /proc tells) and
 // makes it non-blocking. A pipe or file passed as an interrupt could block

@@ -338,3 +338,30 @@ func TestSetIRQsMSIFolds(t *testing.T) {
 		t.Fatalf("MSI-X: counts %v, vector 2 %+v; want nothing folded", got, tb.stats().Vectors[2])
 	}
 }
+
+// TestIRQMerged checks the count of interrupts the client injects: a
+// signal written while the client has not read the previous one merges
+// with it (one interrupt for both), one written after the read is a new
+// interrupt, and the eventfd's counter keeps every signal either way.
+func TestIRQMerged(t *testing.T) {
+	s := newIRQSession(t)
+	efd := eventfds(t, 1)
+	s.setIRQs(SetIRQs{Flags: IRQDataEventfd | IRQActionTrig, Index: IRQMSIX, Count: 1}, efd, 0)
+	tb := s.table()
+	tb.Raise(0)
+	tb.Raise(0)
+	tb.Raise(0)
+	if v := tb.stats().Vectors[0]; v.Signalled != 3 || v.Merged != 2 || v.Delivered() != 1 {
+		t.Fatalf("three signals before a read: %+v, want 3 signalled, 2 merged", v)
+	}
+	if got := count(t, efd[0]); got != 3 {
+		t.Fatalf("eventfd counter %d, want 3", got)
+	}
+	tb.Raise(0)
+	if v := tb.stats().Vectors[0]; v.Signalled != 4 || v.Merged != 2 || v.Delivered() != 2 {
+		t.Fatalf("a signal after the read: %+v, want 4 signalled, 2 merged", v)
+	}
+	if got := count(t, efd[0]); got != 1 {
+		t.Fatalf("eventfd counter %d, want 1", got)
+	}
+}
