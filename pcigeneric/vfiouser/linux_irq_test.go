@@ -3,6 +3,7 @@ package vfiouser_test
 import (
 	"fmt"
 	"maps"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -95,26 +96,37 @@ func guestIRQs(t *testing.T, serial, label string) map[int]guestIRQ {
 	return out
 }
 
-// checkInterrupts compares, at the guest's MARK stats (a quiet moment
-// after the traffic), the guest's interrupt counts of the MHI vectors
-// with the mock's per-vector counters, and checks that the mock raised
-// each event ring's interrupts on the vector the ring's context names:
-// on the MSI-X kernel that Linux uses several vectors, one per event ring.
+// checkInterrupts compares the guest's interrupt counts of the MHI
+// vectors (/proc/interrupts) with the mock's per-vector counters, both
+// taken at the same quiet moments: MARK irq-start, before request/response
+// traffic (pings, UDP echoes), and MARK irq-end, after it. The mock counts
+// what QEMU injected: its signals less those merged in the eventfd, an
+// exact count (checkInjected holds it to QEMU's own trace). The guest can
+// lose an interrupt on the way: an MSI that arrives while the same vector
+// is still pending is not taken again. That happens in bursts — the
+// control ring's events at power-up, the FN990's downlink run, every
+// ring's on a shared MSI vector — and, seldom, during the traffic too
+// (one of 13 under -race); so the guest may count fewer, never more, and
+// every vector the mock raised during the traffic must reach the guest.
+// It also checks that the mock raised each event ring's interrupts on the
+// vector the ring's context names, and on the MSI-X kernel that Linux uses
+// several vectors.
 func checkInterrupts(t *testing.T, r *guestRun) {
 	t.Helper()
-	snap := r.mark(t, "stats")
-	irq := snap.irq
+	start, snap := r.mark(t, "irq-start"), r.mark(t, "irq-end")
+	irq, irq0 := snap.irq, start.irq
 	guest, after := guestIRQs(t, r.serial, "IRQ"), guestIRQs(t, r.serial, "IRQ-AFTER")
-	if len(guest) == 0 {
+	guest0, after0 := guestIRQs(t, r.serial, "IRQ-START"), guestIRQs(t, r.serial, "IRQ-START-AFTER")
+	if len(guest) == 0 || len(guest0) == 0 {
 		t.Fatalf("no MHI interrupt line in the guest's /proc/interrupts; serial log:\n%s", r.serial)
 	}
 	var lines []string
 	for _, v := range slices.Sorted(maps.Keys(guest)) {
-		g := guest[v]
-		vs := irq.Vectors[v]
-		lines = append(lines, fmt.Sprintf("vector %d (irq %d, %s): guest %d, mock %d (%d signals, %d merged)", v, g.irq, g.names, g.count, vs.Delivered(), vs.Signalled, vs.Merged))
+		g, vs := guest[v], irq.Vectors[v]
+		lines = append(lines, fmt.Sprintf("vector %d (irq %d, %s): guest %d, mock %d (%d signals, %d merged); over the traffic guest %d, mock %d",
+			v, g.irq, g.names, g.count, vs.Delivered(), vs.Signalled, vs.Merged, g.count-guest0[v].count, vs.Delivered()-vecDelivered(irq0, v)))
 	}
-	t.Logf("%s on %s: %s, %d vectors enabled; %s", r.profile, r.kernel.env.Release, irq.Index, irq.Enabled, strings.Join(lines, "; "))
+	t.Logf("%s on %s: %s, %d vectors enabled;\n%s", r.profile, r.kernel.env.Release, irq.Index, irq.Enabled, strings.Join(lines, "\n"))
 
 	wantIndex := "MSI"
 	if kernelUsesMSIX[r.kernel.Name] {
@@ -123,28 +135,29 @@ func checkInterrupts(t *testing.T, r *guestRun) {
 	if irq.Index != wantIndex {
 		t.Errorf("%s enabled %q, want %s", r.kernel.env.Release, irq.Index, wantIndex)
 	}
-	for v, g := range guest {
-		if a, ok := after[v]; !ok || a.count != g.count {
-			t.Errorf("vector %d: the guest's count moved from %d to %d after the mark: not a quiet moment", v, g.count, a.count)
+	for _, q := range []struct {
+		mark          string
+		before, after map[int]guestIRQ
+	}{{"irq-start", guest0, after0}, {"irq-end", guest, after}} {
+		for v, g := range q.before {
+			if a, ok := q.after[v]; !ok || a.count != g.count {
+				t.Errorf("vector %d: the guest's count moved from %d to %d after MARK %s: not a quiet moment", v, g.count, a.count, q.mark)
+			}
 		}
-		// The mock counts what QEMU injects: its signals less those that
-		// merged in the eventfd. The guest's local APIC can merge one more
-		// way: an MSI that arrives while the same vector still waits in
-		// its IRR is lost. With one vector per ring (MSI-X) that does not
-		// happen at these rates, and the counts must be equal; with every
-		// ring on one shared MSI vector it does, so the guest may count
-		// fewer, never more.
-		d := vecDelivered(irq, v)
-		switch {
-		case v >= len(irq.Vectors) || g.count > d:
-			t.Errorf("vector %d (%s): the guest counted %d interrupts, more than the mock delivered, %d (%d signals, %d merged)",
-				v, g.names, g.count, d, vecSignalled(irq, v), vecSignalled(irq, v)-d)
-		case g.count != d && irq.Index == "MSI-X":
-			t.Errorf("vector %d (%s): the guest counted %d interrupts, the mock delivered %d (%d signals, %d merged in the eventfd)",
-				v, g.names, g.count, d, vecSignalled(irq, v), vecSignalled(irq, v)-d)
-		case g.count != d:
-			t.Logf("vector %d (%s, shared by %d handlers): the guest counted %d of the %d interrupts delivered (the rest merged in the guest: an MSI that arrives while the same vector is still pending)",
-				v, g.names, len(strings.Split(g.names, ",")), g.count, d)
+	}
+	for v, g := range guest {
+		d, d0 := vecDelivered(irq, v), vecDelivered(irq0, v)
+		g0 := guest0[v].count
+		if g.count > d || g0 > d0 {
+			t.Errorf("vector %d (%s): the guest counted %d interrupts (%d before the traffic), more than the mock delivered, %d (%d)",
+				v, g.names, g.count, g0, d, d0)
+		}
+		if d-d0 > 0 && g.count-g0 == 0 {
+			t.Errorf("vector %d (%s): over the traffic the mock delivered %d interrupts, the guest counted none", v, g.names, d-d0)
+		}
+		if g.count-g0 != d-d0 {
+			t.Logf("vector %d (%s): over the traffic the guest counted %d of the %d interrupts QEMU injected (the rest arrived while the vector was still pending in the guest)",
+				v, g.names, g.count-g0, d-d0)
 		}
 	}
 	var lost, held uint64
@@ -204,6 +217,46 @@ func checkInterrupts(t *testing.T, r *guestRun) {
 	if irq.Index == "MSI-X" && used < 2 {
 		t.Errorf("MSI-X with interrupts on %d vector(s); want one per event ring in use and BHI's", used)
 	}
+}
+
+var injectedRe = regexp.MustCompile(`(?m)^vfio_msi_interrupt .* vector (\d+) `)
+
+// checkInjected compares, over the whole session, the interrupts the mock
+// counted as delivered per vector (its signals less those merged in the
+// eventfd) with QEMU's own trace of the MSIs it injected into the guest
+// (vfio_msi_interrupt, one line per eventfd read that found signals):
+// they must be equal.
+func checkInjected(t *testing.T, r *guestRun) {
+	t.Helper()
+	b, err := os.ReadFile(r.qemuLog)
+	if err != nil {
+		t.Fatalf("QEMU's log: %v", err)
+	}
+	injected := map[int]uint64{}
+	for _, m := range injectedRe.FindAllStringSubmatch(string(b), -1) {
+		v, _ := strconv.Atoi(m[1])
+		injected[v]++
+	}
+	last := r.dev.LastInterrupts()
+	var lines []string
+	for v, vs := range last.Vectors {
+		if vs.Signalled == 0 && injected[v] == 0 {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("vector %d: QEMU injected %d, the mock delivered %d (%d signals, %d merged)", v, injected[v], vs.Delivered(), vs.Signalled, vs.Merged))
+		if injected[v] != vs.Delivered() {
+			t.Errorf("vector %d: QEMU injected %d MSIs, the mock counted %d delivered (%d signals, %d merged)", v, injected[v], vs.Delivered(), vs.Signalled, vs.Merged)
+		}
+	}
+	for v := range injected {
+		if v >= len(last.Vectors) {
+			t.Errorf("QEMU injected %d MSIs on vector %d, beyond the function's", injected[v], v)
+		}
+	}
+	if len(lines) == 0 {
+		t.Errorf("no interrupt in the whole session (QEMU's log %d bytes)", len(b))
+	}
+	t.Logf("whole session: %s", strings.Join(lines, "; "))
 }
 
 func vecSignalled(s vfiouser.IRQStats, v int) uint64 {

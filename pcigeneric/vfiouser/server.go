@@ -116,6 +116,9 @@ type ServerDevice struct {
 	fns   *pcigeneric.MockFunctions
 	irqs  *irqTable
 	busy  bool
+	// lastIRQs is the interrupt state and counters of the last session,
+	// taken as it ended.
+	lastIRQs IRQStats
 }
 
 // NewServerDevice builds the function for opts.Model: the entry's IDs,
@@ -212,6 +215,15 @@ func (d *ServerDevice) Interrupts() IRQStats {
 		return IRQStats{}
 	}
 	return irqs.stats()
+}
+
+// LastInterrupts returns the interrupt state and per-vector counters of
+// the last session that ended, as they were at its end (a zero IRQStats
+// before the first one ends).
+func (d *ServerDevice) LastInterrupts() IRQStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lastIRQs
 }
 
 // Functions returns the current session's mock modem functions (IP data,
@@ -422,7 +434,11 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 	close(s.dead)
 	_ = modem.Close()
 	s.mem.remove(0, 0, true)
+	last := s.irqs.stats()
 	s.irqs.clear()
+	dev.mu.Lock()
+	dev.lastIRQs = last
+	dev.mu.Unlock()
 	err = herr
 	if err == nil && rerr != nil && !errors.Is(rerr, io.EOF) && !errors.Is(rerr, net.ErrClosed) {
 		err = rerr

@@ -10,7 +10,9 @@
 // into CacheDir: one QEMU (Debian's 11.1, with the edu device, the
 // emulated Intel IOMMU and vfio-user-pci) for both kinds of test, a
 // static busybox, and Debian's cloud kernel (it carries the VFIO, MHI and
-// WWAN modules). Without them the tests skip and say what is missing;
+// WWAN modules) — bookworm's, and for the Linux-driver tests' kernel
+// matrix (Kernels) trixie's and trixie-backports' newest
+// (.ci/guest-kernels.sh). Without them the tests skip and say what is missing;
 // with CI=true they fail instead (mhi/testenv), so the proof cannot
 // silently stop running.
 package qemuguest
