@@ -117,19 +117,39 @@ type ChannelStatus struct {
 	HostBufferLen uint32
 }
 
-// Status is a snapshot of the device's state for status displays.
-type Status struct {
-	State    mhi.State
-	EE       mhi.ExecEnv
-	Channels []ChannelStatus // in configuration order
+// EventRingStatus describes one event ring the host set up.
+type EventRingStatus struct {
+	Index int
+	// Loaded: the device has read the ring's context (its first event).
+	Loaded bool
+	// Vector is the MSI vector the context names (msivec), on which the
+	// device raises the ring's interrupts; valid when Loaded.
+	Vector int
 }
 
-// Status returns the current MHI state, execution environment and, per
-// channel, the device's read pointer and state.
+// Status is a snapshot of the device's state for status displays.
+type Status struct {
+	State      mhi.State
+	EE         mhi.ExecEnv
+	Channels   []ChannelStatus   // in configuration order
+	EventRings []EventRingStatus // of the current MHI session, by index
+}
+
+// Status returns the current MHI state, execution environment, per
+// channel the device's read pointer and state, and per event ring of the
+// current session the vector its context names.
 func (d *Device) Status() Status {
 	d.regMu.Lock()
 	st := Status{State: d.state, EE: d.ee}
+	sess := d.sess
 	d.regMu.Unlock()
+	if sess != nil {
+		for _, er := range sess.events {
+			er.mu.Lock()
+			st.EventRings = append(st.EventRings, EventRingStatus{Index: er.index, Loaded: er.loaded, Vector: er.msiVec})
+			er.mu.Unlock()
+		}
+	}
 	st.Channels = make([]ChannelStatus, 0, len(d.chanList))
 	for _, c := range d.chanList {
 		c.mu.Lock()

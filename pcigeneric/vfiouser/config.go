@@ -160,20 +160,29 @@ func (c *configSpace) msi() (enabled bool, vectors int) {
 }
 
 // msixTable is BAR2: the MSI-X table the client programs (QEMU emulates
-// the table itself and may never touch it) and a pending-bit array that
-// reads as zero, since the device signals through eventfds.
+// the table itself and may never touch it) and the pending-bit array,
+// which shows the vectors raised while masked through SET_IRQS
+// (ACTION_MASK) and not yet delivered.
 type msixTable struct {
 	mu sync.Mutex
 	b  [MSIXPBAOffset]byte
 }
 
-// read copies BAR2 at off into p; the caller checks bounds.
-func (t *msixTable) read(off int, p []byte) {
+// read copies BAR2 at off into p, the PBA from pending (bit n: vector n);
+// the caller checks bounds.
+func (t *msixTable) read(off int, p []byte, pending uint32) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	clear(p)
 	if off < len(t.b) {
 		copy(p, t.b[off:])
+	}
+	var pba [4]byte
+	binary.LittleEndian.PutUint32(pba[:], pending)
+	for i := range p {
+		if k := off + i - MSIXPBAOffset; k >= 0 && k < len(pba) {
+			p[i] = pba[k]
+		}
 	}
 }
 
