@@ -94,10 +94,11 @@ messages).`,
 			}
 			if gen != nil {
 				opts.Device = func(ec *ep.Config) {
-					for name, fn := range ec.Functions {
-						if f, ok := fn.(*ep.IPData); ok {
-							ec.Functions[name] = generatorOnAttach{IPData: f, gen: *gen, log: events}
-						}
+					// The generator runs on the main data pair only (IP_SW0,
+					// where the model has it, keeps its responder).
+					name := pcigeneric.DataPair(ec.MHI)
+					if f, ok := ec.Functions[name].(*ep.IPData); ok {
+						ec.Functions[name] = generatorOnAttach{IPData: f, gen: *gen, log: events}
 					}
 				}
 			}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/internal/qemuguest"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 )
@@ -369,10 +370,9 @@ func (r *guestRun) run(t *testing.T, k *linuxKernel, extraAppend string) {
 		Logger: slog.New(slog.NewTextHandler(r.events, nil)),
 		IPData: r.ipdata,
 		Device: func(c *ep.Config) {
-			for _, f := range c.Functions {
-				if ipd, ok := f.(*ep.IPData); ok {
-					r.ipd.Store(ipd)
-				}
+			// The main data pair's function (the mock also serves IP_SW0).
+			if ipd, ok := c.Functions[pcigeneric.DataPair(c.MHI)].(*ep.IPData); ok {
+				r.ipd.Store(ipd)
 			}
 			if r.swip != nil && slices.ContainsFunc(c.MHI.Channels, func(ch mhi.ChannelConfig) bool { return ch.Name == ipSW0 }) {
 				c.Functions[ipSW0] = r.swip
