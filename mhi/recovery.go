@@ -232,6 +232,7 @@ func (c *Controller) recover() error {
 	if err := c.fenced("recovery"); err != nil {
 		return err
 	}
+	c.collectRDDM() // a crashed device's RAM dump, before the reset clears it
 	if err := c.resetDevice(true); err != nil {
 		return err
 	}
