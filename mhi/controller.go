@@ -100,11 +100,11 @@ type Controller struct {
 
 	// Firmware download (bhi.go): the images, and the full image kept
 	// for BHIe between the BHI download and the device's EE SBL.
-	fw               *Firmware
-	fbcImage         []byte
-	fbcName          string
-	rddm             rddmState
-	pmAuto           autoSuspend
+	fw       *Firmware
+	fbcImage []byte
+	fbcName  string
+	rddm     rddmState
+	pmAuto   autoSuspend
 
 	chCtx, erCtx, cmdCtx DMABuffer
 	allocated            bool
@@ -477,7 +477,7 @@ func (s *ControllerStats) snapshot() ControllerStatsSnapshot {
 		DoorbellErrors: s.DoorbellErrors.Load(), BadRegister: s.BadRegister.Load(),
 		RecoveryAttempts: s.RecoveryAttempts.Load(), RecoveryFailures: s.RecoveryFailures.Load(),
 		RecoveryGaveUp: s.RecoveryGaveUp.Load(), DeviceErrorRecoveries: s.DeviceErrorRecoveries.Load(),
-		StateTimeouts: s.StateTimeouts.Load(),
+		StateTimeouts:  s.StateTimeouts.Load(),
 		FirmwareImages: s.FirmwareImages.Load(), FirmwareErrors: s.FirmwareErrors.Load(),
 		Dumps: s.Dumps.Load(), DumpErrors: s.DumpErrors.Load(),
 		Suspends: s.Suspends.Load(), Resumes: s.Resumes.Load(), AutoSuspends: s.AutoSuspends.Load(),

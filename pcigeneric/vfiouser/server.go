@@ -108,6 +108,7 @@ type ServerDevice struct {
 	messages, errReplies, malformed, sessions atomic.Uint64
 	maps, faults, raised, lost                atomic.Uint64
 	dmaMsgs, resets                           atomic.Uint64
+	pm                                        pmCounters // pmcap.go
 
 	mu    sync.Mutex
 	modem *ep.Device
@@ -366,6 +367,7 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 		dead:    make(chan struct{}),
 	}
 	s.mem.fallback = s.dmaMessage
+	s.cfg.pm = &dev.pm
 	dev.log.Info("connect")
 	ec, fns, err := dev.cfg()
 	if err != nil {
@@ -769,6 +771,12 @@ func (s *session) regionRead(a RegionAccess) ([]byte, error) {
 		s.msix.read(int(a.Offset), data)
 		return data, nil
 	}
+	if s.cfg.inD3() { // D3hot: BAR0 answers all ones (pmcap.go)
+		for i := range data {
+			data[i] = 0xff
+		}
+		return data, nil
+	}
 	md := s.modem
 	// BAR0: whole aligned words; a narrower read takes its bytes from the
 	// word that holds them.
@@ -800,6 +808,9 @@ func (s *session) regionWrite(a RegionAccess) error {
 	}
 	if a.Offset%4 != 0 || a.Count%4 != 0 {
 		return fail(unix.EINVAL, "vfiouser: BAR0 write of %d bytes at 0x%x: registers take aligned 32-bit writes", a.Count, a.Offset)
+	}
+	if s.cfg.inD3() { // D3hot: BAR0 writes are dropped (pmcap.go)
+		return nil
 	}
 	md := s.modem
 	for i := 0; i < len(a.Data); i += 4 {
