@@ -49,6 +49,9 @@ func newRootCmd() *cobra.Command {
 		newBenchCmd(g),
 		newDeployCmd(),
 		newGenManCmd(),
+		newDumpCmd(g),
+		newSuspendCmd(),
+		newResumeCmd(),
 	)
 	return root
 }
