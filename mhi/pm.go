@@ -185,9 +185,15 @@ func (c *Controller) bringUp() error {
 		return err
 	}
 	if c.rddm.size > 0 {
-		// As Linux's mhi_rddm_prepare: the dump table waits in BHIe.
-		if err := c.armRDDM(); err != nil {
+		// As Linux's mhi_rddm_prepare: the dump table waits in BHIe. A
+		// device whose BHIe block is unusable runs without dumps.
+		c.rddm.armed.Store(false)
+		if err := c.armRDDM(); errors.Is(err, ErrBadDevice) {
+			c.log.Warn("RAM-dump collection off for this power cycle", "err", err)
+		} else if err != nil {
 			return err
+		} else {
+			c.rddm.armed.Store(true)
 		}
 	}
 	if err := c.promote(pmPowerUp, pmM0, "entering M0"); err != nil {

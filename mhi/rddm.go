@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,6 +18,7 @@ type rddmState struct {
 	size, segSize int
 	vt            *vectorTable
 	seq           uint32
+	armed         atomic.Bool // the table is programmed in BHIe this power cycle
 	// Results: the last dump, the number of crashes looked at (gen) and
 	// the error of the last collection.
 	last    []byte
@@ -69,6 +71,10 @@ func (c *Controller) releaseRDDM() {
 func (c *Controller) collectRDDM() {
 	r := &c.rddm
 	if r.size == 0 || r.vt == nil || c.bhiOff == 0 {
+		return
+	}
+	if !r.armed.Load() {
+		c.finishDump(nil, fmt.Errorf("%s: no dump table in BHIe this power cycle: %w", c.name, ErrNoDump))
 		return
 	}
 	ee, err := c.read(c.bhiOff + BHIExecEnv)
@@ -139,6 +145,9 @@ func (c *Controller) LastDump() ([]byte, time.Time) {
 func (c *Controller) CollectDump(timeout time.Duration) ([]byte, error) {
 	if c.rddm.size == 0 {
 		return nil, fmt.Errorf("%s: RAM-dump collection is not enabled (Options.RDDMSize): %w", c.name, ErrNoDump)
+	}
+	if !c.rddm.armed.Load() {
+		return nil, fmt.Errorf("%s: no dump table in the device's BHIe block (BHIEOFF unusable): %w", c.name, ErrNoDump)
 	}
 	c.mu.Lock()
 	if c.pm != pmM0 {
