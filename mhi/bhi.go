@@ -278,3 +278,32 @@ func (c *Controller) loadBHIe() error {
 	c.log.Info("firmware downloaded over BHIe", "image", name, "bytes", len(img))
 	return nil
 }
+
+// EDL trigger: the cookie a host writes to channel doorbell 91 (high half,
+// then low half) before a SoC reset to make the modem's PBL enter
+// emergency download, as Linux's mhi_pci_generic_edl_trigger does.
+const (
+	EDLCookie       = 0xEDEDEDED
+	EDLDoorbellSlot = 91
+)
+
+// EnterEDL asks the device to reboot into emergency download (EE EDL): it
+// writes the EDL cookie into channel doorbell 91 and requests a SoC reset.
+// The recovery that follows downloads the EDL image (Firmware.Load for
+// EEEDL, Linux's edl image) and waits for the programmer's EE (FP), whose
+// channels (FIREHOSE) are then usable. The controller must be in M0.
+func (c *Controller) EnterEDL() error {
+	c.mu.Lock()
+	pm := c.pm
+	c.mu.Unlock()
+	if pm != pmM0 {
+		return fmt.Errorf("%s: EDL in state %s: %w", c.name, pm, ErrWrongState)
+	}
+	c.gate.RLock()
+	err := c.doorbell(c.chdb(EDLDoorbellSlot), EDLCookie)
+	c.gate.RUnlock()
+	if err != nil {
+		return fmt.Errorf("%s: EDL cookie: %w", c.name, err)
+	}
+	return c.SoCReset()
+}

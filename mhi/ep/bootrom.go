@@ -158,8 +158,8 @@ func DumpPattern(size int) []byte {
 // edlCookie is the value a host writes to channel doorbell 91 before a SoC
 // reset to make the modem's PBL enter EDL (Linux's edl_trigger).
 const (
-	edlCookie       = 0xEDEDEDED
-	edlDoorbellSlot = 91
+	edlCookie       = mhi.EDLCookie
+	edlDoorbellSlot = mhi.EDLDoorbellSlot
 )
 
 // bootState is the boot ROM's state. Guarded by Device.regMu.

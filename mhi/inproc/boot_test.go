@@ -255,3 +255,32 @@ func TestEDLProgrammer(t *testing.T) {
 		t.Fatalf("images %+v", recs)
 	}
 }
+
+// TestEnterEDL: the host's EDL trigger (cookie in doorbell 91, SoC reset)
+// reboots a running modem into EDL; the recovery downloads the EDL image
+// and the modem runs its programmer (EE FP).
+func TestEnterEDL(t *testing.T) {
+	prog := testImage(30_000, 3)
+	var got images
+	r := newRigWith(t, sdx55(), func(c *ep.Config) { c.Boot = ep.BootConfig{OnImage: got.add} },
+		mhi.Options{Name: "mhi0", PollInterval: 20 * time.Millisecond, Firmware: fwFor(nil, prog)})
+	if err := r.ctrl.PowerUp(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ctrl.EnterEDL(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, ee := r.ctrl.State(); ee == mhi.EEFP && r.ctrl.PMState() == "M0" {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, ee := r.ctrl.State(); ee != mhi.EEFP || r.ctrl.PMState() != "M0" {
+		t.Fatalf("after EnterEDL: EE %s, host %s", ee, r.ctrl.PMState())
+	}
+	if recs := got.all(); len(recs) != 1 || recs[0].Stage != "edl" || recs[0].Bytes != len(prog) || recs[0].Err != nil {
+		t.Fatalf("images %+v", recs)
+	}
+}
