@@ -72,6 +72,13 @@ var statDocs = map[string]map[string]statDoc{
 		"recovery_consecutive":    gauge("consecutive recovery attempts so far (0 when the device is healthy)"),
 		"recovery_backoff_ms":     gaugeMs("backoff before the next recovery attempt"),
 		"recovery_failed":         gauge("1 while the controller is in RECOVERY_FAILED (recovery gave up; the device is left alone until powered down), else 0"),
+		"firmware_images":         counter("firmware images downloaded to the device (BHI in PBL or EDL, BHIe in SBL)"),
+		"firmware_errors":         counter("firmware downloads that failed: no image, refused by the device (BHI error code), or no answer in time"),
+		"dumps":                   counter("RAM dumps collected after a crash into RDDM"),
+		"dump_errors":             counter("crashes without a usable RAM dump (not in RDDM, dump failed or timed out)"),
+		"suspends":                counter("M0 to M3 transitions the device acknowledged"),
+		"resumes":                 counter("M3 to M0 transitions the device acknowledged"),
+		"auto_suspends":           counter("suspends the host made by itself after autosuspend_ms without activity"),
 	},
 	// mhinet.Stats, with its nested GSOStats as gso_….
 	"net": {

@@ -34,6 +34,12 @@ type counters struct {
 	faultsInjected        atomic.Uint64
 	stateChanges          atomic.Uint64
 	resets                atomic.Uint64
+	imagesLoaded          atomic.Uint64
+	imagesRefused         atomic.Uint64
+	dumpsWritten          atomic.Uint64
+	dumpsFailed           atomic.Uint64
+	m3Entries             atomic.Uint64
+	m3Exits               atomic.Uint64
 }
 
 // Stats is a snapshot of the device's counters.
@@ -64,6 +70,12 @@ type Stats struct {
 	FaultsInjected        uint64   // faults applied (corruptions, dropped MSIs, SYS_ERR, NeverReady)
 	StateChanges          uint64   // MHI state changes
 	Resets                uint64   // MHI and function-level resets performed
+	ImagesLoaded          uint64   // boot images accepted over BHI and BHIe
+	ImagesRefused         uint64   // boot images refused (size, digest, DMA, sequence)
+	DumpsWritten          uint64   // RAM dumps delivered over BHIe
+	DumpsFailed           uint64   // RAM dumps the host's vector table could not take
+	M3Entries             uint64   // M0 -> M3 transitions (suspends)
+	M3Exits               uint64   // M3 -> M0 transitions (resumes)
 }
 
 // Stats returns a snapshot of the device's counters.
@@ -96,6 +108,12 @@ func (d *Device) Stats() Stats {
 		FaultsInjected:        c.faultsInjected.Load(),
 		StateChanges:          c.stateChanges.Load(),
 		Resets:                c.resets.Load(),
+		ImagesLoaded:          c.imagesLoaded.Load(),
+		ImagesRefused:         c.imagesRefused.Load(),
+		DumpsWritten:          c.dumpsWritten.Load(),
+		DumpsFailed:           c.dumpsFailed.Load(),
+		M3Entries:             c.m3Entries.Load(),
+		M3Exits:               c.m3Exits.Load(),
 	}
 	for i := range c.eventsPosted {
 		s.EventsPosted[i] = c.eventsPosted[i].Load()

@@ -68,6 +68,8 @@ type configSpace struct {
 	b     [ConfigSize]byte
 	wmask [ConfigSize]byte
 	mmc   uint16 // log2 of the vectors offered
+	// pm counts power-state changes (pmcap.go); nil in a bare space.
+	pm *pmCounters
 }
 
 func newConfigSpace(pc PCIConfig) *configSpace {
@@ -117,6 +119,7 @@ func newConfigSpace(pc PCIConfig) *configSpace {
 	mask(CfgMSI+8, 0xffff_ffff, 4)                        // address high
 	mask(CfgMSI+12, 0xffff, 2)                            // data
 	mask(CfgMSIX+2, 0xc000, 2)                            // enable, function mask
+	c.initPM()
 	return c
 }
 
@@ -131,6 +134,8 @@ func (c *configSpace) read(off int, p []byte) {
 func (c *configSpace) write(off int, p []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	oldPMCSR := binary.LittleEndian.Uint16(c.b[CfgPM+4:])
+	defer c.pmWrite(off, p, oldPMCSR)
 	for i, v := range p {
 		m := c.wmask[off+i]
 		c.b[off+i] = c.b[off+i]&^m | v&m

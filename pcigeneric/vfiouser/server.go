@@ -110,6 +110,7 @@ type ServerDevice struct {
 	messages, errReplies, malformed, sessions atomic.Uint64
 	maps, faults, raised, lost, held          atomic.Uint64
 	dmaMsgs, resets                           atomic.Uint64
+	pm                                        pmCounters // pmcap.go
 
 	mu    sync.Mutex
 	modem *ep.Device
@@ -395,6 +396,7 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 		dead:    make(chan struct{}),
 	}
 	s.mem.fallback = s.dmaMessage
+	s.cfg.pm = &dev.pm
 	dev.log.Info("connect")
 	ec, fns, err := dev.cfg()
 	if err != nil {
@@ -838,6 +840,12 @@ func (s *session) regionRead(a RegionAccess) ([]byte, error) {
 		s.msix.read(int(a.Offset), data, s.irqs.pendingBits())
 		return data, nil
 	}
+	if s.cfg.inD3() { // D3hot: BAR0 answers all ones (pmcap.go)
+		for i := range data {
+			data[i] = 0xff
+		}
+		return data, nil
+	}
 	md := s.modem
 	// BAR0: whole aligned words; a narrower read takes its bytes from the
 	// word that holds them.
@@ -869,6 +877,9 @@ func (s *session) regionWrite(a RegionAccess) error {
 	}
 	if a.Offset%4 != 0 || a.Count%4 != 0 {
 		return fail(unix.EINVAL, "vfiouser: BAR0 write of %d bytes at 0x%x: registers take aligned 32-bit writes", a.Count, a.Offset)
+	}
+	if s.cfg.inD3() { // D3hot: BAR0 writes are dropped (pmcap.go)
+		return nil
 	}
 	md := s.modem
 	for i := 0; i < len(a.Data); i += 4 {
