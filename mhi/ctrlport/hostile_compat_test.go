@@ -15,3 +15,6 @@ func configRefused(err error) bool { return errors.Is(err, ctrlport.ErrBadSessio
 
 // mbimClientStats returns an MBIM client's counters.
 func mbimClientStats(c *ctrlport.MBIMClient) any { return c.Stats() }
+
+// badFragments returns an MBIM client's bad_fragments counter.
+func badFragments(c *ctrlport.MBIMClient) uint64 { return c.Stats().BadFragments }

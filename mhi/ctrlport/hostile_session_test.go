@@ -438,15 +438,15 @@ func mbimSessionAttacks() []attack {
 					}
 					return true
 				})
-				before := cl.Stats().BadFragments
+				before := badFragments(cl)
 				c2, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 				_, err := cl.DeviceCaps(c2)
 				cancel()
-				t.Logf("%s: %v (stats %+v)", c.name, err, cl.Stats())
+				t.Logf("%s: %v (stats %+v)", c.name, err, mbimClientStats(cl))
 				if !errors.Is(err, context.DeadlineExceeded) {
 					t.Errorf("%s: %v, want the transaction to time out", c.name, err)
 				}
-				if cl.Stats().BadFragments == before {
+				if badFragments(cl) == before {
 					t.Errorf("%s: bad_fragments did not move (%d)", c.name, before)
 				}
 			}
@@ -471,6 +471,7 @@ func mbimSessionAttacks() []attack {
 			ci := mbim.ConnectInfo{ActivationState: mbim.ActivationStateDeactivated}
 			ind := mbim.AppendIndicateStatus(nil, 0, mbim.ServiceBasicConnect, mbim.CIDConnect, ci.AppendTo(nil))
 			// For two seconds, as fast as the host takes them.
+			dl0 := r.port.Stats().Pair.DLMessages
 			n, start := 0, time.Now()
 			for time.Since(start) < 2*time.Second {
 				if err := r.fn.sendUnsolicited(ind); err != nil {
@@ -478,7 +479,7 @@ func mbimSessionAttacks() []attack {
 				}
 				n++
 			}
-			waitFor(t, "the host to take the storm", func() bool { return r.ms.Client().Stats().Indications >= uint64(n) })
+			waitFor(t, "the host to take the storm", func() bool { return r.port.Stats().Pair.DLMessages >= dl0+uint64(n) })
 			storm := time.Since(start)
 			time.Sleep(500 * time.Millisecond)
 			q := queries.Load()
