@@ -272,6 +272,19 @@ func (c *Controller) onM0() {
 // waitFor waits until cond() holds (evaluated with c.mu held), the timeout
 // passes, or the device enters SYS_ERR.
 func (c *Controller) waitFor(what string, timeout time.Duration, cond func() bool) error {
+	return c.waitUntil(what, timeout, true, cond)
+}
+
+// waitForAny waits until cond() holds (with c.mu held), the timeout passes
+// or the controller is fenced; unlike waitFor it does not stop at SYS_ERR.
+func (c *Controller) waitForAny(what string, timeout time.Duration, cond func() bool) error {
+	return c.waitUntil(what, timeout, false, cond)
+}
+
+// waitUntil is waitFor and waitForAny: it waits on c.cond until cond()
+// holds, the controller is fenced, the timeout passes, or (stopAtSysErr)
+// the device enters SYS_ERR.
+func (c *Controller) waitUntil(what string, timeout time.Duration, stopAtSysErr bool, cond func() bool) error {
 	deadline := time.Now().Add(timeout)
 	timer := time.AfterFunc(timeout, func() {
 		c.mu.Lock()
@@ -282,7 +295,7 @@ func (c *Controller) waitFor(what string, timeout time.Duration, cond func() boo
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for !cond() {
-		if c.devState == StateSysErr {
+		if stopAtSysErr && c.devState == StateSysErr {
 			return fmt.Errorf("%s: waiting for %s: %w", c.name, what, ErrSysErr)
 		}
 		if err := c.fencedLocked("waiting for " + what); err != nil {

@@ -174,27 +174,3 @@ func (c *Controller) CollectDump(timeout time.Duration) ([]byte, error) {
 	}
 	return c.rddm.last, nil
 }
-
-// waitForAny waits until cond() holds (with c.mu held), the timeout passes
-// or the controller is fenced; unlike waitFor it does not stop at SYS_ERR.
-func (c *Controller) waitForAny(what string, timeout time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	timer := time.AfterFunc(timeout, func() {
-		c.mu.Lock()
-		c.cond.Broadcast()
-		c.mu.Unlock()
-	})
-	defer timer.Stop()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for !cond() {
-		if err := c.fencedLocked("waiting for " + what); err != nil {
-			return err
-		}
-		if !time.Now().Before(deadline) {
-			return fmt.Errorf("%s: %s not done within %v: %w", c.name, what, timeout, ErrTimeout)
-		}
-		c.cond.Wait()
-	}
-	return nil
-}
