@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -337,4 +338,31 @@ func TestHelperDumpClient(t *testing.T) {
 		fmt.Printf("GET_DUMP (crash %v) as uid %d refused: %v\n", crash, os.Getuid(), err)
 	}
 	fmt.Println("HELPER-OK")
+}
+
+// The YAML spec names get-dump and its attributes with the numbers the
+// code uses, and its limits.
+func TestSpecDumpNumbers(t *testing.T) {
+	b, err := os.ReadFile("../../docs/netlink-mhi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := string(b)
+	if !regexp.MustCompile(`name: get-dump\s+value: ` + strconv.Itoa(int(genl.CmdGetDump)) + `\b`).MatchString(spec) {
+		t.Errorf("the spec lacks operation get-dump = %d", genl.CmdGetDump)
+	}
+	for name, v := range map[string]uint16{
+		"dump-crash": genl.AttrDumpCrash, "dump-wait-ms": genl.AttrDumpWaitMs, "dump-size": genl.AttrDumpSize,
+		"dump-sha256": genl.AttrDumpSHA256, "dump-time": genl.AttrDumpTime, "dump-offset": genl.AttrDumpOffset,
+		"dump-data": genl.AttrDumpData,
+	} {
+		if !regexp.MustCompile(`name: ` + name + `\s+type: \w+\s+value: ` + strconv.Itoa(int(v)) + `\b`).MatchString(spec) {
+			t.Errorf("the spec lacks attribute %s = %d", name, v)
+		}
+	}
+	for name, v := range map[string]int{"dump-wait-ms-max": genl.MaxDumpWaitMs, "dump-chunk-size": genl.DumpChunkSize} {
+		if !regexp.MustCompile(`name: ` + name + `\s+value: ` + strconv.Itoa(v) + `\b`).MatchString(spec) {
+			t.Errorf("the spec lacks constant %s = %d", name, v)
+		}
+	}
 }
