@@ -104,7 +104,7 @@ func (t *Tree) Dump(dev string, crash bool, wait time.Duration) (RAMDump, error)
 	if data == nil {
 		msg := "it has not crashed into RDDM since it was started (`mhictl dump " + dev + " --crash` forces a crash)"
 		if n := c.Stats().DumpErrors; n > 0 {
-			msg = fmt.Sprintf("%d crashes gave no usable dump (stats/mhi/dump_errors)", n)
+			msg = fmt.Sprintf("its crashes gave no usable dump (stats/mhi/dump_errors: %d)", n)
 		}
 		return RAMDump{}, fmt.Errorf("%s has no RAM dump: %s: %w", dev, msg, ErrNoDump)
 	}

@@ -29,8 +29,9 @@ import (
 )
 
 // newDumpTree binds "mhi0", a mock modem whose crashes enter RDDM and
-// whose host collects RAM dumps, and "mhi1", a mock whose host does not
-// collect them (RDDM size 0).
+// whose host collects RAM dumps, "mhi1", a mock whose host does not
+// collect them (RDDM size 0), and "mhi2", whose host would but whose
+// crashes do not enter RDDM.
 func newDumpTree(t testing.TB) (*sysfs.Tree, *pcigeneric.Mock) {
 	t.Helper()
 	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Name: "mhi0", RDDMSize: 1 << 20,
@@ -45,6 +46,15 @@ func newDumpTree(t testing.TB) (*sysfs.Tree, *pcigeneric.Mock) {
 	tr := sysfs.NewTree()
 	tr.AddDevice("mhi0", sysfs.Device{Controller: m.Controller, Model: m.Info.Name})
 	tr.AddDevice("mhi1", sysfstest.NewDevice(t, "mhi1", false).Binding())
+	m2, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Name: "mhi2", RDDMSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m2.Close() })
+	if err := m2.Controller.PowerUp(); err != nil {
+		t.Fatal(err)
+	}
+	tr.AddDevice("mhi2", sysfs.Device{Controller: m2.Controller, Model: m2.Info.Name})
 	return tr, m
 }
 
@@ -105,8 +115,21 @@ func TestGetDump(t *testing.T) {
 	}
 
 	_, err = c.Dump("mhi1", genl.DumpOptions{Crash: true})
+	t.Log(err)
 	if !errors.Is(err, genl.ErrNotSupported) || !strings.Contains(err.Error(), "--rddm-size") {
 		t.Errorf("Dump of a device without collection = %v, want ErrNotSupported naming --rddm-size", err)
+	}
+	// A crash that does not enter RDDM: no dump, counted, and said so.
+	_, err = c.Dump("mhi2", genl.DumpOptions{Crash: true, Wait: 10 * time.Second})
+	if !errors.Is(err, genl.ErrNoDump) || !errors.Is(err, unix.ENOENT) || !strings.Contains(err.Error(), "no RAM dump came") ||
+		!strings.Contains(err.Error(), "not RDDM") {
+		t.Errorf("Dump --crash of a device without RDDM = %v, want ErrNoDump saying the crash was not into RDDM", err)
+	}
+	t.Log(err)
+	_, err = c.Dump("mhi2", genl.DumpOptions{})
+	t.Log(err)
+	if !errors.Is(err, genl.ErrNoDump) || !strings.Contains(err.Error(), "its crashes gave no usable dump (stats/mhi/dump_errors: 1)") {
+		t.Errorf("Dump of a device whose crash gave no dump = %v", err)
 	}
 	if _, err := c.Dump("mhi9", genl.DumpOptions{}); !errors.Is(err, genl.ErrNoDevice) {
 		t.Errorf("Dump(mhi9) = %v, want ErrNoDevice", err)
@@ -117,6 +140,7 @@ func TestGetDump(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.Dump("mhi0", genl.DumpOptions{Crash: true, Wait: time.Second})
+	t.Log(err)
 	if !errors.Is(err, genl.ErrBusy) || !strings.Contains(err.Error(), "M3") {
 		t.Errorf("Dump --crash in M3 = %v, want ErrBusy naming the state", err)
 	}
@@ -365,4 +389,35 @@ func TestSpecDumpNumbers(t *testing.T) {
 			t.Errorf("the spec lacks constant %s = %d", name, v)
 		}
 	}
+}
+
+// TestGetDumpLarge: a dump of several MiB (hundreds of datagrams, more
+// than the client's receive queue holds at once) arrives whole.
+func TestGetDumpLarge(t *testing.T) {
+	dump := make([]byte, 3<<20+12345)
+	for i := range dump {
+		dump[i] = byte(i*131) ^ byte(i>>13)
+	}
+	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Name: "mhi0", RDDMSize: 4 << 20, Memory: 32 << 20,
+		Device: func(c *ep.Config) { c.Boot = ep.BootConfig{RDDM: true, Dump: dump} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	if err := m.Controller.PowerUp(); err != nil {
+		t.Fatal(err)
+	}
+	tr := sysfs.NewTree()
+	tr.AddDevice("mhi0", sysfs.Device{Controller: m.Controller, Model: m.Info.Name})
+	c := dial(t, startServer(t, tr).Port())
+	start := time.Now()
+	d, err := c.Dump("mhi0", genl.DumpOptions{Crash: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(d.Data, dump) || d.Chunks != (len(dump)+genl.DumpChunkSize-1)/genl.DumpChunkSize {
+		t.Fatalf("%d bytes in %d chunks, want %d bytes", len(d.Data), d.Chunks, len(dump))
+	}
+	t.Logf("%d bytes in %d chunks, crash and transfer in %v", len(d.Data), d.Chunks, time.Since(start))
+	waitM0(t, m.Controller)
 }
