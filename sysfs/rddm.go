@@ -75,7 +75,8 @@ func (s *dumpSources) get(name string) (*mhi.Controller, bool) {
 // makes the device crash into RDDM (MHICTRL state SYS_ERR, as Linux's
 // mhi_force_rddm_mode) and waits up to wait for the dump the controller
 // collects before it recovers the device as after any crash; the device
-// must be in M0. Errors wrap ErrNotFound (no such device), ErrDumpsOff,
+// must be in M0, or in M3 (suspended, by hand or by auto-suspend), which
+// it is resumed from first. Errors wrap ErrNotFound (no such device), ErrDumpsOff,
 // ErrNoDump, ErrDumpTimeout or ErrBusy, and say what to do.
 func (t *Tree) Dump(dev string, crash bool, wait time.Duration) (RAMDump, error) {
 	c, ok := t.dumps.get(dev)
@@ -86,6 +87,11 @@ func (t *Tree) Dump(dev string, crash bool, wait time.Duration) (RAMDump, error)
 		return RAMDump{}, fmt.Errorf("%s: RAM-dump collection is off (start `mhictl up` with --rddm-size BYTES): %w", dev, ErrDumpsOff)
 	}
 	if crash {
+		if c.PMState() == "M3" {
+			// Resume may race with another resume (a channel's work):
+			// CollectDump below judges the state that results.
+			_ = c.Resume()
+		}
 		if _, err := c.CollectDump(wait); err != nil {
 			switch {
 			case errors.Is(err, mhi.ErrTimeout):

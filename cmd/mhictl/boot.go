@@ -130,13 +130,13 @@ func newDumpCmd(g *globalFlags) *cobra.Command {
 		Long: `With DEV, fetches the RAM dump of device DEV of a running 'mhictl up' (or
 the service) over its netlink family: the last dump the stack collected
 when the device crashed into RDDM (enabled by 'mhictl up --rddm-size'), or,
-with --crash, a new one: the device is made to crash into RDDM, the running
-stack collects the dump (waiting up to --timeout) and recovers the device
-as after any crash. It needs root or CAP_NET_ADMIN (a dump holds the
-modem's memory). The dump arrives in chunks, is checked against the
-stack's size and SHA-256 and written to a new file --out (mode 0600; an
-existing file is refused, never overwritten); its size, SHA-256 and
-collection time are printed. --device, --vfio-user, --firmware, --size,
+with --crash, a new one: the device (resumed first if suspended) is made
+to crash into RDDM, the running stack collects the dump (waiting up to
+--timeout) and recovers the device as after any crash. It needs root or
+CAP_NET_ADMIN (a dump holds the modem's memory). The dump arrives in
+chunks, is checked against the stack's size and SHA-256 and written to a
+new file --out (mode 0600; an existing file is refused, never
+overwritten); its size, SHA-256 and collection time are printed. --device, --vfio-user, --firmware, --size,
 --boot-ee, --sbl-sha256 and --model do not apply.
 
 Without DEV, powers the modem up (downloading its firmware from --firmware when it boots

@@ -32,7 +32,7 @@ import (
 // whose host collects RAM dumps, "mhi1", a mock whose host does not
 // collect them (RDDM size 0), and "mhi2", whose host would but whose
 // crashes do not enter RDDM.
-func newDumpTree(t testing.TB) (*sysfs.Tree, *pcigeneric.Mock) {
+func newDumpTree(t testing.TB) (*sysfs.Tree, *pcigeneric.Mock, *pcigeneric.Mock) {
 	t.Helper()
 	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Name: "mhi0", RDDMSize: 1 << 20,
 		Device: func(c *ep.Config) { c.Boot = ep.BootConfig{RDDM: true} }})
@@ -55,7 +55,7 @@ func newDumpTree(t testing.TB) (*sysfs.Tree, *pcigeneric.Mock) {
 		t.Fatal(err)
 	}
 	tr.AddDevice("mhi2", sysfs.Device{Controller: m2.Controller, Model: m2.Info.Name})
-	return tr, m
+	return tr, m, m2
 }
 
 // waitM0 waits for the recovery after a crash to bring c back to M0.
@@ -74,9 +74,10 @@ func waitM0(t testing.TB, c *mhi.Controller) {
 // dump arrives in chunks that reassemble to the mock's image, with the
 // digest the tree shows; the same dump can be read again without a crash;
 // the device is back in M0; a device that does not collect dumps is
-// EOPNOTSUPP, one in M3 EBUSY, an unknown one ENODEV.
+// EOPNOTSUPP, a suspended one is resumed and crashed, one powered down is
+// EBUSY, an unknown one ENODEV.
 func TestGetDump(t *testing.T) {
-	tr, m := newDumpTree(t)
+	tr, m, m2 := newDumpTree(t)
 	c := dial(t, startServer(t, tr).Port())
 	want := ep.DumpPattern(ep.DefaultDumpSize)
 	wantSum := sha256.Sum256(want)
@@ -135,20 +136,26 @@ func TestGetDump(t *testing.T) {
 		t.Errorf("Dump(mhi9) = %v, want ErrNoDevice", err)
 	}
 
-	// In M3 the device cannot be crashed on request.
+	// A suspended device is resumed, then crashed.
 	if err := m.Controller.Suspend(); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Dump("mhi0", genl.DumpOptions{Crash: true, Wait: time.Second})
-	t.Log(err)
-	if !errors.Is(err, genl.ErrBusy) || !strings.Contains(err.Error(), "M3") {
-		t.Errorf("Dump --crash in M3 = %v, want ErrBusy naming the state", err)
+	d, err = c.Dump("mhi0", genl.DumpOptions{Crash: true, Wait: 10 * time.Second})
+	if err != nil || !bytes.Equal(d.Data, want) || !d.Crashed {
+		t.Fatalf("Dump --crash in M3: %d bytes, %v", len(d.Data), err)
 	}
-	if err := m.Controller.Resume(); err != nil {
+	waitM0(t, m.Controller)
+	if s := m.Controller.Stats(); s.Dumps != 2 || s.Resumes != 1 {
+		t.Errorf("%d dumps, %d resumes after the crash from M3, want 2, 1", s.Dumps, s.Resumes)
+	}
+	// A device powered down cannot be crashed.
+	if err := m2.Controller.PowerDown(); err != nil {
 		t.Fatal(err)
 	}
-	if s := m.Controller.Stats(); s.Dumps != 1 {
-		t.Errorf("%d dumps after the refused crash, want 1", s.Dumps)
+	_, err = c.Dump("mhi2", genl.DumpOptions{Crash: true, Wait: time.Second})
+	t.Log(err)
+	if !errors.Is(err, genl.ErrBusy) || !strings.Contains(err.Error(), "DISABLED") {
+		t.Errorf("Dump --crash of a powered-down device = %v, want ErrBusy naming the state", err)
 	}
 }
 
@@ -156,7 +163,7 @@ func TestGetDump(t *testing.T) {
 // client: a summary, then chunks of at most DumpChunkSize bytes at
 // consecutive offsets, every message of the request's command.
 func TestGetDumpWire(t *testing.T) {
-	tr, m := newDumpTree(t)
+	tr, m, _ := newDumpTree(t)
 	srv := startServer(t, tr)
 	if _, err := m.Controller.CollectDump(10 * time.Second); err != nil {
 		t.Fatal(err)
@@ -216,7 +223,7 @@ func TestGetDumpWire(t *testing.T) {
 // are refused with EINVAL or ERANGE, a message and the attribute's offset,
 // before anything happens to the device.
 func TestGetDumpBadRequests(t *testing.T) {
-	tr, m := newDumpTree(t)
+	tr, m, _ := newDumpTree(t)
 	srv := startServer(t, tr)
 	gc, err := genl.DialGenetlink(genl.ClientOptions{Port: srv.Port()})
 	if err != nil {
@@ -288,7 +295,7 @@ const (
 func TestGetDumpNonRoot(t *testing.T) {
 	testenv.NeedRoot(t, "to run the client as uid 65534 with setpriv")
 	setpriv := testenv.LookPath(t, "setpriv", "util-linux")
-	tr, m := newDumpTree(t)
+	tr, m, _ := newDumpTree(t)
 	srv := startServer(t, tr)
 	dump, err := m.Controller.CollectDump(10 * time.Second)
 	if err != nil {
