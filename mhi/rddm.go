@@ -137,6 +137,10 @@ func (c *Controller) LastDump() ([]byte, time.Time) {
 	return c.rddm.last, c.rddm.lastAt
 }
 
+// DumpCapacity returns the bytes of host memory kept for a RAM dump
+// (Options.RDDMSize; 0: collection is off).
+func (c *Controller) DumpCapacity() int { return c.rddm.size }
+
 // CollectDump makes the device crash into RDDM, as Linux's
 // mhi_force_rddm_mode does (MHICTRL state SYS_ERR), and returns the RAM
 // dump the recovery collects before it resets the device. It needs

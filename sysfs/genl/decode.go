@@ -64,6 +64,9 @@ type Request struct {
 	AutosuspendMs, PMRequest *uint32
 	// APN and IPType are the CONNECT values ("" when absent).
 	APN, IPType string
+	// DumpCrash and DumpWaitMs are the GET_DUMP values (rddm.go).
+	DumpCrash  bool
+	DumpWaitMs *uint32
 
 	// FamilyName and FamilyID are the nlctrl GETFAMILY attributes
 	// ("" and 0 when absent).
@@ -213,6 +216,7 @@ var mhiPolicy = [cmdMax + 1]uint32{
 	CmdDisconnect:   1 << AttrDevName,
 	CmdGetSession:   1 << AttrDevName,
 	CmdDumpPorts:    1 << AttrDevName,
+	CmdGetDump:      1<<AttrDevName | 1<<AttrDumpCrash | 1<<AttrDumpWaitMs,
 }
 
 func (r *Request) decodeMHI(msg []byte) error {
@@ -268,6 +272,8 @@ func (r *Request) decodeMHI(msg []byte) error {
 			}
 		case AttrAPN, AttrIPType:
 			return r.decodeSessionAttr(typ, name, p, off)
+		case AttrDumpCrash, AttrDumpWaitMs, AttrDumpSize, AttrDumpSHA256, AttrDumpTime, AttrDumpOffset, AttrDumpData:
+			return r.decodeDumpAttr(typ, name, p, off)
 		}
 		return nil
 	})

@@ -18,6 +18,7 @@ func TestMain(m *testing.M) {
 	testenv.RunHelpersOnlyWhenAsked(map[string]string{
 		"TestHelperClient":        helperPortEnv,
 		"TestHelperSessionClient": sessionHelperEnv,
+		"TestHelperDumpClient":    dumpHelperEnv,
 		"TestHelperSquatter":      genltest.ModeEnv,
 		"TestHelperSquatClient":   squatClientEnv,
 	})

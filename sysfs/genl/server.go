@@ -385,6 +385,8 @@ func (s *Server) dispatch(port uint32, cred *unix.Ucred, msg []byte, req *Reques
 			err = s.getSession(r)
 		case CmdDumpPorts:
 			err = s.dumpPorts(r)
+		case CmdGetDump:
+			err = s.getDump(r, cred)
 		default: // DecodeRequest rejects these; kept for safety
 			err = reqErr(unix.EOPNOTSUPP, 0, "unknown command %d", req.Command)
 		}
@@ -520,6 +522,7 @@ func (s *Server) getFamily(r *reply) error {
 			{CmdDisconnect, unix.GENL_CMD_CAP_DO | unix.GENL_CMD_CAP_HASPOL | unix.GENL_ADMIN_PERM},
 			{CmdGetSession, unix.GENL_CMD_CAP_DO | unix.GENL_CMD_CAP_HASPOL},
 			{CmdDumpPorts, unix.GENL_CMD_CAP_DUMP | unix.GENL_CMD_CAP_HASPOL},
+			{CmdGetDump, unix.GENL_CMD_CAP_DO | unix.GENL_CMD_CAP_DUMP | unix.GENL_CMD_CAP_HASPOL | unix.GENL_ADMIN_PERM},
 		} {
 			nae.Nested(uint16(i+1), func(oe *netlink.AttributeEncoder) error {
 				oe.Uint32(unix.CTRL_ATTR_OP_ID, uint32(op.cmd))
