@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
-	"github.com/gomhi/gomhi/mhinet/ntb"
 	"github.com/gomhi/gomhi/mhinet/qmap"
 )
 
@@ -131,9 +130,10 @@ type Device struct {
 	chainLen int
 	skipping bool // dropping the rest of a transfer whose head was dropped
 	batch    []Packet
-	ntbp     ntb.Parser
-	qmapp    qmap.Parser
-	parseMu  sync.Mutex // guards the parsers' Stats for snapshots
+
+	// framing is the data format at work (see framing.go), chosen by
+	// cfg.Format.
+	framing framing
 
 	// chainWarn rate-limits the warning for dropped chains.
 	chainWarn rateLimiter
@@ -164,7 +164,7 @@ func New(ctrl *mhi.Controller, cfg Config, rx Receiver) (*Device, error) {
 	if err := ValidateMTU(cfg.MTU); err != nil {
 		return nil, err
 	}
-	if cfg.Format > FormatQMAP {
+	if cfg.Format.spec() == nil {
 		return nil, fmt.Errorf("mhinet: unknown format %d", cfg.Format)
 	}
 	if rx == nil {
@@ -220,8 +220,7 @@ func New(ctrl *mhi.Controller, cfg Config, rx Receiver) (*Device, error) {
 	d.chain = make([]fragment, 0, max(1, cfg.PoolBuffers/2)+1)
 	d.batch = make([]Packet, 0, 64)
 	d.reasm = newReassemblyPool(4, cfg.MaxReassembly)
-	d.ntbp.AnyProtocol = false
-	d.qmapp.Csum = cfg.QMAPCsum
+	d.framing = newFraming(&d.cfg, &d.c)
 	if err := d.tx.init(d); err != nil {
 		return nil, err
 	}
@@ -541,9 +540,7 @@ func (d *Device) Stats() Stats {
 		s.RxCopy = RxCopyOn.String()
 	}
 	d.c.snapshot(&s)
-	d.parseMu.Lock()
-	s.NTB, s.QMAP = d.ntbp.Stats, d.qmapp.Stats
-	d.parseMu.Unlock()
+	d.framing.parserStats(&s)
 	s.RxErrors += s.NTB.Errors() + s.QMAP.Errors()
 	s.GSO = d.gsoTx.stats()
 	return s
