@@ -180,22 +180,8 @@ func New(ctrl *mhi.Controller, cfg Config, rx Receiver) (*Device, error) {
 	if cfg.PoolBuffers < 1 {
 		return nil, fmt.Errorf("mhinet: %d receive buffers", cfg.PoolBuffers)
 	}
-	if cfg.TXAggMaxBytes == 0 {
-		cfg.TXAggMaxBytes = DefaultTXAggMaxBytes
-	}
-	if cfg.TXAggMaxPackets == 0 {
-		cfg.TXAggMaxPackets = DefaultTXAggMaxPackets
-	}
-	if cfg.TXAggTimeout == 0 {
-		cfg.TXAggTimeout = DefaultTXAggTimeout
-	}
-	if cfg.TXAggMaxBytes < 64 || cfg.TXAggMaxBytes > mhi.MaxTRELength || cfg.TXAggMaxPackets < 1 || cfg.TXAggMaxPackets > 0xFFFF {
-		return nil, fmt.Errorf("mhinet: TXAggMaxBytes %d (64…%d), TXAggMaxPackets %d (1…65535): %w",
-			cfg.TXAggMaxBytes, mhi.MaxTRELength, cfg.TXAggMaxPackets, mhi.ErrConfig)
-	}
-	if cfg.TXBufferSize < 0 || cfg.TXBufferSize > mhi.MaxTRELength {
-		return nil, fmt.Errorf("mhinet: TXBufferSize %d (0: default, or up to %d): %w",
-			cfg.TXBufferSize, mhi.MaxTRELength, mhi.ErrConfig)
+	if err := cfg.transmitDefaults(); err != nil {
+		return nil, err
 	}
 	if cfg.MaxReassembly == 0 {
 		cfg.MaxReassembly = 256 << 10
@@ -229,6 +215,29 @@ func New(ctrl *mhi.Controller, cfg Config, rx Receiver) (*Device, error) {
 	}
 	ctrl.OnStatus(d.onStatus)
 	return d, nil
+}
+
+// transmitDefaults fills in and checks the transmit buffer and
+// aggregation settings; the error wraps mhi.ErrConfig.
+func (cfg *Config) transmitDefaults() error {
+	if cfg.TXAggMaxBytes == 0 {
+		cfg.TXAggMaxBytes = DefaultTXAggMaxBytes
+	}
+	if cfg.TXAggMaxPackets == 0 {
+		cfg.TXAggMaxPackets = DefaultTXAggMaxPackets
+	}
+	if cfg.TXAggTimeout == 0 {
+		cfg.TXAggTimeout = DefaultTXAggTimeout
+	}
+	if cfg.TXAggMaxBytes < 64 || cfg.TXAggMaxBytes > mhi.MaxTRELength || cfg.TXAggMaxPackets < 1 || cfg.TXAggMaxPackets > 0xFFFF {
+		return fmt.Errorf("mhinet: TXAggMaxBytes %d (64…%d), TXAggMaxPackets %d (1…65535): %w",
+			cfg.TXAggMaxBytes, mhi.MaxTRELength, cfg.TXAggMaxPackets, mhi.ErrConfig)
+	}
+	if cfg.TXBufferSize < 0 || cfg.TXBufferSize > mhi.MaxTRELength {
+		return fmt.Errorf("mhinet: TXBufferSize %d (0: default, or up to %d): %w",
+			cfg.TXBufferSize, mhi.MaxTRELength, mhi.ErrConfig)
+	}
+	return nil
 }
 
 // onStatus follows the controller through SYS_ERR (or a SoC reset): every
@@ -540,7 +549,8 @@ func (d *Device) Stats() Stats {
 		s.RxCopy = RxCopyOn.String()
 	}
 	d.c.snapshot(&s)
-	d.framing.parserStats(&s)
+	ps := d.framing.parserStats()
+	s.NTB, s.QMAP = ps.NTB, ps.QMAP
 	s.RxErrors += s.NTB.Errors() + s.QMAP.Errors()
 	s.GSO = d.gsoTx.stats()
 	return s

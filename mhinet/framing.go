@@ -23,8 +23,10 @@ type framing interface {
 	// batch and returns it. What the device wrote is untrusted: a bad
 	// transfer is counted, never trusted.
 	parse(data []byte, b *rxBuffer, batch []Packet) []Packet
-	// parserStats copies the parser's error counters into s.
-	parserStats(s *Stats)
+	// parserStats returns the parser's error counters in a Stats that
+	// has nothing else set (returned by value: Device.Stats does not
+	// allocate).
+	parserStats() Stats
 
 	// frameLen is the length of the element that carries one n-byte
 	// packet alone (encode's result).

@@ -16,6 +16,11 @@ func init() {
 		newFraming: newNTBFraming})
 }
 
+var (
+	_ framing    = (*ntbFraming)(nil)
+	_ aggregator = (*ntbFraming)(nil)
+)
+
 // ntbFraming parses received NTB16 and NTB32 transfers and transmits
 // NTB16: one datagram per NTB, or with aggregation up to
 // Config.TXAggMaxPackets. Every transmitted NTB, whichever way it was
@@ -48,10 +53,11 @@ func (f *ntbFraming) parse(data []byte, b *rxBuffer, batch []Packet) []Packet {
 	return batch
 }
 
-func (f *ntbFraming) parserStats(s *Stats) {
+func (f *ntbFraming) parserStats() (s Stats) {
 	f.mu.Lock()
 	s.NTB = f.parser.Stats
 	f.mu.Unlock()
+	return s
 }
 
 func (f *ntbFraming) frameLen(n int) (int, error) { return ntb.TXHeaderLen + n, nil }

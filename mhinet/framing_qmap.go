@@ -16,6 +16,11 @@ func init() {
 	registerFormat(formatSpec{format: FormatQMAP, names: []string{"qmap", "rmnet"}, newFraming: newQMAPFraming})
 }
 
+var (
+	_ framing    = (*qmapFraming)(nil)
+	_ aggregator = (*qmapFraming)(nil)
+)
+
 // qmapFraming parses received QMAP aggregates (MAPv1, with the MAPv4
 // checksum trailer or the MAPv5 checksum header, per Config.QMAPCsum) and
 // transmits QMAP frames on Config.Session: one per element, or with
@@ -54,10 +59,11 @@ func (f *qmapFraming) parse(data []byte, b *rxBuffer, batch []Packet) []Packet {
 	return batch
 }
 
-func (f *qmapFraming) parserStats(s *Stats) {
+func (f *qmapFraming) parserStats() (s Stats) {
 	f.mu.Lock()
 	s.QMAP = f.parser.Stats
 	f.mu.Unlock()
+	return s
 }
 
 func (f *qmapFraming) frameLen(n int) (int, error) { return qmap.FrameLen(f.cfg, n) }

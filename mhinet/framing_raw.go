@@ -8,6 +8,8 @@ func init() {
 		newFraming: func(_ *Config, c *counters) framing { return &rawFraming{c: c} }})
 }
 
+var _ framing = (*rawFraming)(nil)
+
 // rawFraming carries one bare IP packet per element, both ways. It does
 // not aggregate.
 type rawFraming struct {
@@ -28,7 +30,7 @@ func (f *rawFraming) parse(data []byte, b *rxBuffer, batch []Packet) []Packet {
 	return batch
 }
 
-func (f *rawFraming) parserStats(*Stats) {}
+func (f *rawFraming) parserStats() Stats { return Stats{} }
 
 func (f *rawFraming) frameLen(n int) (int, error) { return n, nil }
 
