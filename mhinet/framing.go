@@ -69,6 +69,23 @@ var (
 	errAggTooLarge = errors.New("mhinet: packet does not fit an empty aggregate")
 )
 
+// aggOutcome turns a writer's answer to adding a packet into aggAdd's:
+// full, limit and tooLarge are the writer's own errors for those
+// outcomes; any other error is returned as it is.
+func aggOutcome(err, full, limit, tooLarge error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, full):
+		return errAggFull
+	case errors.Is(err, limit):
+		return errAggLimit
+	case errors.Is(err, tooLarge):
+		return errAggTooLarge
+	}
+	return err
+}
+
 // newFraming builds the framing of a device with cfg (defaults applied,
 // cfg.Format registered).
 func newFraming(cfg *Config, c *counters) framing {

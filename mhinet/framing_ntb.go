@@ -1,7 +1,6 @@
 package mhinet
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 
@@ -92,18 +91,7 @@ func (f *ntbFraming) aggReset(buf []byte) error {
 }
 
 func (f *ntbFraming) aggAdd(p []byte) error {
-	err := f.w.Add(p)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, ntb.ErrFull):
-		return errAggFull
-	case errors.Is(err, ntb.ErrLimit):
-		return errAggLimit
-	case errors.Is(err, ntb.ErrTooLarge):
-		return errAggTooLarge
-	}
-	return err
+	return aggOutcome(f.w.Add(p), ntb.ErrFull, ntb.ErrLimit, ntb.ErrTooLarge)
 }
 
 func (f *ntbFraming) aggFinish() int {

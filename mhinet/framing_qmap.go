@@ -1,7 +1,6 @@
 package mhinet
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 
@@ -116,18 +115,7 @@ func (f *qmapFraming) aggFrameLen(n int) (int, error) { return qmap.FrameLen(f.c
 func (f *qmapFraming) aggReset(buf []byte) error { return f.w.Reset(buf, f.cfg) }
 
 func (f *qmapFraming) aggAdd(p []byte) error {
-	err := f.w.Add(p)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, qmap.ErrFull):
-		return errAggFull
-	case errors.Is(err, qmap.ErrLimit):
-		return errAggLimit
-	case errors.Is(err, qmap.ErrTooLarge):
-		return errAggTooLarge
-	}
-	return err
+	return aggOutcome(f.w.Add(p), qmap.ErrFull, qmap.ErrLimit, qmap.ErrTooLarge)
 }
 
 func (f *qmapFraming) aggFinish() int { return f.w.Finish() }
