@@ -138,3 +138,46 @@ func TestFramingRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// No framing method allocates on the data path: one packet, a zero-copy
+// frame and a full aggregate, each written and parsed back.
+func TestFramingDoesNotAllocate(t *testing.T) {
+	for _, spec := range formats {
+		t.Run(spec.names[0], func(t *testing.T) {
+			cfg := Config{Format: spec.format, Session: 1, TXAggMaxPackets: 8}
+			var c counters
+			f := newFraming(&cfg, &c)
+			pkt := ipv4(200, 7)
+			buf := make([]byte, 4096)
+			h, err := f.zcHeadroom()
+			if err != nil {
+				t.Fatal(err)
+			}
+			frame := make([]byte, h+len(pkt)+8)
+			copy(frame[h:], pkt)
+			batch := make([]Packet, 0, 16)
+			a, _ := f.(aggregator)
+			run := func() {
+				n, _ := f.encode(buf, pkt)
+				batch = f.parse(buf[:n], nil, batch[:0])
+				n, _ = f.zcFrame(frame, len(pkt))
+				batch = f.parse(frame[:n], nil, batch[:0])
+				if a == nil {
+					return
+				}
+				_ = a.aggReset(buf)
+				for range cfg.TXAggMaxPackets {
+					_ = a.aggAdd(pkt)
+				}
+				batch = f.parse(buf[:a.aggFinish()], nil, batch[:0])
+			}
+			run() // writers size their tables on first use
+			if n := testing.AllocsPerRun(100, run); n != 0 {
+				t.Errorf("%.1f allocations per round", n)
+			}
+			if a != nil && len(batch) != cfg.TXAggMaxPackets {
+				t.Errorf("aggregate parsed to %d packets, want %d", len(batch), cfg.TXAggMaxPackets)
+			}
+		})
+	}
+}
