@@ -1,6 +1,7 @@
 package mhinet
 
 // FormatRawIP: one IP packet per transfer, as Linux's mhi_net without rmnet.
+// It is the zero Format, the default of a zero Config.
 const FormatRawIP Format = 0
 
 func init() {
