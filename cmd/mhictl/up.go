@@ -20,6 +20,7 @@ import (
 	"github.com/gomhi/gomhi/mhinet/sweep"
 	"github.com/gomhi/gomhi/mhinet/tun"
 	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 	"github.com/gomhi/gomhi/sysfs"
 	"github.com/gomhi/gomhi/sysfs/fusefs"
@@ -228,13 +229,13 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	if err := mhinet.ValidateMRU(mru); err != nil {
 		return fmt.Errorf("--mru: %w", err)
 	}
-	var mock *pcigeneric.Mock
+	var embedded *mock.Mock
 	if ctrl == nil {
 		bc, err := f.boot.config(log.With("side", "modem"))
 		if err != nil {
 			return err
 		}
-		m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{
+		m, err := mock.Open(mock.Options{
 			Model: info.Name, Name: f.name, Logger: log, RequireConnect: f.requireConnect,
 			IPData:      ep.IPDataConfig{Format: sweep.ModemFormat(format), Responder: responder},
 			FirmwareDir: f.firmware, RDDMSize: f.rddmSize, Device: func(c *ep.Config) { c.Boot = bc },
@@ -243,7 +244,7 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 			return err
 		}
 		undo = append(undo, func() { _ = m.Close() })
-		ctrl, mock = m.Controller, m
+		ctrl, embedded = m.Controller, m
 	}
 	if err := ctrl.PowerUp(); err != nil {
 		return err
@@ -322,7 +323,7 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 
 	tree := sysfs.NewTree()
 	tree.AddDevice(f.name, sysfs.Device{Controller: ctrl, Net: net_, Model: info.Name, SetMTU: setMTU,
-		Ports: cp.binds, Session: cp.session, Stats: mockStats(mock)})
+		Ports: cp.binds, Session: cp.session, Stats: mockStats(embedded)})
 
 	// On the default port the server advertises itself in a run file, so
 	// that clients find it even when a squatter pushed it elsewhere.

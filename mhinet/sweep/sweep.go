@@ -21,6 +21,7 @@ import (
 	"github.com/gomhi/gomhi/mhinet/ntb"
 	"github.com/gomhi/gomhi/mhinet/qmap"
 	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // Mode says where the packets come from.
@@ -283,7 +284,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	maxSize := slices.Max(o.Sizes)
 	t := o.Target
 	if t == nil {
-		m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{
+		m, err := mock.Open(mock.Options{
 			Model: o.Model, Logger: o.Logger,
 			IPData: ep.IPDataConfig{Format: ModemFormat(o.Format), MaxDatagrams: o.MaxDatagrams, MaxAggregate: o.MaxAggregate},
 		})
