@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
-	"github.com/gomhi/gomhi/mhinet/qmap"
+	"github.com/gomhi/gomhi/mhi/proto/qmap"
 )
 
 // fragment is one filled element of a transfer that arrived over several.
