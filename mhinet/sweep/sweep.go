@@ -22,6 +22,7 @@ import (
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
+	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
 )
 
 // Mode says where the packets come from.
@@ -234,15 +235,10 @@ func (o *Options) defaults() error {
 const loopbackTXAggregate = 16 << 10
 
 // ModemFormat returns the mock modem's framing that matches a host format.
-func ModemFormat(f mhinet.Format) ep.Format {
-	switch f {
-	case mhinet.FormatMBIM:
-		return ep.FormatNTB16
-	case mhinet.FormatQMAP:
-		return ep.FormatQMAP
-	}
-	return ep.FormatRaw
-}
+//
+// Deprecated: use mockformat.For (pcigeneric/mock/mockformat), where the
+// mapping lives.
+func ModemFormat(f mhinet.Format) ep.Format { return mockformat.For(f) }
 
 // counter is the sweep's Receiver: it counts and releases at once.
 type counter struct {
