@@ -145,10 +145,12 @@ type cleanups []func()
 
 func (c *cleanups) add(f func()) { *c = append(*c, f) }
 
-// run calls every cleanup, the last added first.
-func (c cleanups) run() {
-	for i := len(c) - 1; i >= 0; i-- {
-		c[i]()
+// run calls every cleanup, the last added first. Its receiver is a
+// pointer so that `defer c.run()` and the method value c.run see the
+// cleanups added after them.
+func (c *cleanups) run() {
+	for i := len(*c) - 1; i >= 0; i-- {
+		(*c)[i]()
 	}
 }
 

@@ -127,4 +127,31 @@ func TestCleanupsRunLastFirst(t *testing.T) {
 	if want := []int{2, 1, 0}; !slices.Equal(got, want) {
 		t.Errorf("cleanups ran %v, want %v", got, want)
 	}
+	// Deferred before anything is added, as runUp does: the cleanups
+	// added afterwards run all the same.
+	got = nil
+	func() {
+		var c cleanups
+		defer c.run()
+		c.add(func() { got = append(got, 0) })
+		c.add(func() { got = append(got, 1) })
+	}()
+	if want := []int{1, 0}; !slices.Equal(got, want) {
+		t.Errorf("deferred cleanups ran %v, want %v", got, want)
+	}
+}
+
+// TestUpUndoesOnExit: on SIGTERM up undoes what it made — here visibly:
+// the run directory it created for the control ports' links is removed.
+func TestUpUndoesOnExit(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "run")
+	up := mhictl("up", "--netlink-port", testPort(9), "--run-dir", filepath.Join(base, "mhi0"))
+	l := startProc(t, up, "ready")
+	if _, err := os.Lstat(filepath.Join(base, "mhi0", "wwan0mbim0")); err != nil {
+		t.Fatalf("no control port link in the run directory: %v\n%s", err, l)
+	}
+	sigterm(t, up, l)
+	if _, err := os.Lstat(base); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("run directory %s left behind after SIGTERM (Lstat: %v):\n%s", base, err, l)
+	}
 }
