@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/gomhi/gomhi/mhinet/ntb"
+	"github.com/gomhi/gomhi/mhi/proto/ntb"
 )
 
 // FormatMBIM: MBIM NTB16 or NTB32 aggregates, as Linux's mhi_wwan_mbim.

@@ -5,7 +5,7 @@ import (
 	"sync"
 
 	"github.com/gomhi/gomhi/mhi"
-	"github.com/gomhi/gomhi/mhinet/qmap"
+	"github.com/gomhi/gomhi/mhi/proto/qmap"
 )
 
 // FormatQMAP: QMAP (rmnet MAP) aggregates, as mhi_net with rmnet.

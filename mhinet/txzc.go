@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/proto/lend"
 )
 
 // Zero-copy transmit.
@@ -17,7 +18,7 @@ import (
 // packet), nothing is copied. The modem may keep reading a slot after it
 // has completed the ring element (a shaped flow holds its packets in the
 // modem's queue); it says when it is done through the release ring, a
-// small area of host memory it writes (see ZCRegion and docs/NETWORK.md).
+// small area of host memory it writes (see lend.Region and docs/NETWORK.md).
 // Only then does the slot come back: to the free list, or with
 // TXZeroCopyNotify to the caller through TXReleased.
 //
@@ -71,11 +72,6 @@ func (b *ZCBuffer) SetLen(n int) { b.n = n }
 
 // Len returns the length set by SetLen.
 func (b *ZCBuffer) Len() int { return b.n }
-
-// ZCRegion describes the zero-copy slots and the release ring to the
-// modem: mhi.LendRegion, whose comment gives the layout (ep.LendRegion is
-// the same type).
-type ZCRegion = mhi.LendRegion
 
 // Offsets in the control area.
 const (
@@ -224,18 +220,18 @@ func (z *zcPath) freeLocked(mem mhi.DMAMemory) {
 // are, for the modem (in the model, the harness forwards it to the mock
 // modem, as a control message would). It fails with ErrZeroCopyOff or
 // ErrDown.
-func (d *Device) ZeroCopyRegion() (ZCRegion, error) {
+func (d *Device) ZeroCopyRegion() (lend.Region, error) {
 	t := &d.tx
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	z := &t.zc
 	if !z.on {
-		return ZCRegion{}, ErrZeroCopyOff
+		return lend.Region{}, ErrZeroCopyOff
 	}
 	if z.slots == nil {
-		return ZCRegion{}, ErrDown
+		return lend.Region{}, ErrDown
 	}
-	return ZCRegion{DataIOVA: z.data.IOVA, SlotSize: z.slotSize, Slots: len(z.slots), Headroom: z.headroom,
+	return lend.Region{DataIOVA: z.data.IOVA, SlotSize: z.slotSize, Slots: len(z.slots), Headroom: z.headroom,
 		TagIOVA: z.ctl.IOVA + zcTagOff, ProdIOVA: z.ctl.IOVA + zcProdOff, ConsIOVA: z.ctl.IOVA + zcConsOff,
 		RingIOVA: z.ctl.IOVA + uint64(z.ringOff), RingEntries: z.ringN}, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 	"github.com/gomhi/gomhi/sysfs/genl"
 )
@@ -188,7 +189,7 @@ embedded mock (--model, with RDDM enabled), a real one bound to vfio-pci
 				if err != nil {
 					return err
 				}
-				m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: g.model, Name: "mhi0", Logger: log,
+				m, err := mock.Open(mock.Options{Model: g.model, Name: "mhi0", Logger: log,
 					FirmwareDir: fwDir, RDDMSize: size, Device: func(c *ep.Config) { c.Boot = bc }})
 				if err != nil {
 					return err

@@ -3,8 +3,8 @@ package ep
 import (
 	"errors"
 
-	"github.com/gomhi/gomhi/mhinet/ntb"
-	"github.com/gomhi/gomhi/mhinet/qmap"
+	"github.com/gomhi/gomhi/mhi/proto/ntb"
+	"github.com/gomhi/gomhi/mhi/proto/qmap"
 )
 
 // Outcomes of aggWriter.add other than success. They are internal: an

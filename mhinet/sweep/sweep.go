@@ -17,10 +17,12 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/ntb"
+	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/mhinet/ntb"
-	"github.com/gomhi/gomhi/mhinet/qmap"
 	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
+	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
 )
 
 // Mode says where the packets come from.
@@ -233,15 +235,10 @@ func (o *Options) defaults() error {
 const loopbackTXAggregate = 16 << 10
 
 // ModemFormat returns the mock modem's framing that matches a host format.
-func ModemFormat(f mhinet.Format) ep.Format {
-	switch f {
-	case mhinet.FormatMBIM:
-		return ep.FormatNTB16
-	case mhinet.FormatQMAP:
-		return ep.FormatQMAP
-	}
-	return ep.FormatRaw
-}
+//
+// Deprecated: use mockformat.For (pcigeneric/mock/mockformat), where the
+// mapping lives.
+func ModemFormat(f mhinet.Format) ep.Format { return mockformat.For(f) }
 
 // counter is the sweep's Receiver: it counts and releases at once.
 type counter struct {
@@ -283,7 +280,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	maxSize := slices.Max(o.Sizes)
 	t := o.Target
 	if t == nil {
-		m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{
+		m, err := mock.Open(mock.Options{
 			Model: o.Model, Logger: o.Logger,
 			IPData: ep.IPDataConfig{Format: ModemFormat(o.Format), MaxDatagrams: o.MaxDatagrams, MaxAggregate: o.MaxAggregate},
 		})

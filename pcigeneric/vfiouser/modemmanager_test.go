@@ -24,6 +24,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/internal/qemuguest"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 )
 
@@ -245,7 +246,7 @@ type mmModel struct {
 	name   string // device-table model
 	iface  string // the data interface Linux creates
 	format ep.Format
-	// identity overrides what pcigeneric.MockIdentity derives from the
+	// identity overrides what mock.Identity derives from the
 	// device table (non-empty fields win).
 	identity ep.ModemIdentity
 	// mbim: ModemManager drives the model over MBIM. ModemManager 1.20.4
@@ -305,7 +306,7 @@ type mmRun struct {
 	dev *vfiouser.ServerDevice
 	// fns are the session's functions (the server forgets them when the
 	// session ends).
-	fns atomic.Pointer[pcigeneric.MockFunctions]
+	fns atomic.Pointer[mock.Functions]
 
 	mu      sync.Mutex
 	marks   map[string]mmSnap
@@ -317,7 +318,7 @@ type mmRun struct {
 
 // functions returns the session's functions, keeping them for after the
 // session.
-func (r *mmRun) functions() *pcigeneric.MockFunctions {
+func (r *mmRun) functions() *mock.Functions {
 	if f := r.dev.Functions(); f != nil {
 		if r.fns.Swap(f) == nil && r.mangleMBIM != nil && f.MBIM != nil {
 			f.MBIM.SetMangle(r.mangleMBIM)
@@ -384,7 +385,7 @@ func (r *mmRun) run(t *testing.T) {
 
 	r.events = &eventLog{}
 	r.marks = map[string]mmSnap{}
-	// The mock as mhictl modem serve builds it (pcigeneric.NewMockConfig:
+	// The mock as mhictl modem serve builds it (mock.NewConfig:
 	// MBIM, QMI and AT on the model's pairs, one ep.Modem, IP data gated
 	// by the session).
 	dev, err := vfiouser.NewServerDevice(vfiouser.DeviceOptions{

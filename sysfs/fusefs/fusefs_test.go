@@ -21,7 +21,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/testenv"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/sysfs"
 	"github.com/gomhi/gomhi/sysfs/fusefs"
 	"github.com/gomhi/gomhi/sysfs/sysfstest"
@@ -41,7 +41,7 @@ type fixture struct {
 	tree *sysfs.Tree
 	ctrl *mhi.Controller
 	net  *mhinet.Device
-	mock *pcigeneric.Mock
+	mock *mock.Mock
 }
 
 func newFixture(t *testing.T) *fixture {

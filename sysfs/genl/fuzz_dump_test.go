@@ -13,7 +13,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/testenv/fuzzcheck"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/sysfs"
 	"github.com/gomhi/gomhi/sysfs/genl"
 )
@@ -103,7 +103,7 @@ func dumpClientSeeds() []clientSeed {
 // writes all of them to FuzzClientReply's corpus.
 func TestDumpReplySeeds(t *testing.T) {
 	dump := bytes.Repeat([]byte{0xd5, 0x4d, 0x50}, 7000) // 21000 bytes: three chunks
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Name: "mhi0", RDDMSize: 1 << 20,
+	m, err := mock.Open(mock.Options{Name: "mhi0", RDDMSize: 1 << 20,
 		Device: func(c *ep.Config) { c.Boot = ep.BootConfig{RDDM: true, Dump: dump} }})
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/testenv"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/sysfs"
 	"github.com/gomhi/gomhi/sysfs/genl"
 	"github.com/gomhi/gomhi/sysfs/sysfstest"
@@ -32,9 +32,9 @@ import (
 // whose host collects RAM dumps, "mhi1", a mock whose host does not
 // collect them (RDDM size 0), and "mhi2", whose host would but whose
 // crashes do not enter RDDM.
-func newDumpTree(t testing.TB) (*sysfs.Tree, *pcigeneric.Mock, *pcigeneric.Mock) {
+func newDumpTree(t testing.TB) (*sysfs.Tree, *mock.Mock, *mock.Mock) {
 	t.Helper()
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Name: "mhi0", RDDMSize: 1 << 20,
+	m, err := mock.Open(mock.Options{Name: "mhi0", RDDMSize: 1 << 20,
 		Device: func(c *ep.Config) { c.Boot = ep.BootConfig{RDDM: true} }})
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +46,7 @@ func newDumpTree(t testing.TB) (*sysfs.Tree, *pcigeneric.Mock, *pcigeneric.Mock)
 	tr := sysfs.NewTree()
 	tr.AddDevice("mhi0", sysfs.Device{Controller: m.Controller, Model: m.Info.Name})
 	tr.AddDevice("mhi1", sysfstest.NewDevice(t, "mhi1", false).Binding())
-	m2, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Name: "mhi2", RDDMSize: 1 << 20})
+	m2, err := mock.Open(mock.Options{Name: "mhi2", RDDMSize: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +405,7 @@ func TestGetDumpLarge(t *testing.T) {
 	for i := range dump {
 		dump[i] = byte(i*131) ^ byte(i>>13)
 	}
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Name: "mhi0", RDDMSize: 4 << 20, Memory: 32 << 20,
+	m, err := mock.Open(mock.Options{Name: "mhi0", RDDMSize: 4 << 20, Memory: 32 << 20,
 		Device: func(c *ep.Config) { c.Boot = ep.BootConfig{RDDM: true, Dump: dump} }})
 	if err != nil {
 		t.Fatal(err)

@@ -18,12 +18,12 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/loopback"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
-func openMock(t *testing.T, model string, ipd ep.IPDataConfig) *pcigeneric.Mock {
+func openMock(t *testing.T, model string, ipd ep.IPDataConfig) *mock.Mock {
 	t.Helper()
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: model, IPData: ipd})
+	m, err := mock.Open(mock.Options{Model: model, IPData: ipd})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestKnownBugRecoveryDiscard(t *testing.T) {
 // sysErrs SYS_ERRs and returns the packets the modem put whole into host
 // buffers that the host did not deliver.
 func recoveryDiscardOnce(t *testing.T, sysErrs uint64) (lost, stale int64) {
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: "qcom-sdx55m", IPData: ep.IPDataConfig{Format: ep.FormatRaw}})
+	m, err := mock.Open(mock.Options{Model: "qcom-sdx55m", IPData: ep.IPDataConfig{Format: ep.FormatRaw}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestKnownBugLoopbackReopenLeak(t *testing.T) {
 func TestKnownBugLoopbackLateEcho(t *testing.T) {
 	var mismatched, runs int
 	for range 75 {
-		m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: DefaultModel})
+		m, err := mock.Open(mock.Options{Model: DefaultModel})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +212,7 @@ func TestKnownBugLoopbackLateEcho(t *testing.T) {
 // test with -race; it fails with "race detected during execution").
 func TestKnownBugResetContextRace(t *testing.T) {
 	for range 20 {
-		m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: DefaultModel})
+		m, err := mock.Open(mock.Options{Model: DefaultModel})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/mhinet/sweep"
+	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 )
 
@@ -41,7 +41,7 @@ func serve(spec string) int {
 		return 2
 	}
 	dev, err := vfiouser.NewServerDevice(vfiouser.DeviceOptions{
-		Model: parts[1], IPData: ep.IPDataConfig{Format: sweep.ModemFormat(f)},
+		Model: parts[1], IPData: ep.IPDataConfig{Format: mockformat.For(f)},
 	})
 	if err != nil {
 		return 1

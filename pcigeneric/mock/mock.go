@@ -1,4 +1,4 @@
-package pcigeneric
+package mock
 
 import (
 	"fmt"
@@ -7,13 +7,14 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/inproc"
+	"github.com/gomhi/gomhi/pcigeneric"
 )
 
 // DefaultModel is the model the embedded mock modem impersonates by default.
 const DefaultModel = "qcom-sdx55m"
 
-// MockOptions configure an embedded mock modem.
-type MockOptions struct {
+// Options configure an embedded mock modem.
+type Options struct {
 	// Model is the device-table model to impersonate (default DefaultModel).
 	Model string
 	// Name names the host controller (default "mhi0").
@@ -33,7 +34,7 @@ type MockOptions struct {
 	RequireConnect bool
 	// Modem overrides the mock modem's cellular configuration: identity
 	// fields set here replace the ones derived from the device-table
-	// entry (MockIdentity); addressing, radio and signal as in
+	// entry (Identity); addressing, radio and signal as in
 	// ep.ModemConfig (defaults: 198.18.0.1/24 via 198.18.0.2,
 	// fd00:6d68:6900::1/64 via ::2, MTU 1500).
 	Modem ep.ModemConfig
@@ -48,10 +49,10 @@ type MockOptions struct {
 // Mock is a mock modem in this process joined to a host controller by the
 // in-process transport. The controller is not powered up yet.
 type Mock struct {
-	Info *ModemInfo
+	Info *pcigeneric.ModemInfo
 	// Entry is the device-table entry the mock impersonates (the model's
 	// first): its product name gives the modem's identity.
-	Entry      Entry
+	Entry      pcigeneric.Entry
 	Transport  *inproc.Transport
 	Controller *mhi.Controller
 	// DataPair names the model's IP data channel pair ("" if it has none).
@@ -63,40 +64,29 @@ type Mock struct {
 	Modem *ep.Modem
 	// Functions are the mock modem's functions (IP data, MBIM…) and
 	// their counters.
-	Functions *MockFunctions
+	Functions *Functions
 }
 
-// DataPair returns the name of a configuration's IP data channel pair:
-// IP_HW0_MBIM or IP_HW0, or "" when it has neither.
-func DataPair(cfg mhi.ControllerConfig) string {
-	for _, name := range []string{ep.IPDataMBIMName, ep.IPDataName} {
-		if _, ok := cfg.ChannelByName(name, mhi.Uplink); ok {
-			return name
-		}
-	}
-	return ""
-}
-
-// OpenMock starts a mock modem impersonating opts.Model and builds a host
+// Open starts a mock modem impersonating opts.Model and builds a host
 // controller for it from the same table entry. Both sides get the model's
 // channel configuration plus the LOOPBACK pair the mock offers.
-func OpenMock(opts MockOptions) (*Mock, error) {
+func Open(opts Options) (*Mock, error) {
 	if opts.Model == "" {
 		opts.Model = DefaultModel
 	}
-	info, ok := Model(opts.Model)
+	info, ok := pcigeneric.Model(opts.Model)
 	if !ok {
-		return nil, fmt.Errorf("pcigeneric: model %q: %w (see 'mhictl models')", opts.Model, ErrUnknownModel)
+		return nil, fmt.Errorf("pcigeneric: model %q: %w (see 'mhictl models')", opts.Model, pcigeneric.ErrUnknownModel)
 	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	entry := Entry{Product: info.Name, Info: info}
-	if es := EntriesFor(info.Name); len(es) > 0 {
+	entry := pcigeneric.Entry{Product: info.Name, Info: info}
+	if es := pcigeneric.EntriesFor(info.Name); len(es) > 0 {
 		entry = es[0]
 	}
-	ec, fns, err := NewMockConfig(entry, MockModemOptions{
+	ec, fns, err := NewConfig(entry, ModemOptions{
 		IPData: opts.IPData, Modem: opts.Modem, RequireConnect: opts.RequireConnect,
 		Logger: log.With("side", "modem"),
 	})
@@ -112,7 +102,7 @@ func OpenMock(opts MockOptions) (*Mock, error) {
 		return nil, err
 	}
 	ctrl, err := mhi.NewController(tr, cfg, mhi.Options{Name: opts.Name, Logger: log.With("side", "host"),
-		Firmware: FirmwareFromDir(info, opts.FirmwareDir), RDDMSize: opts.RDDMSize})
+		Firmware: pcigeneric.FirmwareFromDir(info, opts.FirmwareDir), RDDMSize: opts.RDDMSize})
 	if err != nil {
 		_ = tr.Close()
 		return nil, err
