@@ -14,7 +14,8 @@ import (
 
 // This file holds the server's command handlers for the device commands
 // (nlctrl GETFAMILY, GET_DEVICE, SET_DEVICE, GET_STATS, DUMP_CHANNELS) and
-// the dispatch to them; the session commands are in handlers_session.go.
+// the dispatch to them; the session commands' handlers are in
+// handlers_session.go.
 
 func (s *Server) dispatch(port uint32, cred *unix.Ucred, msg []byte, req *Request) {
 	r := &reply{s: s, port: port, req: req}
