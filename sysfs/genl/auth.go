@@ -1,10 +1,11 @@
 package genl
 
 import (
-	"bufio"
-	"os"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -13,6 +14,8 @@ import (
 // of a request and the capability check of the commands that need root or
 // CAP_NET_ADMIN.
 
+// parseCred returns the sender's credentials among a datagram's control
+// messages (SCM_CREDENTIALS), or nil when there are none.
 func parseCred(oob []byte) *unix.Ucred {
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
@@ -47,37 +50,33 @@ func authorize(cred *unix.Ucred) error {
 	return reqErr(unix.EPERM, 0, "changing device settings needs root or CAP_NET_ADMIN (sender uid %d, pid %d)", cred.Uid, cred.Pid)
 }
 
+// hasCapNetAdmin reports whether process pid, whose real uid must still
+// be uid, holds CAP_NET_ADMIN in its effective set.
 func hasCapNetAdmin(pid int32, uid uint32) bool {
 	if pid <= 0 {
 		return false
 	}
-	f, err := os.Open("/proc/" + strconv.Itoa(int(pid)) + "/status")
+	st, err := procStatus(int(pid))
 	if err != nil {
 		return false
 	}
-	defer f.Close()
-	var (
-		capEff  uint64
-		haveCap bool
-		uidOK   bool
-	)
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		key, val, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		fields := strings.Fields(val)
-		if len(fields) == 0 {
-			continue
-		}
-		switch key {
-		case "Uid":
-			uidOK = fields[0] == strconv.FormatUint(uint64(uid), 10)
-		case "CapEff":
-			v, err := strconv.ParseUint(fields[0], 16, 64)
-			capEff, haveCap = v, err == nil
-		}
+	uids, caps := strings.Fields(st["Uid"]), strings.Fields(st["CapEff"])
+	if len(uids) == 0 || len(caps) == 0 || uids[0] != strconv.FormatUint(uint64(uid), 10) {
+		return false
 	}
-	return uidOK && haveCap && capEff&(1<<capNetAdmin) != 0
+	capEff, err := strconv.ParseUint(caps[0], 16, 64)
+	return err == nil && capEff&(1<<capNetAdmin) != 0
+}
+
+// passCred asks the kernel to stamp every datagram the socket receives
+// with its sender's credentials (SO_PASSCRED), which parseCred reads.
+func passCred(rc syscall.RawConn) error {
+	var serr error
+	cerr := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSCRED, 1)
+	})
+	if err := errors.Join(cerr, serr); err != nil {
+		return fmt.Errorf("genl: SO_PASSCRED: %w", err)
+	}
+	return nil
 }

@@ -36,18 +36,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	buf := make([]byte, recvBufSize)
 	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred))
 	for {
-		var (
-			n, oobn, rflags int
-			from            unix.Sockaddr
-			rerr            error
-		)
-		err := s.rc.Read(func(fd uintptr) bool {
-			n, oobn, rflags, from, rerr = unix.Recvmsg(int(fd), buf, oob, unix.MSG_DONTWAIT)
-			return rerr != unix.EAGAIN && rerr != unix.EINTR
-		})
-		if err == nil {
-			err = rerr
-		}
+		n, oobn, rflags, from, err := recvmsg(s.rc, buf, oob)
 		if err != nil {
 			switch {
 			case s.closed.Load() || ctx.Err() != nil:

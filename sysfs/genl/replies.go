@@ -1,6 +1,8 @@
 package genl
 
 import (
+	"errors"
+	"os"
 	"time"
 
 	"github.com/mdlayher/netlink"
@@ -128,30 +130,13 @@ func errorMsg(port uint32, req []byte, e *RequestError) []byte {
 // client whose receive queue is full: it retries for a short while and
 // then drops the answer (the client times out).
 func (s *Server) send(port uint32, b []byte) {
-	sa := &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Pid: port}
-	deadline := time.Now().Add(sendRetryTime)
-	delay := 20 * time.Microsecond
-	for {
-		var err error
-		if cerr := s.rc.Control(func(fd uintptr) {
-			err = unix.Sendto(int(fd), b, unix.MSG_DONTWAIT, sa)
-		}); cerr != nil {
-			err = cerr
-		}
-		switch {
-		case err == nil:
-			return
-		case err == unix.EAGAIN || err == unix.ENOBUFS || err == unix.EINTR:
-			if time.Now().After(deadline) {
-				s.log.Warn("genl: client not reading, answer dropped", "port", port)
-				return
-			}
-			time.Sleep(delay)
-			delay = min(2*delay, 5*time.Millisecond)
-		default:
-			// ECONNREFUSED: the client went away.
-			s.log.Debug("genl: send", "port", port, "err", err)
-			return
-		}
+	err := sendRetry(s.rc, port, b, time.Now().Add(sendRetryTime))
+	switch {
+	case err == nil:
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		s.log.Warn("genl: client not reading, answer dropped", "port", port)
+	default:
+		// ECONNREFUSED: the client went away.
+		s.log.Debug("genl: send", "port", port, "err", err)
 	}
 }

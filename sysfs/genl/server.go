@@ -82,11 +82,6 @@ func NewServer(t *sysfs.Tree, opts ServerOptions) (*Server, error) {
 	if t == nil {
 		return nil, errors.New("genl: NewServer needs a tree")
 	}
-	port := opts.Port
-	fallback := port == 0 && opts.RunFile != ""
-	if port == 0 {
-		port = DefaultPort
-	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -101,44 +96,9 @@ func NewServer(t *sysfs.Tree, opts ServerOptions) (*Server, error) {
 				ErrPortInUse, Peer{PID: r.PID, UID: r.UID}, FamilyName, r.Port, opts.RunFile)
 		}
 	}
-	s := &Server{tree: t, port: port, log: log, sem: make(chan struct{}, inflight)}
-	conn, err := netlink.Dial(unix.NETLINK_USERSOCK, &netlink.Config{PID: port})
-	if errors.Is(err, unix.EADDRINUSE) {
-		ino, _, _ := portInode(port)
-		if ino != 0 {
-			s.holders = socketHolders(ino)
-		}
-		holder := describePeers(s.holders, ino)
-		if !fallback || s.holderTrusted() {
-			return nil, fmt.Errorf("genl: bind NETLINK_USERSOCK port %#x: %w: held by %s: %w", port, ErrPortInUse, holder, err)
-		}
-		conn, err = netlink.Dial(unix.NETLINK_USERSOCK, nil)
-		if err != nil {
-			return nil, fmt.Errorf("genl: port %#x is held by %s, and binding a kernel-assigned port failed: %w", port, holder, err)
-		}
-		s.port, s.squatted = conn.PID(), true
-		log.Warn("genl: the default netlink port is held by another user's process (a squatter?): serving on a kernel-assigned port instead, advertised in the run file",
-			"default_port", fmt.Sprintf("%#x", DefaultPort), "holder", holder, "port", fmt.Sprintf("%#x", s.port), "run_file", opts.RunFile)
-	} else if err != nil {
-		return nil, fmt.Errorf("genl: bind NETLINK_USERSOCK port %#x: %w", port, err)
-	}
-	s.conn = conn
-	rc, err := conn.SyscallConn()
-	if err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("genl: %w", err)
-	}
-	s.rc = rc
-	var serr error
-	cerr := rc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSCRED, 1)
-		// A larger receive queue absorbs bursts; the kernel caps it at
-		// rmem_max, and failing is harmless.
-		_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 1<<20)
-	})
-	if err := errors.Join(cerr, serr); err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("genl: SO_PASSCRED: %w", err)
+	s := &Server{tree: t, log: log, sem: make(chan struct{}, inflight)}
+	if err := s.bind(opts.Port, opts.RunFile); err != nil {
+		return nil, err
 	}
 	if opts.RunFile != "" {
 		r, err := newRunFile(s.port)
@@ -146,12 +106,72 @@ func NewServer(t *sysfs.Tree, opts ServerOptions) (*Server, error) {
 			err = writeRunFile(opts.RunFile, r)
 		}
 		if err != nil {
-			_ = conn.Close()
+			_ = s.conn.Close()
 			return nil, err
 		}
 		s.runPath, s.run = opts.RunFile, r
 	}
 	return s, nil
+}
+
+// bind binds the server's socket at port as NewServer describes (a
+// kernel-assigned port when port is 0, runFile is set and another user
+// holds DefaultPort) and asks for the senders' credentials.
+func (s *Server) bind(port uint32, runFile string) error {
+	fallback := port == 0 && runFile != ""
+	if port == 0 {
+		port = DefaultPort
+	}
+	s.port = port
+	conn, err := netlink.Dial(unix.NETLINK_USERSOCK, &netlink.Config{PID: port})
+	if errors.Is(err, unix.EADDRINUSE) {
+		conn, err = s.bindAside(err, fallback, runFile)
+		if err != nil {
+			return err
+		}
+	} else if err != nil {
+		return fmt.Errorf("genl: bind NETLINK_USERSOCK port %#x: %w", port, err)
+	}
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		_ = conn.Close()
+		return fmt.Errorf("genl: %w", err)
+	}
+	if err := passCred(rc); err != nil {
+		_ = conn.Close()
+		return err
+	}
+	// A larger receive queue absorbs bursts; the kernel caps it at
+	// rmem_max, and failing is harmless.
+	_ = rc.Control(func(fd uintptr) {
+		_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 1<<20)
+	})
+	s.conn, s.rc = conn, rc
+	return nil
+}
+
+// bindAside handles s.port being held (inUse is the bind's EADDRINUSE):
+// it names the holders and, when fallback allows it and the holder is
+// another user (a squatter), binds a kernel-assigned port instead and
+// says so in a Warn log; otherwise it fails with ErrPortInUse.
+func (s *Server) bindAside(inUse error, fallback bool, runFile string) (*netlink.Conn, error) {
+	port := s.port
+	ino, _, _ := portInode(port)
+	if ino != 0 {
+		s.holders = socketHolders(ino)
+	}
+	holder := describePeers(s.holders, ino)
+	if !fallback || s.holderTrusted() {
+		return nil, fmt.Errorf("genl: bind NETLINK_USERSOCK port %#x: %w: held by %s: %w", port, ErrPortInUse, holder, inUse)
+	}
+	conn, err := netlink.Dial(unix.NETLINK_USERSOCK, nil)
+	if err != nil {
+		return nil, fmt.Errorf("genl: port %#x is held by %s, and binding a kernel-assigned port failed: %w", port, holder, err)
+	}
+	s.port, s.squatted = conn.PID(), true
+	s.log.Warn("genl: the default netlink port is held by another user's process (a squatter?): serving on a kernel-assigned port instead, advertised in the run file",
+		"default_port", fmt.Sprintf("%#x", DefaultPort), "holder", holder, "port", fmt.Sprintf("%#x", s.port), "run_file", runFile)
+	return conn, nil
 }
 
 // holderTrusted reports whether a process found holding the port is root
