@@ -1,11 +1,8 @@
 package genl
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
-	"github.com/mdlayher/genetlink"
 	"github.com/mdlayher/netlink"
 )
 
@@ -38,39 +35,13 @@ type Port struct {
 	Stats map[string]uint64 `json:"stats"`
 }
 
-// execFor runs one request with its own timeout.
-func (c *Client) execFor(timeout time.Duration, m genetlink.Message, flags netlink.HeaderFlags) ([]genetlink.Message, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err := c.sock.SetDeadline(time.Now().Add(timeout)); err != nil {
-		return nil, err
-	}
-	return c.conn.Execute(m, c.family.ID, flags)
-}
-
 // sessionRequest runs a session command and decodes its one reply.
 func (c *Client) sessionRequest(op, dev string, cmd uint8, timeout time.Duration, encode func(*netlink.AttributeEncoder)) (Session, error) {
-	ae := netlink.NewAttributeEncoder()
-	ae.String(AttrDevName, dev)
-	if encode != nil {
-		encode(ae)
-	}
-	b, err := ae.Encode()
+	msgs, err := c.requestWithin(timeout, op, dev, cmd, netlink.Request, encode)
 	if err != nil {
-		return Session{}, &Error{Op: op, Device: dev, Port: c.port, Kind: ErrInvalid, Err: err}
+		return Session{}, err
 	}
-	msgs, err := c.execFor(timeout, genetlink.Message{Header: genetlink.Header{Command: cmd, Version: FamilyVersion}, Data: b}, netlink.Request)
-	if err != nil {
-		return Session{}, c.fail(op, dev, err)
-	}
-	if len(msgs) != 1 {
-		return Session{}, c.malformed(op, dev, fmt.Errorf("%d replies", len(msgs)))
-	}
-	s, err := decodeSession(msgs[0].Data)
-	if err != nil {
-		return Session{}, c.malformed(op, dev, err)
-	}
-	return s, nil
+	return oneReply(c, op, dev, msgs, decodeSession)
 }
 
 // Connect connects the device's data session with an access point name
@@ -104,101 +75,13 @@ func (c *Client) Ports(dev string) ([]Port, error) {
 		return nil, err
 	}
 	var out []Port
-	for _, m := range msgs {
-		ad, err := netlink.NewAttributeDecoder(m.Data)
-		if err != nil {
-			return nil, c.malformed("dump-ports", dev, err)
-		}
-		for ad.Next() {
-			if ad.Type() != AttrPort {
-				continue
-			}
-			ad.Nested(func(pd *netlink.AttributeDecoder) error {
-				p := Port{Stats: map[string]uint64{}}
-				for pd.Next() {
-					switch pd.Type() {
-					case PortAttrName:
-						p.Name = pd.String()
-					case PortAttrPath:
-						p.Path = pd.String()
-					case PortAttrStats:
-						pd.Nested(func(sd *netlink.AttributeDecoder) error {
-							for sd.Next() {
-								if sd.Type() != StatsAttrEntry {
-									continue
-								}
-								sd.Nested(func(ed *netlink.AttributeDecoder) error {
-									var name string
-									var v uint64
-									for ed.Next() {
-										switch ed.Type() {
-										case StatAttrName:
-											name = ed.String()
-										case StatAttrValue:
-											v = ed.Uint64()
-										}
-									}
-									p.Stats[name] = v
-									return nil
-								})
-							}
-							return nil
-						})
-					}
-				}
-				out = append(out, p)
-				return nil
-			})
-		}
-		if err := ad.Err(); err != nil {
-			return nil, c.malformed("dump-ports", dev, err)
-		}
+	err = decodeReplies(msgs, eachNest(AttrPort, func(pd *netlink.AttributeDecoder) error {
+		p, err := decodePort(pd)
+		out = append(out, p)
+		return err
+	}))
+	if err != nil {
+		return nil, c.malformed("dump-ports", dev, err)
 	}
 	return out, nil
-}
-
-func decodeSession(b []byte) (Session, error) {
-	ad, err := netlink.NewAttributeDecoder(b)
-	if err != nil {
-		return Session{}, err
-	}
-	var s Session
-	found := false
-	for ad.Next() {
-		switch ad.Type() {
-		case AttrDevName:
-			s.Device = ad.String()
-		case AttrSession:
-			found = true
-			ad.Nested(func(sd *netlink.AttributeDecoder) error {
-				str := map[uint16]*string{
-					SessAttrState: &s.State, SessAttrProtocol: &s.Protocol, SessAttrAPN: &s.APN, SessAttrIPType: &s.IPType,
-					SessAttrIPv4: &s.IPv4, SessAttrGateway4: &s.Gateway4, SessAttrIPv6: &s.IPv6, SessAttrGateway6: &s.Gateway6,
-					SessAttrInterface: &s.Interface, SessAttrLastError: &s.LastError,
-				}
-				for sd.Next() {
-					switch t := sd.Type(); t {
-					case SessAttrDNS4:
-						s.DNS4 = append(s.DNS4, sd.String())
-					case SessAttrDNS6:
-						s.DNS6 = append(s.DNS6, sd.String())
-					case SessAttrMTU:
-						s.MTU = sd.Uint32()
-					default:
-						if p, ok := str[t]; ok {
-							*p = sd.String()
-						}
-					}
-				}
-				return nil
-			})
-		}
-	}
-	if err := ad.Err(); err != nil {
-		return s, err
-	}
-	if !found {
-		return s, errors.New("reply has no session nest")
-	}
-	return s, nil
 }
