@@ -148,15 +148,15 @@ type Client struct {
 
 // Device is a device's attributes as GET_DEVICE returns them.
 type Device struct {
-	Name   string `json:"name"`
-	State  string `json:"state"`
-	EE     string `json:"ee"`
-	Model  string `json:"model"`
-	Serial string `json:"serial"`
+	Name   string `json:"name"`   // DEV_NAME, e.g. "mhi0"
+	State  string `json:"state"`  // MHI state: M0, M3, SYS_ERR…
+	EE     string `json:"ee"`     // execution environment: AMSS, SBL…
+	Model  string `json:"model"`  // device-table model name
+	Serial string `json:"serial"` // BHI serial number
 	// MRU and MTU are 0 when the device has no network device up.
-	MRU       uint32 `json:"mru,omitempty"`
-	MTU       uint32 `json:"mtu,omitempty"`
-	TimeoutMs uint32 `json:"timeout_ms"`
+	MRU       uint32 `json:"mru,omitempty"` // receive buffer size in bytes
+	MTU       uint32 `json:"mtu,omitempty"` // largest transmitted packet in bytes
+	TimeoutMs uint32 `json:"timeout_ms"`    // command and state-change timeout
 	// AutosuspendMs is the host's auto-suspend delay (0: off).
 	AutosuspendMs uint32 `json:"autosuspend_ms"`
 }
@@ -164,37 +164,37 @@ type Device struct {
 // SetRequest names the values SetDevice changes; nil fields stay as they
 // are.
 type SetRequest struct {
-	MRU       *uint32
-	MTU       *uint32
-	TimeoutMs *uint32
+	MRU       *uint32 // receive buffer size in bytes
+	MTU       *uint32 // largest transmitted packet in bytes
+	TimeoutMs *uint32 // command and state-change timeout
 	// AutosuspendMs sets the auto-suspend delay (0: off); PMRequest asks
 	// for PMRequestSuspend or PMRequestResume, after the other values.
 	AutosuspendMs *uint32
-	PMRequest     *uint32
+	PMRequest     *uint32 // PMRequestSuspend or PMRequestResume
 }
 
 // Stat is one counter, named by its path below the device's stats
 // directory ("net/rx_packets", "mhi/…").
 type Stat struct {
-	Name  string `json:"name"`
-	Value uint64 `json:"value"`
+	Name  string `json:"name"`  // path below stats/, e.g. "net/rx_packets"
+	Value uint64 `json:"value"` // the counter
 }
 
 // Channel is one channel's status as DUMP_CHANNELS reports it.
 type Channel struct {
-	Num       uint32 `json:"num"`
-	Name      string `json:"name"`
-	Dir       string `json:"dir"`
-	State     string `json:"state"`
-	CtxState  string `json:"ctx_state"`
-	Elements  uint64 `json:"elements"`
-	Pending   uint64 `json:"pending"`
-	Completed uint64 `json:"completed"`
-	Bytes     uint64 `json:"bytes"`
-	HostRP    uint64 `json:"host_rp"`
-	HostWP    uint64 `json:"host_wp"`
-	CtxRP     uint64 `json:"ctx_rp"`
-	CtxWP     uint64 `json:"ctx_wp"`
+	Num       uint32 `json:"num"`       // channel number
+	Name      string `json:"name"`      // channel name, e.g. "IP_HW0"
+	Dir       string `json:"dir"`       // "UL" or "DL"
+	State     string `json:"state"`     // the host's view of the channel state
+	CtxState  string `json:"ctx_state"` // the channel context's state (the device's view)
+	Elements  uint64 `json:"elements"`  // transfer ring size
+	Pending   uint64 `json:"pending"`   // elements queued, not completed
+	Completed uint64 `json:"completed"` // elements completed
+	Bytes     uint64 `json:"bytes"`     // bytes completed
+	HostRP    uint64 `json:"host_rp"`   // host read pointer (IOVA)
+	HostWP    uint64 `json:"host_wp"`   // host write pointer (IOVA)
+	CtxRP     uint64 `json:"ctx_rp"`    // context read pointer (IOVA)
+	CtxWP     uint64 `json:"ctx_wp"`    // context write pointer (IOVA)
 }
 
 // Dial finds the server (ClientOptions.Port), checks who holds its port,

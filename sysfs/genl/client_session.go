@@ -12,27 +12,27 @@ import (
 // Session is a device's data session as GET_SESSION, CONNECT and
 // DISCONNECT report it. Absent values are empty.
 type Session struct {
-	Device    string   `json:"device"`
-	State     string   `json:"state"`
-	Protocol  string   `json:"protocol"`
-	APN       string   `json:"apn"`
-	IPType    string   `json:"ip_type"`
-	IPv4      string   `json:"ipv4"`
-	Gateway4  string   `json:"gateway4"`
-	DNS4      []string `json:"dns4"`
-	IPv6      string   `json:"ipv6"`
-	Gateway6  string   `json:"gateway6"`
-	DNS6      []string `json:"dns6"`
-	MTU       uint32   `json:"mtu"`
-	Interface string   `json:"interface"`
-	LastError string   `json:"last_error,omitempty"`
+	Device    string   `json:"device"`               // DEV_NAME
+	State     string   `json:"state"`                // "connected" or "disconnected"
+	Protocol  string   `json:"protocol"`             // "mbim" or "qmi"
+	APN       string   `json:"apn"`                  // access point name
+	IPType    string   `json:"ip_type"`              // "ipv4", "ipv6" or "ipv4v6"
+	IPv4      string   `json:"ipv4"`                 // address/prefix, e.g. "198.18.0.1/24"
+	Gateway4  string   `json:"gateway4"`             // IPv4 gateway
+	DNS4      []string `json:"dns4"`                 // IPv4 name servers
+	IPv6      string   `json:"ipv6"`                 // address/prefix
+	Gateway6  string   `json:"gateway6"`             // IPv6 gateway
+	DNS6      []string `json:"dns6"`                 // IPv6 name servers
+	MTU       uint32   `json:"mtu"`                  // the link MTU the network gave
+	Interface string   `json:"interface"`            // the interface configured
+	LastError string   `json:"last_error,omitempty"` // why the last operation failed
 }
 
 // Port is one control port as DUMP_PORTS reports it.
 type Port struct {
-	Name  string            `json:"name"`
-	Path  string            `json:"path"`
-	Stats map[string]uint64 `json:"stats"`
+	Name  string            `json:"name"`  // e.g. "wwan0mbim0"
+	Path  string            `json:"path"`  // what a tool opens
+	Stats map[string]uint64 `json:"stats"` // counters by name below stats/ports/<name>/
 }
 
 // sessionRequest runs a session command and decodes its one reply.
