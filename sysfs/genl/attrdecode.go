@@ -87,6 +87,25 @@ func oneReply[T any](c *Client, op, dev string, msgs []genetlink.Message, decode
 	return v, nil
 }
 
+// dumpNests runs the dump command cmd and decodes, with decode, every
+// nest of type typ in its answer, in order.
+func dumpNests[T any](c *Client, op, dev string, cmd uint8, typ uint16, decode func(*netlink.AttributeDecoder) (T, error)) ([]T, error) {
+	msgs, err := c.request(op, dev, cmd, netlink.Request|netlink.Dump, nil)
+	if err != nil {
+		return nil, err
+	}
+	var out []T
+	err = decodeReplies(msgs, eachNest(typ, func(ad *netlink.AttributeDecoder) error {
+		v, err := decode(ad)
+		out = append(out, v)
+		return err
+	}))
+	if err != nil {
+		return nil, c.malformed(op, dev, err)
+	}
+	return out, nil
+}
+
 // decodeStatEntries calls add with each StatsAttrEntry nest (NAME and
 // VALUE) of a stats set.
 func decodeStatEntries(ad *netlink.AttributeDecoder, add func(Stat)) error {

@@ -392,20 +392,7 @@ func (c *Client) GetDevice(name string) (Device, error) {
 
 // Devices returns every device the server knows, in name order.
 func (c *Client) Devices() ([]Device, error) {
-	msgs, err := c.request("get-device", "", CmdGetDevice, netlink.Request|netlink.Dump, nil)
-	if err != nil {
-		return nil, err
-	}
-	var out []Device
-	err = decodeReplies(msgs, eachNest(AttrDevice, func(nad *netlink.AttributeDecoder) error {
-		d, err := decodeDeviceAttrs(nad)
-		out = append(out, d)
-		return err
-	}))
-	if err != nil {
-		return nil, c.malformed("get-device", "", err)
-	}
-	return out, nil
+	return dumpNests(c, "get-device", "", CmdGetDevice, AttrDevice, decodeDeviceAttrs)
 }
 
 // SetDevice changes the values r names (MRU, MTU, timeout) and returns the
@@ -462,18 +449,5 @@ func (c *Client) StatsMap(name string) (map[string]uint64, error) {
 // Channels returns the status of every channel of the device, in the
 // tree's order.
 func (c *Client) Channels(name string) ([]Channel, error) {
-	msgs, err := c.request("dump-channels", name, CmdDumpChannels, netlink.Request|netlink.Dump, nil)
-	if err != nil {
-		return nil, err
-	}
-	var out []Channel
-	err = decodeReplies(msgs, eachNest(AttrChannel, func(cad *netlink.AttributeDecoder) error {
-		ch, err := decodeChannel(cad)
-		out = append(out, ch)
-		return err
-	}))
-	if err != nil {
-		return nil, c.malformed("dump-channels", name, err)
-	}
-	return out, nil
+	return dumpNests(c, "dump-channels", name, CmdDumpChannels, AttrChannel, decodeChannel)
 }

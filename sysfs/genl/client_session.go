@@ -70,18 +70,5 @@ func (c *Client) Session(dev string) (Session, error) {
 
 // Ports returns the device's control ports with their counters.
 func (c *Client) Ports(dev string) ([]Port, error) {
-	msgs, err := c.request("dump-ports", dev, CmdDumpPorts, netlink.Request|netlink.Dump, nil)
-	if err != nil {
-		return nil, err
-	}
-	var out []Port
-	err = decodeReplies(msgs, eachNest(AttrPort, func(pd *netlink.AttributeDecoder) error {
-		p, err := decodePort(pd)
-		out = append(out, p)
-		return err
-	}))
-	if err != nil {
-		return nil, c.malformed("dump-ports", dev, err)
-	}
-	return out, nil
+	return dumpNests(c, "dump-ports", dev, CmdDumpPorts, AttrPort, decodePort)
 }

@@ -121,6 +121,7 @@ func (s *Server) devicePath(req *Request) (string, error) {
 	return p, nil
 }
 
+// deviceNames lists the directories under devices/.
 func (s *Server) deviceNames() []string {
 	d, err := s.tree.LookupDir("devices")
 	if err != nil {
@@ -170,6 +171,9 @@ func (s *Server) encodeDevice(ae *netlink.AttributeEncoder, name string) error {
 	return nil
 }
 
+// getDevice answers GET_DEVICE: one device, or with NLM_F_DUMP every
+// device (or the one DEV_NAME names) as DEVICE nests packed into as few
+// messages as fit a datagram.
 func (s *Server) getDevice(r *reply) error {
 	req := r.req
 	if !req.Dump() {
@@ -286,6 +290,9 @@ type statEntry struct {
 	value uint64
 }
 
+// collectStats appends the counters of d and its subdirectories, named
+// by their path below d (prefix first); unreadable or non-numeric
+// attributes are left out.
 func collectStats(prefix string, d *sysfs.Dir, out []statEntry) []statEntry {
 	for _, a := range d.Attrs() {
 		v, err := a.Read()
@@ -304,6 +311,22 @@ func collectStats(prefix string, d *sysfs.Dir, out []statEntry) []statEntry {
 	return out
 }
 
+// encodeStatEntries returns the encoder of a stats set: one
+// StatsAttrEntry nest (NAME, VALUE) per counter.
+func encodeStatEntries(stats []statEntry) func(*netlink.AttributeEncoder) error {
+	return func(ae *netlink.AttributeEncoder) error {
+		for _, st := range stats {
+			ae.Nested(StatsAttrEntry, func(ee *netlink.AttributeEncoder) error {
+				ee.String(StatAttrName, st.name)
+				ee.Uint64(StatAttrValue, st.value)
+				return nil
+			})
+		}
+		return nil
+	}
+}
+
+// getStats answers GET_STATS with every counter under the device's stats/.
 func (s *Server) getStats(r *reply) error {
 	req := r.req
 	base, err := s.devicePath(req)
@@ -316,19 +339,11 @@ func (s *Server) getStats(r *reply) error {
 	}
 	ae := netlink.NewAttributeEncoder()
 	ae.String(AttrDevName, req.DevName)
-	ae.Nested(AttrStats, func(nae *netlink.AttributeEncoder) error {
-		for _, st := range stats {
-			nae.Nested(StatsAttrEntry, func(ee *netlink.AttributeEncoder) error {
-				ee.String(StatAttrName, st.name)
-				ee.Uint64(StatAttrValue, st.value)
-				return nil
-			})
-		}
-		return nil
-	})
+	ae.Nested(AttrStats, encodeStatEntries(stats))
 	return r.addEncoded(CmdGetStats, ae)
 }
 
+// dumpChannels answers DUMP_CHANNELS with one message per channel.
 func (s *Server) dumpChannels(r *reply) error {
 	req := r.req
 	base, err := s.devicePath(req)
@@ -345,11 +360,7 @@ func (s *Server) dumpChannels(r *reply) error {
 			msgs = append(msgs, b)
 		}
 	}
-	r.multi = true
-	for _, b := range msgs {
-		r.add(CmdDumpChannels, FamilyVersion, b)
-	}
-	r.done()
+	r.dump(CmdDumpChannels, msgs)
 	return nil
 }
 
@@ -361,14 +372,6 @@ func encodeChannel(dev string, ch *sysfs.Dir) ([]byte, error) {
 	if err != nil {
 		return nil, reqErr(unix.EIO, 0, "%s: channel directory %q has no number", dev, ch.Name)
 	}
-	read := func(file string) (string, bool) {
-		a, ok := ch.Attr(file)
-		if !ok {
-			return "", false
-		}
-		v, err := a.Read()
-		return v, err == nil
-	}
 	ae := netlink.NewAttributeEncoder()
 	ae.String(AttrDevName, dev)
 	ae.Nested(AttrChannel, func(nae *netlink.AttributeEncoder) error {
@@ -378,7 +381,7 @@ func encodeChannel(dev string, ch *sysfs.Dir) ([]byte, error) {
 			typ  uint16
 			file string
 		}{{ChanAttrDir, "dir"}, {ChanAttrState, "state"}, {ChanAttrCtxState, "ctx_state"}} {
-			if v, ok := read(a.file); ok {
+			if v, ok := readAttr(ch, a.file); ok {
 				nae.String(a.typ, v)
 			}
 		}
@@ -390,7 +393,7 @@ func encodeChannel(dev string, ch *sysfs.Dir) ([]byte, error) {
 			{ChanAttrBytes, "bytes"}, {ChanAttrHostRP, "host_rp"}, {ChanAttrHostWP, "host_wp"},
 			{ChanAttrCtxRP, "ctx_rp"}, {ChanAttrCtxWP, "ctx_wp"},
 		} {
-			if v, ok := read(a.file); ok {
+			if v, ok := readAttr(ch, a.file); ok {
 				if n, err := strconv.ParseUint(strings.TrimSpace(v), 0, 64); err == nil {
 					nae.Uint64(a.typ, n)
 				}
@@ -399,4 +402,15 @@ func encodeChannel(dev string, ch *sysfs.Dir) ([]byte, error) {
 		return nil
 	})
 	return ae.Encode()
+}
+
+// readAttr reads attribute file of directory d; ok is false when d has
+// no such attribute or reading it failed.
+func readAttr(d *sysfs.Dir, file string) (v string, ok bool) {
+	a, ok := d.Attr(file)
+	if !ok {
+		return "", false
+	}
+	v, err := a.Read()
+	return v, err == nil
 }

@@ -34,42 +34,45 @@ func (s *Server) sessionDir(req *Request) (string, error) {
 // the session.
 func (s *Server) connect(r *reply, cred *unix.Ucred) error {
 	req := r.req
-	if err := authorize(cred); err != nil {
-		return err
-	}
-	dir, err := s.sessionDir(req)
-	if err != nil {
-		return err
-	}
 	v := req.APN
 	if req.IPType != "" {
 		v += " " + req.IPType
 	}
-	if err := s.tree.Set(dir+"/connect", v); err != nil {
-		off := req.AttrOffset(AttrAPN)
+	return s.setSession(r, cred, CmdConnect, "connect", v, func(err error) int {
 		if errors.Is(err, sysfs.ErrInvalid) && strings.Contains(err.Error(), "IP type") {
-			off = req.AttrOffset(AttrIPType)
+			return req.AttrOffset(AttrIPType)
 		}
-		return treeError(err, off, req.DevName)
-	}
-	return s.sessionReply(r, CmdConnect, dir)
+		return req.AttrOffset(AttrAPN)
+	})
 }
 
+// disconnect writes session/disconnect and answers with the session.
 func (s *Server) disconnect(r *reply, cred *unix.Ucred) error {
-	req := r.req
+	return s.setSession(r, cred, CmdDisconnect, "disconnect", "1", nil)
+}
+
+// setSession lets an authorized sender write value to the session's
+// file and answers with the session as cmd. A failure names the
+// attribute at errOffset(err) (nil: none).
+func (s *Server) setSession(r *reply, cred *unix.Ucred, cmd uint8, file, value string, errOffset func(error) int) error {
 	if err := authorize(cred); err != nil {
 		return err
 	}
-	dir, err := s.sessionDir(req)
+	dir, err := s.sessionDir(r.req)
 	if err != nil {
 		return err
 	}
-	if err := s.tree.Set(dir+"/disconnect", "1"); err != nil {
-		return treeError(err, 0, req.DevName)
+	if err := s.tree.Set(dir+"/"+file, value); err != nil {
+		off := 0
+		if errOffset != nil {
+			off = errOffset(err)
+		}
+		return treeError(err, off, r.req.DevName)
 	}
-	return s.sessionReply(r, CmdDisconnect, dir)
+	return s.sessionReply(r, cmd, dir)
 }
 
+// getSession answers GET_SESSION.
 func (s *Server) getSession(r *reply) error {
 	dir, err := s.sessionDir(r.req)
 	if err != nil {
@@ -85,14 +88,7 @@ func (s *Server) sessionReply(r *reply, cmd uint8, dir string) error {
 		return treeError(err, 0, r.req.DevName)
 	}
 	read := func(file string) string {
-		a, ok := d.Attr(file)
-		if !ok {
-			return ""
-		}
-		v, err := a.Read()
-		if err != nil {
-			return ""
-		}
+		v, _ := readAttr(d, file)
 		return v
 	}
 	ae := netlink.NewAttributeEncoder()
@@ -149,16 +145,7 @@ func (s *Server) dumpPorts(r *reply) error {
 			ae.Nested(AttrPort, func(n *netlink.AttributeEncoder) error {
 				n.String(PortAttrName, a.Name)
 				n.String(PortAttrPath, path)
-				n.Nested(PortAttrStats, func(sn *netlink.AttributeEncoder) error {
-					for _, st := range stats {
-						sn.Nested(StatsAttrEntry, func(en *netlink.AttributeEncoder) error {
-							en.String(StatAttrName, st.name)
-							en.Uint64(StatAttrValue, st.value)
-							return nil
-						})
-					}
-					return nil
-				})
+				n.Nested(PortAttrStats, encodeStatEntries(stats))
 				return nil
 			})
 			b, err := ae.Encode()
@@ -168,10 +155,6 @@ func (s *Server) dumpPorts(r *reply) error {
 			msgs = append(msgs, b)
 		}
 	}
-	r.multi = true
-	for _, b := range msgs {
-		r.add(CmdDumpPorts, FamilyVersion, b)
-	}
-	r.done()
+	r.dump(CmdDumpPorts, msgs)
 	return nil
 }

@@ -22,6 +22,7 @@ type reply struct {
 	multi bool
 }
 
+// flush sends the datagram gathered so far, if any.
 func (r *reply) flush() {
 	if len(r.dgram) > 0 {
 		r.s.send(r.port, r.dgram)
@@ -55,6 +56,16 @@ func (r *reply) done() {
 	r.flush()
 }
 
+// dump sends msgs, the attribute payloads of a multipart answer, one
+// message each, and NLMSG_DONE.
+func (r *reply) dump(cmd uint8, msgs [][]byte) {
+	r.multi = true
+	for _, b := range msgs {
+		r.add(cmd, FamilyVersion, b)
+	}
+	r.done()
+}
+
 // finish sends a single-message answer, with an ACK if the request asked
 // for one (as the kernel does after a doit).
 func (r *reply) finish(msg []byte) {
@@ -64,6 +75,8 @@ func (r *reply) finish(msg []byte) {
 	r.flush()
 }
 
+// addEncoded adds one message with the attributes ae holds; attributes
+// too large for a message fail the request with EMSGSIZE.
 func (r *reply) addEncoded(cmd uint8, ae *netlink.AttributeEncoder) error {
 	b, err := ae.Encode()
 	if err != nil {
