@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/testenv/asuser"
 	"github.com/gomhi/gomhi/sysfs/genl"
 	"github.com/gomhi/gomhi/sysfs/genl/genltest"
 )
@@ -38,7 +39,7 @@ func inFreshNetns(t *testing.T) bool {
 	if os.Getenv(netnsEnv) == "1" {
 		return true
 	}
-	genltest.Require(t, "unshare")
+	asuser.Require(t, "unshare")
 	cmd := exec.Command("unshare", "--net", os.Args[0], "-test.run", "^"+t.Name()+"$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), netnsEnv+"=1")
 	out, err := cmd.CombinedOutput()
@@ -63,9 +64,9 @@ func TestUpWithSquatter(t *testing.T) {
 	if !inFreshNetns(t) {
 		return
 	}
-	bin := genltest.SharedBinary(t)
-	defer genltest.RemoveSharedBinary()
-	sq := genltest.StartSquatter(t, 65534, genl.DefaultPort, "answer", bin,
+	bin := asuser.Binary(t)
+	defer asuser.RemoveBinary()
+	sq := genltest.StartSquatter(t, asuser.Nobody, genl.DefaultPort, "answer", bin,
 		"-test.run=^TestHelperNetlinkSquatter$", "-test.v", "-test.count=1")
 
 	var ns syscall.Stat_t
@@ -107,9 +108,8 @@ func TestUpWithSquatter(t *testing.T) {
 	// uid 65534 (the squatter's own user) through the run file: GET yes,
 	// SET no.
 	as := func(args ...string) (string, error) {
-		cmd := exec.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", bin}, args...)...)
-		cmd.Env = append(os.Environ(), "GOMHI_RUN_MHICTL=1")
-		cmd.Dir = filepath.Dir(bin)
+		cmd := asuser.Command(asuser.User{UID: asuser.Nobody}, bin, args...)
+		cmd.Env = append(cmd.Env, "GOMHI_RUN_MHICTL=1")
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/testenv/asuser"
 	"github.com/gomhi/gomhi/sysfs/genl"
 	"github.com/gomhi/gomhi/sysfs/genl/genltest"
 )
@@ -33,7 +34,7 @@ const netnsEnv = "GOMHI_GENL_IN_TEST_NETNS"
 // under CI=true).
 func requirePrivDrop(t *testing.T, tools ...string) {
 	t.Helper()
-	genltest.Require(t, tools...)
+	asuser.Require(t, tools...)
 }
 
 // inNetns runs the calling test in a fresh network namespace (the test
@@ -61,7 +62,7 @@ func inNetns(t *testing.T) bool {
 // startSquatter runs TestHelperSquatter as uid 65534 holding port.
 func startSquatter(t *testing.T, port uint32, mode string) *genltest.Squatter {
 	t.Helper()
-	return genltest.StartSquatter(t, 65534, port, mode, genltest.SharedBinary(t),
+	return genltest.StartSquatter(t, asuser.Nobody, port, mode, asuser.Binary(t),
 		"-test.run=^TestHelperSquatter$", "-test.v", "-test.count=1")
 }
 
@@ -87,18 +88,12 @@ const (
 // its output; it fails the test unless the helper printed HELPER-OK.
 func runAs(t *testing.T, uid int, mode string, env ...string) string {
 	t.Helper()
-	bin := genltest.SharedBinary(t)
-	id := strconv.Itoa(uid)
-	cmd := exec.Command("setpriv", "--reuid="+id, "--regid="+id, "--clear-groups",
-		bin, "-test.run=^TestHelperSquatClient$", "-test.v", "-test.count=1")
-	cmd.Env = append(append(os.Environ(), squatClientEnv+"="+mode), env...)
-	cmd.Dir = filepath.Dir(bin)
-	out, err := cmd.CombinedOutput()
+	out, err := asuser.RunTest(t, asuser.User{UID: uid}, "TestHelperSquatClient", append([]string{squatClientEnv + "=" + mode}, env...)...)
 	t.Logf("uid %d, %s:\n%s", uid, mode, out)
-	if err != nil || !strings.Contains(string(out), "HELPER-OK") {
+	if err != nil || !strings.Contains(out, "HELPER-OK") {
 		t.Fatalf("helper as uid %d (%s): %v", uid, mode, err)
 	}
-	return string(out)
+	return out
 }
 
 // newRunDir is a directory for a run file that passes the trust test:
