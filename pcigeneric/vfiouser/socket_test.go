@@ -1,7 +1,6 @@
 package vfiouser
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,12 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/testenv/asuser"
+	"github.com/gomhi/gomhi/mhi/testenv/logbuf"
 )
 
 // listen runs ListenAndServe on path until the test ends and waits for
@@ -157,24 +156,6 @@ func TestListenRefusesToReplace(t *testing.T) {
 
 const peerHelperEnv = "GOMHI_VFIOUSER_PEER_SOCKET"
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestPeerRefused: uid 65534 cannot connect to the 0600 socket (the kernel
 // refuses); with the socket's mode widened it connects, and the server
 // refuses it by its credentials (SO_PEERCRED) with an EPERM reply and a
@@ -189,7 +170,7 @@ func TestPeerRefused(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	dev, err := NewServerDevice(DeviceOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -11,12 +11,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/testenv/asuser"
+	"github.com/gomhi/gomhi/mhi/testenv/logbuf"
 	"github.com/gomhi/gomhi/sysfs/genl"
 	"github.com/gomhi/gomhi/sysfs/genl/genltest"
 )
@@ -111,24 +111,6 @@ func newRunDir(t *testing.T) string {
 	return filepath.Join(dir, "gomhi")
 }
 
-// logBuffer collects a server's log records.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // serve runs srv until the test ends.
 func serve(t *testing.T, srv *genl.Server) {
 	t.Helper()
@@ -171,7 +153,7 @@ func TestSquatterListening(t *testing.T) {
 	t.Logf("without a run file: %v", err)
 
 	runFile := filepath.Join(newRunDir(t), "genl.json")
-	var logs logBuffer
+	var logs logbuf.Buffer
 	srv, err := genl.NewServer(tr, genl.ServerOptions{RunFile: runFile,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
