@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi/testenv/asuser"
 	"github.com/gomhi/gomhi/mhi/testenv/logbuf"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 )
 
 // listen runs ListenAndServe on path until the test ends and waits for
@@ -161,7 +161,7 @@ const peerHelperEnv = "GOMHI_VFIOUSER_PEER_SOCKET"
 // refuses it by its credentials (SO_PEERCRED) with an EPERM reply and a
 // Warn log naming it, without giving it the device. Root is served after.
 func TestPeerRefused(t *testing.T) {
-	asuser.Require(t)
+	reexec.RequireSetpriv(t)
 	dir, err := os.MkdirTemp("", "vfiouser-peer-")
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +180,7 @@ func TestPeerRefused(t *testing.T) {
 
 	nobody := func() string {
 		t.Helper()
-		out, err := asuser.RunTest(t, asuser.User{UID: asuser.Nobody}, "TestHelperPeer", peerHelperEnv+"="+path)
+		out, err := reexec.RunTestAs(t, reexec.User{UID: reexec.Nobody}, "TestHelperPeer", peerHelperEnv+"="+path)
 		if err != nil {
 			t.Fatalf("helper as uid 65534: %v\n%s", err, out)
 		}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi/testenv"
-	"github.com/gomhi/gomhi/mhi/testenv/asuser"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 )
 
 // TestMain leaves TestHelperFUSEClient, the unprivileged side of
@@ -16,6 +16,6 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	testenv.RunHelpersOnlyWhenAsked(map[string]string{"TestHelperFUSEClient": fuseHelperEnv})
 	code := m.Run()
-	asuser.RemoveBinary()
+	reexec.RemoveBinary()
 	os.Exit(code)
 }

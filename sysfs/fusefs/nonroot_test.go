@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gomhi/gomhi/mhi/testenv/asuser"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 	"github.com/gomhi/gomhi/sysfs/fusefs"
 )
 
@@ -32,7 +32,7 @@ func TestNonRootCannotWrite(t *testing.T) {
 		}
 	}
 	needFUSE(t)
-	asuser.Require(t)
+	reexec.RequireSetpriv(t)
 	f := newFixture(t)
 	base, err := os.MkdirTemp("", "fusefs-nonroot-")
 	if err != nil {
@@ -59,7 +59,7 @@ func TestNonRootCannotWrite(t *testing.T) {
 		return filepath.Join(dir, "devices", "mhi0", "mru")
 	}
 	as := func(t *testing.T, file string, caps ...string) string {
-		out, err := asuser.RunTest(t, asuser.User{UID: asuser.Nobody, Caps: caps}, "TestHelperFUSEClient", fuseHelperEnv+"="+file)
+		out, err := reexec.RunTestAs(t, reexec.User{UID: reexec.Nobody, Caps: caps}, "TestHelperFUSEClient", fuseHelperEnv+"="+file)
 		if err != nil {
 			t.Fatalf("helper as uid 65534: %v\n%s", err, out)
 		}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi/testenv"
-	"github.com/gomhi/gomhi/mhi/testenv/asuser"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 	"github.com/gomhi/gomhi/sysfs/genl/genltest"
 )
 
@@ -23,6 +23,6 @@ func TestMain(m *testing.M) {
 		"TestHelperSquatClient":   squatClientEnv,
 	})
 	code := m.Run()
-	asuser.RemoveBinary()
+	reexec.RemoveBinary()
 	os.Exit(code)
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomhi/gomhi/mhi/testenv/asuser"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 	"github.com/gomhi/gomhi/sysfs/genl"
 	"golang.org/x/sys/unix"
 )
@@ -23,11 +23,11 @@ const (
 // 65534 (setpriv) against a server run by root here: GET works, SET is
 // refused with EPERM; with CAP_NET_ADMIN (ambient) the SET goes through.
 func TestNonRootClient(t *testing.T) {
-	asuser.Require(t)
+	reexec.RequireSetpriv(t)
 	tr, n := newTree(t, false)
 	srv := startServer(t, tr)
 	run := func(t *testing.T, mode string, caps ...string) {
-		out, err := asuser.RunTest(t, asuser.User{UID: asuser.Nobody, Caps: caps}, "TestHelperClient",
+		out, err := reexec.RunTestAs(t, reexec.User{UID: reexec.Nobody, Caps: caps}, "TestHelperClient",
 			helperPortEnv+"="+strconv.FormatUint(uint64(srv.Port()), 10), helperModeEnv+"="+mode)
 		t.Logf("helper output:\n%s", out)
 		if err != nil {

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi/testenv"
-	"github.com/gomhi/gomhi/mhi/testenv/asuser"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 	"github.com/gomhi/gomhi/sysfs"
 	"github.com/gomhi/gomhi/sysfs/genl"
 	"github.com/gomhi/gomhi/sysfs/sysfstest"
@@ -149,10 +149,10 @@ const sessionHelperEnv = "GOMHI_GENL_SESSION_HELPER_PORT"
 // TestSessionNonRoot: an unprivileged client reads the session and the
 // ports but may not connect.
 func TestSessionNonRoot(t *testing.T) {
-	asuser.Require(t)
+	reexec.RequireSetpriv(t)
 	tr, d := newControlTree(t)
 	srv := startServer(t, tr)
-	out, err := asuser.RunTest(t, asuser.User{UID: asuser.Nobody}, "TestHelperSessionClient",
+	out, err := reexec.RunTestAs(t, reexec.User{UID: reexec.Nobody}, "TestHelperSessionClient",
 		sessionHelperEnv+"="+strconv.FormatUint(uint64(srv.Port()), 10))
 	t.Logf("helper output:\n%s", out)
 	if err != nil || !strings.Contains(out, "HELPER-OK") {

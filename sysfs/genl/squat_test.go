@@ -1,13 +1,11 @@
 package genl_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi/testenv/asuser"
 	"github.com/gomhi/gomhi/mhi/testenv/logbuf"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 	"github.com/gomhi/gomhi/sysfs/genl"
 	"github.com/gomhi/gomhi/sysfs/genl/genltest"
 )
@@ -28,41 +26,24 @@ import (
 // can take the real genl.DefaultPort without disturbing anything else on
 // the machine: netlink port ids are per network namespace.
 
-const netnsEnv = "GOMHI_GENL_IN_TEST_NETNS"
-
 // requirePrivDrop: root and setpriv (and the tools named), or skip (fail
 // under CI=true).
 func requirePrivDrop(t *testing.T, tools ...string) {
 	t.Helper()
-	asuser.Require(t, tools...)
+	reexec.RequireSetpriv(t, tools...)
 }
 
-// inNetns runs the calling test in a fresh network namespace (the test
-// binary re-executed under `unshare --net`) and reports whether the
-// caller is already there, in which case it runs the body.
+// inNetns runs the calling test in a fresh network namespace and reports
+// whether the caller is already there (reexec.InNetns).
 func inNetns(t *testing.T) bool {
 	t.Helper()
-	if os.Getenv(netnsEnv) == "1" {
-		return true
-	}
-	requirePrivDrop(t, "unshare")
-	cmd := exec.Command("unshare", "--net", os.Args[0], "-test.run", "^"+t.Name()+"$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), netnsEnv+"=1")
-	out, err := cmd.CombinedOutput()
-	t.Logf("in a new network namespace:\n%s", out)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	if !bytes.Contains(out, []byte("--- PASS: "+t.Name())) {
-		t.Fatal("the test did not pass in the namespace")
-	}
-	return false
+	return reexec.InNetns(t, func(t *testing.T) { requirePrivDrop(t, "unshare") })
 }
 
 // startSquatter runs TestHelperSquatter as uid 65534 holding port.
 func startSquatter(t *testing.T, port uint32, mode string) *genltest.Squatter {
 	t.Helper()
-	return genltest.StartSquatter(t, asuser.Nobody, port, mode, asuser.Binary(t),
+	return genltest.StartSquatter(t, reexec.Nobody, port, mode, reexec.Binary(t),
 		"-test.run=^TestHelperSquatter$", "-test.v", "-test.count=1")
 }
 
@@ -88,7 +69,7 @@ const (
 // its output; it fails the test unless the helper printed HELPER-OK.
 func runAs(t *testing.T, uid int, mode string, env ...string) string {
 	t.Helper()
-	out, err := asuser.RunTest(t, asuser.User{UID: uid}, "TestHelperSquatClient", append([]string{squatClientEnv + "=" + mode}, env...)...)
+	out, err := reexec.RunTestAs(t, reexec.User{UID: uid}, "TestHelperSquatClient", append([]string{squatClientEnv + "=" + mode}, env...)...)
 	t.Logf("uid %d, %s:\n%s", uid, mode, out)
 	if err != nil || !strings.Contains(out, "HELPER-OK") {
 		t.Fatalf("helper as uid %d (%s): %v", uid, mode, err)

@@ -3,7 +3,7 @@
 // port before the server does, records every datagram it receives and,
 // in "answer" mode, answers as if it were the server, with forged
 // content. Tests run it by re-executing their test binary under setpriv
-// (StartSquatter, through package asuser); the re-executed binary's helper test calls
+// (StartSquatter, through package reexec); the re-executed binary's helper test calls
 // RunSquatterFromEnv.
 package genltest
 
@@ -24,7 +24,7 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/gomhi/gomhi/mhi/testenv/asuser"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 	"github.com/gomhi/gomhi/sysfs/genl"
 )
 
@@ -189,11 +189,11 @@ type Squatter struct {
 // StartSquatter runs `setpriv --reuid=uid --regid=uid --clear-groups bin
 // args...` with ModeEnv=mode and PortEnv=port, waits until it holds the
 // port, and stops it at the end of the test. bin must be executable by
-// uid (see asuser.Binary) and args must select a helper test that calls
+// uid (see reexec.Binary) and args must select a helper test that calls
 // RunSquatterFromEnv.
 func StartSquatter(t testing.TB, uid int, port uint32, mode, bin string, args ...string) *Squatter {
 	t.Helper()
-	cmd := asuser.Command(asuser.User{UID: uid}, bin, args...)
+	cmd := reexec.Command(reexec.User{UID: uid}, bin, args...)
 	cmd.Env = append(cmd.Env, ModeEnv+"="+mode, PortEnv+"="+strconv.FormatUint(uint64(port), 10))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -1,17 +1,20 @@
-// Package asuser runs a piece of a test as another user: the test binary
-// re-executed under setpriv (util-linux) with another uid and gid, no
-// supplementary groups and, if asked, ambient capabilities, running one
-// helper test that an environment variable tells what to do.
+// Package reexec runs a piece of a test elsewhere by re-executing the
+// running test binary, with one helper test selected and an environment
+// variable telling it what to do:
 //
-// go test keeps its binary in a directory only root may enter, so Binary
-// first copies it, once per process, into a directory any user can
-// enter; RemoveBinary, called from TestMain after m.Run, deletes the
-// copy. The helper test itself is kept out of ordinary runs with
-// testenv.RunHelpersOnlyWhenAsked.
+//   - as another user (RunTestAs, Command): under setpriv (util-linux)
+//     with another uid and gid, no supplementary groups and, if asked,
+//     ambient capabilities. go test keeps its binary in a directory only
+//     root may enter, so Binary first copies it, once per process, into a
+//     directory any user can enter; RemoveBinary, called from TestMain
+//     after m.Run, deletes the copy.
+//   - in a new network namespace (InNetns): under `unshare --net`, so that
+//     netlink ports, interfaces and addresses touch nothing of the host.
 //
-// It is a test helper, imported only by _test.go files and test-support
-// packages.
-package asuser
+// The helper tests themselves are kept out of ordinary runs with
+// testenv.RunHelpersOnlyWhenAsked. It is a test helper, imported only by
+// _test.go files and test-support packages.
+package reexec
 
 import (
 	"io"
@@ -19,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -29,11 +33,11 @@ import (
 // helpers as.
 const Nobody = 65534
 
-// Require makes sure the test can run processes as other users: root,
-// setpriv and the tools named (from util-linux, such as unshare). Outside
-// CI a missing piece skips the test; under CI=true it fails, naming what
-// is missing (testenv.Need).
-func Require(tb testing.TB, tools ...string) {
+// RequireSetpriv makes sure the test can run processes as other users:
+// root, setpriv and the tools named (from util-linux, such as unshare).
+// Outside CI a missing piece skips the test; under CI=true it fails,
+// naming what is missing (testenv.Need).
+func RequireSetpriv(tb testing.TB, tools ...string) {
 	tb.Helper()
 	testenv.NeedRoot(tb, "to run helper processes as other users with setpriv")
 	for _, tool := range append([]string{"setpriv"}, tools...) {
@@ -105,11 +109,11 @@ func Command(u User, bin string, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// RunTest runs the helper test named test (its whole name, matched
+// RunTestAs runs the helper test named test (its whole name, matched
 // exactly) of the test binary's shared copy (Binary) as u, verbosely,
 // with env added to the environment, and returns its combined output and
 // its exit error.
-func RunTest(tb testing.TB, u User, test string, env ...string) (string, error) {
+func RunTestAs(tb testing.TB, u User, test string, env ...string) (string, error) {
 	tb.Helper()
 	cmd := Command(u, Binary(tb), "-test.run=^"+test+"$", "-test.v", "-test.count=1")
 	cmd.Env = append(cmd.Env, env...)
@@ -117,6 +121,36 @@ func RunTest(tb testing.TB, u User, test string, env ...string) (string, error) 
 	return string(out), err
 }
 
+// netnsEnv marks the test binary InNetns re-executed.
+const netnsEnv = "GOMHI_IN_TEST_NETNS"
+
+// InNetns runs the calling test t in a new network namespace: the test
+// binary re-executed under `unshare --net` running t alone (verbosely,
+// its output in t's log), which must pass. It reports whether the caller
+// is already in that namespace, in which case the caller runs the test's
+// body; otherwise it returns false once the re-executed test passed, and
+// fails t if it did not. need, called only before re-executing, checks
+// the test's requirements (root and unshare among them: see testenv).
+func InNetns(t *testing.T, need func(*testing.T)) bool {
+	t.Helper()
+	if os.Getenv(netnsEnv) == "1" {
+		return true
+	}
+	need(t)
+	cmd := exec.Command("unshare", "--net", os.Args[0], "-test.run", "^"+t.Name()+"$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), netnsEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	t.Logf("in a new network namespace:\n%s", out)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	if !strings.Contains(string(out), "--- PASS: "+t.Name()) {
+		t.Fatal("the test did not pass in the namespace")
+	}
+	return false
+}
+
+// copyExecutable copies the file src to dst, executable by anyone.
 func copyExecutable(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {

@@ -1,4 +1,4 @@
-package asuser_test
+package reexec_test
 
 import (
 	"flag"
@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi/testenv"
-	"github.com/gomhi/gomhi/mhi/testenv/asuser"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 )
 
 // identityEnv tells TestHelperIdentity to report who it runs as.
@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	testenv.RunHelpersOnlyWhenAsked(map[string]string{"TestHelperIdentity": identityEnv})
 	code := m.Run()
-	asuser.RemoveBinary()
+	reexec.RemoveBinary()
 	os.Exit(code)
 }
 
@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 // 65534 (real and effective), no supplementary groups, and the ambient
 // capability only when asked for.
 func TestRunTest(t *testing.T) {
-	asuser.Require(t)
+	reexec.RequireSetpriv(t)
 	const capNetAdmin = 1 << 12
 	for _, tc := range []struct {
 		name    string
@@ -40,7 +40,7 @@ func TestRunTest(t *testing.T) {
 		{"nobody+net_admin", []string{"net_admin"}, capNetAdmin},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := asuser.RunTest(t, asuser.User{UID: asuser.Nobody, Caps: tc.caps}, "TestHelperIdentity", identityEnv+"=1")
+			out, err := reexec.RunTestAs(t, reexec.User{UID: reexec.Nobody, Caps: tc.caps}, "TestHelperIdentity", identityEnv+"=1")
 			if err != nil {
 				t.Fatalf("helper: %v\n%s", err, out)
 			}
@@ -79,4 +79,32 @@ func TestHelperIdentity(t *testing.T) {
 		parts = append(parts, k+"="+fields[k])
 	}
 	fmt.Println("IDENTITY " + strings.Join(parts, " "))
+}
+
+// TestInNetns: the body runs in another network namespace than the test
+// that started it, whose namespace it learns from the environment.
+func TestInNetns(t *testing.T) {
+	const parentEnv = "GOMHI_REEXEC_PARENT_NETNS"
+	if os.Getenv(parentEnv) == "" {
+		t.Setenv(parentEnv, netnsOf(t))
+	}
+	if !reexec.InNetns(t, func(t *testing.T) {
+		testenv.NeedRoot(t, "to unshare the network namespace")
+		testenv.LookPath(t, "unshare", "util-linux")
+	}) {
+		return
+	}
+	if got := netnsOf(t); got == os.Getenv(parentEnv) {
+		t.Fatalf("the body runs in the parent's network namespace %s", got)
+	}
+}
+
+// netnsOf names this process's network namespace ("net:[4026531840]").
+func netnsOf(t *testing.T) string {
+	t.Helper()
+	ns, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
 }
