@@ -15,6 +15,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// This file holds the Server itself: its options, how it binds its port
+// (moving aside for a squatter) and advertises it, and its lifecycle. The
+// receive loop is in loop.go, the framing of answers in replies.go, the
+// command handlers in handlers.go and handlers_session.go, who may change
+// things in auth.go, and the mapping of tree errors in treeerr.go.
+
 // ErrPortInUse: another socket (most likely another running instance)
 // already holds the server's port id.
 var ErrPortInUse = errors.New("genl: netlink port id already in use (is another instance running?)")
