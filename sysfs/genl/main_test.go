@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi/testenv"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 	"github.com/gomhi/gomhi/sysfs/genl/genltest"
 )
 
@@ -23,6 +24,6 @@ func TestMain(m *testing.M) {
 		"TestHelperSquatClient":   squatClientEnv,
 	})
 	code := m.Run()
-	genltest.RemoveSharedBinary()
+	reexec.RemoveBinary()
 	os.Exit(code)
 }

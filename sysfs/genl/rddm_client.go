@@ -83,7 +83,7 @@ func (c *Client) Dump(dev string, opts DumpOptions) (RAMDump, error) {
 	if err != nil {
 		return RAMDump{}, &Error{Op: op, Device: dev, Port: c.port, Kind: ErrInvalid, Err: err}
 	}
-	msgs, err := c.execFor(timeout, genetlink.Message{Header: genetlink.Header{Command: CmdGetDump, Version: FamilyVersion}, Data: b},
+	msgs, err := c.exec(timeout, genetlink.Message{Header: genetlink.Header{Command: CmdGetDump, Version: FamilyVersion}, Data: b}, c.family.ID,
 		netlink.Request|netlink.Dump)
 	if err != nil {
 		e := c.fail(op, dev, err)

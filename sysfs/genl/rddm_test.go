@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -21,7 +19,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
-	"github.com/gomhi/gomhi/mhi/testenv"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/sysfs"
 	"github.com/gomhi/gomhi/sysfs/genl"
@@ -293,8 +291,7 @@ const (
 // TestGetDumpNonRoot: a client of uid 65534 may not read a RAM dump nor
 // force a crash (EPERM); with CAP_NET_ADMIN it reads it.
 func TestGetDumpNonRoot(t *testing.T) {
-	testenv.NeedRoot(t, "to run the client as uid 65534 with setpriv")
-	setpriv := testenv.LookPath(t, "setpriv", "util-linux")
+	reexec.RequireSetpriv(t)
 	tr, m, _ := newDumpTree(t)
 	srv := startServer(t, tr)
 	dump, err := m.Controller.CollectDump(10 * time.Second)
@@ -303,31 +300,16 @@ func TestGetDumpNonRoot(t *testing.T) {
 	}
 	waitM0(t, m.Controller)
 	sum := sha256.Sum256(dump)
-	dir, err := os.MkdirTemp("", "genl-nonroot-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "genl.test")
-	if err := copyFile(os.Args[0], bin); err != nil {
-		t.Fatal(err)
-	}
 	for _, c := range []struct {
 		mode string
 		caps []string
-	}{{"nobody", nil}, {"netadmin", []string{"--inh-caps=+net_admin", "--ambient-caps=+net_admin"}}} {
+	}{{"nobody", nil}, {"netadmin", []string{"net_admin"}}} {
 		t.Run(c.mode, func(t *testing.T) {
-			args := append([]string{"--reuid=65534", "--regid=65534", "--clear-groups"}, c.caps...)
-			cmd := exec.Command(setpriv, append(args, bin, "-test.run=^TestHelperDumpClient$", "-test.v", "-test.count=1")...)
-			cmd.Env = append(os.Environ(), dumpHelperEnv+"="+strconv.FormatUint(uint64(srv.Port()), 10),
+			out, err := reexec.RunTestAs(t, reexec.User{UID: reexec.Nobody, Caps: c.caps}, "TestHelperDumpClient",
+				dumpHelperEnv+"="+strconv.FormatUint(uint64(srv.Port()), 10),
 				dumpHelperSumEnv+"="+hex.EncodeToString(sum[:]), helperModeEnv+"="+c.mode)
-			cmd.Dir = dir
-			out, err := cmd.CombinedOutput()
 			t.Logf("helper output:\n%s", out)
-			if err != nil || !strings.Contains(string(out), "HELPER-OK") {
+			if err != nil || !strings.Contains(out, "HELPER-OK") {
 				t.Fatalf("helper as uid 65534: %v", err)
 			}
 		})
