@@ -94,10 +94,25 @@ ctlports() {
 # irqs LABEL: the MHI interrupt lines of /proc/interrupts (bhi: the BHI
 # and state-change vector; mhi: the event rings').
 irqs() { grep -wE 'bhi|mhi' /proc/interrupts | while read -r l; do echo "$1 $l"; done; }
+# irqquiet: waits (at most 20 rounds of 0.3 s) until no MHI interrupt
+# arrives for 0.3 s: on a loaded host the last echo's interrupts can land
+# late, and a count taken then would not be a quiet moment's.
+irqquiet() {
+	n=0
+	while [ $n -lt 20 ]; do a=$(irqs Q); sleep 0.3; [ "$a" = "$(irqs Q)" ] && return; n=$((n+1)); done
+	echo "INFO interrupts never quiet for 0.3 s"
+}
 # irqstart, irqend: the interrupt counts before and after request/response
-# traffic (pings, UDP echoes), at quiet moments.
-irqstart() { irqs IRQ-START; echo "MARK irq-start"; sleep 0.3; irqs IRQ-START-AFTER; }
-irqend() { irqs IRQ; echo "MARK irq-end"; sleep 0.3; irqs IRQ-AFTER; }
+# traffic (pings, UDP echoes), at quiet moments (checked: the counts must
+# not move over the 0.3 s after the MARK).
+# pmstayon: keeps the modem out of runtime suspend. mhi_pci_generic allows
+# it at mission mode (2 s autosuspend, the function being PME-capable from
+# D3hot): an M3 entry between the marks would add its interrupts to the
+# counts compared with the mock's. TestLinuxDriverBootsFromPBL tests
+# runtime PM.
+pmstayon() { for p in /sys/bus/pci/drivers/mhi-pci-generic/0000:*; do [ -e "$p/power/control" ] && echo on > "$p/power/control"; done; }
+irqstart() { pmstayon; irqquiet; irqs IRQ-START; echo "MARK irq-start"; sleep 0.3; irqs IRQ-START-AFTER; }
+irqend() { pmstayon; irqquiet; irqs IRQ; echo "MARK irq-end"; sleep 0.3; irqs IRQ-AFTER; }
 # quiet6 IF: no stray IPv6 traffic (router or MLD solicitations) on IF, so
 # the guest's counters can be compared with the modem's exactly.
 quiet6() {
