@@ -39,6 +39,12 @@ type MockOptions struct {
 	Modem ep.ModemConfig
 	// Device, if set, adjusts the mock modem's configuration before it starts.
 	Device func(*ep.Config)
+	// Host, if set, adjusts the host controller's options before it is built.
+	Host func(*mhi.Options)
+	// InterruptSink, if set, receives the mock modem's interrupts instead
+	// of the host controller's handler (inproc.Options.InterruptSink): for
+	// a driver that runs the host in virtual time.
+	InterruptSink func(vector int)
 }
 
 // Mock is a mock modem in this process joined to a host controller by the
@@ -103,11 +109,15 @@ func OpenMock(opts MockOptions) (*Mock, error) {
 	if opts.Device != nil {
 		opts.Device(&ec)
 	}
-	tr, err := inproc.New(ec, inproc.Options{Memory: opts.Memory})
+	tr, err := inproc.New(ec, inproc.Options{Memory: opts.Memory, InterruptSink: opts.InterruptSink})
 	if err != nil {
 		return nil, err
 	}
-	ctrl, err := mhi.NewController(tr, cfg, mhi.Options{Name: opts.Name, Logger: log.With("side", "host")})
+	hostOpts := mhi.Options{Name: opts.Name, Logger: log.With("side", "host")}
+	if opts.Host != nil {
+		opts.Host(&hostOpts)
+	}
+	ctrl, err := mhi.NewController(tr, cfg, hostOpts)
 	if err != nil {
 		_ = tr.Close()
 		return nil, err

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/simclock"
 	"github.com/gomhi/gomhi/mhinet/ntb"
 	"github.com/gomhi/gomhi/mhinet/qmap"
 )
@@ -44,6 +46,35 @@ type GeneratorConfig struct {
 	Src, Dst [4]byte
 	// SrcPort and DstPort are the UDP ports (defaults 5000 and 5001).
 	SrcPort, DstPort uint16
+	// Link, if set, is the link the packets arrive on at the modem, at its
+	// line rate (Rate is then ignored). It needs a device with a Clock:
+	// the generator then runs in virtual time, and a packet that arrives
+	// while every downlink buffer of the modem is taken is lost, as on a
+	// link that does not wait (counted in DroppedOverrun, not in Count:
+	// Count counts the packets the modem took in).
+	Link *Link
+}
+
+// Link is a link that delivers generated packets to the modem at its line
+// rate: a packet of n IP bytes occupies it for (n+FrameOverhead)×8 bits.
+type Link struct {
+	// BitsPerSecond is the line rate.
+	BitsPerSecond float64
+	// FrameOverhead is what the link adds to each IP packet on the wire:
+	// for Ethernet, 14 header + 4 FCS + 8 preamble and start delimiter +
+	// 12 inter-frame gap = 38 bytes (EthernetOverhead).
+	FrameOverhead int
+}
+
+// EthernetOverhead is the wire overhead of an IP packet on Ethernet: the
+// 14-byte header, the 4-byte FCS, the 8-byte preamble and start-of-frame
+// delimiter and the 12-byte inter-frame gap.
+const EthernetOverhead = 14 + 4 + 8 + 12
+
+// Spacing returns the time a packet of n IP bytes occupies the link,
+// rounded to the nanosecond.
+func (l *Link) Spacing(n int) time.Duration {
+	return time.Duration(math.Round(float64(n+l.FrameOverhead) * 8 * 1e9 / l.BitsPerSecond))
 }
 
 // genRun is one generator run.
@@ -53,7 +84,19 @@ type genRun struct {
 	done   chan struct{}
 	sent   atomic.Uint64
 	err    error // why it ended early; read after done
+	v      *vgen // the run in virtual time, if it is one
 }
+
+// genPacket is a generated packet to be written into an aggregate: its
+// sequence number and the run's addresses and ports; scratch holds it for
+// a writer that cannot take it in place.
+type genPacket struct {
+	seq     uint64
+	cfg     *GeneratorConfig
+	scratch []byte
+}
+
+func (g *genPacket) put(b []byte) { putGenPacket(b, g.seq, g.cfg) }
 
 // StartGenerator switches to ModeGenerator and starts sending cfg.Count
 // generated IPv4/UDP packets on the downlink at cfg.Rate, aggregated like
@@ -83,6 +126,10 @@ func (f *IPData) StartGenerator(cfg GeneratorConfig) error {
 	g := &genRun{cfg: cfg, cancel: cancel, done: make(chan struct{})}
 	f.gen = g
 	f.mode.Store(uint32(ModeGenerator))
+	if clk := p.d.cfg.Clock; clk != nil {
+		f.startVirtualGenerator(ctx, clk, p, g)
+		return nil
+	}
 	go f.runGenerator(ctx, p, g)
 	return nil
 }
@@ -94,6 +141,15 @@ func (f *IPData) checkGenerator(cfg *GeneratorConfig) error {
 	}
 	if cfg.Count < 0 || cfg.Rate < 0 {
 		return bad("count %d, rate %g", cfg.Count, cfg.Rate)
+	}
+	if l := cfg.Link; l != nil {
+		if f.pipeClock() == nil {
+			return bad("a link generator runs in virtual time: the device needs a Clock")
+		}
+		if !(l.BitsPerSecond > 0) || l.FrameOverhead < 0 {
+			return bad("link of %g bit/s, frame overhead %d bytes", l.BitsPerSecond, l.FrameOverhead)
+		}
+		cfg.Link = &Link{BitsPerSecond: l.BitsPerSecond, FrameOverhead: l.FrameOverhead}
 	}
 	if len(cfg.Sizes) == 0 {
 		cfg.Sizes = []int{DefaultGenPacket}
@@ -153,6 +209,9 @@ func (f *IPData) StopGenerator() {
 	f.genMu.Unlock()
 	if g != nil {
 		g.cancel()
+		if g.v != nil {
+			g.v.timer.Reset(0) // it notices the cancel when it runs
+		}
 		<-g.done
 	}
 }
@@ -206,7 +265,7 @@ func (f *IPData) runGenerator(ctx context.Context, p *Pipe, g *genRun) {
 	for _, n := range cfg.Sizes {
 		maxSize = max(maxSize, n)
 	}
-	pkt := make([]byte, maxSize)
+	gp := genPacket{cfg: &cfg, scratch: make([]byte, maxSize)}
 	pick := newSizePicker(cfg.Sizes, cfg.Weights)
 	var interval time.Duration
 	if cfg.Rate > 0 {
@@ -240,8 +299,8 @@ func (f *IPData) runGenerator(ctx context.Context, p *Pipe, g *genRun) {
 			f.st.droppedGated.Add(1)
 			continue
 		}
-		putGenPacket(pkt[:n], i, &cfg)
-		if err := f.add(ctx, p, pkt[:n]); err != nil {
+		gp.seq = i
+		if err := f.put(ctx, p, n, nil, &gp, true); err != nil {
 			g.err = err
 			break
 		}
@@ -249,6 +308,147 @@ func (f *IPData) runGenerator(ctx context.Context, p *Pipe, g *genRun) {
 		f.st.genPackets.Add(1)
 	}
 	f.Flush()
+}
+
+// pipeClock returns the clock of the device the function is attached to.
+func (f *IPData) pipeClock() *simclock.Scheduler {
+	if p := f.pipe.Load(); p != nil {
+		return p.d.cfg.Clock
+	}
+	return nil
+}
+
+// vgen is a generator run in virtual time: one event of the clock takes in
+// every packet due before the next other event, so the packets of a burst
+// cost no event each, and their order with everything else is exact.
+type vgen struct {
+	f       *IPData
+	p       *Pipe
+	g       *genRun
+	ctx     context.Context
+	clk     *simclock.Scheduler
+	timer   *simclock.Timer
+	pick    *sizePicker
+	gp      genPacket
+	next    time.Duration // when the next packet arrives (with a spacing)
+	size    int           // its size
+	taken   uint64        // packets the modem took in
+	offered uint64
+	done    bool
+}
+
+// startVirtualGenerator starts a generator run as events of clk: packets
+// arrive at the link's line rate (or cfg.Rate), or, with neither, as fast
+// as the modem has downlink buffers for them.
+func (f *IPData) startVirtualGenerator(ctx context.Context, clk *simclock.Scheduler, p *Pipe, g *genRun) {
+	maxSize := 0
+	for _, n := range g.cfg.Sizes {
+		maxSize = max(maxSize, n)
+	}
+	v := &vgen{f: f, p: p, g: g, ctx: ctx, clk: clk, pick: newSizePicker(g.cfg.Sizes, g.cfg.Weights)}
+	v.gp = genPacket{cfg: &g.cfg, scratch: make([]byte, maxSize)}
+	v.timer = clk.NewTimer(v.run)
+	v.size = v.pick.next()
+	v.next = clk.Now()
+	g.v = v
+	// A stop or the device's closing is noticed when the run's event runs.
+	context.AfterFunc(ctx, func() { v.timer.Reset(0) })
+	if p.dl != nil && g.cfg.Link == nil && g.cfg.Rate == 0 {
+		p.dl.mu.Lock()
+		p.dl.onSpace = func() {
+			if !v.timer.Pending() {
+				v.timer.Reset(0)
+			}
+		}
+		p.dl.mu.Unlock()
+	}
+	v.timer.Reset(0)
+}
+
+// spacing is the time between the arrival of a packet of n bytes and the
+// next one; 0 without a link or a rate.
+func (v *vgen) spacing(n int) time.Duration {
+	switch {
+	case v.g.cfg.Link != nil:
+		return v.g.cfg.Link.Spacing(n)
+	case v.g.cfg.Rate > 0:
+		return time.Duration(math.Round(1e9 / v.g.cfg.Rate))
+	}
+	return 0
+}
+
+// run is the run's event: it takes in the packets due now and before the
+// next other event, then waits for the next arrival (or, without a
+// spacing, for downlink room).
+func (v *vgen) run() {
+	if v.done {
+		return
+	}
+	f, g, cfg := v.f, v.g, &v.g.cfg
+	for {
+		if v.ctx.Err() != nil {
+			v.finish(v.ctx.Err())
+			return
+		}
+		if cfg.Count > 0 && v.taken >= uint64(cfg.Count) {
+			v.finish(nil)
+			return
+		}
+		sp := v.spacing(v.size)
+		if sp > 0 {
+			v.next = max(v.next, v.clk.Now())
+			if at, ok := v.clk.NextAt(); ok && at <= v.next {
+				v.timer.ResetAt(v.next) // what is due first runs first
+				return
+			}
+			v.clk.AdvanceTo(v.next)
+		}
+		v.gp.seq = v.offered
+		if f.cfg.Gate != nil && !f.cfg.Gate.DataAllowed() {
+			g.sent.Add(1)
+			f.st.genPackets.Add(1)
+			f.st.droppedGated.Add(1)
+			v.taken++
+		} else {
+			err := f.put(v.ctx, v.p, v.size, nil, &v.gp, false)
+			switch {
+			case err == nil:
+				g.sent.Add(1)
+				f.st.genPackets.Add(1)
+				v.taken++
+			case err == errNoBuffer && sp > 0:
+				f.st.genPackets.Add(1)
+				f.st.droppedOverrun.Add(1)
+			case err == errNoBuffer:
+				return // onSpace runs the event again
+			default:
+				v.finish(err)
+				return
+			}
+		}
+		v.offered++
+		v.next += sp
+		v.size = v.pick.next()
+	}
+}
+
+// finish ends the run: a partly filled aggregate leaves with its flush
+// timer (or now, without one).
+func (v *vgen) finish(err error) {
+	v.done = true
+	f := v.f
+	if v.p.dl != nil {
+		v.p.dl.mu.Lock()
+		v.p.dl.onSpace = nil
+		v.p.dl.mu.Unlock()
+	}
+	if f.cfg.FlushTimer <= 0 {
+		f.Flush()
+	}
+	v.g.err = err
+	f.mode.Store(f.idleMode.Load())
+	v.g.cancel()
+	close(v.g.done)
 }
 
 // sizePicker yields packet sizes in turn, or by smooth weighted round robin.
@@ -311,11 +511,19 @@ func putGenPacket(b []byte, seq uint64, cfg *GeneratorConfig) {
 	be.PutUint16(b[24:], uint16(n-20))
 	be.PutUint16(b[26:], 0)
 	be.PutUint64(b[28:], seq)
-	fill := byte(seq)
-	for i := GenMinPacket; i < n; i++ {
-		b[i] = fill + byte(i)
-	}
+	// The pattern byte at i is byte(seq)+byte(i): a slice of the ramp.
+	fill := int(byte(seq))
+	copy(b[GenMinPacket:], genRamp[fill+GenMinPacket:fill+n])
 }
+
+// genRamp[i] is byte(i): the generator's payload patterns are slices of it.
+var genRamp = func() *[256 + GenMaxPacket]byte {
+	var r [256 + GenMaxPacket]byte
+	for i := range r {
+		r[i] = byte(i)
+	}
+	return &r
+}()
 
 // ipv4Checksum returns the Internet checksum of an IPv4 header whose
 // checksum field is zero.

@@ -1,0 +1,301 @@
+package sweep
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi/ep"
+)
+
+// A timing profile is the set of named parameters of the sweep's timing
+// model (docs/FIDELITY.md): what the modelled link, modem and host take.
+// With a profile the sweep runs in virtual time: the real host code and
+// the mock modem's real ring processing do every bit of the work, and the
+// profile says how much time each piece of it takes.
+
+// Parameter is one named parameter of a timing profile.
+type Parameter struct {
+	// Name is one of the model's parameter names (ParameterNames).
+	Name string `json:"name"`
+	// Value is in Unit.
+	Value float64 `json:"value"`
+	// Unit is the parameter's unit; it must be the model's unit for Name.
+	Unit string `json:"unit"`
+	// Meaning says what it is (filled from the model when empty).
+	Meaning string `json:"meaning,omitempty"`
+	// Source says where the value comes from: "fitted" (by 'mhictl model
+	// fit'), or "set: " and the evidence.
+	Source string `json:"source,omitempty"`
+}
+
+// Profile is a timing profile: a name and the model's parameters.
+type Profile struct {
+	Name        string      `json:"name"`
+	Description string      `json:"description,omitempty"`
+	Parameters  []Parameter `json:"parameters"`
+	// Fit records how a fitted profile was fitted (informational).
+	Fit *FitRecord `json:"fit,omitempty"`
+}
+
+// FitRecord says how a profile was fitted.
+type FitRecord struct {
+	// Table names the measured table the profile was fitted to.
+	Table string `json:"table"`
+	// Packets is the number of packets per row the fit simulated.
+	Packets int `json:"packets_per_row"`
+	// MaxError and MeanError are the relative residuals of the fit, as
+	// fractions (0.05 = 5 %).
+	MaxError  float64 `json:"max_relative_error"`
+	MeanError float64 `json:"mean_relative_error"`
+}
+
+// The model's parameters, in the order profiles list them.
+const (
+	ParamLinkRate       = "link_rate"
+	ParamFlushWindow    = "flush_window"
+	ParamDMARate        = "dma_rate"
+	ParamModemTransfer  = "modem_transfer"
+	ParamHostElement    = "host_element"
+	ParamHostPacket     = "host_packet"
+	ParamHostByte       = "host_byte"
+	ParamHostBufferKiB  = "host_buffer_kib"
+	maxProfileParameter = 8
+)
+
+// paramSpec is what the model knows of a parameter.
+type paramSpec struct {
+	name, unit, meaning string
+}
+
+var paramSpecs = []paramSpec{
+	{ParamLinkRate, "bit/s", "line rate of the generator's link to the modem (Ethernet: each packet also takes its 14-byte header, 4-byte FCS, 8-byte preamble and 12-byte gap on the wire)"},
+	{ParamFlushWindow, "us", "the modem's aggregation window: the first packet after a window opens the next, and everything that arrived in it leaves when it ends; an aggregate that fills up inside it does not restart it"},
+	{ParamDMARate, "MB/s", "rate at which the modem's DMA engine writes aggregates into the host's receive buffers"},
+	{ParamModemTransfer, "us", "the modem's time to start one downlink transfer (an aggregate): framing it and setting up its DMA"},
+	{ParamHostElement, "us", "the host's time per completed ring element: the completion event, unmapping the buffer, chaining it"},
+	{ParamHostPacket, "us", "the host's time per delivered packet, whatever its size: de-aggregation, a new socket buffer, the stack above"},
+	{ParamHostByte, "ns/B", "the host's time per delivered byte: copies of the packet on its way through the host"},
+	{ParamHostBufferKiB, "us/KiB", "the host's time per KiB of every receive buffer it posts: allocating and mapping it"},
+}
+
+// ParameterNames returns the model's parameter names, in profile order.
+func ParameterNames() []string {
+	names := make([]string, len(paramSpecs))
+	for i, p := range paramSpecs {
+		names[i] = p.name
+	}
+	return names
+}
+
+func specOf(name string) (paramSpec, bool) {
+	for _, p := range paramSpecs {
+		if p.name == name {
+			return p, true
+		}
+	}
+	return paramSpec{}, false
+}
+
+// Errors of profiles.
+var (
+	// ErrProfile: a profile that is not valid (unknown or repeated
+	// parameter, wrong unit, bad value).
+	ErrProfile = errors.New("sweep: bad timing profile")
+	// ErrUnknownProfile: no shipped profile of that name.
+	ErrUnknownProfile = errors.New("sweep: unknown timing profile")
+)
+
+// Validate checks the profile: at most 8 parameters, each one of the
+// model's, once, in the model's unit, finite and not negative, and a
+// positive link rate.
+func (p *Profile) Validate() error {
+	if len(p.Parameters) > maxProfileParameter {
+		return fmt.Errorf("%w %q: %d parameters, at most %d", ErrProfile, p.Name, len(p.Parameters), maxProfileParameter)
+	}
+	seen := map[string]bool{}
+	for _, q := range p.Parameters {
+		spec, ok := specOf(q.Name)
+		if !ok {
+			return fmt.Errorf("%w %q: unknown parameter %q (the model's: %s)", ErrProfile, p.Name, q.Name, strings.Join(ParameterNames(), ", "))
+		}
+		if seen[q.Name] {
+			return fmt.Errorf("%w %q: parameter %q given twice", ErrProfile, p.Name, q.Name)
+		}
+		seen[q.Name] = true
+		if q.Unit != spec.unit {
+			return fmt.Errorf("%w %q: %s in %q, want %q", ErrProfile, p.Name, q.Name, q.Unit, spec.unit)
+		}
+		if math.IsNaN(q.Value) || math.IsInf(q.Value, 0) || q.Value < 0 {
+			return fmt.Errorf("%w %q: %s = %g", ErrProfile, p.Name, q.Name, q.Value)
+		}
+	}
+	if v, _ := p.Value(ParamLinkRate); v <= 0 {
+		return fmt.Errorf("%w %q: %s must be positive", ErrProfile, p.Name, ParamLinkRate)
+	}
+	return nil
+}
+
+// Value returns a parameter's value and whether the profile has it (a
+// missing parameter counts as 0: that cost is not modelled).
+func (p *Profile) Value(name string) (float64, bool) {
+	for _, q := range p.Parameters {
+		if q.Name == name {
+			return q.Value, true
+		}
+	}
+	return 0, false
+}
+
+// set sets a parameter's value, adding it with the model's unit if absent.
+func (p *Profile) set(name string, v float64) {
+	for i := range p.Parameters {
+		if p.Parameters[i].Name == name {
+			p.Parameters[i].Value = v
+			return
+		}
+	}
+	spec, _ := specOf(name)
+	p.Parameters = append(p.Parameters, Parameter{Name: name, Value: v, Unit: spec.unit, Meaning: spec.meaning})
+}
+
+// Clone returns a deep copy.
+func (p *Profile) Clone() *Profile {
+	c := *p
+	c.Parameters = slices.Clone(p.Parameters)
+	if p.Fit != nil {
+		f := *p.Fit
+		c.Fit = &f
+	}
+	return &c
+}
+
+// ReadProfile reads a profile in JSON and validates it; meanings left
+// empty are filled from the model.
+func ReadProfile(r io.Reader) (*Profile, error) {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var p Profile
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrProfile, err)
+	}
+	for i := range p.Parameters {
+		if spec, ok := specOf(p.Parameters[i].Name); ok && p.Parameters[i].Meaning == "" {
+			p.Parameters[i].Meaning = spec.meaning
+		}
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// WriteJSON writes the profile as indented JSON.
+func (p *Profile) WriteJSON(w io.Writer) error {
+	b, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+//go:embed profiles/*.json
+var shippedProfiles embed.FS
+
+// ProfileNames returns the names of the shipped profiles.
+func ProfileNames() []string {
+	ents, _ := shippedProfiles.ReadDir("profiles")
+	var names []string
+	for _, e := range ents {
+		names = append(names, strings.TrimSuffix(e.Name(), ".json"))
+	}
+	slices.Sort(names)
+	return names
+}
+
+// LoadProfile returns the shipped profile called name, or reads the file
+// name when it names one (a path containing a slash or ending in .json).
+func LoadProfile(name string) (*Profile, error) {
+	if strings.ContainsRune(name, '/') || strings.HasSuffix(name, ".json") {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, fmt.Errorf("sweep: timing profile: %w", err)
+		}
+		defer f.Close()
+		return ReadProfile(f)
+	}
+	b, err := shippedProfiles.ReadFile("profiles/" + name + ".json")
+	if err != nil {
+		return nil, fmt.Errorf("%w %q (shipped: %s; or a .json file)", ErrUnknownProfile, name, strings.Join(ProfileNames(), ", "))
+	}
+	return ReadProfile(bytes.NewReader(b))
+}
+
+// model is a validated profile in the units the simulation uses.
+type model struct {
+	linkRate      float64       // bit/s
+	window        time.Duration // modem aggregation window
+	dmaRate       float64       // bytes/s (0: instant)
+	modemTransfer time.Duration
+	hostElement   float64 // ns
+	hostPacket    float64 // ns
+	hostByte      float64 // ns per byte
+	hostBufferKiB float64 // ns per KiB of buffer posted
+}
+
+func newModel(p *Profile) (model, error) {
+	if err := p.Validate(); err != nil {
+		return model{}, err
+	}
+	v := func(name string) float64 { x, _ := p.Value(name); return x }
+	return model{
+		linkRate:      v(ParamLinkRate),
+		window:        time.Duration(math.Round(v(ParamFlushWindow) * 1e3)),
+		dmaRate:       v(ParamDMARate) * 1e6,
+		modemTransfer: time.Duration(math.Round(v(ParamModemTransfer) * 1e3)),
+		hostElement:   v(ParamHostElement) * 1e3,
+		hostPacket:    v(ParamHostPacket) * 1e3,
+		hostByte:      v(ParamHostByte),
+		hostBufferKiB: v(ParamHostBufferKiB) * 1e3,
+	}, nil
+}
+
+// link returns the generator's link.
+func (m *model) link() *ep.Link {
+	return &ep.Link{BitsPerSecond: m.linkRate, FrameOverhead: ep.EthernetOverhead}
+}
+
+// modemTiming returns the mock modem's data-path timing.
+func (m *model) modemTiming() ep.Timing {
+	return ep.Timing{TransferSetup: m.modemTransfer, DMABytesPerSecond: m.dmaRate}
+}
+
+// hostCost is the host's time for a round of work: elements completed,
+// packets and bytes delivered, buffers of mru bytes posted.
+func (m *model) hostCost(elements, packets, bytes, posted uint64, mru int) time.Duration {
+	ns := m.hostElement*float64(elements) + m.hostPacket*float64(packets) + m.hostByte*float64(bytes) +
+		m.hostBufferKiB*float64(posted)*float64(mru)/1024
+	return time.Duration(math.Round(ns))
+}
+
+// FrameHeader is what the sweep's packet size includes beyond the IP
+// datagram in timing mode: the thread's packet sizes (64 … 1518) are
+// Ethernet frames without their FCS, so the modem aggregates datagrams of
+// size−14 bytes (docs/FIDELITY.md says why).
+const FrameHeader = 14
+
+// LineRatePPS returns the packets/s of a link of linkRate bit/s carrying
+// frames of size bytes (the thread's size: header and IP datagram), with
+// the FCS, preamble and inter-frame gap on the wire.
+func LineRatePPS(linkRate float64, size int) float64 {
+	return linkRate / (8 * float64(size-FrameHeader+ep.EthernetOverhead))
+}
