@@ -47,6 +47,7 @@ func newRootCmd() *cobra.Command {
 		newBindCmd(),
 		newUnbindCmd(),
 		newBenchCmd(g),
+		newModelCmd(),
 		newDeployCmd(),
 		newGenManCmd(),
 	)

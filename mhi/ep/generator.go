@@ -385,6 +385,8 @@ func (v *vgen) run() {
 		return
 	}
 	f, g, cfg := v.f, v.g, &v.g.cfg
+	blocked := false // no downlink buffer until the next other event
+	v.next = max(v.next, v.clk.Now())
 	for {
 		if v.ctx.Err() != nil {
 			v.finish(v.ctx.Err())
@@ -396,12 +398,22 @@ func (v *vgen) run() {
 		}
 		sp := v.spacing(v.size)
 		if sp > 0 {
-			v.next = max(v.next, v.clk.Now())
-			if at, ok := v.clk.NextAt(); ok && at <= v.next {
+			advanced, at, ok := v.clk.AdvanceBefore(v.next)
+			if !advanced {
 				v.timer.ResetAt(v.next) // what is due first runs first
 				return
 			}
-			v.clk.AdvanceTo(v.next)
+			if blocked {
+				if !ok {
+					// Nothing will ever free a downlink buffer.
+					v.finish(errNoBuffer)
+					return
+				}
+				// Every packet that arrives before the next event is
+				// lost: only an event can free a buffer.
+				v.dropUntil(at, sp)
+				continue
+			}
 		}
 		v.gp.seq = v.offered
 		if f.cfg.Gate != nil && !f.cfg.Gate.DataAllowed() {
@@ -419,6 +431,7 @@ func (v *vgen) run() {
 			case err == errNoBuffer && sp > 0:
 				f.st.genPackets.Add(1)
 				f.st.droppedOverrun.Add(1)
+				blocked = true
 			case err == errNoBuffer:
 				return // onSpace runs the event again
 			default:
@@ -430,6 +443,28 @@ func (v *vgen) run() {
 		v.next += sp
 		v.size = v.pick.next()
 	}
+}
+
+// dropUntil counts as lost every packet that arrives before at, the first
+// of them due now, and leaves the run at the first arrival at or after at.
+func (v *vgen) dropUntil(at, sp time.Duration) {
+	f := v.f
+	n := uint64(0)
+	if len(v.g.cfg.Sizes) == 1 {
+		// One size: the arrivals are evenly spaced.
+		k := (at - v.next + sp - 1) / sp
+		n = uint64(k)
+		v.next += time.Duration(k) * sp
+	} else {
+		for v.next < at {
+			n++
+			v.next += v.spacing(v.size)
+			v.size = v.pick.next()
+		}
+	}
+	v.offered += n
+	f.st.genPackets.Add(n)
+	f.st.droppedOverrun.Add(n)
 }
 
 // finish ends the run: a partly filled aggregate leaves with its flush

@@ -188,6 +188,24 @@ func (s *Scheduler) AdvanceTo(t time.Duration) {
 	s.now = t
 }
 
+// AdvanceBefore moves the virtual time forward to t, as AdvanceTo does,
+// if t comes before every pending event (and is not in the past), and
+// reports whether it did; else it changes nothing. next is the time of the
+// earliest pending event (ok false when there is none), for a caller that
+// wants to skip what cannot happen before it.
+func (s *Scheduler) AdvanceBefore(t time.Duration) (advanced bool, next time.Duration, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.heap) > 0 {
+		next, ok = s.heap[0].at, true
+	}
+	if t < s.now || (ok && t >= next) {
+		return false, next, ok
+	}
+	s.now = t
+	return true, next, ok
+}
+
 // Step runs the earliest pending event, moving the virtual time to it, and
 // reports whether there was one.
 func (s *Scheduler) Step() bool {

@@ -35,6 +35,8 @@ type Parameter struct {
 	// Source says where the value comes from: "fitted" (by 'mhictl model
 	// fit'), or "set: " and the evidence.
 	Source string `json:"source,omitempty"`
+	// Start is where the fit of a fitted parameter starts (0: from Value).
+	Start float64 `json:"start,omitempty"`
 }
 
 // Profile is a timing profile: a name and the model's parameters.
@@ -52,6 +54,8 @@ type FitRecord struct {
 	Table string `json:"table"`
 	// Packets is the number of packets per row the fit simulated.
 	Packets int `json:"packets_per_row"`
+	// Rounds bounds the fit's pattern search (FitOptions.Rounds).
+	Rounds int `json:"rounds,omitempty"`
 	// MaxError and MeanError are the relative residuals of the fit, as
 	// fractions (0.05 = 5 %).
 	MaxError  float64 `json:"max_relative_error"`
@@ -208,15 +212,32 @@ func (p *Profile) WriteJSON(w io.Writer) error {
 	return err
 }
 
-//go:embed profiles/*.json
+//go:embed profiles/*.json profiles/*.csv
 var shippedProfiles embed.FS
+
+// ReferenceTable returns the measured table shipped with a profile
+// (profiles/NAME.csv: the rows the profile was fitted to), or nil when
+// there is none.
+func ReferenceTable(name string) []Row {
+	b, err := shippedProfiles.ReadFile("profiles/" + name + ".csv")
+	if err != nil {
+		return nil
+	}
+	rows, err := ReadTable(bytes.NewReader(b))
+	if err != nil {
+		return nil
+	}
+	return rows
+}
 
 // ProfileNames returns the names of the shipped profiles.
 func ProfileNames() []string {
 	ents, _ := shippedProfiles.ReadDir("profiles")
 	var names []string
 	for _, e := range ents {
-		names = append(names, strings.TrimSuffix(e.Name(), ".json"))
+		if n, ok := strings.CutSuffix(e.Name(), ".json"); ok {
+			names = append(names, n)
+		}
 	}
 	slices.Sort(names)
 	return names

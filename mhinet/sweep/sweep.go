@@ -172,6 +172,9 @@ type Report struct {
 	Packets int           `json:"packets_per_iteration"`
 	Elapsed time.Duration `json:"elapsed_ns"`
 	Points  []Point       `json:"points"`
+	// Reference is the measured table the timing profile was fitted to
+	// (the MRU thread's), printed beside the model's figures.
+	Reference []Row `json:"reference,omitempty"`
 }
 
 // Wallclock is Report.Timing of a sweep in real time.
@@ -324,6 +327,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer func() { rep.Elapsed = time.Since(start) }()
 	if o.Timing != nil {
 		rep.Timing = o.Timing.Name
+		rep.Reference = ReferenceTable(o.Timing.Name)
 		return rep, runVirtual(ctx, &o, rep)
 	}
 
