@@ -39,6 +39,9 @@ type channel struct {
 	qGen      uint64   // bumped whenever the whole queue is dropped
 	free      [][]byte // spare downlink buffers
 	space     signal   // queue space freed or state changed
+	// errFull is the error of a non-blocking reservation on a full queue
+	// (made once; guarded by mu).
+	errFull error
 	// onSpace, if set, is called (without mu) whenever a transfer leaves
 	// the queue: in virtual time nobody waits on space, so a Function that
 	// wants room learns of it here.
@@ -551,7 +554,12 @@ func (c *channel) reserve(ctx context.Context, size int, block bool) (DLBuffer, 
 			if !accepting {
 				return DLBuffer{}, fmt.Errorf("ep: channel %d (%s) is %s: %w", c.num, c.cfg.Name, st, mhi.ErrChannelState)
 			}
-			return DLBuffer{}, fmt.Errorf("ep: channel %d (%s): %d transfers queued: %w", c.num, c.cfg.Name, len(c.q), mhi.ErrRingFull)
+			// The same every time: made once, so that a producer that
+			// tries again and again does not allocate.
+			if c.errFull == nil {
+				c.errFull = fmt.Errorf("ep: channel %d (%s): %d transfers queued: %w", c.num, c.cfg.Name, len(c.q), mhi.ErrRingFull)
+			}
+			return DLBuffer{}, c.errFull
 		}
 		select {
 		case <-wake:
