@@ -52,7 +52,7 @@ func (h *replayHost) service() {
 
 // prebuiltNTB returns one NTB16 of as many size-byte IPv4 datagrams as fit
 // 32 KiB (at most 32), as the modem aggregates them, and its datagram count.
-func prebuiltNTB(b *testing.B, size int) ([]byte, int) {
+func prebuiltNTB(b testing.TB, size int) ([]byte, int) {
 	buf := make([]byte, ep.DefaultMaxAggregate)
 	var w ntb.Writer
 	if err := w.Reset(buf, ntb.Config{}); err != nil {
@@ -85,6 +85,40 @@ func BenchmarkHostReplay(b *testing.B) {
 }
 
 func benchHostReplay(b *testing.B, mru, size int) {
+	run, perAgg := replaySetup(b, mru, size)
+	run(uint64(20 * perAgg)) // warm up: pools, rings, caches
+	b.ResetTimer()
+	host, mallocs := run(uint64(b.N))
+	b.StopTimer()
+	hostNs := float64(host.Nanoseconds()) / float64(b.N)
+	b.ReportMetric(hostNs, "host-ns/pkt")
+	b.ReportMetric(float64(mallocs)/float64(b.N), "allocs/pkt")
+
+	// copy() of the same bytes from where the packets sit: one after the
+	// other in buffers of mru bytes, across as much memory as the pool
+	// (254 buffers), written first so that it is real memory.
+	const buffers = 254
+	pool := make([]byte, buffers*mru)
+	for i := range pool {
+		pool[i] = byte(i)
+	}
+	dst := make([]byte, size)
+	slot := (size + 3) &^ 3
+	perBuf := max(1, min(perAgg, mru/slot))
+	t0 := time.Now()
+	for i := range b.N {
+		off := (i/perBuf)%buffers*mru + i%perBuf*slot
+		copy(dst, pool[off:off+size])
+	}
+	copyNs := float64(time.Since(t0).Nanoseconds()) / float64(b.N)
+	b.ReportMetric(copyNs, "copy-ns/pkt")
+	b.ReportMetric(hostNs/copyNs, "host/copy")
+}
+
+// replaySetup opens the host and the replay device for packets of size
+// bytes in aggregates of perAgg, and returns a function that replays n
+// packets and returns the host's time and the process's allocations.
+func replaySetup(b testing.TB, mru, size int) (run func(n uint64) (time.Duration, uint64), perAgg int) {
 	clk := simclock.New()
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan struct{})
@@ -117,7 +151,8 @@ func benchHostReplay(b *testing.B, mru, size int) {
 	}
 	b.Cleanup(func() { _ = d.Down() })
 	pipe, _ := m.Transport.Device().Pipe(m.DataPair)
-	agg, perAgg := prebuiltNTB(b, size)
+	var agg []byte
+	agg, perAgg = prebuiltNTB(b, size)
 
 	// The feeder keeps the modem's downlink queue full of the prebuilt
 	// aggregate (each TrySend copies it into a reused queue buffer).
@@ -139,9 +174,7 @@ func benchHostReplay(b *testing.B, mru, size int) {
 	}
 	feed = clk.NewTimer(fill)
 	h.after = fill
-	done := make(chan struct{})
-
-	run := func(n uint64) (host time.Duration, mallocs uint64) {
+	run = func(n uint64) (host time.Duration, mallocs uint64) {
 		var ms runtime.MemStats
 		start := rx.n.Load()
 		var h0 time.Duration
@@ -166,32 +199,51 @@ func benchHostReplay(b *testing.B, mru, size int) {
 		_ = clk.Call(ctx, func() { h1 = h.hostTime })
 		return h1 - h0, ms.Mallocs - m0
 	}
-	close(done)
-	run(uint64(20 * perAgg)) // warm up: pools, rings, caches
-	b.ResetTimer()
-	host, mallocs := run(uint64(b.N))
-	b.StopTimer()
-	hostNs := float64(host.Nanoseconds()) / float64(b.N)
-	b.ReportMetric(hostNs, "host-ns/pkt")
-	b.ReportMetric(float64(mallocs)/float64(b.N), "allocs/pkt")
+	return run, perAgg
+}
 
-	// copy() of the same bytes from where the packets sit: one after the
-	// other in buffers of mru bytes, across as much memory as the pool
-	// (254 buffers), written first so that it is real memory.
-	const buffers = 254
-	pool := make([]byte, buffers*mru)
-	for i := range pool {
-		pool[i] = byte(i)
+// BenchmarkElementCost measures what one more ring element costs the host:
+// the same aggregates (NTBs of 32 64-byte packets, 1938 bytes) replayed
+// into 32 KiB buffers (one element each) and into 256-byte buffers (eight
+// elements each, chained and reassembled); element-ns is the difference
+// per extra element. Used with BenchmarkBufferCost to set the timing
+// model's host_buffer ratio (docs/FIDELITY.md).
+func BenchmarkElementCost(b *testing.B) {
+	const n = 400_000
+	var perAgg [2]float64
+	for i, mru := range []int{32768, 256} {
+		run, _ := replaySetup(b, mru, 64)
+		run(20 * 32)
+		host, _ := run(n)
+		perAgg[i] = float64(host.Nanoseconds()) / n * 32
 	}
-	dst := make([]byte, size)
-	slot := (size + 3) &^ 3
-	perBuf := max(1, min(perAgg, mru/slot))
-	t0 := time.Now()
-	for i := range b.N {
-		off := (i/perBuf)%buffers*mru + i%perBuf*slot
-		copy(dst, pool[off:off+size])
+	elems := float64((1938 + 255) / 256)
+	for b.Loop() {
 	}
-	copyNs := float64(time.Since(t0).Nanoseconds()) / float64(b.N)
-	b.ReportMetric(copyNs, "copy-ns/pkt")
-	b.ReportMetric(hostNs/copyNs, "host/copy")
+	b.ReportMetric((perAgg[1]-perAgg[0])/(elems-1), "element-ns")
+	b.ReportMetric(perAgg[0], "ntb-ns@32k")
+	b.ReportMetric(perAgg[1], "ntb-ns@256")
+}
+
+// BenchmarkBufferCost measures preparing a receive buffer of each MRU's
+// size for the device: zeroing it, taken in turn from a pool of 254 (the
+// receive pool's size), per KiB. Go's allocator zeroes what it hands out;
+// Linux's does not zero packet buffers but maps them for the device, on
+// a non-coherent machine a cache operation over the whole buffer: both
+// cost in proportion to the size.
+func BenchmarkBufferCost(b *testing.B) {
+	for _, n := range []int{3500, 16384, 32768, 65535} {
+		b.Run(fmt.Sprintf("%dB", n), func(b *testing.B) {
+			pool := make([][]byte, 254)
+			for i := range pool {
+				pool[i] = make([]byte, n)
+			}
+			i := 0
+			for b.Loop() {
+				clear(pool[i])
+				i = (i + 1) % len(pool)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/(float64(n)/1024), "ns/KiB")
+		})
+	}
 }

@@ -24,8 +24,100 @@ a few named parameters, each with a unit and a meaning, that say what the
 modelled link, modem and host take (docs/FIDELITY.md). 'model fit' fits a
 profile's parameters to a measured table.`,
 	}
-	cmd.AddCommand(newModelFitCmd())
+	cmd.AddCommand(newModelFitCmd(), newModelSensitivityCmd())
 	return cmd
+}
+
+func newModelSensitivityCmd() *cobra.Command {
+	var (
+		table, prof       string
+		packets, parallel int
+		factor            float64
+		jsonOut           bool
+	)
+	cmd := &cobra.Command{
+		Use:   "sensitivity --table FILE.csv [--profile NAME|FILE.json]",
+		Short: "Show how the fit's residuals move with each parameter of a profile",
+		Long: `Evaluates the profile on the measured table as it is, and with each of its
+parameters in turn multiplied and divided by --factor, and prints the
+objective the fit minimises (the largest plus the mean absolute relative
+residual) in the three cases and each row's residual. A parameter that
+barely moves the objective is one the table cannot determine (it must be
+set from other evidence); two that move the residuals the same way cannot
+be told apart by the table.`,
+		Example: `  mhictl model sensitivity --table mhinet/sweep/profiles/mru-thread.csv`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rows, p, err := loadTableAndProfile(table, prof)
+			if err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("packets") && p.Fit != nil && p.Fit.Packets > 0 {
+				packets = p.Fit.Packets
+			}
+			if !(factor > 1) {
+				return fmt.Errorf("--factor %g: want more than 1", factor)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			base, sens, err := sweep.Sensitivities(ctx, rows, p, factor, sweep.FitOptions{Packets: packets, Parallel: parallel})
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if jsonOut {
+				return printJSON(w, struct {
+					Base        float64             `json:"objective"`
+					Sensitivity []sweep.Sensitivity `json:"sensitivity"`
+				}{base, sens})
+			}
+			fmt.Fprintf(w, "profile %s on %s: objective %.3f (largest + mean |residual|)\n\n", p.Name, table, base)
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintf(tw, "PARAMETER\tSOURCE\t×%g\t÷%g\t", factor, factor)
+			for _, r := range rows {
+				fmt.Fprintf(tw, "%d ×\t%d ÷\t", r.Size, r.Size)
+			}
+			fmt.Fprint(tw, "\n")
+			for _, s := range sens {
+				src, _, _ := strings.Cut(s.Source, ":")
+				fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t", s.Parameter, src, s.Up, s.Down)
+				for i := range s.UpRes {
+					fmt.Fprintf(tw, "%+.0f%%\t%+.0f%%\t", 100*s.UpRes[i], 100*s.DownRes[i])
+				}
+				fmt.Fprint(tw, "\n")
+			}
+			return tw.Flush()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&table, "table", "", "measured table (CSV: size, mru, line_rate_pct)")
+	f.StringVar(&prof, "profile", "mru-thread", "profile to examine (shipped name or .json file)")
+	f.Float64Var(&factor, "factor", 1.25, "each parameter is multiplied and divided by this")
+	f.IntVar(&packets, "packets", 0, "packets per row (0: the profile's fit's, else 20000)")
+	f.IntVar(&parallel, "parallel", 0, "rows simulated at once (0: one per CPU)")
+	f.BoolVar(&jsonOut, "json", false, "print as JSON")
+	return cmd
+}
+
+// loadTableAndProfile reads a measured table and loads a profile.
+func loadTableAndProfile(table, prof string) ([]sweep.Row, *sweep.Profile, error) {
+	if table == "" {
+		return nil, nil, errors.New("--table: a measured table (CSV) is required")
+	}
+	f, err := os.Open(table)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--table: %w", err)
+	}
+	rows, err := sweep.ReadTable(f)
+	f.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("--table %s: %w", table, err)
+	}
+	p, err := sweep.LoadProfile(prof)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--profile: %w", err)
+	}
+	return rows, p, nil
 }
 
 func newModelFitCmd() *cobra.Command {
@@ -62,21 +154,9 @@ profile as JSON.`,
   mhictl bench --timing mine.json --quick`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if table == "" {
-				return errors.New("--table: a measured table (CSV) is required")
-			}
-			f, err := os.Open(table)
+			rows, prof, err := loadTableAndProfile(table, start)
 			if err != nil {
-				return fmt.Errorf("--table: %w", err)
-			}
-			rows, err := sweep.ReadTable(f)
-			f.Close()
-			if err != nil {
-				return fmt.Errorf("--table %s: %w", table, err)
-			}
-			prof, err := sweep.LoadProfile(start)
-			if err != nil {
-				return fmt.Errorf("--start: %w", err)
+				return err
 			}
 			flags := cmd.Flags()
 			if prof.Fit != nil {

@@ -71,7 +71,7 @@ const (
 	ParamHostElement    = "host_element"
 	ParamHostPacket     = "host_packet"
 	ParamHostByte       = "host_byte"
-	ParamHostBufferKiB  = "host_buffer_kib"
+	ParamHostBuffer     = "host_buffer"
 	maxProfileParameter = 8
 )
 
@@ -88,7 +88,7 @@ var paramSpecs = []paramSpec{
 	{ParamHostElement, "us", "the host's time per completed ring element: the completion event, unmapping the buffer, chaining it"},
 	{ParamHostPacket, "us", "the host's time per delivered packet, whatever its size: de-aggregation, a new socket buffer, the stack above"},
 	{ParamHostByte, "ns/B", "the host's time per delivered byte: copies of the packet on its way through the host"},
-	{ParamHostBufferKiB, "us/KiB", "the host's time per KiB of every receive buffer it posts: allocating and mapping it"},
+	{ParamHostBuffer, "element/KiB", "the host's time to allocate and map a receive buffer it posts, per KiB of the buffer, in units of its time per ring element (host_element)"},
 }
 
 // ParameterNames returns the model's parameter names, in profile order.
@@ -270,7 +270,7 @@ type model struct {
 	hostElement   float64 // ns
 	hostPacket    float64 // ns
 	hostByte      float64 // ns per byte
-	hostBufferKiB float64 // ns per KiB of buffer posted
+	hostBufferKiB float64 // ns per KiB of buffer posted (host_buffer × host_element)
 }
 
 func newModel(p *Profile) (model, error) {
@@ -286,7 +286,7 @@ func newModel(p *Profile) (model, error) {
 		hostElement:   v(ParamHostElement) * 1e3,
 		hostPacket:    v(ParamHostPacket) * 1e3,
 		hostByte:      v(ParamHostByte),
-		hostBufferKiB: v(ParamHostBufferKiB) * 1e3,
+		hostBufferKiB: v(ParamHostBuffer) * v(ParamHostElement) * 1e3,
 	}, nil
 }
 
