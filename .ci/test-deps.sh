@@ -73,6 +73,9 @@ if command -v flock >/dev/null; then
 	flock 9
 fi
 
+# The Linux-driver tests' newer guest kernels: trixie's and trixie-backports'.
+"$(dirname "$0")/guest-kernels.sh" "$cache" || failed+=("the newer guest kernels (.ci/guest-kernels.sh)")
+
 # --- What is already there -------------------------------------------------
 
 qemu_ok() { [ -x "$1/qemu" ] && "$1/qemu" -version 2>/dev/null | grep -q 'QEMU emulator'; }
@@ -109,6 +112,8 @@ elif busybox_ok "$bdir"; then
 else
 	need_busybox=1
 fi
+# The ModemManager guest's Debian root file system (mmdebstrap, genext2fs).
+"$(dirname "$0")/guest-rootfs.sh" "$cache" || failed+=("the ModemManager guest's root file system (.ci/guest-rootfs.sh)")
 if [ -z "$need_qemu$need_kernel$need_busybox" ]; then
 	finish
 fi
@@ -128,13 +133,8 @@ done
 
 # The mirrors the machine already uses (the first deb.debian.org-style URIs
 # of its own sources), so everything comes from the same place.
-sources() { grep -hsE '^(URIs:|deb )' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null || true; }
-mirror=${GOMHI_DEBIAN_MIRROR:-$(sources | grep -oE 'https?://[^ ]+/debian/?( |$)' | head -n1 || true)}
-security=${GOMHI_DEBIAN_SECURITY_MIRROR:-$(sources | grep -oE 'https?://[^ ]+/debian-security/?( |$)' | head -n1 || true)}
-mirror=$(echo "$mirror" | tr -d ' ')
-mirror=${mirror%/}
-security=$(echo "$security" | tr -d ' ')
-security=${security%/}
+. "$(dirname "$0")/mirrors.sh"
+debian_mirrors
 if [ -z "$mirror" ]; then
 	say "no Debian mirror in the machine's apt sources; set GOMHI_DEBIAN_MIRROR" >&2
 	[ -n "$need_qemu" ] && failed+=(qemu)

@@ -236,13 +236,11 @@ func (ch *Channel) Reset() error {
 	ch.wanted = false
 	ch.mu.Unlock()
 	if sysErr {
-		// The recovery's MHI reset resets the channel on the device; it
-		// will not restart it (no longer wanted). Only the host side is
-		// left to do.
+		// The recovery's MHI reset resets the channel on the device and
+		// rewrites its context once the device is reset (the device may
+		// still read it now); it will not restart it (no longer wanted).
+		// Only the buffers are left to hand back.
 		ch.abort()
-		ch.mu.Lock()
-		ch.writeContext(ChannelDisabled, false)
-		ch.mu.Unlock()
 		return nil
 	}
 	err := ch.ctrl.sendCommand(PktResetChanCmd, ch.cfg.Num)
@@ -369,7 +367,11 @@ func (ch *Channel) ringDoorbell() error {
 	Store64(ch.ctx(), CtxWP, wp)
 	c.gate.RLock()
 	defer c.gate.RUnlock()
+	c.noteActivity()
 	if !c.doorbellsAllowed() {
+		if pmState(c.pmNow.Load()) == pmM3 {
+			c.requestWake() // auto-suspend: resume, then onM0 rings it
+		}
 		return nil
 	}
 	if ch.cfg.Burst {

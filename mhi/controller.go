@@ -34,6 +34,17 @@ type Options struct {
 	// SYS_ERR for its recoveries to stop counting as consecutive (default
 	// DefaultRecoveryWindow).
 	RecoveryWindow time.Duration
+	// Firmware supplies the images for a device that boots in PBL or EDL
+	// (bhi.go); nil refuses such a device with ErrFirmware.
+	Firmware *Firmware
+	// RDDMSize, if non-zero, enables RAM-dump collection (rddm.go): the
+	// host keeps a receive vector table of this many bytes programmed in
+	// BHIe, and a device that crashes into EE RDDM has its dump collected
+	// before it is recovered (Controller.LastDump).
+	RDDMSize int
+	// RDDMSegmentSize is the size of one dump segment (0:
+	// DefaultSegmentSize).
+	RDDMSegmentSize int
 }
 
 // Defaults of the recovery options.
@@ -87,6 +98,14 @@ type Controller struct {
 	recBackoff, recBackoffMax, recWindow time.Duration
 	recLimit                             int
 
+	// Firmware download (bhi.go): the images, and the full image kept
+	// for BHIe between the BHI download and the device's EE SBL.
+	fw       *Firmware
+	fbcImage []byte
+	fbcName  string
+	rddm     rddmState
+	pmAuto   autoSuspend
+
 	chCtx, erCtx, cmdCtx DMABuffer
 	allocated            bool
 
@@ -116,7 +135,8 @@ type Controller struct {
 	devState  State // last state announced by the device
 	ee        ExecEnv
 	eeSeen    bool // a mission-mode EE event arrived since the last M0 request
-	listeners []func(StatusEvent)
+	listeners []statusListener
+	nextID    int
 
 	// procMu is held (read) while an event ring is processed and (write)
 	// while the rings are reset, so processing never sees a ring mid-reset.
@@ -200,6 +220,9 @@ func NewController(t Transport, cfg ControllerConfig, opts Options) (*Controller
 	if c.recWindow <= 0 {
 		c.recWindow = DefaultRecoveryWindow
 	}
+	c.pmAuto.kick = make(chan struct{}, 1)
+	c.fw = opts.Firmware
+	c.rddm.size, c.rddm.segSize = opts.RDDMSize, opts.RDDMSegmentSize
 	c.cond = sync.NewCond(&c.mu)
 	for _, chc := range cfg.Channels {
 		c.channels[chc.Num] = &Channel{ctrl: c, cfg: chc}
@@ -220,21 +243,42 @@ func (c *Controller) Config() ControllerConfig {
 // Transport returns the transport the controller drives.
 func (c *Controller) Transport() Transport { return c.t }
 
+// statusListener is one function added with OnStatus.
+type statusListener struct {
+	id int
+	f  func(StatusEvent)
+}
+
 // OnStatus adds f to the listeners of status events (SYS_ERR, recovery,
 // EE changes), called in the order they were added from the controller's
-// goroutines. f must not block.
-func (c *Controller) OnStatus(f func(StatusEvent)) {
+// goroutines. f must not block. The returned function removes f (a client
+// that closes must call it, or the controller keeps it, and all it holds,
+// alive); it may be called more than once.
+func (c *Controller) OnStatus(f func(StatusEvent)) (remove func()) {
 	c.mu.Lock()
-	c.listeners = append(c.listeners, f)
+	c.nextID++
+	id := c.nextID
+	c.listeners = append(c.listeners, statusListener{id: id, f: f})
 	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i, l := range c.listeners {
+			if l.id == id {
+				// A new slice: notify may be ranging over the old one.
+				c.listeners = append(c.listeners[:i:i], c.listeners[i+1:]...)
+				return
+			}
+		}
+	}
 }
 
 func (c *Controller) notify(ev StatusEvent) {
 	c.mu.Lock()
-	fs := c.listeners
+	ls := c.listeners
 	c.mu.Unlock()
-	for _, f := range fs {
-		f(ev)
+	for _, l := range ls {
+		l.f(ev)
 	}
 }
 
@@ -390,6 +434,18 @@ type ControllerStats struct {
 	// StateTimeouts counts M3 and M0 transitions the device did not
 	// acknowledge in time after power-up.
 	StateTimeouts atomic.Uint64
+	// FirmwareImages counts images downloaded (BHI and BHIe),
+	// FirmwareErrors downloads that failed.
+	FirmwareImages atomic.Uint64
+	FirmwareErrors atomic.Uint64
+	// Dumps counts RAM dumps collected, DumpErrors collections that failed.
+	Dumps      atomic.Uint64
+	DumpErrors atomic.Uint64
+	// Suspends counts M3 entries the device acknowledged, Resumes its
+	// returns to M0 from M3, AutoSuspends the suspends the idle timer made.
+	Suspends     atomic.Uint64
+	Resumes      atomic.Uint64
+	AutoSuspends atomic.Uint64
 }
 
 // ControllerStatsSnapshot is a copy of ControllerStats at one moment.
@@ -418,6 +474,13 @@ type ControllerStatsSnapshot struct {
 	RecoveryGaveUp        uint64 `json:"recovery_gave_up"`
 	DeviceErrorRecoveries uint64 `json:"device_error_recoveries"`
 	StateTimeouts         uint64 `json:"state_timeouts"`
+	FirmwareImages        uint64 `json:"firmware_images"`
+	FirmwareErrors        uint64 `json:"firmware_errors"`
+	Dumps                 uint64 `json:"dumps"`
+	DumpErrors            uint64 `json:"dump_errors"`
+	Suspends              uint64 `json:"suspends"`
+	Resumes               uint64 `json:"resumes"`
+	AutoSuspends          uint64 `json:"auto_suspends"`
 	// Gauges: consecutive recoveries so far, the backoff before the next
 	// one, and 1 in RECOVERY_FAILED.
 	RecoveryConsecutive uint64 `json:"recovery_consecutive"`
@@ -436,7 +499,10 @@ func (s *ControllerStats) snapshot() ControllerStatsSnapshot {
 		DoorbellErrors: s.DoorbellErrors.Load(), BadRegister: s.BadRegister.Load(),
 		RecoveryAttempts: s.RecoveryAttempts.Load(), RecoveryFailures: s.RecoveryFailures.Load(),
 		RecoveryGaveUp: s.RecoveryGaveUp.Load(), DeviceErrorRecoveries: s.DeviceErrorRecoveries.Load(),
-		StateTimeouts: s.StateTimeouts.Load(),
+		StateTimeouts:  s.StateTimeouts.Load(),
+		FirmwareImages: s.FirmwareImages.Load(), FirmwareErrors: s.FirmwareErrors.Load(),
+		Dumps: s.Dumps.Load(), DumpErrors: s.DumpErrors.Load(),
+		Suspends: s.Suspends.Load(), Resumes: s.Resumes.Load(), AutoSuspends: s.AutoSuspends.Load(),
 	}
 }
 

@@ -137,8 +137,8 @@ func (c *Controller) recoveryWorker(stop <-chan struct{}) {
 			continue
 		}
 		c.stats.RecoveryAttempts.Add(1)
-		c.notify(StatusEvent{Kind: StatusSysErr})
-		err := c.recover()
+		err := c.recover() // notifies StatusSysErr
+
 		select {
 		case <-stop:
 			return
@@ -166,6 +166,16 @@ func (c *Controller) recoveryWorker(stop <-chan struct{}) {
 		c.stats.Recoveries.Add(1)
 		c.log.Info("recovered from SYS_ERR")
 		c.notify(StatusEvent{Kind: StatusRecovered})
+	}
+}
+
+// drainEvents handles every event the device has posted on every ring.
+func (c *Controller) drainEvents() {
+	c.procMu.RLock()
+	rings := c.eventRings
+	c.procMu.RUnlock()
+	for _, er := range rings {
+		er.process(false)
 	}
 }
 
@@ -216,6 +226,20 @@ func (c *Controller) recover() error {
 	c.cmd.abort()
 	c.chanOps.Lock()
 	defer c.chanOps.Unlock()
+	if err := c.fenced("recovery"); err != nil {
+		return err
+	}
+	// Stop the device first: once reset it posts nothing more, so
+	// draining the event rings then hands every completion it posted
+	// before the error to its client, and the clients hear of the SYS_ERR
+	// (the rest of their buffers aborted) only after that: nothing the
+	// device delivered is lost without a name.
+	c.collectRDDM() // a crashed device's RAM dump, before the reset clears it
+	resetErr := c.resetDevice(true)
+	if resetErr == nil {
+		c.drainEvents()
+	}
+	c.notify(StatusEvent{Kind: StatusSysErr})
 	var restart []*Channel
 	for _, ch := range c.channels {
 		if ch == nil {
@@ -229,10 +253,10 @@ func (c *Controller) recover() error {
 		ch.mu.Unlock()
 		ch.abort()
 	}
-	if err := c.fenced("recovery"); err != nil {
-		return err
+	if resetErr != nil {
+		return resetErr
 	}
-	if err := c.resetDevice(true); err != nil {
+	if err := c.fenced("recovery"); err != nil {
 		return err
 	}
 	c.procMu.Lock()

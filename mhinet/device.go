@@ -367,8 +367,22 @@ func (d *Device) Down() error {
 		return nil
 	}
 	d.stateMu.Lock()
-	d.up, d.refill = false, false
+	d.up = false
 	dlStopped := d.dlStopped
+	d.stateMu.Unlock()
+	// Stop before the reset: the modem finishes the downlink transfer it
+	// is writing (the ring is still refilled meanwhile) and the host
+	// handles every completion posted before the stop, so what the modem
+	// delivered is delivered; a reset alone marks the channel disabled
+	// first and discards those completions as stale, with their packets.
+	// A channel a SYS_ERR recovery has disabled refuses the stop: the
+	// reset follows anyway.
+	if !dlStopped {
+		_ = d.dl.Stop()
+	}
+	_ = d.ul.Stop()
+	d.stateMu.Lock()
+	d.refill = false
 	d.dlStopped = false
 	d.stateMu.Unlock()
 	var dlErr error

@@ -45,6 +45,10 @@ type MockOptions struct {
 	// of the host controller's handler (inproc.Options.InterruptSink): for
 	// a driver that runs the host in virtual time.
 	InterruptSink func(vector int)
+	// FirmwareDir holds the images the model names, for a mock that boots
+	// in PBL (ep.BootConfig.Start); RDDMSize enables RAM-dump collection.
+	FirmwareDir string
+	RDDMSize    int
 }
 
 // Mock is a mock modem in this process joined to a host controller by the
@@ -113,7 +117,8 @@ func OpenMock(opts MockOptions) (*Mock, error) {
 	if err != nil {
 		return nil, err
 	}
-	hostOpts := mhi.Options{Name: opts.Name, Logger: log.With("side", "host")}
+	hostOpts := mhi.Options{Name: opts.Name, Logger: log.With("side", "host"),
+		Firmware: FirmwareFromDir(info, opts.FirmwareDir), RDDMSize: opts.RDDMSize}
 	if opts.Host != nil {
 		opts.Host(&hostOpts)
 	}

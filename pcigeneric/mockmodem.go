@@ -8,6 +8,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/mbim"
 )
 
 // This file builds the mock modem's device side from a device-table entry:
@@ -122,6 +123,9 @@ type MockModemOptions struct {
 	Logger *slog.Logger
 }
 
+// SWDataPair is the name of the software IP data channel pair (46/47).
+const SWDataPair = "IP_SW0"
+
 // MockFunctions are the functions of one mock modem's channel pairs and
 // the state they share.
 type MockFunctions struct {
@@ -132,6 +136,10 @@ type MockFunctions struct {
 	// is its function.
 	DataPair string
 	IPData   *ep.IPData
+	// SWData is the function of the software data pair IP_SW0 (channels
+	// 46/47; Linux 6.12+ gives it an mhi_swip interface), raw IP in the
+	// main pair's mode, gated like it; nil if the model has no IP_SW0.
+	SWData *ep.IPData
 	// MBIM answers on the "MBIM" pair (nil if the model has none).
 	MBIM *ep.MBIM
 	// QMI answers on the "QMI" pair (nil if the model has none).
@@ -256,17 +264,42 @@ func NewMockConfig(e Entry, opts MockModemOptions) (ep.Config, *MockFunctions, e
 		ec.Functions[pair] = ipd
 		fns.DataPair, fns.IPData = pair, ipd
 	}
+	if _, ok := cfg.ChannelByName(SWDataPair, mhi.Uplink); ok {
+		sw, err := ep.NewIPData(ep.IPDataConfig{Format: ep.FormatRaw, Responder: opts.IPData.Responder, Gate: modem})
+		if err != nil {
+			return ep.Config{}, nil, err
+		}
+		ec.Functions[SWDataPair] = sw
+		fns.SWData = sw
+	}
+	// The control functions report the data function's counters as the
+	// session's packet statistics (MBIM PACKET_STATISTICS, QMI WDS
+	// GET_PACKET_STATISTICS): uplink is what the host transmitted.
+	var mbimStats func() mbim.PacketStatistics
+	var qmiStats func() ep.PacketCounters
+	if ipd := fns.IPData; ipd != nil {
+		mbimStats = func() mbim.PacketStatistics {
+			st := ipd.Stats()
+			return mbim.PacketStatistics{InOctets: st.DLBytes, InPackets: st.DLPackets,
+				OutOctets: st.ULBytes, OutPackets: st.ULPackets, OutDiscards: uint32(min(st.DroppedGated, 0xFFFFFFFF))}
+		}
+		qmiStats = func() ep.PacketCounters {
+			st := ipd.Stats()
+			return ep.PacketCounters{TxPackets: st.ULPackets, RxPackets: st.DLPackets,
+				TxBytes: st.ULBytes, RxBytes: st.DLBytes, TxDropped: st.DroppedGated}
+		}
+	}
 	for _, pair := range ControlPairs(cfg) {
 		switch pair {
 		case ep.MBIMName:
-			fn, err := ep.NewMBIM(modem, ep.MBIMOptions{Logger: log})
+			fn, err := ep.NewMBIM(modem, ep.MBIMOptions{Logger: log, PacketStatistics: mbimStats})
 			if err != nil {
 				return ep.Config{}, nil, err
 			}
 			ec.Functions[pair] = fn
 			fns.MBIM = fn
 		case ep.QMIName:
-			fn, err := ep.NewQMI(modem, ep.QMIOptions{Logger: log})
+			fn, err := ep.NewQMI(modem, ep.QMIOptions{Logger: log, PacketStatistics: qmiStats})
 			if err != nil {
 				return ep.Config{}, nil, err
 			}

@@ -48,8 +48,12 @@ func newRootCmd() *cobra.Command {
 		newUnbindCmd(),
 		newBenchCmd(g),
 		newModelCmd(),
+		newSoakCmd(g),
 		newDeployCmd(),
 		newGenManCmd(),
+		newDumpCmd(g),
+		newSuspendCmd(),
+		newResumeCmd(),
 	)
 	return root
 }

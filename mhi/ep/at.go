@@ -97,6 +97,9 @@ type AT struct {
 	contexts map[int]pdpContext
 	// cfunOff is what +CFUN? reports while the radio is off (0 or 4).
 	cfunOff int
+	// ws46 is the selected radio access (+WS46), cemode the UE mode of
+	// operation (+CEMODE), ctzu automatic time zone update (+CTZU).
+	ws46, cemode, ctzu int
 
 	smu sync.Mutex
 	st  ATStats
@@ -115,7 +118,8 @@ func NewAT(m *Modem, opts ATOptions) (*AT, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	a := &AT{m: m, opts: opts, log: log, ports: map[*Pipe]*atPort{}, cfunOff: 4,
-		contexts: map[int]pdpContext{1: {typ: "IPV4V6", apn: ""}}}
+		contexts: map[int]pdpContext{1: {typ: "IPV4V6", apn: ""}},
+		ws46:     ws46UTRANEUTRAN, cemode: cemodeCSPS2}
 	a.st.Unknown = map[string]uint64{}
 	return a, nil
 }
@@ -354,6 +358,8 @@ func (a *AT) exec(port *atPort, c *at.Command) atResult {
 		return a.unknown(c)
 	case '+':
 		return a.extended(port, c)
+	case '#':
+		return a.telit(port, c)
 	}
 	return a.unknown(c)
 }
@@ -361,7 +367,7 @@ func (a *AT) exec(port *atPort, c *at.Command) atResult {
 // basic runs a V.250 basic command.
 func (a *AT) basic(port *atPort, c *at.Command) atResult {
 	switch c.Name[0] | 0x20 {
-	case 'e', 'v', 'q', 'x', 'z', 'i':
+	case 'e', 'v', 'q', 'x', 'z', 'i', 'h':
 	default:
 		return a.unknown(c)
 	}
@@ -394,6 +400,8 @@ func (a *AT) basic(port *atPort, c *at.Command) atResult {
 	case 'z':
 		port.reset()
 		return atOK
+	case 'h':
+		return atOK // no circuit-switched call to hang up
 	case 'i':
 		if n != 0 {
 			return cmeErr(at.CMEOperationNotSupported)
@@ -468,6 +476,20 @@ func (a *AT) extended(port *atPort, c *at.Command) atResult {
 		return a.cgdcont(port, c)
 	case "CGACT":
 		return a.cgact(port, c)
+	case "WS46":
+		return a.wsel(port, c)
+	case "CPOL":
+		return a.cpol(port, c)
+	case "CPLS":
+		return a.cpls(port, c)
+	case "CEMODE":
+		return a.setting(port, c, "+CEMODE", &a.cemode, 0, 3)
+	case "CTZU":
+		return a.setting(port, c, "+CTZU", &a.ctzu, 0, 1)
+	case "CESQ":
+		return a.cesq(port, c)
+	case "CRSM":
+		return a.crsm(port, c)
 	}
 	return a.unknown(c)
 }

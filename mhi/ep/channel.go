@@ -33,6 +33,7 @@ type channel struct {
 	mu        sync.Mutex
 	runCancel context.CancelFunc
 	q         [][]byte // ring of queued downlink transfers
+	qUnits    []int    // per queued transfer: the units (packets) its producer declared
 	qHead     int
 	qCount    int
 	reserved  int      // queue slots held by outstanding reservations
@@ -74,6 +75,10 @@ type channel struct {
 
 	// v is the worker in virtual time (Config.Clock); nil in real time.
 	v *vworker
+	// droppedUnits counts the units (packets) of queued downlink
+	// transfers the device dropped (dropQueueLocked, dropPartialLocked),
+	// as their producers declared them at commit (DLBuffer.units).
+	droppedUnits atomic.Uint64
 }
 
 // pendingTRE is a TRE read from the ring and not yet completed.
@@ -91,6 +96,7 @@ func newChannel(d *Device, cc mhi.ChannelConfig) *channel {
 	}
 	if cc.Dir == mhi.Downlink {
 		c.q = make([][]byte, d.cfg.DLQueueDepth)
+		c.qUnits = make([]int, d.cfg.DLQueueDepth)
 	}
 	return c
 }
@@ -488,6 +494,7 @@ func (c *channel) popDL() {
 	c.mu.Lock()
 	buf := c.q[c.qHead]
 	c.q[c.qHead] = nil
+	c.qUnits[c.qHead] = 0
 	c.qHead = (c.qHead + 1) % len(c.q)
 	c.qCount--
 	c.dlOff = 0
@@ -598,7 +605,9 @@ func (c *channel) commit(b DLBuffer, n int, empty bool) error {
 		return fmt.Errorf("ep: channel %d (%s): queue dropped by a reset while the transfer was built: %w",
 			c.num, c.cfg.Name, mhi.ErrAborted)
 	}
-	c.q[(c.qHead+c.qCount)%len(c.q)] = b.Buf[:n]
+	tail := (c.qHead + c.qCount) % len(c.q)
+	c.q[tail] = b.Buf[:n]
+	c.qUnits[tail] = b.units
 	c.qCount++
 	c.mu.Unlock()
 	c.poke()
@@ -643,7 +652,9 @@ func (c *channel) dropQueueLocked() {
 		buf := c.q[c.qHead]
 		c.d.stats.dlDroppedOnReset.Add(1)
 		c.d.stats.dlDroppedBytesOnReset.Add(uint64(len(buf)))
+		c.droppedUnits.Add(uint64(c.qUnits[c.qHead]))
 		c.q[c.qHead] = nil
+		c.qUnits[c.qHead] = 0
 		c.qHead = (c.qHead + 1) % len(c.q)
 		c.qCount--
 		c.recycleLocked(buf)
@@ -665,9 +676,11 @@ func (c *channel) dropPartialLocked() {
 	buf := c.q[c.qHead]
 	c.d.stats.dlPartialDropped.Add(1)
 	c.d.stats.dlPartialDroppedBytes.Add(uint64(len(buf)))
+	c.droppedUnits.Add(uint64(c.qUnits[c.qHead]))
 	c.d.log.Warn("mhi-ep: channel reset dropped a partly written downlink transfer", "channel", c.num,
 		"bytes", len(buf), "written", c.dlOff)
 	c.q[c.qHead] = nil
+	c.qUnits[c.qHead] = 0
 	c.qHead = (c.qHead + 1) % len(c.q)
 	c.qCount--
 	c.recycleLocked(buf)

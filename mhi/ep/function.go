@@ -106,6 +106,10 @@ type DLBuffer struct {
 	Buf []byte
 	c   *channel
 	gen uint64
+	// units is what the transfer carries in its producer's terms (an
+	// IPData aggregate: its packets), counted if the device drops the
+	// queued transfer (IPDataStats.DLDroppedQueued).
+	units int
 }
 
 // Reserve takes a slot in the downlink queue and a buffer of size bytes

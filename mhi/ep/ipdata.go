@@ -224,6 +224,16 @@ type IPDataStats struct {
 	DLBytes      uint64 // their bytes, framing included
 	Pending      uint64 // packets in the aggregate still open
 
+	// DLDroppedQueued counts the packets of aggregates already queued
+	// (and counted in DLPackets) that the device later dropped: an MHI
+	// reset (SYS_ERR recovery, power-down) drops the whole downlink
+	// queue, a channel reset the aggregate it had partly written into
+	// host buffers (Stats.DLDroppedOnReset and DLPartialDropped count
+	// the same aggregates as transfers). Of DLPackets, DLPackets −
+	// DLDroppedQueued reached the host's buffers whole, or are still
+	// queued.
+	DLDroppedQueued uint64
+
 	FlushFull  uint64 // aggregates sent holding MaxDatagrams (every FormatRaw transfer)
 	FlushSize  uint64 // aggregates sent because the next packet did not fit
 	FlushIdle  uint64 // aggregates sent because the uplink (or the generator) went idle
@@ -422,6 +432,9 @@ func (f *IPData) Stats() IPDataStats {
 		LendErrors:         c.lendErrors.Load(),
 		DroppedGated:       c.droppedGated.Load(),
 		DroppedOverrun:     c.droppedOverrun.Load(),
+	}
+	if p := f.pipe.Load(); p != nil && p.dl != nil {
+		s.DLDroppedQueued = p.dl.droppedUnits.Load()
 	}
 	f.statMu.Lock()
 	s.NTB, s.QMAP = f.ntbSnap, f.qmapSnap
@@ -715,6 +728,7 @@ func (f *IPData) flushLocked(cause *atomic.Uint64) {
 	b := f.cur
 	f.cur, f.open = DLBuffer{}, false
 	f.st.pending.Add(-int64(cnt))
+	b.units = cnt
 	if err := b.c.commit(b, n, false); err != nil {
 		f.st.droppedReset.Add(uint64(cnt))
 		return

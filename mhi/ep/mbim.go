@@ -198,6 +198,15 @@ func (f *MBIM) Open() bool {
 	return f.open
 }
 
+// SetMangle replaces MBIMOptions.Mangle on a running function (nil
+// removes it): fault injection for a test that must see a broken modem
+// fail, on a function built by someone else (pcigeneric.NewMockConfig).
+func (f *MBIM) SetMangle(fn func(msg []byte)) {
+	f.mu.Lock()
+	f.opts.Mangle = fn
+	f.mu.Unlock()
+}
+
 // Stats returns the function's counters.
 func (f *MBIM) Stats() MBIMStats {
 	f.mu.Lock()

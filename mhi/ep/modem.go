@@ -180,6 +180,8 @@ type ModemStats struct {
 	Connects    uint64 `json:"connects"`
 	Disconnects uint64 `json:"disconnects"`
 	ConnectFail uint64 `json:"connect_failures"`
+	// Restarts counts Restart calls (baseband crashes).
+	Restarts uint64 `json:"restarts"`
 }
 
 // Modem is the cellular state of the mock modem, shared by its control
@@ -198,7 +200,7 @@ type Modem struct {
 	nextSub  int
 	dataOpen atomic.Bool // what DataAllowed answers, updated under mu
 
-	connects, disconnects, connectFail atomic.Uint64
+	connects, disconnects, connectFail, restarts atomic.Uint64
 }
 
 // NewModem validates cfg, fills its defaults and returns the modem: radio
@@ -341,6 +343,37 @@ func (m *Modem) SetRadio(on bool) {
 	}
 	m.updateGateLocked()
 	m.mu.Unlock()
+	m.publish(evs...)
+}
+
+// Restart models the baseband restarting, as it does when the modem
+// crashes (a SYS_ERR on the MHI side): the data session ends without the
+// host asking (counted in Disconnects), the radio, attach state and signal
+// return to the configuration's start values, and subscribers hear about
+// every change. The identity, addressing and session numbering survive.
+func (m *Modem) Restart() {
+	m.mu.Lock()
+	var evs []ModemEventKind
+	if m.session.Active {
+		m.session.Active = false
+		m.disconnects.Add(1)
+		evs = append(evs, EventSession)
+	}
+	if radio := !m.cfg.RadioOff; m.radio != radio {
+		m.radio = radio
+		evs = append(evs, EventRadio, EventRegistration)
+	}
+	if m.attached != m.radio {
+		m.attached = m.radio
+		evs = append(evs, EventPacketService)
+	}
+	if m.rssi != m.cfg.RSSI {
+		m.rssi = m.cfg.RSSI
+		evs = append(evs, EventSignal)
+	}
+	m.updateGateLocked()
+	m.mu.Unlock()
+	m.restarts.Add(1)
 	m.publish(evs...)
 }
 
@@ -531,7 +564,8 @@ func (m *Modem) updateGateLocked() {
 
 // Stats returns the modem's counters.
 func (m *Modem) Stats() ModemStats {
-	return ModemStats{Connects: m.connects.Load(), Disconnects: m.disconnects.Load(), ConnectFail: m.connectFail.Load()}
+	return ModemStats{Connects: m.connects.Load(), Disconnects: m.disconnects.Load(), ConnectFail: m.connectFail.Load(),
+		Restarts: m.restarts.Load()}
 }
 
 // DataGate decides whether IP data may flow (a connected session, on a

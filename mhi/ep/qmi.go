@@ -30,10 +30,23 @@ type QMIOptions struct {
 	// Logger receives Debug records per message and Warn records for
 	// malformed frames; nil discards them.
 	Logger *slog.Logger
+	// PacketStatistics, when set, answers WDS GET_PACKET_STATISTICS (for
+	// example from the IP data function's counters); without it the
+	// message is unsupported.
+	PacketStatistics func() PacketCounters
 	// IndicationTimeout bounds how long an unsolicited indication waits
 	// for room in the downlink queue before it is dropped and counted
 	// (zero means one second).
 	IndicationTimeout time.Duration
+}
+
+// PacketCounters are a data session's packet counters as the modem
+// reports them to the host: Tx is from the host (uplink), Rx towards it.
+type PacketCounters struct {
+	TxPackets, RxPackets uint64
+	TxBytes, RxBytes     uint64
+	TxErrors, RxErrors   uint64
+	TxDropped, RxDropped uint64
 }
 
 // qmiServiceVersion is one entry of CTL GET_VERSION_INFO.

@@ -60,6 +60,32 @@ const (
 	wdaAggDisabled    = 0
 	wdsVerbose3GPP    = 6
 	wds3GPPUnknownAPN = 27
+	// NAS system selection and technology preferences.
+	nasRatUMTS           = 1 << 3
+	nasRatLTE            = 1 << 4
+	nasTechPref3GPP      = 1 << 1
+	nasTechPrefWCDMA     = 1 << 3
+	nasTechPrefLTE       = 1 << 5
+	nasRadioUMTS         = 5
+	nasNetSelAutomatic   = 0
+	nasServiceDomainCSPS = 2
+	nasEncodingASCII7    = 1
+	// DMS personalisation facility state "deactivated".
+	dmsFacilityDeactivated = 0
+	// WDS profiles: the one 3GPP profile (the default attach PDN).
+	wdsProfile3GPP          = 0
+	wdsDefaultProfile       = 1
+	wdsPDPTypeIPv4OrIPv6    = 3
+	wdsIPSupportIPv4v6      = 2
+	wdsAuthNone             = 0
+	wdsStatsTxPacketsOK     = 1 << 0
+	wdsStatsRxPacketsOK     = 1 << 1
+	wdsStatsTxPacketsErrors = 1 << 2
+	wdsStatsRxPacketsErrors = 1 << 3
+	wdsStatsTxBytesOK       = 1 << 6
+	wdsStatsRxBytesOK       = 1 << 7
+	wdsStatsTxDropped       = 1 << 8
+	wdsStatsRxDropped       = 1 << 9
 )
 
 // WDS call end reasons (QmiWdsCallEndReason).
@@ -157,6 +183,20 @@ func (q *QMI) dms(r *qmiReq) {
 			return
 		}
 		r.ok()
+	case qmi.DMSUIMGetCKStatus:
+		// No personalisation (network, provider, corporate… locks) is
+		// active on the mock's SIM.
+		v, ok := r.f.TLVs.Find(0x01)
+		if !ok || len(v) != 1 {
+			r.fail(qmi.ErrMissingArgument)
+			return
+		}
+		r.ok()
+		r.b.Begin(0x01)
+		r.b.Put8(dmsFacilityDeactivated)
+		r.b.Put8(3)  // verify retries left
+		r.b.Put8(10) // unblock retries left
+		r.b.End()
 	case qmi.DMSSetEventReport:
 		r.ok() // accepted; the mock sends no DMS event reports
 	default:
@@ -312,6 +352,39 @@ func (q *QMI) nas(r *qmiReq) {
 		r.ok()
 	case qmi.NASSetEventReport:
 		r.ok() // accepted; the mock sends no NAS event reports
+	case qmi.NASConfigSignalInfo, qmi.NASConfigSignalInfoV2:
+		r.ok() // thresholds accepted; the mock sends no signal info indications
+	case qmi.NASGetSystemSelectionPreference:
+		r.ok()
+		r.b.TLVU8(0x10, 0) // not in emergency mode
+		r.b.TLVU16(0x11, nasRatUMTS|nasRatLTE)
+		r.b.Begin(0x12)
+		r.b.Put64(dmsBandWCDMA2100) // the same bit as DMS band capabilities
+		r.b.End()
+		r.b.Begin(0x15)
+		r.b.Put64(dmsLTEBands)
+		r.b.End()
+		r.b.TLVU8(0x16, nasNetSelAutomatic)
+		r.b.TLVU32(0x18, nasServiceDomainCSPS)
+		r.b.Begin(0x1C) // acquisition order: LTE, then UMTS
+		r.b.Put8(2)
+		r.b.Put8(nasRadioLTE)
+		r.b.Put8(nasRadioUMTS)
+		r.b.End()
+	case qmi.NASGetTechnologyPreference:
+		r.ok()
+		r.b.Begin(0x01)
+		r.b.Put16(nasTechPref3GPP | nasTechPrefWCDMA | nasTechPrefLTE)
+		r.b.Put8(0) // permanent
+		r.b.End()
+	case qmi.NASGetPreferredNetworks:
+		// The SIM's preferred network list is empty.
+		r.ok()
+		r.b.Begin(0x10)
+		r.b.Put16(0)
+		r.b.End()
+	case qmi.NASGetPLMNName:
+		q.plmnName(r)
 	case qmi.NASInitiateNetworkRegister:
 		// The mock registers automatically while the radio is on: a
 		// request finds it already there (NoEffect, which ModemManager
@@ -324,6 +397,40 @@ func (q *QMI) nas(r *qmiReq) {
 	default:
 		r.unsupported()
 	}
+}
+
+// plmnName answers GET_PLMN_NAME: the home network's name for its own
+// MCC/MNC (the network the mock registers on), InformationUnavailable for
+// any other.
+func (q *QMI) plmnName(r *qmiReq) {
+	v, ok := r.f.TLVs.Find(0x01)
+	rd := qmi.NewReader(v)
+	mcc, mnc := rd.U16(), rd.U16()
+	if !ok || rd.Finish() != nil {
+		r.fail(qmi.ErrMissingArgument)
+		return
+	}
+	id := q.m.Identity()
+	hmcc, hmnc, _, ok := plmn(id.ProviderID)
+	if !ok || mcc != hmcc || mnc != hmnc {
+		r.fail(qmi.ErrInformationUnavailable)
+		return
+	}
+	name := id.ProviderName
+	if len(name) > 255 {
+		name = name[:255]
+	}
+	r.ok()
+	r.b.Begin(0x10) // 3GPP EONS PLMN name: SPN, short and long name, ASCII
+	r.b.Put8(nasEncodingASCII7)
+	r.b.PutString8(name)
+	for range 2 {
+		r.b.Put8(nasEncodingASCII7)
+		r.b.Put8(0) // country initials not added
+		r.b.Put8(0) // no spare bits
+		r.b.PutString8(name)
+	}
+	r.b.End()
 }
 
 // signal derives LTE measurements from the Modem's 0–31 RSSI: RSSI in
@@ -536,9 +643,99 @@ func (q *QMI) wds(r *qmiReq) {
 	case qmi.WDSGetAutoconnectSettings:
 		r.ok()
 		r.b.TLVU8(0x01, 0) // autoconnect disabled
+	case qmi.WDSGetLTEAttachPDNList:
+		r.ok()
+		r.b.Begin(0x10) // current list: the default profile
+		r.b.Put8(1)
+		r.b.Put16(wdsDefaultProfile)
+		r.b.End()
+	case qmi.WDSGetLTEAttachParameters:
+		// The network attached with the default profile: no APN (the
+		// network's default), IPv4v6.
+		r.ok()
+		r.b.TLVString(0x10, "")
+		r.b.TLVU8(0x11, wdsIPSupportIPv4v6)
+		r.b.TLVU8(0x12, 1) // attach performed over the air
+	case qmi.WDSGetProfileList:
+		// One 3GPP profile, the default attach PDN (unnamed, the network's
+		// default APN); no 3GPP2 profiles.
+		typ := uint8(wdsProfile3GPP)
+		if v, ok := r.f.TLVs.Find(0x10); ok {
+			if len(v) != 1 {
+				r.fail(qmi.ErrMalformedMessage)
+				return
+			}
+			typ = v[0]
+		}
+		r.ok()
+		r.b.Begin(0x01)
+		if typ == wdsProfile3GPP {
+			r.b.Put8(1)
+			r.b.Put8(wdsProfile3GPP)
+			r.b.Put8(wdsDefaultProfile)
+			r.b.PutString8("")
+		} else {
+			r.b.Put8(0)
+		}
+		r.b.End()
+	case qmi.WDSGetProfileSettings:
+		v, ok := r.f.TLVs.Find(0x01)
+		if !ok || len(v) != 2 {
+			r.fail(qmi.ErrMissingArgument)
+			return
+		}
+		if v[0] != wdsProfile3GPP || v[1] != wdsDefaultProfile {
+			r.fail(qmi.ErrInvalidProfile)
+			return
+		}
+		r.ok()
+		r.b.TLVString(0x10, "")
+		r.b.TLVU8(0x11, wdsPDPTypeIPv4OrIPv6)
+		r.b.TLVString(0x14, "")
+		r.b.TLVU8(0x1D, wdsAuthNone)
+	case qmi.WDSGetPacketStatistics:
+		q.packetStatistics(r)
 	default:
 		r.unsupported()
 	}
+}
+
+// packetStatistics answers GET_PACKET_STATISTICS from
+// QMIOptions.PacketStatistics, the TLVs the request's mask asks for.
+func (q *QMI) packetStatistics(r *qmiReq) {
+	v, ok := r.f.TLVs.Find(0x01)
+	rd := qmi.NewReader(v)
+	mask := rd.U32()
+	if !ok || rd.Finish() != nil {
+		r.fail(qmi.ErrMissingArgument)
+		return
+	}
+	if q.opts.PacketStatistics == nil {
+		r.unsupported()
+		return
+	}
+	c := q.opts.PacketStatistics()
+	r.ok()
+	u32 := func(bit uint32, typ uint8, v uint64) {
+		if mask&bit != 0 {
+			r.b.TLVU32(typ, uint32(min(v, 0xFFFFFFFF)))
+		}
+	}
+	u64 := func(bit uint32, typ uint8, v uint64) {
+		if mask&bit != 0 {
+			r.b.Begin(typ)
+			r.b.Put64(v)
+			r.b.End()
+		}
+	}
+	u32(wdsStatsTxPacketsOK, 0x10, c.TxPackets)
+	u32(wdsStatsRxPacketsOK, 0x11, c.RxPackets)
+	u32(wdsStatsTxPacketsErrors, 0x12, c.TxErrors)
+	u32(wdsStatsRxPacketsErrors, 0x13, c.RxErrors)
+	u64(wdsStatsTxBytesOK, 0x19, c.TxBytes)
+	u64(wdsStatsRxBytesOK, 0x1A, c.RxBytes)
+	u32(wdsStatsTxDropped, 0x1D, c.TxDropped)
+	u32(wdsStatsRxDropped, 0x1E, c.RxDropped)
 }
 
 // clientFamily is the family a WDS client's settings refer to: its call's,

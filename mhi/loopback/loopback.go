@@ -79,9 +79,10 @@ type expect struct {
 
 // Client drives the LOOPBACK pair of one controller.
 type Client struct {
-	ctrl   *mhi.Controller
-	ul, dl *mhi.Channel
-	opts   Options
+	ctrl     *mhi.Controller
+	ul, dl   *mhi.Channel
+	opts     Options
+	unlisten func() // removes onStatus from the controller's listeners
 
 	pool   []byte // random bytes payloads are cut from
 	ulBufs []mhi.DMABuffer
@@ -169,7 +170,7 @@ func Open(ctrl *mhi.Controller, opts Options) (*Client, error) {
 		c.Close()
 		return nil, err
 	}
-	ctrl.OnStatus(c.onStatus)
+	c.unlisten = ctrl.OnStatus(c.onStatus)
 	return c, nil
 }
 
@@ -411,6 +412,9 @@ func (c *Client) Close() {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
+	if c.unlisten != nil {
+		c.unlisten()
+	}
 	_ = c.ul.Reset()
 	_ = c.dl.Reset()
 	c.free()

@@ -1,0 +1,210 @@
+package soak
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/mhinet/sweep"
+	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
+	"github.com/gomhi/gomhi/sysfs"
+)
+
+// devName is the device's name in the attribute tree.
+const devName = "mhi0"
+
+// session is one modem and the host stack on it: for Inproc the whole
+// run; over vfio-user, from one start of the served modem to its kill.
+type session struct {
+	n    int // 1, 2, … in the order opened
+	ctrl *mhi.Controller
+	pair string
+	dev  *mhinet.Device
+
+	mock *pcigeneric.Mock // Inproc
+	ipd  *ep.IPData       // Inproc: the modem's IP data function
+	epd  *ep.Device       // Inproc: the modem
+
+	remote *vfiouser.Remote // VFIOUser
+	proc   *exec.Cmd
+	out    *tailBuffer // the server's output
+	exited chan struct{}
+}
+
+// Channels returns the data pair's uplink and downlink channels.
+func (s *session) channels() (ul, dl *mhi.Channel) {
+	ul, dl, _ = s.ctrl.ChannelPair(s.pair)
+	return ul, dl
+}
+
+// open starts session n: the modem (in this process, or a server process
+// it waits for) powered up to M0, and the data device up.
+func (r *runner) open(ctx context.Context, n int) (*session, error) {
+	s := &session{n: n}
+	var err error
+	if r.o.Transport == Inproc {
+		err = r.openInproc(s)
+	} else {
+		err = r.openRemote(ctx, s)
+	}
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	cfg := mhinet.Config{
+		Pair: s.pair, Format: r.o.Format, MRU: r.o.MRUs[0], Logger: r.o.Logger,
+		TXAggregate: r.o.Format != mhinet.FormatRawIP,
+	}
+	if s.dev, err = mhinet.New(s.ctrl, cfg, r.rx); err != nil {
+		s.close()
+		return nil, err
+	}
+	if err := s.dev.Up(); err != nil {
+		s.close()
+		return nil, fmt.Errorf("soak: session %d: data device up: %w", n, err)
+	}
+	return s, nil
+}
+
+func (r *runner) openInproc(s *session) error {
+	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{
+		Model: r.o.Model, Name: devName, Logger: r.o.Logger,
+		IPData: ep.IPDataConfig{Format: sweep.ModemFormat(r.o.Format)},
+	})
+	if err != nil {
+		return err
+	}
+	s.mock, s.ctrl, s.pair, s.ipd, s.epd = m, m.Controller, m.DataPair, m.IPData, m.Transport.Device()
+	if s.ipd == nil {
+		return fmt.Errorf("soak: model %s has no IP data function", r.o.Model)
+	}
+	return s.ctrl.PowerUp()
+}
+
+// serveTimeout bounds the wait for a started server to accept a client.
+const serveTimeout = 20 * time.Second
+
+func (r *runner) openRemote(ctx context.Context, s *session) error {
+	sock := filepath.Join(r.dir, "modem.sock")
+	_ = os.Remove(sock)
+	s.proc = r.o.ServeCommand(sock, r.o.Model, r.o.Format)
+	s.out = &tailBuffer{max: 8 << 10}
+	s.proc.Stdout, s.proc.Stderr = s.out, s.out
+	if err := s.proc.Start(); err != nil {
+		s.proc = nil
+		return fmt.Errorf("soak: start the modem server: %w", err)
+	}
+	s.exited = make(chan struct{})
+	go func(p *exec.Cmd, done chan struct{}) {
+		_ = p.Wait()
+		close(done)
+	}(s.proc, s.exited)
+	deadline := time.Now().Add(serveTimeout)
+	for {
+		rem, err := vfiouser.Open(sock, vfiouser.OpenOptions{Name: devName, Logger: r.o.Logger})
+		if err == nil {
+			s.remote = rem
+			break
+		}
+		if !errors.Is(err, vfiouser.ErrNoServer) || time.Now().After(deadline) {
+			return fmt.Errorf("soak: session %d: connect to the modem server (output: %q): %w", s.n, s.out.String(), err)
+		}
+		select {
+		case <-s.exited:
+			return fmt.Errorf("soak: session %d: the modem server exited (output: %q)", s.n, s.out.String())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	s.ctrl, s.pair = s.remote.Controller, s.remote.DataPair
+	if s.pair == "" {
+		return fmt.Errorf("soak: served model %s has no IP data channel", s.remote.Info.Name)
+	}
+	return s.ctrl.PowerUp()
+}
+
+// pid returns the server's process id (0: none).
+func (s *session) pid() int {
+	if s.proc == nil || s.proc.Process == nil {
+		return 0
+	}
+	return s.proc.Process.Pid
+}
+
+// gone returns a channel closed when a served modem's connection ends
+// (nil in process).
+func (s *session) gone() <-chan struct{} {
+	if s.remote == nil {
+		return nil
+	}
+	return s.remote.Transport.Done()
+}
+
+// kill ends the server process with SIGKILL and waits for it.
+func (s *session) kill() {
+	if s.proc == nil || s.proc.Process == nil {
+		return
+	}
+	_ = s.proc.Process.Kill()
+	<-s.exited
+}
+
+// close takes the data device down and closes the host and the modem; a
+// server process is killed (if still running) after the host let go.
+func (s *session) close() {
+	if s.dev != nil {
+		_ = s.dev.Down()
+	}
+	if s.mock != nil {
+		_ = s.mock.Close()
+	}
+	if s.remote != nil {
+		_ = s.remote.Close()
+	}
+	s.kill()
+}
+
+// bind puts the session's device into the attribute tree, replacing the
+// previous session's.
+func (r *runner) bind(s *session) {
+	r.tree.RemoveDevice(devName)
+	model := r.o.Model
+	if s.remote != nil {
+		model = s.remote.Info.Name
+	}
+	r.tree.AddDevice(devName, sysfs.Device{Controller: s.ctrl, Net: s.dev, Model: model})
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(bytes.TrimSpace(t.b))
+}

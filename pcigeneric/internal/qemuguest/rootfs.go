@@ -1,0 +1,87 @@
+package qemuguest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gomhi/gomhi/mhi/testenv"
+)
+
+// This file adds a Debian user space to the guest: the ModemManager test
+// (pcigeneric/vfiouser/modemmanager_test.go) boots bookworm's ModemManager,
+// D-Bus, udev and polkitd from an ext2 image that .ci/guest-rootfs.sh
+// builds with mmdebstrap (run by make test-deps). The image is a virtio
+// disk opened with snapshot=on, so the guest may write to it and the file
+// never changes; the initramfs (busybox, the virtio modules) mounts it and
+// switches to it.
+
+// RootFSImage is the ModemManager guest's root file system image:
+// $GOMHI_MM_ROOTFS, else CacheDir()/mm-rootfs/rootfs.ext2.
+func RootFSImage() string {
+	return envOr("GOMHI_MM_ROOTFS", filepath.Join(CacheDir(), "mm-rootfs", "rootfs.ext2"))
+}
+
+// VirtioBlkModules are the kernel modules (paths under
+// lib/modules/<version>, in insmod order) the initramfs loads to reach a
+// virtio disk: Debian's cloud kernel builds virtio as modules.
+var VirtioBlkModules = []string{
+	"kernel/drivers/virtio/virtio_ring.ko",
+	"kernel/drivers/virtio/virtio.ko",
+	"kernel/drivers/virtio/virtio_pci_modern_dev.ko",
+	"kernel/drivers/virtio/virtio_pci_legacy_dev.ko",
+	"kernel/drivers/virtio/virtio_pci.ko",
+	"kernel/drivers/block/virtio_blk.ko",
+}
+
+// FindRootFS returns the ModemManager guest's root file system image, or
+// skips the test (fails it with CI=true) saying how to build it.
+func FindRootFS(t testing.TB) string {
+	t.Helper()
+	img := RootFSImage()
+	var err error
+	if fi, serr := os.Stat(img); serr != nil {
+		err = fmt.Errorf("no root file system image at %s (built by .ci/guest-rootfs.sh; set GOMHI_MM_ROOTFS): %w", img, serr)
+	} else if !fi.Mode().IsRegular() || fi.Size() == 0 {
+		err = fmt.Errorf("%s is not a file system image", img)
+	}
+	testenv.Need(t, "the ModemManager guest's Debian root file system (run: "+SetupCommand+")", err)
+	return img
+}
+
+// DiskArgs are the QEMU arguments attaching image as the guest's virtio
+// disk /dev/vda, read-only underneath: the guest's writes go to a
+// temporary overlay QEMU discards when it exits.
+func DiskArgs(image string) []string {
+	return []string{"-drive", "file=" + image + ",format=raw,if=virtio,snapshot=on"}
+}
+
+// SerialFileArgs are the QEMU arguments giving the guest a second serial
+// port (ttyS1) whose output goes to the host file path.
+func SerialFileArgs(path string) []string {
+	return []string{"-chardev", "file,id=ttys1,path=" + path, "-device", "isa-serial,chardev=ttys1,index=1"}
+}
+
+// RunInteractive boots the guest with its console on the controlling
+// terminal (QEMU's monitor multiplexed on it: Ctrl-A X quits) instead of
+// capturing it, for a person to use the guest's shell. The terminal is
+// /dev/tty when the process has one — go test gives a test binary neither
+// its standard input nor, without -v, its output as it comes — else the
+// standard streams. It returns when QEMU exits or ctx ends.
+func (e *Env) RunInteractive(ctx context.Context, b Boot) error {
+	args := append([]string{}, b.Args...)
+	args = append(args, "-nodefaults", "-display", "none", "-no-reboot", "-serial", "mon:stdio",
+		"-kernel", e.Kernel, "-initrd", b.Initrd,
+		"-append", strings.TrimSpace("console=ttyS0 panic=-1 quiet "+b.Append))
+	cmd := exec.CommandContext(ctx, e.QEMU, args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if tty, err := os.OpenFile("/dev/tty", os.O_RDWR, 0); err == nil {
+		defer tty.Close()
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	}
+	return cmd.Run()
+}
