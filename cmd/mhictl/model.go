@@ -125,6 +125,7 @@ func newModelFitCmd() *cobra.Command {
 		table, out, start string
 		packets, rounds   int
 		parallel          int
+		step              float64
 		jsonOut, verbose  bool
 	)
 	cmd := &cobra.Command{
@@ -166,8 +167,11 @@ profile as JSON.`,
 				if !flags.Changed("rounds") && prof.Fit.Rounds > 0 {
 					rounds = prof.Fit.Rounds
 				}
+				if !flags.Changed("step") && prof.Fit.Step > 0 {
+					step = prof.Fit.Step
+				}
 			}
-			o := sweep.FitOptions{Packets: packets, Rounds: rounds, Parallel: parallel}
+			o := sweep.FitOptions{Packets: packets, Rounds: rounds, Step: step, Parallel: parallel}
 			if verbose {
 				errOut := cmd.ErrOrStderr()
 				o.Log = func(format string, args ...any) { fmt.Fprintf(errOut, format+"\n", args...) }
@@ -210,6 +214,7 @@ profile as JSON.`,
 	f.StringVar(&start, "start", "mru-thread", "profile to start from: which parameters are fitted, their start values, the others' values (shipped name or .json file)")
 	f.IntVar(&packets, "packets", 0, "packets per row and evaluation (0: the start profile's, else 20000)")
 	f.IntVar(&rounds, "rounds", 0, "most rounds of the pattern search (0: the start profile's, else 60)")
+	f.Float64Var(&step, "step", 0, "first relative step of the pattern search (0: the start profile's, else 0.5)")
 	f.IntVar(&parallel, "parallel", 0, "rows simulated at once (0: one per CPU)")
 	f.BoolVar(&jsonOut, "json", false, "print the fitted profile and the residuals as JSON")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log every improvement of the fit to stderr")

@@ -53,6 +53,33 @@ type GeneratorConfig struct {
 	// link that does not wait (counted in DroppedOverrun, not in Count:
 	// Count counts the packets the modem took in).
 	Link *Link
+	// Ingress, if set with a Link, is the modem's receive queue between
+	// the link and its aggregator, and the generator runs in batches (see
+	// Ingress).
+	Ingress *Ingress
+}
+
+// Ingress is the modem's receive queue in virtual time: packets arriving
+// on the link wait in it until the modem's downlink is idle (nothing
+// queued for the host), then the modem takes all of them at once as one
+// batch, aggregates them, and sends the batch's last aggregate with the
+// batch however full it is. A packet that arrives when the queue has no
+// room for it is lost (GeneratorConfig.Link's overrun drop).
+type Ingress struct {
+	// Bytes is the queue's capacity.
+	Bytes int
+	// Block is its allocation unit: a packet takes its size plus
+	// FrameHeader, rounded up to a multiple of Block (at least 1).
+	Block int
+	// FrameHeader is what the queue stores of the link's framing with
+	// each packet (14 for an Ethernet header).
+	FrameHeader int
+}
+
+// slot returns the queue room a packet of n IP bytes takes.
+func (in *Ingress) slot(n int) int {
+	b := max(in.Block, 1)
+	return (n + in.FrameHeader + b - 1) / b * b
 }
 
 // Link is a link that delivers generated packets to the modem at its line
@@ -151,6 +178,15 @@ func (f *IPData) checkGenerator(cfg *GeneratorConfig) error {
 		}
 		cfg.Link = &Link{BitsPerSecond: l.BitsPerSecond, FrameOverhead: l.FrameOverhead}
 	}
+	if in := cfg.Ingress; in != nil {
+		if cfg.Link == nil {
+			return bad("an ingress queue needs a link")
+		}
+		if in.Bytes <= 0 || in.Block < 0 || in.FrameHeader < 0 {
+			return bad("ingress queue of %d bytes, block %d, frame header %d", in.Bytes, in.Block, in.FrameHeader)
+		}
+		cfg.Ingress = &Ingress{Bytes: in.Bytes, Block: in.Block, FrameHeader: in.FrameHeader}
+	}
 	if len(cfg.Sizes) == 0 {
 		cfg.Sizes = []int{DefaultGenPacket}
 	}
@@ -172,6 +208,9 @@ func (f *IPData) checkGenerator(cfg *GeneratorConfig) error {
 		}
 		if !f.fitsEmpty(n) {
 			return bad("packet size %d does not fit a %d-byte %s aggregate", n, f.cfg.MaxAggregate, f.cfg.Format)
+		}
+		if in := cfg.Ingress; in != nil && in.slot(n) > in.Bytes {
+			return bad("packet size %d does not fit a %d-byte ingress queue", n, in.Bytes)
 		}
 	}
 	if cfg.Src == ([4]byte{}) {
@@ -335,6 +374,12 @@ type vgen struct {
 	taken   uint64        // packets the modem took in
 	offered uint64
 	done    bool
+	// With an Ingress queue: the packets waiting in it (their sizes in
+	// fifo, in arrival order), the room they take, and the sequence
+	// number of the next packet the modem takes.
+	fifo      []int
+	fifoBytes int
+	seq       uint64
 }
 
 // startVirtualGenerator starts a generator run as events of clk: packets
@@ -353,6 +398,16 @@ func (f *IPData) startVirtualGenerator(ctx context.Context, clk *simclock.Schedu
 	g.v = v
 	// A stop or the device's closing is noticed when the run's event runs.
 	context.AfterFunc(ctx, func() { v.timer.Reset(0) })
+	if g.cfg.Ingress != nil {
+		v.timer = clk.NewTimer(v.runIngress)
+		v.fifo = make([]int, 0, 64)
+		if p.dl != nil {
+			// A transfer that leaves the queue may leave the downlink idle.
+			p.dl.mu.Lock()
+			p.dl.onSpace = func() { v.timer.Reset(0) }
+			p.dl.mu.Unlock()
+		}
+	}
 	if p.dl != nil && g.cfg.Link == nil && g.cfg.Rate == 0 {
 		p.dl.mu.Lock()
 		p.dl.onSpace = func() {
@@ -443,6 +498,130 @@ func (v *vgen) run() {
 		v.next += sp
 		v.size = v.pick.next()
 	}
+}
+
+// runIngress is the run's event with an Ingress queue: the packets that
+// arrived since the last event join the queue or are lost; when the
+// modem's downlink is idle, the queue leaves as one batch.
+func (v *vgen) runIngress() {
+	if v.done {
+		return
+	}
+	if err := v.ctx.Err(); err != nil {
+		v.finish(err)
+		return
+	}
+	now := v.clk.Now()
+	v.arrive(now)
+	if len(v.fifo) > 0 && v.downlinkIdle() {
+		if err := v.sendBatch(); err != nil {
+			v.finish(err)
+			return
+		}
+	}
+	cfg := &v.g.cfg
+	if cfg.Count > 0 && v.taken >= uint64(cfg.Count) {
+		if len(v.fifo) == 0 {
+			v.finish(nil)
+		}
+		return // the downlink's going idle wakes the run (onSpace)
+	}
+	if len(v.fifo) == 0 || v.downlinkIdle() {
+		// The next arrival matters now; otherwise it is counted when the
+		// downlink goes idle.
+		v.timer.ResetAt(max(v.next, now))
+	}
+}
+
+// downlinkIdle reports whether the modem has nothing queued for the host
+// and no aggregate open.
+func (v *vgen) downlinkIdle() bool {
+	if v.p.dl == nil {
+		return true
+	}
+	v.p.dl.mu.Lock()
+	idle := v.p.dl.qCount == 0
+	v.p.dl.mu.Unlock()
+	v.f.mu.Lock()
+	idle = idle && !(v.f.open && v.f.agg.count() > 0)
+	v.f.mu.Unlock()
+	return idle
+}
+
+// arrive puts the packets that arrived by now into the ingress queue, in
+// order, as long as there is room; the others are lost.
+func (v *vgen) arrive(now time.Duration) {
+	f, g, cfg, in := v.f, v.g, &v.g.cfg, v.g.cfg.Ingress
+	for v.next <= now && (cfg.Count == 0 || v.taken < uint64(cfg.Count)) {
+		sp := v.spacing(v.size)
+		slot := in.slot(v.size)
+		if len(cfg.Sizes) == 1 {
+			// One size: count the arrivals due, take what fits, lose the
+			// rest.
+			due := uint64((now-v.next)/sp) + 1
+			take := min(due, uint64((in.Bytes-v.fifoBytes)/slot))
+			if cfg.Count > 0 {
+				take = min(take, uint64(cfg.Count)-v.taken)
+			}
+			for range take {
+				v.fifo = append(v.fifo, v.size)
+			}
+			v.fifoBytes += int(take) * slot
+			v.taken += take
+			g.sent.Add(take)
+			lost := due - take
+			if cfg.Count > 0 && v.taken >= uint64(cfg.Count) {
+				lost = 0 // the run offers nothing after its last packet
+				due = take
+			}
+			f.st.genPackets.Add(take + lost)
+			f.st.droppedOverrun.Add(lost)
+			v.offered += due
+			v.next += time.Duration(due) * sp
+			return
+		}
+		if v.fifoBytes+slot <= in.Bytes {
+			v.fifo = append(v.fifo, v.size)
+			v.fifoBytes += slot
+			v.taken++
+			g.sent.Add(1)
+		} else {
+			f.st.droppedOverrun.Add(1)
+		}
+		f.st.genPackets.Add(1)
+		v.offered++
+		v.next += sp
+		v.size = v.pick.next()
+	}
+}
+
+// sendBatch aggregates the packets of the ingress queue and sends the
+// last aggregate with them. Packets for which the downlink has no
+// transfer slot left stay queued for the next batch.
+func (v *vgen) sendBatch() error {
+	f := v.f
+	sent, bytes := 0, 0
+	for _, n := range v.fifo {
+		if f.cfg.Gate != nil && !f.cfg.Gate.DataAllowed() {
+			f.st.droppedGated.Add(1)
+		} else {
+			v.gp.seq = v.seq
+			err := f.put(v.ctx, v.p, n, nil, &v.gp, false)
+			if err == errNoBuffer {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			v.seq++
+		}
+		sent++
+		bytes += v.g.cfg.Ingress.slot(n)
+	}
+	rest := copy(v.fifo, v.fifo[sent:])
+	v.fifo, v.fifoBytes = v.fifo[:rest], v.fifoBytes-bytes
+	f.Flush()
+	return nil
 }
 
 // dropUntil counts as lost every packet that arrives before at, the first

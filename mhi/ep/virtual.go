@@ -11,12 +11,27 @@ import (
 
 // Timing is what the modem's downlink data path takes in virtual time
 // (Config.Clock). The DMA engine writes one host buffer (TRE) at a time:
-// the first buffer of a transfer costs TransferSetup, every buffer
-// ElementSetup, and every byte 1/DMABytesPerSecond; the buffer's completion
-// event is posted when its write ends, and the next write starts then. The
-// zero value takes no time: a transfer is written as soon as there are
-// buffers for it.
+// the first buffer of a transfer costs TransferSetup and PacketCost per
+// packet of the transfer, every buffer ElementSetup, and every byte
+// 1/DMABytesPerSecond; the buffer's completion event is posted when its
+// write ends, and the next write starts then. With TREBurst the engine
+// reads the host's TREs in bursts (see TREBurst). The zero value takes no
+// time: a transfer is written as soon as there are buffers for it.
 type Timing struct {
+	// PacketCost is the modem's time per packet of a transfer (taking the
+	// packet from its receive queue and framing it into the aggregate),
+	// spent before the transfer's first buffer is written.
+	PacketCost time.Duration
+	// TREBurst, if positive, is the number of TREs the engine reads from
+	// the host's ring at a time. A busy period (downlink data queued after
+	// none was) starts with a read of up to TREBurst of the TREs the host
+	// has posted; when they are used up and data still waits, the engine
+	// reads the ring again TREPoll later. Zero: every posted TRE is at
+	// hand at once.
+	TREBurst int
+	// TREPoll is the time until the engine reads the ring again when its
+	// burst of TREs is used up (with TREBurst).
+	TREPoll time.Duration
 	// TransferSetup is the DMA engine's time to start a transfer: reading
 	// the aggregate's descriptor, setting up the copy.
 	TransferSetup time.Duration
@@ -29,11 +44,11 @@ type Timing struct {
 }
 
 // dmaCost is the virtual time to write n bytes into one host buffer; first
-// says it is the first buffer of its transfer.
-func (t *Timing) dmaCost(first bool, n int) time.Duration {
+// says it is the first buffer of its transfer, of units packets.
+func (t *Timing) dmaCost(first bool, n, units int) time.Duration {
 	d := t.ElementSetup
 	if first {
-		d += t.TransferSetup
+		d += t.TransferSetup + time.Duration(units)*t.PacketCost
 	}
 	if t.DMABytesPerSecond > 0 && n > 0 {
 		d += time.Duration(math.Round(float64(n) * 1e9 / t.DMABytesPerSecond))
@@ -49,6 +64,15 @@ type vworker struct {
 	// dma is set while a downlink buffer's write is in flight: the timer
 	// fires at its end, and kicks meanwhile change nothing.
 	dma atomic.Bool
+	// With Timing.TREBurst: reread is set while the engine waits to read
+	// the ring again (the timer fires then; kicks change nothing); busy
+	// while a busy period lasts; cached is the TREs of the last read not
+	// used yet. Used on the clock's goroutine only (under work).
+	reread atomic.Bool
+	busy   bool
+	cached int
+	// rereads counts the ring reads that had to wait TREPoll.
+	rereads atomic.Uint64
 }
 
 // vinit gives the channel a virtual-time worker.
@@ -60,7 +84,7 @@ func (c *channel) vinit(clk *simclock.Scheduler) {
 // vkick schedules the channel's work now, unless a DMA is in flight (its
 // end runs the work anyway).
 func (c *channel) vkick() {
-	if c.v.dma.Load() {
+	if c.v.dma.Load() || c.v.reread.Load() {
 		return
 	}
 	c.v.timer.Reset(0)
@@ -71,6 +95,7 @@ func (c *channel) vstop() {
 	if c.v != nil {
 		c.v.timer.Stop()
 		c.v.dma.Store(false)
+		c.v.reread.Store(false)
 	}
 }
 
@@ -83,7 +108,11 @@ func (c *channel) vrun() {
 	stepped := false
 	if c.v.dma.Swap(false) && c.canRun() {
 		stepped, _ = c.stepDL()
+		if stepped {
+			c.v.cached--
+		}
 	}
+	rereadNow := c.v.reread.Swap(false)
 	if !c.canRun() {
 		return
 	}
@@ -98,7 +127,24 @@ func (c *channel) vrun() {
 		}
 		return
 	}
-	if cost, ok, wantWork := c.peekDL(); ok {
+	cost, ok, wantWork := c.peekDL()
+	if burst := c.d.cfg.Timing.TREBurst; burst > 0 {
+		switch {
+		case !ok && !wantWork:
+			// Nothing queued: the busy period ends; TREs read and not
+			// used are read again by the next one.
+			c.v.busy, c.v.cached = false, 0
+		case ok && (!c.v.busy || rereadNow):
+			c.v.busy = true
+			c.v.cached = int(min(uint64(burst), c.available()))
+		case ok && c.v.cached <= 0:
+			c.v.reread.Store(true)
+			c.v.rereads.Add(1)
+			c.v.timer.Reset(c.d.cfg.Timing.TREPoll)
+			return
+		}
+	}
+	if ok {
 		c.v.dma.Store(true)
 		c.v.timer.Reset(cost)
 		return
@@ -121,6 +167,7 @@ func (c *channel) peekDL() (cost time.Duration, ok, wantWork bool) {
 		return 0, false, false
 	}
 	remaining := len(c.q[c.qHead]) - c.dlOff
+	units := c.qUnits[c.qHead]
 	c.mu.Unlock()
 	if c.available() == 0 {
 		c.refreshWrite()
@@ -132,7 +179,7 @@ func (c *channel) peekDL() (cost time.Duration, ok, wantWork bool) {
 	if el, err := c.readTRE(c.ring.addr(c.rd)); err == nil {
 		n = min(remaining, int(el.Length()))
 	}
-	return c.d.cfg.Timing.dmaCost(c.dlOff == 0, n), true, false
+	return c.d.cfg.Timing.dmaCost(c.dlOff == 0, n, units), true, false
 }
 
 // Wake runs the work of channel ch now, as a doorbell does, without

@@ -165,6 +165,8 @@ type FitOptions struct {
 	Parallel int
 	// Rounds bounds the pattern search's rounds (default 60).
 	Rounds int
+	// Step is the search's first relative step (default 1/2).
+	Step float64
 	// Log, if set, receives a line per improvement.
 	Log func(format string, args ...any)
 }
@@ -182,8 +184,8 @@ func fitObjective(res []Residual) float64 {
 // deterministic pattern search in the logarithms of the fitted
 // parameters: each round tries every parameter ×(1+s) and ÷(1+s), keeps
 // every change that lowers the objective (largest plus mean absolute
-// relative residual), and halves s after a round without one, from s = 1
-// down to 1/64. The other parameters stay as set. The same table, start
+// relative residual), and halves s after a round without one, from s =
+// FitOptions.Step (default 1/2) down to 1/256. The other parameters stay as set. The same table, start
 // profile and options give the same result.
 func Fit(ctx context.Context, table []Row, start *Profile, o FitOptions) (*Profile, []Residual, error) {
 	if err := start.Validate(); err != nil {
@@ -225,8 +227,12 @@ func Fit(ctx context.Context, table []Row, start *Profile, o FitOptions) (*Profi
 		return nil, nil, err
 	}
 	logf("start: objective %.4f", bestF)
-	step := 1.0
-	for round := 0; round < o.Rounds && step >= 1.0/64; round++ {
+	step := o.Step
+	if step <= 0 {
+		step = 0.5
+	}
+	o.Step = step
+	for round := 0; round < o.Rounds && step >= 1.0/256; round++ {
 		improved := false
 		for _, name := range free {
 			for _, f := range []float64{1 + step, 1 / (1 + step)} {
@@ -252,7 +258,7 @@ func Fit(ctx context.Context, table []Row, start *Profile, o FitOptions) (*Profi
 		}
 	}
 	mx, mn := ResidualStats(bestRes)
-	best.Fit = &FitRecord{Packets: o.Packets, MaxError: mx, MeanError: mn, Rounds: o.Rounds}
+	best.Fit = &FitRecord{Packets: o.Packets, MaxError: mx, MeanError: mn, Rounds: o.Rounds, Step: o.Step}
 	if start.Fit != nil {
 		best.Fit.Table = start.Fit.Table
 	}

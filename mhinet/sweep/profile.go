@@ -56,6 +56,8 @@ type FitRecord struct {
 	Packets int `json:"packets_per_row"`
 	// Rounds bounds the fit's pattern search (FitOptions.Rounds).
 	Rounds int `json:"rounds,omitempty"`
+	// Step is the pattern search's first relative step (FitOptions.Step).
+	Step float64 `json:"initial_step,omitempty"`
 	// MaxError and MeanError are the relative residuals of the fit, as
 	// fractions (0.05 = 5 %).
 	MaxError  float64 `json:"max_relative_error"`
@@ -65,12 +67,12 @@ type FitRecord struct {
 // The model's parameters, in the order profiles list them.
 const (
 	ParamLinkRate       = "link_rate"
-	ParamFlushWindow    = "flush_window"
-	ParamDMARate        = "dma_rate"
-	ParamModemTransfer  = "modem_transfer"
-	ParamHostElement    = "host_element"
+	ParamIngressQueue   = "ingress_queue"
+	ParamTREBurst       = "tre_burst"
+	ParamTREPoll        = "tre_poll"
+	ParamModemPacket    = "modem_packet"
+	ParamModemElement   = "modem_element"
 	ParamHostPacket     = "host_packet"
-	ParamHostByte       = "host_byte"
 	ParamHostBuffer     = "host_buffer"
 	maxProfileParameter = 8
 )
@@ -82,13 +84,13 @@ type paramSpec struct {
 
 var paramSpecs = []paramSpec{
 	{ParamLinkRate, "bit/s", "line rate of the generator's link to the modem (Ethernet: each packet also takes its 14-byte header, 4-byte FCS, 8-byte preamble and 12-byte gap on the wire)"},
-	{ParamFlushWindow, "us", "the modem's aggregation window: the first packet after a window opens the next, and everything that arrived in it leaves when it ends; an aggregate that fills up inside it does not restart it"},
-	{ParamDMARate, "MB/s", "rate at which the modem's DMA engine writes aggregates into the host's receive buffers"},
-	{ParamModemTransfer, "us", "the modem's time to start one downlink transfer (an aggregate): framing it and setting up its DMA"},
-	{ParamHostElement, "us", "the host's time per completed ring element: the completion event, unmapping the buffer, chaining it"},
-	{ParamHostPacket, "us", "the host's time per delivered packet, whatever its size: de-aggregation, a new socket buffer, the stack above"},
-	{ParamHostByte, "ns/B", "the host's time per delivered byte: copies of the packet on its way through the host"},
-	{ParamHostBuffer, "element/KiB", "the host's time to allocate and map a receive buffer it posts, per KiB of the buffer, in units of its time per ring element (host_element)"},
+	{ParamIngressQueue, "B", "the modem's receive queue between the link and its aggregator: a packet takes its frame (IP datagram and 14-byte Ethernet header) rounded up to 64 bytes; what arrives while it is full is lost; when the modem's downlink is idle it takes the whole queue as one batch and sends the batch's last aggregate with it"},
+	{ParamTREBurst, "TRE", "the number of host receive buffers (TREs) the modem's DMA engine reads from the ring at a time: a busy period starts with one such read"},
+	{ParamTREPoll, "us", "the time until the modem's DMA engine reads the ring again when the TREs of its last read are used up and data still waits"},
+	{ParamModemPacket, "us", "the modem's time per packet of an aggregate (taking it from the receive queue, framing it), before the aggregate's DMA starts"},
+	{ParamModemElement, "us", "the modem's time per host buffer it writes: reading the TRE, the DMA, writing the completion event"},
+	{ParamHostPacket, "us", "the host's time per delivered packet: de-aggregation, a new socket buffer, the copy, the stack above"},
+	{ParamHostBuffer, "us/KiB", "the host's time to allocate and map a receive buffer it posts, per KiB of the buffer"},
 }
 
 // ParameterNames returns the model's parameter names, in profile order.
@@ -263,31 +265,44 @@ func LoadProfile(name string) (*Profile, error) {
 
 // model is a validated profile in the units the simulation uses.
 type model struct {
-	linkRate      float64       // bit/s
-	window        time.Duration // modem aggregation window
-	dmaRate       float64       // bytes/s (0: instant)
-	modemTransfer time.Duration
-	hostElement   float64 // ns
-	hostPacket    float64 // ns
-	hostByte      float64 // ns per byte
-	hostBufferKiB float64 // ns per KiB of buffer posted (host_buffer × host_element)
+	linkRate     float64 // bit/s
+	ingress      int     // bytes
+	treBurst     int
+	trePoll      time.Duration
+	modemPacket  time.Duration
+	modemElement time.Duration
+	hostPacket   float64 // ns
+	hostBuffer   float64 // ns per KiB of buffer posted
 }
+
+// IngressBlock is the allocation unit of the modelled modem's receive
+// queue (ingress_queue): a packet's frame is rounded up to it.
+const IngressBlock = 64
+
+// virtualDLQueueDepth is the modelled modem's downlink transfer slots: as
+// many as a batch of the largest receive queue can need.
+const virtualDLQueueDepth = 256
 
 func newModel(p *Profile) (model, error) {
 	if err := p.Validate(); err != nil {
 		return model{}, err
 	}
 	v := func(name string) float64 { x, _ := p.Value(name); return x }
-	return model{
-		linkRate:      v(ParamLinkRate),
-		window:        time.Duration(math.Round(v(ParamFlushWindow) * 1e3)),
-		dmaRate:       v(ParamDMARate) * 1e6,
-		modemTransfer: time.Duration(math.Round(v(ParamModemTransfer) * 1e3)),
-		hostElement:   v(ParamHostElement) * 1e3,
-		hostPacket:    v(ParamHostPacket) * 1e3,
-		hostByte:      v(ParamHostByte),
-		hostBufferKiB: v(ParamHostBuffer) * v(ParamHostElement) * 1e3,
-	}, nil
+	us := func(name string) time.Duration { return time.Duration(math.Round(v(name) * 1e3)) }
+	m := model{
+		linkRate:     v(ParamLinkRate),
+		ingress:      int(math.Round(v(ParamIngressQueue))),
+		treBurst:     int(math.Round(v(ParamTREBurst))),
+		trePoll:      us(ParamTREPoll),
+		modemPacket:  us(ParamModemPacket),
+		modemElement: us(ParamModemElement),
+		hostPacket:   v(ParamHostPacket) * 1e3,
+		hostBuffer:   v(ParamHostBuffer) * 1e3,
+	}
+	if m.ingress > 0 && m.ingress < IngressBlock {
+		return model{}, fmt.Errorf("%w %q: %s = %d B, want 0 (none) or at least %d", ErrProfile, p.Name, ParamIngressQueue, m.ingress, IngressBlock)
+	}
+	return m, nil
 }
 
 // link returns the generator's link.
@@ -295,16 +310,24 @@ func (m *model) link() *ep.Link {
 	return &ep.Link{BitsPerSecond: m.linkRate, FrameOverhead: ep.EthernetOverhead}
 }
 
-// modemTiming returns the mock modem's data-path timing.
-func (m *model) modemTiming() ep.Timing {
-	return ep.Timing{TransferSetup: m.modemTransfer, DMABytesPerSecond: m.dmaRate}
+// ingressQueue returns the modem's receive queue (nil: none, the packets
+// go straight into aggregates as they arrive).
+func (m *model) ingressQueue() *ep.Ingress {
+	if m.ingress <= 0 {
+		return nil
+	}
+	return &ep.Ingress{Bytes: m.ingress, Block: IngressBlock, FrameHeader: FrameHeader}
 }
 
-// hostCost is the host's time for a round of work: elements completed,
-// packets and bytes delivered, buffers of mru bytes posted.
-func (m *model) hostCost(elements, packets, bytes, posted uint64, mru int) time.Duration {
-	ns := m.hostElement*float64(elements) + m.hostPacket*float64(packets) + m.hostByte*float64(bytes) +
-		m.hostBufferKiB*float64(posted)*float64(mru)/1024
+// modemTiming returns the mock modem's data-path timing.
+func (m *model) modemTiming() ep.Timing {
+	return ep.Timing{PacketCost: m.modemPacket, ElementSetup: m.modemElement, TREBurst: m.treBurst, TREPoll: m.trePoll}
+}
+
+// hostCost is the host's time for a round of work: packets delivered,
+// buffers of mru bytes posted.
+func (m *model) hostCost(packets, posted uint64, mru int) time.Duration {
+	ns := m.hostPacket*float64(packets) + m.hostBuffer*float64(posted)*float64(mru)/1024
 	return time.Duration(math.Round(ns))
 }
 

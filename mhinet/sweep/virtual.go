@@ -27,6 +27,12 @@ import (
 // (docs/FIDELITY.md: the cliff hypothesis).
 const virtualNTBAlign = 8
 
+// virtualFlushTimer is the modelled modem's aggregation timeout: an
+// aggregate not full leaves at most this long after its first packet. With
+// a receive queue (ingress_queue) every batch's last aggregate leaves with
+// the batch and the timer never runs out.
+const virtualFlushTimer = time.Millisecond
+
 // errStalled: an iteration in virtual time stopped delivering.
 var errStalled = errors.New("sweep: the simulation stopped delivering packets")
 
@@ -157,16 +163,16 @@ func (h *simHost) service() {
 	if vecs == 0 {
 		return
 	}
-	e0, q0, p0, b0 := h.counters()
+	_, q0, p0, _ := h.counters()
 	t0 := time.Now()
 	for v := vecs; v != 0; v &= v - 1 {
 		h.ctrl.ProcessInterrupt(bits.TrailingZeros64(v))
 	}
 	h.cpu += time.Since(t0)
 	h.services++
-	e1, q1, p1, b1 := h.counters()
+	_, q1, p1, _ := h.counters()
 	now := h.clk.Now()
-	free := now + h.m.hostCost(e1-e0, p1-p0, b1-b0, q1-q0, h.mru)
+	free := now + h.m.hostCost(p1-p0, q1-q0, h.mru)
 	h.free.Store(int64(free))
 	// The modem sees the buffers the host posted once the host is done.
 	if q1 != q0 {
@@ -203,11 +209,12 @@ func simulatePoint(ctx context.Context, o *Options, m *model, mru, size int, pro
 		Model: o.Model, Logger: o.Logger,
 		IPData: ep.IPDataConfig{
 			Format: ModemFormat(o.Format), MaxDatagrams: o.MaxDatagrams, MaxAggregate: o.MaxAggregate,
-			NTBDatagramAlign: virtualNTBAlign, FlushTimer: max(m.window, 1), WindowTimer: true,
+			NTBDatagramAlign: virtualNTBAlign, FlushTimer: virtualFlushTimer,
 		},
 		Device: func(c *ep.Config) {
 			c.Clock = clk
 			c.Timing = m.modemTiming()
+			c.DLQueueDepth = virtualDLQueueDepth
 		},
 		Host:          func(ho *mhi.Options) { ho.PollInterval = -1 },
 		InterruptSink: h.interrupt,
@@ -291,7 +298,7 @@ func (h *simHost) iteration(ctx context.Context, o *Options, ipd *ep.IPData, dev
 		h.target = before.packets + uint64(o.Packets)
 		h.active = true
 		if err := ipd.StartGenerator(ep.GeneratorConfig{
-			Count: o.Packets, Sizes: []int{ipSize}, Link: h.m.link(),
+			Count: o.Packets, Sizes: []int{ipSize}, Link: h.m.link(), Ingress: h.m.ingressQueue(),
 		}); err != nil {
 			h.active = false
 			close(h.done)

@@ -73,7 +73,7 @@ func TestVirtualDeterministic(t *testing.T) {
 func freeProfile() *Profile {
 	return &Profile{Name: "free", Parameters: []Parameter{
 		{Name: ParamLinkRate, Value: 1e9, Unit: "bit/s"},
-		{Name: ParamFlushWindow, Value: 100, Unit: "us"},
+		{Name: ParamTREPoll, Value: 100, Unit: "us"},
 	}}
 }
 
