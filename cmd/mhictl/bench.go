@@ -45,10 +45,11 @@ cost, and the ring and pool memory of each MRU.
 
 By default the sweep runs in virtual time with the timing profile
 mru-thread (--timing; docs/FIDELITY.md): the generator sends on a 1 GbE
-link at line rate, the modem aggregates what arrives in its window, and
-the profile says what the link, the modem's DMA and the host's work on
-each element, packet and buffer take, while the host's real code and the
-mock modem's real ring processing do all of that work. Sizes are then the
+link at line rate, the packets wait in the modem's receive queue, which
+the modem aggregates batch by batch, and the profile says what the
+modem's work on each packet and host buffer, its reads of the host's ring
+and the host's work on each packet and buffer take, while the host's real
+code and the mock modem's real ring processing do all of that work. Sizes are then the
 MRU thread's packet sizes (Ethernet frames without FCS: the datagrams are
 14 bytes shorter), packets counts the packets the modem takes in (those it
 had no buffer for are lost and counted, as on a real link), and every
