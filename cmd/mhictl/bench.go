@@ -194,6 +194,9 @@ are out of reach: a packet it drops counts as lost.`,
 				err = printJSON(out, rep)
 			case csvOut:
 				err = rep.WriteCSV(out)
+				// The table ends with the elapsed time; CSV has no place
+				// for it (JSON has elapsed_ns).
+				fmt.Fprintf(errOut, "elapsed %v (wall clock)\n", rep.Elapsed.Round(time.Millisecond))
 			default:
 				err = rep.WriteTable(out)
 			}
