@@ -199,7 +199,7 @@ func TestModelFit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	for _, want := range []string{"MEASURED %", "MODEL %", "RESIDUAL", "largest |residual|", "flush_window", "fitted", "set"} {
+	for _, want := range []string{"MEASURED %", "MODEL %", "RESIDUAL", "largest |residual|", "tre_poll", "fitted", "set"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -209,6 +209,31 @@ func TestModelFit(t *testing.T) {
 	}
 	if _, err := run(t, "model", "fit"); err == nil || !strings.Contains(err.Error(), "--table") {
 		t.Errorf("fit without --table: %v", err)
+	}
+}
+
+// TestModelSensitivity: every parameter but the link's gets a row with the
+// objective at ×factor and ÷factor and each table row's residuals.
+func TestModelSensitivity(t *testing.T) {
+	dir := t.TempDir()
+	table := filepath.Join(dir, "t.csv")
+	if err := os.WriteFile(table, []byte("size,mru,line_rate_pct\n1262,3500,43.82\n1263,3500,22.45\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "model", "sensitivity", "--table", table, "--packets", "1000", "--factor", "1.1")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"objective", "×1.1", "÷1.1", "1262 ×", "1263 ÷", "ingress_queue", "tre_burst", "tre_poll", "modem_packet", "modem_element", "host_packet", "host_buffer"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "link_rate") {
+		t.Errorf("the link's rate is varied:\n%s", out)
+	}
+	if _, err := run(t, "model", "sensitivity", "--table", table, "--factor", "1"); err == nil {
+		t.Error("--factor 1 accepted")
 	}
 }
 
