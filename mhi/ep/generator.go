@@ -283,6 +283,23 @@ func (f *IPData) WaitGenerator(ctx context.Context) (uint64, error) {
 	}
 }
 
+// GeneratorErr returns why the last generator run ended early (nil when
+// it sent all it was asked to, or is still running, or none was started).
+func (f *IPData) GeneratorErr() error {
+	f.genMu.Lock()
+	g := f.gen
+	f.genMu.Unlock()
+	if g == nil {
+		return nil
+	}
+	select {
+	case <-g.done:
+		return g.err
+	default:
+		return nil
+	}
+}
+
 // GeneratorSent returns the number of packets the current (or last)
 // generator run has put into downlink aggregates.
 func (f *IPData) GeneratorSent() uint64 {

@@ -369,6 +369,9 @@ wait:
 		d.drops[k] = v
 	}
 	if stalled && d.delivered+ds.total() < d.sent {
+		if gerr := ipd.GeneratorErr(); gerr != nil {
+			return d, fmt.Errorf("%w: %d of %d packets delivered; the generator ended: %w", errStalled, d.delivered, d.sent, gerr)
+		}
 		return d, fmt.Errorf("%w: %d of %d packets delivered", errStalled, d.delivered, d.sent)
 	}
 	return d, nil
