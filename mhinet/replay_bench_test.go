@@ -151,6 +151,14 @@ func replaySetup(b testing.TB, mru, size int) (run func(n uint64) (time.Duration
 	}
 	b.Cleanup(func() { _ = d.Down() })
 	pipe, _ := m.Transport.Device().Pipe(m.DataPair)
+	// The modem lets the channel move data once it has posted the START
+	// completion (on its control goroutine): wait for that.
+	for deadline := time.Now().Add(5 * time.Second); pipe.DownlinkState() != mhi.ChannelRunning; {
+		if time.Now().After(deadline) {
+			b.Fatalf("downlink %s after 5s", pipe.DownlinkState())
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
 	var agg []byte
 	agg, perAgg = prebuiltNTB(b, size)
 

@@ -240,6 +240,11 @@ func simulatePoint(ctx context.Context, o *Options, m *model, mru, size int, pro
 		return p, err
 	}
 	defer dev.Down()
+	// The modem lets a started channel move data once it has posted the
+	// START completion, on its control goroutine (real time): wait for it.
+	if err := waitDownlinkRunning(ctx, mock.Transport.Device(), mock.DataPair, o.Stall); err != nil {
+		return p, err
+	}
 	_, dl, _ := mock.Controller.ChannelPair(mock.DataPair)
 	h.dl, h.dlNum = dl, dl.Num()
 	p.RingMemory = (dl.Config().Elements - 1) * mru
@@ -375,6 +380,26 @@ wait:
 		return d, fmt.Errorf("%w: %d of %d packets delivered", errStalled, d.delivered, d.sent)
 	}
 	return d, nil
+}
+
+// waitDownlinkRunning waits (in real time, at most limit) until the
+// modem's downlink channel of pair is running.
+func waitDownlinkRunning(ctx context.Context, d *ep.Device, pair string, limit time.Duration) error {
+	pipe, ok := d.Pipe(pair)
+	if !ok {
+		return fmt.Errorf("sweep: the modem has no pipe %s", pair)
+	}
+	deadline := time.Now().Add(limit)
+	for pipe.DownlinkState() != mhi.ChannelRunning {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sweep: the modem's downlink of %s is %s after %v", pair, pipe.DownlinkState(), limit)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	return nil
 }
 
 // quiesce waits until nothing is scheduled on the clock: the system is at
