@@ -217,7 +217,7 @@ are out of reach: a packet it drops counts as lost.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&quick, "quick", false, "small grid: quick sizes, MRUs, packets and iterations unless given explicitly")
-	f.IntSliceVar(&sizes, "sizes", slices.Clone(sweep.DefaultSizes), fmt.Sprintf("IP packet sizes in bytes (%d..%d)", ep.GenMinPacket, mhinet.MaxMTU))
+	f.IntSliceVar(&sizes, "sizes", slices.Clone(sweep.DefaultSizes), fmt.Sprintf("packet sizes in bytes: with a timing profile Ethernet frames without FCS (the IP datagram is %d bytes shorter), with --timing wallclock IP packets (%d..%d)", sweep.FrameHeader, ep.GenMinPacket, mhinet.MaxMTU))
 	f.IntSliceVar(&mrus, "mrus", slices.Clone(sweep.DefaultMRUs), fmt.Sprintf("MRUs (receive buffer sizes) in bytes (%d..%d)", mhinet.MinMRU, mhinet.MaxMRU))
 	f.IntVar(&packets, "packets", sweep.DefaultPackets, "packets per point and iteration")
 	f.IntVar(&iterations, "iterations", sweep.DefaultIterations, "iterations per point")
