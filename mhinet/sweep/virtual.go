@@ -226,7 +226,10 @@ func simulatePoint(ctx context.Context, o *Options, m *model, mru, size int, pro
 	if mock.IPData == nil {
 		return p, fmt.Errorf("sweep: model %s has no IP data channel", o.Model)
 	}
-	h.ctrl, h.dev = mock.Controller, mock.Transport.Device()
+	// The clock's goroutine reads these (service, wake): set them there.
+	if err := clk.Call(ctx, func() { h.ctrl, h.dev = mock.Controller, mock.Transport.Device() }); err != nil {
+		return p, err
+	}
 	if err := mock.Controller.PowerUp(); err != nil {
 		return p, err
 	}
@@ -246,7 +249,9 @@ func simulatePoint(ctx context.Context, o *Options, m *model, mru, size int, pro
 		return p, err
 	}
 	_, dl, _ := mock.Controller.ChannelPair(mock.DataPair)
-	h.dl, h.dlNum = dl, dl.Num()
+	if err := clk.Call(ctx, func() { h.dl, h.dlNum = dl, dl.Num() }); err != nil {
+		return p, err
+	}
 	p.RingMemory = (dl.Config().Elements - 1) * mru
 
 	var tot delta
