@@ -51,7 +51,7 @@ func TestFitTolerance(t *testing.T) {
 func TestFitDeterministic(t *testing.T) {
 	rows := []Row{{Size: 64, MRU: 3500, LineRatePct: 6.21}, {Size: 1500, MRU: 3500, LineRatePct: 46.32}}
 	start := shipped(t, "mru-thread")
-	o := FitOptions{Packets: 1500, Rounds: 2}
+	o := FitOptions{Packets: 1500, Rounds: 1}
 	a, resA, err := Fit(context.Background(), rows, start, o)
 	if err != nil {
 		t.Fatal(err)
