@@ -214,8 +214,8 @@ func replaySetup(b testing.TB, mru, size int) (run func(n uint64) (time.Duration
 // the same aggregates (NTBs of 32 64-byte packets, 1938 bytes) replayed
 // into 32 KiB buffers (one element each) and into 256-byte buffers (eight
 // elements each, chained and reassembled); element-ns is the difference
-// per extra element. Used with BenchmarkBufferCost to set the timing
-// model's host_buffer ratio (docs/FIDELITY.md).
+// per extra element. The timing model has no parameter for it (the
+// table it is fitted to cannot see the host; docs/FIDELITY.md says so).
 func BenchmarkElementCost(b *testing.B) {
 	const n = 400_000
 	var perAgg [2]float64
