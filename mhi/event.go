@@ -223,6 +223,40 @@ func (c *Controller) onInterrupt(vector int) {
 	}
 }
 
+// ProcessInterrupt handles an interrupt on vector as the transport's
+// interrupt handler does, except that the event rings on that vector are
+// processed on the calling goroutine before it returns, instead of by
+// their goroutines. It is for a caller that drives the host in virtual time
+// (a transport whose interrupts go to that caller instead of to the
+// handler), so that the host's work happens at a moment of the caller's
+// choosing and in a reproducible order.
+func (c *Controller) ProcessInterrupt(vector int) {
+	c.procMu.RLock()
+	if !c.allocated || c.halted.Load() {
+		c.procMu.RUnlock()
+		return
+	}
+	c.stats.Interrupts.Add(1)
+	if vector == 0 {
+		if st, err := c.t.Read32(RegMHISTATUS); err == nil && (st&MHISTATUSSysErr != 0 ||
+			State((st&MHISTATUSStateMask)>>MHISTATUSStateShift) == StateSysErr) {
+			c.onStateChange(StateSysErr)
+		}
+	}
+	var rings [8]*EventRing
+	todo := rings[:0]
+	for _, er := range c.eventRings {
+		if er.vector == vector {
+			todo = append(todo, er)
+		}
+	}
+	c.procMu.RUnlock()
+	// process takes procMu itself.
+	for _, er := range todo {
+		er.process(false)
+	}
+}
+
 func (c *Controller) onStateChange(s State) {
 	c.mu.Lock()
 	c.devState = s

@@ -46,6 +46,7 @@ func newRootCmd() *cobra.Command {
 		newBindCmd(),
 		newUnbindCmd(),
 		newBenchCmd(g),
+		newModelCmd(),
 		newSoakCmd(g),
 		newDeployCmd(),
 		newGenManCmd(),

@@ -40,6 +40,12 @@ type Options struct {
 	Modem ep.ModemConfig
 	// Device, if set, adjusts the mock modem's configuration before it starts.
 	Device func(*ep.Config)
+	// Host, if set, adjusts the host controller's options before it is built.
+	Host func(*mhi.Options)
+	// InterruptSink, if set, receives the mock modem's interrupts instead
+	// of the host controller's handler (inproc.Options.InterruptSink): for
+	// a driver that runs the host in virtual time.
+	InterruptSink func(vector int)
 	// FirmwareDir holds the images the model names, for a mock that boots
 	// in PBL (ep.BootConfig.Start); RDDMSize enables RAM-dump collection.
 	FirmwareDir string
@@ -97,12 +103,16 @@ func Open(opts Options) (*Mock, error) {
 	if opts.Device != nil {
 		opts.Device(&ec)
 	}
-	tr, err := inproc.New(ec, inproc.Options{Memory: opts.Memory})
+	tr, err := inproc.New(ec, inproc.Options{Memory: opts.Memory, InterruptSink: opts.InterruptSink})
 	if err != nil {
 		return nil, err
 	}
-	ctrl, err := mhi.NewController(tr, cfg, mhi.Options{Name: opts.Name, Logger: log.With("side", "host"),
-		Firmware: pcigeneric.FirmwareFromDir(info, opts.FirmwareDir), RDDMSize: opts.RDDMSize})
+	hostOpts := mhi.Options{Name: opts.Name, Logger: log.With("side", "host"),
+		Firmware: pcigeneric.FirmwareFromDir(info, opts.FirmwareDir), RDDMSize: opts.RDDMSize}
+	if opts.Host != nil {
+		opts.Host(&hostOpts)
+	}
+	ctrl, err := mhi.NewController(tr, cfg, hostOpts)
 	if err != nil {
 		_ = tr.Close()
 		return nil, err
