@@ -86,4 +86,5 @@ func (t *txPath) endResize() {
 	t.mu.Lock()
 	t.resizing = false
 	t.mu.Unlock()
+	t.wake()
 }
