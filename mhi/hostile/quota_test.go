@@ -1,6 +1,7 @@
 package hostile_test
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,4 +66,65 @@ func TestEventQuotaBoundsOnePass(t *testing.T) {
 			t.Errorf("completion %d: %+v, want cookie %d, %d bytes", i, c, i, 10+i)
 		}
 	}
+}
+
+// refillingTransport is a device that posts two more events on event ring
+// 1 whenever the host hands slots of that ring back (its doorbell), before
+// the doorbell write returns: the ring fills up and stays full.
+type refillingTransport struct {
+	mhi.Transport
+	dev     *hostile.Device
+	ev      mhi.Element
+	on      atomic.Bool
+	refills atomic.Uint64
+}
+
+func (t *refillingTransport) Write32(off, v uint32) error {
+	err := t.Transport.Write32(off, v)
+	// The low half is written last (mhi's write64).
+	if off == hostile.ERDBOffset+mhi.DoorbellStride && t.on.Load() {
+		if t.dev.Post(1, t.ev) == nil {
+			t.refills.Add(1)
+		}
+		_ = t.dev.Post(1, t.ev) // fails once the ring is full
+	}
+	return err
+}
+
+// TestEventDrainBounded: a channel Stop drains its event ring in passes of
+// the quota, but a device that posts a new event each time the host hands
+// slots back cannot hold it there: the drain ends after the passes the
+// ring's size needs (what was posted when it began).
+func TestEventDrainBounded(t *testing.T) {
+	dev := hostile.NewDevice(hostile.DeviceConfig{})
+	h := hostile.Wrap(dev, hostile.Options{PassFree: true})
+	tr := &refillingTransport{Transport: h, dev: dev}
+	ctrl, err := mhi.NewController(tr, hostile.Config(), mhi.Options{EventQuota: 1, PollInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &scriptRig{dev: dev, h: h, ctrl: ctrl}
+	defer r.close(t)
+	mustPowerUp(t, r)
+	ch, _, _ := startDL(t, r, hostile.DataDL, 1, 64)
+	// Events for an element that is not queued: counted, otherwise ignored.
+	tr.ev = mhi.TransferEvent(treIOVA(t, r, hostile.DataDL, 5), mhi.CCEOT, 1, hostile.DataDL)
+	tr.on.Store(true)
+	if err := dev.Post(1, tr.ev); err != nil {
+		t.Fatal(err)
+	}
+	if !waitUntil(2*time.Second, func() bool { return tr.refills.Load() > 100 }) {
+		t.Fatalf("the device does not refill: %+v", r.ctrl.Stats())
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- ch.Stop() }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("Stop still draining after 5 s of a device that keeps posting (%d refills)", tr.refills.Load())
+	}
+	tr.on.Store(false)
 }
