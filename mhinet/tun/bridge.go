@@ -128,7 +128,8 @@ type bridgeCounters struct {
 // BridgeStats is a snapshot of a Bridge's counters. Uplink is TUN →
 // device, downlink is device → TUN. Every packet read from the TUN is in
 // UplinkPackets or in one Drop counter; every packet the device delivers
-// is in DownlinkPackets or WriteErrors.
+// is in DownlinkPackets or WriteErrors once written (while Run runs it may
+// wait in the downlink queue first; Run's end writes the queue).
 type BridgeStats struct {
 	// UplinkPackets and UplinkBytes count packets read from the TUN and
 	// taken by mhinet.Device.Transmit (which itself counts the ones it
