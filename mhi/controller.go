@@ -17,6 +17,11 @@ type Options struct {
 	// PollInterval is how often event rings are checked without an interrupt,
 	// a safety net against lost interrupts (default 50ms; negative disables).
 	PollInterval time.Duration
+	// EventQuota is the most events one pass over an event ring handles:
+	// with more posted, the ring's goroutine hands the consumed slots back,
+	// lets the other goroutines run and comes back for the rest (default
+	// DefaultEventQuota).
+	EventQuota int
 	// RecoveryBackoff is the wait before the second of several consecutive
 	// SYS_ERR recoveries; it doubles with every further one, up to
 	// RecoveryBackoffMax (defaults DefaultRecoveryBackoff and
@@ -55,6 +60,10 @@ const (
 	DefaultRecoveryWindow     = 10 * time.Second
 )
 
+// DefaultEventQuota is the default Options.EventQuota: as many events as
+// a NAPI poll's usual weight.
+const DefaultEventQuota = 64
+
 // BadEventRingRPLimit is the number of consecutive looks at an event ring
 // (interrupts or polls) that find its read pointer outside the ring after
 // which the host stops waiting for the device to repair it and recovers the
@@ -91,6 +100,8 @@ type Controller struct {
 	name string
 	log  *slog.Logger
 	poll time.Duration
+	// quota is Options.EventQuota with its default applied.
+	quota int
 
 	// Offsets published by the device, read and checked at power-up.
 	regLen, chdbOff, erdbOff, bhiOff uint32
@@ -192,10 +203,14 @@ func NewController(t Transport, cfg ControllerConfig, opts Options) (*Controller
 		name:      opts.Name,
 		log:       opts.Logger,
 		poll:      opts.PollInterval,
+		quota:     opts.EventQuota,
 		recoverCh: make(chan struct{}, 1),
 	}
 	if c.name == "" {
 		c.name = "mhi0"
+	}
+	if c.quota <= 0 {
+		c.quota = DefaultEventQuota
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -446,6 +461,12 @@ type ControllerStats struct {
 	Suspends     atomic.Uint64
 	Resumes      atomic.Uint64
 	AutoSuspends atomic.Uint64
+
+	// EventPasses counts passes over an event ring that found events,
+	// EventQuotaReached those that stopped at Options.EventQuota with
+	// events left for the next pass.
+	EventPasses       atomic.Uint64
+	EventQuotaReached atomic.Uint64
 }
 
 // ControllerStatsSnapshot is a copy of ControllerStats at one moment.
@@ -486,12 +507,17 @@ type ControllerStatsSnapshot struct {
 	RecoveryConsecutive uint64 `json:"recovery_consecutive"`
 	RecoveryBackoffMs   uint64 `json:"recovery_backoff_ms"`
 	RecoveryFailed      uint64 `json:"recovery_failed"`
+
+	// EventPasses and EventQuotaReached: see ControllerStats.
+	EventPasses       uint64 `json:"event_passes"`
+	EventQuotaReached uint64 `json:"event_quota_reached"`
 }
 
 func (s *ControllerStats) snapshot() ControllerStatsSnapshot {
 	return ControllerStatsSnapshot{
 		Interrupts: s.Interrupts.Load(), Doorbells: s.Doorbells.Load(), Events: s.Events.Load(),
-		EventsByPoll: s.EventsByPoll.Load(), Commands: s.Commands.Load(), StateChanges: s.StateChanges.Load(),
+		EventsByPoll: s.EventsByPoll.Load(), EventPasses: s.EventPasses.Load(), EventQuotaReached: s.EventQuotaReached.Load(),
+		Commands: s.Commands.Load(), StateChanges: s.StateChanges.Load(),
 		BadEventRingRP: s.BadEventRingRP.Load(), BadEventPtr: s.BadEventPtr.Load(),
 		UnknownChannel: s.UnknownChannel.Load(), BadCode: s.BadCode.Load(), LengthClamped: s.LengthClamped.Load(),
 		UnknownEvent: s.UnknownEvent.Load(), StaleCompletion: s.StaleCompletion.Load(),

@@ -2,6 +2,7 @@ package mhi
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,40 +95,64 @@ func (er *EventRing) run(stop <-chan struct{}, poll time.Duration) {
 		defer t.Stop()
 		tick = t.C
 	}
+	quota := er.ctrl.quota
 	for {
+		more := false
 		select {
 		case <-stop:
 			return
 		case <-er.notify:
-			er.process(false)
+			more = er.pass(false, quota)
 		case <-tick:
-			er.process(true)
+			more = er.pass(true, quota)
+		}
+		if more {
+			// The quota ran out with events left: come back for them
+			// after the other goroutines (the other rings, the stop,
+			// whoever waits for procMu) had their turn.
+			er.signal()
+			runtime.Gosched()
 		}
 	}
 }
 
-// process consumes every event the device has posted.
+// process consumes every event the device has posted, in passes of at
+// most the controller's quota (for callers that must see the ring drained:
+// channel stop and reset).
 func (er *EventRing) process(byPoll bool) {
+	// The ring holds at most n-1 events, so these passes consume all that
+	// were posted when the call began; a device that keeps posting cannot
+	// hold the caller here.
+	quota := er.ctrl.quota
+	for passes := (er.n - 1 + quota - 1) / quota; passes > 0 && er.pass(byPoll, quota); passes-- {
+	}
+}
+
+// pass consumes at most quota of the events the device has posted, hands
+// their slots back, and reports whether posted events are left for
+// another pass.
+func (er *EventRing) pass(byPoll bool, quota int) (more bool) {
 	c := er.ctrl
 	c.procMu.RLock()
 	defer c.procMu.RUnlock()
 	er.mu.Lock()
 	defer er.mu.Unlock()
 	if !c.allocated || !er.armed() || c.halted.Load() {
-		return
+		return false
 	}
 	devRPIOVA := Load64(er.ctx(), CtxRP)
 	devRP, err := er.index2(devRPIOVA)
 	if err != nil {
 		er.badReadPointer(devRPIOVA, err)
-		return
+		return false
 	}
 	er.badRPSet, er.badLooks = false, 0
 	if devRP == er.rp {
-		return
+		return false
 	}
+	c.stats.EventPasses.Add(1)
 	n := 0
-	for er.rp != devRP {
+	for er.rp != devRP && n < quota {
 		ev := er.get(er.rp)
 		er.rp = er.next(er.rp)
 		er.wp = er.next(er.wp)
@@ -147,6 +172,11 @@ func (er *EventRing) process(byPoll bool) {
 			c.log.Warn("event ring doorbell", "ring", er.index, "err", err, "doorbell_errors", n)
 		}
 	}
+	if er.rp != devRP {
+		c.stats.EventQuotaReached.Add(1)
+		return true
+	}
+	return false
 }
 
 // gatedDoorbell rings a doorbell unless the controller is halted

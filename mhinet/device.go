@@ -378,6 +378,7 @@ func (d *Device) Down() error {
 	d.up = false
 	dlStopped := d.dlStopped
 	d.stateMu.Unlock()
+	d.tx.wake() // a caller waiting after ErrBusy finds ErrDown
 	// Stop before the reset: the modem finishes the downlink transfer it
 	// is writing (the ring is still refilled meanwhile) and the host
 	// handles every completion posted before the stop, so what the modem

@@ -56,10 +56,14 @@ type txPath struct {
 
 	agg txAgg
 	zc  zcPath
+
+	// ready wakes a caller waiting after ErrBusy (Device.TransmitReady).
+	ready chan struct{}
 }
 
 func (t *txPath) init(d *Device) error {
 	t.d, t.f = d, d.framing
+	t.ready = make(chan struct{}, 1)
 	t.xfers = make([]mhi.Transfer, 0, d.ul.Config().Elements)
 	t.agg.init(t, &d.cfg)
 	return t.zc.init(d)
@@ -327,6 +331,7 @@ func (t *txPath) onComplete(c mhi.Completion) {
 		d.c.txStaleCompletion.Add(1)
 		return
 	}
+	defer t.wake()
 	b := &t.bufs[c.Cookie]
 	if c.Err != nil {
 		d.c.txAborted.Add(uint64(b.pkts))
@@ -338,4 +343,22 @@ func (t *txPath) onComplete(c mhi.Completion) {
 	b.pkts, b.bytes = 0, 0
 	t.free = append(t.free, int(c.Cookie))
 	t.inFlight--
+}
+
+// TransmitReady returns a channel that receives a value when the uplink
+// may take packets again after ErrBusy: a completion freed a transmit
+// buffer or ring element, the modem released zero-copy slots, SetMTU
+// ended, or the device went down. Values are coalesced (at most one
+// waits) and may predate the ErrBusy they answer: after one, call again
+// and, on ErrBusy, wait again. It lets a caller sleep until completions
+// come instead of polling.
+func (d *Device) TransmitReady() <-chan struct{} { return d.tx.ready }
+
+// wake tells a caller waiting on TransmitReady to try again; it never
+// blocks.
+func (t *txPath) wake() {
+	select {
+	case t.ready <- struct{}{}:
+	default:
+	}
 }

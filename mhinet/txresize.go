@@ -68,6 +68,7 @@ func (t *txPath) drain() error {
 			t.resizing = false
 			t.mu.Unlock()
 			t.zc.handBack()
+			t.wake()
 			return fmt.Errorf("mhinet: MTU change: %d transmit buffers and %d zero-copy buffers still with the device: %w",
 				n, z, mhi.ErrTimeout)
 		}
@@ -86,4 +87,5 @@ func (t *txPath) endResize() {
 	t.mu.Lock()
 	t.resizing = false
 	t.mu.Unlock()
+	t.wake()
 }

@@ -143,6 +143,7 @@ func (z *zcPath) onPoll() {
 	z.reapLocked()
 	t.mu.Unlock()
 	z.handBack()
+	t.wake()
 }
 
 // armPollLocked keeps the poll running while slots are pending.
@@ -490,4 +491,5 @@ func (z *zcPath) onComplete(c mhi.Completion) {
 	z.reapLocked()
 	t.mu.Unlock()
 	z.handBack()
+	t.wake()
 }

@@ -50,6 +50,8 @@ var statDocs = map[string]map[string]statDoc{
 		"doorbells":               counter("doorbells the controller rang (channel, event ring and command doorbells)"),
 		"events":                  counter("events the controller read from its event rings"),
 		"events_by_poll":          counter("events found by polling the event rings rather than after an interrupt"),
+		"event_passes":            counter("passes over an event ring that found events (each handles at most the event quota)"),
+		"event_quota_reached":     counter("event-ring passes that stopped at the event quota with events left for the next pass"),
 		"commands":                counter("commands the controller sent on the command ring"),
 		"state_changes":           counter("MHI state-change events the device sent"),
 		"bad_event_ring_rp":       counter("event ring read pointers the device published outside the ring (device misbehaviour; events ignored until repaired)"),

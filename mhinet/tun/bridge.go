@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,6 +82,10 @@ type Bridge struct {
 	rxMu   sync.Mutex
 	rxBufs [][]byte
 	gro    coalescer // frames for a TUN with virtio_net_hdr
+	dl     downlink  // Receive's queue to Run's writer (downlink.go)
+
+	// busyTimer bounds an uplink wait for TransmitReady (Run's).
+	busyTimer *time.Timer
 
 	c bridgeCounters
 }
@@ -93,12 +95,15 @@ var _ mhinet.Receiver = (*Bridge)(nil)
 // transmitter is the uplink side of an mhinet.Device.
 type transmitter interface {
 	Transmit(pkts [][]byte) (int, error)
+	// TransmitReady wakes a caller waiting after ErrBusy.
+	TransmitReady() <-chan struct{}
 }
 
 // gsoTransmitter is the segmenting uplink side of an mhinet.Device.
 type gsoTransmitter interface {
 	TransmitGSO(pkts []mhinet.GSOPacket) (int, error)
 	DropGSOPending() int
+	TransmitReady() <-chan struct{}
 }
 
 type bridgeCounters struct {
@@ -116,12 +121,15 @@ type bridgeCounters struct {
 	dropBusySegments       atomic.Uint64
 	downFrames, downSuper  atomic.Uint64
 	downCoalesced          atomic.Uint64
+	downBatches            atomic.Uint64
+	downQueueFull          atomic.Uint64
 }
 
 // BridgeStats is a snapshot of a Bridge's counters. Uplink is TUN →
 // device, downlink is device → TUN. Every packet read from the TUN is in
 // UplinkPackets or in one Drop counter; every packet the device delivers
-// is in DownlinkPackets or WriteErrors.
+// is in DownlinkPackets or WriteErrors once written (while Run runs it may
+// wait in the downlink queue first; Run's end writes the queue).
 type BridgeStats struct {
 	// UplinkPackets and UplinkBytes count packets read from the TUN and
 	// taken by mhinet.Device.Transmit (which itself counts the ones it
@@ -169,6 +177,11 @@ type BridgeStats struct {
 	// DownlinkCoalesced counts the downlink packets that went out inside
 	// those super-packets.
 	DownlinkCoalesced uint64 `json:"downlink_coalesced"`
+	// DownlinkBatches counts the batches Run's writer goroutine took from
+	// the downlink queue; DownlinkQueueFull the times Receive found the
+	// queue full and waited for the writer.
+	DownlinkBatches   uint64 `json:"downlink_batches"`
+	DownlinkQueueFull uint64 `json:"downlink_queue_full"`
 }
 
 // UplinkDropped sums the uplink drop counters (in packets read from the
@@ -200,7 +213,11 @@ func NewBridge(tun Device, cfg BridgeConfig) *Bridge {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Bridge{tun: tun, cfg: cfg, log: log, vnet: vnet, rxBufs: make([][]byte, 0, 64)}
+	b := &Bridge{tun: tun, cfg: cfg, log: log, vnet: vnet, rxBufs: make([][]byte, 0, cfg.Batch)}
+	b.dl.init()
+	b.busyTimer = time.NewTimer(time.Hour)
+	b.busyTimer.Stop()
+	return b
 }
 
 // Connect builds a bridge and its device in one go: NewBridge, mhinet.New
@@ -239,8 +256,12 @@ func (b *Bridge) TUN() Device { return b.tun }
 // Run moves packets from the TUN to the device until ctx is done (it
 // returns ctx.Err()) or the TUN fails (it returns the error; ErrClosed
 // once the TUN is closed). Each read batch goes to one Transmit call; when
-// the device answers ErrBusy the rest is retried with a short backoff and
-// dropped, counted, after BusyTimeout without progress. One Run at a time.
+// the device answers ErrBusy the rest waits for the device's
+// TransmitReady (a completion) and is retried, and dropped, counted,
+// after BusyTimeout without progress. While Run runs, the packets the
+// device delivers are written to the TUN by a writer goroutine of Run's
+// (see Receive); Run returns once it has written what was queued. One Run
+// at a time.
 func (b *Bridge) Run(ctx context.Context) error {
 	txp := b.tx.Load()
 	if txp == nil {
@@ -268,6 +289,8 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	stop := context.AfterFunc(ctx, func() { _ = b.tun.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
+	b.startWriter()
+	defer b.stopWriter()
 
 	slab := make([]byte, b.cfg.Batch*b.cfg.BufSize)
 	bufs := make([][]byte, b.cfg.Batch)
@@ -373,7 +396,6 @@ func (b *Bridge) filterVnet(bufs [][]byte, sizes []int, out []mhinet.GSOPacket) 
 // ErrBusy until everything is taken and no segment is left pending.
 func (b *Bridge) transmitGSO(ctx context.Context, dev gsoTransmitter, pkts []mhinet.GSOPacket) {
 	var since time.Time
-	retries := 0
 	for {
 		n, err := dev.TransmitGSO(pkts)
 		if n > 0 {
@@ -388,7 +410,7 @@ func (b *Bridge) transmitGSO(ctx context.Context, dev gsoTransmitter, pkts []mhi
 			b.c.upBytes.Add(uint64(bytes))
 			b.c.upSuper.Add(uint64(super))
 			pkts = pkts[n:]
-			since, retries = time.Time{}, 0
+			since = time.Time{}
 		}
 		if err == nil {
 			if len(pkts) == 0 {
@@ -396,7 +418,7 @@ func (b *Bridge) transmitGSO(ctx context.Context, dev gsoTransmitter, pkts []mhi
 			}
 			continue
 		}
-		if !b.retryAfter(ctx, err, len(pkts), &since, &retries, dev.DropGSOPending) {
+		if !b.retryAfter(ctx, err, len(pkts), &since, dev.TransmitReady(), dev.DropGSOPending) {
 			return
 		}
 	}
@@ -405,7 +427,6 @@ func (b *Bridge) transmitGSO(ctx context.Context, dev gsoTransmitter, pkts []mhi
 // transmit hands pkts to the device, retrying on ErrBusy.
 func (b *Bridge) transmit(ctx context.Context, dev transmitter, pkts [][]byte) {
 	var since time.Time // start of the current stretch without progress
-	retries := 0
 	for len(pkts) > 0 {
 		n, err := dev.Transmit(pkts)
 		if n > 0 {
@@ -416,34 +437,40 @@ func (b *Bridge) transmit(ctx context.Context, dev transmitter, pkts [][]byte) {
 			b.c.upPackets.Add(uint64(n))
 			b.c.upBytes.Add(uint64(bytes))
 			pkts = pkts[n:]
-			since, retries = time.Time{}, 0
+			since = time.Time{}
 		}
 		if err == nil || len(pkts) == 0 {
 			return
 		}
-		if !b.retryAfter(ctx, err, len(pkts), &since, &retries, nil) {
+		if !b.retryAfter(ctx, err, len(pkts), &since, dev.TransmitReady(), nil) {
 			return
 		}
 	}
 }
 
 // retryAfter decides what follows a transmit call that failed with err
-// and left left packets: on ErrBusy it backs off and reports true (retry)
-// until BusyTimeout passes without progress (since is the start of that
+// and left left packets: on ErrBusy it waits for ready (the device's
+// TransmitReady: a completion freed room) and reports true (retry) until
+// BusyTimeout passes without progress (since is the start of that
 // stretch, reset by the caller on progress) or ctx ends; otherwise, and
 // then, it counts the packets as dropped under their reason, with the
 // segments dropPending discards (GSO), and reports false.
-func (b *Bridge) retryAfter(ctx context.Context, err error, left int, since *time.Time, retries *int, dropPending func() int) bool {
+func (b *Bridge) retryAfter(ctx context.Context, err error, left int, since *time.Time, ready <-chan struct{}, dropPending func() int) bool {
 	switch {
 	case errors.Is(err, mhinet.ErrBusy):
 		now := time.Now()
 		if since.IsZero() {
 			*since = now
 		}
-		if now.Sub(*since) < b.cfg.BusyTimeout && ctx.Err() == nil {
+		if wait := b.cfg.BusyTimeout - now.Sub(*since); wait > 0 && ctx.Err() == nil {
 			b.c.busyRetries.Add(1)
-			backoff(*retries)
-			*retries++
+			b.busyTimer.Reset(wait)
+			select {
+			case <-ready:
+			case <-ctx.Done():
+			case <-b.busyTimer.C:
+			}
+			b.busyTimer.Stop()
 			return true
 		}
 		b.c.dropBusy.Add(uint64(left))
@@ -460,62 +487,6 @@ func (b *Bridge) retryAfter(ctx context.Context, err error, left int, since *tim
 		b.log.Warn("uplink transmit failed: packets dropped", "packets", left, "err", err)
 	}
 	return false
-}
-
-// backoff waits before the retry-th retry of a busy transmit: a few
-// yields first (completions are usually microseconds away), then sleeps
-// growing to a millisecond.
-func backoff(retry int) {
-	if retry < 4 {
-		runtime.Gosched()
-		return
-	}
-	d := time.Duration(10<<min(retry-4, 7)) * time.Microsecond
-	time.Sleep(min(d, time.Millisecond))
-}
-
-// Receive writes the packets the device delivers to the TUN and releases
-// them. It implements mhinet.Receiver; failed writes are counted in
-// WriteErrors.
-func (b *Bridge) Receive(pkts []mhinet.Packet) {
-	if b.vnet > 0 {
-		b.receiveVnet(pkts)
-		return
-	}
-	b.rxMu.Lock()
-	all := b.rxBufs[:0]
-	for _, p := range pkts {
-		all = append(all, p.Data)
-	}
-	bufs := all
-	for len(bufs) > 0 {
-		n, err := b.tun.Write(bufs)
-		b.c.downFrames.Add(uint64(n))
-		if n > 0 {
-			bytes := 0
-			for _, p := range bufs[:n] {
-				bytes += len(p)
-			}
-			b.c.downPackets.Add(uint64(n))
-			b.c.downBytes.Add(uint64(bytes))
-		}
-		if err == nil {
-			break
-		}
-		if errors.Is(err, ErrClosed) || errors.Is(err, os.ErrClosed) {
-			b.c.writeErrors.Add(uint64(len(bufs) - n))
-			break
-		}
-		b.c.writeErrors.Add(1)
-		b.log.Debug("TUN write failed", "err", err)
-		bufs = bufs[n+1:]
-	}
-	clear(all) // drop the references into receive buffers
-	b.rxBufs = all[:0]
-	b.rxMu.Unlock()
-	for _, p := range pkts {
-		p.Release()
-	}
 }
 
 // MTU returns the TUN's MTU.
@@ -577,5 +548,7 @@ func (b *Bridge) Stats() BridgeStats {
 		DownlinkWrites:       c.downFrames.Load(),
 		DownlinkSuperPackets: c.downSuper.Load(),
 		DownlinkCoalesced:    c.downCoalesced.Load(),
+		DownlinkBatches:      c.downBatches.Load(),
+		DownlinkQueueFull:    c.downQueueFull.Load(),
 	}
 }

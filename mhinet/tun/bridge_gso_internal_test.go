@@ -27,6 +27,9 @@ func (s *stuckGSO) TransmitGSO(pkts []mhinet.GSOPacket) (int, error) {
 	return n, mhinet.ErrBusy // segments stay pending
 }
 
+// TransmitReady never fires: the completions never come.
+func (s *stuckGSO) TransmitReady() <-chan struct{} { return nil }
+
 func (s *stuckGSO) DropGSOPending() int {
 	n := s.pending
 	s.pending, s.dropped = 0, s.dropped+n

@@ -3,6 +3,7 @@ package tun
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +30,9 @@ func (s *stuckTX) Transmit(pkts [][]byte) (int, error) {
 	}
 	return n, nil
 }
+
+// TransmitReady never fires: the completions never come.
+func (s *stuckTX) TransmitReady() <-chan struct{} { return nil }
 
 // A device that stays busy: the bridge retries for BusyTimeout, then
 // drops what is left and counts it; other transmit errors drop and count
@@ -60,5 +64,50 @@ func TestTransmitBusyBound(t *testing.T) {
 	b.transmit(context.Background(), &stuckTX{fail: errors.New("boom")}, pkts[:1])
 	if s := b.Stats(); s.DropDown != 5 || s.DropTxError != 1 || s.UplinkDropped() != 10 {
 		t.Fatalf("after errors: %+v", s)
+	}
+}
+
+// wokenTX answers ErrBusy until its completion comes (ready fires), then
+// takes everything.
+type wokenTX struct {
+	ready chan struct{}
+	done  atomic.Bool // the completion came
+	calls atomic.Int32
+}
+
+func (w *wokenTX) Transmit(pkts [][]byte) (int, error) {
+	w.calls.Add(1)
+	if !w.done.Load() {
+		return 0, mhinet.ErrBusy
+	}
+	return len(pkts), nil
+}
+
+func (w *wokenTX) TransmitReady() <-chan struct{} { return w.ready }
+
+// A busy uplink sleeps until the device's completion wakes it, then
+// retries at once: one call before the completion, one after, whatever
+// the time between (no polling), and nothing dropped.
+func TestTransmitWokenByCompletion(t *testing.T) {
+	b := NewBridge(NewChannelTUN(), BridgeConfig{BusyTimeout: 10 * time.Second})
+	tx := &wokenTX{ready: make(chan struct{}, 1)}
+	pkts := [][]byte{{0x45}, {0x45}, {0x45}}
+	const quiet = 100 * time.Millisecond
+	var woke time.Time
+	go func() {
+		time.Sleep(quiet)
+		tx.done.Store(true)
+		woke = time.Now()
+		tx.ready <- struct{}{}
+	}()
+	start := time.Now()
+	b.transmit(context.Background(), tx, pkts)
+	end := time.Now()
+	s := b.Stats()
+	if s.UplinkPackets != 3 || s.UplinkDropped() != 0 || s.BusyRetries != 1 || tx.calls.Load() != 2 {
+		t.Fatalf("stats %+v after %d calls, want 3 packets, 1 retry, 2 calls", s, tx.calls.Load())
+	}
+	if end.Sub(start) < quiet || end.Sub(woke) > 2*time.Second {
+		t.Fatalf("took %v, %v after the completion", end.Sub(start), end.Sub(woke))
 	}
 }
