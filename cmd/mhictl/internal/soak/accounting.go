@@ -114,10 +114,6 @@ const (
 	// the host never saw because a reset or SYS_ERR came first. They are
 	// subtracted, or they would be counted twice.
 	dropULUnconfirmed = "ul_consumed_unconfirmed"
-	// dropRecoveryDiscard: packets the modem wrote whole into host
-	// buffers, completion event included, that the host discarded in
-	// SYS_ERR recovery (BugRecoveryDiscard).
-	dropRecoveryDiscard = "host_recovery_discarded"
 	// dropLostInModem: vfio-user only, packets missing after a phase with
 	// a modem kill, restart or SoC reset, whose fate the modem's counters
 	// (in another process) would tell.
@@ -134,7 +130,6 @@ type phaseCheck struct {
 	recoveries uint64 // host recoveries during the phase (SYS_ERR, SoC reset)
 	faults     uint64 // vfio-user: kills, restarts, SoC resets during the phase
 	bound      uint64 // most packets one fault may take with it
-	knownBug   func(KnownBug) bool
 
 	drops    map[string]uint64 // filled by evaluate: named drops of the phase
 	problems []string          // filled by evaluate: why it does not hold
@@ -219,15 +214,9 @@ func (c *phaseCheck) evaluate() {
 		case reached < h.RxPackets:
 			bad("downlink: the host delivered %d packets, the modem sent %d (%d dropped in its queue)", h.RxPackets, m.dl, m.droppedQueued)
 		default:
-			lost := reached - h.RxPackets
-			if c.knownBug(BugRecoveryDiscard) && c.recoveries > 0 && lost <= c.recoveries*c.bound {
-				c.drops[dropRecoveryDiscard] = lost
-				counted += lost
-			} else {
-				bad("downlink: %d packets the modem wrote whole into host buffers were never delivered and no host counter names them "+
-					"(modem dl %d − dropped in queue %d − host rx_packets %d; host rx_dropped %d, rx_errors %d, chain_aborted %d; %d recoveries in the phase)",
-					lost, m.dl, m.droppedQueued, h.RxPackets, h.RxDropped, h.RxErrors, h.RxChainAborted, c.recoveries)
-			}
+			bad("downlink: %d packets the modem wrote whole into host buffers were never delivered and no host counter names them "+
+				"(modem dl %d − dropped in queue %d − host rx_packets %d; host rx_dropped %d, rx_errors %d, chain_aborted %d; %d recoveries in the phase)",
+				reached-h.RxPackets, m.dl, m.droppedQueued, h.RxPackets, h.RxDropped, h.RxErrors, h.RxChainAborted, c.recoveries)
 		}
 	}
 	// End to end: every packet sent arrived or is counted, exactly.

@@ -238,7 +238,7 @@ func (r *runner) snapshot() snapshot {
 // Settle passes, and records a violation if conservation does not hold.
 func (r *runner) settle(n int, gen bool, sent uint64, before snapshot) phaseResult {
 	start := time.Now()
-	c := &phaseCheck{sent: sent, generator: gen, knownBug: r.o.knownBug, bound: r.faultBound()}
+	c := &phaseCheck{sent: sent, generator: gen, bound: r.faultBound()}
 	// Settled when the checks hold, no recovery or restart is under way,
 	// and nothing has arrived for settleQuiet: over vfio-user the modem's
 	// queues are out of sight, and packets it still holds would arrive in

@@ -100,16 +100,10 @@ func (r *runner) sysErrBurst(rng *rand.Rand) {
 }
 
 // injectFault puts the in-process modem in SYS_ERR, or (vfio-user) writes
-// soc_reset in the attribute tree; the host recovers from either. With
-// BugResetContextRace it waits, holding faultMu, until the host has
-// recovered, so that no control operation overlaps the recovery.
+// soc_reset in the attribute tree; the host recovers from either. Control
+// operations (MRU writes, data restarts, LOOPBACK reopenings) go on
+// meanwhile and may overlap the recovery.
 func (r *runner) injectFault() {
-	avoid := r.o.knownBug(BugResetContextRace)
-	if avoid {
-		r.faultMu.Lock()
-		defer r.faultMu.Unlock()
-	}
-	before := r.recovered.Load() + r.recoveryFailed.Load()
 	s, release := r.current()
 	if s == nil {
 		release()
@@ -127,15 +121,6 @@ func (r *runner) injectFault() {
 		r.modemFaults.Add(1)
 	}
 	release()
-	if !avoid {
-		return
-	}
-	deadline := time.Now().Add(r.o.Stall)
-	for r.recovered.Load()+r.recoveryFailed.Load() == before || r.recovering.Load() > 0 {
-		if time.Now().After(deadline) || !r.sleep(time.Millisecond) {
-			return // the watchdog names a recovery that does not end
-		}
-	}
 }
 
 // waitRecovered waits until no recovery is in progress, so that faults
@@ -153,10 +138,6 @@ func (r *runner) waitRecovered() error {
 // reset and restarted, its pools rebuilt), retrying Up while the
 // controller refuses it.
 func (r *runner) restartData(rng *rand.Rand) {
-	r.control(func() { r.restartDataLocked(rng) })
-}
-
-func (r *runner) restartDataLocked(rng *rand.Rand) {
 	r.restarting.Add(1)
 	defer r.restarting.Add(-1)
 	s, release := r.current()

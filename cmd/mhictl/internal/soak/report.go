@@ -52,12 +52,11 @@ type Summary struct {
 
 	// Loopback is the LOOPBACK pair's traffic; Host the data devices'
 	// counters summed over the run; Resources the flatness verdicts;
-	// Samples the resource curves; KnownBugs the bugs lived with.
+	// Samples the resource curves.
 	Loopback   LoopbackCounts    `json:"loopback"`
 	Host       map[string]uint64 `json:"host"`
 	Resources  []Resource        `json:"resources"`
 	Samples    []Sample          `json:"samples"`
-	KnownBugs  []KnownBug        `json:"known_bugs,omitempty"`
 	Violations []Violation       `json:"violations,omitempty"`
 }
 
@@ -72,7 +71,7 @@ func (r *runner) summary() *Summary {
 		Recoveries: r.recovered.Load(), RecoveryFailed: r.recoveryFailed.Load(),
 		DataRestarts: r.dataRestarts.Load(), ModemRestarts: r.modemRestarts.Load(),
 		Loopback: r.lb.snapshot(), Resources: r.mon.resources(), Samples: r.mon.Samples(),
-		KnownBugs: o.KnownBugs, Host: map[string]uint64{},
+		Host: map[string]uint64{},
 	}
 	s.Receiver = r.rx.totals()
 	s.Delivered, s.Bytes = s.Receiver.Unique, s.Receiver.Bytes
@@ -143,13 +142,10 @@ func (s *Summary) WriteTable(w io.Writer, maxRows int) error {
 		row("modem restarts", s.ModemRestarts)
 	}
 	lb := s.Loopback
-	row("LOOPBACK transfers", fmt.Sprintf("%d sent, %d received, %d aborted by SYS_ERR, %d lost with the modem, %d mismatched, %d late echoes",
-		lb.Sent, lb.Received, lb.Aborted, lb.Lost, lb.Mismatched, lb.LateEchoes))
+	row("LOOPBACK transfers", fmt.Sprintf("%d sent, %d received, %d aborted by SYS_ERR, %d lost with the modem, %d mismatched",
+		lb.Sent, lb.Received, lb.Aborted, lb.Lost, lb.Mismatched))
 	rc := s.Receiver
 	row("receiver", fmt.Sprintf("%d duplicates, %d corrupt, %d late, %d out of range", rc.Duplicates, rc.Corrupt, rc.Late, rc.OutOfRange))
-	if len(s.KnownBugs) > 0 {
-		row("known bugs lived with", JoinBugs(s.KnownBugs))
-	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -216,7 +212,7 @@ func (s *Summary) WriteMarkdown(w io.Writer, command string, maxRows int) error 
 	kv("data channel restarts", s.DataRestarts)
 	kv("LOOPBACK restarts", s.Loopback.Restarts)
 	lb := s.Loopback
-	kv("LOOPBACK transfers", fmt.Sprintf("%d sent, %d received, %d aborted by SYS_ERR, %d lost with the modem, %d mismatched, %d late echoes", lb.Sent, lb.Received, lb.Aborted, lb.Lost, lb.Mismatched, lb.LateEchoes))
+	kv("LOOPBACK transfers", fmt.Sprintf("%d sent, %d received, %d aborted by SYS_ERR, %d lost with the modem, %d mismatched", lb.Sent, lb.Received, lb.Aborted, lb.Lost, lb.Mismatched))
 	kv("duplicates / corrupt / late", fmt.Sprintf("%d / %d / %d", s.Receiver.Duplicates, s.Receiver.Corrupt, s.Receiver.Late))
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| drop counter | packets |")

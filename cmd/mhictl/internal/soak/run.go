@@ -44,11 +44,6 @@ type runner struct {
 
 	lb *lbDriver
 
-	// faultMu keeps control operations and SYS_ERR recoveries apart
-	// (BugResetContextRace): control operations hold it for reading, an
-	// injected fault for writing until the host has recovered.
-	faultMu sync.RWMutex
-
 	// Counters of what the soak did.
 	sent            atomic.Uint64 // data packets sent (taken by Transmit or generated)
 	phases          atomic.Int64
@@ -258,17 +253,6 @@ func (r *runner) done() bool {
 	return r.o.Packets > 0 && r.sent.Load() >= r.o.Packets
 }
 
-// control runs a control operation (an MRU write, a data restart, a
-// LOOPBACK reopen); with BugResetContextRace it never overlaps a recovery
-// the soak caused.
-func (r *runner) control(f func()) {
-	if r.o.knownBug(BugResetContextRace) {
-		r.faultMu.RLock()
-		defer r.faultMu.RUnlock()
-	}
-	f()
-}
-
 // setMRU writes the MRU through the attribute tree, as FUSE and netlink
 // writes do, retrying while the device is busy (a recovery, a restart).
 func (r *runner) setMRU(mru int) {
@@ -277,12 +261,9 @@ func (r *runner) setMRU(mru int) {
 	// the watchdog first.
 	deadline := time.Now().Add(2 * r.o.Stall)
 	for {
-		var err error
-		r.control(func() {
-			r.sessMu.RLock()
-			err = r.tree.Set(path, strconv.Itoa(mru))
-			r.sessMu.RUnlock()
-		})
+		r.sessMu.RLock()
+		err := r.tree.Set(path, strconv.Itoa(mru))
+		r.sessMu.RUnlock()
 		if err == nil {
 			r.mruChanges.Add(1)
 			for range 3 { // sabotage: three of each per change, so a run of seconds under -race shows it

@@ -54,15 +54,12 @@ func serve(spec string) int {
 	return 0
 }
 
-// quick are options for a run of seconds: small phases, frequent faults,
-// the known bugs lived with that a run of seconds can meet (each has its
-// own test under the knownbugs build tag; the LOOPBACK reopen leak takes
-// an hour to matter, and the reopening is exercised here).
+// quick are options for a run of seconds: small phases, frequent faults.
 func quick(d time.Duration) Options {
 	return Options{
 		Duration: d, PhasePackets: 3000, Warmup: 4 * time.Second,
 		RestartGap: time.Second, LoopbackRestartGap: time.Second,
-		ModemRestartGap: 2 * time.Second, KnownBugs: []KnownBug{BugRecoveryDiscard, BugResetContextRace, BugLoopbackLateEcho},
+		ModemRestartGap: 2 * time.Second,
 		// RSS is judged by 'make soak' (a normal build, a minute): in a
 		// race-enabled run of seconds it is still growing.
 		Slack: Slack{RSSBytes: 1 << 30},
@@ -203,7 +200,6 @@ func TestOptionsValidate(t *testing.T) {
 		{"unknown model", Options{Duration: time.Second, Model: "nokia-3310"}},
 		{"bad MRU", Options{Duration: time.Second, MRUs: []int{100}}},
 		{"bad size", Options{Duration: time.Second, Sizes: []int{20}}},
-		{"unknown bug", Options{Duration: time.Second, KnownBugs: []KnownBug{"everything"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.o.Validate(); !errors.Is(err, ErrOptions) {
