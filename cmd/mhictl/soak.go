@@ -159,11 +159,12 @@ violation.`,
 }
 
 // serveCommand returns the command that serves the mock modem for a
-// vfio-user soak: this program's 'modem serve' in loopback mode.
+// vfio-user soak: this program's 'modem serve' in loopback mode, its
+// events as JSON lines (the soak reads the modem's counters from them).
 func serveCommand(self, logLevel string) func(socket, model string, format mhinet.Format) *exec.Cmd {
 	return func(socket, model string, format mhinet.Format) *exec.Cmd {
 		return exec.Command(self, "--model", model, "--log-level", logLevel,
-			"modem", "serve", "--socket", socket, "--ip-mode", "loopback", "--format", format.String())
+			"modem", "serve", "--socket", socket, "--ip-mode", "loopback", "--format", format.String(), "--json-log")
 	}
 }
 

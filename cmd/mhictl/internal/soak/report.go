@@ -38,17 +38,21 @@ type Summary struct {
 	// writes through the attribute tree (and refusals retried), faults
 	// injected, recoveries seen (and failed attempts), restarts, and the
 	// controller's stale completion events (closed sessions).
-	Phases          int64  `json:"phases"`
-	GeneratorPhases int64  `json:"generator_phases"`
-	MRUChanges      uint64 `json:"mru_changes"`
-	MRURefused      uint64 `json:"mru_writes_refused"`
-	SysErrs         uint64 `json:"sys_errs_injected"`
-	SoCResets       uint64 `json:"soc_resets"`
-	Recoveries      uint64 `json:"recoveries"`
-	RecoveryFailed  uint64 `json:"recovery_attempts_failed"`
-	DataRestarts    uint64 `json:"data_channel_restarts"`
-	ModemRestarts   uint64 `json:"modem_restarts"`
-	StaleEvents     uint64 `json:"host_stale_completion_events"`
+	Phases          int64 `json:"phases"`
+	GeneratorPhases int64 `json:"generator_phases"`
+	// PhasesBounded were judged without the modem's counters: over
+	// vfio-user, the phases in which the served modem was killed (its
+	// losses are lost_in_modem, bounded per kill).
+	PhasesBounded  int64  `json:"phases_without_modem_counters"`
+	MRUChanges     uint64 `json:"mru_changes"`
+	MRURefused     uint64 `json:"mru_writes_refused"`
+	SysErrs        uint64 `json:"sys_errs_injected"`
+	SoCResets      uint64 `json:"soc_resets"`
+	Recoveries     uint64 `json:"recoveries"`
+	RecoveryFailed uint64 `json:"recovery_attempts_failed"`
+	DataRestarts   uint64 `json:"data_channel_restarts"`
+	ModemRestarts  uint64 `json:"modem_restarts"`
+	StaleEvents    uint64 `json:"host_stale_completion_events"`
 
 	// Loopback is the LOOPBACK pair's traffic; Host the data devices'
 	// counters summed over the run; Resources the flatness verdicts;
@@ -65,7 +69,7 @@ func (r *runner) summary() *Summary {
 	s := &Summary{
 		Transport: o.Transport, Model: o.Model, Format: o.Format.String(), Seed: o.Seed,
 		Duration: time.Since(r.start), Sent: r.sent.Load(),
-		Phases: r.phases.Load(), GeneratorPhases: r.genPhases.Load(),
+		Phases: r.phases.Load(), GeneratorPhases: r.genPhases.Load(), PhasesBounded: r.phasesBounded.Load(),
 		MRUChanges: r.mruChanges.Load(), MRURefused: r.mruRefused.Load(),
 		SysErrs: r.sysErrs.Load(), SoCResets: r.socResets.Load(),
 		Recoveries: r.recovered.Load(), RecoveryFailed: r.recoveryFailed.Load(),
@@ -129,7 +133,7 @@ func (s *Summary) WriteTable(w io.Writer, maxRows int) error {
 	row("data packets sent", s.Sent)
 	row("delivered", fmt.Sprintf("%d (%.0f packets/s, %d bytes)", s.Delivered, s.PacketsPerS, s.Bytes))
 	row("counted drops", fmt.Sprintf("%d − %d counted twice: sent − delivered = %d", s.Counted, s.CountedTwice, int64(s.Sent)-int64(s.Delivered)))
-	row("phases", fmt.Sprintf("%d (%d generator, %d loopback)", s.Phases, s.GeneratorPhases, s.Phases-s.GeneratorPhases))
+	row("phases", fmt.Sprintf("%d (%d generator, %d loopback; %d judged without the modem's counters)", s.Phases, s.GeneratorPhases, s.Phases-s.GeneratorPhases, s.PhasesBounded))
 	row("MRU changes", fmt.Sprintf("%d (%d writes refused while busy)", s.MRUChanges, s.MRURefused))
 	row("SYS_ERRs injected", s.SysErrs)
 	if s.Transport == VFIOUser {
@@ -202,7 +206,7 @@ func (s *Summary) WriteMarkdown(w io.Writer, command string, maxRows int) error 
 	kv("data packets sent", s.Sent)
 	kv("delivered", fmt.Sprintf("%d (%.0f packets/s)", s.Delivered, s.PacketsPerS))
 	kv("counted drops", fmt.Sprintf("%d (− %d counted twice) = sent − delivered", s.Counted, s.CountedTwice))
-	kv("phases", fmt.Sprintf("%d (%d generator, %d loopback)", s.Phases, s.GeneratorPhases, s.Phases-s.GeneratorPhases))
+	kv("phases", fmt.Sprintf("%d (%d generator, %d loopback; %d judged without the modem's counters)", s.Phases, s.GeneratorPhases, s.Phases-s.GeneratorPhases, s.PhasesBounded))
 	kv("MRU changes (attribute tree)", fmt.Sprintf("%d (%d writes refused while busy, retried)", s.MRUChanges, s.MRURefused))
 	kv("SYS_ERRs injected / recovered", fmt.Sprintf("%d / %d (%d attempts failed)", s.SysErrs, s.Recoveries, s.RecoveryFailed))
 	if s.Transport == VFIOUser {

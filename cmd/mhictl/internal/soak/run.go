@@ -48,6 +48,7 @@ type runner struct {
 	sent            atomic.Uint64 // data packets sent (taken by Transmit or generated)
 	phases          atomic.Int64
 	genPhases       atomic.Int64
+	phasesBounded   atomic.Int64 // phases judged without the modem's counters (a served modem killed)
 	mruChanges      atomic.Uint64
 	mruRefused      atomic.Uint64
 	sysErrs         atomic.Uint64 // injected
@@ -59,7 +60,6 @@ type runner struct {
 	dataRestarts    atomic.Uint64
 	restarting      atomic.Int32 // a data restart (Down … Up) or modem restart in progress
 	modemRestarts   atomic.Uint64
-	modemFaults     atomic.Uint64 // vfio-user: faults the served modem's counters would account for (kills, restarts, SoC resets)
 	bound           atomic.Uint64 // faultBound, once known
 
 	mu         sync.Mutex
@@ -199,14 +199,29 @@ func (r *runner) hostTotals() hostCounts {
 	return h
 }
 
-// modemStats returns the in-process modem's IP data counters.
-func (r *runner) modemStats() (ep.IPDataStats, bool) {
+// modemStats returns the modem's IP data counters and the session they
+// belong to: the in-process modem's, or (remote) the served modem's,
+// asked for over its side channel (session.remoteStats).
+func (r *runner) modemStats(remote bool) (st ep.IPDataStats, session int, ok bool) {
 	r.sessMu.RLock()
-	defer r.sessMu.RUnlock()
-	if r.sess == nil || r.sess.ipd == nil {
-		return ep.IPDataStats{}, false
+	s := r.sess
+	if s == nil {
+		r.sessMu.RUnlock()
+		return st, 0, false
 	}
-	return r.sess.ipd.Stats(), true
+	if s.ipd != nil {
+		st = s.ipd.Stats()
+		r.sessMu.RUnlock()
+		return st, s.n, true
+	}
+	r.sessMu.RUnlock()
+	if !remote {
+		return st, s.n, false
+	}
+	// Not under sessMu: a modem restart may kill the server meanwhile
+	// (remoteStats then reports false).
+	st, ok = s.remoteStats()
+	return st, s.n, ok
 }
 
 // Violation is a failed check.

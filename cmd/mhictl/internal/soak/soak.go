@@ -116,7 +116,9 @@ type Options struct {
 	Slack Slack
 	// ServeCommand builds the command that serves the mock modem on a
 	// vfio-user socket (VFIOUser only): it must run 'mhictl modem serve
-	// --socket SOCKET --ip-mode loopback' with the model and format given.
+	// --socket SOCKET --ip-mode loopback --json-log' with the model and
+	// format given (the soak asks it for its counters with SIGUSR1 and
+	// reads them, MsgIPDataStats, from its standard output).
 	ServeCommand func(socket, model string, format mhinet.Format) *exec.Cmd
 	// Logger receives the stack's logs (nil: discard).
 	Logger *slog.Logger
@@ -260,3 +262,12 @@ func (o *Options) defaults() error {
 
 // Validate checks the options (with defaults applied to a copy).
 func (o Options) Validate() error { return o.defaults() }
+
+// Messages of a served modem ('mhictl modem serve --json-log') that carry
+// its IP data counters (ep.IPDataStats, as the "stats" attribute of a JSON
+// log line on standard output): on SIGUSR1 those of the current session,
+// and at exit those of the last one, after its modem stopped.
+const (
+	MsgIPDataStats = "ip_data_stats"
+	MsgIPDataFinal = "ip_data_final"
+)

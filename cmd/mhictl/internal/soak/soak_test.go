@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -30,7 +32,7 @@ func TestMain(m *testing.M) {
 }
 
 // serve is the modem server process: 'mhictl modem serve --ip-mode
-// loopback' in short.
+// loopback --json-log' in short, its answer to SIGUSR1 included.
 func serve(spec string) int {
 	parts := strings.Split(spec, ",")
 	if len(parts) != 3 {
@@ -40,14 +42,32 @@ func serve(spec string) int {
 	if err != nil {
 		return 2
 	}
+	var served atomic.Pointer[ep.IPData]
 	dev, err := vfiouser.NewServerDevice(vfiouser.DeviceOptions{
 		Model: parts[1], IPData: ep.IPDataConfig{Format: sweep.ModemFormat(f)},
+		Device: func(ec *ep.Config) {
+			for _, fn := range ec.Functions {
+				if ipd, ok := fn.(*ep.IPData); ok {
+					served.Store(ipd)
+				}
+			}
+		},
 	})
 	if err != nil {
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		for range usr1 {
+			if ipd := served.Load(); ipd != nil {
+				log.Info(MsgIPDataStats, "stats", ipd.Stats())
+			}
+		}
+	}()
 	if err := vfiouser.ListenAndServe(ctx, parts[0], dev); err != nil {
 		return 1
 	}
