@@ -73,6 +73,9 @@ if command -v flock >/dev/null; then
 	flock 9
 fi
 
+# The Linux-driver tests' newer guest kernels: trixie's and trixie-backports'.
+"$(dirname "$0")/guest-kernels.sh" "$cache" || failed+=("the newer guest kernels (.ci/guest-kernels.sh)")
+
 # --- What is already there -------------------------------------------------
 
 qemu_ok() { [ -x "$1/qemu" ] && "$1/qemu" -version 2>/dev/null | grep -q 'QEMU emulator'; }

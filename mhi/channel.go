@@ -367,7 +367,11 @@ func (ch *Channel) ringDoorbell() error {
 	Store64(ch.ctx(), CtxWP, wp)
 	c.gate.RLock()
 	defer c.gate.RUnlock()
+	c.noteActivity()
 	if !c.doorbellsAllowed() {
+		if pmState(c.pmNow.Load()) == pmM3 {
+			c.requestWake() // auto-suspend: resume, then onM0 rings it
+		}
 		return nil
 	}
 	if ch.cfg.Burst {

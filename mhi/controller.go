@@ -34,6 +34,17 @@ type Options struct {
 	// SYS_ERR for its recoveries to stop counting as consecutive (default
 	// DefaultRecoveryWindow).
 	RecoveryWindow time.Duration
+	// Firmware supplies the images for a device that boots in PBL or EDL
+	// (bhi.go); nil refuses such a device with ErrFirmware.
+	Firmware *Firmware
+	// RDDMSize, if non-zero, enables RAM-dump collection (rddm.go): the
+	// host keeps a receive vector table of this many bytes programmed in
+	// BHIe, and a device that crashes into EE RDDM has its dump collected
+	// before it is recovered (Controller.LastDump).
+	RDDMSize int
+	// RDDMSegmentSize is the size of one dump segment (0:
+	// DefaultSegmentSize).
+	RDDMSegmentSize int
 }
 
 // Defaults of the recovery options.
@@ -86,6 +97,14 @@ type Controller struct {
 
 	recBackoff, recBackoffMax, recWindow time.Duration
 	recLimit                             int
+
+	// Firmware download (bhi.go): the images, and the full image kept
+	// for BHIe between the BHI download and the device's EE SBL.
+	fw       *Firmware
+	fbcImage []byte
+	fbcName  string
+	rddm     rddmState
+	pmAuto   autoSuspend
 
 	chCtx, erCtx, cmdCtx DMABuffer
 	allocated            bool
@@ -201,6 +220,9 @@ func NewController(t Transport, cfg ControllerConfig, opts Options) (*Controller
 	if c.recWindow <= 0 {
 		c.recWindow = DefaultRecoveryWindow
 	}
+	c.pmAuto.kick = make(chan struct{}, 1)
+	c.fw = opts.Firmware
+	c.rddm.size, c.rddm.segSize = opts.RDDMSize, opts.RDDMSegmentSize
 	c.cond = sync.NewCond(&c.mu)
 	for _, chc := range cfg.Channels {
 		c.channels[chc.Num] = &Channel{ctrl: c, cfg: chc}
@@ -412,6 +434,18 @@ type ControllerStats struct {
 	// StateTimeouts counts M3 and M0 transitions the device did not
 	// acknowledge in time after power-up.
 	StateTimeouts atomic.Uint64
+	// FirmwareImages counts images downloaded (BHI and BHIe),
+	// FirmwareErrors downloads that failed.
+	FirmwareImages atomic.Uint64
+	FirmwareErrors atomic.Uint64
+	// Dumps counts RAM dumps collected, DumpErrors collections that failed.
+	Dumps      atomic.Uint64
+	DumpErrors atomic.Uint64
+	// Suspends counts M3 entries the device acknowledged, Resumes its
+	// returns to M0 from M3, AutoSuspends the suspends the idle timer made.
+	Suspends     atomic.Uint64
+	Resumes      atomic.Uint64
+	AutoSuspends atomic.Uint64
 }
 
 // ControllerStatsSnapshot is a copy of ControllerStats at one moment.
@@ -440,6 +474,13 @@ type ControllerStatsSnapshot struct {
 	RecoveryGaveUp        uint64 `json:"recovery_gave_up"`
 	DeviceErrorRecoveries uint64 `json:"device_error_recoveries"`
 	StateTimeouts         uint64 `json:"state_timeouts"`
+	FirmwareImages        uint64 `json:"firmware_images"`
+	FirmwareErrors        uint64 `json:"firmware_errors"`
+	Dumps                 uint64 `json:"dumps"`
+	DumpErrors            uint64 `json:"dump_errors"`
+	Suspends              uint64 `json:"suspends"`
+	Resumes               uint64 `json:"resumes"`
+	AutoSuspends          uint64 `json:"auto_suspends"`
 	// Gauges: consecutive recoveries so far, the backoff before the next
 	// one, and 1 in RECOVERY_FAILED.
 	RecoveryConsecutive uint64 `json:"recovery_consecutive"`
@@ -458,7 +499,10 @@ func (s *ControllerStats) snapshot() ControllerStatsSnapshot {
 		DoorbellErrors: s.DoorbellErrors.Load(), BadRegister: s.BadRegister.Load(),
 		RecoveryAttempts: s.RecoveryAttempts.Load(), RecoveryFailures: s.RecoveryFailures.Load(),
 		RecoveryGaveUp: s.RecoveryGaveUp.Load(), DeviceErrorRecoveries: s.DeviceErrorRecoveries.Load(),
-		StateTimeouts: s.StateTimeouts.Load(),
+		StateTimeouts:  s.StateTimeouts.Load(),
+		FirmwareImages: s.FirmwareImages.Load(), FirmwareErrors: s.FirmwareErrors.Load(),
+		Dumps: s.Dumps.Load(), DumpErrors: s.DumpErrors.Load(),
+		Suspends: s.Suspends.Load(), Resumes: s.Resumes.Load(), AutoSuspends: s.AutoSuspends.Load(),
 	}
 }
 

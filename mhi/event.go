@@ -139,6 +139,7 @@ func (er *EventRing) process(byPoll bool) {
 		}
 		er.handle(ev)
 	}
+	c.noteActivity()
 	Store64(er.ctx(), CtxWP, er.iova(er.wp))
 	if err := c.gatedDoorbell(c.erdb(er.index), er.iova(er.wp)); err != nil {
 		// Counted in DoorbellErrors; logged on the 1st, 2nd, 4th, 8th… failure.

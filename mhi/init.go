@@ -75,6 +75,7 @@ func (c *Controller) release() {
 		}
 	}
 	c.eventRings = nil
+	c.releaseRDDM()
 	for _, ch := range c.channels {
 		if ch != nil {
 			free(&ch.ring.mem)
@@ -163,8 +164,8 @@ func (c *Controller) initMMIO() error {
 	if err := c.checkBlock("ERDBOFF", c.erdbOff, DoorbellStride*uint64(ner), c.regLen, bar); err != nil {
 		return err
 	}
-	// The host never follows BHIEOFF (no firmware download): a bad value is
-	// counted and logged rather than refused.
+	// BHIe is used only for a full-image download and RDDM, which check
+	// BHIEOFF themselves: a bad value is counted and logged here.
 	bhie, err := c.read(RegBHIEOFF)
 	if err != nil {
 		return err

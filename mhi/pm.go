@@ -39,8 +39,9 @@ func (c *Controller) PowerUp() error {
 		c.wg.Add(1)
 		go er.run(stop, c.poll)
 	}
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.recoveryWorker(stop)
+	go c.pmWorker(stop)
 	c.t.SetInterruptHandler(c.onInterrupt)
 
 	if err := c.bringUp(); err != nil {
@@ -137,9 +138,11 @@ func (c *Controller) bringUp() error {
 	}
 	ee := ExecEnv(eev)
 	switch {
-	case ee == EEAMSS || ee == EEPTHRU:
-	case ee.InPBL():
-		return fmt.Errorf("%s: device in %s needs a firmware download, which gomhi does not do: %w", c.name, ee, ErrWrongState)
+	case ee == EEAMSS || ee == EEPTHRU || ee == EESBL:
+	case ee == EEPBL || ee == EEEDL:
+		if err := c.loadBHI(ee); err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("%s: device in execution environment %s cannot be powered up: %w", c.name, ee, ErrWrongState)
 	}
@@ -181,10 +184,22 @@ func (c *Controller) bringUp() error {
 	if err := c.waitFor("M0", c.Timeout(), func() bool { return c.devState == StateM0 }); err != nil {
 		return err
 	}
+	if c.rddm.size > 0 {
+		// As Linux's mhi_rddm_prepare: the dump table waits in BHIe. A
+		// device whose BHIe block is unusable runs without dumps.
+		c.rddm.armed.Store(false)
+		if err := c.armRDDM(); errors.Is(err, ErrBadDevice) {
+			c.log.Warn("RAM-dump collection off for this power cycle", "err", err)
+		} else if err != nil {
+			return err
+		} else {
+			c.rddm.armed.Store(true)
+		}
+	}
 	if err := c.promote(pmPowerUp, pmM0, "entering M0"); err != nil {
 		return err
 	}
-	if err := c.waitFor("mission mode", c.Timeout(), func() bool { return c.eeSeen }); err != nil {
+	if err := c.waitMissionMode(); err != nil {
 		return err
 	}
 	// Mission mode: re-read EXECENV as Linux does, then arm the hardware rings.
@@ -204,6 +219,28 @@ func (c *Controller) bringUp() error {
 	}
 	c.log.Info("powered up", "state", StateM0, "ee", ExecEnv(eev))
 	return nil
+}
+
+// waitMissionMode waits for the EE event of mission mode. A device that
+// announces SBL first boots AMSS by itself, or, with a full-image
+// firmware, gets AMSS over BHIe now.
+func (c *Controller) waitMissionMode() error {
+	full := c.fw != nil && c.fw.FullImage && c.fbcImage != nil
+	if full {
+		if err := c.waitFor("EE SBL", c.Timeout(), func() bool { return c.eeSeen || c.ee == EESBL }); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		sbl := !c.eeSeen && c.ee == EESBL
+		c.mu.Unlock()
+		if sbl {
+			if err := c.loadBHIe(); err != nil {
+				return err
+			}
+		}
+	}
+	c.fbcImage = nil
+	return c.waitFor("mission mode", c.Timeout(), func() bool { return c.eeSeen })
 }
 
 // pollReg polls register off until done(value) holds or the timeout passes.
@@ -308,8 +345,12 @@ func (c *Controller) Suspend() error {
 		return err
 	}
 	err := c.waitFor("M3", c.Timeout(), func() bool { return c.devState == StateM3 })
-	if err == nil || !errors.Is(err, ErrTimeout) {
-		return err // done, or SYS_ERR / power-down took over
+	if err == nil {
+		c.stats.Suspends.Add(1)
+		return nil
+	}
+	if !errors.Is(err, ErrTimeout) {
+		return err // SYS_ERR or power-down took over
 	}
 	c.stats.StateTimeouts.Add(1)
 	return c.abandonSuspend(err)
@@ -375,6 +416,7 @@ func (c *Controller) Resume() error {
 	to := c.Timeout()
 	err = c.waitFor("M0", to, func() bool { return c.devState == StateM0 })
 	if err == nil {
+		c.stats.Resumes.Add(1)
 		c.onM0() // in case the M0 event was handled before the host left M3
 		return nil
 	}

@@ -234,6 +234,7 @@ func (c *Controller) recover() error {
 	// before the error to its client, and the clients hear of the SYS_ERR
 	// (the rest of their buffers aborted) only after that: nothing the
 	// device delivered is lost without a name.
+	c.collectRDDM() // a crashed device's RAM dump, before the reset clears it
 	resetErr := c.resetDevice(true)
 	if resetErr == nil {
 		c.drainEvents()

@@ -70,11 +70,10 @@ func newRecRig(t *testing.T, model string, dev ep.IPDataConfig, cfg mhinet.Confi
 	t.Helper()
 	rec := &ulRecorder{qmap: dev.Format == ep.FormatQMAP}
 	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: model, IPData: dev, Device: func(c *ep.Config) {
-		for name, fn := range c.Functions {
-			if _, ok := fn.(*ep.IPData); ok {
-				rec.inner = fn
-				c.Functions[name] = rec
-			}
+		name := pcigeneric.DataPair(c.MHI) // not IP_SW0, which the mock also serves
+		if fn, ok := c.Functions[name].(*ep.IPData); ok {
+			rec.inner = fn
+			c.Functions[name] = rec
 		}
 	}})
 	if err != nil {

@@ -39,6 +39,10 @@ type MockOptions struct {
 	Modem ep.ModemConfig
 	// Device, if set, adjusts the mock modem's configuration before it starts.
 	Device func(*ep.Config)
+	// FirmwareDir holds the images the model names, for a mock that boots
+	// in PBL (ep.BootConfig.Start); RDDMSize enables RAM-dump collection.
+	FirmwareDir string
+	RDDMSize    int
 }
 
 // Mock is a mock modem in this process joined to a host controller by the
@@ -107,7 +111,8 @@ func OpenMock(opts MockOptions) (*Mock, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctrl, err := mhi.NewController(tr, cfg, mhi.Options{Name: opts.Name, Logger: log.With("side", "host")})
+	ctrl, err := mhi.NewController(tr, cfg, mhi.Options{Name: opts.Name, Logger: log.With("side", "host"),
+		Firmware: FirmwareFromDir(info, opts.FirmwareDir), RDDMSize: opts.RDDMSize})
 	if err != nil {
 		_ = tr.Close()
 		return nil, err

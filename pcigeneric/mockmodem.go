@@ -123,6 +123,9 @@ type MockModemOptions struct {
 	Logger *slog.Logger
 }
 
+// SWDataPair is the name of the software IP data channel pair (46/47).
+const SWDataPair = "IP_SW0"
+
 // MockFunctions are the functions of one mock modem's channel pairs and
 // the state they share.
 type MockFunctions struct {
@@ -133,6 +136,10 @@ type MockFunctions struct {
 	// is its function.
 	DataPair string
 	IPData   *ep.IPData
+	// SWData is the function of the software data pair IP_SW0 (channels
+	// 46/47; Linux 6.12+ gives it an mhi_swip interface), raw IP in the
+	// main pair's mode, gated like it; nil if the model has no IP_SW0.
+	SWData *ep.IPData
 	// MBIM answers on the "MBIM" pair (nil if the model has none).
 	MBIM *ep.MBIM
 	// QMI answers on the "QMI" pair (nil if the model has none).
@@ -256,6 +263,14 @@ func NewMockConfig(e Entry, opts MockModemOptions) (ep.Config, *MockFunctions, e
 		}
 		ec.Functions[pair] = ipd
 		fns.DataPair, fns.IPData = pair, ipd
+	}
+	if _, ok := cfg.ChannelByName(SWDataPair, mhi.Uplink); ok {
+		sw, err := ep.NewIPData(ep.IPDataConfig{Format: ep.FormatRaw, Responder: opts.IPData.Responder, Gate: modem})
+		if err != nil {
+			return ep.Config{}, nil, err
+		}
+		ec.Functions[SWDataPair] = sw
+		fns.SWData = sw
 	}
 	// The control functions report the data function's counters as the
 	// session's packet statistics (MBIM PACKET_STATISTICS, QMI WDS

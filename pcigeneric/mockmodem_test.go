@@ -219,3 +219,36 @@ func TestMockIdentityDocTable(t *testing.T) {
 	}
 	t.Errorf("the identity table in %s is stale; run GOMHI_UPDATE_DOCS=1 go test ./pcigeneric -run TestMockIdentityDocTable\nwant:\n%s", path, b.String())
 }
+
+// TestMockSWData: a model with IP_SW0 (46/47) gets a raw-IP data function
+// there, gated by the modem and in the main pair's mode, so that Linux's
+// mhi_swip0 (6.12+) is answered; a model without it gets none.
+func TestMockSWData(t *testing.T) {
+	for _, tc := range []struct {
+		model     string
+		responder bool
+		want      bool
+	}{{"qcom-sdx55m", true, true}, {"qcom-sdx55m", false, true}, {"telit-fn990", true, false}} {
+		es := EntriesFor(tc.model)
+		if len(es) == 0 {
+			t.Fatalf("no entry for %s", tc.model)
+		}
+		ec, fns, err := NewMockConfig(es[0], MockModemOptions{IPData: ep.IPDataConfig{Responder: tc.responder}, RequireConnect: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fns.SWData != nil; got != tc.want {
+			t.Fatalf("%s: SWData present %v, want %v", tc.model, got, tc.want)
+		}
+		if !tc.want {
+			continue
+		}
+		if ec.Functions[SWDataPair] != ep.Function(fns.SWData) {
+			t.Fatalf("%s: IP_SW0 not given SWData", tc.model)
+		}
+		c := fns.SWData.Config()
+		if c.Format != ep.FormatRaw || c.Gate != ep.DataGate(fns.Modem) || (fns.SWData.Mode() == ep.ModeResponder) != tc.responder {
+			t.Fatalf("%s: IP_SW0 function %+v mode %v", tc.model, c, fns.SWData.Mode())
+		}
+	}
+}

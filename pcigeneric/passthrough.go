@@ -17,6 +17,11 @@ type PassthroughOptions struct {
 	Name string
 	// Logger receives the host's logs (nil: discard).
 	Logger *slog.Logger
+	// FirmwareDir holds the images the model's table entry names, for a
+	// modem that boots in PBL or EDL (FirmwareFromDir).
+	FirmwareDir string
+	// RDDMSize enables RAM-dump collection (mhi.Options.RDDMSize).
+	RDDMSize int
 }
 
 // Passthrough is a real modem bound to vfio-pci and driven from user
@@ -58,7 +63,8 @@ func OpenPassthrough(addr string, opts PassthroughOptions) (*Passthrough, error)
 		_ = dev.Close()
 		return nil, err
 	}
-	ctrl, err := mhi.NewController(tr, info.Config, mhi.Options{Name: opts.Name, Logger: opts.Logger})
+	ctrl, err := mhi.NewController(tr, info.Config, mhi.Options{Name: opts.Name, Logger: opts.Logger,
+		Firmware: FirmwareFromDir(info, opts.FirmwareDir), RDDMSize: opts.RDDMSize})
 	if err != nil {
 		_ = tr.Close()
 		return nil, err

@@ -1,6 +1,7 @@
 package sysfs
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"reflect"
@@ -38,7 +39,17 @@ type Device struct {
 const (
 	MinTimeoutMs = 1
 	MaxTimeoutMs = 600000
+	// MaxAutosuspendMs bounds autosuspend_ms (one hour).
+	MaxAutosuspendMs = 3600000
 )
+
+// dumpString renders the last RAM dump for the rddm attribute.
+func dumpString(b []byte, at time.Time) string {
+	if b == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%d bytes sha256 %x at %s", len(b), sha256.Sum256(b), at.UTC().Format(time.RFC3339))
+}
 
 // AddDevice adds devices/<name>/… for d: the device attributes, one
 // directory per channel under channels/, and the counters under stats/.
@@ -82,6 +93,16 @@ func (t *Tree) AddDevice(name string, d Device) {
 			MinTimeoutMs, MaxTimeoutMs).AsMetric(Gauge, UnitMilliseconds),
 		ActionAttr("soc_reset", "write 1: SoC reset, then recovery to M0 with the channels restarted",
 			func() error { return busy(c.SoCReset()) }),
+		UintAttr("autosuspend_ms", "idle time after which the host suspends the device to M3 by itself, and resumes it when a channel has work (0: off; Linux's mhi_pci_generic uses 2000)",
+			func() uint64 { return uint64(c.AutoSuspend().Milliseconds()) },
+			func(v uint64) error { return invalid(c.SetAutoSuspend(time.Duration(v) * time.Millisecond)) },
+			0, MaxAutosuspendMs).AsMetric(Gauge, UnitMilliseconds),
+		ActionAttr("suspend", "write 1: suspend the device (M0 to M3); channels keep their state",
+			func() error { return busy(c.Suspend()) }),
+		ActionAttr("resume", "write 1: resume the device (M3 to M0) and ring what was held back",
+			func() error { return busy(c.Resume()) }),
+		StringAttr("rddm", "last RAM dump collected after a crash into RDDM: size, SHA-256 and when (none: no dump yet)",
+			func() string { return dumpString(c.LastDump()) }),
 	)
 	if n := d.Net; n != nil {
 		dir.Add(

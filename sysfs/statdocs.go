@@ -72,6 +72,13 @@ var statDocs = map[string]map[string]statDoc{
 		"recovery_consecutive":    gauge("consecutive recovery attempts so far (0 when the device is healthy)"),
 		"recovery_backoff_ms":     gaugeMs("backoff before the next recovery attempt"),
 		"recovery_failed":         gauge("1 while the controller is in RECOVERY_FAILED (recovery gave up; the device is left alone until powered down), else 0"),
+		"firmware_images":         counter("firmware images downloaded to the device (BHI in PBL or EDL, BHIe in SBL)"),
+		"firmware_errors":         counter("firmware downloads that failed: no image, refused by the device (BHI error code), or no answer in time"),
+		"dumps":                   counter("RAM dumps collected after a crash into RDDM"),
+		"dump_errors":             counter("crashes without a usable RAM dump (not in RDDM, dump failed or timed out)"),
+		"suspends":                counter("M0 to M3 transitions the device acknowledged"),
+		"resumes":                 counter("M3 to M0 transitions the device acknowledged"),
+		"auto_suspends":           counter("suspends the host made by itself after autosuspend_ms without activity"),
 	},
 	// mhinet.Stats, with its nested GSOStats as gso_….
 	"net": {
@@ -153,6 +160,10 @@ var statDocs = map[string]map[string]statDoc{
 		"disconnect_failures": counter("disconnect requests that failed"),
 		"network_disconnects": counter("data sessions the modem ended on its own (radio off, detach, another client)"),
 		"connected":           gauge("1 while the data session is connected, else 0"),
+
+		// What a hostile modem makes the session refuse or check.
+		"config_refused": counter("connects refused because the modem assigned an invalid configuration (addresses, prefixes, gateways, DNS servers, MTU)"),
+		"state_checks":   counter("times the session asked the modem whether it still stands, after an indication said it might not"),
 	},
 	// ctrlport.PortStats, with its pair's PairStats as pair_….
 	"ports": {
@@ -178,6 +189,13 @@ var statDocs = map[string]map[string]statDoc{
 		"pair_dl_chained":    counter("downlink transfers joined from OVERFLOW pieces"),
 		"pair_dl_too_large":  counter("downlink transfers dropped for exceeding the largest message"),
 		"pair_dl_cut":        counter("downlink transfers cut short by SYS_ERR or a reset"),
+
+		// Downlink lies of a hostile device, counted and survived.
+		"pair_dl_chain_stalled": counter("downlink transfers dropped because their next OVERFLOW piece never came"),
+		"pair_dl_empty":         counter("downlink elements the device completed with no data"),
+		"pair_dl_unreported":    counter("downlink elements the device completed without an event of their own, dropped with the transfer they ended"),
+		"pair_dl_bad_transfers": counter("downlink elements the device failed (BAD_TRE); their buffers were posted again"),
+
 		"pair_repost_errors": counter("downlink buffers the control channel pair failed to post again"),
 		"pair_sys_errs":      counter("SYS_ERRs the control channel pair went through"),
 		"pair_recoveries":    counter("recoveries after which the control channel pair was restarted"),

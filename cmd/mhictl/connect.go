@@ -123,7 +123,7 @@ func printSession(w io.Writer, s genl.Session, asJSON bool) error {
 func portDrops(st map[string]uint64) uint64 {
 	var n uint64
 	for _, k := range []string{"ul_partial_dropped", "ul_send_failed", "dl_queue_full", "dl_write_timeouts",
-		"pair_ul_dropped", "pair_ul_aborted", "pair_dl_too_large", "pair_dl_cut"} {
+		"pair_ul_dropped", "pair_ul_aborted", "pair_dl_too_large", "pair_dl_cut", "pair_dl_chain_stalled", "pair_dl_unreported"} {
 		n += st[k]
 	}
 	return n

@@ -40,6 +40,7 @@ func newModemServeCmd(g *globalFlags) *cobra.Command {
 		ipd     servedIPData
 		// requireConnect gates IP data on a connected session.
 		requireConnect bool
+		boot           bootFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -71,7 +72,16 @@ device-table entry it impersonates; with --require-connect it passes no IP
 data until the client connects a session ('mhictl connect' against 'mhictl
 up --vfio-user'), as a real modem, and counts what it drops (dropped_gated in
 the ip_data line; the control line at disconnect counts connects and MBIM
-messages).`,
+messages).
+
+With --boot-ee pbl each session's modem starts in the primary boot loader
+and waits for the client to download its boot loader over BHI (Linux's
+mhi_pci_generic loads the fw image its table names, qcom/sdx55m/sbl1.mbn for
+the SDX55, from the guest's /lib/firmware; 'mhictl up --vfio-user PATH
+--firmware DIR' from DIR); each image is logged as a bhi_image event with its
+stage, size and SHA-256, and --sbl-sha256 makes the modem refuse any other
+image. With --rddm a crash enters RAM-dump mode and serves a RAM dump over
+BHIe ('mhictl dump --vfio-user PATH').`,
 		Example: `  mhictl modem serve --socket /run/mhi/vu.sock
   mhictl modem serve --socket /tmp/m.sock --model telit-fn990 --ip-mode loopback
   mhictl modem serve --socket /tmp/m.sock --ip-mode generator --gen-rate 10000 --gen-size 64,1500`,
@@ -94,19 +104,26 @@ messages).`,
 			if err != nil {
 				return err
 			}
+			bc, err := boot.config(events)
+			if err != nil {
+				return err
+			}
 			opts := vfiouser.DeviceOptions{
 				Model: g.model, Vectors: vectors, Logger: events, ModemLogger: mlog.With("side", "modem"),
 				IPData: ipc, RequireConnect: requireConnect,
 			}
-			// The IP data function of the current (or last) session.
+			// The IP data function of the main data pair in the current
+			// (or last) session: its counters judge a soak's phases.
 			var served atomic.Pointer[ep.IPData]
 			opts.Device = func(ec *ep.Config) {
-				for name, fn := range ec.Functions {
-					if f, ok := fn.(*ep.IPData); ok {
-						served.Store(f)
-						if gen != nil {
-							ec.Functions[name] = generatorOnAttach{IPData: f, gen: *gen, log: events}
-						}
+				ec.Boot = bc
+				// The generator runs on the main data pair only (IP_SW0,
+				// where the model has it, keeps its responder).
+				name := pcigeneric.DataPair(ec.MHI)
+				if f, ok := ec.Functions[name].(*ep.IPData); ok {
+					served.Store(f)
+					if gen != nil {
+						ec.Functions[name] = generatorOnAttach{IPData: f, gen: *gen, log: events}
 					}
 				}
 			}
@@ -163,6 +180,7 @@ messages).`,
 	f.Float64Var(&ipd.genRate, "gen-rate", 0, "generator: packets per second (0: as fast as the client takes them)")
 	f.IntSliceVar(&ipd.genSizes, "gen-size", []int{ep.DefaultGenPacket}, "generator: IP packet sizes, used in turn")
 	f.BoolVar(&requireConnect, "require-connect", false, "pass no IP data until a session is connected over MBIM (as a real modem); dropped packets are counted")
+	boot.add(cmd, true)
 	return cmd
 }
 

@@ -196,6 +196,11 @@ type tunHost struct {
 
 func (h *tunHost) Interface() string { return h.ifc.Name() }
 
+// Apply configures the TUN for a session: the MTU first (checked by the
+// bridge before anything changes), then the addresses, then the routes.
+// If a step fails, what the earlier ones did is undone before it returns,
+// so that a session the host cannot take leaves nothing behind (the
+// session's values were checked by ctrlport.CheckSessionConfig already).
 func (h *tunHost) Apply(cfg ctrlport.SessionConfig) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -212,25 +217,44 @@ func (h *tunHost) Apply(cfg ctrlport.SessionConfig) error {
 			routes = append(routes, netip.PrefixFrom(a.gw, a.gw.BitLen()))
 		}
 	}
-	if err := h.ifc.Configure(tun.Config{Up: true, Addrs: addrs}); err != nil {
-		return err
-	}
-	h.addrs = addrs
-	if err := h.ifc.AddRoutes(routes); err != nil {
-		return err
-	}
-	h.routes = routes
-	if cfg.MTU > 0 && cfg.MTU != h.ifc.MTU() && h.setMTU != nil {
+	oldMTU := h.ifc.MTU()
+	mtuSet := false
+	if cfg.MTU > 0 && cfg.MTU != oldMTU && h.setMTU != nil {
 		if err := h.setMTU(cfg.MTU); err != nil {
 			return fmt.Errorf("session MTU %d: %w", cfg.MTU, err)
 		}
+		mtuSet = true
 	}
-	return nil
+	// Recorded before they are added: a request that fails half-way may
+	// have added some.
+	h.addrs = addrs
+	err := h.ifc.Configure(tun.Config{Up: true, Addrs: addrs})
+	if err == nil {
+		h.routes = routes
+		err = h.ifc.AddRoutes(routes)
+	}
+	if err == nil {
+		return nil
+	}
+	undo := h.removeLocked()
+	if mtuSet {
+		undo = errors.Join(undo, h.setMTU(oldMTU))
+	}
+	if undo != nil {
+		return errors.Join(err, fmt.Errorf("undoing the partial configuration: %w", undo))
+	}
+	return err
 }
 
 func (h *tunHost) Remove(ctrlport.SessionConfig) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.removeLocked()
+}
+
+// removeLocked removes the routes and the addresses Apply added, except
+// the static ones (--tun-addr).
+func (h *tunHost) removeLocked() error {
 	var drop []netip.Prefix
 	for _, a := range h.addrs {
 		keep := false

@@ -50,6 +50,9 @@ func newRootCmd() *cobra.Command {
 		newSoakCmd(g),
 		newDeployCmd(),
 		newGenManCmd(),
+		newDumpCmd(g),
+		newSuspendCmd(),
+		newResumeCmd(),
 	)
 	return root
 }

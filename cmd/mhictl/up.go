@@ -41,6 +41,11 @@ type upFlags struct {
 	requireConnect bool
 	// runDir holds the control ports' links ("": defaultRunDir).
 	runDir string
+	// Firmware, power management and RAM dumps.
+	firmware    string
+	autosuspend time.Duration
+	rddmSize    int
+	boot        bootFlags
 }
 
 func newUpCmd(g *globalFlags) *cobra.Command {
@@ -97,6 +102,10 @@ without an address until a session is connected.`,
 	fl.StringVar(&f.vfioUser, "vfio-user", "", "drive the mock modem another process serves on the vfio-user socket PATH ('mhictl modem serve --socket PATH') instead of the in-process mock")
 	fl.BoolVar(&f.requireConnect, "require-connect", false, "the embedded mock passes no IP data until a session is connected ('mhictl connect'), as a real modem (with --device or --vfio-user the modem decides: 'mhictl modem serve --require-connect')")
 	fl.StringVar(&f.runDir, "run-dir", "", "directory for the control ports' links (default /run/gomhi/NAME as root, else $XDG_RUNTIME_DIR/gomhi/NAME)")
+	fl.StringVar(&f.firmware, "firmware", "", "directory with the images the model's table entry names (Linux's fw and edl: qcom/sdx55m/sbl1.mbn…), downloaded when the modem boots in PBL or EDL")
+	fl.DurationVar(&f.autosuspend, "autosuspend", 0, "suspend the modem (M3) after this long without traffic and resume it on demand (0: off; attribute autosuspend_ms)")
+	fl.IntVar(&f.rddmSize, "rddm-size", 0, "bytes of host memory kept for a RAM dump: a modem that crashes into RDDM has its dump collected before recovery (0: off; attribute rddm)")
+	f.boot.add(cmd, true)
 	return cmd
 }
 
@@ -145,7 +154,7 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 			return fmt.Errorf("--tun-addr %q: %w", f.tunAddr, err)
 		}
 	}
-	if err := checkModemSource(cmd, f.device, f.vfioUser, "modem-mode", "require-connect"); err != nil {
+	if err := checkModemSource(cmd, f.device, f.vfioUser, "modem-mode", "require-connect", "boot-ee", "sbl-sha256", "rddm"); err != nil {
 		return err
 	}
 	rxCopy, err := mhinet.ParseRxCopyMode(f.rxCopy)
@@ -171,7 +180,8 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	var info *pcigeneric.ModemInfo
 	var gone <-chan struct{} // closed if a served modem goes away
 	if f.device != "" {
-		p, err := pcigeneric.OpenPassthrough(f.device, pcigeneric.PassthroughOptions{SysfsRoot: f.sysfsRoot, Name: f.name, Logger: log})
+		p, err := pcigeneric.OpenPassthrough(f.device, pcigeneric.PassthroughOptions{SysfsRoot: f.sysfsRoot, Name: f.name, Logger: log,
+			FirmwareDir: f.firmware, RDDMSize: f.rddmSize})
 		if err != nil {
 			return err
 		}
@@ -180,7 +190,7 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 		ctrl = p.Controller
 		out.printf("%s: %s at %s through VFIO", f.name, info.Name, f.device)
 	} else if f.vfioUser != "" {
-		r, err := vfiouser.Open(f.vfioUser, vfiouser.OpenOptions{Name: f.name, Logger: log})
+		r, err := vfiouser.Open(f.vfioUser, vfiouser.OpenOptions{Name: f.name, Logger: log, FirmwareDir: f.firmware, RDDMSize: f.rddmSize})
 		if err != nil {
 			return err
 		}
@@ -220,9 +230,14 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	}
 	var mock *pcigeneric.Mock
 	if ctrl == nil {
+		bc, err := f.boot.config(log.With("side", "modem"))
+		if err != nil {
+			return err
+		}
 		m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{
 			Model: info.Name, Name: f.name, Logger: log, RequireConnect: f.requireConnect,
-			IPData: ep.IPDataConfig{Format: sweep.ModemFormat(format), Responder: responder},
+			IPData:      ep.IPDataConfig{Format: sweep.ModemFormat(format), Responder: responder},
+			FirmwareDir: f.firmware, RDDMSize: f.rddmSize, Device: func(c *ep.Config) { c.Boot = bc },
 		})
 		if err != nil {
 			return err
@@ -232,6 +247,11 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	}
 	if err := ctrl.PowerUp(); err != nil {
 		return err
+	}
+	if f.autosuspend != 0 {
+		if err := ctrl.SetAutoSuspend(f.autosuspend); err != nil {
+			return fmt.Errorf("--autosuspend: %w", err)
+		}
 	}
 	st, ee := ctrl.State()
 	out.printf("%s: %s (%s) in %s, EE %s", f.name, info.Name, pair, st, ee)

@@ -82,9 +82,34 @@ type MBIMClient struct {
 
 	mu      sync.Mutex
 	next    uint32
-	waiters map[uint32]chan []byte
+	waiters map[uint32]chan mbimReply
 	reasm   mbim.Reassembler
-	stray   uint64
+	stats   MBIMClientStats
+}
+
+// mbimReply is what a transaction receives: the reply's bytes, or why the
+// reply with its TID could not be read.
+type mbimReply struct {
+	raw []byte
+	err error
+}
+
+// MBIMClientStats are an MBIMClient's counters of what the device sent.
+type MBIMClientStats struct {
+	// Stray counts received messages no transaction waited for (other
+	// clients' replies on a shared port, late replies after a timeout,
+	// replies with a wrong TID) and transfers that hold no message.
+	Stray uint64 `json:"stray"`
+	// BadFragments counts fragments the reassembly refused (out of
+	// sequence, growing past the limit, a bad fragment header) and
+	// fragmented messages given up incomplete (another started, or the
+	// transaction waiting for it ended).
+	BadFragments uint64 `json:"bad_fragments"`
+	// Malformed counts replies whose header names a waiting transaction
+	// but which do not parse; the transaction fails with the reason.
+	Malformed uint64 `json:"malformed"`
+	// Indications counts INDICATE_STATUS messages received.
+	Indications uint64 `json:"indications"`
 }
 
 // NewMBIMClient starts listening on t.
@@ -95,7 +120,7 @@ func NewMBIMClient(t MessageTransport, opts MBIMClientOptions) *MBIMClient {
 	if opts.MaxControlTransfer < mbim.MinControlTransfer {
 		opts.MaxControlTransfer = 4096
 	}
-	c := &MBIMClient{t: t, opts: opts, next: opts.FirstTID, waiters: map[uint32]chan []byte{}}
+	c := &MBIMClient{t: t, opts: opts, next: opts.FirstTID, waiters: map[uint32]chan mbimReply{}}
 	c.cancel = t.Subscribe(c.receive)
 	return c
 }
@@ -109,31 +134,58 @@ func (c *MBIMClient) Close() { c.cancel() }
 func (c *MBIMClient) Stray() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.stray
+	return c.stats.Stray
 }
 
+// Stats returns the client's counters.
+func (c *MBIMClient) Stats() MBIMClientStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// receive takes one downlink transfer: one message, or several back to
+// back (each cut by its MessageLength, as a stream reader does).
 func (c *MBIMClient) receive(msg []byte) {
+	for len(msg) > 0 {
+		_, n, _, err := mbim.PeekHeader(msg)
+		if err != nil || n < mbim.HeaderLen || uint64(n) > uint64(len(msg)) {
+			n = uint32(len(msg)) // what is left is one malformed message
+		}
+		c.receiveOne(msg[:n])
+		msg = msg[n:]
+	}
+}
+
+func (c *MBIMClient) receiveOne(msg []byte) {
 	m, err := mbim.ParseMessage(msg)
 	if err != nil {
-		c.mu.Lock()
-		c.stray++
-		c.mu.Unlock()
+		c.malformed(msg, err)
 		return
 	}
 	c.mu.Lock()
 	if m.Type.Fragmentable() {
 		res, err := c.reasm.Add(m, time.Now())
-		if err != nil || res.Message == nil {
+		if res.Abandoned {
+			c.stats.BadFragments++
+		}
+		if err != nil {
+			c.stats.BadFragments++
+			c.mu.Unlock()
+			return
+		}
+		if res.Message == nil {
 			c.mu.Unlock()
 			return
 		}
 		if m, err = mbim.ParseMessage(res.Message); err != nil {
-			c.stray++
 			c.mu.Unlock()
+			c.malformed(res.Message, err)
 			return
 		}
 	}
 	if m.Type == mbim.TypeIndicateStatus {
+		c.stats.Indications++
 		f := c.opts.OnIndication
 		c.mu.Unlock()
 		if f != nil {
@@ -143,13 +195,32 @@ func (c *MBIMClient) receive(msg []byte) {
 	}
 	w, ok := c.waiters[m.TID]
 	if !ok {
-		c.stray++
+		c.stats.Stray++
 		c.mu.Unlock()
 		return
 	}
 	delete(c.waiters, m.TID)
 	c.mu.Unlock()
-	w <- append([]byte(nil), m.Raw...)
+	w <- mbimReply{raw: append([]byte(nil), m.Raw...)}
+}
+
+// malformed handles a message that does not parse: if its header names a
+// reply type and a waiting transaction, that transaction fails with the
+// reason at once (rather than waiting for its timeout); otherwise it is
+// stray.
+func (c *MBIMClient) malformed(msg []byte, perr error) {
+	t, _, tid, err := mbim.PeekHeader(msg)
+	c.mu.Lock()
+	w, ok := c.waiters[tid]
+	if err != nil || !ok || t.FromHost() || t == mbim.TypeIndicateStatus {
+		c.stats.Stray++
+		c.mu.Unlock()
+		return
+	}
+	delete(c.waiters, tid)
+	c.stats.Malformed++
+	c.mu.Unlock()
+	w <- mbimReply{err: fmt.Errorf("ctrlport: MBIM %s TID %d does not parse: %w", t, tid, perr)}
 }
 
 // transact sends the message build makes for a fresh TID and returns the
@@ -161,12 +232,18 @@ func (c *MBIMClient) transact(ctx context.Context, build func(tid uint32) []byte
 	if c.next == 0 {
 		c.next = 1
 	}
-	w := make(chan []byte, 1)
+	w := make(chan mbimReply, 1)
 	c.waiters[tid] = w
 	c.mu.Unlock()
 	drop := func() {
 		c.mu.Lock()
 		delete(c.waiters, tid)
+		if ptid, pending := c.reasm.Pending(); pending && ptid == tid {
+			// The reply was coming in fragments that never completed:
+			// give it up, and its buffer.
+			c.reasm.Reset()
+			c.stats.BadFragments++
+		}
 		c.mu.Unlock()
 	}
 	msg := build(tid)
@@ -189,8 +266,11 @@ func (c *MBIMClient) transact(ctx context.Context, build func(tid uint32) []byte
 		}
 	}
 	select {
-	case raw := <-w:
-		m, err := mbim.ParseMessage(raw)
+	case r := <-w:
+		if r.err != nil {
+			return mbim.Message{}, r.err
+		}
+		m, err := mbim.ParseMessage(r.raw)
 		if err != nil {
 			return m, err
 		}

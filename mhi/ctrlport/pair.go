@@ -41,6 +41,14 @@ const (
 	// DefaultSendTimeout bounds the wait for a free uplink buffer or for
 	// the channel to run again (after SYS_ERR).
 	DefaultSendTimeout = 5 * time.Second
+	// DefaultChainTimeout: a downlink transfer being joined from OVERFLOW
+	// pieces (or skipped for its size) whose next piece does not come
+	// within this time is given up, so that the next transfer does not
+	// join it. A device writes the pieces of one transfer back to back.
+	DefaultChainTimeout = time.Second
+	// warnInterval spaces the Warn records of downlink anomalies a device
+	// can repeat at will.
+	warnInterval = 10 * time.Second
 )
 
 // Errors of a Pair or Port.
@@ -70,6 +78,9 @@ type PairOptions struct {
 	MaxDownlink int
 	// SendTimeout bounds Send's waits (default DefaultSendTimeout).
 	SendTimeout time.Duration
+	// ChainTimeout bounds the gap between two pieces of one downlink
+	// transfer (default DefaultChainTimeout).
+	ChainTimeout time.Duration
 	// Logger receives Warn records for drops and errors (nil: discard).
 	Logger *slog.Logger
 }
@@ -86,11 +97,25 @@ type PairStats struct {
 	DLChained  uint64 `json:"dl_chained"` // transfers joined from overflow pieces
 	// DLTooLarge counts downlink transfers dropped for exceeding
 	// MaxDownlink; DLCut those cut short by SYS_ERR or a reset.
-	DLTooLarge   uint64 `json:"dl_too_large"`
-	DLCut        uint64 `json:"dl_cut"`
-	RepostErrors uint64 `json:"repost_errors"`
-	SysErrs      uint64 `json:"sys_errs"`
-	Recoveries   uint64 `json:"recoveries"`
+	DLTooLarge uint64 `json:"dl_too_large"`
+	DLCut      uint64 `json:"dl_cut"`
+	// DLChainStalled counts downlink transfers given up because their
+	// next piece did not come within ChainTimeout.
+	DLChainStalled uint64 `json:"dl_chain_stalled"`
+	// DLEmpty counts downlink elements the device completed with no data
+	// (a transfer of nothing is not passed on).
+	DLEmpty uint64 `json:"dl_empty"`
+	// DLUnreported counts downlink elements the device completed without
+	// an event of their own (an event naming a later element completed
+	// them): their length is unknown, so they and the transfer they ended
+	// are dropped.
+	DLUnreported uint64 `json:"dl_unreported"`
+	// DLBadTransfers counts downlink elements the device failed (BAD_TRE);
+	// their buffers are posted again.
+	DLBadTransfers uint64 `json:"dl_bad_transfers"`
+	RepostErrors   uint64 `json:"repost_errors"`
+	SysErrs        uint64 `json:"sys_errs"`
+	Recoveries     uint64 `json:"recoveries"`
 }
 
 // Pair drives one control channel pair: downlink buffers stay posted and
@@ -112,7 +137,9 @@ type Pair struct {
 	dlPosted []bool
 	join     []byte // downlink transfer being joined
 	joining  bool
-	cut      bool // drop pieces until the end of the current transfer
+	cut      bool      // drop pieces until the end of the current transfer
+	lastDL   time.Time // when the last downlink piece came
+	warned   map[string]time.Time
 	subs     map[int]func([]byte)
 	nextSub  int
 	down     bool // SYS_ERR until recovery
@@ -148,11 +175,14 @@ func OpenPair(ctrl *mhi.Controller, name string, opts PairOptions) (*Pair, error
 	if opts.SendTimeout <= 0 {
 		opts.SendTimeout = DefaultSendTimeout
 	}
+	if opts.ChainTimeout <= 0 {
+		opts.ChainTimeout = DefaultChainTimeout
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Pair{ctrl: ctrl, name: name, ul: ul, dl: dl, opts: opts, subs: map[int]func([]byte){},
+	p := &Pair{ctrl: ctrl, name: name, ul: ul, dl: dl, opts: opts, subs: map[int]func([]byte){}, warned: map[string]time.Time{},
 		log: log.With("dev", ctrl.Name(), "pair", name)}
 	p.cond = sync.NewCond(&p.mu)
 	mem := ctrl.Transport()
@@ -271,6 +301,7 @@ func (p *Pair) onUL(c mhi.Completion) {
 
 func (p *Pair) onDL(c mhi.Completion) {
 	i := int(c.Cookie)
+	now := time.Now()
 	p.mu.Lock()
 	if i < 0 || i >= len(p.dlBufs) {
 		p.mu.Unlock()
@@ -282,11 +313,44 @@ func (p *Pair) onDL(c mhi.Completion) {
 			p.stats.DLCut++
 		}
 		p.join, p.joining, p.cut = p.join[:0], false, false
+		if !errors.Is(c.Err, mhi.ErrBadDevice) {
+			p.mu.Unlock()
+			return // reset, SYS_ERR or close: reposted on recovery; freed on close
+		}
+		// The device failed the element (BAD_TRE): nothing arrived in
+		// it. The buffer goes back, or the ring would run dry.
+		p.stats.DLBadTransfers++
 		p.mu.Unlock()
-		return // reposted on recovery; freed on close
+		p.warn("bad", "control channel: the device failed a downlink element; buffer posted again", "err", c.Err)
+		p.repost(i)
+		return
+	}
+	if (p.joining || p.cut) && now.Sub(p.lastDL) > p.opts.ChainTimeout {
+		p.stats.DLChainStalled++
+		p.join, p.joining, p.cut = p.join[:0], false, false
+		p.warnLocked("stalled", "control channel: downlink transfer whose next piece never came; dropped", "timeout", p.opts.ChainTimeout)
+	}
+	p.lastDL = now
+	if !c.End && c.Code != mhi.CCOverflow {
+		// Completed by an event that named a later element: the buffers
+		// are posted with IEOT and without CHAIN, so this one ended a
+		// transfer whose length the device never said (Len is the whole
+		// buffer). Drop it, and the transfer it ended.
+		p.stats.DLUnreported++
+		if p.joining {
+			p.stats.DLCut++
+		}
+		p.join, p.joining, p.cut = p.join[:0], false, false
+		p.warnLocked("unreported", "control channel: downlink element completed without an event of its own; dropped", "buffer", i)
+		p.mu.Unlock()
+		p.repost(i)
+		return
 	}
 	piece := p.dlBufs[i].Bytes[:c.Len]
 	last := c.Code != mhi.CCOverflow
+	if len(piece) == 0 {
+		p.stats.DLEmpty++
+	}
 	var msg []byte
 	switch {
 	case p.cut:
@@ -294,7 +358,7 @@ func (p *Pair) onDL(c mhi.Completion) {
 		msg = piece // the common case: one buffer, no copy
 	case len(p.join)+len(piece) > p.opts.MaxDownlink:
 		p.stats.DLTooLarge++
-		p.log.Warn("control channel: downlink transfer larger than the limit; dropped", "limit", p.opts.MaxDownlink)
+		p.warnLocked("large", "control channel: downlink transfer larger than the limit; dropped", "limit", p.opts.MaxDownlink)
 		p.join, p.joining, p.cut = p.join[:0], false, !last
 	default:
 		p.join = append(p.join, piece...)
@@ -308,7 +372,7 @@ func (p *Pair) onDL(c mhi.Completion) {
 		p.cut = false
 	}
 	var fs []func([]byte)
-	if msg != nil {
+	if len(msg) > 0 {
 		p.stats.DLMessages++
 		p.stats.DLBytes += uint64(len(msg))
 		for _, f := range p.subs {
@@ -323,6 +387,13 @@ func (p *Pair) onDL(c mhi.Completion) {
 	if last {
 		p.join, p.joining = p.join[:0], false
 	}
+	p.mu.Unlock()
+	p.repost(i)
+}
+
+// repost queues downlink buffer i again, unless the pair is closed.
+func (p *Pair) repost(i int) {
+	p.mu.Lock()
 	if p.closed || i >= len(p.dlBufs) {
 		p.mu.Unlock()
 		return
@@ -337,6 +408,33 @@ func (p *Pair) onDL(c mhi.Completion) {
 		p.stats.RepostErrors++
 		p.mu.Unlock()
 	}
+}
+
+// warn logs a downlink anomaly of kind what at most once per warnInterval
+// (a device can repeat one at will); the counters count every one.
+func (p *Pair) warn(what, msg string, args ...any) {
+	p.mu.Lock()
+	ok := p.allowWarnLocked(what)
+	p.mu.Unlock()
+	if ok {
+		p.log.Warn(msg, args...)
+	}
+}
+
+// warnLocked is warn with p.mu held (the record is written under it).
+func (p *Pair) warnLocked(what, msg string, args ...any) {
+	if p.allowWarnLocked(what) {
+		p.log.Warn(msg, args...)
+	}
+}
+
+func (p *Pair) allowWarnLocked(what string) bool {
+	now := time.Now()
+	if t, ok := p.warned[what]; ok && now.Sub(t) < warnInterval {
+		return false
+	}
+	p.warned[what] = now
+	return true
 }
 
 // Subscribe calls f with every downlink transfer, from the controller's

@@ -25,12 +25,21 @@ type QMISession struct {
 	cancel func()
 	notify atomic.Pointer[func()]
 
-	mu      sync.Mutex
-	ctlTID  uint8
-	svcTID  uint16
-	waiters map[qmiWaitKey]chan []byte
-	calls   []qmiCall
-	stray   uint64
+	mu        sync.Mutex
+	ctlTID    uint8
+	svcTID    uint16
+	waiters   map[qmiWaitKey]chan qmiReply
+	calls     []qmiCall
+	cids      map[uint8]bool // WDS client ids this session holds (calls and calls being made)
+	stray     uint64
+	malformed uint64
+}
+
+// qmiReply is what a transaction receives: the response frame, or why the
+// response with its key could not be read.
+type qmiReply struct {
+	raw []byte
+	err error
 }
 
 // QMICTLFirstTID is the first CTL transaction id a QMISession uses.
@@ -84,7 +93,7 @@ func (e *QMIError) Unwrap() error { return ErrQMIStatus }
 
 // NewQMISession starts a QMI session client on t.
 func NewQMISession(t MessageTransport) *QMISession {
-	s := &QMISession{t: t, ctlTID: QMICTLFirstTID, svcTID: 1, waiters: map[qmiWaitKey]chan []byte{}}
+	s := &QMISession{t: t, ctlTID: QMICTLFirstTID, svcTID: 1, waiters: map[qmiWaitKey]chan qmiReply{}, cids: map[uint8]bool{}}
 	s.cancel = t.Subscribe(s.receive)
 	return s
 }
@@ -106,6 +115,24 @@ func (s *QMISession) Stray() uint64 {
 	return s.stray
 }
 
+// QMISessionStats are a QMISession's counters of what the modem sent.
+type QMISessionStats struct {
+	// Stray counts frames no transaction waited for (other clients'
+	// answers on a shared port, late or mismatched answers) and
+	// unreadable frames.
+	Stray uint64 `json:"stray"`
+	// Malformed counts responses that named a waiting transaction but
+	// whose TLVs do not parse; the transaction fails with the reason.
+	Malformed uint64 `json:"malformed"`
+}
+
+// Stats returns the session client's counters.
+func (s *QMISession) Stats() QMISessionStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return QMISessionStats{Stray: s.stray, Malformed: s.malformed}
+}
+
 // receive takes one downlink transfer: one or more QMUX frames.
 func (s *QMISession) receive(msg []byte) {
 	for len(msg) > 0 {
@@ -123,7 +150,7 @@ func (s *QMISession) receive(msg []byte) {
 
 func (s *QMISession) frame(b []byte) {
 	f, err := qmi.ParseFrame(b)
-	if err != nil {
+	if err != nil && !(errors.Is(err, qmi.ErrTLVLength) || errors.Is(err, qmi.ErrTLVOverrun)) {
 		s.mu.Lock()
 		s.stray++
 		s.mu.Unlock()
@@ -131,6 +158,8 @@ func (s *QMISession) frame(b []byte) {
 	}
 	switch f.Type() {
 	case qmi.Response:
+		// A response whose TLVs do not parse still names its transaction
+		// (ParseFrame fills the header): it fails at once, not by timeout.
 		cid := f.Client
 		if f.Service == qmi.CTL {
 			cid = 0
@@ -140,13 +169,32 @@ func (s *QMISession) frame(b []byte) {
 		w, ok := s.waiters[k]
 		if ok {
 			delete(s.waiters, k)
+			if err != nil {
+				s.malformed++
+			}
 		} else {
 			s.stray++
 		}
 		s.mu.Unlock()
 		if ok {
-			w <- append([]byte(nil), b...)
+			w <- qmiReply{raw: append([]byte(nil), b...), err: err}
 		}
+	default:
+		if err != nil {
+			s.mu.Lock()
+			s.stray++
+			s.mu.Unlock()
+			return
+		}
+		s.indication(f)
+	}
+}
+
+// indication handles an indication: a WDS packet service status that
+// says a call of this session (or of every client) is not connected
+// tells the Session to ask.
+func (s *QMISession) indication(f qmi.Frame) {
+	switch f.Type() {
 	case qmi.Indication:
 		if f.Service != qmi.WDS || f.Message != qmi.WDSGetPacketServiceStatus {
 			return
@@ -156,10 +204,7 @@ func (s *QMISession) frame(b []byte) {
 			return
 		}
 		s.mu.Lock()
-		ours := f.Client == qmi.BroadcastClient
-		for _, c := range s.calls {
-			ours = ours || c.cid == f.Client
-		}
+		ours := f.Client == qmi.BroadcastClient || s.cids[f.Client]
 		s.mu.Unlock()
 		if f := s.notify.Load(); ours && f != nil {
 			(*f)()
@@ -186,7 +231,7 @@ func (s *QMISession) transact(ctx context.Context, svc qmi.Service, cid uint8, m
 		}
 	}
 	k := qmiWaitKey{svc, cid, tid}
-	w := make(chan []byte, 1)
+	w := make(chan qmiReply, 1)
 	s.waiters[k] = w
 	s.mu.Unlock()
 	drop := func() {
@@ -209,8 +254,11 @@ func (s *QMISession) transact(ctx context.Context, svc qmi.Service, cid uint8, m
 		return qmi.Frame{}, fmt.Errorf("ctrlport: %s: %w", op, err)
 	}
 	select {
-	case raw := <-w:
-		f, err := qmi.ParseFrame(raw)
+	case rep := <-w:
+		if rep.err != nil {
+			return qmi.Frame{}, fmt.Errorf("ctrlport: %s: malformed response: %w", op, rep.err)
+		}
+		f, err := qmi.ParseFrame(rep.raw)
 		if err != nil {
 			return f, fmt.Errorf("ctrlport: %s: %w", op, err)
 		}
@@ -251,7 +299,19 @@ func (s *QMISession) allocate(ctx context.Context, svc qmi.Service) (uint8, erro
 	}
 	v, ok := f.TLVs.Find(0x01)
 	if !ok || len(v) != 2 || qmi.Service(v[0]) != svc {
+		if len(v) > 8 {
+			return 0, fmt.Errorf("ctrlport: CTL ALLOCATE_CID: %w: allocation info of %d bytes", qmi.ErrValue, len(v))
+		}
 		return 0, fmt.Errorf("ctrlport: CTL ALLOCATE_CID: %w: allocation info % x", qmi.ErrValue, v)
+	}
+	s.mu.Lock()
+	taken := s.cids[v[1]]
+	if !taken && v[1] != qmi.BroadcastClient {
+		s.cids[v[1]] = true
+	}
+	s.mu.Unlock()
+	if v[1] == qmi.BroadcastClient || taken {
+		return 0, fmt.Errorf("ctrlport: CTL ALLOCATE_CID: %w: client id %d (broadcast, or one this session holds)", qmi.ErrValue, v[1])
 	}
 	return v[1], nil
 }
@@ -259,6 +319,9 @@ func (s *QMISession) allocate(ctx context.Context, svc qmi.Service) (uint8, erro
 // release gives a client id back (errors ignored: the modem may have
 // released it already, e.g. after a client's CTL SYNC).
 func (s *QMISession) release(ctx context.Context, svc qmi.Service, cid uint8) {
+	s.mu.Lock()
+	delete(s.cids, cid)
+	s.mu.Unlock()
 	_, _ = s.transact(ctx, qmi.CTL, 0, qmi.CTLReleaseCID, func(b *qmi.Builder) { b.TLV(0x01, []byte{uint8(svc), cid}) })
 }
 
@@ -281,45 +344,98 @@ func (s *QMISession) settings(ctx context.Context, cid uint8, family uint8, cfg 
 	return parseWDSSettings(f.TLVs, family, cfg)
 }
 
+// wdsSettingsError is a GET_CURRENT_SETTINGS value the host refuses.
+func wdsSettingsError(format string, args ...any) error {
+	return fmt.Errorf("ctrlport: WDS GET_CURRENT_SETTINGS: %w: %s", ErrBadSessionConfig, fmt.Sprintf(format, args...))
+}
+
+// wdsTLV returns TLV typ if present, checking its size (want).
+func wdsTLV(t qmi.TLVs, typ uint8, want int, what string) ([]byte, bool, error) {
+	v, ok := t.Find(typ)
+	if !ok {
+		return nil, false, nil
+	}
+	if len(v) != want {
+		return nil, false, wdsSettingsError("%s TLV 0x%02X of %d bytes, want %d", what, typ, len(v), want)
+	}
+	return v, true, nil
+}
+
 // parseWDSSettings reads a GET_CURRENT_SETTINGS response's TLVs (from the
-// modem: untrusted; every length is checked) for family into cfg.
+// modem: untrusted; every length is checked, a TLV of the wrong size is an
+// error) for family into cfg. The values themselves are judged by
+// CheckSessionConfig.
 func parseWDSSettings(t qmi.TLVs, family uint8, cfg *SessionConfig) error {
 	if family == qmiWDSFamily4 {
-		addr, ok := v4(findTLV(t, 0x1E))
-		if !ok {
-			return fmt.Errorf("ctrlport: WDS GET_CURRENT_SETTINGS: no IPv4 address")
+		v, ok, err := wdsTLV(t, 0x1E, 4, "IPv4 address")
+		if err != nil {
+			return err
 		}
+		if !ok {
+			return wdsSettingsError("no IPv4 address (TLV 0x1E)")
+		}
+		addr, _ := v4(v)
 		plen := 32
-		if m, ok := v4(findTLV(t, 0x21)); ok {
+		if v, ok, err := wdsTLV(t, 0x21, 4, "IPv4 subnet mask"); err != nil {
+			return err
+		} else if ok {
+			m, _ := v4(v)
 			mb := m.As4()
-			plen = bits.OnesCount32(binary.BigEndian.Uint32(mb[:]))
+			u := binary.BigEndian.Uint32(mb[:])
+			plen = bits.LeadingZeros32(^u)
+			if bits.OnesCount32(u) != plen {
+				return wdsSettingsError("IPv4 subnet mask %v is not contiguous", m)
+			}
 		}
 		cfg.IPv4 = netip.PrefixFrom(addr, plen)
-		if gw, ok := v4(findTLV(t, 0x20)); ok {
-			cfg.Gateway4 = gw
+		if v, ok, err := wdsTLV(t, 0x20, 4, "IPv4 gateway"); err != nil {
+			return err
+		} else if ok {
+			cfg.Gateway4, _ = v4(v)
 		}
 		for _, typ := range []uint8{0x15, 0x16} {
-			if d, ok := v4(findTLV(t, typ)); ok {
+			if v, ok, err := wdsTLV(t, typ, 4, "IPv4 DNS"); err != nil {
+				return err
+			} else if ok {
+				d, _ := v4(v)
 				cfg.DNS4 = append(cfg.DNS4, d)
 			}
 		}
 	} else {
-		v := findTLV(t, 0x25)
-		if len(v) != 17 || v[16] > 128 {
-			return fmt.Errorf("ctrlport: WDS GET_CURRENT_SETTINGS: no IPv6 address")
+		v, ok, err := wdsTLV(t, 0x25, 17, "IPv6 address")
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return wdsSettingsError("no IPv6 address (TLV 0x25)")
+		}
+		if v[16] > 128 {
+			return wdsSettingsError("IPv6 prefix length %d", v[16])
 		}
 		cfg.IPv6 = netip.PrefixFrom(netip.AddrFrom16([16]byte(v[:16])), int(v[16]))
-		if g := findTLV(t, 0x26); len(g) == 17 {
+		if g, ok, err := wdsTLV(t, 0x26, 17, "IPv6 gateway"); err != nil {
+			return err
+		} else if ok {
 			cfg.Gateway6 = netip.AddrFrom16([16]byte(g[:16]))
 		}
 		for _, typ := range []uint8{0x27, 0x28} {
-			if d := findTLV(t, typ); len(d) == 16 {
+			if d, ok, err := wdsTLV(t, typ, 16, "IPv6 DNS"); err != nil {
+				return err
+			} else if ok {
 				cfg.DNS6 = append(cfg.DNS6, netip.AddrFrom16([16]byte(d)))
 			}
 		}
 	}
-	if m := findTLV(t, 0x29); len(m) == 4 && cfg.MTU == 0 {
-		cfg.MTU = int(binary.LittleEndian.Uint32(m))
+	if m, ok, err := wdsTLV(t, 0x29, 4, "MTU"); err != nil {
+		return err
+	} else if ok {
+		mtu := binary.LittleEndian.Uint32(m)
+		if mtu == 0 || mtu > 1<<31-1 {
+			return wdsSettingsError("MTU %d", mtu)
+		}
+		if cfg.MTU == 0 || int(mtu) < cfg.MTU {
+			cfg.MTU = int(mtu)
+		}
 	}
 	if a := findTLV(t, 0x14); len(a) > 0 && cfg.APN == "" {
 		cfg.APN = string(a)
@@ -370,9 +486,14 @@ func (s *QMISession) Connect(ctx context.Context, req SessionRequest) (SessionCo
 		handle := uint32(qmiWDSGlobalHandle)
 		switch {
 		case err == nil:
-			if v, ok := f.TLVs.Find(0x01); ok && len(v) == 4 {
-				handle = binary.LittleEndian.Uint32(v)
+			v, ok := f.TLVs.Find(0x01)
+			if !ok || len(v) != 4 {
+				// A call the host cannot name: stop whatever the modem
+				// started (with the global handle) and refuse.
+				calls = append(calls, qmiCall{cid: cid, handle: handle, family: fam})
+				return fail(fmt.Errorf("ctrlport: WDS START_NETWORK succeeded without a packet data handle (TLV 0x01 of %d bytes, want 4): %w", len(v), qmi.ErrValue))
 			}
+			handle = binary.LittleEndian.Uint32(v)
 		case qmiCode(err) == qmi.ErrNoEffect:
 			// The call exists already; this client is bound to it.
 		default:

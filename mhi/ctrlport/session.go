@@ -183,9 +183,31 @@ func mbimIPTypeName(t uint32) string {
 	return fmt.Sprintf("mbim-ip-type-%d", t)
 }
 
+// mbimIPTypeFits reports whether the IP type a modem activated is one the
+// request allows: the type asked for, the modem's default (0), or for a
+// dual-stack request either family alone.
+func mbimIPTypeFits(req string, got uint32) bool {
+	switch got {
+	case mbim.IPTypeDefault:
+		return true
+	case mbim.IPTypeIPv4:
+		return req == IPTypeIPv4 || req == IPTypeIPv4v6
+	case mbim.IPTypeIPv6:
+		return req == IPTypeIPv6 || req == IPTypeIPv4v6
+	case mbim.IPTypeIPv4v6, mbim.IPTypeIPv4AndIPv6:
+		return req == IPTypeIPv4v6
+	}
+	return false
+}
+
 // Connect attaches the packet service (a modem without the CID, answering
 // NoDeviceSupport, is taken as attaching on its own), activates session 0
-// with req's APN and IP type, and reads IP_CONFIGURATION.
+// with req's APN and IP type, and reads IP_CONFIGURATION. A CONNECT reply
+// for another session, with an IP type the request did not ask for, or
+// that does not parse is refused, and so is an IP_CONFIGURATION that
+// does not parse or flags an MTU of 0; the modem's session is then
+// deactivated again. Only the families of the activated IP type are
+// taken from IP_CONFIGURATION.
 func (s *MBIMSession) Connect(ctx context.Context, req SessionRequest) (SessionConfig, error) {
 	if err := req.validate(); err != nil {
 		return SessionConfig{}, err
@@ -210,45 +232,85 @@ func (s *MBIMSession) Connect(ctx context.Context, req SessionRequest) (SessionC
 	if errors.As(err, &se) && se.Status == mbim.StatusMaxActivatedContexts {
 		return SessionConfig{}, fmt.Errorf("%w: the modem has a session connected already (disconnect it first): %w", ErrSessionActive, err)
 	}
-	if err != nil {
+	// undo deactivates what the modem activated, or may have activated,
+	// when the session cannot be used.
+	undo := func(err error) (SessionConfig, error) {
+		if ctx.Err() == nil {
+			_ = s.Disconnect(ctx)
+		}
 		return SessionConfig{}, fmt.Errorf("%w: APN %q, %s: %w", ErrSessionRefused, req.APN, req.IPType, err)
 	}
-	if ci.ActivationState != mbim.ActivationStateActivated {
-		return SessionConfig{}, fmt.Errorf("%w: APN %q: activation state %d after CONNECT", ErrSessionRefused, req.APN, ci.ActivationState)
+	switch {
+	case errors.As(err, &se):
+		// The modem refused: it has nothing activated.
+		return SessionConfig{}, fmt.Errorf("%w: APN %q, %s: %w", ErrSessionRefused, req.APN, req.IPType, err)
+	case err != nil:
+		// An answer that says nothing usable: the modem may have
+		// activated the session.
+		return undo(err)
+	case ci.SessionID != 0:
+		return undo(fmt.Errorf("%w: CONNECT answered for session %d, asked for session 0", mbim.ErrWrongMessage, ci.SessionID))
+	case ci.ActivationState != mbim.ActivationStateActivated:
+		return undo(fmt.Errorf("activation state %d after CONNECT", ci.ActivationState))
+	case !mbimIPTypeFits(req.IPType, ci.IPType):
+		return undo(fmt.Errorf("%w: the modem activated IP type %s for a %s request", ErrBadSessionConfig, mbimIPTypeName(ci.IPType), req.IPType))
 	}
 	cfg := SessionConfig{Protocol: "mbim", APN: req.APN, IPType: mbimIPTypeName(ci.IPType)}
 	if ci.IPType == mbim.IPTypeDefault {
 		cfg.IPType = req.IPType
 	}
 	ipc, err := s.c.IPConfiguration(ctx)
+	if err == nil && ipc.SessionID != 0 {
+		err = fmt.Errorf("%w: IP_CONFIGURATION answered for session %d, asked for session 0", mbim.ErrWrongMessage, ipc.SessionID)
+	}
 	if err != nil {
-		_ = s.Disconnect(ctx)
-		return SessionConfig{}, fmt.Errorf("%w: IP_CONFIGURATION: %w", ErrSessionRefused, err)
+		return undo(fmt.Errorf("IP_CONFIGURATION: %w", err))
 	}
-	if ipc.IPv4Available&mbim.IPConfigAddress != 0 && len(ipc.IPv4Addresses) > 0 {
-		cfg.IPv4 = ipc.IPv4Addresses[0]
+	want4 := cfg.IPType == IPTypeIPv4 || cfg.IPType == IPTypeIPv4v6
+	want6 := cfg.IPType == IPTypeIPv6 || cfg.IPType == IPTypeIPv4v6
+	mtu := 0
+	for _, f := range []struct {
+		want  bool
+		avail uint32
+		addrs []netip.Prefix
+		gw    netip.Addr
+		dns   []netip.Addr
+		mtu   uint32
+		fam   string
+	}{
+		{want: want4, avail: ipc.IPv4Available, addrs: ipc.IPv4Addresses, gw: ipc.IPv4Gateway, dns: ipc.IPv4DNS, mtu: ipc.IPv4MTU, fam: "IPv4"},
+		{want: want6, avail: ipc.IPv6Available, addrs: ipc.IPv6Addresses, gw: ipc.IPv6Gateway, dns: ipc.IPv6DNS, mtu: ipc.IPv6MTU, fam: "IPv6"},
+	} {
+		if !f.want {
+			continue
+		}
+		var p netip.Prefix
+		var gw netip.Addr
+		var dns []netip.Addr
+		if f.avail&mbim.IPConfigAddress != 0 && len(f.addrs) > 0 {
+			p = f.addrs[0]
+		}
+		if f.avail&mbim.IPConfigGateway != 0 {
+			gw = f.gw
+		}
+		if f.avail&mbim.IPConfigDNS != 0 {
+			dns = f.dns
+		}
+		if f.avail&mbim.IPConfigMTU != 0 {
+			if f.mtu == 0 || f.mtu > MaxSessionMTU {
+				return undo(fmt.Errorf("%w: %s MTU %d flagged available, valid range 1..%d", ErrBadSessionConfig, f.fam, f.mtu, MaxSessionMTU))
+			}
+			if m := int(f.mtu); mtu == 0 || m < mtu {
+				mtu = m
+			}
+		}
+		if f.fam == "IPv4" {
+			cfg.IPv4, cfg.Gateway4, cfg.DNS4 = p, gw, dns
+		} else {
+			cfg.IPv6, cfg.Gateway6, cfg.DNS6 = p, gw, dns
+		}
 	}
-	if ipc.IPv4Available&mbim.IPConfigGateway != 0 {
-		cfg.Gateway4 = ipc.IPv4Gateway
-	}
-	if ipc.IPv4Available&mbim.IPConfigDNS != 0 {
-		cfg.DNS4 = ipc.IPv4DNS
-	}
-	if ipc.IPv6Available&mbim.IPConfigAddress != 0 && len(ipc.IPv6Addresses) > 0 {
-		cfg.IPv6 = ipc.IPv6Addresses[0]
-	}
-	if ipc.IPv6Available&mbim.IPConfigGateway != 0 {
-		cfg.Gateway6 = ipc.IPv6Gateway
-	}
-	if ipc.IPv6Available&mbim.IPConfigDNS != 0 {
-		cfg.DNS6 = ipc.IPv6DNS
-	}
-	switch {
-	case ipc.IPv4Available&mbim.IPConfigMTU != 0 && ipc.IPv4MTU > 0:
-		cfg.MTU = int(ipc.IPv4MTU)
-	case ipc.IPv6Available&mbim.IPConfigMTU != 0 && ipc.IPv6MTU > 0:
-		cfg.MTU = int(ipc.IPv6MTU)
-	}
+	cfg.MTU = mtu
 	return cfg, nil
 }
 
@@ -331,7 +393,13 @@ type SessionStats struct {
 	// NetworkDisconnects counts sessions the modem ended on its own
 	// (radio off, detach, another client's deactivate).
 	NetworkDisconnects uint64 `json:"network_disconnects"`
-	Connected          uint64 `json:"connected"` // 1 while connected
+	// ConfigRefused counts connects refused because the modem assigned a
+	// configuration the host does not accept (ErrBadSessionConfig).
+	ConfigRefused uint64 `json:"config_refused"`
+	// StateChecks counts the times the session asked the modem whether
+	// it still stands, after an indication said it might not.
+	StateChecks uint64 `json:"state_checks"`
+	Connected   uint64 `json:"connected"` // 1 while connected
 }
 
 // Session drives a device's data session: connect over a SessionClient,
@@ -349,9 +417,10 @@ type Session struct {
 	state SessionState
 	stats SessionStats
 
-	checking atomic.Bool
+	checking atomic.Bool // a checker goroutine runs
+	lost     atomic.Bool // an indication came that the checker has not acted on
 	closed   atomic.Bool
-	wg       sync.WaitGroup
+	wg       sync.WaitGroup  // the checker; Add under mu, not after closed
 	ctx      context.Context // ends with Close
 	cancel   func()
 }
@@ -435,8 +504,21 @@ func (s *Session) Connect(ctx context.Context, req SessionRequest) (SessionState
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	cfg, err := s.client.Connect(ctx, req)
+	if err == nil {
+		var cerr error
+		if cfg, cerr = CheckSessionConfig(cfg); cerr != nil {
+			// Nothing of it reaches the host; the modem's session goes.
+			derr := s.client.Disconnect(ctx)
+			err = fmt.Errorf("%w: APN %q, %s: %w", ErrSessionRefused, req.APN, req.IPType, errors.Join(cerr, derr))
+		}
+	}
 	if err != nil {
 		s.log.Warn("session connect failed", "apn", req.APN, "ip_type", req.IPType, "err", err)
+		if errors.Is(err, ErrBadSessionConfig) {
+			s.mu.Lock()
+			s.stats.ConfigRefused++
+			s.mu.Unlock()
+		}
 		s.fail(&s.stats.ConnectFailures, err)
 		return s.State(), err
 	}
@@ -494,49 +576,88 @@ func (s *Session) Disconnect(ctx context.Context) (SessionState, error) {
 	return st, nil
 }
 
-// maybeLost runs when the modem says the session may have ended: a
-// goroutine asks the modem and, if the session is gone, unconfigures the
-// host.
+// stateCheckInterval is the least time between two checks of the
+// session's state, so that a storm of indications costs the modem a few
+// queries, not one per indication.
+const stateCheckInterval = 200 * time.Millisecond
+
+// maybeLost runs when the modem says the session may have ended. A checker
+// goroutine (one at a time) asks the modem and, if the session is gone,
+// unconfigures the host. An indication that comes while a connect is in
+// progress or a check runs is not lost: the checker looks again once the
+// connect is done, at most every stateCheckInterval.
 func (s *Session) maybeLost() {
-	if s.closed.Load() || !s.State().Connected() || s.checking.Swap(true) {
+	s.lost.Store(true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() || s.checking.Swap(true) {
 		return
 	}
 	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer s.checking.Store(false)
-		s.op.Lock()
-		defer s.op.Unlock()
-		cur := s.State()
-		if !cur.Connected() || s.closed.Load() {
-			return
-		}
-		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-		defer cancel()
-		active, err := s.client.Active(ctx)
-		if err != nil || active {
-			return
-		}
-		// Let the client drop what it holds for the ended session (QMI
-		// client ids); the modem has nothing left to deactivate.
-		_ = s.client.Disconnect(ctx)
-		if s.opts.Host != nil {
-			if err := s.opts.Host.Remove(cur.SessionConfig); err != nil {
-				s.log.Warn("removing the ended session's configuration", "err", err)
+	go s.checker()
+}
+
+func (s *Session) checker() {
+	defer s.wg.Done()
+	for {
+		for s.lost.Swap(false) {
+			s.check()
+			select {
+			case <-s.ctx.Done():
+				s.checking.Store(false)
+				return
+			case <-time.After(stateCheckInterval):
 			}
 		}
-		s.set(SessionState{State: StateDisconnected, LastError: "the modem ended the session"})
-		s.mu.Lock()
-		s.stats.NetworkDisconnects++
-		s.mu.Unlock()
-		s.log.Info("the modem ended the session", "apn", cur.APN)
-	}()
+		s.checking.Store(false)
+		// An indication between the last Swap and Store(false) found the
+		// checker still running: look once more.
+		if !s.lost.Load() || s.checking.Swap(true) {
+			return
+		}
+	}
+}
+
+// check asks the modem whether the connected session still stands (after
+// any connect or disconnect in progress) and unconfigures the host if not.
+func (s *Session) check() {
+	s.op.Lock()
+	defer s.op.Unlock()
+	cur := s.State()
+	if !cur.Connected() || s.closed.Load() {
+		return
+	}
+	s.mu.Lock()
+	s.stats.StateChecks++
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	active, err := s.client.Active(ctx)
+	if err != nil || active {
+		return
+	}
+	// Let the client drop what it holds for the ended session (QMI
+	// client ids); the modem has nothing left to deactivate.
+	_ = s.client.Disconnect(ctx)
+	if s.opts.Host != nil {
+		if err := s.opts.Host.Remove(cur.SessionConfig); err != nil {
+			s.log.Warn("removing the ended session's configuration", "err", err)
+		}
+	}
+	s.set(SessionState{State: StateDisconnected, LastError: "the modem ended the session"})
+	s.mu.Lock()
+	s.stats.NetworkDisconnects++
+	s.mu.Unlock()
+	s.log.Info("the modem ended the session", "apn", cur.APN)
 }
 
 // Close stops watching the modem and closes the client. It leaves the
 // modem's session as it is (the modem goes away with the host stack).
 func (s *Session) Close() {
-	if s.closed.Swap(true) {
+	s.mu.Lock()
+	was := s.closed.Swap(true)
+	s.mu.Unlock()
+	if was {
 		return
 	}
 	s.cancel()

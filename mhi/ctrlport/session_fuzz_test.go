@@ -1,6 +1,7 @@
 package ctrlport_test
 
 import (
+	"net/netip"
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi/ctrlport"
@@ -29,6 +30,10 @@ func FuzzSessionReceive(f *testing.F) {
 	f.Add(mbim.AppendIndicateStatus(nil, 0, mbim.ServiceBasicConnect, mbim.CIDConnect, ci.AppendTo(nil)), uint8(4))
 	// GET_CURRENT_SETTINGS TLVs: IPv4 198.18.0.1, mask /24, gateway, MTU.
 	f.Add([]byte{0x1e, 4, 0, 1, 0, 0x12, 0xc6, 0x21, 4, 0, 0, 0xff, 0xff, 0xff, 0x20, 4, 0, 2, 0, 0x12, 0xc6, 0x29, 4, 0, 0xdc, 5, 0, 0}, uint8(4))
+	// Two MBIM messages in one transfer; a QMUX response whose result TLV
+	// runs past the frame.
+	f.Add(append(mbim.AppendOpenDone(nil, 1, mbim.StatusSuccess), mbim.AppendFunctionError(nil, 2, mbim.ErrorUnknown)...), uint8(4))
+	f.Add([]byte{0x01, 0x12, 0x00, 0x80, 0x01, 0x04, 0x02, 0x01, 0x00, 0x2d, 0x00, 0x07, 0x00, 0x02, 0x00, 0x04, 0x00, 0x00, 0x00}, uint8(4))
 	f.Fuzz(func(t *testing.T, b []byte, family uint8) {
 		var mt, qt fakeTransport
 		ms := ctrlport.NewMBIMSession(&mt)
@@ -51,6 +56,34 @@ func FuzzSessionReceive(f *testing.F) {
 			if cfg.IPv4.IsValid() && cfg.IPv4.Bits() > 32 || cfg.IPv6.IsValid() && cfg.IPv6.Bits() > 128 || cfg.MTU < 0 {
 				t.Fatalf("out-of-range values %+v", cfg)
 			}
+			// What the host would apply obeys the rules of
+			// CheckSessionConfig.
+			if out, err := ctrlport.CheckSessionConfig(cfg); err == nil {
+				checkAccepted(t, out)
+			}
 		}
 	})
+}
+
+// checkAccepted fails when a configuration CheckSessionConfig accepted
+// breaks one of its rules.
+func checkAccepted(t *testing.T, c ctrlport.SessionConfig) {
+	t.Helper()
+	host := func(p netip.Prefix, min int) bool {
+		a := p.Addr()
+		return a.IsGlobalUnicast() && !a.IsLinkLocalUnicast() && !a.Is4In6() && p.Bits() >= min &&
+			!(a.Is4() && (a.As4()[0] == 0 || a.As4()[0] >= 240))
+	}
+	if !c.IPv4.IsValid() && !c.IPv6.IsValid() ||
+		c.IPv4.IsValid() && (!c.IPv4.Addr().Is4() || !host(c.IPv4, ctrlport.MinIPv4Prefix)) ||
+		c.IPv6.IsValid() && (!c.IPv6.Addr().Is6() || !host(c.IPv6, ctrlport.MinIPv6Prefix)) ||
+		len(c.DNS4) > ctrlport.MaxSessionDNS || len(c.DNS6) > ctrlport.MaxSessionDNS ||
+		c.MTU != 0 && (c.MTU < ctrlport.MinSessionMTU || c.MTU > ctrlport.MaxSessionMTU || c.IPv6.IsValid() && c.MTU < ctrlport.MinSessionMTU6) {
+		t.Fatalf("accepted %+v", c)
+	}
+	for _, a := range append(append([]netip.Addr{c.Gateway4, c.Gateway6}, c.DNS4...), c.DNS6...) {
+		if a.IsValid() && (a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() || a.Is4In6()) {
+			t.Fatalf("accepted peer %v in %+v", a, c)
+		}
+	}
 }

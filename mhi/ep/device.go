@@ -79,6 +79,9 @@ type Config struct {
 	// channel posts DB_MODE and waits for a doorbell (zero means the
 	// default).
 	BurstIdlePolls int
+	// Boot configures the boot ROM: the EE the device starts in, the
+	// images it accepts over BHI and BHIe, RDDM (bootrom.go).
+	Boot BootConfig
 }
 
 // withDefaults returns cfg with zero fields replaced by their defaults.
@@ -105,6 +108,9 @@ func (cfg Config) withDefaults() Config {
 func (cfg *Config) validate() error {
 	if err := cfg.MHI.Validate(); err != nil {
 		return fmt.Errorf("ep: %w", err)
+	}
+	if cfg.Boot.Start < BootAMSS || cfg.Boot.Start > BootPBL {
+		return fmt.Errorf("ep: %w: boot start %d", mhi.ErrConfig, int(cfg.Boot.Start))
 	}
 	if cfg.RegLen < DefaultRegLen || cfg.RegLen%4 != 0 {
 		return fmt.Errorf("ep: %w: register length 0x%x, want a multiple of 4 >= 0x%x",
@@ -152,6 +158,7 @@ type Device struct {
 	neverReady   bool
 	pending      controlRequests
 	erSignals    []signal // per event ring: the host rang its doorbell
+	boot         bootState
 
 	stateNow atomic.Uint32 // mirror of state for lock-free checks
 
@@ -161,6 +168,9 @@ type Device struct {
 
 	faults faultState
 	stats  counters
+
+	dumpOnce    sync.Once
+	defaultDump []byte
 }
 
 // New validates cfg, builds a device on host memory mem raising interrupts
@@ -185,9 +195,9 @@ func New(cfg Config, mem HostMemory, irq Interrupter) (*Device, error) {
 		log:      log,
 		debug:    log.Enabled(context.Background(), slog.LevelDebug),
 		ctrlKick: make(chan struct{}, 1),
-		ee:       mhi.EEAMSS,
 		pipes:    map[string]*Pipe{},
 	}
+	d.startEELocked()
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	nER := len(cfg.MHI.EventRings)
 	d.regs.init(&d.cfg, nER)

@@ -451,8 +451,10 @@ func TestIPDataGeneratorRate(t *testing.T) {
 	s := r.waitAggregates(count)
 	perPacket := float64(time.Second) / rate
 	want := time.Duration(perPacket * (count - 1))
-	if elapsed < want*8/10 || elapsed > want*12/10 {
-		t.Fatalf("%d packets at %g/s took %v, want %v ±20%%", count, rate, elapsed, want)
+	// The pacing must hold the rate (never faster); slower is what a loaded
+	// machine does to any wall-clock test, so only a gross overrun fails.
+	if elapsed < want*8/10 || elapsed > want*5 {
+		t.Fatalf("%d packets at %g/s took %v, want at least %v (the rate) and not grossly more", count, rate, elapsed, want*8/10)
 	}
 	sent, err := r.ipd.WaitGenerator(context.Background())
 	if err != nil || sent != count || r.ipd.GeneratorSent() != count || s.GenPackets != count {

@@ -205,8 +205,9 @@ func (d *Device) readBHILocked(rel uint32) (uint32, bool) {
 		return uint32(d.ee), true
 	case rel == mhi.BHISerialNum:
 		return d.cfg.SerialNumber, true
-	case rel == mhi.BHIErrCode, rel == mhi.BHIErrDbg1, rel == mhi.BHIErrDbg2, rel == mhi.BHIErrDbg3,
-		rel == mhi.BHISBLAntiRollV, rel == mhi.BHINumSeg:
+	case rel == mhi.BHIErrCode, rel == mhi.BHIErrDbg1, rel == mhi.BHIErrDbg2, rel == mhi.BHIErrDbg3:
+		return d.bhiOwnedLocked(rel)
+	case rel == mhi.BHISBLAntiRollV, rel == mhi.BHINumSeg:
 		return 0, true
 	case rel >= mhi.BHIMSMHWID0 && rel < mhi.BHIMSMHWID0+4*mhi.BHIMSMHWIDCount:
 		return 0, true
@@ -231,8 +232,12 @@ func (d *Device) readBHIELocked(rel uint32) (uint32, bool) {
 	switch {
 	case bhieWritable(rel):
 		return d.regs.bhie[rel/4], true
-	case rel == mhi.BHIEMSMSOCID, rel == mhi.BHIETxVecStatus, rel == mhi.BHIERxVecStatus:
+	case rel == mhi.BHIEMSMSOCID:
 		return 0, true
+	case rel == mhi.BHIETxVecStatus:
+		return d.boot.txStatus, true
+	case rel == mhi.BHIERxVecStatus:
+		return d.boot.rxStatus, true
 	}
 	return 0, false
 }
@@ -273,6 +278,10 @@ func (d *Device) writeRegisterLocked(off, v uint32) bool {
 			return false
 		}
 		r.bhi[rel/4] = v
+		if rel == mhi.BHIImgTxDB {
+			d.pending.bhiTx = true
+			d.kickControl()
+		}
 		return true
 	}
 	if off >= BHIEOffset && off < BHIEOffset+mhi.BHIESize {
@@ -281,6 +290,15 @@ func (d *Device) writeRegisterLocked(off, v uint32) bool {
 			return false
 		}
 		r.bhie[rel/4] = v
+		switch rel {
+		case mhi.BHIETxVecDB:
+			d.pending.bhieTx = true
+			d.kickControl()
+		case mhi.BHIERxVecDB:
+			d.boot.rxArmed, d.boot.dumped = true, false
+			d.pending.rddm = true
+			d.kickControl()
+		}
 		return true
 	}
 	switch off {
@@ -329,6 +347,9 @@ func (d *Device) doorbellLatchedLocked(db *doorbell, off uint32) {
 		d.erSignals[n].broadcast()
 	default:
 		n := (off - ChannelDoorbellOffset) / mhi.DoorbellStride
+		if n == edlDoorbellSlot && db.lo == edlCookie {
+			d.boot.edlArmed = true // the next SoC reset enters EDL
+		}
 		if n == mhi.WakeDoorbellChannel {
 			return // device wake: nothing to do for a mock
 		}

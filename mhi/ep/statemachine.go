@@ -15,6 +15,9 @@ type controlRequests struct {
 	ctrlWritten   bool // MHICTRL written without RESET
 	crdb          bool // command doorbell rung
 	sysErr        bool // SYS_ERR entered; event and INTVEC still to send
+	bhiTx         bool // IMGTXDB written: a BHI image to receive
+	bhieTx        bool // TXVECDB written: a BHIe image to receive
+	rddm          bool // RXVECDB written: a dump may be due
 }
 
 // session is everything the device learns from the host at M0 and forgets
@@ -77,6 +80,15 @@ func (d *Device) runControl() time.Duration {
 	if req.sysErr {
 		d.announceSysErr()
 	}
+	if req.bhiTx {
+		d.bhiTransfer()
+	}
+	if req.bhieTx {
+		d.bhieTransfer()
+	}
+	if req.sysErr || req.rddm {
+		d.rddmTransfer()
+	}
 	d.becomeReadyIfDue()
 	d.followRequestedState(req.ctrlWritten)
 	if req.crdb {
@@ -88,12 +100,17 @@ func (d *Device) runControl() time.Duration {
 		}
 	}
 
+	boot := d.advanceBoot()
 	d.regMu.Lock()
 	defer d.regMu.Unlock()
-	if d.state != mhi.StateReset || !d.readyPending || d.neverReady {
-		return -1
+	if d.state != mhi.StateReset || !d.readyPending || d.neverReady || d.boot.awaitImage {
+		return boot
 	}
-	return max(time.Until(d.readyAt), 0)
+	ready := max(time.Until(d.readyAt), 0)
+	if boot >= 0 {
+		return min(ready, boot)
+	}
+	return ready
 }
 
 // becomeReadyIfDue moves RESET to READY once ReadyDelay has passed, unless
@@ -101,11 +118,10 @@ func (d *Device) runControl() time.Duration {
 func (d *Device) becomeReadyIfDue() {
 	d.regMu.Lock()
 	defer d.regMu.Unlock()
-	if d.state != mhi.StateReset || !d.readyPending || d.neverReady || time.Now().Before(d.readyAt) {
+	if d.state != mhi.StateReset || !d.readyPending || d.neverReady || d.boot.awaitImage || time.Now().Before(d.readyAt) {
 		return
 	}
 	d.readyPending = false
-	d.ee = mhi.EEAMSS
 	d.setStateLocked(mhi.StateReady)
 	d.regs.mhiStatus = uint32(mhi.StateReady)<<mhi.MHISTATUSStateShift | mhi.MHISTATUSReady
 	d.stats.stateChanges.Add(1)
@@ -166,12 +182,14 @@ func (d *Device) enterM0FromReady() {
 	d.setStateLocked(mhi.StateM0)
 	d.regs.mhiStatus = uint32(mhi.StateM0)<<mhi.MHISTATUSStateShift | mhi.MHISTATUSReady
 	d.stats.stateChanges.Add(1)
+	ee := d.bootEEAtM0Locked()
 	d.regMu.Unlock()
 
-	d.log.Debug("mhi-ep: M0", "ccabap", s.chCtxBase, "ecabap", s.erCtxBase, "crcbap", s.cmdCtxBase, "ner", ner)
+	d.log.Debug("mhi-ep: M0", "ccabap", s.chCtxBase, "ecabap", s.erCtxBase, "crcbap", s.cmdCtxBase, "ner", ner, "ee", ee)
 	d.startCommandRing(s, crdbSeq)
 	d.postControlEvent(s, mhi.StateChangeEvent(mhi.StateM0))
-	d.postControlEvent(s, mhi.EEEvent(mhi.EEAMSS))
+	d.postControlEvent(s, mhi.EEEvent(ee))
+	d.kickControl() // the SBL's boot of AMSS may be due
 }
 
 // resumeM0 leaves M3: channels kept their state and resume.
@@ -181,6 +199,7 @@ func (d *Device) resumeM0() {
 	d.setStateLocked(mhi.StateM0)
 	d.regs.mhiStatus = uint32(mhi.StateM0)<<mhi.MHISTATUSStateShift | mhi.MHISTATUSReady
 	d.stats.stateChanges.Add(1)
+	d.stats.m3Exits.Add(1)
 	d.regMu.Unlock()
 	d.log.Debug("mhi-ep: M3 -> M0")
 	if s != nil {
@@ -198,6 +217,7 @@ func (d *Device) enterM3() {
 	d.setStateLocked(mhi.StateM3)
 	d.regs.mhiStatus = uint32(mhi.StateM3)<<mhi.MHISTATUSStateShift | mhi.MHISTATUSReady
 	d.stats.stateChanges.Add(1)
+	d.stats.m3Entries.Add(1)
 	d.regMu.Unlock()
 	d.log.Debug("mhi-ep: M0 -> M3")
 	if s != nil {
@@ -221,13 +241,14 @@ func (d *Device) enterSysErr(fault bool) {
 	if d.sess != nil {
 		d.sess.deactivate()
 	}
+	rddm := d.enterRDDMLocked()
 	d.pending.sysErr = true
 	d.stats.stateChanges.Add(1)
 	d.regMu.Unlock()
 	if fault {
 		d.stats.faultsInjected.Add(1)
 	}
-	d.log.Warn("mhi-ep: SYS_ERR", "from", from, "injected", fault)
+	d.log.Warn("mhi-ep: SYS_ERR", "from", from, "injected", fault, "rddm", rddm)
 	d.kickControl()
 }
 
@@ -241,11 +262,16 @@ func (d *Device) announceSysErr() {
 	}
 	s := d.sess
 	vector := int(d.regs.bhi[mhi.BHIIntVec/4])
+	rddm := d.ee == mhi.EERDDM
 	d.regMu.Unlock()
 	// INTVEC first: the host learns of the error from MHISTATUS even if
 	// event ring 0 happens to be full.
 	d.raise(vector)
 	if s != nil {
+		if rddm {
+			// EXECENV already reads RDDM; the EE event says so on the ring.
+			d.postControlEvent(s, mhi.EEEvent(mhi.EERDDM))
+		}
 		d.postControlEvent(s, mhi.StateChangeEvent(mhi.StateSysErr))
 	}
 }
@@ -282,6 +308,12 @@ func (d *Device) doReset(functionReset bool) {
 	d.regMu.Lock()
 	if functionReset {
 		d.regs.init(&d.cfg, len(d.regs.erdb))
+	}
+	if functionReset || d.ee == mhi.EERDDM {
+		// A SoC reset reboots the modem, and so does an MHI reset of a
+		// crashed one (RDDM): back to the boot start, or EDL when the
+		// host armed it.
+		d.startEELocked()
 	}
 	d.regs.clearDoorbells()
 	d.regs.bhi[mhi.BHIIntVec/4] = 0

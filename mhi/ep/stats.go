@@ -34,6 +34,12 @@ type counters struct {
 	faultsInjected        atomic.Uint64
 	stateChanges          atomic.Uint64
 	resets                atomic.Uint64
+	imagesLoaded          atomic.Uint64
+	imagesRefused         atomic.Uint64
+	dumpsWritten          atomic.Uint64
+	dumpsFailed           atomic.Uint64
+	m3Entries             atomic.Uint64
+	m3Exits               atomic.Uint64
 }
 
 // Stats is a snapshot of the device's counters.
@@ -64,6 +70,12 @@ type Stats struct {
 	FaultsInjected        uint64   // faults applied (corruptions, dropped MSIs, SYS_ERR, NeverReady)
 	StateChanges          uint64   // MHI state changes
 	Resets                uint64   // MHI and function-level resets performed
+	ImagesLoaded          uint64   // boot images accepted over BHI and BHIe
+	ImagesRefused         uint64   // boot images refused (size, digest, DMA, sequence)
+	DumpsWritten          uint64   // RAM dumps delivered over BHIe
+	DumpsFailed           uint64   // RAM dumps the host's vector table could not take
+	M3Entries             uint64   // M0 -> M3 transitions (suspends)
+	M3Exits               uint64   // M3 -> M0 transitions (resumes)
 }
 
 // Stats returns a snapshot of the device's counters.
@@ -96,6 +108,12 @@ func (d *Device) Stats() Stats {
 		FaultsInjected:        c.faultsInjected.Load(),
 		StateChanges:          c.stateChanges.Load(),
 		Resets:                c.resets.Load(),
+		ImagesLoaded:          c.imagesLoaded.Load(),
+		ImagesRefused:         c.imagesRefused.Load(),
+		DumpsWritten:          c.dumpsWritten.Load(),
+		DumpsFailed:           c.dumpsFailed.Load(),
+		M3Entries:             c.m3Entries.Load(),
+		M3Exits:               c.m3Exits.Load(),
 	}
 	for i := range c.eventsPosted {
 		s.EventsPosted[i] = c.eventsPosted[i].Load()
@@ -117,19 +135,39 @@ type ChannelStatus struct {
 	HostBufferLen uint32
 }
 
-// Status is a snapshot of the device's state for status displays.
-type Status struct {
-	State    mhi.State
-	EE       mhi.ExecEnv
-	Channels []ChannelStatus // in configuration order
+// EventRingStatus describes one event ring the host set up.
+type EventRingStatus struct {
+	Index int
+	// Loaded: the device has read the ring's context (its first event).
+	Loaded bool
+	// Vector is the MSI vector the context names (msivec), on which the
+	// device raises the ring's interrupts; valid when Loaded.
+	Vector int
 }
 
-// Status returns the current MHI state, execution environment and, per
-// channel, the device's read pointer and state.
+// Status is a snapshot of the device's state for status displays.
+type Status struct {
+	State      mhi.State
+	EE         mhi.ExecEnv
+	Channels   []ChannelStatus   // in configuration order
+	EventRings []EventRingStatus // of the current MHI session, by index
+}
+
+// Status returns the current MHI state, execution environment, per
+// channel the device's read pointer and state, and per event ring of the
+// current session the vector its context names.
 func (d *Device) Status() Status {
 	d.regMu.Lock()
 	st := Status{State: d.state, EE: d.ee}
+	sess := d.sess
 	d.regMu.Unlock()
+	if sess != nil {
+		for _, er := range sess.events {
+			er.mu.Lock()
+			st.EventRings = append(st.EventRings, EventRingStatus{Index: er.index, Loaded: er.loaded, Vector: er.msiVec})
+			er.mu.Unlock()
+		}
+	}
 	st.Channels = make([]ChannelStatus, 0, len(d.chanList))
 	for _, c := range d.chanList {
 		c.mu.Lock()

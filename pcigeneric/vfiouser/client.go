@@ -74,6 +74,7 @@ type Transport struct {
 	mem  []byte // the memfd mapping the slab carves up
 
 	evfds   []int
+	irqIdx  uint32 // IRQMSI or IRQMSIX, the index the vectors are on
 	stopfd  int
 	idone   chan struct{}
 	hmu     sync.RWMutex
@@ -182,6 +183,7 @@ func (t *Transport) setup() error {
 	if t.opts.MSIX {
 		irqIndex, kind = IRQMSIX, "MSI-X"
 	}
+	t.irqIdx = irqIndex
 	r, err = t.call(CmdIRQInfo, IRQInfo{Argsz: 16, Index: irqIndex}, nil)
 	if err != nil {
 		return err
@@ -549,7 +551,7 @@ func (t *Transport) Close() error {
 		select {
 		case <-t.dead:
 		default:
-			_, err1 := t.call(CmdSetIRQs, SetIRQs{Flags: IRQDataNone | IRQActionTrig, Index: IRQMSI}, nil)
+			_, err1 := t.call(CmdSetIRQs, SetIRQs{Flags: IRQDataNone | IRQActionTrig, Index: t.irqIdx}, nil)
 			_, err2 := t.call(CmdDMAUnmap, DMAUnmap{Argsz: 24, Flags: DMAUnmapAll}, nil)
 			t.closeErr = errors.Join(err1, err2)
 		}

@@ -68,6 +68,8 @@ type configSpace struct {
 	b     [ConfigSize]byte
 	wmask [ConfigSize]byte
 	mmc   uint16 // log2 of the vectors offered
+	// pm counts power-state changes (pmcap.go); nil in a bare space.
+	pm *pmCounters
 }
 
 func newConfigSpace(pc PCIConfig) *configSpace {
@@ -117,6 +119,7 @@ func newConfigSpace(pc PCIConfig) *configSpace {
 	mask(CfgMSI+8, 0xffff_ffff, 4)                        // address high
 	mask(CfgMSI+12, 0xffff, 2)                            // data
 	mask(CfgMSIX+2, 0xc000, 2)                            // enable, function mask
+	c.initPM()
 	return c
 }
 
@@ -131,6 +134,8 @@ func (c *configSpace) read(off int, p []byte) {
 func (c *configSpace) write(off int, p []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	oldPMCSR := binary.LittleEndian.Uint16(c.b[CfgPM+4:])
+	defer c.pmWrite(off, p, oldPMCSR)
 	for i, v := range p {
 		m := c.wmask[off+i]
 		c.b[off+i] = c.b[off+i]&^m | v&m
@@ -160,20 +165,29 @@ func (c *configSpace) msi() (enabled bool, vectors int) {
 }
 
 // msixTable is BAR2: the MSI-X table the client programs (QEMU emulates
-// the table itself and may never touch it) and a pending-bit array that
-// reads as zero, since the device signals through eventfds.
+// the table itself and may never touch it) and the pending-bit array,
+// which shows the vectors raised while masked through SET_IRQS
+// (ACTION_MASK) and not yet delivered.
 type msixTable struct {
 	mu sync.Mutex
 	b  [MSIXPBAOffset]byte
 }
 
-// read copies BAR2 at off into p; the caller checks bounds.
-func (t *msixTable) read(off int, p []byte) {
+// read copies BAR2 at off into p, the PBA from pending (bit n: vector n);
+// the caller checks bounds.
+func (t *msixTable) read(off int, p []byte, pending uint32) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	clear(p)
 	if off < len(t.b) {
 		copy(p, t.b[off:])
+	}
+	var pba [4]byte
+	binary.LittleEndian.PutUint32(pba[:], pending)
+	for i := range p {
+		if k := off + i - MSIXPBAOffset; k >= 0 && k < len(pba) {
+			p[i] = pba[k]
+		}
 	}
 }
 

@@ -3,10 +3,8 @@ package vfiouser
 import (
 	"encoding/binary"
 	"fmt"
-	"os"
 	"runtime/debug"
 	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -280,107 +278,4 @@ func guarded(access func()) (err error) {
 	}()
 	access()
 	return nil
-}
-
-// irqTable holds the MSI eventfds set by SET_IRQS and implements
-// ep.Interrupter: vector n fires eventfd n modulo the number set, as an MSI
-// function with fewer enabled vectors than it uses folds them.
-type irqTable struct {
-	mu     sync.RWMutex
-	fds    []int // -1: not set
-	max    int
-	raised *atomic.Uint64
-	lost   *atomic.Uint64
-}
-
-var one = func() []byte {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], 1)
-	return b[:]
-}()
-
-// Raise implements ep.Interrupter; it never blocks.
-func (t *irqTable) Raise(vector int) {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	if len(t.fds) == 0 || vector < 0 {
-		t.lost.Add(1)
-		return
-	}
-	fd := t.fds[vector%len(t.fds)]
-	if fd < 0 {
-		t.lost.Add(1)
-		return
-	}
-	if _, err := unix.Write(fd, one); err != nil {
-		t.lost.Add(1)
-		return
-	}
-	t.raised.Add(1)
-}
-
-// set installs fds at start.. (taking ownership: on error they are
-// closed), trimming trailing unset entries. Each must be an eventfd; it is
-// made non-blocking (QEMU and this package's client create them so), so
-// that Raise never blocks on one whose counter the client filled. A
-// client that clears O_NONBLOCK again can still block its own session's
-// interrupts.
-func (t *irqTable) set(start int, fds []int) error {
-	if start+len(fds) > t.max {
-		closeFDs(fds)
-		return fmt.Errorf("%w: vectors %d..%d of %d", ErrMalformed, start, start+len(fds), t.max)
-	}
-	for _, fd := range fds {
-		if err := prepareEventfd(fd); err != nil {
-			closeFDs(fds)
-			return fmt.Errorf("vfiouser: vector %d..%d: %w", start, start+len(fds), err)
-		}
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for len(t.fds) < start+len(fds) {
-		t.fds = append(t.fds, -1)
-	}
-	for i, fd := range fds {
-		if old := t.fds[start+i]; old >= 0 {
-			_ = unix.Close(old)
-		}
-		t.fds[start+i] = fd
-	}
-	for len(t.fds) > 0 && t.fds[len(t.fds)-1] < 0 {
-		t.fds = t.fds[:len(t.fds)-1]
-	}
-	return nil
-}
-
-// prepareEventfd checks that fd is an eventfd (when /proc tells) and
-// makes it non-blocking. A pipe or file passed as an interrupt could block
-// a write forever (a pipe nobody reads fills up).
-func prepareEventfd(fd int) error {
-	if target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)); err == nil && target != "anon_inode:[eventfd]" {
-		return fmt.Errorf("%w: descriptor %s is not an eventfd", ErrMalformed, target)
-	}
-	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-	if err == nil && fl&unix.O_NONBLOCK == 0 {
-		_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl|unix.O_NONBLOCK)
-	}
-	if err != nil {
-		return fmt.Errorf("%w: eventfd flags: %w", ErrMalformed, err)
-	}
-	return nil
-}
-
-// clear closes every eventfd.
-func (t *irqTable) clear() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	closeFDs(t.fds)
-	t.fds = nil
-}
-
-// count returns the number of vectors with an eventfd slot.
-func (t *irqTable) count() int {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return len(t.fds)
 }

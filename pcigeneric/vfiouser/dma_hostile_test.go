@@ -81,8 +81,8 @@ func TestDMAMapHostileFile(t *testing.T) {
 // a blocking eventfd whose counter it drove to the maximum. SET_IRQS must
 // refuse what is not an eventfd, and raising a vector must never block.
 func TestIRQHostileDescriptors(t *testing.T) {
-	var raised, lost atomic.Uint64
-	irqs := &irqTable{max: 4, raised: &raised, lost: &lost}
+	var raised, lost, held atomic.Uint64
+	irqs := newIRQTable(4, &raised, &lost, &held)
 	defer irqs.clear()
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
@@ -94,7 +94,7 @@ func TestIRQHostileDescriptors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, fd := range map[string]int{"pipe": p[1], "/dev/null": null} {
-		if err := irqs.set(0, []int{fd}); !errors.Is(err, ErrMalformed) {
+		if err := irqs.arm(IRQMSIX, 0, 1, []int{fd}); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s as an interrupt: %v, want ErrMalformed", name, err)
 		}
 		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil {
@@ -110,7 +110,7 @@ func TestIRQHostileDescriptors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(peer)
-	if err := irqs.set(1, []int{efd}); err != nil {
+	if err := irqs.arm(IRQMSIX, 1, 1, []int{efd}); err != nil {
 		t.Fatal(err)
 	}
 	max := make([]byte, 8)

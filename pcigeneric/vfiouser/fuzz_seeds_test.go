@@ -108,6 +108,20 @@ func serveSeeds() []serveSeed {
 		withFDs{setIRQs(77, IRQDataEventfd|IRQActionTrig, IRQErr, 0, 1, nil), fuzzFDEventfd, 1},
 		setIRQs(78, IRQDataNone|IRQActionMask, IRQMSI, 0, 1, nil),
 		setIRQs(79, IRQDataEventfd|IRQActionTrig, IRQINTx, 0, 0, nil))
+	// QEMU's MSI-X set-up: "enabled, no vector" (eventfd data, no
+	// descriptor), runs of set and de-assigned vectors, masks and unmasks.
+	add("set_irqs_msix_qemu_runs", 0,
+		setIRQs(90, IRQDataNone|IRQActionTrig, IRQMSI, 0, 0, nil),
+		setIRQs(91, IRQDataEventfd|IRQActionTrig, IRQMSIX, 0, 1, nil),
+		withFDs{setIRQs(92, IRQDataEventfd|IRQActionTrig, IRQMSIX, 0, 2, nil), fuzzFDEventfd, 2},
+		setIRQs(93, IRQDataEventfd|IRQActionTrig, IRQMSIX, 2, 3, nil),
+		withFDs{setIRQs(94, IRQDataEventfd|IRQActionTrig, IRQMSIX, 5, 1, nil), fuzzFDEventfd, 1},
+		setIRQs(95, IRQDataBool|IRQActionMask, IRQMSIX, 0, 3, []byte{1, 0, 1}),
+		setIRQs(96, IRQDataNone|IRQActionTrig, IRQMSIX, 0, 6, nil),
+		EncodeMessage(97, CmdRegionRead, 0, 0, RegionAccess{Region: RegionBAR2, Offset: MSIXPBAOffset, Count: 8}),
+		setIRQs(98, IRQDataNone|IRQActionUnmsk, IRQMSIX, 0, 3, nil),
+		withFDs{setIRQs(99, IRQDataEventfd|IRQActionMask, IRQMSIX, 0, 1, nil), fuzzFDEventfd, 1},
+		setIRQs(100, IRQDataNone|IRQActionTrig, IRQMSIX, 0, 0, nil))
 	add("reset", 0, EncodeMessage(80, CmdDeviceReset, 0, 0, nil), EncodeMessage(81, CmdDeviceReset, FlagNoReply, 0, nil))
 	add("client_dma_commands", 0,
 		EncodeMessage(90, CmdDMARead, 0, 0, DMAAccess{Address: 0x1000, Count: 4}),

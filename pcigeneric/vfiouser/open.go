@@ -30,6 +30,11 @@ type OpenOptions struct {
 	// Client configures the client transport (DMA memory, vectors, reply
 	// timeout).
 	Client ClientOptions
+	// FirmwareDir holds the images the model's table entry names, for a
+	// modem that boots in PBL or EDL (pcigeneric.FirmwareFromDir).
+	FirmwareDir string
+	// RDDMSize enables RAM-dump collection (mhi.Options.RDDMSize).
+	RDDMSize int
 }
 
 // Remote is a modem served over vfio-user by another process (such as
@@ -86,7 +91,8 @@ func Open(path string, opts OpenOptions) (*Remote, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ctrl, err := mhi.NewController(tr, cfg, mhi.Options{Name: opts.Name, Logger: log})
+	ctrl, err := mhi.NewController(tr, cfg, mhi.Options{Name: opts.Name, Logger: log,
+		Firmware: pcigeneric.FirmwareFromDir(e.Info, opts.FirmwareDir), RDDMSize: opts.RDDMSize})
 	if err != nil {
 		_ = tr.Close()
 		return nil, err

@@ -231,7 +231,8 @@ const (
 )
 
 // SetIRQs is the body of a DEVICE_SET_IRQS command. With IRQDataEventfd the
-// message carries Count eventfds; with IRQDataBool, Data holds Count bytes.
+// message carries Count eventfds, or none to de-assign those vectors; with
+// IRQDataBool, Data holds Count bytes.
 type SetIRQs struct {
 	Argsz, Flags, Index, Start, Count uint32
 	Data                              []byte
@@ -400,11 +401,14 @@ func DecodeMessage(hdr, payload []byte, nfds int) (Message, error) {
 				return m, malformed(h, "%d data bytes with DATA_EVENTFD", len(s.Data))
 			}
 			s.Data = nil
-			if nfds != int(s.Count) {
+			// Count descriptors, or none: a run of vectors without
+			// eventfd (de-assigned), as QEMU sends the -1 entries of its
+			// VFIO request.
+			if nfds != int(s.Count) && nfds != 0 {
 				if nfds > int(s.Count) {
 					return m, fmt.Errorf("%w: %d eventfds for count %d", ErrUnexpectedFDs, nfds, s.Count)
 				}
-				return m, malformed(h, "%d eventfds for count %d", nfds, s.Count)
+				return m, malformed(h, "%d eventfds for count %d (want %d, or none to de-assign)", nfds, s.Count, s.Count)
 			}
 			wantFDs = nfds
 		}

@@ -94,11 +94,14 @@ func TestQEMURealizeSequence(t *testing.T) {
 		t.Fatalf("config header % x", cfg[:16])
 	}
 	// Capability chain: MSI, then MSI-X with 32 entries, table at BAR2+0
-	// and PBA at BAR2+0x800.
+	// and PBA at BAR2+0x800, then PM (D0 and D3hot, PME from both).
 	if p := cfg[CfgCapPtr]; p != CfgMSI || cfg[p] != 0x05 || cfg[p+1] != CfgMSIX {
 		t.Fatalf("MSI capability at 0x%x: % x", p, cfg[p:p+4])
 	}
-	if x := cfg[CfgMSIX:]; x[0] != 0x11 || x[1] != 0 || le.Uint16(x[2:])&0x7ff != 31 ||
+	if x := cfg[CfgPM:]; x[0] != 0x01 || x[1] != 0 || le.Uint16(x[2:]) != PMCapability || le.Uint16(x[4:])&PMCSRStateMask != PowerD0 {
+		t.Fatalf("PM capability % x", cfg[CfgPM:CfgPM+8])
+	}
+	if x := cfg[CfgMSIX:]; x[0] != 0x11 || x[1] != CfgPM || le.Uint16(x[2:])&0x7ff != 31 ||
 		le.Uint32(x[4:]) != MSIXBAR || le.Uint32(x[8:]) != MSIXPBAOffset|MSIXBAR {
 		t.Fatalf("MSI-X capability % x", cfg[CfgMSIX:CfgMSIX+12])
 	}

@@ -86,6 +86,8 @@ type ServerStats struct {
 	DMAFaults    uint64 `json:"dma_faults"`
 	Interrupts   uint64 `json:"interrupts"`
 	IRQsLost     uint64 `json:"irqs_lost"`
+	// IRQsHeld counts interrupts raised on a masked vector (held pending).
+	IRQsHeld uint64 `json:"irqs_held"`
 	// DMAMessages counts DMA_READ/DMA_WRITE messages sent for regions
 	// mapped without fd.
 	DMAMessages uint64 `json:"dma_messages"`
@@ -106,13 +108,18 @@ type ServerDevice struct {
 	cfg  func() (ep.Config, *pcigeneric.MockFunctions, error)
 
 	messages, errReplies, malformed, sessions atomic.Uint64
-	maps, faults, raised, lost                atomic.Uint64
+	maps, faults, raised, lost, held          atomic.Uint64
 	dmaMsgs, resets                           atomic.Uint64
+	pm                                        pmCounters // pmcap.go
 
 	mu    sync.Mutex
 	modem *ep.Device
 	fns   *pcigeneric.MockFunctions
+	irqs  *irqTable
 	busy  bool
+	// lastIRQs is the interrupt state and counters of the last session,
+	// taken as it ended.
+	lastIRQs IRQStats
 }
 
 // NewServerDevice builds the function for opts.Model: the entry's IDs,
@@ -185,7 +192,7 @@ func (d *ServerDevice) Stats() ServerStats {
 	return ServerStats{
 		Sessions: d.sessions.Load(), Messages: d.messages.Load(), ErrorReplies: d.errReplies.Load(),
 		Malformed: d.malformed.Load(), DMAMaps: d.maps.Load(), DMAFaults: d.faults.Load(),
-		Interrupts: d.raised.Load(), IRQsLost: d.lost.Load(),
+		Interrupts: d.raised.Load(), IRQsLost: d.lost.Load(), IRQsHeld: d.held.Load(),
 		DMAMessages: d.dmaMsgs.Load(), Resets: d.resets.Load(),
 	}
 }
@@ -195,6 +202,29 @@ func (d *ServerDevice) Modem() *ep.Device {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.modem
+}
+
+// Interrupts returns the current session's interrupt state and per-vector
+// counters (the index the client enabled, each vector's eventfd, mask and
+// pending bits, the interrupts signalled, lost and held), or a zero
+// IRQStats between sessions.
+func (d *ServerDevice) Interrupts() IRQStats {
+	d.mu.Lock()
+	irqs := d.irqs
+	d.mu.Unlock()
+	if irqs == nil {
+		return IRQStats{}
+	}
+	return irqs.stats()
+}
+
+// LastInterrupts returns the interrupt state and per-vector counters of
+// the last session that ended, as they were at its end (a zero IRQStats
+// before the first one ends).
+func (d *ServerDevice) LastInterrupts() IRQStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lastIRQs
 }
 
 // Functions returns the current session's mock modem functions (IP data,
@@ -352,7 +382,7 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 	dev.mu.Unlock()
 	defer func() {
 		dev.mu.Lock()
-		dev.busy, dev.modem, dev.fns = false, nil, nil
+		dev.busy, dev.modem, dev.fns, dev.irqs = false, nil, nil, nil
 		dev.mu.Unlock()
 	}()
 	dev.sessions.Add(1)
@@ -361,11 +391,12 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 		w:       newWire(conn),
 		cfg:     newConfigSpace(dev.PCI),
 		mem:     &dmaTable{faults: &dev.faults},
-		irqs:    &irqTable{max: dev.PCI.Vectors, raised: &dev.raised, lost: &dev.lost},
+		irqs:    newIRQTable(dev.PCI.Vectors, &dev.raised, &dev.lost, &dev.held),
 		pending: map[uint16]chan Message{},
 		dead:    make(chan struct{}),
 	}
 	s.mem.fallback = s.dmaMessage
+	s.cfg.pm = &dev.pm
 	dev.log.Info("connect")
 	ec, fns, err := dev.cfg()
 	if err != nil {
@@ -379,7 +410,7 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 	}
 	s.modem = modem
 	dev.mu.Lock()
-	dev.modem, dev.fns = modem, fns
+	dev.modem, dev.fns, dev.irqs = modem, fns, s.irqs
 	dev.mu.Unlock()
 
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
@@ -405,7 +436,11 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 	close(s.dead)
 	_ = modem.Close()
 	s.mem.remove(0, 0, true)
+	last := s.irqs.stats()
 	s.irqs.clear()
+	dev.mu.Lock()
+	dev.lastIRQs = last
+	dev.mu.Unlock()
 	err = herr
 	if err == nil && rerr != nil && !errors.Is(rerr, io.EOF) && !errors.Is(rerr, net.ErrClosed) {
 		err = rerr
@@ -648,7 +683,7 @@ func (s *session) dispatch(m Message, fds []int) (any, error) {
 		ii := IRQInfo{Argsz: 16, Index: b.Index}
 		switch b.Index {
 		case IRQMSI, IRQMSIX:
-			ii.Flags, ii.Count = IRQInfoEventfd|IRQInfoNoResize, uint32(s.dev.PCI.Vectors)
+			ii.Flags, ii.Count = IRQInfoEventfd|IRQInfoMaskable|IRQInfoNoResize, uint32(s.dev.PCI.Vectors)
 		case IRQINTx, IRQErr, IRQReq:
 			ii.Flags = IRQInfoEventfd
 		default:
@@ -688,16 +723,31 @@ func (s *session) dispatch(m Message, fds []int) (any, error) {
 	return nil, fail(unix.EINVAL, "vfiouser: unexpected %s", m.Header.Cmd)
 }
 
+// setIRQs carries out DEVICE_SET_IRQS as the vfio-user specification
+// (and VFIO's SET_IRQS, which it follows) defines it for MSI and MSI-X:
+//
+//   - DATA_EVENTFD|ACTION_TRIGGER with count descriptors sets the
+//     vectors' eventfds, with none de-assigns them (QEMU splits a request
+//     into runs of valid and invalid descriptors and sends an invalid run,
+//     such as the "MSI-X enabled, no vector yet" request, without
+//     descriptors); either enables the index;
+//   - DATA_NONE|ACTION_TRIGGER with count 0 disables the index;
+//   - DATA_NONE or DATA_BOOL with ACTION_TRIGGER raises the (selected)
+//     vectors, with ACTION_MASK or ACTION_UNMASK masks or unmasks them (a
+//     vector raised while masked is delivered on unmask).
+//
+// DATA_EVENTFD with ACTION_MASK or ACTION_UNMASK (an eventfd to signal
+// when the client masks a vector) is refused. INTx is accepted and
+// ignored (the function has no pin); ERR and REQ have no vectors.
 func (s *session) setIRQs(b SetIRQs, fds []int) error {
 	data, action := b.Flags&irqDataMask, b.Flags&irqActionMask
-	s.dev.log.Info("irq_setup", "index", b.Index, "flags", b.Flags, "start", b.Start, "count", b.Count, "fds", len(fds))
+	s.dev.log.Info("irq_setup", "index", b.Index, "kind", irqKind(int(b.Index)), "data", irqDataName(data), "action", irqActionName(action),
+		"start", b.Start, "count", b.Count, "fds", len(fds))
 	switch b.Index {
 	case IRQINTx:
 		closeFDs(fds) // no INTx pin; accepted and ignored
 		return nil
 	case IRQMSI, IRQMSIX:
-		// MSI and MSI-X share the eventfd table: a function uses one of
-		// them at a time, and the device raises vectors by number.
 	default:
 		closeFDs(fds)
 		if b.Count == 0 {
@@ -705,37 +755,58 @@ func (s *session) setIRQs(b SetIRQs, fds []int) error {
 		}
 		return fail(unix.EINVAL, "vfiouser: IRQ index %d has no vectors", b.Index)
 	}
-	kind := "MSI"
-	if b.Index == IRQMSIX {
-		kind = "MSI-X"
-	}
-	if action != IRQActionTrig {
+	index, start, count := int(b.Index), int(b.Start), int(b.Count)
+	if err := s.irqs.checkRange(index, start, count); err != nil {
 		closeFDs(fds)
-		return fail(unix.EINVAL, "vfiouser: %s vectors are not maskable through SET_IRQS", kind)
+		return fail(unix.EINVAL, "%w", err)
 	}
-	if int(b.Start)+int(b.Count) > s.dev.PCI.Vectors {
+	var err error
+	switch {
+	case data == IRQDataEventfd && action == IRQActionTrig:
+		err = s.irqs.arm(index, start, count, fds)
+	case data == IRQDataEventfd:
 		closeFDs(fds)
-		return fail(unix.EINVAL, "vfiouser: %s vectors %d+%d of %d", kind, b.Start, b.Count, s.dev.PCI.Vectors)
+		return fail(unix.EINVAL, "vfiouser: %s: an eventfd for %s is not supported", irqKind(index), irqActionName(action))
+	case count == 0 && data == IRQDataNone && action == IRQActionTrig:
+		if s.irqs.disable(index) {
+			s.dev.log.Info("irq_disable", "kind", irqKind(index))
+		}
+		return nil
+	case count == 0:
+		return nil
+	case action == IRQActionTrig:
+		err = s.irqs.trigger(index, start, count, b.Data)
+	default:
+		err = s.irqs.mask(index, start, count, b.Data, action == IRQActionMask)
 	}
+	if errors.Is(err, errIRQState) {
+		return fail(unix.EINVAL, "%w", err)
+	}
+	return err
+}
+
+func irqDataName(data uint32) string {
 	switch data {
-	case IRQDataEventfd:
-		return s.irqs.set(int(b.Start), fds)
 	case IRQDataNone:
-		if b.Count == 0 {
-			s.irqs.clear()
-			return nil
-		}
-		for v := b.Start; v < b.Start+b.Count; v++ {
-			s.irqs.Raise(int(v))
-		}
+		return "none"
 	case IRQDataBool:
-		for i, on := range b.Data {
-			if on != 0 {
-				s.irqs.Raise(int(b.Start) + i)
-			}
-		}
+		return "bool"
+	case IRQDataEventfd:
+		return "eventfd"
 	}
-	return nil
+	return fmt.Sprintf("0x%x", data)
+}
+
+func irqActionName(action uint32) string {
+	switch action {
+	case IRQActionMask:
+		return "mask"
+	case IRQActionUnmsk:
+		return "unmask"
+	case IRQActionTrig:
+		return "trigger"
+	}
+	return fmt.Sprintf("0x%x", action)
 }
 
 func (s *session) regionBounds(a RegionAccess) (uint64, error) {
@@ -766,7 +837,13 @@ func (s *session) regionRead(a RegionAccess) ([]byte, error) {
 		s.cfg.read(int(a.Offset), data)
 		return data, nil
 	case RegionBAR2:
-		s.msix.read(int(a.Offset), data)
+		s.msix.read(int(a.Offset), data, s.irqs.pendingBits())
+		return data, nil
+	}
+	if s.cfg.inD3() { // D3hot: BAR0 answers all ones (pmcap.go)
+		for i := range data {
+			data[i] = 0xff
+		}
 		return data, nil
 	}
 	md := s.modem
@@ -800,6 +877,9 @@ func (s *session) regionWrite(a RegionAccess) error {
 	}
 	if a.Offset%4 != 0 || a.Count%4 != 0 {
 		return fail(unix.EINVAL, "vfiouser: BAR0 write of %d bytes at 0x%x: registers take aligned 32-bit writes", a.Count, a.Offset)
+	}
+	if s.cfg.inD3() { // D3hot: BAR0 writes are dropped (pmcap.go)
+		return nil
 	}
 	md := s.modem
 	for i := 0; i < len(a.Data); i += 4 {

@@ -6,7 +6,9 @@ import (
 	"flag"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -47,19 +49,24 @@ func FuzzWrite(f *testing.F) {
 	tr, dev := sysfstest.NewTree(f)
 	srv := &Server{tree: tr, log: slog.New(slog.DiscardHandler), inos: newInodes(), start: time.Now()}
 	// The writable attributes first (mru, mtu, soc_reset, timeout_ms),
-	// so small values of which reach them; then every other one.
-	var writable, readOnly []attrAt
+	// so small values of which reach them; then every other one, the
+	// power-management ones (autosuspend_ms, resume, suspend) last, so
+	// that the seeds' indices keep their meaning.
+	var writable, readOnly, pm []attrAt
 	tr.Walk(func(p string, a *sysfs.Attr) {
-		if a.Writable() {
+		switch {
+		case a.Writable() && slices.Contains([]string{"autosuspend_ms", "resume", "suspend"}, path.Base(p)):
+			pm = append(pm, attrAt{p, a})
+		case a.Writable():
 			writable = append(writable, attrAt{p, a})
-		} else {
+		default:
 			readOnly = append(readOnly, attrAt{p, a})
 		}
 	})
-	if len(writable) != 4 {
-		f.Fatalf("%d writable attributes, want mru, mtu, soc_reset and timeout_ms", len(writable))
+	if len(writable) != 4 || len(pm) != 3 {
+		f.Fatalf("%d + %d writable attributes, want mru, mtu, soc_reset and timeout_ms, then autosuspend_ms, resume and suspend", len(writable), len(pm))
 	}
-	all := append(writable, readOnly...)
+	all := slices.Concat(writable, readOnly, pm)
 	timeout, err := tr.Get("devices/mhi0/timeout_ms")
 	if err != nil {
 		f.Fatal(err)
@@ -80,6 +87,16 @@ func FuzzWrite(f *testing.F) {
 				if err := tr.Set(e.path, timeout); err != nil {
 					t.Fatalf("restoring %s: %v", e.path, err)
 				}
+			}
+		}
+		// Power management written: back to M0, no auto-suspend, before
+		// the data path is checked.
+		if err := tr.Set("devices/mhi0/autosuspend_ms", "0"); err != nil {
+			t.Fatalf("autosuspend_ms: %v", err)
+		}
+		if st, _ := tr.Get("devices/mhi0/pm_state"); strings.TrimSpace(st) == "M3" {
+			if err := tr.Set("devices/mhi0/resume", "1"); err != nil {
+				t.Fatalf("resume after the writes: %v", err)
 			}
 		}
 		settle(t, dev)

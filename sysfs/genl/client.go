@@ -157,6 +157,8 @@ type Device struct {
 	MRU       uint32 `json:"mru,omitempty"`
 	MTU       uint32 `json:"mtu,omitempty"`
 	TimeoutMs uint32 `json:"timeout_ms"`
+	// AutosuspendMs is the host's auto-suspend delay (0: off).
+	AutosuspendMs uint32 `json:"autosuspend_ms"`
 }
 
 // SetRequest names the values SetDevice changes; nil fields stay as they
@@ -165,6 +167,10 @@ type SetRequest struct {
 	MRU       *uint32
 	MTU       *uint32
 	TimeoutMs *uint32
+	// AutosuspendMs sets the auto-suspend delay (0: off); PMRequest asks
+	// for PMRequestSuspend or PMRequestResume, after the other values.
+	AutosuspendMs *uint32
+	PMRequest     *uint32
 }
 
 // Stat is one counter, named by its path below the device's stats
@@ -434,6 +440,12 @@ func (c *Client) SetDevice(name string, r SetRequest) (Device, error) {
 		if r.TimeoutMs != nil {
 			ae.Uint32(AttrTimeoutMs, *r.TimeoutMs)
 		}
+		if r.AutosuspendMs != nil {
+			ae.Uint32(AttrAutosuspendMs, *r.AutosuspendMs)
+		}
+		if r.PMRequest != nil {
+			ae.Uint32(AttrPMRequest, *r.PMRequest)
+		}
 	})
 	if err != nil {
 		return Device{}, err
@@ -563,6 +575,8 @@ func decodeDeviceAttrs(ad *netlink.AttributeDecoder) (Device, error) {
 			d.MTU = ad.Uint32()
 		case AttrTimeoutMs:
 			d.TimeoutMs = ad.Uint32()
+		case AttrAutosuspendMs:
+			d.AutosuspendMs = ad.Uint32()
 		}
 	}
 	return d, ad.Err()

@@ -60,6 +60,8 @@ type Request struct {
 	DevName string
 	// MRU, MTU and TimeoutMs are the SET_DEVICE values (nil when absent).
 	MRU, MTU, TimeoutMs *uint32
+	// AutosuspendMs and PMRequest are the SET_DEVICE power settings.
+	AutosuspendMs, PMRequest *uint32
 	// APN and IPType are the CONNECT values ("" when absent).
 	APN, IPType string
 
@@ -204,7 +206,7 @@ func validDevName(s string) bool {
 // mhiPolicy says which attributes each command accepts.
 var mhiPolicy = [cmdMax + 1]uint32{
 	CmdGetDevice:    1 << AttrDevName,
-	CmdSetDevice:    1<<AttrDevName | 1<<AttrMRU | 1<<AttrMTU | 1<<AttrTimeoutMs,
+	CmdSetDevice:    1<<AttrDevName | 1<<AttrMRU | 1<<AttrMTU | 1<<AttrTimeoutMs | 1<<AttrAutosuspendMs | 1<<AttrPMRequest,
 	CmdGetStats:     1 << AttrDevName,
 	CmdDumpChannels: 1 << AttrDevName,
 	CmdConnect:      1<<AttrDevName | 1<<AttrAPN | 1<<AttrIPType,
@@ -244,7 +246,7 @@ func (r *Request) decodeMHI(msg []byte) error {
 				return reqErr(unix.EINVAL, off, "%s: %q is not a valid device name", name, s)
 			}
 			r.DevName = s
-		case AttrMRU, AttrMTU, AttrTimeoutMs:
+		case AttrMRU, AttrMTU, AttrTimeoutMs, AttrAutosuspendMs, AttrPMRequest:
 			v, err := parseU32(name, p, off)
 			if err != nil {
 				return err
@@ -254,6 +256,13 @@ func (r *Request) decodeMHI(msg []byte) error {
 				r.MRU = &v
 			case AttrMTU:
 				r.MTU = &v
+			case AttrAutosuspendMs:
+				r.AutosuspendMs = &v
+			case AttrPMRequest:
+				if v != PMRequestSuspend && v != PMRequestResume {
+					return reqErr(unix.EINVAL, off, "%s: %d: want %d (suspend) or %d (resume)", name, v, PMRequestSuspend, PMRequestResume)
+				}
+				r.PMRequest = &v
 			default:
 				r.TimeoutMs = &v
 			}
@@ -274,9 +283,9 @@ func (r *Request) decodeMHI(msg []byte) error {
 		return &RequestError{Errno: unix.EINVAL, Missing: AttrAPN,
 			Msg: fmt.Sprintf("%s needs the %s attribute", cmdName(r.Command), attrName(AttrAPN))}
 	}
-	if r.Command == CmdSetDevice && r.MRU == nil && r.MTU == nil && r.TimeoutMs == nil {
+	if r.Command == CmdSetDevice && r.MRU == nil && r.MTU == nil && r.TimeoutMs == nil && r.AutosuspendMs == nil && r.PMRequest == nil {
 		return &RequestError{Errno: unix.EINVAL, Missing: AttrMRU,
-			Msg: "set-device: nothing to set (give mru, mtu or timeout-ms)"}
+			Msg: "set-device: nothing to set (give mru, mtu, timeout-ms, autosuspend-ms or pm-request)"}
 	}
 	return nil
 }

@@ -405,3 +405,36 @@ func TestServeStopsOnCancel(t *testing.T) {
 	}
 	cancel2()
 }
+
+// TestSetDevicePower: pm-request suspends and resumes the device and
+// autosuspend-ms sets the idle delay (`mhictl suspend|resume DEV`); a bad
+// request is refused.
+func TestSetDevicePower(t *testing.T) {
+	tr, _ := newTree(t, false)
+	c := dial(t, startServer(t, tr).Port())
+	d, err := c.SetDevice("mhi0", genl.SetRequest{PMRequest: u32(genl.PMRequestSuspend), AutosuspendMs: u32(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pm, _ := tr.Get("devices/mhi0/pm_state"); pm != "M3" || d.State != "M3" {
+		t.Fatalf("after pm-request suspend: pm_state %q, reply %+v", pm, d)
+	}
+	d, err = c.SetDevice("mhi0", genl.SetRequest{PMRequest: u32(genl.PMRequestResume), AutosuspendMs: u32(60000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pm, _ := tr.Get("devices/mhi0/pm_state"); pm != "M0" || d.State != "M0" || d.AutosuspendMs != 60000 {
+		t.Fatalf("after pm-request resume: pm_state %q, reply %+v", pm, d)
+	}
+	if got, err := c.GetDevice("mhi0"); err != nil || got.AutosuspendMs != 60000 {
+		t.Fatalf("GetDevice = %+v, %v", got, err)
+	}
+	for _, r := range []genl.SetRequest{{PMRequest: u32(3)}, {AutosuspendMs: u32(3600001)}, {PMRequest: u32(genl.PMRequestResume)}} {
+		if _, err := c.SetDevice("mhi0", r); err == nil {
+			t.Errorf("SetDevice(%+v) accepted", r)
+		}
+	}
+	if _, err := c.SetDevice("mhi0", genl.SetRequest{AutosuspendMs: u32(0)}); err != nil {
+		t.Fatal(err)
+	}
+}

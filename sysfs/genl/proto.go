@@ -97,9 +97,21 @@ const (
 	AttrIPType    uint16 = 13 // string: "ipv4", "ipv6" or "ipv4v6" (CONNECT)
 	AttrSession   uint16 = 14 // nest: SessAttr* attributes
 	AttrPort      uint16 = 15 // nest: PortAttr* attributes
+	// AttrAutosuspendMs is the idle time after which the host suspends
+	// the device (M3), 0: off (u32).
+	AttrAutosuspendMs uint16 = 16
+	// AttrPMRequest asks for a power-state change in set-device (u32:
+	// PMRequestSuspend, PMRequestResume).
+	AttrPMRequest uint16 = 17
 
 	// AttrMax is the highest top-level attribute type.
-	AttrMax = AttrPort
+	AttrMax = AttrPMRequest
+)
+
+// Values of AttrPMRequest.
+const (
+	PMRequestSuspend uint32 = 1 // M0 → M3
+	PMRequestResume  uint32 = 2 // M3 → M0
 )
 
 // Attributes of the "stats" set (inside AttrStats).
@@ -176,6 +188,9 @@ var attrNames = [...]string{
 	AttrIPType:    "ip-type",
 	AttrSession:   "session",
 	AttrPort:      "port",
+
+	AttrAutosuspendMs: "autosuspend-ms",
+	AttrPMRequest:     "pm-request",
 }
 
 var cmdNames = [...]string{

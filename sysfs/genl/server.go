@@ -583,7 +583,7 @@ func (s *Server) encodeDevice(ae *netlink.AttributeEncoder, name string) error {
 	for _, a := range []struct {
 		typ  uint16
 		file string
-	}{{AttrMRU, "mru"}, {AttrMTU, "mtu"}, {AttrTimeoutMs, "timeout_ms"}} {
+	}{{AttrMRU, "mru"}, {AttrMTU, "mtu"}, {AttrTimeoutMs, "timeout_ms"}, {AttrAutosuspendMs, "autosuspend_ms"}} {
 		v, err := s.tree.Get(base + a.file)
 		if errors.Is(err, sysfs.ErrNotFound) {
 			continue // e.g. no network device: no mru/mtu
@@ -677,12 +677,21 @@ func (s *Server) setDevice(r *reply, cred *unix.Ucred) error {
 		typ  uint16
 		file string
 		v    *uint32
-	}{{AttrMRU, "mru", req.MRU}, {AttrMTU, "mtu", req.MTU}, {AttrTimeoutMs, "timeout_ms", req.TimeoutMs}} {
+	}{{AttrMRU, "mru", req.MRU}, {AttrMTU, "mtu", req.MTU}, {AttrTimeoutMs, "timeout_ms", req.TimeoutMs},
+		{AttrAutosuspendMs, "autosuspend_ms", req.AutosuspendMs}, {AttrPMRequest, "pm", req.PMRequest}} {
 		if a.v == nil {
 			continue
 		}
 		off := req.AttrOffset(a.typ)
-		err := s.tree.Set(base+"/"+a.file, strconv.FormatUint(uint64(*a.v), 10))
+		file, val := a.file, strconv.FormatUint(uint64(*a.v), 10)
+		if a.typ == AttrPMRequest {
+			// The tree's action attributes: devices/<dev>/suspend, resume.
+			file, val = "suspend", "1"
+			if *a.v == PMRequestResume {
+				file = "resume"
+			}
+		}
+		err := s.tree.Set(base+"/"+file, val)
 		if err != nil {
 			var e *RequestError
 			if errors.Is(err, sysfs.ErrNotFound) {

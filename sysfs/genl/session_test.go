@@ -234,6 +234,7 @@ func TestSpecNumbers(t *testing.T) {
 		"state": genl.AttrState, "ee": genl.AttrEE, "model": genl.AttrModel, "serial": genl.AttrSerial,
 		"stats": genl.AttrStats, "channel": genl.AttrChannel, "device": genl.AttrDevice, "apn": genl.AttrAPN,
 		"ip-type": genl.AttrIPType, "session": genl.AttrSession, "port": genl.AttrPort,
+		"autosuspend-ms": genl.AttrAutosuspendMs, "pm-request": genl.AttrPMRequest,
 	} {
 		if !regexp.MustCompile(`name: ` + name + `\s+type: \w+\s+value: ` + strconv.Itoa(int(v)) + `\b`).MatchString(spec) {
 			t.Errorf("the spec lacks attribute %s = %d", name, v)

@@ -10,7 +10,9 @@
 // into CacheDir: one QEMU (Debian's 11.1, with the edu device, the
 // emulated Intel IOMMU and vfio-user-pci) for both kinds of test, a
 // static busybox, and Debian's cloud kernel (it carries the VFIO, MHI and
-// WWAN modules). Without them the tests skip and say what is missing;
+// WWAN modules) — bookworm's, and for the Linux-driver tests' kernel
+// matrix (Kernels) trixie's and trixie-backports' newest
+// (.ci/guest-kernels.sh). Without them the tests skip and say what is missing;
 // with CI=true they fail instead (mhi/testenv), so the proof cannot
 // silently stop running.
 package qemuguest
@@ -26,6 +28,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -66,6 +69,27 @@ func KernelDir() string {
 	return envOr("GOMHI_VFIO_KERNEL_DIR", filepath.Join(CacheDir(), "vfio-kernel"))
 }
 
+// Kernel is one guest kernel of the Linux-driver tests' kernel matrix.
+type Kernel struct {
+	// Name is the Debian suite it comes from (a stable subtest name).
+	Name string
+	// Dir is its dpkg -x tree (either layout findKernel knows).
+	Dir string
+}
+
+// Kernels is the kernel matrix, oldest first: bookworm's 6.1 (KernelDir),
+// trixie's 6.12 ($GOMHI_KERNEL_TRIXIE_DIR, else CacheDir()/kernel-trixie)
+// and the newest of trixie-backports ($GOMHI_KERNEL_TRIXIE_BACKPORTS_DIR,
+// else CacheDir()/kernel-trixie-backports), all Debian's cloud flavour;
+// .ci/test-deps.sh and .ci/guest-kernels.sh unpack them.
+func Kernels() []Kernel {
+	return []Kernel{
+		{Name: "bookworm", Dir: KernelDir()},
+		{Name: "trixie", Dir: envOr("GOMHI_KERNEL_TRIXIE_DIR", filepath.Join(CacheDir(), "kernel-trixie"))},
+		{Name: "trixie-backports", Dir: envOr("GOMHI_KERNEL_TRIXIE_BACKPORTS_DIR", filepath.Join(CacheDir(), "kernel-trixie-backports"))},
+	}
+}
+
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
@@ -81,6 +105,8 @@ type Env struct {
 	Busybox string
 	// Kernel is the kernel image; Modules its lib/modules/<version> folder.
 	Kernel, Modules string
+	// Release is the kernel's release (uname -r), e.g. 6.1.0-57-cloud-amd64.
+	Release string
 	// ModRoot is the Go module's root, for building guest programs.
 	ModRoot string
 }
@@ -92,6 +118,8 @@ type Options struct {
 	VFIOUser bool
 	// Modules are module paths under lib/modules/<version> that must exist.
 	Modules []string
+	// KernelDir is the kernel's dpkg -x tree (default KernelDir()).
+	KernelDir string
 }
 
 // Find finds the tools and the kernel, or skips the test (fails it with
@@ -117,14 +145,19 @@ func Find(t testing.TB, opts Options) *Env {
 	}
 	e.Busybox, err = staticBusybox()
 	need("a static busybox", err)
-	e.Kernel, e.Modules, err = findKernel(KernelDir(), opts.Modules)
+	kdir := opts.KernelDir
+	if kdir == "" {
+		kdir = KernelDir()
+	}
+	e.Kernel, e.Modules, err = findKernel(kdir, opts.Modules)
 	need("the guest kernel", err)
+	e.Release = filepath.Base(e.Modules)
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == os.DevNull {
 		t.Fatalf("go env GOMOD: %q, %v", out, err)
 	}
 	e.ModRoot = filepath.Dir(strings.TrimSpace(string(out)))
-	t.Logf("guest: qemu %s, busybox %s, kernel %s", e.QEMU, e.Busybox, e.Kernel)
+	t.Logf("guest: qemu %s, busybox %s, kernel %s (%s)", e.QEMU, e.Busybox, e.Kernel, e.Release)
 	return &e
 }
 
@@ -208,23 +241,175 @@ func staticBusybox() (string, error) {
 	return "", errors.Join(errs...)
 }
 
-// findKernel returns the kernel image under dir (a dpkg -x tree of a
-// Debian linux-image package) and its modules folder, checking that the
-// modules the test needs are there.
+// findKernel returns the kernel image under dir, a dpkg -x tree of
+// Debian's kernel packages, and its modules folder, checking that the
+// modules the test needs are there. It knows the layouts Debian has used:
+// boot/vmlinuz-<release> with lib/modules/<release> (bookworm) or
+// usr/lib/modules/<release> (merged /usr, trixie), and the kernel at
+// usr/lib/modules/<release>/vmlinuz (the split linux-binary package, 7.x).
 func findKernel(dir string, need []string) (kernel, modules string, err error) {
-	imgs, _ := filepath.Glob(filepath.Join(dir, "boot", "vmlinuz-*"))
-	if len(imgs) == 0 {
-		return "", "", fmt.Errorf("no kernel in %s (boot/vmlinuz-*; set GOMHI_VFIO_KERNEL_DIR)", dir)
+	moduleDir := func(release string) string {
+		for _, base := range []string{"lib", "usr/lib"} {
+			m := filepath.Join(dir, base, "modules", release)
+			if fi, err := os.Stat(m); err == nil && fi.IsDir() {
+				return m
+			}
+		}
+		return ""
 	}
-	kernel = imgs[len(imgs)-1]
-	version := strings.TrimPrefix(filepath.Base(kernel), "vmlinuz-")
-	modules = filepath.Join(dir, "lib", "modules", version)
+	if imgs, _ := filepath.Glob(filepath.Join(dir, "boot", "vmlinuz-*")); len(imgs) > 0 {
+		kernel = imgs[len(imgs)-1]
+		modules = moduleDir(strings.TrimPrefix(filepath.Base(kernel), "vmlinuz-"))
+	} else {
+		for _, base := range []string{"usr/lib", "lib"} {
+			imgs, _ := filepath.Glob(filepath.Join(dir, base, "modules", "*", "vmlinuz"))
+			if len(imgs) > 0 {
+				kernel = imgs[len(imgs)-1]
+				modules = filepath.Dir(kernel)
+				break
+			}
+		}
+	}
+	if kernel == "" {
+		return "", "", fmt.Errorf("no kernel in %s (boot/vmlinuz-* or usr/lib/modules/*/vmlinuz)", dir)
+	}
+	if modules == "" {
+		return "", "", fmt.Errorf("kernel %s has no modules folder in %s", kernel, dir)
+	}
+	version := filepath.Base(modules)
+	// The uncompressed kernel .ci/guest-kernels.sh takes out of the
+	// bzImage boots through its PVH entry, without the decompression.
+	if vmlinux := filepath.Join(dir, "boot", "vmlinux-"+version); hasPVHEntry(vmlinux) {
+		kernel = vmlinux
+	}
 	for _, m := range need {
 		if _, err := os.Stat(filepath.Join(modules, m)); err != nil {
-			return "", "", fmt.Errorf("kernel %s lacks module %s", version, m)
+			hint := ""
+			if _, xerr := os.Stat(filepath.Join(modules, m) + ".xz"); xerr == nil {
+				hint = " (only " + filepath.Base(m) + ".xz: .ci/guest-kernels.sh decompresses the modules the tests load)"
+			}
+			return "", "", fmt.Errorf("kernel %s lacks module %s%s", version, m, hint)
 		}
 	}
 	return kernel, modules, nil
+}
+
+// hasPVHEntry reports whether path is an ELF kernel with a PVH entry point
+// (the Xen note XEN_ELFNOTE_PHYS32_ENTRY, type 18), which QEMU's -kernel
+// boots directly.
+func hasPVHEntry(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_NOTE || p.Filesz > 1<<20 {
+			continue
+		}
+		b := make([]byte, p.Filesz)
+		if _, err := p.ReadAt(b, 0); err != nil {
+			continue
+		}
+		for len(b) >= 12 {
+			le := f.ByteOrder
+			namesz, descsz, typ := le.Uint32(b[0:]), le.Uint32(b[4:]), le.Uint32(b[8:])
+			align := func(n uint32) int { return int((uint64(n) + 3) &^ 3) }
+			if 12+align(namesz)+align(descsz) > len(b) {
+				break
+			}
+			if name := b[12 : 12+namesz]; string(bytes.TrimRight(name, "\x00")) == "Xen" && typ == 18 {
+				return true
+			}
+			b = b[12+align(namesz)+align(descsz):]
+		}
+	}
+	return false
+}
+
+// WithDependencies returns modules (paths under the modules folder, in
+// insmod order) with the modules each depends on (the depends= entry of
+// its .modinfo section) inserted before it, each once: wwan needs gnss on
+// kernels built with CONFIG_GNSS, for instance. A dependency that is not
+// among the kernel's uncompressed modules is an error naming it.
+func (e *Env) WithDependencies(modules []string) ([]string, error) {
+	byName := map[string]string{}
+	err := filepath.WalkDir(e.Modules, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if name, ok := strings.CutSuffix(d.Name(), ".ko"); ok {
+			rel, err := filepath.Rel(e.Modules, p)
+			if err != nil {
+				return err
+			}
+			byName[strings.ReplaceAll(name, "-", "_")] = rel
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("modules of %s: %w", e.Release, err)
+	}
+	var out []string
+	seen := map[string]bool{}
+	var visit func(rel string, path []string) error
+	visit = func(rel string, path []string) error {
+		if seen[rel] {
+			return nil
+		}
+		if slices.Contains(path, rel) {
+			return fmt.Errorf("kernel %s: module dependency loop %v", e.Release, append(path, rel))
+		}
+		deps, err := moduleDepends(filepath.Join(e.Modules, rel))
+		if err != nil {
+			return fmt.Errorf("kernel %s: %w", e.Release, err)
+		}
+		for _, d := range deps {
+			dep, ok := byName[strings.ReplaceAll(d, "-", "_")]
+			if !ok {
+				return fmt.Errorf("kernel %s: module %s needs %s, which is not among its uncompressed modules", e.Release, filepath.Base(rel), d)
+			}
+			if err := visit(dep, append(path, rel)); err != nil {
+				return err
+			}
+		}
+		seen[rel] = true
+		out = append(out, rel)
+		return nil
+	}
+	for _, m := range modules {
+		if err := visit(m, nil); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// moduleDepends reads the depends= entry of a kernel module's .modinfo
+// section.
+func moduleDepends(path string) ([]string, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sec := f.Section(".modinfo")
+	if sec == nil {
+		return nil, fmt.Errorf("%s has no .modinfo section", path)
+	}
+	data, err := sec.Data()
+	if err != nil {
+		return nil, fmt.Errorf("%s: .modinfo: %w", path, err)
+	}
+	for _, kv := range bytes.Split(data, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, []byte("depends=")); ok {
+			if len(v) == 0 {
+				return nil, nil
+			}
+			return strings.Split(string(v), ","), nil
+		}
+	}
+	return nil, nil
 }
 
 // Initramfs describes the guest's root file system.
@@ -282,6 +467,11 @@ func (e *Env) Build(t testing.TB, dir string, fs Initramfs) string {
 	return out
 }
 
+// KernelArgs start every guest's kernel command line. no_timer_check: on
+// a loaded host a TCG guest can fail the kernel's IO-APIC timer check
+// ("IO-APIC + timer doesn't work!") and panic at boot; seen with 6.12.
+const KernelArgs = "console=ttyS0 panic=-1 quiet no_timer_check"
+
 // Boot is one QEMU run.
 type Boot struct {
 	// Args are QEMU's arguments besides the kernel, initramfs, command
@@ -321,7 +511,7 @@ func (e *Env) Run(ctx context.Context, b Boot) Result {
 	args := append([]string{}, b.Args...)
 	args = append(args, "-nodefaults", "-display", "none", "-no-reboot", "-serial", "stdio",
 		"-kernel", e.Kernel, "-initrd", b.Initrd,
-		"-append", strings.TrimSpace("console=ttyS0 panic=-1 quiet "+b.Append))
+		"-append", strings.TrimSpace(KernelArgs+" "+b.Append))
 	cmd := exec.CommandContext(ctx, e.QEMU, args...)
 	cmd.WaitDelay = 2 * time.Second
 	var stderr bytes.Buffer

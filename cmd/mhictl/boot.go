@@ -1,0 +1,208 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
+	"github.com/gomhi/gomhi/sysfs/genl"
+)
+
+// bootFlags configure the mock modem's boot ROM ('mhictl modem serve',
+// and the embedded mock of 'mhictl up' and 'mhictl dump').
+type bootFlags struct {
+	bootEE string
+	sblSHA string
+	rddm   bool
+}
+
+func (b *bootFlags) add(cmd *cobra.Command, withRDDM bool) {
+	f := cmd.Flags()
+	f.StringVar(&b.bootEE, "boot-ee", "amss", "execution environment the mock modem starts in: pbl (the host must download the boot loader over BHI, as Linux's fw image), sbl (boots on to AMSS by itself) or amss")
+	f.StringVar(&b.sblSHA, "sbl-sha256", "", "with --boot-ee pbl: the SHA-256 (hex) the boot loader image must have; another image is refused (BHI error), \"\": any image")
+	if withRDDM {
+		f.BoolVar(&b.rddm, "rddm", false, "a crash (SYS_ERR) enters RDDM and serves a RAM dump over BHIe")
+	}
+}
+
+// config returns the boot ROM configuration, logging every image as a
+// "bhi_image" event to events.
+func (b *bootFlags) config(events *slog.Logger) (ep.BootConfig, error) {
+	start, err := ep.ParseBootStart(b.bootEE)
+	if err != nil {
+		return ep.BootConfig{}, fmt.Errorf("--boot-ee: %w", err)
+	}
+	bc := ep.BootConfig{Start: start, RDDM: b.rddm, OnImage: vfiouser.BootImageLogger(events)}
+	if b.sblSHA != "" {
+		sum, err := hex.DecodeString(b.sblSHA)
+		if err != nil || len(sum) != sha256.Size {
+			return ep.BootConfig{}, fmt.Errorf("--sbl-sha256 %q: want 64 hex digits", b.sblSHA)
+		}
+		bc.SBL.SHA256 = sum
+	}
+	return bc, nil
+}
+
+// newSuspendCmd and newResumeCmd move a device of a running 'mhictl up'
+// to M3 and back through the control plane.
+func newSuspendCmd() *cobra.Command {
+	return newPMCmd("suspend", "Suspend a device of a running `mhictl up` (M0 to M3; needs root or CAP_NET_ADMIN)", genl.PMRequestSuspend)
+}
+
+func newResumeCmd() *cobra.Command {
+	return newPMCmd("resume", "Resume a device of a running `mhictl up` (M3 to M0; needs root or CAP_NET_ADMIN)", genl.PMRequestResume)
+}
+
+func newPMCmd(use, short string, req uint32) *cobra.Command {
+	d := &dialFlags{}
+	var auto time.Duration
+	cmd := &cobra.Command{
+		Use:   use + " DEV",
+		Short: short,
+		Long: short + `.
+
+The channels keep their state across M3; data queued meanwhile waits for
+the resume. --autosuspend sets the idle time after which the host suspends
+the device by itself and resumes it when a channel has work (0 turns it
+off), as the attribute devices/DEV/autosuspend_ms does.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := d.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			r := genl.SetRequest{PMRequest: &req}
+			if cmd.Flags().Changed("autosuspend") {
+				if auto < 0 || auto > time.Hour {
+					return fmt.Errorf("--autosuspend %v: want 0..1h", auto)
+				}
+				ms := uint32(auto.Milliseconds())
+				r.AutosuspendMs = &ms
+			}
+			dev, err := c.SetDevice(args[0], r)
+			if err != nil {
+				return err
+			}
+			if d.json {
+				return printJSON(cmd.OutOrStdout(), dev)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s, ee %s, autosuspend %d ms\n", dev.Name, dev.State, dev.EE, dev.AutosuspendMs)
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&auto, "autosuspend", 0, "also set the auto-suspend idle time (0: off)")
+	d.add(cmd)
+	return cmd
+}
+
+// dumpResult is what 'mhictl dump' reports.
+type dumpResult struct {
+	Device string `json:"device"`
+	Model  string `json:"model"`
+	File   string `json:"file"`
+	Bytes  int    `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+func newDumpCmd(g *globalFlags) *cobra.Command {
+	var (
+		out, device, vfioUser, fwDir string
+		size                         int
+		timeout                      time.Duration
+		jsonOut                      bool
+		boot                         bootFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "dump --out FILE",
+		Short: "Crash the modem into RDDM and write its RAM dump to a file",
+		Long: `Powers the modem up (downloading its firmware from --firmware when it boots
+in PBL), asks it to crash into RAM-dump mode (MHICTRL state SYS_ERR, as
+Linux's mhi_force_rddm_mode), collects the dump it serves over BHIe into a
+receive vector table of --size bytes, writes it to --out and prints its size
+and SHA-256; the modem is then reset and recovered. The modem is the
+embedded mock (--model, with RDDM enabled), a real one bound to vfio-pci
+(--device ADDR) or one served over vfio-user (--vfio-user PATH, served with
+'mhictl modem serve --rddm').`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "" {
+				return errors.New("--out is required")
+			}
+			if err := checkModemSource(cmd, device, vfioUser, "boot-ee", "sbl-sha256"); err != nil {
+				return err
+			}
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			var ctrl *mhi.Controller
+			var model string
+			var closeFn func() error
+			switch {
+			case device != "":
+				p, err := pcigeneric.OpenPassthrough(device, pcigeneric.PassthroughOptions{Name: "mhi0", Logger: log, FirmwareDir: fwDir, RDDMSize: size})
+				if err != nil {
+					return err
+				}
+				ctrl, model, closeFn = p.Controller, p.Modem.Info.Name, p.Close
+			case vfioUser != "":
+				r, err := vfiouser.Open(vfioUser, vfiouser.OpenOptions{Name: "mhi0", Logger: log, FirmwareDir: fwDir, RDDMSize: size})
+				if err != nil {
+					return err
+				}
+				ctrl, model, closeFn = r.Controller, r.Info.Name, r.Close
+			default:
+				boot.rddm = true
+				bc, err := boot.config(log)
+				if err != nil {
+					return err
+				}
+				m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: g.model, Name: "mhi0", Logger: log,
+					FirmwareDir: fwDir, RDDMSize: size, Device: func(c *ep.Config) { c.Boot = bc }})
+				if err != nil {
+					return err
+				}
+				ctrl, model, closeFn = m.Controller, m.Info.Name, m.Close
+			}
+			defer func() { _ = closeFn() }()
+			if err := ctrl.PowerUp(); err != nil {
+				return err
+			}
+			dump, err := ctrl.CollectDump(timeout)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(out, dump, 0o600); err != nil {
+				return err
+			}
+			sum := sha256.Sum256(dump)
+			res := dumpResult{Device: ctrl.Name(), Model: model, File: out, Bytes: len(dump), SHA256: hex.EncodeToString(sum[:])}
+			if jsonOut {
+				return printJSON(cmd.OutOrStdout(), res)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s (%s): RAM dump of %d bytes written to %s, sha256 %s\n", res.Device, res.Model, res.Bytes, res.File, res.SHA256)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&out, "out", "", "file to write the RAM dump to (created 0600)")
+	f.StringVar(&device, "device", "", "a real modem at PCI address ADDR, bound to vfio-pci")
+	f.StringVar(&vfioUser, "vfio-user", "", "the mock modem served on the vfio-user socket PATH")
+	f.StringVar(&fwDir, "firmware", "", "directory with the images the model's table entry names (qcom/sdx55m/sbl1.mbn…), for a modem booting in PBL")
+	f.IntVar(&size, "size", 4<<20, "bytes of host memory offered for the dump")
+	f.DurationVar(&timeout, "timeout", 20*time.Second, "longest wait for the dump")
+	f.BoolVar(&jsonOut, "json", false, "print the result as JSON")
+	boot.add(cmd, false)
+	return cmd
+}

@@ -1,0 +1,155 @@
+package qemuguest
+
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gomhi/gomhi/mhi/testenv"
+)
+
+func touch(t *testing.T, path string, data []byte) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pvhELF returns a minimal ELF64 file with one PT_NOTE segment holding
+// one note of the given name and type.
+func pvhELF(name string, typ uint32) []byte {
+	le := binary.LittleEndian
+	note := le.AppendUint32(nil, uint32(len(name)+1))
+	note = le.AppendUint32(note, 4)
+	note = le.AppendUint32(note, typ)
+	note = append(note, name...)
+	for len(note)%4 != 0 || len(note) < 12+len(name)+1 {
+		note = append(note, 0)
+	}
+	note = le.AppendUint32(note, 0x1000000) // the entry address
+	const ehsize, phsize = 64, 56
+	b := make([]byte, ehsize+phsize)
+	copy(b, "\x7fELF")
+	b[4], b[5], b[6] = 2, 1, 1 // 64-bit, little endian, version 1
+	le.PutUint16(b[16:], 2)    // ET_EXEC
+	le.PutUint16(b[18:], 62)   // x86-64
+	le.PutUint32(b[20:], 1)
+	le.PutUint64(b[32:], ehsize) // program headers
+	le.PutUint16(b[52:], ehsize)
+	le.PutUint16(b[54:], phsize)
+	le.PutUint16(b[56:], 1)
+	ph := b[ehsize:]
+	le.PutUint32(ph[0:], 4)                  // PT_NOTE
+	le.PutUint64(ph[8:], ehsize+phsize)      // offset
+	le.PutUint64(ph[32:], uint64(len(note))) // filesz
+	le.PutUint64(ph[40:], uint64(len(note)))
+	return append(b, note...)
+}
+
+// TestFindKernelLayouts checks the three layouts of Debian's kernel
+// packages: bookworm's (boot/, lib/modules), trixie's (boot/,
+// usr/lib/modules: merged /usr) and the split 7.x packages' (the kernel
+// at usr/lib/modules/<release>/vmlinuz), and that an uncompressed kernel
+// with a PVH entry is preferred.
+func TestFindKernelLayouts(t *testing.T) {
+	const rel = "9.9.9-cloud-amd64"
+	mod := "kernel/drivers/bus/mhi/host/mhi.ko"
+	for _, c := range []struct {
+		name, kernel, modules string
+	}{
+		{"bookworm", "boot/vmlinuz-" + rel, "lib/modules/" + rel},
+		{"merged-usr", "boot/vmlinuz-" + rel, "usr/lib/modules/" + rel},
+		{"split", "usr/lib/modules/" + rel + "/vmlinuz", "usr/lib/modules/" + rel},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			touch(t, filepath.Join(dir, c.kernel), []byte("bzImage"))
+			touch(t, filepath.Join(dir, c.modules, mod), nil)
+			k, m, err := findKernel(dir, []string{mod})
+			if err != nil || k != filepath.Join(dir, c.kernel) || m != filepath.Join(dir, c.modules) {
+				t.Fatalf("findKernel: %q %q %v", k, m, err)
+			}
+			// A module only compressed is missing, with the reason.
+			touch(t, filepath.Join(dir, c.modules, "kernel/drivers/net/wwan/wwan.ko.xz"), nil)
+			if _, _, err := findKernel(dir, []string{"kernel/drivers/net/wwan/wwan.ko"}); err == nil || !strings.Contains(err.Error(), "wwan.ko.xz") {
+				t.Fatalf("compressed module: %v", err)
+			}
+			// boot/vmlinux-<release> with a PVH note wins; without, not.
+			vmlinux := filepath.Join(dir, "boot", "vmlinux-"+rel)
+			touch(t, vmlinux, pvhELF("Xen", 17))
+			if k, _, _ := findKernel(dir, nil); k != filepath.Join(dir, c.kernel) {
+				t.Fatalf("ELF without the PVH entry note chosen: %s", k)
+			}
+			touch(t, vmlinux, pvhELF("Xen", 18))
+			if k, _, _ := findKernel(dir, nil); k != vmlinux {
+				t.Fatalf("PVH kernel not chosen: %s", k)
+			}
+		})
+	}
+	if _, _, err := findKernel(t.TempDir(), nil); err == nil {
+		t.Fatal("empty folder: no error")
+	}
+}
+
+func TestHasPVHEntry(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name string
+		data []byte
+		want bool
+	}{
+		{"xen-18", pvhELF("Xen", 18), true},
+		{"xen-17", pvhELF("Xen", 17), false},
+		{"other-18", pvhELF("GNU", 18), false},
+		{"truncated", pvhELF("Xen", 18)[:130], false},
+		{"not-elf", []byte("MZ\x00\x00 bzImage"), false},
+	} {
+		p := filepath.Join(dir, c.name)
+		touch(t, p, c.data)
+		if got := hasPVHEntry(p); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestWithDependencies resolves the MHI modules' dependencies of every
+// kernel of the matrix from their .modinfo: each dependency comes before
+// the module that needs it, each module once.
+func TestWithDependencies(t *testing.T) {
+	mods := []string{"kernel/drivers/net/wwan/mhi_wwan_ctrl.ko", "kernel/drivers/bus/mhi/host/mhi_pci_generic.ko"}
+	for _, k := range Kernels() {
+		t.Run(k.Name, func(t *testing.T) {
+			kernel, modules, err := findKernel(k.Dir, mods)
+			testenv.Need(t, "the guest kernel "+k.Name+" (run: "+SetupCommand+")", err)
+			e := &Env{Kernel: kernel, Modules: modules, Release: filepath.Base(modules)}
+			got, err := e.WithDependencies(mods)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names := make([]string, len(got))
+			for i, m := range got {
+				names[i] = strings.TrimSuffix(filepath.Base(m), ".ko")
+			}
+			pos := func(n string) int { return slices.Index(names, n) }
+			if pos("mhi") < 0 || pos("wwan") < 0 || pos("mhi") > pos("mhi_wwan_ctrl") || pos("wwan") > pos("mhi_wwan_ctrl") ||
+				pos("mhi") > pos("mhi_pci_generic") || len(names) != len(unique(names)) {
+				t.Fatalf("%s: %v", e.Release, names)
+			}
+			t.Logf("%s: %v", e.Release, names)
+		})
+	}
+}
+
+func unique(s []string) map[string]bool {
+	m := map[string]bool{}
+	for _, v := range s {
+		m[v] = true
+	}
+	return m
+}
