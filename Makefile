@@ -9,8 +9,8 @@ BIN     := bin/mhictl
 # execution counts, not durations: with a duration, Go 1.26's fuzzing
 # coordinator can fail a clean run with "context deadline exceeded" at the
 # deadline (golang/go#75804). Each takes a few seconds here.
-FUZZ_TARGETS := ./mhinet/ntb:FuzzParseNTB:200000 ./mhinet/ntb:FuzzRoundTripNTB:15000 \
-	./mhinet/qmap:FuzzParseQMAP:200000 ./mhinet/qmap:FuzzRoundTripQMAP:10000 \
+FUZZ_TARGETS := ./mhi/proto/ntb:FuzzParseNTB:200000 ./mhi/proto/ntb:FuzzRoundTripNTB:15000 \
+	./mhi/proto/qmap:FuzzParseQMAP:200000 ./mhi/proto/qmap:FuzzRoundTripQMAP:10000 \
 	./mhi/ep:FuzzAnswer:150000 ./sysfs/genl:FuzzDecodeRequest:60000 \
 	./mhinet/gso:FuzzSegment:100000 ./pcigeneric/vfiouser:FuzzDecodeMessage:100000 \
 	./mhinet/tun:FuzzCoalesce:100000 ./mhi:FuzzEventRing:100000

@@ -93,13 +93,8 @@ for t in apt-get apt-cache dpkg xz; do
 	fi
 done
 
-sources() { grep -hsE '^(URIs:|deb )' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null || true; }
-mirror=${GOMHI_DEBIAN_MIRROR:-$(sources | grep -oE 'https?://[^ ]+/debian/?( |$)' | head -n1 || true)}
-security=${GOMHI_DEBIAN_SECURITY_MIRROR:-$(sources | grep -oE 'https?://[^ ]+/debian-security/?( |$)' | head -n1 || true)}
-mirror=$(echo "${mirror:-http://deb.debian.org/debian}" | tr -d ' ')
-mirror=${mirror%/}
-security=$(echo "$security" | tr -d ' ')
-security=${security%/}
+. "$(dirname "$0")/mirrors.sh"
+debian_mirrors http://deb.debian.org/debian
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 
 SECONDS=0

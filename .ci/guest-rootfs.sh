@@ -52,13 +52,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 	exit 1
 fi
 
-sources() { grep -hsE '^(URIs:|deb )' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null || true; }
-mirror=${GOMHI_DEBIAN_MIRROR:-$(sources | grep -oE 'https?://[^ ]+/debian/?( |$)' | head -n1 || true)}
-security=${GOMHI_DEBIAN_SECURITY_MIRROR:-$(sources | grep -oE 'https?://[^ ]+/debian-security/?( |$)' | head -n1 || true)}
-mirror=$(echo "${mirror:-http://deb.debian.org/debian}" | tr -d ' ')
-mirror=${mirror%/}
-security=$(echo "$security" | tr -d ' ')
-security=${security%/}
+. "$(dirname "$0")/mirrors.sh"
+debian_mirrors http://deb.debian.org/debian
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 lines=("deb [signed-by=$keyring] $mirror bookworm main")
 [ -n "$security" ] && lines+=("deb [signed-by=$keyring] $security bookworm-security main")

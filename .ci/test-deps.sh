@@ -133,13 +133,8 @@ done
 
 # The mirrors the machine already uses (the first deb.debian.org-style URIs
 # of its own sources), so everything comes from the same place.
-sources() { grep -hsE '^(URIs:|deb )' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null || true; }
-mirror=${GOMHI_DEBIAN_MIRROR:-$(sources | grep -oE 'https?://[^ ]+/debian/?( |$)' | head -n1 || true)}
-security=${GOMHI_DEBIAN_SECURITY_MIRROR:-$(sources | grep -oE 'https?://[^ ]+/debian-security/?( |$)' | head -n1 || true)}
-mirror=$(echo "$mirror" | tr -d ' ')
-mirror=${mirror%/}
-security=$(echo "$security" | tr -d ' ')
-security=${security%/}
+. "$(dirname "$0")/mirrors.sh"
+debian_mirrors
 if [ -z "$mirror" ]; then
 	say "no Debian mirror in the machine's apt sources; set GOMHI_DEBIAN_MIRROR" >&2
 	[ -n "$need_qemu" ] && failed+=(qemu)

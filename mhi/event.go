@@ -223,6 +223,40 @@ func (c *Controller) onInterrupt(vector int) {
 	}
 }
 
+// ProcessInterrupt handles an interrupt on vector as the transport's
+// interrupt handler does, except that the event rings on that vector are
+// processed on the calling goroutine before it returns, instead of by
+// their goroutines. It is for a caller that drives the host in virtual time
+// (a transport whose interrupts go to that caller instead of to the
+// handler), so that the host's work happens at a moment of the caller's
+// choosing and in a reproducible order.
+func (c *Controller) ProcessInterrupt(vector int) {
+	c.procMu.RLock()
+	if !c.allocated || c.halted.Load() {
+		c.procMu.RUnlock()
+		return
+	}
+	c.stats.Interrupts.Add(1)
+	if vector == 0 {
+		if st, err := c.t.Read32(RegMHISTATUS); err == nil && (st&MHISTATUSSysErr != 0 ||
+			State((st&MHISTATUSStateMask)>>MHISTATUSStateShift) == StateSysErr) {
+			c.onStateChange(StateSysErr)
+		}
+	}
+	var rings [8]*EventRing
+	todo := rings[:0]
+	for _, er := range c.eventRings {
+		if er.vector == vector {
+			todo = append(todo, er)
+		}
+	}
+	c.procMu.RUnlock()
+	// process takes procMu itself.
+	for _, er := range todo {
+		er.process(false)
+	}
+}
+
 func (c *Controller) onStateChange(s State) {
 	c.mu.Lock()
 	c.devState = s
@@ -272,6 +306,19 @@ func (c *Controller) onM0() {
 // waitFor waits until cond() holds (evaluated with c.mu held), the timeout
 // passes, or the device enters SYS_ERR.
 func (c *Controller) waitFor(what string, timeout time.Duration, cond func() bool) error {
+	return c.waitUntil(what, timeout, true, cond)
+}
+
+// waitForAny waits until cond() holds (with c.mu held), the timeout passes
+// or the controller is fenced; unlike waitFor it does not stop at SYS_ERR.
+func (c *Controller) waitForAny(what string, timeout time.Duration, cond func() bool) error {
+	return c.waitUntil(what, timeout, false, cond)
+}
+
+// waitUntil is waitFor and waitForAny: it waits on c.cond until cond()
+// holds, the controller is fenced, the timeout passes, or (stopAtSysErr)
+// the device enters SYS_ERR.
+func (c *Controller) waitUntil(what string, timeout time.Duration, stopAtSysErr bool, cond func() bool) error {
 	deadline := time.Now().Add(timeout)
 	timer := time.AfterFunc(timeout, func() {
 		c.mu.Lock()
@@ -282,7 +329,7 @@ func (c *Controller) waitFor(what string, timeout time.Duration, cond func() boo
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for !cond() {
-		if c.devState == StateSysErr {
+		if stopAtSysErr && c.devState == StateSysErr {
 			return fmt.Errorf("%s: waiting for %s: %w", c.name, what, ErrSysErr)
 		}
 		if err := c.fencedLocked("waiting for " + what); err != nil {

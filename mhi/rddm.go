@@ -137,6 +137,10 @@ func (c *Controller) LastDump() ([]byte, time.Time) {
 	return c.rddm.last, c.rddm.lastAt
 }
 
+// DumpCapacity returns the bytes of host memory kept for a RAM dump
+// (Options.RDDMSize; 0: collection is off).
+func (c *Controller) DumpCapacity() int { return c.rddm.size }
+
 // CollectDump makes the device crash into RDDM, as Linux's
 // mhi_force_rddm_mode does (MHICTRL state SYS_ERR), and returns the RAM
 // dump the recovery collects before it resets the device. It needs
@@ -173,28 +177,4 @@ func (c *Controller) CollectDump(timeout time.Duration) ([]byte, error) {
 		return nil, c.rddm.lastErr
 	}
 	return c.rddm.last, nil
-}
-
-// waitForAny waits until cond() holds (with c.mu held), the timeout passes
-// or the controller is fenced; unlike waitFor it does not stop at SYS_ERR.
-func (c *Controller) waitForAny(what string, timeout time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	timer := time.AfterFunc(timeout, func() {
-		c.mu.Lock()
-		c.cond.Broadcast()
-		c.mu.Unlock()
-	})
-	defer timer.Stop()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for !cond() {
-		if err := c.fencedLocked("waiting for " + what); err != nil {
-			return err
-		}
-		if !time.Now().Before(deadline) {
-			return fmt.Errorf("%s: %s not done within %v: %w", c.name, what, timeout, ErrTimeout)
-		}
-		c.cond.Wait()
-	}
-	return nil
 }

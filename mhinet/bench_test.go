@@ -11,7 +11,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // countingRx counts and releases at once.
@@ -24,14 +24,14 @@ func (c *countingRx) Receive(pkts []mhinet.Packet) {
 	c.n.Add(uint64(len(pkts)))
 }
 
-func benchDevice(b *testing.B, mru int, txAgg bool) (*pcigeneric.Mock, *mhinet.Device, *countingRx) {
+func benchDevice(b *testing.B, mru int, txAgg bool) (*mock.Mock, *mhinet.Device, *countingRx) {
 	return benchDeviceCfg(b, mhinet.Config{MRU: mru, TXAggregate: txAgg})
 }
 
 // benchDeviceCfg is benchDevice with a configuration (pair and format set
 // here).
-func benchDeviceCfg(b *testing.B, cfg mhinet.Config) (*pcigeneric.Mock, *mhinet.Device, *countingRx) {
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: "telit-fn990", IPData: ep.IPDataConfig{Format: ep.FormatNTB16}})
+func benchDeviceCfg(b *testing.B, cfg mhinet.Config) (*mock.Mock, *mhinet.Device, *countingRx) {
+	m, err := mock.Open(mock.Options{Model: "telit-fn990", IPData: ep.IPDataConfig{Format: ep.FormatNTB16}})
 	if err != nil {
 		b.Fatal(err)
 	}

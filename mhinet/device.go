@@ -12,8 +12,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
-	"github.com/gomhi/gomhi/mhinet/ntb"
-	"github.com/gomhi/gomhi/mhinet/qmap"
+	"github.com/gomhi/gomhi/mhi/proto/qmap"
 )
 
 // ErrDown: the device is not up.
@@ -131,9 +130,10 @@ type Device struct {
 	chainLen int
 	skipping bool // dropping the rest of a transfer whose head was dropped
 	batch    []Packet
-	ntbp     ntb.Parser
-	qmapp    qmap.Parser
-	parseMu  sync.Mutex // guards the parsers' Stats for snapshots
+
+	// framing is the data format at work (see framing.go), chosen by
+	// cfg.Format.
+	framing framing
 
 	// chainWarn rate-limits the warning for dropped chains.
 	chainWarn rateLimiter
@@ -164,7 +164,7 @@ func New(ctrl *mhi.Controller, cfg Config, rx Receiver) (*Device, error) {
 	if err := ValidateMTU(cfg.MTU); err != nil {
 		return nil, err
 	}
-	if cfg.Format > FormatQMAP {
+	if cfg.Format.spec() == nil {
 		return nil, fmt.Errorf("mhinet: unknown format %d", cfg.Format)
 	}
 	if rx == nil {
@@ -180,22 +180,8 @@ func New(ctrl *mhi.Controller, cfg Config, rx Receiver) (*Device, error) {
 	if cfg.PoolBuffers < 1 {
 		return nil, fmt.Errorf("mhinet: %d receive buffers", cfg.PoolBuffers)
 	}
-	if cfg.TXAggMaxBytes == 0 {
-		cfg.TXAggMaxBytes = DefaultTXAggMaxBytes
-	}
-	if cfg.TXAggMaxPackets == 0 {
-		cfg.TXAggMaxPackets = DefaultTXAggMaxPackets
-	}
-	if cfg.TXAggTimeout == 0 {
-		cfg.TXAggTimeout = DefaultTXAggTimeout
-	}
-	if cfg.TXAggMaxBytes < 64 || cfg.TXAggMaxBytes > mhi.MaxTRELength || cfg.TXAggMaxPackets < 1 || cfg.TXAggMaxPackets > 0xFFFF {
-		return nil, fmt.Errorf("mhinet: TXAggMaxBytes %d (64…%d), TXAggMaxPackets %d (1…65535): %w",
-			cfg.TXAggMaxBytes, mhi.MaxTRELength, cfg.TXAggMaxPackets, mhi.ErrConfig)
-	}
-	if cfg.TXBufferSize < 0 || cfg.TXBufferSize > mhi.MaxTRELength {
-		return nil, fmt.Errorf("mhinet: TXBufferSize %d (0: default, or up to %d): %w",
-			cfg.TXBufferSize, mhi.MaxTRELength, mhi.ErrConfig)
+	if err := cfg.transmitDefaults(); err != nil {
+		return nil, err
 	}
 	if cfg.MaxReassembly == 0 {
 		cfg.MaxReassembly = 256 << 10
@@ -220,8 +206,7 @@ func New(ctrl *mhi.Controller, cfg Config, rx Receiver) (*Device, error) {
 	d.chain = make([]fragment, 0, max(1, cfg.PoolBuffers/2)+1)
 	d.batch = make([]Packet, 0, 64)
 	d.reasm = newReassemblyPool(4, cfg.MaxReassembly)
-	d.ntbp.AnyProtocol = false
-	d.qmapp.Csum = cfg.QMAPCsum
+	d.framing = newFraming(&d.cfg, &d.c)
 	if err := d.tx.init(d); err != nil {
 		return nil, err
 	}
@@ -230,6 +215,29 @@ func New(ctrl *mhi.Controller, cfg Config, rx Receiver) (*Device, error) {
 	}
 	ctrl.OnStatus(d.onStatus)
 	return d, nil
+}
+
+// transmitDefaults fills in and checks the transmit buffer and
+// aggregation settings; the error wraps mhi.ErrConfig.
+func (cfg *Config) transmitDefaults() error {
+	if cfg.TXAggMaxBytes == 0 {
+		cfg.TXAggMaxBytes = DefaultTXAggMaxBytes
+	}
+	if cfg.TXAggMaxPackets == 0 {
+		cfg.TXAggMaxPackets = DefaultTXAggMaxPackets
+	}
+	if cfg.TXAggTimeout == 0 {
+		cfg.TXAggTimeout = DefaultTXAggTimeout
+	}
+	if cfg.TXAggMaxBytes < 64 || cfg.TXAggMaxBytes > mhi.MaxTRELength || cfg.TXAggMaxPackets < 1 || cfg.TXAggMaxPackets > 0xFFFF {
+		return fmt.Errorf("mhinet: TXAggMaxBytes %d (64…%d), TXAggMaxPackets %d (1…65535): %w",
+			cfg.TXAggMaxBytes, mhi.MaxTRELength, cfg.TXAggMaxPackets, mhi.ErrConfig)
+	}
+	if cfg.TXBufferSize < 0 || cfg.TXBufferSize > mhi.MaxTRELength {
+		return fmt.Errorf("mhinet: TXBufferSize %d (0: default, or up to %d): %w",
+			cfg.TXBufferSize, mhi.MaxTRELength, mhi.ErrConfig)
+	}
+	return nil
 }
 
 // onStatus follows the controller through SYS_ERR (or a SoC reset): every
@@ -541,9 +549,8 @@ func (d *Device) Stats() Stats {
 		s.RxCopy = RxCopyOn.String()
 	}
 	d.c.snapshot(&s)
-	d.parseMu.Lock()
-	s.NTB, s.QMAP = d.ntbp.Stats, d.qmapp.Stats
-	d.parseMu.Unlock()
+	ps := d.framing.parserStats()
+	s.NTB, s.QMAP = ps.NTB, ps.QMAP
 	s.RxErrors += s.NTB.Errors() + s.QMAP.Errors()
 	s.GSO = d.gsoTx.stats()
 	return s

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/ntb"
+	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/mhinet/ntb"
-	"github.com/gomhi/gomhi/mhinet/qmap"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // collector is a Receiver that checks and counts what it gets.
@@ -87,14 +87,14 @@ func ipv4(n int, seq uint32) []byte {
 }
 
 type rig struct {
-	mock *pcigeneric.Mock
+	mock *mock.Mock
 	dev  *mhinet.Device
 	rx   *collector
 }
 
 func newRig(t *testing.T, cfg mhinet.Config) *rig {
 	t.Helper()
-	return newIPRig(t, pcigeneric.DefaultModel, ep.IPDataConfig{}, cfg)
+	return newIPRig(t, mock.DefaultModel, ep.IPDataConfig{}, cfg)
 }
 
 // pushDL makes the modem send one downlink transfer.

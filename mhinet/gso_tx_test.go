@@ -12,7 +12,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/gso"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // copyRx keeps a copy of every packet received.
@@ -371,7 +371,7 @@ func BenchmarkTransmitGSO(b *testing.B) {
 // still down; the modem is closed when tb ends.
 func rawLoopbackDevice(tb testing.TB, rx mhinet.Receiver) *mhinet.Device {
 	tb.Helper()
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: pcigeneric.DefaultModel, IPData: ep.IPDataConfig{Format: ep.FormatRaw}})
+	m, err := mock.Open(mock.Options{Model: mock.DefaultModel, IPData: ep.IPDataConfig{Format: ep.FormatRaw}})
 	if err != nil {
 		tb.Fatal(err)
 	}

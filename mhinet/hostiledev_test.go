@@ -16,6 +16,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // This file is a hostile modem for the network device's tests: the
@@ -348,7 +349,7 @@ func (r *hostileRig) quiesce(t testing.TB) mhinet.Stats {
 
 // shortTransferModel is the model the receive tests impersonate: raw IP
 // on IP_HW0.
-const shortTransferModel = pcigeneric.DefaultModel
+const shortTransferModel = mock.DefaultModel
 
 // rawPackets returns n raw IPv4 transfers of size bytes numbered from seq.
 func rawPackets(n, size int, seq uint32) [][]byte {

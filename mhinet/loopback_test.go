@@ -9,7 +9,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // formats pairs the host's framing with the mock modem's.
@@ -26,7 +26,7 @@ var formats = []struct {
 
 func newIPRig(t *testing.T, model string, dev ep.IPDataConfig, cfg mhinet.Config) *rig {
 	t.Helper()
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: model, IPData: dev})
+	m, err := mock.Open(mock.Options{Model: model, IPData: dev})
 	if err != nil {
 		t.Fatal(err)
 	}

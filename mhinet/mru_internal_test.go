@@ -8,7 +8,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // counter is a Receiver that counts and releases.
@@ -28,7 +28,7 @@ func (c *counter) Receive(pkts []Packet) {
 // must not stay dead: the next recovery, or the next MRU change, starts it
 // and refills its ring, and traffic flows.
 func TestMRUChangeStartFails(t *testing.T) {
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: "telit-fn990", IPData: ep.IPDataConfig{Format: ep.FormatNTB16}})
+	m, err := mock.Open(mock.Options{Model: "telit-fn990", IPData: ep.IPDataConfig{Format: ep.FormatNTB16}})
 	if err != nil {
 		t.Fatal(err)
 	}

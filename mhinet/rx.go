@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
-	"github.com/gomhi/gomhi/mhinet/qmap"
 )
 
 // fragment is one filled element of a transfer that arrived over several.
@@ -254,30 +253,7 @@ func (d *Device) deliver(b *rxBuffer, data []byte) {
 		d.c.rxCopied.Add(1)
 		d.c.rxCopiedBytes.Add(uint64(len(data)))
 	}
-	batch := d.batch[:0]
-	switch d.cfg.Format {
-	case FormatRawIP:
-		switch {
-		case len(data) == 0:
-			d.c.rxEmpty.Add(1)
-		case data[0]>>4 != 4 && data[0]>>4 != 6:
-			d.c.rxBadPacket.Add(1)
-		default:
-			batch = append(batch, Packet{Data: data[:len(data):len(data)], buf: b})
-		}
-	case FormatMBIM:
-		d.parseMu.Lock()
-		_, _ = d.ntbp.Parse(data, func(dg []byte, sid uint8) {
-			batch = append(batch, Packet{Data: dg, Mux: sid, buf: b})
-		})
-		d.parseMu.Unlock()
-	case FormatQMAP:
-		d.parseMu.Lock()
-		_, _ = d.qmapp.Parse(data, func(p qmap.Packet) {
-			batch = append(batch, Packet{Data: p.Data, Mux: p.Mux, buf: b})
-		})
-		d.parseMu.Unlock()
-	}
+	batch := d.framing.parse(data, b, d.batch[:0])
 	if n := len(batch); n > 0 {
 		bytes := 0
 		for _, p := range batch {

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/gomhi/gomhi/mhinet/ntb"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/mhi/proto/ntb"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // benchIPv4 returns an IPv4 packet of n bytes.
@@ -53,7 +53,7 @@ func BenchmarkRxDeliver(b *testing.B) {
 }
 
 func benchDeliver(b *testing.B, format Format, pkts, size int, mode RxCopyMode) {
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{})
+	m, err := mock.Open(mock.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // rewritingRx is a receiver that, while it owns each packet, lets the
@@ -142,7 +142,7 @@ func TestRxCopyDeviceRewritesDeliveredBuffer(t *testing.T) {
 // RxCopyAuto follows the transport: the in-process mock vouches for its
 // device (zero-copy), the hostile transport does not (copy).
 func TestRxCopyAutoFollowsTransport(t *testing.T) {
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{})
+	m, err := mock.Open(mock.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestParseRxCopyMode(t *testing.T) {
 // (or negative), a negative byte bound and an unknown copy mode fail with
 // mhi.ErrConfig.
 func TestReceiveBoundsValidated(t *testing.T) {
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{})
+	m, err := mock.Open(mock.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,8 @@ package mhinet
 import (
 	"sync/atomic"
 
-	"github.com/gomhi/gomhi/mhinet/ntb"
-	"github.com/gomhi/gomhi/mhinet/qmap"
+	"github.com/gomhi/gomhi/mhi/proto/ntb"
+	"github.com/gomhi/gomhi/mhi/proto/qmap"
 )
 
 // counters are the device's counters, updated atomically.

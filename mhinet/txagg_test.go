@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/ntb"
+	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/mhinet/ntb"
-	"github.com/gomhi/gomhi/mhinet/qmap"
 	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // ulRecorder sits in front of the modem's IP data function and records
@@ -69,7 +70,7 @@ func (r *ulRecorder) snapshot() []ulXfer {
 func newRecRig(t *testing.T, model string, dev ep.IPDataConfig, cfg mhinet.Config) (*rig, *ulRecorder) {
 	t.Helper()
 	rec := &ulRecorder{qmap: dev.Format == ep.FormatQMAP}
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: model, IPData: dev, Device: func(c *ep.Config) {
+	m, err := mock.Open(mock.Options{Model: model, IPData: dev, Device: func(c *ep.Config) {
 		name := pcigeneric.DataPair(c.MHI) // not IP_SW0, which the mock also serves
 		if fn, ok := c.Functions[name].(*ep.IPData); ok {
 			rec.inner = fn
@@ -122,7 +123,7 @@ var aggFormats = []struct {
 	dev   ep.Format
 }{
 	{"mbim", "telit-fn990", mhinet.FormatMBIM, ep.FormatNTB16},
-	{"qmap", pcigeneric.DefaultModel, mhinet.FormatQMAP, ep.FormatQMAP},
+	{"qmap", mock.DefaultModel, mhinet.FormatQMAP, ep.FormatQMAP},
 }
 
 // fits reports whether pkts all fit one aggregate of max bytes and count.
@@ -330,7 +331,7 @@ func TestTXAggregationPacketsAndFlush(t *testing.T) {
 // the host sends, aggregated or not.
 func TestTXQMAPv5Loopback(t *testing.T) {
 	for _, agg := range []bool{false, true} {
-		r := newIPRig(t, pcigeneric.DefaultModel, ep.IPDataConfig{Format: ep.FormatQMAP, QMAPCsum: qmap.CsumV5},
+		r := newIPRig(t, mock.DefaultModel, ep.IPDataConfig{Format: ep.FormatQMAP, QMAPCsum: qmap.CsumV5},
 			mhinet.Config{Format: mhinet.FormatQMAP, QMAPCsum: qmap.CsumV5, TXAggregate: agg, TXAggTimeout: -1})
 		var pkts [][]byte
 		for i := range 50 {

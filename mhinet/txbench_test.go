@@ -8,16 +8,16 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // sinkRig opens a mock modem whose IP data function answers only echo
 // requests and UDP to port 7, so the UDP packets of these benchmarks are
 // consumed and counted (DroppedNotAnswered): the uplink alone is measured.
-func sinkRig(b *testing.B, model string, dev ep.IPDataConfig, cfg mhinet.Config) (*pcigeneric.Mock, *mhinet.Device) {
+func sinkRig(b *testing.B, model string, dev ep.IPDataConfig, cfg mhinet.Config) (*mock.Mock, *mhinet.Device) {
 	b.Helper()
 	dev.Responder = true
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: model, IPData: dev})
+	m, err := mock.Open(mock.Options{Model: model, IPData: dev})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func sinkRig(b *testing.B, model string, dev ep.IPDataConfig, cfg mhinet.Config)
 }
 
 // waitUL waits until the modem has consumed want uplink packets.
-func waitUL(b *testing.B, m *pcigeneric.Mock, want uint64) {
+func waitUL(b *testing.B, m *mock.Mock, want uint64) {
 	b.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -65,7 +65,7 @@ func BenchmarkUplink(b *testing.B) {
 		dev   ep.Format
 	}{
 		{"mbim", "telit-fn990", mhinet.FormatMBIM, ep.FormatNTB16},
-		{"qmap", pcigeneric.DefaultModel, mhinet.FormatQMAP, ep.FormatQMAP},
+		{"qmap", mock.DefaultModel, mhinet.FormatQMAP, ep.FormatQMAP},
 	} {
 		for _, agg := range []bool{false, true} {
 			for _, size := range []int{64, 1500} {
@@ -147,7 +147,7 @@ func BenchmarkHeadOfLine(b *testing.B) {
 			if mode == "unshaped" {
 				shape = ep.ShapeConfig{}
 			}
-			m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{IPData: ep.IPDataConfig{Format: ep.FormatRaw,
+			m, err := mock.Open(mock.Options{IPData: ep.IPDataConfig{Format: ep.FormatRaw,
 				Responder: true, Shape: shape}})
 			if err != nil {
 				b.Fatal(err)

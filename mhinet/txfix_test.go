@@ -10,14 +10,14 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // With TXAggTimeout < 0 no timer runs: the aggregate leaves at the end of
 // each call. That holds for TransmitZC's copy fallback too, not only for
 // Transmit.
 func TestZCFallbackAggregateLeavesWithNegativeTimeout(t *testing.T) {
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: pcigeneric.DefaultModel,
+	m, err := mock.Open(mock.Options{Model: mock.DefaultModel,
 		IPData: ep.IPDataConfig{Format: ep.FormatQMAP, Shape: ep.ShapeConfig{UDPPort: shapedPort, Rate: 0.001}}})
 	if err != nil {
 		t.Fatal(err)
@@ -243,7 +243,7 @@ func TestZCPendingZeroAfterDown(t *testing.T) {
 // for TXAggMaxBytes, is a configuration error, found by New (and SetMTU),
 // not by packets failing later.
 func TestTXBufferSizeValidated(t *testing.T) {
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{})
+	m, err := mock.Open(mock.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 type discard struct{}
@@ -18,7 +18,7 @@ func (discard) Receive(pkts []Packet) {
 // An uplink completion whose cookie names no transmit buffer is counted
 // as a transmit stale completion, not a receive one.
 func TestTXStaleCompletionCounted(t *testing.T) {
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{})
+	m, err := mock.Open(mock.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
-	"github.com/gomhi/gomhi/mhinet/ntb"
-	"github.com/gomhi/gomhi/mhinet/qmap"
+	"github.com/gomhi/gomhi/mhi/proto/lend"
 )
 
 // Zero-copy transmit.
@@ -19,7 +18,7 @@ import (
 // packet), nothing is copied. The modem may keep reading a slot after it
 // has completed the ring element (a shaped flow holds its packets in the
 // modem's queue); it says when it is done through the release ring, a
-// small area of host memory it writes (see ZCRegion and docs/NETWORK.md).
+// small area of host memory it writes (see lend.Region and docs/NETWORK.md).
 // Only then does the slot come back: to the free list, or with
 // TXZeroCopyNotify to the caller through TXReleased.
 //
@@ -74,11 +73,6 @@ func (b *ZCBuffer) SetLen(n int) { b.n = n }
 // Len returns the length set by SetLen.
 func (b *ZCBuffer) Len() int { return b.n }
 
-// ZCRegion describes the zero-copy slots and the release ring to the
-// modem: mhi.LendRegion, whose comment gives the layout (ep.LendRegion is
-// the same type).
-type ZCRegion = mhi.LendRegion
-
 // Offsets in the control area.
 const (
 	zcProdOff = 0
@@ -123,9 +117,11 @@ func (z *zcPath) init(d *Device) error {
 	if !z.on {
 		return nil
 	}
-	if d.cfg.Format == FormatQMAP && d.cfg.QMAPCsum == qmap.CsumV4 {
-		return fmt.Errorf("mhinet: zero-copy transmit with the QMAP checksum trailer: %w", mhi.ErrConfig)
+	headroom, err := d.framing.zcHeadroom()
+	if err != nil {
+		return err
 	}
+	z.headroom = headroom
 	n := d.ul.Config().Elements - 1
 	if n > 0xFFFF {
 		n = 0xFFFF
@@ -157,26 +153,12 @@ func (z *zcPath) armPollLocked() {
 	}
 }
 
-func (z *zcPath) headroomFor() int {
-	switch z.d.cfg.Format {
-	case FormatMBIM:
-		return ntb.TXHeaderLen
-	case FormatQMAP:
-		if z.d.cfg.QMAPCsum == qmap.CsumV5 {
-			return qmap.HeaderLen + qmap.V5HeaderLen
-		}
-		return qmap.HeaderLen
-	}
-	return 0
-}
-
 // alloc allocates the slots and the control area; t.mu is held.
 func (z *zcPath) alloc(mem mhi.DMAMemory, mtu int) error {
 	if !z.on {
 		return nil
 	}
 	n := cap(z.out)
-	z.headroom = z.headroomFor()
 	z.slotSize = (z.headroom + mtu + 8 + 63) &^ 63
 	ringN := 1
 	for ringN < n {
@@ -238,18 +220,18 @@ func (z *zcPath) freeLocked(mem mhi.DMAMemory) {
 // are, for the modem (in the model, the harness forwards it to the mock
 // modem, as a control message would). It fails with ErrZeroCopyOff or
 // ErrDown.
-func (d *Device) ZeroCopyRegion() (ZCRegion, error) {
+func (d *Device) ZeroCopyRegion() (lend.Region, error) {
 	t := &d.tx
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	z := &t.zc
 	if !z.on {
-		return ZCRegion{}, ErrZeroCopyOff
+		return lend.Region{}, ErrZeroCopyOff
 	}
 	if z.slots == nil {
-		return ZCRegion{}, ErrDown
+		return lend.Region{}, ErrDown
 	}
-	return ZCRegion{DataIOVA: z.data.IOVA, SlotSize: z.slotSize, Slots: len(z.slots), Headroom: z.headroom,
+	return lend.Region{DataIOVA: z.data.IOVA, SlotSize: z.slotSize, Slots: len(z.slots), Headroom: z.headroom,
 		TagIOVA: z.ctl.IOVA + zcTagOff, ProdIOVA: z.ctl.IOVA + zcProdOff, ConsIOVA: z.ctl.IOVA + zcConsOff,
 		RingIOVA: z.ctl.IOVA + uint64(z.ringOff), RingEntries: z.ringN}, nil
 }
@@ -336,158 +318,72 @@ func (z *zcPath) owns(b *ZCBuffer) bool {
 // TXReleased). When elements or copy buffers run out it returns what it
 // took so far and ErrBusy; the rest stay the caller's.
 func (d *Device) TransmitZC(bufs []*ZCBuffer) (int, error) {
-	if !d.IsUp() {
-		return 0, ErrDown
-	}
 	t := &d.tx
 	z := &t.zc
-	t.mu.Lock()
-	if !z.on {
-		t.mu.Unlock()
-		return 0, ErrZeroCopyOff
-	}
-	if z.slots == nil || t.bufs == nil || t.resizing {
-		err := t.unavailableLocked()
-		t.mu.Unlock()
+	b, err := t.begin(true)
+	if err != nil {
 		return 0, err
 	}
-	mtu := t.mtu
-	xs := t.xfers[:0]
-	room := d.ul.Free()
-	taken := 0
-	var err error
 	z.reapLocked()
-	reaped := true
-	for taken < len(bufs) {
-		b := bufs[taken]
-		if !z.owns(b) || z.state[b.slot] != zcCaller {
-			err = fmt.Errorf("mhinet: transmit of zero-copy buffer %d: %w", taken, ErrNotOwner)
+	for b.taken < len(bufs) && b.err == nil {
+		zb := bufs[b.taken]
+		if !z.owns(zb) || z.state[zb.slot] != zcCaller {
+			b.err = fmt.Errorf("mhinet: transmit of zero-copy buffer %d: %w", b.taken, ErrNotOwner)
 			break
 		}
 		switch {
-		case b.n <= 0:
-			d.c.txEmpty.Add(1)
-			z.releaseLocked(b.slot)
-			taken++
-			continue
-		case b.n > mtu || b.n > len(b.data):
-			d.c.txTooLong.Add(1)
-			z.releaseLocked(b.slot)
-			taken++
-			continue
+		case !t.admit(zb.n, min(b.mtu, len(zb.data))):
+			z.releaseLocked(zb.slot)
+			b.taken++
+		case z.fallback && z.pending >= z.half():
+			t.copySlot(&b, zb)
+		case t.lendSlot(&b, zb):
+			b.taken++
 		}
-		if z.fallback && z.pending >= z.half() && !reaped {
-			z.reapLocked()
-			reaped = true
-		}
-		if z.fallback && z.pending >= z.half() {
-			// Copy: the slot goes back at once.
-			p := b.data[:b.n]
-			if t.aggregating() {
-				var ok bool
-				if xs, ok, err = t.aggAdd(xs, room, p); err != nil {
-					break
-				}
-				if !ok {
-					continue
-				}
-			} else {
-				if len(xs) >= room || len(t.free) == 0 {
-					err = ErrBusy
-					break
-				}
-				bi := t.free[len(t.free)-1]
-				cb := &t.bufs[bi]
-				n, ferr := t.fillOne(cb, p)
-				if errors.Is(ferr, errTooLong) {
-					d.c.txTooLong.Add(1)
-					z.releaseLocked(b.slot)
-					taken++
-					continue
-				}
-				if ferr != nil {
-					err = ferr
-					break
-				}
-				t.free = t.free[:len(t.free)-1]
-				xs = append(xs, mhi.Transfer{IOVA: cb.dma.IOVA, Len: n, Flags: mhi.FlagEOT, Cookie: uint64(bi)})
-			}
-			d.c.txZCFallback.Add(1)
-			z.releaseLocked(b.slot)
-			taken++
-			continue
-		}
-		if t.open >= 0 {
-			// Keep the order: what waits in the aggregate goes first.
-			if len(xs) >= room {
-				err = ErrBusy
-				break
-			}
-			xs = t.closeAgg(xs, &d.c.txAggClosedFlush)
-		}
-		if len(xs) >= room {
-			err = ErrBusy
-			break
-		}
-		n, ferr := z.frame(b)
-		if ferr != nil {
-			err = ferr
-			break
-		}
-		z.lend(b)
-		xs = append(xs, mhi.Transfer{IOVA: b.iova, Len: n, Flags: mhi.FlagEOT,
-			Cookie: zcCookie | uint64(b.tag)<<32 | uint64(b.n)<<16 | uint64(b.slot)})
-		taken++
 	}
-	if t.open >= 0 && t.aggWait < 0 && len(xs) < room {
-		// As Transmit: with a negative TXAggTimeout no timer runs, and
-		// what the fallback put into the aggregate leaves now.
-		xs = t.closeAgg(xs, &d.c.txAggClosedFlush)
+	return t.end(&b)
+}
+
+// copySlot sends zb's packet by copy (see copyPacket) and, once it is
+// taken, gives the slot back at once.
+func (t *txPath) copySlot(b *txBatch, zb *ZCBuffer) {
+	switch t.copyPacket(b, zb.data[:zb.n]) {
+	case txAgain:
+		return
+	case txSent:
+		t.d.c.txZCFallback.Add(1)
 	}
-	qerr := t.queueMixedLocked(xs)
-	z.armPollLocked()
-	t.mu.Unlock()
-	z.handBack()
-	if qerr != nil {
-		return taken, qerr
+	t.zc.releaseLocked(zb.slot)
+	b.taken++
+}
+
+// lendSlot frames zb in its headroom and puts the slot itself in b,
+// after the open aggregate (what waits there goes first). It reports
+// whether zb was taken; if not, b.err says why.
+func (t *txPath) lendSlot(b *txBatch, zb *ZCBuffer) bool {
+	if t.agg.open >= 0 {
+		if len(b.xs) >= b.room {
+			b.err = ErrBusy
+			return false
+		}
+		b.xs = t.closeAgg(b.xs, &t.d.c.txAggClosedFlush)
 	}
-	if err == ErrBusy {
-		d.c.txBusy.Add(1)
+	if len(b.xs) >= b.room {
+		b.err = ErrBusy
+		return false
 	}
-	return taken, err
+	n, err := t.f.zcFrame(zb.frame, zb.n)
+	if err != nil {
+		b.err = err
+		return false
+	}
+	t.zc.lend(zb)
+	b.xs = append(b.xs, mhi.Transfer{IOVA: zb.iova, Len: n, Flags: mhi.FlagEOT,
+		Cookie: zcCookie | uint64(zb.tag)<<32 | uint64(zb.n)<<16 | uint64(zb.slot)})
+	return true
 }
 
 func (z *zcPath) half() int { return z.d.ul.Config().Elements / 2 }
-
-// frame writes the format's header into b's headroom and returns the
-// element length.
-func (z *zcPath) frame(b *ZCBuffer) (int, error) {
-	d := z.d
-	switch d.cfg.Format {
-	case FormatMBIM:
-		t := &d.tx
-		if err := ntb.PutTXHeader(b.frame, b.n, d.cfg.Session, t.seq); err != nil {
-			return 0, fmt.Errorf("mhinet: transmit: %w", err)
-		}
-		t.seq++
-		return ntb.TXHeaderLen + b.n, nil
-	case FormatQMAP:
-		pad := (4 - b.n%4) % 4
-		h := qmap.Header{Pad: uint8(pad), Mux: d.cfg.Session, Len: uint16(b.n + pad)}
-		if z.headroom > qmap.HeaderLen {
-			h.NextHeader = true
-			c := b.frame[qmap.HeaderLen:z.headroom]
-			c[0], c[1], c[2], c[3] = qmap.V5TypeCsumOffload<<1, 0, 0, 0
-		}
-		if err := h.Put(b.frame); err != nil {
-			return 0, fmt.Errorf("mhinet: transmit: %w", err)
-		}
-		end := z.headroom + b.n
-		clear(b.frame[end : end+pad])
-		return end + pad, nil
-	}
-	return b.n, nil
-}
 
 // lend marks b as the modem's and publishes its tag.
 func (z *zcPath) lend(b *ZCBuffer) {
@@ -594,43 +490,4 @@ func (z *zcPath) onComplete(c mhi.Completion) {
 	z.reapLocked()
 	t.mu.Unlock()
 	z.handBack()
-}
-
-// queueMixedLocked queues xs holding copy and zero-copy elements.
-func (t *txPath) queueMixedLocked(xs []mhi.Transfer) error {
-	d := t.d
-	z := &t.zc
-	defer func() { t.xfers = xs[:0] }()
-	if len(xs) == 0 {
-		return nil
-	}
-	// ErrDoorbell: the elements are queued (the next doorbell covers them).
-	if qerr := d.ul.Queue(xs); qerr != nil && !errors.Is(qerr, mhi.ErrDoorbell) {
-		for _, x := range xs {
-			if x.Cookie&zcCookie != 0 {
-				d.c.txAborted.Add(1)
-				z.releaseLocked(int(x.Cookie & 0xFFFF))
-				continue
-			}
-			b := &t.bufs[x.Cookie]
-			d.c.txAborted.Add(uint64(b.pkts))
-			b.pkts, b.bytes = 0, 0
-			t.free = append(t.free, int(x.Cookie))
-		}
-		return fmt.Errorf("mhinet: transmit: %w", qerr)
-	}
-	queued, copied := 0, 0
-	for _, x := range xs {
-		if x.Cookie&zcCookie != 0 {
-			queued++
-			continue
-		}
-		t.inFlight++
-		queued += t.bufs[x.Cookie].pkts
-		copied += t.bufs[x.Cookie].pkts
-	}
-	d.c.txQueued.Add(uint64(queued))
-	d.c.txCopied.Add(uint64(copied))
-	maxStore(&d.c.txInFlightHigh, uint64(t.inFlight))
-	return nil
 }

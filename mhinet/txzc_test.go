@@ -8,7 +8,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // Flows of the zero-copy tests: the modem shapes shapedPort.
@@ -65,7 +65,7 @@ func (c *udpCollector) counts() (total, bad, dups int) {
 }
 
 type zcRig struct {
-	mock *pcigeneric.Mock
+	mock *mock.Mock
 	dev  *mhinet.Device
 	rx   *udpCollector
 	elem int // uplink ring elements
@@ -75,7 +75,7 @@ type zcRig struct {
 // a zero-copy device on it, and forwards the lend region to the modem.
 func newZCRig(t testing.TB, shape ep.ShapeConfig, cfg mhinet.Config) *zcRig {
 	t.Helper()
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{IPData: ep.IPDataConfig{Format: ep.FormatRaw, Shape: shape}})
+	m, err := mock.Open(mock.Options{IPData: ep.IPDataConfig{Format: ep.FormatRaw, Shape: shape}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,6 +56,7 @@ func dumpString(b []byte, at time.Time) string {
 func (t *Tree) AddDevice(name string, d Device) {
 	dir := t.Root.Mkdir("devices").Mkdir(name)
 	c := d.Controller
+	t.dumps.add(name, c)
 	dir.Add(
 		StringAttr("state", "MHI state the device last announced (RESET, READY, M0, M3, SYS_ERR…)",
 			func() string { s, _ := c.State(); return s.String() }),
@@ -152,6 +153,7 @@ func recoveryString(r mhi.RecoveryStatus) string {
 // RemoveDevice removes devices/<name>.
 func (t *Tree) RemoveDevice(name string) {
 	t.Root.Mkdir("devices").Remove(name)
+	t.dumps.remove(name)
 }
 
 func channelAttrs(ch *mhi.Channel) []*Attr {

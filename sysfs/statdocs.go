@@ -200,7 +200,7 @@ var statDocs = map[string]map[string]statDoc{
 		"pair_sys_errs":      counter("SYS_ERRs the control channel pair went through"),
 		"pair_recoveries":    counter("recoveries after which the control channel pair was restarted"),
 	},
-	// pcigeneric.MockModemStats: the embedded mock modem's own side.
+	// pcigeneric/mock.ModemStats: the embedded mock modem's own side.
 	"modem": {
 		"ip_ul_packets":        counter("mock modem: uplink IP packets it received"),
 		"ip_dl_packets":        counter("mock modem: downlink IP packets it sent"),

@@ -226,6 +226,8 @@ func (d *Dir) Remove(name string) {
 // Tree is the attribute tree. Its root holds "devices".
 type Tree struct {
 	Root *Dir
+
+	dumps dumpSources // RAM-dump access for the servers (rddm.go)
 }
 
 // NewTree returns an empty tree with a "devices" directory.

@@ -30,7 +30,8 @@ func newBenchCmd(g *globalFlags) *cobra.Command {
 		packets, iterations           int
 		maxDatagrams, maxAggregate    int
 		modeName, formatName, plotOut string
-		vfioUser                      string
+		vfioUser, timingName          string
+		parallel                      int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -40,8 +41,27 @@ throughput when the modem aggregates packets: for every MRU and packet size
 it pushes --packets packets through the mock modem and gomhi's network device
 --iterations times and reports packets/s and MB/s (min/max/avg/median over
 the iterations), the ring elements, events and overflow chains each packet
-cost, and the ring and pool memory of each MRU. A last table gives each
-point's median packets/s as a percentage of the best MRU for that size.
+cost, and the ring and pool memory of each MRU.
+
+By default the sweep runs in virtual time with the timing profile
+mru-thread (--timing; docs/FIDELITY.md): the generator sends on a 1 GbE
+link at line rate, the packets wait in the modem's receive queue, which
+the modem aggregates batch by batch, and the profile says what the
+modem's work on each packet and host buffer, its reads of the host's ring
+and the host's work on each packet and buffer take, while the host's real
+code and the mock modem's real ring processing do all of that work. Sizes are then the
+MRU thread's packet sizes (Ethernet frames without FCS: the datagrams are
+14 bytes shorter), packets counts the packets the modem takes in (those it
+had no buffer for are lost and counted, as on a real link), and every
+point also reports its percentage of the line rate (LINE%%) and the host
+code's real time per packet; the last table puts the line-rate
+percentages beside the measured table the profile was fitted to. Results
+are deterministic: the same profile, grid and packets give the same
+figures. Points run in parallel (--parallel). --timing wallclock runs in
+real time instead (the mock's sleeps and timers are real; sizes are IP
+packet sizes), as loopback mode and --vfio-user always do; its last table
+gives each point's median packets/s as a percentage of the best MRU for
+that size.
 
 In generator mode the modem generates the packets (like the external packet
 generator of the MRU thread); in loopback mode the host transmits and the
@@ -65,6 +85,8 @@ are out of reach: a packet it drops counts as lost.`,
 			joinInts(sweep.QuickSizes), joinInts(sweep.QuickMRUs), sweep.QuickPackets, sweep.QuickIterations),
 		Example: `  mhictl bench --quick
   mhictl bench --sizes 64,1262,1263,1500 --mrus 3500,32768 --plot mru.svg
+  mhictl bench --timing mru-thread --mrus 3500,32768 --packets 200000 --iterations 1 --json
+  mhictl bench --quick --timing wallclock
   mhictl bench --quick --mode loopback --format qmap --csv > sweep.csv
   mhictl bench --quick --vfio-user /tmp/m.sock`,
 		Args: cobra.NoArgs,
@@ -86,7 +108,23 @@ are out of reach: a packet it drops counts as lost.`,
 			}
 			o := sweep.Options{
 				Sizes: sizes, MRUs: mrus, Packets: packets, Iterations: iterations,
-				MaxDatagrams: maxDatagrams, MaxAggregate: maxAggregate,
+				MaxDatagrams: maxDatagrams, MaxAggregate: maxAggregate, Parallel: parallel,
+			}
+			// Virtual time models the generator mode of the in-process
+			// mock: loopback mode and a served modem run in real time
+			// unless a profile is asked for explicitly.
+			if !flags.Changed("timing") && (vfioUser != "" || strings.EqualFold(modeName, string(sweep.Loopback))) {
+				timingName = sweep.Wallclock
+			}
+			if !strings.EqualFold(timingName, sweep.Wallclock) {
+				prof, err := sweep.LoadProfile(timingName)
+				if err != nil {
+					return fmt.Errorf("--timing: %w", err)
+				}
+				if vfioUser != "" {
+					return fmt.Errorf("--timing %s and --vfio-user: virtual time runs the in-process mock modem (use --timing wallclock)", timingName)
+				}
+				o.Timing = prof
 			}
 			if flags.Changed("model") {
 				o.Model = g.model
@@ -156,6 +194,9 @@ are out of reach: a packet it drops counts as lost.`,
 				err = printJSON(out, rep)
 			case csvOut:
 				err = rep.WriteCSV(out)
+				// The table ends with the elapsed time; CSV has no place
+				// for it (JSON has elapsed_ns).
+				fmt.Fprintf(errOut, "elapsed %v (wall clock)\n", rep.Elapsed.Round(time.Millisecond))
 			default:
 				err = rep.WriteTable(out)
 			}
@@ -176,7 +217,7 @@ are out of reach: a packet it drops counts as lost.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&quick, "quick", false, "small grid: quick sizes, MRUs, packets and iterations unless given explicitly")
-	f.IntSliceVar(&sizes, "sizes", slices.Clone(sweep.DefaultSizes), fmt.Sprintf("IP packet sizes in bytes (%d..%d)", ep.GenMinPacket, mhinet.MaxMTU))
+	f.IntSliceVar(&sizes, "sizes", slices.Clone(sweep.DefaultSizes), fmt.Sprintf("packet sizes in bytes: with a timing profile Ethernet frames without FCS (the IP datagram is %d bytes shorter), with --timing wallclock IP packets (%d..%d)", sweep.FrameHeader, ep.GenMinPacket, mhinet.MaxMTU))
 	f.IntSliceVar(&mrus, "mrus", slices.Clone(sweep.DefaultMRUs), fmt.Sprintf("MRUs (receive buffer sizes) in bytes (%d..%d)", mhinet.MinMRU, mhinet.MaxMRU))
 	f.IntVar(&packets, "packets", sweep.DefaultPackets, "packets per point and iteration")
 	f.IntVar(&iterations, "iterations", sweep.DefaultIterations, "iterations per point")
@@ -188,6 +229,8 @@ are out of reach: a packet it drops counts as lost.`,
 	f.BoolVar(&csvOut, "csv", false, "print the report as CSV, one row per point")
 	f.StringVar(&plotOut, "plot", "", "also plot packets/s against packet size per MRU to this .svg or .png file")
 	f.StringVar(&vfioUser, "vfio-user", "", "sweep the mock modem another process serves on the vfio-user socket PATH (loopback mode)")
+	f.StringVar(&timingName, "timing", "mru-thread", "timing profile for virtual time (shipped: "+strings.Join(sweep.ProfileNames(), ", ")+"; or a .json file), or wallclock for real time")
+	f.IntVar(&parallel, "parallel", 0, "points simulated at once in virtual time (0: one per CPU)")
 	return cmd
 }
 

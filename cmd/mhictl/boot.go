@@ -14,6 +14,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 	"github.com/gomhi/gomhi/sysfs/genl"
 )
@@ -122,22 +123,42 @@ func newDumpCmd(g *globalFlags) *cobra.Command {
 		timeout                      time.Duration
 		jsonOut                      bool
 		boot                         bootFlags
+		running                      runningDumpFlags // dump_running.go
 	)
 	cmd := &cobra.Command{
-		Use:   "dump --out FILE",
-		Short: "Crash the modem into RDDM and write its RAM dump to a file",
-		Long: `Powers the modem up (downloading its firmware from --firmware when it boots
+		Use:   "dump [DEV] --out FILE",
+		Short: "Write a modem's RAM dump (RDDM) to a file: from a running stack (DEV), or after crashing a modem it powers up",
+		Long: `With DEV, fetches the RAM dump of device DEV of a running 'mhictl up' (or
+the service) over its netlink family: the last dump the stack collected
+when the device crashed into RDDM (enabled by 'mhictl up --rddm-size'), or,
+with --crash, a new one: the device (resumed first if suspended) is made
+to crash into RDDM, the running stack collects the dump (waiting up to
+--timeout) and recovers the device as after any crash. It needs root or
+CAP_NET_ADMIN (a dump holds the modem's memory). The dump arrives in
+chunks, is checked against the stack's size and SHA-256 and written to a
+new file --out (mode 0600; an existing file is refused, never
+overwritten); its size, SHA-256 and collection time are printed. --device, --vfio-user, --firmware, --size,
+--boot-ee, --sbl-sha256 and --model do not apply.
+
+Without DEV, powers the modem up (downloading its firmware from --firmware when it boots
 in PBL), asks it to crash into RAM-dump mode (MHICTRL state SYS_ERR, as
 Linux's mhi_force_rddm_mode), collects the dump it serves over BHIe into a
 receive vector table of --size bytes, writes it to --out and prints its size
 and SHA-256; the modem is then reset and recovered. The modem is the
 embedded mock (--model, with RDDM enabled), a real one bound to vfio-pci
 (--device ADDR) or one served over vfio-user (--vfio-user PATH, served with
-'mhictl modem serve --rddm').`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+'mhictl modem serve --rddm'). --out is written as by a plain write (created
+0600, or truncated). --crash and --netlink-port do not apply.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
 				return errors.New("--out is required")
+			}
+			if len(args) == 1 {
+				return runDumpRunning(cmd, args[0], out, timeout, jsonOut, &running)
+			}
+			if err := checkDumpForm(cmd, false); err != nil {
+				return err
 			}
 			if err := checkModemSource(cmd, device, vfioUser, "boot-ee", "sbl-sha256"); err != nil {
 				return err
@@ -168,7 +189,7 @@ embedded mock (--model, with RDDM enabled), a real one bound to vfio-pci
 				if err != nil {
 					return err
 				}
-				m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: g.model, Name: "mhi0", Logger: log,
+				m, err := mock.Open(mock.Options{Model: g.model, Name: "mhi0", Logger: log,
 					FirmwareDir: fwDir, RDDMSize: size, Device: func(c *ep.Config) { c.Boot = bc }})
 				if err != nil {
 					return err
@@ -196,7 +217,7 @@ embedded mock (--model, with RDDM enabled), a real one bound to vfio-pci
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&out, "out", "", "file to write the RAM dump to (created 0600)")
+	f.StringVar(&out, "out", "", "file to write the RAM dump to (created 0600; with DEV a new file only)")
 	f.StringVar(&device, "device", "", "a real modem at PCI address ADDR, bound to vfio-pci")
 	f.StringVar(&vfioUser, "vfio-user", "", "the mock modem served on the vfio-user socket PATH")
 	f.StringVar(&fwDir, "firmware", "", "directory with the images the model's table entry names (qcom/sdx55m/sbl1.mbn…), for a modem booting in PBL")
@@ -204,5 +225,6 @@ embedded mock (--model, with RDDM enabled), a real one bound to vfio-pci
 	f.DurationVar(&timeout, "timeout", 20*time.Second, "longest wait for the dump")
 	f.BoolVar(&jsonOut, "json", false, "print the result as JSON")
 	boot.add(cmd, false)
+	running.add(cmd)
 	return cmd
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/testenv"
 	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // These tests run `mhictl up` on a mock modem with MBIM control channels
@@ -281,7 +282,7 @@ func TestUpControlMBIM(t *testing.T) {
 	runDir := filepath.Join(t.TempDir(), "run")
 	u := startUp(t, "--model", "telit-fn990", "--require-connect", "--run-dir", runDir)
 	link := filepath.Join(runDir, "wwan0mbim0")
-	id := pcigeneric.MockIdentity(pcigeneric.EntriesFor("telit-fn990")[0])
+	id := mock.Identity(pcigeneric.EntriesFor("telit-fn990")[0])
 	if id.Manufacturer != "Telit" || id.Model != "FN990" {
 		t.Fatalf("identity %+v", id)
 	}
@@ -360,7 +361,7 @@ func TestUpControlVFIOUser(t *testing.T) {
 	runDir := filepath.Join(t.TempDir(), "run")
 	u := startUp(t, "--vfio-user", sock, "--tun-addr", "", "--run-dir", runDir)
 	link := filepath.Join(runDir, "wwan0mbim0")
-	mbimQueries(t, []string{"-d", link}, pcigeneric.MockIdentity(pcigeneric.EntriesFor("telit-fn990")[0]))
+	mbimQueries(t, []string{"-d", link}, mock.Identity(pcigeneric.EntriesFor("telit-fn990")[0]))
 	if ifaceHas(t, "198.18.0.1/24") {
 		t.Fatal("mhi0 has an address before connect with --tun-addr \"\"")
 	}
@@ -509,7 +510,7 @@ func TestUpControlQMI(t *testing.T) {
 	runDir := filepath.Join(t.TempDir(), "run")
 	startUp(t, "--model", "qcom-sdx55m", "--require-connect", "--run-dir", runDir)
 	link := filepath.Join(runDir, "wwan0qmi0")
-	id := pcigeneric.MockIdentity(pcigeneric.EntriesFor("qcom-sdx55m")[0])
+	id := mock.Identity(pcigeneric.EntriesFor("qcom-sdx55m")[0])
 	// A PTY has no /sys/class/wwan type: qmicli needs --device-open-qmi.
 	qmicliSession(t, []string{"-d", link, "--device-open-qmi"}, id, 300)
 	needFile(t, qmiProxyBin, "libqmi-proxy")
@@ -589,7 +590,7 @@ func TestUpControlAT(t *testing.T) {
 	runDir := filepath.Join(t.TempDir(), "run")
 	cmd := mhictl("up", "--model", "telit-fn990", "--netlink-port", testPort(7), "--run-dir", runDir)
 	l := startProc(t, cmd, "ready")
-	id := pcigeneric.MockIdentity(pcigeneric.EntriesFor("telit-fn990")[0])
+	id := mock.Identity(pcigeneric.EntriesFor("telit-fn990")[0])
 	for _, name := range []string{"wwan0at0", "wwan0at1"} {
 		term, err := os.OpenFile(filepath.Join(runDir, name), os.O_RDWR|syscall.O_NOCTTY, 0)
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhinet/tun"
 	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/sysfs"
 )
 
@@ -314,7 +315,7 @@ func startControl(f *upFlags, info *pcigeneric.ModemInfo, ctrl *mhi.Controller, 
 
 // mockStats is the embedded mock's counters as a stats group ("modem"),
 // nil without an embedded mock.
-func mockStats(m *pcigeneric.Mock) map[string]func() any {
+func mockStats(m *mock.Mock) map[string]func() any {
 	if m == nil || m.Functions == nil {
 		return nil
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/sweep"
 	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 )
 
@@ -118,7 +119,7 @@ func (s *servedIPData) build(model string) (ep.IPDataConfig, mhinet.Format, *ep.
 		// A generator returns to this mode when a --gen-count run ends:
 		// answering, as a modem's network would, rather than looping the
 		// host's own packets back.
-		Format: sweep.ModemFormat(format), Responder: mode == "responder" || mode == "generator",
+		Format: mockformat.For(format), Responder: mode == "responder" || mode == "generator",
 		MaxDatagrams: s.maxDatagrams, MaxAggregate: s.maxAggregate,
 	}
 	if _, err := ep.NewIPData(cfg); err != nil {

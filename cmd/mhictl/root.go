@@ -7,9 +7,8 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/spf13/cobra"
-
-	"github.com/gomhi/gomhi/pcigeneric"
 )
 
 // globalFlags are the flags every command shares.
@@ -47,6 +46,7 @@ func newRootCmd() *cobra.Command {
 		newBindCmd(),
 		newUnbindCmd(),
 		newBenchCmd(g),
+		newModelCmd(),
 		newSoakCmd(g),
 		newDeployCmd(),
 		newGenManCmd(),
@@ -71,12 +71,12 @@ func (g *globalFlags) logger() (*slog.Logger, error) {
 
 // openMock starts the embedded mock modem and a host controller for it and,
 // with powerUp, brings the modem to M0. The caller closes the mock.
-func (g *globalFlags) openMock(powerUp bool) (*pcigeneric.Mock, error) {
+func (g *globalFlags) openMock(powerUp bool) (*mock.Mock, error) {
 	log, err := g.logger()
 	if err != nil {
 		return nil, err
 	}
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: g.model, Logger: log})
+	m, err := mock.Open(mock.Options{Model: g.model, Logger: log})
 	if err != nil {
 		return nil, err
 	}

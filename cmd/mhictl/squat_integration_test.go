@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 	"github.com/gomhi/gomhi/sysfs/genl"
 	"github.com/gomhi/gomhi/sysfs/genl/genltest"
 )
@@ -35,21 +35,7 @@ func TestHelperNetlinkSquatter(t *testing.T) {
 // CI=true fails.
 func inFreshNetns(t *testing.T) bool {
 	t.Helper()
-	if os.Getenv(netnsEnv) == "1" {
-		return true
-	}
-	genltest.Require(t, "unshare")
-	cmd := exec.Command("unshare", "--net", os.Args[0], "-test.run", "^"+t.Name()+"$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), netnsEnv+"=1")
-	out, err := cmd.CombinedOutput()
-	t.Logf("in a new network namespace:\n%s", out)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	if !strings.Contains(string(out), "--- PASS: "+t.Name()) {
-		t.Fatal("the test did not pass in the namespace")
-	}
-	return false
+	return reexec.InNetns(t, func(t *testing.T) { reexec.RequireSetpriv(t, "unshare") })
 }
 
 // TestUpWithSquatter: in a fresh network namespace uid 65534 binds the
@@ -63,9 +49,9 @@ func TestUpWithSquatter(t *testing.T) {
 	if !inFreshNetns(t) {
 		return
 	}
-	bin := genltest.SharedBinary(t)
-	defer genltest.RemoveSharedBinary()
-	sq := genltest.StartSquatter(t, 65534, genl.DefaultPort, "answer", bin,
+	bin := reexec.Binary(t)
+	defer reexec.RemoveBinary()
+	sq := genltest.StartSquatter(t, reexec.Nobody, genl.DefaultPort, "answer", bin,
 		"-test.run=^TestHelperNetlinkSquatter$", "-test.v", "-test.count=1")
 
 	var ns syscall.Stat_t
@@ -107,9 +93,8 @@ func TestUpWithSquatter(t *testing.T) {
 	// uid 65534 (the squatter's own user) through the run file: GET yes,
 	// SET no.
 	as := func(args ...string) (string, error) {
-		cmd := exec.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", bin}, args...)...)
-		cmd.Env = append(os.Environ(), "GOMHI_RUN_MHICTL=1")
-		cmd.Dir = filepath.Dir(bin)
+		cmd := reexec.Command(reexec.User{UID: reexec.Nobody}, bin, args...)
+		cmd.Env = append(cmd.Env, "GOMHI_RUN_MHICTL=1")
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -17,9 +18,10 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/mhinet/sweep"
 	"github.com/gomhi/gomhi/mhinet/tun"
 	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
+	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 	"github.com/gomhi/gomhi/sysfs"
 	"github.com/gomhi/gomhi/sysfs/fusefs"
@@ -138,164 +140,254 @@ func (u upLog) printf(format string, args ...any) {
 	fmt.Fprintf(u.cmd.ErrOrStderr(), "mhictl up: "+format+"\n", args...)
 }
 
-func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) (err error) {
+// cleanups undo what up made, in reverse order.
+type cleanups []func()
+
+func (c *cleanups) add(f func()) { *c = append(*c, f) }
+
+// run calls every cleanup, the last added first. Its receiver is a
+// pointer so that `defer c.run()` and the method value c.run see the
+// cleanups added after them.
+func (c *cleanups) run() {
+	for i := len(*c) - 1; i >= 0; i-- {
+		(*c)[i]()
+	}
+}
+
+// upSettings are what up's flags say, checked before anything is opened.
+type upSettings struct {
+	prefix    netip.Prefix // --tun-addr (invalid: no address)
+	rxCopy    mhinet.RxCopyMode
+	responder bool // --modem-mode responder
+}
+
+// checkUpFlags checks the flags that need no modem to check.
+func checkUpFlags(cmd *cobra.Command, f *upFlags) (upSettings, error) {
+	var s upSettings
+	if err := checkTUNFlags(cmd, f); err != nil {
+		return s, err
+	}
+	if f.tunName != "" && f.tunAddr != "" {
+		var err error
+		if s.prefix, err = netip.ParsePrefix(f.tunAddr); err != nil {
+			return s, fmt.Errorf("--tun-addr %q: %w", f.tunAddr, err)
+		}
+	}
+	if err := checkModemSource(cmd, f.device, f.vfioUser, "modem-mode", "require-connect", "boot-ee", "sbl-sha256", "rddm"); err != nil {
+		return s, err
+	}
+	var err error
+	if s.rxCopy, err = mhinet.ParseRxCopyMode(f.rxCopy); err != nil {
+		return s, fmt.Errorf("--rx-copy: %w", err)
+	}
+	switch f.modemMode {
+	case "responder":
+		s.responder = true
+	case "loopback":
+	default:
+		return s, fmt.Errorf("--modem-mode %q: want responder or loopback", f.modemMode)
+	}
+	return s, nil
+}
+
+// runUp opens the modem, the network device and the control plane, each
+// undone in reverse order when up stops or one of them fails, and waits
+// for a signal or for a served modem to go away.
+func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) error {
 	out := upLog{cmd}
 	log, err := g.logger()
 	if err != nil {
 		return err
 	}
-	var ctrl *mhi.Controller
-	var prefix netip.Prefix
-	if err := checkTUNFlags(cmd, f); err != nil {
+	s, err := checkUpFlags(cmd, f)
+	if err != nil {
 		return err
 	}
-	if f.tunName != "" && f.tunAddr != "" {
-		if prefix, err = netip.ParsePrefix(f.tunAddr); err != nil {
-			return fmt.Errorf("--tun-addr %q: %w", f.tunAddr, err)
+	var undo cleanups
+	defer undo.run()
+	m, closeModem, err := openModem(g, f, s, log, out)
+	if err != nil {
+		return err
+	}
+	undo.add(closeModem)
+	n, closeNet, err := openNetwork(ctx, f, s, m, log, out)
+	if err != nil {
+		return err
+	}
+	undo.add(closeNet)
+	closeControl, err := openControl(ctx, f, s, m, n, log, out)
+	if err != nil {
+		return err
+	}
+	undo.add(closeControl)
+
+	out.printf("ready (SIGINT or SIGTERM to stop)")
+	_ = sdNotify("READY=1") // under systemd (Type=notify); else nothing
+	select {
+	case <-ctx.Done():
+		out.printf("stopping")
+		_ = sdNotify("STOPPING=1")
+		return nil
+	case <-m.gone:
+		out.printf("the vfio-user server at %s went away: stopping", f.vfioUser)
+		return fmt.Errorf("%s: %w", f.vfioUser, vfiouser.ErrClosed)
+	}
+}
+
+// upData is the data channel up drives: the pair, its framing and MRU.
+type upData struct {
+	pair   string
+	format mhinet.Format
+	mru    int
+}
+
+// dataSettings checks --format and --mru against the modem's model.
+func dataSettings(info *pcigeneric.ModemInfo, f *upFlags) (upData, error) {
+	d := upData{pair: pcigeneric.DataPair(info.Config)}
+	if d.pair == "" {
+		return d, fmt.Errorf("model %s has no IP data channel", info.Name)
+	}
+	d.format = naturalFormat(d.pair)
+	if f.format != "" {
+		var err error
+		if d.format, err = mhinet.ParseFormat(f.format); err != nil {
+			return d, fmt.Errorf("--format: %w", err)
 		}
 	}
-	if err := checkModemSource(cmd, f.device, f.vfioUser, "modem-mode", "require-connect", "boot-ee", "sbl-sha256", "rddm"); err != nil {
-		return err
+	d.mru = f.mru
+	if d.mru == 0 {
+		d.mru = info.MRUDefault
 	}
-	rxCopy, err := mhinet.ParseRxCopyMode(f.rxCopy)
-	if err != nil {
-		return fmt.Errorf("--rx-copy: %w", err)
+	if d.mru == 0 {
+		d.mru = mhinet.DefaultMRU
 	}
-	responder := false
-	switch f.modemMode {
-	case "responder":
-		responder = true
-	case "loopback":
-	default:
-		return fmt.Errorf("--modem-mode %q: want responder or loopback", f.modemMode)
+	if err := mhinet.ValidateMRU(d.mru); err != nil {
+		return d, fmt.Errorf("--mru: %w", err)
 	}
-	// Everything made is undone in reverse order, whatever happens.
-	var undo []func()
+	return d, nil
+}
+
+// upModem is the modem up drives, powered up.
+type upModem struct {
+	info *pcigeneric.ModemInfo
+	ctrl *mhi.Controller
+	data upData
+	// embedded is the in-process mock (nil with --device or --vfio-user),
+	// whose own counters the attribute tree shows.
+	embedded *mock.Mock
+	// gone is closed if a served modem goes away (nil: never).
+	gone <-chan struct{}
+}
+
+// openModem opens the modem --device, --vfio-user or --model names, checks
+// the data channel's settings against its model and powers it up. The
+// cleanup closes it.
+func openModem(g *globalFlags, f *upFlags, s upSettings, log *slog.Logger, out upLog) (_ *upModem, cleanup func(), err error) {
+	var undo cleanups
 	defer func() {
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
+		if err != nil {
+			undo.run()
 		}
 	}()
-
-	var info *pcigeneric.ModemInfo
-	var gone <-chan struct{} // closed if a served modem goes away
-	if f.device != "" {
+	m := &upModem{}
+	switch {
+	case f.device != "":
 		p, err := pcigeneric.OpenPassthrough(f.device, pcigeneric.PassthroughOptions{SysfsRoot: f.sysfsRoot, Name: f.name, Logger: log,
 			FirmwareDir: f.firmware, RDDMSize: f.rddmSize})
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		info = p.Modem.Info
-		undo = append(undo, func() { _ = p.Close() })
-		ctrl = p.Controller
-		out.printf("%s: %s at %s through VFIO", f.name, info.Name, f.device)
-	} else if f.vfioUser != "" {
+		undo.add(func() { _ = p.Close() })
+		m.info, m.ctrl = p.Modem.Info, p.Controller
+		out.printf("%s: %s at %s through VFIO", f.name, m.info.Name, f.device)
+	case f.vfioUser != "":
 		r, err := vfiouser.Open(f.vfioUser, vfiouser.OpenOptions{Name: f.name, Logger: log, FirmwareDir: f.firmware, RDDMSize: f.rddmSize})
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		info = r.Info
-		undo = append(undo, func() { _ = r.Close() })
-		ctrl = r.Controller
-		gone = r.Transport.Done()
-		out.printf("%s: %s (%s) served at %s over vfio-user", f.name, info.Name, r.Entry.Product, f.vfioUser)
-	} else {
+		undo.add(func() { _ = r.Close() })
+		m.info, m.ctrl, m.gone = r.Info, r.Controller, r.Transport.Done()
+		out.printf("%s: %s (%s) served at %s over vfio-user", f.name, m.info.Name, r.Entry.Product, f.vfioUser)
+	default:
 		var ok bool
-		if info, ok = pcigeneric.Model(g.model); !ok {
-			return fmt.Errorf("--model %q: %w (see 'mhictl models')", g.model, pcigeneric.ErrUnknownModel)
+		if m.info, ok = pcigeneric.Model(g.model); !ok {
+			return nil, nil, fmt.Errorf("--model %q: %w (see 'mhictl models')", g.model, pcigeneric.ErrUnknownModel)
 		}
 	}
-	pair := pcigeneric.DataPair(info.Config)
-	if pair == "" {
-		return fmt.Errorf("model %s has no IP data channel", info.Name)
+	if m.data, err = dataSettings(m.info, f); err != nil {
+		return nil, nil, err
 	}
-	format := mhinet.FormatRawIP
-	if pair == ep.IPDataMBIMName {
-		format = mhinet.FormatMBIM
-	}
-	if f.format != "" {
-		if format, err = mhinet.ParseFormat(f.format); err != nil {
-			return fmt.Errorf("--format: %w", err)
-		}
-	}
-	mru := f.mru
-	if mru == 0 {
-		mru = info.MRUDefault
-	}
-	if mru == 0 {
-		mru = mhinet.DefaultMRU
-	}
-	if err := mhinet.ValidateMRU(mru); err != nil {
-		return fmt.Errorf("--mru: %w", err)
-	}
-	var mock *pcigeneric.Mock
-	if ctrl == nil {
-		bc, err := f.boot.config(log.With("side", "modem"))
+	if m.ctrl == nil {
+		mm, err := openMock(f, s, m.info, m.data.format, log)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{
-			Model: info.Name, Name: f.name, Logger: log, RequireConnect: f.requireConnect,
-			IPData:      ep.IPDataConfig{Format: sweep.ModemFormat(format), Responder: responder},
-			FirmwareDir: f.firmware, RDDMSize: f.rddmSize, Device: func(c *ep.Config) { c.Boot = bc },
-		})
-		if err != nil {
-			return err
-		}
-		undo = append(undo, func() { _ = m.Close() })
-		ctrl, mock = m.Controller, m
+		undo.add(func() { _ = mm.Close() })
+		m.ctrl, m.embedded = mm.Controller, mm
 	}
-	if err := ctrl.PowerUp(); err != nil {
-		return err
+	if err := m.ctrl.PowerUp(); err != nil {
+		return nil, nil, err
 	}
 	if f.autosuspend != 0 {
-		if err := ctrl.SetAutoSuspend(f.autosuspend); err != nil {
-			return fmt.Errorf("--autosuspend: %w", err)
+		if err := m.ctrl.SetAutoSuspend(f.autosuspend); err != nil {
+			return nil, nil, fmt.Errorf("--autosuspend: %w", err)
 		}
 	}
-	st, ee := ctrl.State()
-	out.printf("%s: %s (%s) in %s, EE %s", f.name, info.Name, pair, st, ee)
+	st, ee := m.ctrl.State()
+	out.printf("%s: %s (%s) in %s, EE %s", f.name, m.info.Name, m.data.pair, st, ee)
+	return m, undo.run, nil
+}
 
-	devCfg := mhinet.Config{Pair: pair, Format: format, MRU: mru, Logger: log, RxCopy: rxCopy}
-	var net_ *mhinet.Device
+// openMock starts the in-process mock modem impersonating info, its IP
+// data function in the framing the host uses; the caller closes it.
+func openMock(f *upFlags, s upSettings, info *pcigeneric.ModemInfo, format mhinet.Format, log *slog.Logger) (*mock.Mock, error) {
+	bc, err := f.boot.config(log.With("side", "modem"))
+	if err != nil {
+		return nil, err
+	}
+	return mock.Open(mock.Options{
+		Model: info.Name, Name: f.name, Logger: log, RequireConnect: f.requireConnect,
+		IPData:      ep.IPDataConfig{Format: mockformat.For(format), Responder: s.responder},
+		FirmwareDir: f.firmware, RDDMSize: f.rddmSize, Device: func(c *ep.Config) { c.Boot = bc },
+	})
+}
+
+// upNet is up's network device and, with --tun, its interface.
+type upNet struct {
+	dev    *mhinet.Device
+	ifc    *tun.Interface  // nil without --tun
+	setMTU func(int) error // nil without --tun
+}
+
+// openNetwork brings the network device up on the modem's data channel:
+// bridged to a TUN interface with --tun, else delivering to nothing. The
+// cleanup stops the bridge, takes the device down and removes the
+// interface.
+func openNetwork(ctx context.Context, f *upFlags, s upSettings, m *upModem, log *slog.Logger, out upLog) (_ *upNet, cleanup func(), err error) {
+	var undo cleanups
+	defer func() {
+		if err != nil {
+			undo.run()
+		}
+	}()
+	devCfg := mhinet.Config{Pair: m.data.pair, Format: m.data.format, MRU: m.data.mru, Logger: log, RxCopy: s.rxCopy}
+	n := &upNet{}
 	var bridge *tun.Bridge
-	var tunIfc *tun.Interface
-	var setMTU func(int) error
 	if f.tunName != "" {
-		ifc, err := tun.OpenWith(f.tunName, tun.OpenOptions{GSO: f.gso})
+		var removeTUN func()
+		bridge, n.ifc, n.dev, removeTUN, err = openBridge(f, s, m.ctrl, devCfg, log, out)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		undo = append(undo, func() {
-			if err := ifc.Close(); err != nil {
-				out.printf("removing %s: %v", ifc.Name(), err)
-			}
-		})
-		tunIfc = ifc
-		mtu := mhinet.DefaultMTU
-		if err := ifc.Configure(tun.Config{MTU: mtu, Up: true, Addrs: tunAddrs(prefix)}); err != nil {
-			return err
-		}
-		bridge, net_, err = tun.Connect(ifc, ctrl, devCfg, tun.BridgeConfig{Logger: log, NoGRO: !f.gro})
-		if err != nil {
-			return err
-		}
-		setMTU = bridge.SetMTU
-		gro := "off"
-		if f.gso && f.gro {
-			gro = "on"
-		}
-		out.printf("interface %s up, %s, mtu %d, offloads %v, gro %s", ifc.Name(), addrText(prefix), mtu, ifc.Offloads(), gro)
-	} else {
-		net_, err = mhinet.New(ctrl, devCfg, mhinet.ReceiverFunc(discard))
-		if err != nil {
-			return err
-		}
+		undo.add(removeTUN)
+		n.setMTU = bridge.SetMTU
+	} else if n.dev, err = mhinet.New(m.ctrl, devCfg, mhinet.ReceiverFunc(discard)); err != nil {
+		return nil, nil, err
 	}
-	if err := net_.Up(); err != nil {
-		return err
+	if err := n.dev.Up(); err != nil {
+		return nil, nil, err
 	}
-	undo = append(undo, func() { _ = net_.Down() })
+	undo.add(func() { _ = n.dev.Down() })
 	if bridge != nil {
 		bctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -305,25 +397,97 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 				out.printf("bridge: %v", err)
 			}
 		}()
-		undo = append(undo, func() { cancel(); <-done })
+		undo.add(func() { cancel(); <-done })
 	}
 	modem := "modem " + f.modemMode
 	if f.device != "" || f.vfioUser != "" {
 		modem = "modem's own mode"
 	}
-	out.printf("data channel %s: %s framing, MRU %d, %s", pair, format, mru, modem)
-	out.printf("receive copy %s (--rx-copy %s)", net_.Config().RxCopy, rxCopy)
+	out.printf("data channel %s: %s framing, MRU %d, %s", m.data.pair, m.data.format, m.data.mru, modem)
+	out.printf("receive copy %s (--rx-copy %s)", n.dev.Config().RxCopy, s.rxCopy)
+	return n, undo.run, nil
+}
 
-	cp, err := startControl(f, info, ctrl, tunIfc, setMTU, prefix, log, out)
+// openBridge creates the TUN interface --tun names, configures it and
+// joins it to a network device on ctrl; the cleanup removes the
+// interface.
+func openBridge(f *upFlags, s upSettings, ctrl *mhi.Controller, devCfg mhinet.Config, log *slog.Logger, out upLog) (
+	_ *tun.Bridge, _ *tun.Interface, _ *mhinet.Device, cleanup func(), err error) {
+	ifc, err := tun.OpenWith(f.tunName, tun.OpenOptions{GSO: f.gso})
 	if err != nil {
-		return err
+		return nil, nil, nil, nil, err
 	}
-	undo = append(undo, cp.close)
+	remove := func() {
+		if err := ifc.Close(); err != nil {
+			out.printf("removing %s: %v", ifc.Name(), err)
+		}
+	}
+	defer func() {
+		if err != nil {
+			remove()
+		}
+	}()
+	mtu := mhinet.DefaultMTU
+	if err := ifc.Configure(tun.Config{MTU: mtu, Up: true, Addrs: tunAddrs(s.prefix)}); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	bridge, dev, err := tun.Connect(ifc, ctrl, devCfg, tun.BridgeConfig{Logger: log, NoGRO: !f.gro})
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	gro := "off"
+	if f.gso && f.gro {
+		gro = "on"
+	}
+	out.printf("interface %s up, %s, mtu %d, offloads %v, gro %s", ifc.Name(), addrText(s.prefix), mtu, ifc.Offloads(), gro)
+	return bridge, ifc, dev, remove, nil
+}
+
+// openControl starts the control plane: the control ports and the data
+// session, the attribute tree served over generic netlink and, with
+// --mount and --metrics, as files and as Prometheus metrics. The cleanup
+// stops them all.
+func openControl(ctx context.Context, f *upFlags, s upSettings, m *upModem, n *upNet, log *slog.Logger, out upLog) (cleanup func(), err error) {
+	var undo cleanups
+	defer func() {
+		if err != nil {
+			undo.run()
+		}
+	}()
+	cp, err := startControl(f, m.info, m.ctrl, n.ifc, n.setMTU, s.prefix, log, out)
+	if err != nil {
+		return nil, err
+	}
+	undo.add(cp.close)
 
 	tree := sysfs.NewTree()
-	tree.AddDevice(f.name, sysfs.Device{Controller: ctrl, Net: net_, Model: info.Name, SetMTU: setMTU,
-		Ports: cp.binds, Session: cp.session, Stats: mockStats(mock)})
+	tree.AddDevice(f.name, sysfs.Device{Controller: m.ctrl, Net: n.dev, Model: m.info.Name, SetMTU: n.setMTU,
+		Ports: cp.binds, Session: cp.session, Stats: mockStats(m.embedded)})
+	stopNetlink, err := serveNetlink(ctx, f, tree, log, out)
+	if err != nil {
+		return nil, err
+	}
+	undo.add(stopNetlink)
+	if f.mount != "" {
+		unmount, err := mountTree(f, tree, log, out)
+		if err != nil {
+			return nil, err
+		}
+		undo.add(unmount)
+	}
+	if f.metrics != "" {
+		stopMetrics, err := serveMetrics(f.metrics, tree, out)
+		if err != nil {
+			return nil, err
+		}
+		undo.add(stopMetrics)
+	}
+	return undo.run, nil
+}
 
+// serveNetlink serves tree as the generic-netlink family "mhi" on
+// --netlink-port; the cleanup stops the server.
+func serveNetlink(ctx context.Context, f *upFlags, tree *sysfs.Tree, log *slog.Logger, out upLog) (stop func(), err error) {
 	// On the default port the server advertises itself in a run file, so
 	// that clients find it even when a squatter pushed it elsewhere.
 	var runFile string
@@ -332,7 +496,7 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	}
 	srv, err := genl.NewServer(tree, genl.ServerOptions{Port: f.port, RunFile: runFile, Logger: log})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if holders, squatted := srv.Squatted(); squatted {
 		out.printf("netlink port 0x%x is held by %s, not by root or this user: another local user may be squatting it; serving on port 0x%x instead (clients find it in %s)",
@@ -346,57 +510,48 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 			out.printf("netlink: %v", err)
 		}
 	}()
-	undo = append(undo, func() { scancel(); _ = srv.Close(); <-sdone })
 	if runFile != "" {
 		out.printf("netlink family %q on port 0x%x, advertised in %s", genl.FamilyName, srv.Port(), runFile)
 	} else {
 		out.printf("netlink family %q on port 0x%x", genl.FamilyName, srv.Port())
 	}
+	return func() { scancel(); _ = srv.Close(); <-sdone }, nil
+}
 
-	if f.mount != "" {
-		if err := fusefs.CleanupStale(f.mount); err != nil {
-			return err
-		}
-		fs, err := fusefs.Mount(f.mount, tree, fusefs.Options{Logger: log})
-		if err != nil {
-			return err
-		}
-		undo = append(undo, func() {
-			if err := fs.Close(); err != nil {
-				out.printf("unmounting %s: %v", f.mount, err)
-			}
-		})
-		out.printf("attribute tree mounted at %s", fs.Dir())
+// mountTree serves tree as files at --mount; the cleanup unmounts it.
+func mountTree(f *upFlags, tree *sysfs.Tree, log *slog.Logger, out upLog) (unmount func(), err error) {
+	if err := fusefs.CleanupStale(f.mount); err != nil {
+		return nil, err
 	}
+	fs, err := fusefs.Mount(f.mount, tree, fusefs.Options{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	out.printf("attribute tree mounted at %s", fs.Dir())
+	return func() {
+		if err := fs.Close(); err != nil {
+			out.printf("unmounting %s: %v", f.mount, err)
+		}
+	}, nil
+}
 
-	if f.metrics != "" {
-		ln, err := net.Listen("tcp", f.metrics)
-		if err != nil {
-			return fmt.Errorf("--metrics: %w", err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", tree.MetricsHandler())
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = hs.Serve(ln) }()
-		undo = append(undo, func() {
-			sd, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			_ = hs.Shutdown(sd)
-		})
-		out.printf("metrics at http://%s/metrics", ln.Addr())
+// serveMetrics serves tree's Prometheus metrics over HTTP at addr; the
+// cleanup shuts the server down.
+func serveMetrics(addr string, tree *sysfs.Tree, out upLog) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics: %w", err)
 	}
-
-	out.printf("ready (SIGINT or SIGTERM to stop)")
-	_ = sdNotify("READY=1") // under systemd (Type=notify); else nothing
-	select {
-	case <-ctx.Done():
-		out.printf("stopping")
-		_ = sdNotify("STOPPING=1")
-		return nil
-	case <-gone:
-		out.printf("the vfio-user server at %s went away: stopping", f.vfioUser)
-		return fmt.Errorf("%s: %w", f.vfioUser, vfiouser.ErrClosed)
-	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", tree.MetricsHandler())
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	out.printf("metrics at http://%s/metrics", ln.Addr())
+	return func() {
+		sd, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sd)
+	}, nil
 }
 
 // discard is the receiver of a device without an interface: packets are

@@ -2,6 +2,11 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,5 +76,82 @@ func TestUpRxCopy(t *testing.T) {
 			t.Errorf("up %v: pool_private_memory_bytes %d", tc.args, st["net/pool_private_memory_bytes"])
 		}
 		sigterm(t, up, l)
+	}
+}
+
+// TestUpUndoesOnFailure: when a late step fails (--metrics on an address
+// that cannot be listened on, after the modem, the network device, the
+// control ports and the netlink server are up), up undoes what it made —
+// here visibly: the run directory it created for the control ports'
+// links is removed — and exits with the step's error.
+func TestUpUndoesOnFailure(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "run")
+	runDir := filepath.Join(base, "mhi0")
+	cmd := mhictl("up", "--netlink-port", testPort(8), "--run-dir", runDir, "--metrics", "256.0.0.1:0")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(out.String(), "--metrics: ") {
+			t.Fatalf("up --metrics 256.0.0.1:0: %v, want a --metrics error:\n%s", err, &out)
+		}
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("up --metrics 256.0.0.1:0 did not fail:\n%s", &out)
+	}
+	// The steps before the failure ran: the ports' links were made.
+	for _, line := range []string{"in M0, EE", "data channel IP_HW0", "wwan0mbim0", "netlink family"} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("no %q in the output: the failure came earlier than the test means it to\n%s", line, &out)
+		}
+	}
+	if _, err := os.Lstat(base); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("run directory %s left behind after the failure (Lstat: %v):\n%s", base, err, &out)
+	}
+}
+
+// TestCleanupsRunLastFirst: up's cleanups undo in reverse order of making.
+func TestCleanupsRunLastFirst(t *testing.T) {
+	var got []int
+	var c cleanups
+	for i := range 3 {
+		c.add(func() { got = append(got, i) })
+	}
+	c.run()
+	if want := []int{2, 1, 0}; !slices.Equal(got, want) {
+		t.Errorf("cleanups ran %v, want %v", got, want)
+	}
+	// Deferred before anything is added, as runUp does: the cleanups
+	// added afterwards run all the same.
+	got = nil
+	func() {
+		var c cleanups
+		defer c.run()
+		c.add(func() { got = append(got, 0) })
+		c.add(func() { got = append(got, 1) })
+	}()
+	if want := []int{1, 0}; !slices.Equal(got, want) {
+		t.Errorf("deferred cleanups ran %v, want %v", got, want)
+	}
+}
+
+// TestUpUndoesOnExit: on SIGTERM up undoes what it made — here visibly:
+// the run directory it created for the control ports' links is removed.
+func TestUpUndoesOnExit(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "run")
+	up := mhictl("up", "--netlink-port", testPort(9), "--run-dir", filepath.Join(base, "mhi0"))
+	l := startProc(t, up, "ready")
+	if _, err := os.Lstat(filepath.Join(base, "mhi0", "wwan0mbim0")); err != nil {
+		t.Fatalf("no control port link in the run directory: %v\n%s", err, l)
+	}
+	sigterm(t, up, l)
+	if _, err := os.Lstat(base); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("run directory %s left behind after SIGTERM (Lstat: %v):\n%s", base, err, l)
 	}
 }

@@ -18,14 +18,13 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/testenv"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 )
 
 // The integration tests run `mhictl up` with a TUN interface and a FUSE
 // mount, as root, in a network namespace of their own: the test binary
 // re-executes itself under `unshare --net`, so nothing touches the host's
 // network. Traffic uses 198.18.0.0/24 inside that namespace only.
-
-const netnsEnv = "GOMHI_IN_TEST_NETNS"
 
 func needRootNetns(t *testing.T) {
 	t.Helper()
@@ -40,21 +39,7 @@ func needRootNetns(t *testing.T) {
 // the caller is already there (then it runs the body).
 func inNetns(t *testing.T) bool {
 	t.Helper()
-	if os.Getenv(netnsEnv) == "1" {
-		return true
-	}
-	needRootNetns(t)
-	cmd := exec.Command("unshare", "--net", os.Args[0], "-test.run", "^"+t.Name()+"$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), netnsEnv+"=1")
-	out, err := cmd.CombinedOutput()
-	t.Logf("in a new network namespace:\n%s", out)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	if !bytes.Contains(out, []byte("--- PASS: "+t.Name())) {
-		t.Fatal("the test did not pass in the namespace")
-	}
-	return false
+	return reexec.InNetns(t, needRootNetns)
 }
 
 // mhictl runs this binary as mhictl.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // testIdentity is what the mock modem of these tests says about itself.
@@ -15,7 +15,7 @@ var testIdentity = ep.ModemIdentity{Manufacturer: "Telit", Model: "FN990", Firmw
 	ProviderID: "00101", ProviderName: "Test Net"}
 
 type mockModem struct {
-	mock  *pcigeneric.Mock
+	mock  *mock.Mock
 	modem *ep.Modem
 	mbim  *ep.MBIM
 }
@@ -35,7 +35,7 @@ func startMock(t testing.TB, mc ep.ModemConfig, mo ep.MBIMOptions) *mockModem {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mock, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: "telit-fn990", Device: func(c *ep.Config) {
+	mock, err := mock.Open(mock.Options{Model: "telit-fn990", Device: func(c *ep.Config) {
 		if c.Functions == nil {
 			c.Functions = map[string]ep.Function{}
 		}

@@ -19,7 +19,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/hostile"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 	"github.com/gomhi/gomhi/mhi/testenv/fuzzcheck"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"golang.org/x/sys/unix"
 )
 
@@ -369,7 +369,7 @@ func (s *scriptFn) sendUnsolicited(data []byte) error {
 // mrig is the mock modem of a model with scripted functions on some of
 // its control pairs, powered up.
 type mrig struct {
-	mock *pcigeneric.Mock
+	mock *mock.Mock
 	fns  map[string]*scriptFn
 }
 
@@ -378,7 +378,7 @@ type mrig struct {
 func newMRig(t *testing.T, model string, pairs ...string) *mrig {
 	t.Helper()
 	r := &mrig{fns: map[string]*scriptFn{}}
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: model, RequireConnect: true, Device: func(c *ep.Config) {
+	m, err := mock.Open(mock.Options{Model: model, RequireConnect: true, Device: func(c *ep.Config) {
 		for _, p := range pairs {
 			inner, ok := c.Functions[p]
 			if !ok {

@@ -18,6 +18,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 	"github.com/gomhi/gomhi/mhi/testenv"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 )
 
 // These tests run Debian's mbimcli (package libmbim-utils) and mbim-proxy
@@ -167,29 +168,15 @@ func TestMbimcliWrongTIDFails(t *testing.T) {
 
 // ---- through mbim-proxy, in a network namespace of our own ----
 
-const netnsEnv = "GOMHI_CTRLPORT_TEST_NETNS"
-
 // inNetns re-runs the test in a fresh network namespace (mbim-proxy's
 // abstract socket is per namespace) and reports whether the caller is
 // already there.
 func inNetns(t *testing.T) bool {
 	t.Helper()
-	if os.Getenv(netnsEnv) == "1" {
-		return true
-	}
-	testenv.NeedRoot(t, "network namespaces; mbim-proxy serves uid 0 only")
-	needTool(t, "unshare", "util-linux")
-	cmd := exec.Command("unshare", "--net", os.Args[0], "-test.run", "^"+t.Name()+"$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), netnsEnv+"=1")
-	out, err := cmd.CombinedOutput()
-	t.Logf("in a new network namespace:\n%s", out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Contains(out, []byte("--- PASS: "+t.Name())) {
-		t.Fatal("the test did not pass in the namespace")
-	}
-	return false
+	return reexec.InNetns(t, func(t *testing.T) {
+		testenv.NeedRoot(t, "network namespaces; mbim-proxy serves uid 0 only")
+		needTool(t, "unshare", "util-linux")
+	})
 }
 
 // startProxy runs mbim-proxy in this namespace and, at the end of the

@@ -8,14 +8,14 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhi/ep"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // newQMISession starts a mock of a QMI-only model (RequireConnect), a port
 // on its QMI pair and a Session over a QMISession on the port's pair.
-func newQMISession(t *testing.T, host *fakeHost) (*pcigeneric.Mock, *ctrlport.Port, *ctrlport.Session) {
+func newQMISession(t *testing.T, host *fakeHost) (*mock.Mock, *ctrlport.Port, *ctrlport.Session) {
 	t.Helper()
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: "telit-fn920c04", RequireConnect: true})
+	m, err := mock.Open(mock.Options{Model: "telit-fn920c04", RequireConnect: true})
 	if err != nil {
 		t.Fatal(err)
 	}

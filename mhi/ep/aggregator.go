@@ -3,8 +3,8 @@ package ep
 import (
 	"errors"
 
-	"github.com/gomhi/gomhi/mhinet/ntb"
-	"github.com/gomhi/gomhi/mhinet/qmap"
+	"github.com/gomhi/gomhi/mhi/proto/ntb"
+	"github.com/gomhi/gomhi/mhi/proto/qmap"
 )
 
 // Outcomes of aggWriter.add other than success. They are internal: an
@@ -14,6 +14,9 @@ var (
 	errAggLimit    = errors.New("ep: aggregate datagram limit")
 	errAggTooLarge = errors.New("ep: packet does not fit an empty aggregate")
 	errAggEmpty    = errors.New("ep: empty packet")
+	// errAggNoReserve: the writer cannot reserve room for a packet to be
+	// written in place; copy it in with add.
+	errAggNoReserve = errors.New("ep: aggregate writer cannot reserve in place")
 )
 
 // aggWriter builds one downlink aggregate in place in a reserved queue
@@ -24,6 +27,10 @@ type aggWriter interface {
 	// add copies one IP packet in, or reports one of the errAgg… outcomes
 	// and leaves the aggregate unchanged.
 	add(pkt []byte) error
+	// reserve adds a packet of n bytes without writing it and returns its
+	// bytes to be written in place, or fails as add does, or with
+	// errAggNoReserve when the writer cannot do that.
+	reserve(n int) ([]byte, error)
 	// finish closes the aggregate and returns its length.
 	finish() int
 	// count returns the number of packets in the open aggregate.
@@ -40,8 +47,15 @@ func (a *ntbAgg) reset(buf []byte) error { return a.w.Reset(buf, a.cfg) }
 func (a *ntbAgg) finish() int            { return a.w.Finish() }
 func (a *ntbAgg) count() int             { return a.w.Count() }
 
-func (a *ntbAgg) add(pkt []byte) error {
-	err := a.w.Add(pkt)
+func (a *ntbAgg) add(pkt []byte) error { return ntbErr(a.w.Add(pkt)) }
+
+func (a *ntbAgg) reserve(n int) ([]byte, error) {
+	b, err := a.w.Append(n)
+	return b, ntbErr(err)
+}
+
+// ntbErr maps the NTB writer's errors to the errAgg… outcomes.
+func ntbErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
@@ -64,6 +78,8 @@ type qmapAgg struct {
 func (a *qmapAgg) reset(buf []byte) error { return a.w.Reset(buf, a.cfg) }
 func (a *qmapAgg) finish() int            { return a.w.Finish() }
 func (a *qmapAgg) count() int             { return a.w.Count() }
+
+func (a *qmapAgg) reserve(int) ([]byte, error) { return nil, errAggNoReserve }
 
 func (a *qmapAgg) add(pkt []byte) error {
 	err := a.w.Add(pkt)
@@ -92,6 +108,8 @@ func (a *rawAgg) reset(buf []byte) error {
 	a.buf, a.n, a.one = buf, 0, false
 	return nil
 }
+
+func (a *rawAgg) reserve(int) ([]byte, error) { return nil, errAggNoReserve }
 
 func (a *rawAgg) add(pkt []byte) error {
 	switch {

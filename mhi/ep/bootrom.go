@@ -210,6 +210,27 @@ func (d *Device) bootFailLocked(code uint32, addr uint64, size uint32) {
 	d.boot.errDbg = [3]uint32{uint32(addr), uint32(addr >> 32), size}
 }
 
+// failTransferLocked records a refused image or transfer in ERRCODE and
+// ERRDBG and returns it as an imageError (an error of another kind is
+// reported as a DMA error). regMu must be held.
+func (d *Device) failTransferLocked(err error, addr uint64, size uint32) *imageError {
+	var ie *imageError
+	if !errors.As(err, &ie) {
+		ie = &imageError{BHIErrDMA, err.Error()}
+	}
+	d.bootFailLocked(ie.code, addr, size)
+	return ie
+}
+
+// transferStatus is the BHI/BHIe status word of a finished transfer: the
+// status field (success, or error when failed) with the host's sequence.
+func transferStatus(failed bool, seq uint32) uint32 {
+	if failed {
+		return uint32(mhi.BHIStatusError)<<mhi.BHIStatusShift | seq
+	}
+	return uint32(mhi.BHIStatusSuccess)<<mhi.BHIStatusShift | seq
+}
+
 // imageError is a refused image with its BHI error code.
 type imageError struct {
 	code uint32
@@ -290,12 +311,9 @@ func (d *Device) bhiTransfer() {
 		}
 	}
 	d.regMu.Lock()
-	status := uint32(mhi.BHIStatusSuccess) << mhi.BHIStatusShift
+	status := transferStatus(err != nil, 0)
 	if err != nil {
-		var ie *imageError
-		errors.As(err, &ie)
-		d.bootFailLocked(ie.code, addr, size)
-		status = uint32(mhi.BHIStatusError) << mhi.BHIStatusShift
+		ie := d.failTransferLocked(err, addr, size)
 		rec.Err = fmt.Errorf("%w: %s (BHI error %d)", ErrBootImage, ie.msg, ie.code)
 	} else {
 		d.boot.awaitImage = false
@@ -400,12 +418,9 @@ func (d *Device) bhieTransfer() {
 		}
 	}
 	d.regMu.Lock()
-	status := uint32(mhi.BHIStatusSuccess)<<mhi.BHIStatusShift | seq
+	status := transferStatus(err != nil, seq)
 	if err != nil {
-		var ie *imageError
-		errors.As(err, &ie)
-		d.bootFailLocked(ie.code, addr, size)
-		status = uint32(mhi.BHIStatusError)<<mhi.BHIStatusShift | seq
+		ie := d.failTransferLocked(err, addr, size)
 		rec.Err = fmt.Errorf("%w: %s (BHIe error %d)", ErrBootImage, ie.msg, ie.code)
 	} else {
 		d.boot.amssDue, d.boot.amssAt = true, time.Now()
@@ -510,12 +525,9 @@ func (d *Device) rddmTransfer() {
 		err = d.writeDump(table, addr, img)
 	}
 	d.regMu.Lock()
-	status := uint32(mhi.BHIStatusSuccess)<<mhi.BHIStatusShift | seq
+	status := transferStatus(err != nil, seq)
 	if err != nil {
-		var ie *imageError
-		errors.As(err, &ie)
-		d.bootFailLocked(ie.code, addr, size)
-		status = uint32(mhi.BHIStatusError)<<mhi.BHIStatusShift | seq
+		d.failTransferLocked(err, addr, size)
 	}
 	d.boot.rxStatus = status
 	vector := int(d.regs.bhi[mhi.BHIIntVec/4])

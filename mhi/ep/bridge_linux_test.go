@@ -17,7 +17,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/proto/qmi"
 	"github.com/gomhi/gomhi/mhi/testenv"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // This file is a test-only stand-in for the host's control port (the
@@ -288,9 +288,9 @@ func (b *bridge) send(p []byte) bool {
 
 // mockWith starts an embedded mock of model with functions attached to
 // pairs and powers the host up.
-func mockWith(t *testing.T, model string, fns map[string]ep.Function) *pcigeneric.Mock {
+func mockWith(t *testing.T, model string, fns map[string]ep.Function) *mock.Mock {
 	t.Helper()
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: model, Device: func(c *ep.Config) {
+	m, err := mock.Open(mock.Options{Model: model, Device: func(c *ep.Config) {
 		if c.Functions == nil {
 			c.Functions = map[string]ep.Function{}
 		}

@@ -40,6 +40,13 @@ type channel struct {
 	qGen      uint64   // bumped whenever the whole queue is dropped
 	free      [][]byte // spare downlink buffers
 	space     signal   // queue space freed or state changed
+	// errFull is the error of a non-blocking reservation on a full queue
+	// (made once; guarded by mu).
+	errFull error
+	// onSpace, if set, is called (without mu) whenever a transfer leaves
+	// the queue: in virtual time nobody waits on space, so a Function that
+	// wants room learns of it here.
+	onSpace func()
 
 	// work is held by the worker while it services the ring and by the
 	// control goroutine while it starts, stops or resets the channel. It
@@ -66,6 +73,8 @@ type channel struct {
 	ulTREs     []pendingTRE
 	ulBusy     bool // uplink transfers delivered since the last Idle call
 
+	// v is the worker in virtual time (Config.Clock); nil in real time.
+	v *vworker
 	// droppedUnits counts the units (packets) of queued downlink
 	// transfers the device dropped (dropQueueLocked, dropPartialLocked),
 	// as their producers declared them at commit (DLBuffer.units).
@@ -92,8 +101,13 @@ func newChannel(d *Device, cc mhi.ChannelConfig) *channel {
 	return c
 }
 
-// poke wakes the worker without blocking.
+// poke wakes the worker without blocking (in virtual time: schedules its
+// work now).
 func (c *channel) poke() {
+	if c.v != nil {
+		c.vkick()
+		return
+	}
 	select {
 	case c.kick <- struct{}{}:
 	default:
@@ -150,6 +164,14 @@ func (c *channel) service() (poll bool) {
 	} else {
 		progressed, wantWork = c.serviceDL()
 	}
+	return c.pollAgain(progressed, wantWork)
+}
+
+// pollAgain applies the burst-mode polling rules after a round of work and
+// reports whether the worker should poll again: only a polling burst
+// channel with data waiting does; after BurstIdlePolls rounds without
+// progress it posts DB_MODE and waits for a doorbell. work must be held.
+func (c *channel) pollAgain(progressed, wantWork bool) bool {
 	if !c.burst || !c.polling || !c.canRun() {
 		return false
 	}
@@ -401,59 +423,70 @@ func (c *channel) completeUL() {
 // (stopReq) it finishes the transfer in progress and starts no other.
 func (c *channel) serviceDL() (progressed, wantWork bool) {
 	for c.canRun() {
-		if c.dlOff == 0 && c.stopReq.Load() {
-			return progressed, false
-		}
-		c.mu.Lock()
-		if c.qCount == 0 {
-			c.mu.Unlock()
-			return progressed, false
-		}
-		data := c.q[c.qHead]
-		c.mu.Unlock()
-		if c.available() == 0 {
-			c.refreshWrite()
-			if c.available() == 0 {
-				return progressed, true
-			}
-		}
-		addr := c.ring.addr(c.rd)
-		el, err := c.readTRE(addr)
-		n := 0
-		if err == nil {
-			c.lastBufLen.Store(el.Length())
-			n = min(len(data)-c.dlOff, int(el.Length()))
-			if n > 0 {
-				if err = c.d.mem.WriteAt(data[c.dlOff:c.dlOff+n], el.Ptr); err != nil {
-					err = fmt.Errorf("buffer of TRE at 0x%x: %w", addr, err)
-				}
-			}
+		stepped, want := c.stepDL()
+		if !stepped {
+			return progressed, want
 		}
 		progressed = true
-		if err != nil {
-			c.rejectTRE(addr, el, err) // the data goes into the next TRE
-			continue
+	}
+	return progressed, false
+}
+
+// stepDL writes the next piece of the head downlink transfer into the next
+// host TRE, or rejects a bad TRE. stepped reports that a TRE was consumed;
+// wantWork that data waits for TREs. work must be held.
+func (c *channel) stepDL() (stepped, wantWork bool) {
+	if c.dlOff == 0 && c.stopReq.Load() {
+		return false, false
+	}
+	c.mu.Lock()
+	if c.qCount == 0 {
+		c.mu.Unlock()
+		return false, false
+	}
+	data := c.q[c.qHead]
+	c.mu.Unlock()
+	if c.available() == 0 {
+		c.refreshWrite()
+		if c.available() == 0 {
+			return false, true
 		}
-		c.dlOff += n
-		last := c.dlOff == len(data)
-		c.advance()
-		code := mhi.CCOverflow
-		if last {
-			code = mhi.CCEOT
-		}
-		if last {
-			c.d.stats.dlTransfers.Add(1)
-			c.d.stats.dlBytes.Add(uint64(len(data)))
-		}
-		c.postTransfer(addr, code, uint32(n), el.Length(), el.Flags()&mhi.TREBEI != 0)
-		if last {
-			c.popDL()
-			if c.d.debug {
-				c.d.log.Debug("mhi-ep: downlink transfer", "channel", c.num, "bytes", len(data))
+	}
+	addr := c.ring.addr(c.rd)
+	el, err := c.readTRE(addr)
+	n := 0
+	if err == nil {
+		c.lastBufLen.Store(el.Length())
+		n = min(len(data)-c.dlOff, int(el.Length()))
+		if n > 0 {
+			if err = c.d.mem.WriteAt(data[c.dlOff:c.dlOff+n], el.Ptr); err != nil {
+				err = fmt.Errorf("buffer of TRE at 0x%x: %w", addr, err)
 			}
 		}
 	}
-	return progressed, false
+	if err != nil {
+		c.rejectTRE(addr, el, err) // the data goes into the next TRE
+		return true, false
+	}
+	c.dlOff += n
+	last := c.dlOff == len(data)
+	c.advance()
+	code := mhi.CCOverflow
+	if last {
+		code = mhi.CCEOT
+	}
+	if last {
+		c.d.stats.dlTransfers.Add(1)
+		c.d.stats.dlBytes.Add(uint64(len(data)))
+	}
+	c.postTransfer(addr, code, uint32(n), el.Length(), el.Flags()&mhi.TREBEI != 0)
+	if last {
+		c.popDL()
+		if c.d.debug {
+			c.d.log.Debug("mhi-ep: downlink transfer", "channel", c.num, "bytes", len(data))
+		}
+	}
+	return true, false
 }
 
 // popDL removes the head downlink transfer, keeping its buffer for reuse.
@@ -467,7 +500,11 @@ func (c *channel) popDL() {
 	c.dlOff = 0
 	c.recycleLocked(buf)
 	c.space.broadcast()
+	onSpace := c.onSpace
 	c.mu.Unlock()
+	if onSpace != nil {
+		onSpace()
+	}
 }
 
 // enterDoorbellMode tells the host, with a DB_MODE completion pointing at
@@ -524,7 +561,12 @@ func (c *channel) reserve(ctx context.Context, size int, block bool) (DLBuffer, 
 			if !accepting {
 				return DLBuffer{}, fmt.Errorf("ep: channel %d (%s) is %s: %w", c.num, c.cfg.Name, st, mhi.ErrChannelState)
 			}
-			return DLBuffer{}, fmt.Errorf("ep: channel %d (%s): %d transfers queued: %w", c.num, c.cfg.Name, len(c.q), mhi.ErrRingFull)
+			// The same every time: made once, so that a producer that
+			// tries again and again does not allocate.
+			if c.errFull == nil {
+				c.errFull = fmt.Errorf("ep: channel %d (%s): %d transfers queued: %w", c.num, c.cfg.Name, len(c.q), mhi.ErrRingFull)
+			}
+			return DLBuffer{}, c.errFull
 		}
 		select {
 		case <-wake:

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/simclock"
 )
 
 // Default values applied by New to zero fields of Config.
@@ -79,6 +80,18 @@ type Config struct {
 	// channel posts DB_MODE and waits for a doorbell (zero means the
 	// default).
 	BurstIdlePolls int
+	// Clock, if set, runs the device's data path in virtual time: the
+	// channels' work (doorbells, queued downlink data, burst polls),
+	// interrupt moderation, the IP data function's flush timer and its
+	// generator become events of this discrete-event clock and run on the
+	// goroutine that runs its events, one at a time; nothing of the data
+	// path sleeps or reads the wall clock. The control path (state
+	// machine, commands) keeps its goroutine and wall-clock timeouts.
+	// Without a Clock (the default) the device runs in real time.
+	Clock *simclock.Scheduler
+	// Timing is what the data path takes in virtual time (used only with
+	// Clock); the zero value takes none.
+	Timing Timing
 	// Boot configures the boot ROM: the EE the device starts in, the
 	// images it accepts over BHI and BHIe, RDDM (bootrom.go).
 	Boot BootConfig
@@ -208,9 +221,14 @@ func New(cfg Config, mem HostMemory, irq Interrupter) (*Device, error) {
 	d.readyPending = true
 	d.readyAt = time.Now().Add(cfg.ReadyDelay)
 
-	d.wg.Add(1 + len(d.chanList))
+	d.wg.Add(1)
 	go d.controlLoop()
 	for _, c := range d.chanList {
+		if cfg.Clock != nil {
+			c.vinit(cfg.Clock)
+			continue
+		}
+		d.wg.Add(1)
 		go c.run()
 	}
 	d.log.Debug("mhi-ep: device started", "channels", len(d.chanList), "event_rings", nER)
@@ -263,6 +281,9 @@ func (d *Device) Close() error {
 		if s != nil {
 			s.cancel()
 			d.stopModeration(s)
+		}
+		for _, c := range d.chanList {
+			c.vstop()
 		}
 		d.timers.Wait()
 		d.log.Debug("mhi-ep: device closed")

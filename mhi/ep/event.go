@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/simclock"
 )
 
 // eventRing is the device's side of one event ring: its write index and
@@ -30,6 +31,10 @@ type eventRing struct {
 	modPending bool
 	modGen     uint64
 	modTimer   *time.Timer
+	// vmod is the moderation timer in virtual time (Config.Clock), made
+	// once and re-armed; vmodSess is the session it was armed for.
+	vmod     *simclock.Timer
+	vmodSess *session
 }
 
 // eventOptions says how an event is to be posted.
@@ -149,6 +154,14 @@ func (d *Device) waitEventSlot(until context.Context, er *eventRing) error {
 		if !full {
 			return nil
 		}
+		if d.cfg.Clock != nil && valid {
+			// In virtual time the host's doorbell can only come from an
+			// event of the clock, which this one is holding up: waiting
+			// would stop the clock. The event is lost and counted.
+			d.stats.eventRingFullWaits.Add(1)
+			d.stats.eventsLostFull.Add(1)
+			return fmt.Errorf("event ring %d: full in virtual time: %w", er.index, mhi.ErrRingFull)
+		}
 		if !valid && value != 0 && value != er.badDB {
 			er.badDB = value
 			d.boundsViolation("event doorbell outside its ring", "ring", er.index, "value", value,
@@ -184,6 +197,14 @@ func (d *Device) interruptForEvent(s *session, er *eventRing, bei bool) {
 		}
 		er.modPending = true
 		er.modGen++
+		if clk := d.cfg.Clock; clk != nil {
+			if er.vmod == nil {
+				er.vmod = clk.NewTimer(func() { d.fireModeration(er) })
+			}
+			er.vmodSess = s
+			er.vmod.Reset(er.modDelay)
+			return
+		}
 		gen := er.modGen
 		d.timers.Add(1)
 		er.modTimer = time.AfterFunc(er.modDelay, func() {
@@ -209,8 +230,27 @@ func (d *Device) cancelModeration(er *eventRing) {
 		return
 	}
 	er.modPending = false
+	if er.vmod != nil {
+		er.vmod.Stop()
+		return
+	}
 	if er.modTimer.Stop() {
 		d.timers.Done() // the callback will not run
+	}
+}
+
+// fireModeration is the moderation timer's callback in virtual time.
+func (d *Device) fireModeration(er *eventRing) {
+	er.mu.Lock()
+	fire := er.modPending && er.vmodSess != nil && er.vmodSess.ctx.Err() == nil
+	if fire {
+		er.modPending = false
+	}
+	vec := er.msiVec
+	er.mu.Unlock()
+	if fire {
+		d.stats.interruptsModerated.Add(1)
+		d.raise(vec)
 	}
 }
 

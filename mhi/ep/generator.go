@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
-	"github.com/gomhi/gomhi/mhinet/ntb"
-	"github.com/gomhi/gomhi/mhinet/qmap"
+	"github.com/gomhi/gomhi/mhi/proto/ntb"
+	"github.com/gomhi/gomhi/mhi/proto/qmap"
+	"github.com/gomhi/gomhi/mhi/simclock"
 )
 
 // Sizes of the packets the generator builds.
@@ -44,6 +46,62 @@ type GeneratorConfig struct {
 	Src, Dst [4]byte
 	// SrcPort and DstPort are the UDP ports (defaults 5000 and 5001).
 	SrcPort, DstPort uint16
+	// Link, if set, is the link the packets arrive on at the modem, at its
+	// line rate (Rate is then ignored). It needs a device with a Clock:
+	// the generator then runs in virtual time, and a packet that arrives
+	// while every downlink buffer of the modem is taken is lost, as on a
+	// link that does not wait (counted in DroppedOverrun, not in Count:
+	// Count counts the packets the modem took in).
+	Link *Link
+	// Ingress, if set with a Link, is the modem's receive queue between
+	// the link and its aggregator, and the generator runs in batches (see
+	// Ingress).
+	Ingress *Ingress
+}
+
+// Ingress is the modem's receive queue in virtual time: packets arriving
+// on the link wait in it until the modem's downlink is idle (nothing
+// queued for the host), then the modem takes all of them at once as one
+// batch, aggregates them, and sends the batch's last aggregate with the
+// batch however full it is. A packet that arrives when the queue has no
+// room for it is lost (GeneratorConfig.Link's overrun drop).
+type Ingress struct {
+	// Bytes is the queue's capacity.
+	Bytes int
+	// Block is its allocation unit: a packet takes its size plus
+	// FrameHeader, rounded up to a multiple of Block (at least 1).
+	Block int
+	// FrameHeader is what the queue stores of the link's framing with
+	// each packet (14 for an Ethernet header).
+	FrameHeader int
+}
+
+// slot returns the queue room a packet of n IP bytes takes.
+func (in *Ingress) slot(n int) int {
+	b := max(in.Block, 1)
+	return (n + in.FrameHeader + b - 1) / b * b
+}
+
+// Link is a link that delivers generated packets to the modem at its line
+// rate: a packet of n IP bytes occupies it for (n+FrameOverhead)×8 bits.
+type Link struct {
+	// BitsPerSecond is the line rate.
+	BitsPerSecond float64
+	// FrameOverhead is what the link adds to each IP packet on the wire:
+	// for Ethernet, 14 header + 4 FCS + 8 preamble and start delimiter +
+	// 12 inter-frame gap = 38 bytes (EthernetOverhead).
+	FrameOverhead int
+}
+
+// EthernetOverhead is the wire overhead of an IP packet on Ethernet: the
+// 14-byte header, the 4-byte FCS, the 8-byte preamble and start-of-frame
+// delimiter and the 12-byte inter-frame gap.
+const EthernetOverhead = 14 + 4 + 8 + 12
+
+// Spacing returns the time a packet of n IP bytes occupies the link,
+// rounded to the nanosecond.
+func (l *Link) Spacing(n int) time.Duration {
+	return time.Duration(math.Round(float64(n+l.FrameOverhead) * 8 * 1e9 / l.BitsPerSecond))
 }
 
 // genRun is one generator run.
@@ -53,7 +111,19 @@ type genRun struct {
 	done   chan struct{}
 	sent   atomic.Uint64
 	err    error // why it ended early; read after done
+	v      *vgen // the run in virtual time, if it is one
 }
+
+// genPacket is a generated packet to be written into an aggregate: its
+// sequence number and the run's addresses and ports; scratch holds it for
+// a writer that cannot take it in place.
+type genPacket struct {
+	seq     uint64
+	cfg     *GeneratorConfig
+	scratch []byte
+}
+
+func (g *genPacket) put(b []byte) { putGenPacket(b, g.seq, g.cfg) }
 
 // StartGenerator switches to ModeGenerator and starts sending cfg.Count
 // generated IPv4/UDP packets on the downlink at cfg.Rate, aggregated like
@@ -83,6 +153,10 @@ func (f *IPData) StartGenerator(cfg GeneratorConfig) error {
 	g := &genRun{cfg: cfg, cancel: cancel, done: make(chan struct{})}
 	f.gen = g
 	f.mode.Store(uint32(ModeGenerator))
+	if clk := p.d.cfg.Clock; clk != nil {
+		f.startVirtualGenerator(ctx, clk, p, g)
+		return nil
+	}
 	go f.runGenerator(ctx, p, g)
 	return nil
 }
@@ -94,6 +168,24 @@ func (f *IPData) checkGenerator(cfg *GeneratorConfig) error {
 	}
 	if cfg.Count < 0 || cfg.Rate < 0 {
 		return bad("count %d, rate %g", cfg.Count, cfg.Rate)
+	}
+	if l := cfg.Link; l != nil {
+		if f.pipeClock() == nil {
+			return bad("a link generator runs in virtual time: the device needs a Clock")
+		}
+		if !(l.BitsPerSecond > 0) || l.FrameOverhead < 0 {
+			return bad("link of %g bit/s, frame overhead %d bytes", l.BitsPerSecond, l.FrameOverhead)
+		}
+		cfg.Link = &Link{BitsPerSecond: l.BitsPerSecond, FrameOverhead: l.FrameOverhead}
+	}
+	if in := cfg.Ingress; in != nil {
+		if cfg.Link == nil {
+			return bad("an ingress queue needs a link")
+		}
+		if in.Bytes <= 0 || in.Block < 0 || in.FrameHeader < 0 {
+			return bad("ingress queue of %d bytes, block %d, frame header %d", in.Bytes, in.Block, in.FrameHeader)
+		}
+		cfg.Ingress = &Ingress{Bytes: in.Bytes, Block: in.Block, FrameHeader: in.FrameHeader}
 	}
 	if len(cfg.Sizes) == 0 {
 		cfg.Sizes = []int{DefaultGenPacket}
@@ -116,6 +208,9 @@ func (f *IPData) checkGenerator(cfg *GeneratorConfig) error {
 		}
 		if !f.fitsEmpty(n) {
 			return bad("packet size %d does not fit a %d-byte %s aggregate", n, f.cfg.MaxAggregate, f.cfg.Format)
+		}
+		if in := cfg.Ingress; in != nil && in.slot(n) > in.Bytes {
+			return bad("packet size %d does not fit a %d-byte ingress queue", n, in.Bytes)
 		}
 	}
 	if cfg.Src == ([4]byte{}) {
@@ -153,6 +248,9 @@ func (f *IPData) StopGenerator() {
 	f.genMu.Unlock()
 	if g != nil {
 		g.cancel()
+		if g.v != nil {
+			g.v.timer.Reset(0) // it notices the cancel when it runs
+		}
 		<-g.done
 	}
 }
@@ -185,6 +283,23 @@ func (f *IPData) WaitGenerator(ctx context.Context) (uint64, error) {
 	}
 }
 
+// GeneratorErr returns why the last generator run ended early (nil when
+// it sent all it was asked to, or is still running, or none was started).
+func (f *IPData) GeneratorErr() error {
+	f.genMu.Lock()
+	g := f.gen
+	f.genMu.Unlock()
+	if g == nil {
+		return nil
+	}
+	select {
+	case <-g.done:
+		return g.err
+	default:
+		return nil
+	}
+}
+
 // GeneratorSent returns the number of packets the current (or last)
 // generator run has put into downlink aggregates.
 func (f *IPData) GeneratorSent() uint64 {
@@ -206,7 +321,7 @@ func (f *IPData) runGenerator(ctx context.Context, p *Pipe, g *genRun) {
 	for _, n := range cfg.Sizes {
 		maxSize = max(maxSize, n)
 	}
-	pkt := make([]byte, maxSize)
+	gp := genPacket{cfg: &cfg, scratch: make([]byte, maxSize)}
 	pick := newSizePicker(cfg.Sizes, cfg.Weights)
 	var interval time.Duration
 	if cfg.Rate > 0 {
@@ -240,8 +355,8 @@ func (f *IPData) runGenerator(ctx context.Context, p *Pipe, g *genRun) {
 			f.st.droppedGated.Add(1)
 			continue
 		}
-		putGenPacket(pkt[:n], i, &cfg)
-		if err := f.add(ctx, p, pkt[:n]); err != nil {
+		gp.seq = i
+		if err := f.put(ctx, p, n, nil, &gp, true); err != nil {
 			g.err = err
 			break
 		}
@@ -249,6 +364,322 @@ func (f *IPData) runGenerator(ctx context.Context, p *Pipe, g *genRun) {
 		f.st.genPackets.Add(1)
 	}
 	f.Flush()
+}
+
+// pipeClock returns the clock of the device the function is attached to.
+func (f *IPData) pipeClock() *simclock.Scheduler {
+	if p := f.pipe.Load(); p != nil {
+		return p.d.cfg.Clock
+	}
+	return nil
+}
+
+// vgen is a generator run in virtual time: one event of the clock takes in
+// every packet due before the next other event, so the packets of a burst
+// cost no event each, and their order with everything else is exact.
+type vgen struct {
+	f       *IPData
+	p       *Pipe
+	g       *genRun
+	ctx     context.Context
+	clk     *simclock.Scheduler
+	timer   *simclock.Timer
+	pick    *sizePicker
+	gp      genPacket
+	next    time.Duration // when the next packet arrives (with a spacing)
+	size    int           // its size
+	taken   uint64        // packets the modem took in
+	offered uint64
+	done    bool
+	// With an Ingress queue: the packets waiting in it (their sizes in
+	// fifo, in arrival order), the room they take, and the sequence
+	// number of the next packet the modem takes.
+	fifo      []int
+	fifoBytes int
+	seq       uint64
+}
+
+// startVirtualGenerator starts a generator run as events of clk: packets
+// arrive at the link's line rate (or cfg.Rate), or, with neither, as fast
+// as the modem has downlink buffers for them.
+func (f *IPData) startVirtualGenerator(ctx context.Context, clk *simclock.Scheduler, p *Pipe, g *genRun) {
+	maxSize := 0
+	for _, n := range g.cfg.Sizes {
+		maxSize = max(maxSize, n)
+	}
+	v := &vgen{f: f, p: p, g: g, ctx: ctx, clk: clk, pick: newSizePicker(g.cfg.Sizes, g.cfg.Weights)}
+	v.gp = genPacket{cfg: &g.cfg, scratch: make([]byte, maxSize)}
+	v.timer = clk.NewTimer(v.run)
+	v.size = v.pick.next()
+	v.next = clk.Now()
+	g.v = v
+	// A stop or the device's closing is noticed when the run's event runs.
+	context.AfterFunc(ctx, func() { v.timer.Reset(0) })
+	if g.cfg.Ingress != nil {
+		v.timer = clk.NewTimer(v.runIngress)
+		v.fifo = make([]int, 0, 64)
+		if p.dl != nil {
+			// A transfer that leaves the queue may leave the downlink idle.
+			p.dl.mu.Lock()
+			p.dl.onSpace = func() { v.timer.Reset(0) }
+			p.dl.mu.Unlock()
+		}
+	}
+	if p.dl != nil && g.cfg.Link == nil && g.cfg.Rate == 0 {
+		p.dl.mu.Lock()
+		p.dl.onSpace = func() {
+			if !v.timer.Pending() {
+				v.timer.Reset(0)
+			}
+		}
+		p.dl.mu.Unlock()
+	}
+	v.timer.Reset(0)
+}
+
+// spacing is the time between the arrival of a packet of n bytes and the
+// next one; 0 without a link or a rate.
+func (v *vgen) spacing(n int) time.Duration {
+	switch {
+	case v.g.cfg.Link != nil:
+		return v.g.cfg.Link.Spacing(n)
+	case v.g.cfg.Rate > 0:
+		return time.Duration(math.Round(1e9 / v.g.cfg.Rate))
+	}
+	return 0
+}
+
+// run is the run's event: it takes in the packets due now and before the
+// next other event, then waits for the next arrival (or, without a
+// spacing, for downlink room).
+func (v *vgen) run() {
+	if v.done {
+		return
+	}
+	f, g, cfg := v.f, v.g, &v.g.cfg
+	blocked := false // no downlink buffer until the next other event
+	v.next = max(v.next, v.clk.Now())
+	for {
+		if v.ctx.Err() != nil {
+			v.finish(v.ctx.Err())
+			return
+		}
+		if cfg.Count > 0 && v.taken >= uint64(cfg.Count) {
+			v.finish(nil)
+			return
+		}
+		sp := v.spacing(v.size)
+		if sp > 0 {
+			advanced, at, ok := v.clk.AdvanceBefore(v.next)
+			if !advanced {
+				v.timer.ResetAt(v.next) // what is due first runs first
+				return
+			}
+			if blocked {
+				if !ok {
+					// Nothing will ever free a downlink buffer.
+					v.finish(errNoBuffer)
+					return
+				}
+				// Every packet that arrives before the next event is
+				// lost: only an event can free a buffer.
+				v.dropUntil(at, sp)
+				continue
+			}
+		}
+		v.gp.seq = v.offered
+		if f.cfg.Gate != nil && !f.cfg.Gate.DataAllowed() {
+			g.sent.Add(1)
+			f.st.genPackets.Add(1)
+			f.st.droppedGated.Add(1)
+			v.taken++
+		} else {
+			err := f.put(v.ctx, v.p, v.size, nil, &v.gp, false)
+			switch {
+			case err == nil:
+				g.sent.Add(1)
+				f.st.genPackets.Add(1)
+				v.taken++
+			case err == errNoBuffer && sp > 0:
+				f.st.genPackets.Add(1)
+				f.st.droppedOverrun.Add(1)
+				blocked = true
+			case err == errNoBuffer:
+				return // onSpace runs the event again
+			default:
+				v.finish(err)
+				return
+			}
+		}
+		v.offered++
+		v.next += sp
+		v.size = v.pick.next()
+	}
+}
+
+// runIngress is the run's event with an Ingress queue: the packets that
+// arrived since the last event join the queue or are lost; when the
+// modem's downlink is idle, the queue leaves as one batch.
+func (v *vgen) runIngress() {
+	if v.done {
+		return
+	}
+	if err := v.ctx.Err(); err != nil {
+		v.finish(err)
+		return
+	}
+	now := v.clk.Now()
+	v.arrive(now)
+	if len(v.fifo) > 0 && v.downlinkIdle() {
+		if err := v.sendBatch(); err != nil {
+			v.finish(err)
+			return
+		}
+	}
+	cfg := &v.g.cfg
+	if cfg.Count > 0 && v.taken >= uint64(cfg.Count) {
+		if len(v.fifo) == 0 {
+			v.finish(nil)
+		}
+		return // the downlink's going idle wakes the run (onSpace)
+	}
+	if len(v.fifo) == 0 || v.downlinkIdle() {
+		// The next arrival matters now; otherwise it is counted when the
+		// downlink goes idle.
+		v.timer.ResetAt(max(v.next, now))
+	}
+}
+
+// downlinkIdle reports whether the modem has nothing queued for the host
+// and no aggregate open.
+func (v *vgen) downlinkIdle() bool {
+	if v.p.dl == nil {
+		return true
+	}
+	v.p.dl.mu.Lock()
+	idle := v.p.dl.qCount == 0
+	v.p.dl.mu.Unlock()
+	v.f.mu.Lock()
+	idle = idle && !(v.f.open && v.f.agg.count() > 0)
+	v.f.mu.Unlock()
+	return idle
+}
+
+// arrive puts the packets that arrived by now into the ingress queue, in
+// order, as long as there is room; the others are lost.
+func (v *vgen) arrive(now time.Duration) {
+	f, g, cfg, in := v.f, v.g, &v.g.cfg, v.g.cfg.Ingress
+	for v.next <= now && (cfg.Count == 0 || v.taken < uint64(cfg.Count)) {
+		sp := v.spacing(v.size)
+		slot := in.slot(v.size)
+		if len(cfg.Sizes) == 1 {
+			// One size: count the arrivals due, take what fits, lose the
+			// rest.
+			due := uint64((now-v.next)/sp) + 1
+			take := min(due, uint64((in.Bytes-v.fifoBytes)/slot))
+			if cfg.Count > 0 {
+				take = min(take, uint64(cfg.Count)-v.taken)
+			}
+			for range take {
+				v.fifo = append(v.fifo, v.size)
+			}
+			v.fifoBytes += int(take) * slot
+			v.taken += take
+			g.sent.Add(take)
+			lost := due - take
+			if cfg.Count > 0 && v.taken >= uint64(cfg.Count) {
+				lost = 0 // the run offers nothing after its last packet
+				due = take
+			}
+			f.st.genPackets.Add(take + lost)
+			f.st.droppedOverrun.Add(lost)
+			v.offered += due
+			v.next += time.Duration(due) * sp
+			return
+		}
+		if v.fifoBytes+slot <= in.Bytes {
+			v.fifo = append(v.fifo, v.size)
+			v.fifoBytes += slot
+			v.taken++
+			g.sent.Add(1)
+		} else {
+			f.st.droppedOverrun.Add(1)
+		}
+		f.st.genPackets.Add(1)
+		v.offered++
+		v.next += sp
+		v.size = v.pick.next()
+	}
+}
+
+// sendBatch aggregates the packets of the ingress queue and sends the
+// last aggregate with them. Packets for which the downlink has no
+// transfer slot left stay queued for the next batch.
+func (v *vgen) sendBatch() error {
+	f := v.f
+	sent, bytes := 0, 0
+	for _, n := range v.fifo {
+		if f.cfg.Gate != nil && !f.cfg.Gate.DataAllowed() {
+			f.st.droppedGated.Add(1)
+		} else {
+			v.gp.seq = v.seq
+			err := f.put(v.ctx, v.p, n, nil, &v.gp, false)
+			if err == errNoBuffer {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			v.seq++
+		}
+		sent++
+		bytes += v.g.cfg.Ingress.slot(n)
+	}
+	rest := copy(v.fifo, v.fifo[sent:])
+	v.fifo, v.fifoBytes = v.fifo[:rest], v.fifoBytes-bytes
+	f.Flush()
+	return nil
+}
+
+// dropUntil counts as lost every packet that arrives before at, the first
+// of them due now, and leaves the run at the first arrival at or after at.
+func (v *vgen) dropUntil(at, sp time.Duration) {
+	f := v.f
+	n := uint64(0)
+	if len(v.g.cfg.Sizes) == 1 {
+		// One size: the arrivals are evenly spaced.
+		k := (at - v.next + sp - 1) / sp
+		n = uint64(k)
+		v.next += time.Duration(k) * sp
+	} else {
+		for v.next < at {
+			n++
+			v.next += v.spacing(v.size)
+			v.size = v.pick.next()
+		}
+	}
+	v.offered += n
+	f.st.genPackets.Add(n)
+	f.st.droppedOverrun.Add(n)
+}
+
+// finish ends the run: a partly filled aggregate leaves with its flush
+// timer (or now, without one).
+func (v *vgen) finish(err error) {
+	v.done = true
+	f := v.f
+	if v.p.dl != nil {
+		v.p.dl.mu.Lock()
+		v.p.dl.onSpace = nil
+		v.p.dl.mu.Unlock()
+	}
+	if f.cfg.FlushTimer <= 0 {
+		f.Flush()
+	}
+	v.g.err = err
+	f.mode.Store(f.idleMode.Load())
+	v.g.cancel()
+	close(v.g.done)
 }
 
 // sizePicker yields packet sizes in turn, or by smooth weighted round robin.
@@ -311,11 +742,19 @@ func putGenPacket(b []byte, seq uint64, cfg *GeneratorConfig) {
 	be.PutUint16(b[24:], uint16(n-20))
 	be.PutUint16(b[26:], 0)
 	be.PutUint64(b[28:], seq)
-	fill := byte(seq)
-	for i := GenMinPacket; i < n; i++ {
-		b[i] = fill + byte(i)
-	}
+	// The pattern byte at i is byte(seq)+byte(i): a slice of the ramp.
+	fill := int(byte(seq))
+	copy(b[GenMinPacket:], genRamp[fill+GenMinPacket:fill+n])
 }
+
+// genRamp[i] is byte(i): the generator's payload patterns are slices of it.
+var genRamp = func() *[256 + GenMaxPacket]byte {
+	var r [256 + GenMaxPacket]byte
+	for i := range r {
+		r[i] = byte(i)
+	}
+	return &r
+}()
 
 // ipv4Checksum returns the Internet checksum of an IPv4 header whose
 // checksum field is zero.

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
-	"github.com/gomhi/gomhi/mhinet/ntb"
-	"github.com/gomhi/gomhi/mhinet/qmap"
+	"github.com/gomhi/gomhi/mhi/proto/ntb"
+	"github.com/gomhi/gomhi/mhi/proto/qmap"
 )
 
 // IPDataName and IPDataMBIMName are the channel pair names (100/101) an
@@ -126,6 +126,14 @@ type IPDataConfig struct {
 	// NoIdleFlush keeps a partly filled aggregate open when the uplink
 	// goes idle; it then leaves on size, count or the timer only.
 	NoIdleFlush bool
+	// WindowTimer runs the flush timer per aggregation window instead of
+	// per aggregate: the first packet after the timer (or an idle flush)
+	// opens a window and arms it; an aggregate that closes on its packet
+	// or byte limit inside the window does not re-arm it, so the packets
+	// that did not fit leave with the window, at most FlushTimer after it
+	// opened, in an aggregate of their own however few they are. (By
+	// default every aggregate gets FlushTimer from its own first packet.)
+	WindowTimer bool
 	// Responder starts the function in ModeResponder instead of
 	// ModeLoopback.
 	Responder bool
@@ -161,8 +169,9 @@ type IPData struct {
 	cur      DLBuffer
 	open     bool
 	aggSeq   uint64 // aggregates opened
-	timer    *time.Timer
+	timer    flushTimer
 	timerFor uint64 // aggSeq the timer was armed for
+	window   bool   // WindowTimer: a window is open (its timer armed)
 
 	// Uplink parsing: used only by the uplink worker (Receive).
 	ntbP  ntb.Parser
@@ -192,6 +201,7 @@ type ipCounters struct {
 	droppedNotAnswered, answered                 atomic.Uint64
 	droppedShaped, shapedSent, lentReleased      atomic.Uint64
 	lendErrors, droppedGated                     atomic.Uint64
+	droppedOverrun                               atomic.Uint64
 	shapedQueued, lentHeld                       atomic.Int64
 }
 
@@ -262,6 +272,11 @@ type IPDataStats struct {
 	// the Gate refused them: no data session was connected.
 	DroppedGated uint64
 
+	// DroppedOverrun counts generated packets that arrived on the
+	// generator's link (GeneratorConfig.Link) while every downlink buffer
+	// of the modem was taken: a link does not wait, so they are lost.
+	DroppedOverrun uint64
+
 	// NTB is the uplink NTB parser's counters, malformation reasons
 	// included (see ntb.Reasons).
 	NTB ntb.Stats
@@ -272,7 +287,7 @@ type IPDataStats struct {
 // Dropped returns the packets dropped for any reason.
 func (s IPDataStats) Dropped() uint64 {
 	return s.DroppedSunk + s.DroppedAborted + s.DroppedTooLarge + s.DroppedEmpty + s.DroppedReset +
-		s.DroppedNotAnswered + s.DroppedShaped + s.DroppedGated
+		s.DroppedNotAnswered + s.DroppedShaped + s.DroppedGated + s.DroppedOverrun
 }
 
 // DeaggErrors returns the malformations the uplink parsers counted.
@@ -361,8 +376,26 @@ func NewIPData(cfg IPDataConfig) (*IPData, error) {
 // Config returns the configuration with its defaults applied.
 func (f *IPData) Config() IPDataConfig { return f.cfg }
 
-// Attach implements PipeAttacher.
-func (f *IPData) Attach(p *Pipe) { f.pipe.CompareAndSwap(nil, p) }
+// Attach implements PipeAttacher. On a device with a Clock the flush timer
+// becomes one of the clock's events.
+func (f *IPData) Attach(p *Pipe) {
+	if !f.pipe.CompareAndSwap(nil, p) {
+		return
+	}
+	if clk := p.d.cfg.Clock; clk != nil {
+		f.mu.Lock()
+		f.timer.Stop()
+		f.timer = clk.NewTimer(f.onTimer)
+		f.mu.Unlock()
+	}
+}
+
+// flushTimer is the flush timer: a *time.Timer in real time, a
+// *simclock.Timer in virtual time.
+type flushTimer interface {
+	Reset(d time.Duration) bool
+	Stop() bool
+}
 
 // Mode returns what the function does now.
 func (f *IPData) Mode() Mode { return Mode(f.mode.Load()) }
@@ -398,6 +431,7 @@ func (f *IPData) Stats() IPDataStats {
 		LentReleased:       c.lentReleased.Load(),
 		LendErrors:         c.lendErrors.Load(),
 		DroppedGated:       c.droppedGated.Load(),
+		DroppedOverrun:     c.droppedOverrun.Load(),
 	}
 	if p := f.pipe.Load(); p != nil && p.dl != nil {
 		s.DLDroppedQueued = p.dl.droppedUnits.Load()
@@ -545,19 +579,30 @@ func (f *IPData) Idle(*Pipe) {
 // Flush sends the open aggregate now, if it holds any packet.
 func (f *IPData) Flush() { f.flushOpen(&f.st.flushIdle) }
 
-// flushOpen sends the open aggregate, counting the flush in cause.
+// flushOpen sends the open aggregate, counting the flush in cause; it
+// also ends an aggregation window (WindowTimer).
 func (f *IPData) flushOpen(cause *atomic.Uint64) {
 	f.mu.Lock()
+	if f.window {
+		f.window = false
+		f.timer.Stop()
+	}
 	if f.open && f.agg.count() > 0 {
 		f.flushLocked(cause)
 	}
 	f.mu.Unlock()
 }
 
-// onTimer is the safety flush.
+// onTimer is the safety flush, or the end of a window (WindowTimer).
 func (f *IPData) onTimer() {
 	f.mu.Lock()
-	if f.open && f.agg.count() > 0 && f.timerFor == f.aggSeq {
+	switch {
+	case f.cfg.WindowTimer:
+		f.window = false
+		if f.open && f.agg.count() > 0 {
+			f.flushLocked(&f.st.flushTimer)
+		}
+	case f.open && f.agg.count() > 0 && f.timerFor == f.aggSeq:
 		f.flushLocked(&f.st.flushTimer)
 	}
 	f.mu.Unlock()
@@ -581,11 +626,29 @@ func (f *IPData) add(ctx context.Context, p *Pipe, pkt []byte) error {
 		f.st.droppedEmpty.Add(1)
 		return nil
 	}
+	return f.put(ctx, p, len(pkt), pkt, nil, true)
+}
+
+// errNoBuffer: put without blocking found the downlink queue full.
+var errNoBuffer = errors.New("ep: no downlink buffer free")
+
+// put adds one packet of n bytes to the open aggregate, like add: the
+// bytes of pkt, or, with gen, a generated packet written in place into the
+// aggregate (when the format's writer can reserve room for it; otherwise
+// through gen's scratch buffer). Without block it fails with errNoBuffer
+// instead of waiting for a downlink buffer, accounting for nothing.
+func (f *IPData) put(ctx context.Context, p *Pipe, n int, pkt []byte, gen *genPacket, block bool) error {
 	f.mu.Lock()
 	for {
 		if !f.open {
 			f.mu.Unlock()
-			b, err := p.Reserve(ctx, f.bufSize(len(pkt)))
+			var b DLBuffer
+			var err error
+			if block {
+				b, err = p.Reserve(ctx, f.bufSize(n))
+			} else if b, err = p.TryReserve(f.bufSize(n)); errors.Is(err, mhi.ErrRingFull) {
+				err = errNoBuffer
+			}
 			if err != nil {
 				return err
 			}
@@ -604,14 +667,30 @@ func (f *IPData) add(ctx context.Context, p *Pipe, pkt []byte) error {
 			f.cur, f.open = b, true
 			f.aggSeq++
 		}
-		err := f.agg.add(pkt)
+		var err error
+		switch {
+		case gen == nil:
+			err = f.agg.add(pkt)
+		default:
+			var dst []byte
+			if dst, err = f.agg.reserve(n); err == errAggNoReserve {
+				gen.put(gen.scratch[:n])
+				err = f.agg.add(gen.scratch[:n])
+			} else if err == nil {
+				gen.put(dst)
+			}
+		}
 		switch {
 		case err == nil:
 			f.st.pending.Add(1)
+			if f.cfg.WindowTimer && !f.window && f.cfg.FlushTimer > 0 {
+				f.window = true
+				f.timer.Reset(f.cfg.FlushTimer)
+			}
 			switch {
 			case f.agg.count() >= f.cfg.MaxDatagrams || f.cfg.Format == FormatRaw:
 				f.flushLocked(&f.st.flushFull)
-			case f.agg.count() == 1 && f.cfg.FlushTimer > 0:
+			case f.agg.count() == 1 && f.cfg.FlushTimer > 0 && !f.cfg.WindowTimer:
 				f.timerFor = f.aggSeq
 				f.timer.Reset(f.cfg.FlushTimer)
 			}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi"
-	"github.com/gomhi/gomhi/mhinet/ntb"
+	"github.com/gomhi/gomhi/mhi/proto/ntb"
 )
 
 // benchPipe returns ipd's pipe on a device whose downlink channel (101)

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
-	"github.com/gomhi/gomhi/mhinet/ntb"
-	"github.com/gomhi/gomhi/mhinet/qmap"
+	"github.com/gomhi/gomhi/mhi/proto/ntb"
+	"github.com/gomhi/gomhi/mhi/proto/qmap"
 )
 
 // testPacket returns a valid IPv4/UDP packet of size bytes carrying seq.

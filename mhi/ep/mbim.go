@@ -200,7 +200,7 @@ func (f *MBIM) Open() bool {
 
 // SetMangle replaces MBIMOptions.Mangle on a running function (nil
 // removes it): fault injection for a test that must see a broken modem
-// fail, on a function built by someone else (pcigeneric.NewMockConfig).
+// fail, on a function built by someone else (pcigeneric/mock.NewConfig).
 func (f *MBIM) SetMangle(fn func(msg []byte)) {
 	f.mu.Lock()
 	f.opts.Mangle = fn

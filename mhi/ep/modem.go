@@ -498,17 +498,7 @@ func (m *Modem) Connect(apn string, t IPType) (Session, error) {
 
 // Disconnect ends the data session; it reports whether one was active.
 func (m *Modem) Disconnect() bool {
-	m.mu.Lock()
-	if !m.session.Active {
-		m.mu.Unlock()
-		return false
-	}
-	m.session.Active = false
-	m.updateGateLocked()
-	m.mu.Unlock()
-	m.disconnects.Add(1)
-	m.publish(EventSession)
-	return true
+	return m.disconnect(func() bool { return true })
 }
 
 // DisconnectID ends the data session if it is the active one with the
@@ -516,8 +506,14 @@ func (m *Modem) Disconnect() bool {
 // ending a newer one another function started meanwhile). It reports
 // whether it ended one.
 func (m *Modem) DisconnectID(id uint32) bool {
+	return m.disconnect(func() bool { return m.session.ID == id })
+}
+
+// disconnect ends the active session if match (called with m.mu held)
+// approves it, and reports whether it ended one.
+func (m *Modem) disconnect(match func() bool) bool {
 	m.mu.Lock()
-	if !m.session.Active || m.session.ID != id {
+	if !m.session.Active || !match() {
 		m.mu.Unlock()
 		return false
 	}

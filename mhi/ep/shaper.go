@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/proto/lend"
 )
 
 // A slow consumer in the modem: one flow shaped to a rate (like an htb
@@ -22,7 +23,7 @@ import (
 //
 //   - An ordinary transmit buffer must be free when its element completes:
 //     the modem copies the packet into its queue memory.
-//   - A buffer the host has lent (a zero-copy slot inside the LendRegion)
+//   - A buffer the host has lent (a zero-copy slot of the lend.Region)
 //     may be read later: the modem queues only its address and reads the
 //     packet from host memory when the shaper sends it, then writes the
 //     slot to the release ring. Until then the slot stays pinned, as a
@@ -62,10 +63,6 @@ const MaxShapeQueue = 1 << 16
 // 1e6 s (about 11.6 days), far from overflowing the interval.
 const MinShapeRate = 1e-6
 
-// LendRegion is the host's zero-copy slots and release ring
-// (mhi.LendRegion; mhinet.ZCRegion is the same type).
-type LendRegion = mhi.LendRegion
-
 // shapedPkt is one packet waiting in the shaper: a copy, or the address of
 // a lent slot's packet.
 type shapedPkt struct {
@@ -88,7 +85,7 @@ type shaper struct {
 	owner   *Pipe // the pipe whose device runs it
 	wake    chan struct{}
 
-	lend    LendRegion
+	lend    lend.Region
 	lendOn  bool
 	lendGen uint64 // bumped when the region is set, cleared or reset
 	prod    uint32 // release ring producer index
@@ -113,9 +110,9 @@ func validShape(c *ShapeConfig) error {
 
 // SetLendRegion tells the modem which host buffers are lent zero-copy
 // slots and where their release ring is (the harness forwards the host's
-// mhinet.ZCRegion). Releases start at index 0 of the ring. It fails with
+// mhinet.Device.ZeroCopyRegion). Releases start at index 0 of the ring. It fails with
 // mhi.ErrConfig for an inconsistent region.
-func (f *IPData) SetLendRegion(r LendRegion) error {
+func (f *IPData) SetLendRegion(r lend.Region) error {
 	if r.Slots < 1 || r.Slots > 0xFFFF || r.SlotSize < 1 || r.Headroom < 0 || r.Headroom >= r.SlotSize ||
 		r.RingEntries < r.Slots || r.RingEntries&(r.RingEntries-1) != 0 ||
 		r.TagIOVA%4 != 0 || r.ProdIOVA%4 != 0 || r.ConsIOVA%4 != 0 || r.RingIOVA%4 != 0 {

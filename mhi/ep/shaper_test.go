@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/proto/lend"
 )
 
 // udpTo builds an IPv4 or IPv6 UDP packet to port.
@@ -67,18 +68,18 @@ func TestShapeAndLendRegionValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := LendRegion{DataIOVA: 0x1000, SlotSize: 1600, Slots: 127, TagIOVA: 0x100000, ProdIOVA: 0x100200,
+	good := lend.Region{DataIOVA: 0x1000, SlotSize: 1600, Slots: 127, TagIOVA: 0x100000, ProdIOVA: 0x100200,
 		ConsIOVA: 0x100204, RingIOVA: 0x100400, RingEntries: 128}
 	if err := f.SetLendRegion(good); err != nil {
 		t.Fatal(err)
 	}
-	for _, mut := range []func(*LendRegion){
-		func(r *LendRegion) { r.Slots = 0 },
-		func(r *LendRegion) { r.Slots = 1 << 16 },
-		func(r *LendRegion) { r.RingEntries = 100 },
-		func(r *LendRegion) { r.RingEntries = 64 },
-		func(r *LendRegion) { r.TagIOVA++ },
-		func(r *LendRegion) { r.Headroom = r.SlotSize },
+	for _, mut := range []func(*lend.Region){
+		func(r *lend.Region) { r.Slots = 0 },
+		func(r *lend.Region) { r.Slots = 1 << 16 },
+		func(r *lend.Region) { r.RingEntries = 100 },
+		func(r *lend.Region) { r.RingEntries = 64 },
+		func(r *lend.Region) { r.TagIOVA++ },
+		func(r *lend.Region) { r.Headroom = r.SlotSize },
 	} {
 		r := good
 		mut(&r)

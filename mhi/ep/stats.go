@@ -30,6 +30,7 @@ type counters struct {
 	dlPartialDroppedBytes atomic.Uint64
 	badRegisterAccesses   atomic.Uint64
 	eventRingFullWaits    atomic.Uint64
+	eventsLostFull        atomic.Uint64
 	dbModeEvents          atomic.Uint64
 	faultsInjected        atomic.Uint64
 	stateChanges          atomic.Uint64
@@ -66,6 +67,7 @@ type Stats struct {
 	DLPartialDroppedBytes uint64   // their whole length
 	BadRegisterAccesses   uint64   // unaligned, out-of-range, reserved or read-only accesses
 	EventRingFullWaits    uint64   // events that had to wait for an event doorbell
+	EventsLostFull        uint64   // events not posted because the ring was full in virtual time (Config.Clock), where nothing can wait
 	DBModeEvents          uint64   // DB_MODE completions posted by burst channels
 	FaultsInjected        uint64   // faults applied (corruptions, dropped MSIs, SYS_ERR, NeverReady)
 	StateChanges          uint64   // MHI state changes
@@ -104,6 +106,7 @@ func (d *Device) Stats() Stats {
 		DLPartialDroppedBytes: c.dlPartialDroppedBytes.Load(),
 		BadRegisterAccesses:   c.badRegisterAccesses.Load(),
 		EventRingFullWaits:    c.eventRingFullWaits.Load(),
+		EventsLostFull:        c.eventsLostFull.Load(),
 		DBModeEvents:          c.dbModeEvents.Load(),
 		FaultsInjected:        c.faultsInjected.Load(),
 		StateChanges:          c.stateChanges.Load(),

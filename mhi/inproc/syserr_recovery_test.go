@@ -11,13 +11,14 @@ import (
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // Regression tests of bugs 'mhictl soak' found in SYS_ERR recovery
 // (docs/RELIABILITY.md, "Soak").
 
 // mockModem is a mock modem of a device-table model joined to a host
-// controller (pcigeneric.OpenMock, with the controller's options).
+// controller (mock.NewConfig, with the controller's options).
 type mockModem struct {
 	dev      *ep.Device
 	ctrl     *mhi.Controller
@@ -34,7 +35,7 @@ func openMockModem(t *testing.T, model string, ipd ep.IPDataConfig, opts mhi.Opt
 	if len(es) == 0 {
 		t.Fatalf("model %s missing from the device table", model)
 	}
-	ec, fns, err := pcigeneric.NewMockConfig(es[0], pcigeneric.MockModemOptions{IPData: ipd})
+	ec, fns, err := mock.NewConfig(es[0], mock.ModemOptions{IPData: ipd})
 	if err != nil {
 		t.Fatal(err)
 	}

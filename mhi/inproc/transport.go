@@ -26,6 +26,11 @@ type Options struct {
 	Memory int
 	// Vectors is the number of MSI vectors (default 32, at most MaxVectors).
 	Vectors int
+	// InterruptSink, if set, receives every vector the device raises,
+	// synchronously on the raising goroutine, instead of the handler the
+	// host installs: for a driver that runs the host in virtual time
+	// (mhi.Controller.ProcessInterrupt). It must not block.
+	InterruptSink func(vector int)
 }
 
 // Transport is an mhi.Transport (and mhi.BARSizer) whose device is an
@@ -43,6 +48,7 @@ type Transport struct {
 
 	mu      sync.RWMutex
 	handler func(int)
+	sink    func(int)
 
 	closeOnce sync.Once
 }
@@ -66,6 +72,7 @@ func New(cfg ep.Config, opts Options) (*Transport, error) {
 	t := &Transport{
 		slab:    NewSlab(DefaultBase, opts.Memory),
 		vectors: opts.Vectors,
+		sink:    opts.InterruptSink,
 		barSize: uint64(bar),
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
@@ -144,6 +151,10 @@ type raiser struct{ t *Transport }
 func (r raiser) Raise(vector int) {
 	if vector < 0 || vector >= r.t.vectors {
 		vector = 0
+	}
+	if r.t.sink != nil {
+		r.t.sink(vector)
+		return
 	}
 	r.t.pending.Or(1 << uint(vector))
 	select {

@@ -14,6 +14,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/mhi/loopback"
 	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // Regression tests of two bugs 'mhictl soak' found in the LOOPBACK client
@@ -28,7 +29,7 @@ func openMock(t *testing.T, opts mhi.Options) (ctrl *mhi.Controller, dev *ep.Dev
 	if len(es) == 0 {
 		t.Fatal("telit-fn990 missing from the device table")
 	}
-	ec, _, err := pcigeneric.NewMockConfig(es[0], pcigeneric.MockModemOptions{})
+	ec, _, err := mock.NewConfig(es[0], mock.ModemOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

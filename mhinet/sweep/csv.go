@@ -27,6 +27,10 @@ import (
 //	sent, delivered, dropped       packet counts over all iterations
 //	conserved                      true if sent = delivered + dropped
 //	drops                          the named drop counters, "name=n;name=n"
+//	timing                         the timing profile, or wallclock
+//	ip_size                        the IP datagram size (size − 14 in timing mode)
+//	line_rate_pct_min … _median    % of the link's line rate (timing mode; empty otherwise)
+//	host_cpu_ns_per_packet         the host code's real time per packet (timing mode)
 func CSVHeader() []string { return slices.Clone(csvHeader) }
 
 var csvHeader = []string{
@@ -39,6 +43,9 @@ var csvHeader = []string{
 	"packets_per_transfer",
 	"ring_memory_bytes", "pool_memory_bytes",
 	"sent", "delivered", "dropped", "conserved", "drops",
+	"timing", "ip_size",
+	"line_rate_pct_min", "line_rate_pct_max", "line_rate_pct_avg", "line_rate_pct_median",
+	"host_cpu_ns_per_packet",
 }
 
 // WriteCSV writes the report as CSV: the CSVHeader row, then one row per
@@ -61,6 +68,12 @@ func (r *Report) WriteCSV(w io.Writer) error {
 			strconv.Itoa(p.RingMemory), strconv.Itoa(p.PoolMemory),
 			strconv.FormatUint(p.Sent, 10), strconv.FormatUint(p.Delivered, 10), strconv.FormatUint(p.Dropped, 10),
 			strconv.FormatBool(p.Conserved), dropsField(p.Drops),
+			r.Timing, strconv.Itoa(p.IPSize),
+		}
+		if lr := p.LineRatePct; lr != nil {
+			row = append(row, ftoa(lr.Min), ftoa(lr.Max), ftoa(lr.Avg), ftoa(lr.Median), ftoa(p.HostCPUNsPerPacket))
+		} else {
+			row = append(row, "", "", "", "", "")
 		}
 		if len(row) != len(csvHeader) {
 			return fmt.Errorf("sweep: CSV row has %d fields, header %d", len(row), len(csvHeader))

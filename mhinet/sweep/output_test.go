@@ -54,7 +54,8 @@ func TestWriteTable(t *testing.T) {
 	out := b.String()
 	t.Logf("\n%s", out)
 	for _, want := range []string{
-		"telit-fn990, mbim framing, generator mode: 20000 packets × 3 iterations per point, 6 points, 1.5s",
+		"telit-fn990, mbim framing, generator mode, wall clock: 20000 packets × 3 iterations per point, 6 points",
+		"elapsed 1.5s",
 		"MRU 3500: ring 511 × 3500 B = 1747 KiB, pool 3500 KiB",
 		"MRU 32768: ring 511 × 32768 B = 16352 KiB, pool 32768 KiB",
 		"median packets/s, % of the best MRU for that size",
@@ -68,7 +69,7 @@ func TestWriteTable(t *testing.T) {
 		}
 	}
 	// The cross table has a row per size, MRUs as columns.
-	cross := out[strings.Index(out, "median packets/s"):]
+	cross := out[strings.Index(out, "median packets/s"):strings.Index(out, "elapsed")]
 	lines := strings.Split(strings.TrimSpace(cross), "\n")
 	if len(lines) != 5 || !strings.Contains(lines[1], "MRU 3500") || !strings.Contains(lines[1], "MRU 32768") {
 		t.Fatalf("cross table:\n%s", cross)
@@ -79,6 +80,48 @@ func TestWriteTable(t *testing.T) {
 	// The point that lost nothing but counted drops is still conserved.
 	if strings.Contains(out, "NO") {
 		t.Errorf("unexpected not-conserved point")
+	}
+}
+
+// TestWriteTableVirtual: a timing-mode report shows the line-rate
+// percentage beside packets/s, the host's CPU per packet, and the
+// reference table's measured column beside its MRU.
+func TestWriteTableVirtual(t *testing.T) {
+	r := handReport()
+	r.Timing = "mru-thread"
+	r.Reference = []Row{{Size: 1262, MRU: 3500, LineRatePct: 43.82}, {Size: 1263, MRU: 3500, LineRatePct: 22.45}}
+	for i := range r.Points {
+		p := &r.Points[i]
+		p.IPSize = p.Size - FrameHeader
+		lr := Summary{Median: 100 * p.PPS.Median / LineRatePPS(1e9, p.Size)}
+		p.LineRatePct = &lr
+		p.HostCPUNsPerPacket = 42
+	}
+	var b bytes.Buffer
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	t.Logf("\n%s", out)
+	for _, want := range []string{
+		"virtual time, timing profile mru-thread",
+		"LINE% MED", "HOST NS/PKT", "PPS MED",
+		"median % of the line rate (packets/s); MEASURED: the table profile mru-thread was fitted to",
+		"MEASURED 3500", "43.82%", "22.45%",
+		"elapsed 1.5s (wall clock)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+	cross := out[strings.Index(out, "median % of the line rate"):strings.Index(out, "elapsed")]
+	lines := strings.Split(strings.TrimSpace(cross), "\n")
+	if len(lines) != 5 || strings.Contains(lines[1], "MEASURED 32768") {
+		t.Fatalf("cross table:\n%s", cross)
+	}
+	// 64 has no measured figure: a dash in the MEASURED column.
+	if f := strings.Fields(lines[2]); f[0] != "64" || f[3] != "-" {
+		t.Errorf("cross row %q", lines[2])
 	}
 }
 

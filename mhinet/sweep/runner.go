@@ -27,6 +27,7 @@ type delta struct {
 	sent, delivered, bytes   uint64
 	elements, events, chains uint64
 	overflows, transfers     uint64
+	hostCPU                  time.Duration
 	drops                    map[string]uint64
 }
 
@@ -40,6 +41,7 @@ func (d *delta) add(o delta) {
 	d.chains += o.chains
 	d.overflows += o.overflows
 	d.transfers += o.transfers
+	d.hostCPU += o.hostCPU
 	for k, v := range o.drops {
 		if d.drops == nil {
 			d.drops = map[string]uint64{}

@@ -17,10 +17,12 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/ntb"
+	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/mhinet/ntb"
-	"github.com/gomhi/gomhi/mhinet/qmap"
 	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
+	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
 )
 
 // Mode says where the packets come from.
@@ -78,6 +80,18 @@ type Options struct {
 	// vfio-user, say). Model must name its model; MaxDatagrams and
 	// MaxAggregate must be the modem's (they are not applied to it).
 	Target *Target
+	// Timing, if set, runs the sweep in virtual time with this timing
+	// profile (docs/FIDELITY.md): the generator sends on the profile's
+	// link at its line rate, Sizes are the MRU thread's packet sizes
+	// (Ethernet frames without FCS: the datagrams are FrameHeader bytes
+	// shorter), and every point reports the modelled packets/s and
+	// percentage of the line rate, and the host's real CPU time per
+	// packet. Generator mode only; not with a Target. Without it (nil)
+	// the sweep runs in real time (wall clock).
+	Timing *Profile
+	// Parallel is the number of points simulated at once in timing mode
+	// (default: GOMAXPROCS).
+	Parallel int
 }
 
 // Target is a modem and a host controller for it that the caller opened
@@ -115,11 +129,21 @@ type Summary struct {
 
 // Point is the result for one MRU and packet size.
 type Point struct {
-	MRU        int     `json:"mru"`
-	Size       int     `json:"size"`
+	MRU  int `json:"mru"`
+	Size int `json:"size"`
+	// IPSize is the IP datagram size (in timing mode Size is the frame
+	// size on the generator's link, FrameHeader bytes more).
+	IPSize     int     `json:"ip_size"`
 	Iterations int     `json:"iterations"`
 	PPS        Summary `json:"pps"`
 	MBps       Summary `json:"mb_per_s"`
+	// LineRatePct is packets/s as a percentage of the link's line rate
+	// for frames of Size (timing mode only).
+	LineRatePct *Summary `json:"line_rate_pct,omitempty"`
+	// HostCPUNsPerPacket is the real time the host's code took per
+	// delivered packet (timing mode only: measured around the host's
+	// interrupt handling, which runs alone on its goroutine).
+	HostCPUNsPerPacket float64 `json:"host_cpu_ns_per_packet,omitempty"`
 
 	// Costs per delivered packet, over all iterations.
 	ElementsPerPacket  float64 `json:"elements_per_packet"`
@@ -142,13 +166,21 @@ type Point struct {
 
 // Report is a whole sweep.
 type Report struct {
-	Model   string        `json:"model"`
-	Format  string        `json:"format"`
-	Mode    Mode          `json:"mode"`
+	Model  string `json:"model"`
+	Format string `json:"format"`
+	Mode   Mode   `json:"mode"`
+	// Timing is the timing profile's name, or "wallclock".
+	Timing  string        `json:"timing"`
 	Packets int           `json:"packets_per_iteration"`
 	Elapsed time.Duration `json:"elapsed_ns"`
 	Points  []Point       `json:"points"`
+	// Reference is the measured table the timing profile was fitted to
+	// (the MRU thread's), printed beside the model's figures.
+	Reference []Row `json:"reference,omitempty"`
 }
+
+// Wallclock is Report.Timing of a sweep in real time.
+const Wallclock = "wallclock"
 
 // Conserved reports whether every point conserved its packets.
 func (r *Report) Conserved() bool {
@@ -223,6 +255,22 @@ func (o *Options) defaults() error {
 			return fmt.Errorf("sweep: a %d-byte packet needs a %d-byte %s aggregate, more than the modem's %d (MaxAggregate)", s, need, o.Format, aggregate)
 		}
 	}
+	if o.Timing != nil {
+		if err := o.Timing.Validate(); err != nil {
+			return err
+		}
+		if o.Mode != Generator {
+			return fmt.Errorf("sweep: timing profile %q: virtual time models the generator mode only", o.Timing.Name)
+		}
+		if o.Target != nil {
+			return fmt.Errorf("sweep: timing profile %q: virtual time needs the in-process mock modem, not a target", o.Timing.Name)
+		}
+		for _, s := range o.Sizes {
+			if ip := s - FrameHeader; ip < ep.GenMinPacket {
+				return fmt.Errorf("sweep: packet size %d: in timing mode sizes are frames of %d header bytes and a datagram of at least %d bytes", s, FrameHeader, ep.GenMinPacket)
+			}
+		}
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -231,17 +279,6 @@ func (o *Options) defaults() error {
 
 // loopbackTXAggregate is the uplink aggregate size of a loopback sweep.
 const loopbackTXAggregate = 16 << 10
-
-// ModemFormat returns the mock modem's framing that matches a host format.
-func ModemFormat(f mhinet.Format) ep.Format {
-	switch f {
-	case mhinet.FormatMBIM:
-		return ep.FormatNTB16
-	case mhinet.FormatQMAP:
-		return ep.FormatQMAP
-	}
-	return ep.FormatRaw
-}
 
 // counter is the sweep's Receiver: it counts and releases at once.
 type counter struct {
@@ -276,16 +313,21 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
-	rep := &Report{Model: o.Model, Format: o.Format.String(), Mode: o.Mode, Packets: o.Packets}
+	rep := &Report{Model: o.Model, Format: o.Format.String(), Mode: o.Mode, Packets: o.Packets, Timing: Wallclock}
 	start := time.Now()
 	defer func() { rep.Elapsed = time.Since(start) }()
+	if o.Timing != nil {
+		rep.Timing = o.Timing.Name
+		rep.Reference = ReferenceTable(o.Timing.Name)
+		return rep, runVirtual(ctx, &o, rep)
+	}
 
 	maxSize := slices.Max(o.Sizes)
 	t := o.Target
 	if t == nil {
-		m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{
+		m, err := mock.Open(mock.Options{
 			Model: o.Model, Logger: o.Logger,
-			IPData: ep.IPDataConfig{Format: ModemFormat(o.Format), MaxDatagrams: o.MaxDatagrams, MaxAggregate: o.MaxAggregate},
+			IPData: ep.IPDataConfig{Format: mockformat.For(o.Format), MaxDatagrams: o.MaxDatagrams, MaxAggregate: o.MaxAggregate},
 		})
 		if err != nil {
 			return rep, err
@@ -335,7 +377,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return rep, err
 		}
 		for _, size := range o.Sizes {
-			p := Point{MRU: mru, Size: size, Iterations: o.Iterations, RingMemory: ringElems * mru}
+			p := Point{MRU: mru, Size: size, IPSize: size, Iterations: o.Iterations, RingMemory: ringElems * mru}
 			var pps, mbps []float64
 			var tot delta
 			for it := 0; it < o.Iterations; it++ {

@@ -25,11 +25,23 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if len(r.Points) > 0 {
 		iters = r.Points[0].Iterations
 	}
-	ew.printf("%s, %s framing, %s mode: %s × %s per point, %s, %s\n",
-		orDash(r.Model), orDash(r.Format), orDash(string(r.Mode)),
-		plural(r.Packets, "packet"), plural(iters, "iteration"), plural(len(r.Points), "point"), r.Elapsed.Round(1e6))
+	timing := "wall clock"
+	if r.virtual() {
+		timing = "virtual time, timing profile " + r.Timing
+	}
+	ew.printf("%s, %s framing, %s mode, %s: %s × %s per point, %s\n",
+		orDash(r.Model), orDash(r.Format), orDash(string(r.Mode)), timing,
+		plural(r.Packets, "packet"), plural(iters, "iteration"), plural(len(r.Points), "point"))
 	if len(r.Points) == 0 {
 		ew.printf("no points measured\n")
+		ew.printf("elapsed %s\n", r.Elapsed.Round(1e6))
+		return ew.err
+	}
+	if r.virtual() {
+		if err := r.writeVirtualTables(ew); err != nil {
+			return err
+		}
+		ew.printf("\nelapsed %s (wall clock)\n", r.Elapsed.Round(1e6))
 		return ew.err
 	}
 	mrus, sizes := r.grid()
@@ -87,7 +99,114 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	ew.printf("\nelapsed %s\n", r.Elapsed.Round(1e6))
 	return ew.err
+}
+
+// virtual reports whether the report is of a sweep in virtual time.
+func (r *Report) virtual() bool { return r.Timing != "" && r.Timing != Wallclock }
+
+// writeVirtualTables writes a timing-mode report: per MRU the modelled
+// packets/s, line-rate percentage, per-packet costs and the host's real
+// CPU per packet; then the cross table of median line-rate percentages
+// with the reference table's measured column beside its MRU.
+func (r *Report) writeVirtualTables(ew *errWriter) error {
+	mrus, sizes := r.grid()
+	for _, mru := range mrus {
+		pts := r.pointsOf(mru)
+		ring := pts[0].RingMemory
+		elems := ring / max(mru, 1)
+		ew.printf("\nMRU %d: ring %d × %d B = %s, pool %s\n", mru, elems, mru, kib(ring), poolKiB(pts))
+		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprint(tw, "SIZE\tIP\tPPS MIN\tPPS MAX\tPPS AVG\tPPS MED\tLINE% MED\tMB/S MED\tELEM/PKT\tEVENTS/PKT\tCHAINS/PKT\tPKTS/XFER\tLOST\tHOST NS/PKT\tCONSERVED\t\n")
+		for _, p := range pts {
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.3f\t%.3f\t%.3f\t%.1f\t%s\t%.0f\t%s\t\n",
+				p.Size, p.IPSize, humanPPS(p.PPS.Min), humanPPS(p.PPS.Max), humanPPS(p.PPS.Avg), humanPPS(p.PPS.Median),
+				pct(p.LineRatePct), p.MBps.Median,
+				p.ElementsPerPacket, p.EventsPerPacket, p.ChainsPerPacket, p.PacketsPerTransfer,
+				lostShare(p), p.HostCPUNsPerPacket, conserved(p))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		for _, p := range pts {
+			if !p.Conserved {
+				ew.printf("  size %d: %s\n", p.Size, lossDetail(p))
+			}
+		}
+	}
+	ew.printf("\nmedian %% of the line rate (packets/s)")
+	refMRUs := r.referenceMRUs()
+	if len(refMRUs) > 0 {
+		ew.printf("; MEASURED: the table profile %s was fitted to", r.Timing)
+	}
+	ew.printf("\n")
+	tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "SIZE\t")
+	for _, mru := range mrus {
+		fmt.Fprintf(tw, "MRU %d\t", mru)
+		if slices.Contains(refMRUs, mru) {
+			fmt.Fprintf(tw, "MEASURED %d\t", mru)
+		}
+	}
+	fmt.Fprint(tw, "\n")
+	for _, size := range sizes {
+		fmt.Fprintf(tw, "%d\t", size)
+		for _, mru := range mrus {
+			if p := r.point(mru, size); p == nil {
+				fmt.Fprint(tw, "-\t")
+			} else {
+				fmt.Fprintf(tw, "%s (%s)\t", pct(p.LineRatePct), humanPPS(p.PPS.Median))
+			}
+			if slices.Contains(refMRUs, mru) {
+				if ref, ok := r.reference(mru, size); ok {
+					fmt.Fprintf(tw, "%.2f%%\t", ref)
+				} else {
+					fmt.Fprint(tw, "-\t")
+				}
+			}
+		}
+		fmt.Fprint(tw, "\n")
+	}
+	return tw.Flush()
+}
+
+// referenceMRUs returns the MRUs of the report that the reference table
+// has rows for.
+func (r *Report) referenceMRUs() []int {
+	var out []int
+	for _, row := range r.Reference {
+		if !slices.Contains(out, row.MRU) && r.pointsOf(row.MRU) != nil {
+			out = append(out, row.MRU)
+		}
+	}
+	return out
+}
+
+// reference returns the reference table's line-rate percentage for a point.
+func (r *Report) reference(mru, size int) (float64, bool) {
+	for _, row := range r.Reference {
+		if row.MRU == mru && row.Size == size {
+			return row.LineRatePct, true
+		}
+	}
+	return 0, false
+}
+
+func pct(s *Summary) string {
+	if s == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f%%", s.Median)
+}
+
+// lostShare is the share of the offered packets a point lost (in timing
+// mode: dropped at the modem for want of a buffer).
+func lostShare(p Point) string {
+	if p.Sent == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(p.Dropped)/float64(p.Sent))
 }
 
 // humanPPS formats a rate with three significant digits and a k, M or G

@@ -8,14 +8,14 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // openTarget opens a powered-up mock and returns it as a Target whose
 // modem is out of reach (IPData nil), as a modem in another process is.
 func openTarget(t *testing.T, ipd ep.IPDataConfig) *Target {
 	t.Helper()
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: "telit-fn990", IPData: ipd})
+	m, err := mock.Open(mock.Options{Model: "telit-fn990", IPData: ipd})
 	if err != nil {
 		t.Fatal(err)
 	}

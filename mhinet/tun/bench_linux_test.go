@@ -12,7 +12,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/tun"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // benchPacket is the IP packet size of the benchmark traffic.
@@ -101,7 +101,7 @@ func BenchmarkBridge(b *testing.B) {
 		ipd   ep.IPDataConfig
 		cfg   mhinet.Config
 	}{
-		{"raw", pcigeneric.DefaultModel, ep.IPDataConfig{Format: ep.FormatRaw}, mhinet.Config{Format: mhinet.FormatRawIP}},
+		{"raw", mock.DefaultModel, ep.IPDataConfig{Format: ep.FormatRaw}, mhinet.Config{Format: mhinet.FormatRawIP}},
 		// mhinet's default uplink aggregates (rmnet's 4096 bytes, 16
 		// packets), then aggregates as large as a 16 KiB transmit buffer.
 		{"ntb16", "telit-fn990", ep.IPDataConfig{Format: ep.FormatNTB16}, mhinet.Config{Format: mhinet.FormatMBIM, TXAggregate: true}},

@@ -11,7 +11,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/tun"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // formats pairs the host's framing with the mock modem's.
@@ -21,14 +21,14 @@ var formats = []struct {
 	host  mhinet.Format
 	dev   ep.Format
 }{
-	{"raw", pcigeneric.DefaultModel, mhinet.FormatRawIP, ep.FormatRaw},
+	{"raw", mock.DefaultModel, mhinet.FormatRawIP, ep.FormatRaw},
 	{"ntb16", "telit-fn990", mhinet.FormatMBIM, ep.FormatNTB16},
 	{"qmap", "telit-fn990", mhinet.FormatQMAP, ep.FormatQMAP},
 }
 
 // rig is a bridge between a TUN Device and a device on the mock modem.
 type rig struct {
-	mock   *pcigeneric.Mock
+	mock   *mock.Mock
 	dev    *mhinet.Device
 	bridge *tun.Bridge
 	runErr chan error
@@ -38,7 +38,7 @@ type rig struct {
 // Run; the cleanups undo it all in reverse order.
 func newRig(t testing.TB, td tun.Device, model string, ipd ep.IPDataConfig, cfg mhinet.Config, bcfg tun.BridgeConfig, run bool) *rig {
 	t.Helper()
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Model: model, IPData: ipd})
+	m, err := mock.Open(mock.Options{Model: model, IPData: ipd})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestBridgeBusyRetries(t *testing.T) {
 	for i := range n {
 		ct.FromStack <- ipv4(1000, uint32(i))
 	}
-	r := newRig(t, ct, pcigeneric.DefaultModel, ep.IPDataConfig{}, mhinet.Config{}, tun.BridgeConfig{Batch: n, BufSize: 2048}, true)
+	r := newRig(t, ct, mock.DefaultModel, ep.IPDataConfig{}, mhinet.Config{}, tun.BridgeConfig{Batch: n, BufSize: 2048}, true)
 	got := 0
 	timeout := time.After(10 * time.Second)
 	for got < n {
@@ -212,7 +212,7 @@ func TestBridgeBusyRetries(t *testing.T) {
 // the device is down.
 func TestBridgeDrops(t *testing.T) {
 	ct := tun.NewChannelTUN()
-	r := newRig(t, ct, pcigeneric.DefaultModel, ep.IPDataConfig{}, mhinet.Config{}, tun.BridgeConfig{IPv4Only: true, BufSize: 1600}, true)
+	r := newRig(t, ct, mock.DefaultModel, ep.IPDataConfig{}, mhinet.Config{}, tun.BridgeConfig{IPv4Only: true, BufSize: 1600}, true)
 	v6 := make([]byte, 48)
 	v6[0] = 0x60
 	ct.FromStack <- []byte{0x00, 1, 2, 3} // not IP
@@ -249,7 +249,7 @@ func TestBridgeDrops(t *testing.T) {
 // silently.
 func TestBridgeWriteErrors(t *testing.T) {
 	ct := tun.NewChannelTUN()
-	r := newRig(t, ct, pcigeneric.DefaultModel, ep.IPDataConfig{}, mhinet.Config{}, tun.BridgeConfig{}, false)
+	r := newRig(t, ct, mock.DefaultModel, ep.IPDataConfig{}, mhinet.Config{}, tun.BridgeConfig{}, false)
 	// Transmit directly; the modem loops the packets back to Receive.
 	if _, err := r.dev.Transmit([][]byte{ipv4(200, 1)}); err != nil {
 		t.Fatal(err)
@@ -285,7 +285,7 @@ func TestBridgeRunLifecycle(t *testing.T) {
 	if err := tun.NewBridge(ct, tun.BridgeConfig{}).Run(context.Background()); !errors.Is(err, tun.ErrNotAttached) {
 		t.Fatalf("Run without device: %v", err)
 	}
-	r := newRig(t, ct, pcigeneric.DefaultModel, ep.IPDataConfig{}, mhinet.Config{}, tun.BridgeConfig{}, false)
+	r := newRig(t, ct, mock.DefaultModel, ep.IPDataConfig{}, mhinet.Config{}, tun.BridgeConfig{}, false)
 	for round := range 2 { // a second Run after a cancelled one works
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
@@ -327,7 +327,7 @@ func TestBridgeRunLifecycle(t *testing.T) {
 // rejects what the device cannot take, leaving both unchanged.
 func TestBridgeSetMTU(t *testing.T) {
 	ct := tun.NewChannelTUN()
-	r := newRig(t, ct, pcigeneric.DefaultModel, ep.IPDataConfig{}, mhinet.Config{}, tun.BridgeConfig{}, false)
+	r := newRig(t, ct, mock.DefaultModel, ep.IPDataConfig{}, mhinet.Config{}, tun.BridgeConfig{}, false)
 	for _, n := range []int{1280, 9000, 1500} {
 		if err := r.bridge.SetMTU(n); err != nil {
 			t.Fatal(err)

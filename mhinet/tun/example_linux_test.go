@@ -7,12 +7,12 @@ import (
 
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/tun"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // A TUN interface joined to a network device on the mock modem (as root).
 func Example() {
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{})
+	m, err := mock.Open(mock.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}

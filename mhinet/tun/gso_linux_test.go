@@ -25,7 +25,7 @@ import (
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/gso"
 	"github.com/gomhi/gomhi/mhinet/tun"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // tcpSuperFrame returns a TUN frame (virtio_net_hdr, then an IPv4/TCP
@@ -186,7 +186,7 @@ func TestGSOUDPSegmentThroughResponder(t *testing.T) {
 	ifc := openGSOTUN(t)
 	t.Logf("offloads %v", ifc.Offloads())
 	uso := ifc.Offloads()&tun.OffloadUSO4 != 0
-	r := newRig(t, ifc, pcigeneric.DefaultModel, ep.IPDataConfig{Format: ep.FormatRaw, Responder: true}, mhinet.Config{}, tun.BridgeConfig{}, true)
+	r := newRig(t, ifc, mock.DefaultModel, ep.IPDataConfig{Format: ep.FormatRaw, Responder: true}, mhinet.Config{}, tun.BridgeConfig{}, true)
 
 	conn, err := net.DialUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(localAddr, 0)), net.UDPAddrFromAddrPort(netip.AddrPortFrom(peerAddr, ep.EchoPort)))
 	if err != nil {

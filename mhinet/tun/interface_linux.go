@@ -3,7 +3,6 @@ package tun
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -423,24 +422,7 @@ func (i *Interface) Configure(cfg Config) error {
 }
 
 func (i *Interface) addAddr(c *rtnetlink.Conn, p netip.Prefix) error {
-	a := p.Addr().Unmap()
-	bits := p.Bits()
-	if p.Addr().Is4In6() {
-		bits -= 96
-	}
-	ip := net.IP(a.AsSlice())
-	m := &rtnetlink.AddressMessage{
-		Family:       unix.AF_INET,
-		PrefixLength: uint8(bits),
-		Scope:        unix.RT_SCOPE_UNIVERSE,
-		Index:        i.index,
-		Attributes:   &rtnetlink.AddressAttributes{Address: ip, Local: ip},
-	}
-	if a.Is6() {
-		m.Family = unix.AF_INET6
-		m.Flags = unix.IFA_F_NODAD
-		m.Attributes.Local = nil
-	}
+	m := i.addrMessage(p)
 	if err := c.Address.New(m); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("%w: %s: add address %v: %w", ErrNetlink, i.name, p, err)
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/testenv"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/tun"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // A name the kernel cannot take is refused before anything is opened.
@@ -300,7 +300,7 @@ func TestBridgeUDPThroughMock(t *testing.T) {
 	enterNetns(t)
 	ifc := openTUN(t)
 	capture := packetSocket(t, ifc.Index())
-	r := newRig(t, ifc, pcigeneric.DefaultModel, ep.IPDataConfig{}, mhinet.Config{}, tun.BridgeConfig{}, true)
+	r := newRig(t, ifc, mock.DefaultModel, ep.IPDataConfig{}, mhinet.Config{}, tun.BridgeConfig{}, true)
 
 	conn, err := net.DialUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(localAddr, 0)), net.UDPAddrFromAddrPort(netip.AddrPortFrom(peerAddr, 9)))
 	if err != nil {
@@ -378,7 +378,7 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 func TestPingThroughResponder(t *testing.T) {
 	enterNetns(t)
 	ifc := openTUN(t)
-	r := newRig(t, ifc, pcigeneric.DefaultModel, ep.IPDataConfig{Format: ep.FormatRaw, Responder: true}, mhinet.Config{}, tun.BridgeConfig{}, true)
+	r := newRig(t, ifc, mock.DefaultModel, ep.IPDataConfig{Format: ep.FormatRaw, Responder: true}, mhinet.Config{}, tun.BridgeConfig{}, true)
 	if m := r.mock.IPData.Mode(); m != ep.ModeResponder {
 		t.Fatalf("modem mode %v", m)
 	}

@@ -1,7 +1,6 @@
 package vfiouser_test
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -12,11 +11,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/testenv/logbuf"
 	"github.com/gomhi/gomhi/pcigeneric/internal/qemuguest"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 )
@@ -134,25 +133,6 @@ func bootImage() []byte {
 	return b
 }
 
-// syncBuffer is a bytes.Buffer for a logger written from the modem's
-// goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // bhiEvent is one "bhi_image" record of the modem's JSON event log.
 type bhiEvent struct {
 	Msg      string `json:"msg"`
@@ -193,7 +173,7 @@ func TestLinuxDriverBootsFromPBL(t *testing.T) {
 	img := bootImage()
 	sum := sha256.Sum256(img)
 	lk := bootEnv(t, img)
-	var events syncBuffer
+	var events logbuf.Buffer
 	r := &guestRun{model: "qcom-sdx55m", profile: "boot",
 		ipdata: ep.IPDataConfig{Format: ep.FormatRaw, Responder: true},
 		device: func(c *ep.Config) {
@@ -260,7 +240,7 @@ func TestLinuxDriverRefusedImage(t *testing.T) {
 	img := bootImage()
 	want := sha256.Sum256(append([]byte("another image"), img...))
 	lk := bootEnv(t, img)
-	var events syncBuffer
+	var events logbuf.Buffer
 	var boot ep.BootStatus
 	r := &guestRun{model: "qcom-sdx55m", profile: "badimage",
 		ipdata: ep.IPDataConfig{Format: ep.FormatRaw, Responder: true},

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi/testenv"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 )
 
 // TestMain leaves TestHelperPeer, the uid 65534 client of TestPeerRefused,
@@ -21,6 +22,7 @@ func TestMain(m *testing.M) {
 		f()
 	}
 	afterTests.Unlock()
+	reexec.RemoveBinary()
 	os.Exit(code)
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/internal/qemuguest"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 )
 
@@ -245,7 +246,7 @@ type mmModel struct {
 	name   string // device-table model
 	iface  string // the data interface Linux creates
 	format ep.Format
-	// identity overrides what pcigeneric.MockIdentity derives from the
+	// identity overrides what mock.Identity derives from the
 	// device table (non-empty fields win).
 	identity ep.ModemIdentity
 	// mbim: ModemManager drives the model over MBIM. ModemManager 1.20.4
@@ -305,7 +306,7 @@ type mmRun struct {
 	dev *vfiouser.ServerDevice
 	// fns are the session's functions (the server forgets them when the
 	// session ends).
-	fns atomic.Pointer[pcigeneric.MockFunctions]
+	fns atomic.Pointer[mock.Functions]
 
 	mu      sync.Mutex
 	marks   map[string]mmSnap
@@ -317,7 +318,7 @@ type mmRun struct {
 
 // functions returns the session's functions, keeping them for after the
 // session.
-func (r *mmRun) functions() *pcigeneric.MockFunctions {
+func (r *mmRun) functions() *mock.Functions {
 	if f := r.dev.Functions(); f != nil {
 		if r.fns.Swap(f) == nil && r.mangleMBIM != nil && f.MBIM != nil {
 			f.MBIM.SetMangle(r.mangleMBIM)
@@ -384,7 +385,7 @@ func (r *mmRun) run(t *testing.T) {
 
 	r.events = &eventLog{}
 	r.marks = map[string]mmSnap{}
-	// The mock as mhictl modem serve builds it (pcigeneric.NewMockConfig:
+	// The mock as mhictl modem serve builds it (mock.NewConfig:
 	// MBIM, QMI and AT on the model's pairs, one ep.Modem, IP data gated
 	// by the session).
 	dev, err := vfiouser.NewServerDevice(vfiouser.DeviceOptions{
@@ -399,16 +400,7 @@ func (r *mmRun) run(t *testing.T) {
 	}
 	r.dev = dev
 	sock := filepath.Join(dir, "mhi.sock")
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- vfiouser.ListenAndServe(ctx, sock, dev) }()
-	defer func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	}()
-	waitSocket(t, sock)
+	defer serve(t, sock, dev)()
 
 	mmLogPath := filepath.Join(dir, "modemmanager.log")
 	if *mmShell {
@@ -483,9 +475,8 @@ func (r *mmRun) run(t *testing.T) {
 }
 
 var (
-	mmANSI      = regexp.MustCompile("\x1b\\[[0-9;]*m")
-	mmCheckLine = regexp.MustCompile(`(?m)^CHECK (\S+) (PASS|FAIL)(.*)$`)
-	mmKeyLine   = regexp.MustCompile(`(?m)^(\S+)\s+:\s?(.*)$`)
+	mmANSI    = regexp.MustCompile("\x1b\\[[0-9;]*m")
+	mmKeyLine = regexp.MustCompile(`(?m)^(\S+)\s+:\s?(.*)$`)
 )
 
 // mmBlock returns the output the guest printed between BEGIN name and
@@ -529,34 +520,11 @@ func mustModel(t *testing.T, model string) mhi.ControllerConfig {
 	return info.Config
 }
 
-// mmChecks returns the guest's verdicts by name.
-func mmChecks(serial string) map[string]string {
-	out := map[string]string{}
-	for _, m := range mmCheckLine.FindAllStringSubmatch(serial, -1) {
-		out[m[1]] = m[2] + m[3]
-	}
-	return out
-}
-
 // requireMMChecks fails unless every named check passed and none failed.
 func (r *mmRun) requireChecks(t *testing.T, names ...string) {
 	t.Helper()
-	got := mmChecks(r.serial)
-	var bad []string
-	for _, n := range names {
-		if v, ok := got[n]; !ok {
-			bad = append(bad, n+": missing")
-		} else if !strings.HasPrefix(v, "PASS") {
-			bad = append(bad, n+": "+v)
-		}
-	}
-	for n, v := range got {
-		if strings.HasPrefix(v, "FAIL") && !slices.Contains(names, n) {
-			bad = append(bad, n+": "+v)
-		}
-	}
-	if len(bad) > 0 {
-		slices.Sort(bad)
+	got := checks(r.serial)
+	if bad := failedChecks(got, names); len(bad) > 0 {
 		t.Fatalf("%s: guest checks failed:\n  %s\nserial log:\n%s\nModemManager log:\n%s", r.model.name, strings.Join(bad, "\n  "), r.serial, r.mmLog)
 	}
 	for _, n := range slices.Sorted(maps.Keys(got)) {
@@ -863,7 +831,7 @@ func TestModemManagerCatchesBrokenConnect(t *testing.T) {
 		}
 	}}
 	r.run(t)
-	got := mmChecks(r.serial)
+	got := checks(r.serial)
 	for _, n := range []string{"modem-listed", "modem-initialized", "registered"} {
 		if !strings.HasPrefix(got[n], "PASS") {
 			t.Fatalf("the guest failed before the connect (%s: %q); serial log:\n%s\nModemManager log:\n%s", n, got[n], r.serial, r.mmLog)

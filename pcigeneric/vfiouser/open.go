@@ -41,7 +41,7 @@ type OpenOptions struct {
 // 'mhictl modem serve') joined to gomhi's host stack: the device-table entry
 // its config-space IDs select, the client transport and a host controller.
 // It is the vfio-user counterpart of pcigeneric.Passthrough (a real modem
-// through VFIO) and pcigeneric.Mock (the mock modem in this process).
+// through VFIO) and mock.Mock (the mock modem in this process).
 type Remote struct {
 	// Path is the server's unix socket.
 	Path string

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // ServerCapabilities is the capabilities JSON the server sends in its
@@ -32,7 +33,7 @@ const DMATimeout = 5 * time.Second
 // DeviceOptions configure a ServerDevice.
 type DeviceOptions struct {
 	// Model is the device-table model to impersonate (default
-	// pcigeneric.DefaultModel).
+	// mock.DefaultModel).
 	Model string
 	// Entry, if set, selects the table entry whose IDs are presented;
 	// otherwise the model's first entry is used.
@@ -48,10 +49,10 @@ type DeviceOptions struct {
 	// ModemLogger receives the mock modem's own logs (nil: discard).
 	ModemLogger *slog.Logger
 	// IPData configures the mock modem's IP data function, as in
-	// pcigeneric.MockOptions.
+	// mock.Options.
 	IPData ep.IPDataConfig
 	// RequireConnect and Modem configure each session's mock modem as in
-	// pcigeneric.MockOptions: with RequireConnect IP data is dropped and
+	// mock.Options: with RequireConnect IP data is dropped and
 	// counted until the client connects a session over a control channel
 	// (MBIM CONNECT). Each session gets a fresh modem (a new client finds
 	// it registered, attached, without a session).
@@ -105,7 +106,7 @@ type ServerDevice struct {
 
 	opts DeviceOptions
 	log  *slog.Logger
-	cfg  func() (ep.Config, *pcigeneric.MockFunctions, error)
+	cfg  func() (ep.Config, *mock.Functions, error)
 
 	messages, errReplies, malformed, sessions atomic.Uint64
 	maps, faults, raised, lost, held          atomic.Uint64
@@ -114,7 +115,7 @@ type ServerDevice struct {
 
 	mu    sync.Mutex
 	modem *ep.Device
-	fns   *pcigeneric.MockFunctions
+	fns   *mock.Functions
 	irqs  *irqTable
 	busy  bool
 	// lastIRQs is the interrupt state and counters of the last session,
@@ -127,7 +128,7 @@ type ServerDevice struct {
 // two, at least 4 KiB) and an MSI capability.
 func NewServerDevice(opts DeviceOptions) (*ServerDevice, error) {
 	if opts.Model == "" {
-		opts.Model = pcigeneric.DefaultModel
+		opts.Model = mock.DefaultModel
 	}
 	if opts.Vectors == 0 {
 		opts.Vectors = DefaultVectors
@@ -158,8 +159,8 @@ func NewServerDevice(opts DeviceOptions) (*ServerDevice, error) {
 		mlog = slog.New(slog.DiscardHandler)
 	}
 	d := &ServerDevice{Entry: entry, opts: opts, log: log}
-	d.cfg = func() (ep.Config, *pcigeneric.MockFunctions, error) {
-		ec, fns, err := pcigeneric.NewMockConfig(entry, pcigeneric.MockModemOptions{
+	d.cfg = func() (ep.Config, *mock.Functions, error) {
+		ec, fns, err := mock.NewConfig(entry, mock.ModemOptions{
 			IPData: opts.IPData, Modem: opts.Modem, RequireConnect: opts.RequireConnect, Logger: mlog,
 		})
 		if err != nil {
@@ -229,7 +230,7 @@ func (d *ServerDevice) LastInterrupts() IRQStats {
 
 // Functions returns the current session's mock modem functions (IP data,
 // MBIM…) and their shared state, or nil between sessions.
-func (d *ServerDevice) Functions() *pcigeneric.MockFunctions {
+func (d *ServerDevice) Functions() *mock.Functions {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.fns

@@ -1,24 +1,21 @@
 package vfiouser
 
 import (
-	"github.com/gomhi/gomhi/mhi/testenv"
-
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gomhi/gomhi/mhi/testenv/logbuf"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 )
 
 // listen runs ListenAndServe on path until the test ends and waits for
@@ -159,31 +156,12 @@ func TestListenRefusesToReplace(t *testing.T) {
 
 const peerHelperEnv = "GOMHI_VFIOUSER_PEER_SOCKET"
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestPeerRefused: uid 65534 cannot connect to the 0600 socket (the kernel
 // refuses); with the socket's mode widened it connects, and the server
 // refuses it by its credentials (SO_PEERCRED) with an EPERM reply and a
 // Warn log naming it, without giving it the device. Root is served after.
 func TestPeerRefused(t *testing.T) {
-	testenv.NeedRoot(t, "to run a client as uid 65534")
-	testenv.LookPath(t, "setpriv", "util-linux")
+	reexec.RequireSetpriv(t)
 	dir, err := os.MkdirTemp("", "vfiouser-peer-")
 	if err != nil {
 		t.Fatal(err)
@@ -192,11 +170,7 @@ func TestPeerRefused(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "vfiouser.test")
-	if err := copyExec(os.Args[0], bin); err != nil {
-		t.Fatal(err)
-	}
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	dev, err := NewServerDevice(DeviceOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -206,14 +180,11 @@ func TestPeerRefused(t *testing.T) {
 
 	nobody := func() string {
 		t.Helper()
-		cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin,
-			"-test.run=^TestHelperPeer$", "-test.count=1")
-		cmd.Env = append(os.Environ(), peerHelperEnv+"="+path)
-		out, err := cmd.CombinedOutput()
+		out, err := reexec.RunTestAs(t, reexec.User{UID: reexec.Nobody}, "TestHelperPeer", peerHelperEnv+"="+path)
 		if err != nil {
 			t.Fatalf("helper as uid 65534: %v\n%s", err, out)
 		}
-		for _, l := range strings.Split(string(out), "\n") {
+		for _, l := range strings.Split(out, "\n") {
 			if r, ok := strings.CutPrefix(l, "RESULT "); ok {
 				return r
 			}
@@ -263,21 +234,4 @@ func TestHelperPeer(t *testing.T) {
 	default:
 		fmt.Printf("RESULT OTHER %v\n", err)
 	}
-}
-
-func copyExec(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/loopback"
 	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // socketPair returns two connected unix stream sockets.
@@ -119,7 +120,7 @@ func TestConfigSpace(t *testing.T) {
 	if v != wv || d != wd || sv != wsv || sd != wsd {
 		t.Fatalf("IDs %04x:%04x %04x:%04x, want %04x:%04x %04x:%04x", v, d, sv, sd, wv, wd, wsv, wsd)
 	}
-	if e, ok := pcigeneric.Lookup(v, d, sv, sd); !ok || e.Info.Name != pcigeneric.DefaultModel {
+	if e, ok := pcigeneric.Lookup(v, d, sv, sd); !ok || e.Info.Name != mock.DefaultModel {
 		t.Fatalf("lookup: %v %v", e.Info, ok)
 	}
 	var cs [ConfigSize]byte
@@ -310,7 +311,7 @@ func TestDMAOutsideMapping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, _ := pcigeneric.Model(pcigeneric.DefaultModel)
+	info, _ := pcigeneric.Model(mock.DefaultModel)
 	cfg := info.Config.WithLoopback()
 	cfg.Timeout = 300 * time.Millisecond
 	ctrl, err := mhi.NewController(shifted{tr}, cfg, mhi.Options{Name: "bad", PollInterval: 20 * time.Millisecond})
@@ -436,7 +437,7 @@ func TestReconnect(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 		}
-		info, _ := pcigeneric.Model(pcigeneric.DefaultModel)
+		info, _ := pcigeneric.Model(mock.DefaultModel)
 		cfg := info.Config.WithLoopback()
 		cfg.Timeout = 2 * time.Second
 		ctrl, err := mhi.NewController(tr, cfg, mhi.Options{Name: "mhi0", PollInterval: 20 * time.Millisecond})

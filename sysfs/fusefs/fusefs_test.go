@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,8 +19,9 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/testenv"
+	"github.com/gomhi/gomhi/mhi/testenv/logbuf"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/sysfs"
 	"github.com/gomhi/gomhi/sysfs/fusefs"
 	"github.com/gomhi/gomhi/sysfs/sysfstest"
@@ -41,7 +41,7 @@ type fixture struct {
 	tree *sysfs.Tree
 	ctrl *mhi.Controller
 	net  *mhinet.Device
-	mock *pcigeneric.Mock
+	mock *mock.Mock
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -312,29 +312,11 @@ func TestCloseUnmounts(t *testing.T) {
 	}
 }
 
-// logBuffer collects log output across goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestCloseWithOpenFile(t *testing.T) {
 	needFUSE(t)
 	f := newFixture(t)
 	dir := t.TempDir()
-	var logs logBuffer
+	var logs logbuf.Buffer
 	s, err := fusefs.Mount(dir, f.tree, fusefs.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

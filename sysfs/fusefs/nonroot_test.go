@@ -1,13 +1,9 @@
 package fusefs_test
 
 import (
-	"github.com/gomhi/gomhi/mhi/testenv"
-
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -15,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 	"github.com/gomhi/gomhi/sysfs/fusefs"
 )
 
@@ -35,7 +32,7 @@ func TestNonRootCannotWrite(t *testing.T) {
 		}
 	}
 	needFUSE(t)
-	testenv.LookPath(t, "setpriv", "util-linux")
+	reexec.RequireSetpriv(t)
 	f := newFixture(t)
 	base, err := os.MkdirTemp("", "fusefs-nonroot-")
 	if err != nil {
@@ -43,10 +40,6 @@ func TestNonRootCannotWrite(t *testing.T) {
 	}
 	defer os.RemoveAll(base)
 	if err := os.Chmod(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(base, "fusefs.test")
-	if err := copyExec(os.Args[0], bin); err != nil {
 		t.Fatal(err)
 	}
 	mount := func(t *testing.T, i int, allowOther bool) string {
@@ -66,15 +59,11 @@ func TestNonRootCannotWrite(t *testing.T) {
 		return filepath.Join(dir, "devices", "mhi0", "mru")
 	}
 	as := func(t *testing.T, file string, caps ...string) string {
-		args := append([]string{"--reuid=65534", "--regid=65534", "--clear-groups"}, caps...)
-		cmd := exec.Command("setpriv", append(args, bin, "-test.run=^TestHelperFUSEClient$", "-test.count=1")...)
-		cmd.Env = append(os.Environ(), fuseHelperEnv+"="+file)
-		cmd.Dir = base
-		out, err := cmd.CombinedOutput()
+		out, err := reexec.RunTestAs(t, reexec.User{UID: reexec.Nobody, Caps: caps}, "TestHelperFUSEClient", fuseHelperEnv+"="+file)
 		if err != nil {
 			t.Fatalf("helper as uid 65534: %v\n%s", err, out)
 		}
-		for _, l := range strings.Split(string(out), "\n") {
+		for _, l := range strings.Split(out, "\n") {
 			if r, ok := strings.CutPrefix(l, "RESULT "); ok {
 				return r
 			}
@@ -90,7 +79,7 @@ func TestNonRootCannotWrite(t *testing.T) {
 	}{
 		{"no allow_other", false, nil, "read=EACCES write=EACCES rdwr=EACCES truncate=EACCES chmod=EACCES"},
 		{"allow_other", true, nil, "read=32768 write=EACCES rdwr=EACCES truncate=EACCES chmod=EPERM"},
-		{"allow_other, CAP_DAC_OVERRIDE", true, []string{"--inh-caps=+dac_override", "--ambient-caps=+dac_override"},
+		{"allow_other, CAP_DAC_OVERRIDE", true, []string{"dac_override"},
 			"read=32768 write=ok rdwr=ok truncate=ok chmod=EPERM"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,23 +111,6 @@ func mountOptions(t *testing.T, dir string) string {
 	}
 	t.Fatalf("%s is not mounted", dir)
 	return ""
-}
-
-func copyExec(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // TestHelperFUSEClient is the uid 65534 side of TestNonRootCannotWrite: it

@@ -148,15 +148,15 @@ type Client struct {
 
 // Device is a device's attributes as GET_DEVICE returns them.
 type Device struct {
-	Name   string `json:"name"`
-	State  string `json:"state"`
-	EE     string `json:"ee"`
-	Model  string `json:"model"`
-	Serial string `json:"serial"`
+	Name   string `json:"name"`   // DEV_NAME, e.g. "mhi0"
+	State  string `json:"state"`  // MHI state: M0, M3, SYS_ERR…
+	EE     string `json:"ee"`     // execution environment: AMSS, SBL…
+	Model  string `json:"model"`  // device-table model name
+	Serial string `json:"serial"` // BHI serial number
 	// MRU and MTU are 0 when the device has no network device up.
-	MRU       uint32 `json:"mru,omitempty"`
-	MTU       uint32 `json:"mtu,omitempty"`
-	TimeoutMs uint32 `json:"timeout_ms"`
+	MRU       uint32 `json:"mru,omitempty"` // receive buffer size in bytes
+	MTU       uint32 `json:"mtu,omitempty"` // largest transmitted packet in bytes
+	TimeoutMs uint32 `json:"timeout_ms"`    // command and state-change timeout
 	// AutosuspendMs is the host's auto-suspend delay (0: off).
 	AutosuspendMs uint32 `json:"autosuspend_ms"`
 }
@@ -164,37 +164,37 @@ type Device struct {
 // SetRequest names the values SetDevice changes; nil fields stay as they
 // are.
 type SetRequest struct {
-	MRU       *uint32
-	MTU       *uint32
-	TimeoutMs *uint32
+	MRU       *uint32 // receive buffer size in bytes
+	MTU       *uint32 // largest transmitted packet in bytes
+	TimeoutMs *uint32 // command and state-change timeout
 	// AutosuspendMs sets the auto-suspend delay (0: off); PMRequest asks
 	// for PMRequestSuspend or PMRequestResume, after the other values.
 	AutosuspendMs *uint32
-	PMRequest     *uint32
+	PMRequest     *uint32 // PMRequestSuspend or PMRequestResume
 }
 
 // Stat is one counter, named by its path below the device's stats
 // directory ("net/rx_packets", "mhi/…").
 type Stat struct {
-	Name  string `json:"name"`
-	Value uint64 `json:"value"`
+	Name  string `json:"name"`  // path below stats/, e.g. "net/rx_packets"
+	Value uint64 `json:"value"` // the counter
 }
 
 // Channel is one channel's status as DUMP_CHANNELS reports it.
 type Channel struct {
-	Num       uint32 `json:"num"`
-	Name      string `json:"name"`
-	Dir       string `json:"dir"`
-	State     string `json:"state"`
-	CtxState  string `json:"ctx_state"`
-	Elements  uint64 `json:"elements"`
-	Pending   uint64 `json:"pending"`
-	Completed uint64 `json:"completed"`
-	Bytes     uint64 `json:"bytes"`
-	HostRP    uint64 `json:"host_rp"`
-	HostWP    uint64 `json:"host_wp"`
-	CtxRP     uint64 `json:"ctx_rp"`
-	CtxWP     uint64 `json:"ctx_wp"`
+	Num       uint32 `json:"num"`       // channel number
+	Name      string `json:"name"`      // channel name, e.g. "IP_HW0"
+	Dir       string `json:"dir"`       // "UL" or "DL"
+	State     string `json:"state"`     // the host's view of the channel state
+	CtxState  string `json:"ctx_state"` // the channel context's state (the device's view)
+	Elements  uint64 `json:"elements"`  // transfer ring size
+	Pending   uint64 `json:"pending"`   // elements queued, not completed
+	Completed uint64 `json:"completed"` // elements completed
+	Bytes     uint64 `json:"bytes"`     // bytes completed
+	HostRP    uint64 `json:"host_rp"`   // host read pointer (IOVA)
+	HostWP    uint64 `json:"host_wp"`   // host write pointer (IOVA)
+	CtxRP     uint64 `json:"ctx_rp"`    // context read pointer (IOVA)
+	CtxWP     uint64 `json:"ctx_wp"`    // context write pointer (IOVA)
 }
 
 // Dial finds the server (ClientOptions.Port), checks who holds its port,
@@ -272,7 +272,7 @@ func (c *Client) resolve() error {
 	if err != nil {
 		return &Error{Op: "dial", Port: c.port, Kind: ErrProtocol, Err: err}
 	}
-	msgs, err := c.exec(genetlink.Message{
+	msgs, err := c.exec(c.timeout, genetlink.Message{
 		Header: genetlink.Header{Command: unix.CTRL_CMD_GETFAMILY, Version: 1}, Data: b,
 	}, genlIDCtrl, netlink.Request)
 	if err != nil {
@@ -283,22 +283,15 @@ func (c *Client) resolve() error {
 		return e
 	}
 	for _, m := range msgs {
-		ad, err := netlink.NewAttributeDecoder(m.Data)
-		if err != nil {
-			continue
-		}
 		var f genetlink.Family
-		for ad.Next() {
-			switch ad.Type() {
-			case unix.CTRL_ATTR_FAMILY_ID:
-				f.ID = ad.Uint16()
-			case unix.CTRL_ATTR_FAMILY_NAME:
-				f.Name = ad.String()
-			case unix.CTRL_ATTR_VERSION:
-				f.Version = uint8(ad.Uint32())
-			}
-		}
-		if ad.Err() == nil && f.Name == FamilyName && f.ID != 0 {
+		var version uint32
+		err := attrFields{
+			u16: map[uint16]*uint16{unix.CTRL_ATTR_FAMILY_ID: &f.ID},
+			str: map[uint16]*string{unix.CTRL_ATTR_FAMILY_NAME: &f.Name},
+			u32: map[uint16]*uint32{unix.CTRL_ATTR_VERSION: &version},
+		}.decodeBytes(m.Data)
+		f.Version = uint8(version)
+		if err == nil && f.Name == FamilyName && f.ID != 0 {
 			c.family = f
 			return nil
 		}
@@ -307,11 +300,11 @@ func (c *Client) resolve() error {
 		Err: fmt.Errorf("%w: no %q family in the GETFAMILY reply from port %#x", ErrProtocol, FamilyName, c.port)}
 }
 
-// exec runs one request under the client's timeout.
-func (c *Client) exec(m genetlink.Message, family uint16, flags netlink.HeaderFlags) ([]genetlink.Message, error) {
+// exec runs one request, waiting for its answer at most timeout.
+func (c *Client) exec(timeout time.Duration, m genetlink.Message, family uint16, flags netlink.HeaderFlags) ([]genetlink.Message, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.sock.SetDeadline(time.Now().Add(c.timeout)); err != nil {
+	if err := c.sock.SetDeadline(time.Now().Add(timeout)); err != nil {
 		return nil, err
 	}
 	return c.conn.Execute(m, family, flags)
@@ -355,8 +348,14 @@ func (c *Client) fail(op, dev string, err error) *Error {
 	return e
 }
 
-// request runs one mhi-family command.
+// request runs one mhi-family command under the client's timeout.
 func (c *Client) request(op, dev string, cmd uint8, flags netlink.HeaderFlags, encode func(*netlink.AttributeEncoder)) ([]genetlink.Message, error) {
+	return c.requestWithin(c.timeout, op, dev, cmd, flags, encode)
+}
+
+// requestWithin runs one mhi-family command: DEV_NAME (unless dev is "")
+// and what encode adds, waiting for the answer at most timeout.
+func (c *Client) requestWithin(timeout time.Duration, op, dev string, cmd uint8, flags netlink.HeaderFlags, encode func(*netlink.AttributeEncoder)) ([]genetlink.Message, error) {
 	ae := netlink.NewAttributeEncoder()
 	if dev != "" {
 		ae.String(AttrDevName, dev)
@@ -368,7 +367,7 @@ func (c *Client) request(op, dev string, cmd uint8, flags netlink.HeaderFlags, e
 	if err != nil {
 		return nil, &Error{Op: op, Device: dev, Port: c.port, Kind: ErrInvalid, Err: err}
 	}
-	msgs, err := c.exec(genetlink.Message{
+	msgs, err := c.exec(timeout, genetlink.Message{
 		Header: genetlink.Header{Command: cmd, Version: FamilyVersion}, Data: b,
 	}, c.family.ID, flags)
 	if err != nil {
@@ -377,6 +376,7 @@ func (c *Client) request(op, dev string, cmd uint8, flags netlink.HeaderFlags, e
 	return msgs, nil
 }
 
+// malformed is the error of a reply the client cannot decode.
 func (c *Client) malformed(op, dev string, err error) error {
 	return &Error{Op: op, Device: dev, Port: c.port, Kind: ErrProtocol, Err: fmt.Errorf("%w: %w", ErrProtocol, err)}
 }
@@ -387,42 +387,12 @@ func (c *Client) GetDevice(name string) (Device, error) {
 	if err != nil {
 		return Device{}, err
 	}
-	if len(msgs) != 1 {
-		return Device{}, c.malformed("get-device", name, fmt.Errorf("%d replies", len(msgs)))
-	}
-	d, err := decodeDevice(msgs[0].Data)
-	if err != nil {
-		return Device{}, c.malformed("get-device", name, err)
-	}
-	return d, nil
+	return oneReply(c, "get-device", name, msgs, decodeDevice)
 }
 
 // Devices returns every device the server knows, in name order.
 func (c *Client) Devices() ([]Device, error) {
-	msgs, err := c.request("get-device", "", CmdGetDevice, netlink.Request|netlink.Dump, nil)
-	if err != nil {
-		return nil, err
-	}
-	var out []Device
-	for _, m := range msgs {
-		ad, err := netlink.NewAttributeDecoder(m.Data)
-		if err != nil {
-			return nil, c.malformed("get-device", "", err)
-		}
-		for ad.Next() {
-			if ad.Type() == AttrDevice {
-				ad.Nested(func(nad *netlink.AttributeDecoder) error {
-					d, err := decodeDeviceAttrs(nad)
-					out = append(out, d)
-					return err
-				})
-			}
-		}
-		if err := ad.Err(); err != nil {
-			return nil, c.malformed("get-device", "", err)
-		}
-	}
-	return out, nil
+	return dumpNests(c, "get-device", "", CmdGetDevice, AttrDevice, decodeDeviceAttrs)
 }
 
 // SetDevice changes the values r names (MRU, MTU, timeout) and returns the
@@ -431,33 +401,20 @@ func (c *Client) Devices() ([]Device, error) {
 // it stay applied.
 func (c *Client) SetDevice(name string, r SetRequest) (Device, error) {
 	msgs, err := c.request("set-device", name, CmdSetDevice, netlink.Request, func(ae *netlink.AttributeEncoder) {
-		if r.MRU != nil {
-			ae.Uint32(AttrMRU, *r.MRU)
-		}
-		if r.MTU != nil {
-			ae.Uint32(AttrMTU, *r.MTU)
-		}
-		if r.TimeoutMs != nil {
-			ae.Uint32(AttrTimeoutMs, *r.TimeoutMs)
-		}
-		if r.AutosuspendMs != nil {
-			ae.Uint32(AttrAutosuspendMs, *r.AutosuspendMs)
-		}
-		if r.PMRequest != nil {
-			ae.Uint32(AttrPMRequest, *r.PMRequest)
+		for _, a := range []struct {
+			typ uint16
+			v   *uint32
+		}{{AttrMRU, r.MRU}, {AttrMTU, r.MTU}, {AttrTimeoutMs, r.TimeoutMs},
+			{AttrAutosuspendMs, r.AutosuspendMs}, {AttrPMRequest, r.PMRequest}} {
+			if a.v != nil {
+				ae.Uint32(a.typ, *a.v)
+			}
 		}
 	})
 	if err != nil {
 		return Device{}, err
 	}
-	if len(msgs) != 1 {
-		return Device{}, c.malformed("set-device", name, fmt.Errorf("%d replies", len(msgs)))
-	}
-	d, err := decodeDevice(msgs[0].Data)
-	if err != nil {
-		return Device{}, c.malformed("set-device", name, err)
-	}
-	return d, nil
+	return oneReply(c, "set-device", name, msgs, decodeDevice)
 }
 
 // Stats returns the device's counters in the tree's (sorted) order.
@@ -467,40 +424,11 @@ func (c *Client) Stats(name string) ([]Stat, error) {
 		return nil, err
 	}
 	var out []Stat
-	for _, m := range msgs {
-		ad, err := netlink.NewAttributeDecoder(m.Data)
-		if err != nil {
-			return nil, c.malformed("get-stats", name, err)
-		}
-		for ad.Next() {
-			if ad.Type() != AttrStats {
-				continue
-			}
-			ad.Nested(func(sad *netlink.AttributeDecoder) error {
-				for sad.Next() {
-					if sad.Type() != StatsAttrEntry {
-						continue
-					}
-					sad.Nested(func(ead *netlink.AttributeDecoder) error {
-						var st Stat
-						for ead.Next() {
-							switch ead.Type() {
-							case StatAttrName:
-								st.Name = ead.String()
-							case StatAttrValue:
-								st.Value = ead.Uint64()
-							}
-						}
-						out = append(out, st)
-						return nil
-					})
-				}
-				return nil
-			})
-		}
-		if err := ad.Err(); err != nil {
-			return nil, c.malformed("get-stats", name, err)
-		}
+	err = decodeReplies(msgs, eachNest(AttrStats, func(sad *netlink.AttributeDecoder) error {
+		return decodeStatEntries(sad, func(st Stat) { out = append(out, st) })
+	}))
+	if err != nil {
+		return nil, c.malformed("get-stats", name, err)
 	}
 	return out, nil
 }
@@ -521,91 +449,5 @@ func (c *Client) StatsMap(name string) (map[string]uint64, error) {
 // Channels returns the status of every channel of the device, in the
 // tree's order.
 func (c *Client) Channels(name string) ([]Channel, error) {
-	msgs, err := c.request("dump-channels", name, CmdDumpChannels, netlink.Request|netlink.Dump, nil)
-	if err != nil {
-		return nil, err
-	}
-	var out []Channel
-	for _, m := range msgs {
-		ad, err := netlink.NewAttributeDecoder(m.Data)
-		if err != nil {
-			return nil, c.malformed("dump-channels", name, err)
-		}
-		for ad.Next() {
-			if ad.Type() != AttrChannel {
-				continue
-			}
-			ad.Nested(func(cad *netlink.AttributeDecoder) error {
-				out = append(out, decodeChannel(cad))
-				return nil
-			})
-		}
-		if err := ad.Err(); err != nil {
-			return nil, c.malformed("dump-channels", name, err)
-		}
-	}
-	return out, nil
-}
-
-func decodeDevice(b []byte) (Device, error) {
-	ad, err := netlink.NewAttributeDecoder(b)
-	if err != nil {
-		return Device{}, err
-	}
-	return decodeDeviceAttrs(ad)
-}
-
-func decodeDeviceAttrs(ad *netlink.AttributeDecoder) (Device, error) {
-	var d Device
-	for ad.Next() {
-		switch ad.Type() {
-		case AttrDevName:
-			d.Name = ad.String()
-		case AttrState:
-			d.State = ad.String()
-		case AttrEE:
-			d.EE = ad.String()
-		case AttrModel:
-			d.Model = ad.String()
-		case AttrSerial:
-			d.Serial = ad.String()
-		case AttrMRU:
-			d.MRU = ad.Uint32()
-		case AttrMTU:
-			d.MTU = ad.Uint32()
-		case AttrTimeoutMs:
-			d.TimeoutMs = ad.Uint32()
-		case AttrAutosuspendMs:
-			d.AutosuspendMs = ad.Uint32()
-		}
-	}
-	return d, ad.Err()
-}
-
-func decodeChannel(ad *netlink.AttributeDecoder) Channel {
-	var ch Channel
-	u64 := map[uint16]*uint64{
-		ChanAttrElements: &ch.Elements, ChanAttrPending: &ch.Pending, ChanAttrCompleted: &ch.Completed,
-		ChanAttrBytes: &ch.Bytes, ChanAttrHostRP: &ch.HostRP, ChanAttrHostWP: &ch.HostWP,
-		ChanAttrCtxRP: &ch.CtxRP, ChanAttrCtxWP: &ch.CtxWP,
-	}
-	for ad.Next() {
-		switch t := ad.Type(); t {
-		case ChanAttrNum:
-			ch.Num = ad.Uint32()
-		case ChanAttrName:
-			ch.Name = ad.String()
-		case ChanAttrDir:
-			ch.Dir = ad.String()
-		case ChanAttrState:
-			ch.State = ad.String()
-		case ChanAttrCtxState:
-			ch.CtxState = ad.String()
-		default:
-			if p, ok := u64[t]; ok {
-				*p = ad.Uint64()
-			}
-		}
-	}
-	return ch
+	return dumpNests(c, "dump-channels", name, CmdDumpChannels, AttrChannel, decodeChannel)
 }

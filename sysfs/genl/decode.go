@@ -64,6 +64,9 @@ type Request struct {
 	AutosuspendMs, PMRequest *uint32
 	// APN and IPType are the CONNECT values ("" when absent).
 	APN, IPType string
+	// DumpCrash and DumpWaitMs are the GET_DUMP values (rddm.go).
+	DumpCrash  bool
+	DumpWaitMs *uint32
 
 	// FamilyName and FamilyID are the nlctrl GETFAMILY attributes
 	// ("" and 0 when absent).
@@ -213,6 +216,7 @@ var mhiPolicy = [cmdMax + 1]uint32{
 	CmdDisconnect:   1 << AttrDevName,
 	CmdGetSession:   1 << AttrDevName,
 	CmdDumpPorts:    1 << AttrDevName,
+	CmdGetDump:      1<<AttrDevName | 1<<AttrDumpCrash | 1<<AttrDumpWaitMs,
 }
 
 func (r *Request) decodeMHI(msg []byte) error {
@@ -223,57 +227,70 @@ func (r *Request) decodeMHI(msg []byte) error {
 	if r.Command == 0 || r.Command > cmdMax {
 		return reqErr(unix.EOPNOTSUPP, 0, "unknown command %d in family %s", r.Command, FamilyName)
 	}
-	allowed := mhiPolicy[r.Command]
-	err := walkAttrs(msg, nlHdrLen+genlHdrLen, func(typ, raw uint16, p []byte, off int) error {
-		if typ == 0 || typ > AttrMax {
-			return reqErr(unix.EINVAL, off, "unknown attribute type %d", typ)
-		}
-		name := attrName(typ)
-		if allowed&(1<<typ) == 0 {
-			return reqErr(unix.EINVAL, off, "attribute %s is not valid in %s requests", name, cmdName(r.Command))
-		}
-		if raw&nlaFNested != 0 {
-			return reqErr(unix.EINVAL, off, "%s: NLA_F_NESTED set on a scalar attribute", name)
-		}
-		r.offs[typ] = off
-		switch typ {
-		case AttrDevName:
-			s, err := parseString(name, p, MaxDevNameLen, off)
-			if err != nil {
-				return err
-			}
-			if !validDevName(s) {
-				return reqErr(unix.EINVAL, off, "%s: %q is not a valid device name", name, s)
-			}
-			r.DevName = s
-		case AttrMRU, AttrMTU, AttrTimeoutMs, AttrAutosuspendMs, AttrPMRequest:
-			v, err := parseU32(name, p, off)
-			if err != nil {
-				return err
-			}
-			switch typ {
-			case AttrMRU:
-				r.MRU = &v
-			case AttrMTU:
-				r.MTU = &v
-			case AttrAutosuspendMs:
-				r.AutosuspendMs = &v
-			case AttrPMRequest:
-				if v != PMRequestSuspend && v != PMRequestResume {
-					return reqErr(unix.EINVAL, off, "%s: %d: want %d (suspend) or %d (resume)", name, v, PMRequestSuspend, PMRequestResume)
-				}
-				r.PMRequest = &v
-			default:
-				r.TimeoutMs = &v
-			}
-		case AttrAPN, AttrIPType:
-			return r.decodeSessionAttr(typ, name, p, off)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := walkAttrs(msg, nlHdrLen+genlHdrLen, r.decodeMHIAttr); err != nil {
 		return err
 	}
+	return r.checkRequired()
+}
+
+// decodeMHIAttr decodes one top-level attribute of an mhi-family request
+// (walkAttrs' callback): its type must be one the command accepts, with
+// the size and range the policy gives it.
+func (r *Request) decodeMHIAttr(typ, raw uint16, p []byte, off int) error {
+	allowed := mhiPolicy[r.Command]
+	if typ == 0 || typ > AttrMax {
+		return reqErr(unix.EINVAL, off, "unknown attribute type %d", typ)
+	}
+	name := attrName(typ)
+	if allowed&(1<<typ) == 0 {
+		return reqErr(unix.EINVAL, off, "attribute %s is not valid in %s requests", name, cmdName(r.Command))
+	}
+	if raw&nlaFNested != 0 {
+		return reqErr(unix.EINVAL, off, "%s: NLA_F_NESTED set on a scalar attribute", name)
+	}
+	r.offs[typ] = off
+	switch typ {
+	case AttrDevName:
+		s, err := parseString(name, p, MaxDevNameLen, off)
+		if err != nil {
+			return err
+		}
+		if !validDevName(s) {
+			return reqErr(unix.EINVAL, off, "%s: %q is not a valid device name", name, s)
+		}
+		r.DevName = s
+	case AttrMRU, AttrMTU, AttrTimeoutMs, AttrAutosuspendMs, AttrPMRequest:
+		v, err := parseU32(name, p, off)
+		if err != nil {
+			return err
+		}
+		switch typ {
+		case AttrMRU:
+			r.MRU = &v
+		case AttrMTU:
+			r.MTU = &v
+		case AttrAutosuspendMs:
+			r.AutosuspendMs = &v
+		case AttrPMRequest:
+			if v != PMRequestSuspend && v != PMRequestResume {
+				return reqErr(unix.EINVAL, off, "%s: %d: want %d (suspend) or %d (resume)", name, v, PMRequestSuspend, PMRequestResume)
+			}
+			r.PMRequest = &v
+		default:
+			r.TimeoutMs = &v
+		}
+	case AttrAPN, AttrIPType:
+		return r.decodeSessionAttr(typ, name, p, off)
+	case AttrDumpCrash, AttrDumpWaitMs, AttrDumpSize, AttrDumpSHA256, AttrDumpTime, AttrDumpOffset, AttrDumpData:
+		return r.decodeDumpAttr(typ, name, p, off)
+	}
+	return nil
+}
+
+// checkRequired fails a request that lacks an attribute its command
+// needs: DEV_NAME (all but a GET_DEVICE dump), APN (CONNECT), something
+// to set (SET_DEVICE).
+func (r *Request) checkRequired() error {
 	needName := r.Command != CmdGetDevice || !r.Dump()
 	if needName && r.DevName == "" {
 		return &RequestError{Errno: unix.EINVAL, Missing: AttrDevName,

@@ -17,3 +17,11 @@ func DialUnverified(port uint32, timeout time.Duration) (*Client, error) {
 // answers from the server's socket to port: for the fuzz targets, which
 // then read them from their own socket at port.
 func (s *Server) HandleDatagram(b []byte, port uint32, cred *unix.Ucred) { s.handle(b, port, cred) }
+
+// NativeUint64 decodes a u64 attribute payload (0 if it is not 8 bytes).
+func NativeUint64(b []byte) uint64 {
+	if len(b) != 8 {
+		return 0
+	}
+	return ne.Uint64(b)
+}

@@ -29,7 +29,7 @@ var writeSeeds = flag.Bool("write-seeds", false, "rewrite the FuzzClientReply se
 // port) against the client's whole reply path: netlink framing, sequence
 // and port checks, NLMSG_ERROR and extended acks, multipart dumps and the
 // client's attribute decoding. The client runs Dial (nlctrl GETFAMILY),
-// GetDevice, Devices, SetDevice, Stats, StatsMap and Channels; each request
+// GetDevice, Devices, SetDevice, Stats, StatsMap, Channels and Dump; each request
 // is answered with the next group of datagrams of the script, records of
 // [flags][length, 16 bits little-endian][datagram]:
 //
@@ -46,7 +46,7 @@ var writeSeeds = flag.Bool("write-seeds", false, "rewrite the FuzzClientReply se
 // sentinel (the package's promise); and no descriptor or goroutine is
 // left after Close.
 func FuzzClientReply(f *testing.F) {
-	for _, s := range handClientSeeds() {
+	for _, s := range append(handClientSeeds(), dumpClientSeeds()...) {
 		f.Add(s.script)
 	}
 	port := uint32(0x10000000 + rand.Uint32N(0x60000000))
@@ -188,6 +188,8 @@ func runClientReplyInput(t *testing.T, srv *netlink.Conn, rc syscall.RawConn, po
 		_, err = c.StatsMap("mhi0")
 		errs = append(errs, err)
 		_, err = c.Channels("mhi0")
+		errs = append(errs, err)
+		_, err = c.Dump("mhi0", genl.DumpOptions{}) // fuzz_dump_test.go
 		errs = append(errs, err)
 		if err := c.Close(); err != nil {
 			errs = append(errs, err)

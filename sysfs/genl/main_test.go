@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi/testenv"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 	"github.com/gomhi/gomhi/sysfs/genl/genltest"
 )
 
@@ -18,10 +19,11 @@ func TestMain(m *testing.M) {
 	testenv.RunHelpersOnlyWhenAsked(map[string]string{
 		"TestHelperClient":        helperPortEnv,
 		"TestHelperSessionClient": sessionHelperEnv,
+		"TestHelperDumpClient":    dumpHelperEnv,
 		"TestHelperSquatter":      genltest.ModeEnv,
 		"TestHelperSquatClient":   squatClientEnv,
 	})
 	code := m.Run()
-	genltest.RemoveSharedBinary()
+	reexec.RemoveBinary()
 	os.Exit(code)
 }

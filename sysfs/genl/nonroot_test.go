@@ -3,15 +3,12 @@ package genl_test
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/gomhi/gomhi/mhi/testenv"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 	"github.com/gomhi/gomhi/sysfs/genl"
 	"golang.org/x/sys/unix"
 )
@@ -26,38 +23,17 @@ const (
 // 65534 (setpriv) against a server run by root here: GET works, SET is
 // refused with EPERM; with CAP_NET_ADMIN (ambient) the SET goes through.
 func TestNonRootClient(t *testing.T) {
-	testenv.NeedRoot(t, "to run the client as uid 65534 with setpriv")
-	setpriv := testenv.LookPath(t, "setpriv", "util-linux")
+	reexec.RequireSetpriv(t)
 	tr, n := newTree(t, false)
 	srv := startServer(t, tr)
-
-	// go test keeps its binary in a directory only root can enter: copy
-	// it where uid 65534 can run it.
-	dir, err := os.MkdirTemp("", "genl-nonroot-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "genl.test")
-	if err := copyFile(os.Args[0], bin); err != nil {
-		t.Fatal(err)
-	}
-	run := func(t *testing.T, mode string, capArgs ...string) {
-		args := append([]string{"--reuid=65534", "--regid=65534", "--clear-groups"}, capArgs...)
-		args = append(args, bin, "-test.run=^TestHelperClient$", "-test.v", "-test.count=1")
-		cmd := exec.Command(setpriv, args...)
-		cmd.Env = append(os.Environ(),
+	run := func(t *testing.T, mode string, caps ...string) {
+		out, err := reexec.RunTestAs(t, reexec.User{UID: reexec.Nobody, Caps: caps}, "TestHelperClient",
 			helperPortEnv+"="+strconv.FormatUint(uint64(srv.Port()), 10), helperModeEnv+"="+mode)
-		cmd.Dir = dir
-		out, err := cmd.CombinedOutput()
 		t.Logf("helper output:\n%s", out)
 		if err != nil {
 			t.Fatalf("helper as uid 65534: %v", err)
 		}
-		if !strings.Contains(string(out), "HELPER-OK") {
+		if !strings.Contains(out, "HELPER-OK") {
 			t.Fatal("helper did not run its checks")
 		}
 	}
@@ -68,28 +44,11 @@ func TestNonRootClient(t *testing.T) {
 		}
 	})
 	t.Run("nobody+CAP_NET_ADMIN", func(t *testing.T) {
-		run(t, "netadmin", "--inh-caps=+net_admin", "--ambient-caps=+net_admin")
+		run(t, "netadmin", "net_admin")
 		if n.MRU() != 16384 {
 			t.Errorf("MRU %d after a SET by a CAP_NET_ADMIN client", n.MRU())
 		}
 	})
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // TestHelperClient is the unprivileged side of TestNonRootClient; TestMain

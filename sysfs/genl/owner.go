@@ -187,36 +187,39 @@ func socketHolders(ino uint64) []Peer {
 
 // procPeer reads the real uid and command name of process pid.
 func procPeer(pid int) (Peer, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	st, err := procStatus(pid)
 	if err != nil {
 		return Peer{}, err
 	}
-	p := Peer{PID: pid}
-	uidSeen := false
-	for line := range strings.SplitSeq(string(b), "\n") {
-		key, val, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		fields := strings.Fields(val)
-		if len(fields) == 0 {
-			continue
-		}
-		switch key {
-		case "Name":
-			p.Comm = strings.TrimSpace(val)
-		case "Uid":
-			u, err := strconv.ParseUint(fields[0], 10, 32)
-			if err != nil {
-				return Peer{}, fmt.Errorf("genl: /proc/%d/status: Uid %q: %w", pid, val, err)
-			}
-			p.UID, uidSeen = uint32(u), true
-		}
-	}
-	if !uidSeen {
+	p := Peer{PID: pid, Comm: st["Name"]}
+	uid := strings.Fields(st["Uid"])
+	if len(uid) == 0 {
 		return Peer{}, fmt.Errorf("genl: /proc/%d/status has no Uid line", pid)
 	}
+	u, err := strconv.ParseUint(uid[0], 10, 32)
+	if err != nil {
+		return Peer{}, fmt.Errorf("genl: /proc/%d/status: Uid %q: %w", pid, st["Uid"], err)
+	}
+	p.UID = uint32(u)
 	return p, nil
+}
+
+// procStatus reads /proc/<pid>/status as a map from each line's key
+// ("Uid", "CapEff"…) to its value, white space trimmed; lines without a
+// value are left out.
+func procStatus(pid int) (map[string]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return nil, err
+	}
+	st := map[string]string{}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		key, val, ok := strings.Cut(line, ":")
+		if val = strings.TrimSpace(val); ok && val != "" {
+			st[key] = val
+		}
+	}
+	return st, nil
 }
 
 // procStartTime returns field 22 of /proc/<pid>/stat, the time the process

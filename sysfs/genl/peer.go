@@ -53,6 +53,7 @@ type untrustedError struct {
 	reply bool   // true: found by a reply's credentials, else by /proc
 }
 
+// Error names the holder the client refused and whom it trusts instead.
 func (u *untrustedError) Error() string {
 	var b strings.Builder
 	holder := describePeers(nil, u.ino)
@@ -72,6 +73,7 @@ func (u *untrustedError) Error() string {
 	return b.String()
 }
 
+// Unwrap makes the error match ErrUntrustedServer.
 func (u *untrustedError) Unwrap() error { return ErrUntrustedServer }
 
 // locate decides where the client sends its requests and whose replies

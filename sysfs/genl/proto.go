@@ -77,7 +77,7 @@ const (
 	// each with DEV_NAME and a PORT nest, then NLMSG_DONE.
 	CmdDumpPorts uint8 = 8
 
-	cmdMax = CmdDumpPorts
+	cmdMax = CmdGetDump // rddm.go
 )
 
 // Attributes of the top-level "mhi" set (also used inside DEVICE nests).
@@ -105,7 +105,7 @@ const (
 	AttrPMRequest uint16 = 17
 
 	// AttrMax is the highest top-level attribute type.
-	AttrMax = AttrPMRequest
+	AttrMax = AttrDumpData // rddm.go: AttrDumpCrash..AttrDumpData
 )
 
 // Values of AttrPMRequest.
@@ -191,6 +191,13 @@ var attrNames = [...]string{
 
 	AttrAutosuspendMs: "autosuspend-ms",
 	AttrPMRequest:     "pm-request",
+	AttrDumpCrash:     "dump-crash",
+	AttrDumpWaitMs:    "dump-wait-ms",
+	AttrDumpSize:      "dump-size",
+	AttrDumpSHA256:    "dump-sha256",
+	AttrDumpTime:      "dump-time",
+	AttrDumpOffset:    "dump-offset",
+	AttrDumpData:      "dump-data",
 }
 
 var cmdNames = [...]string{
@@ -202,6 +209,7 @@ var cmdNames = [...]string{
 	CmdDisconnect:   "disconnect",
 	CmdGetSession:   "get-session",
 	CmdDumpPorts:    "dump-ports",
+	CmdGetDump:      "get-dump",
 }
 
 func attrName(t uint16) string {

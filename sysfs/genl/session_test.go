@@ -4,14 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi/testenv"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 	"github.com/gomhi/gomhi/sysfs"
 	"github.com/gomhi/gomhi/sysfs/genl"
 	"github.com/gomhi/gomhi/sysfs/sysfstest"
@@ -150,28 +149,13 @@ const sessionHelperEnv = "GOMHI_GENL_SESSION_HELPER_PORT"
 // TestSessionNonRoot: an unprivileged client reads the session and the
 // ports but may not connect.
 func TestSessionNonRoot(t *testing.T) {
-	testenv.NeedRoot(t, "to run the client as uid 65534 with setpriv")
-	setpriv := testenv.LookPath(t, "setpriv", "util-linux")
+	reexec.RequireSetpriv(t)
 	tr, d := newControlTree(t)
 	srv := startServer(t, tr)
-	dir, err := os.MkdirTemp("", "genl-nonroot-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "genl.test")
-	if err := copyFile(os.Args[0], bin); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-test.run=^TestHelperSessionClient$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), sessionHelperEnv+"="+strconv.FormatUint(uint64(srv.Port()), 10))
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
+	out, err := reexec.RunTestAs(t, reexec.User{UID: reexec.Nobody}, "TestHelperSessionClient",
+		sessionHelperEnv+"="+strconv.FormatUint(uint64(srv.Port()), 10))
 	t.Logf("helper output:\n%s", out)
-	if err != nil || !strings.Contains(string(out), "HELPER-OK") {
+	if err != nil || !strings.Contains(out, "HELPER-OK") {
 		t.Fatalf("helper as uid 65534: %v", err)
 	}
 	if d.Mock.Modem.Session().Active {

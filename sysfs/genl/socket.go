@@ -1,10 +1,8 @@
 package genl
 
 import (
-	"errors"
 	"fmt"
 	"iter"
-	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -61,12 +59,9 @@ func newUserSocket(exp *expected) (*userSocket, error) {
 		_ = raw.Close()
 		return nil, fmt.Errorf("genl: %w", err)
 	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSCRED, 1)
-	}); err != nil || serr != nil {
+	if err := passCred(rc); err != nil {
 		_ = raw.Close()
-		return nil, fmt.Errorf("genl: SO_PASSCRED: %w", errors.Join(err, serr))
+		return nil, err
 	}
 	return &userSocket{raw: raw, rc: rc, dst: dst, exp: exp, buf: make([]byte, recvBufSize),
 		oob: make([]byte, unix.CmsgSpace(unix.SizeofUcred))}, nil
@@ -86,7 +81,7 @@ func (s *userSocket) Send(m netlink.Message) error {
 	s.seq, s.seqSet = m.Header.Sequence, true
 	deadline := s.deadline
 	s.mu.Unlock()
-	return s.sendto(b, deadline)
+	return sendRetry(s.rc, s.dst, b, deadline)
 }
 
 // SendMessages sends each message in turn.
@@ -99,45 +94,11 @@ func (s *userSocket) SendMessages(ms []netlink.Message) error {
 	return nil
 }
 
-func (s *userSocket) sendto(b []byte, deadline time.Time) error {
-	sa := &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Pid: s.dst}
-	delay := 20 * time.Microsecond
-	for {
-		var err error
-		if cerr := s.rc.Control(func(fd uintptr) {
-			err = unix.Sendto(int(fd), b, unix.MSG_DONTWAIT, sa)
-		}); cerr != nil {
-			return cerr
-		}
-		if err != unix.EAGAIN && err != unix.EINTR {
-			return err
-		}
-		// The server's queue is full: netlink sockets never poll
-		// writable for that, so back off and retry until the deadline.
-		if !deadline.IsZero() && time.Now().After(deadline) {
-			return fmt.Errorf("%w: %w", os.ErrDeadlineExceeded, err)
-		}
-		time.Sleep(delay)
-		delay = min(2*delay, 5*time.Millisecond)
-	}
-}
-
 // Receive returns the messages of the next datagram from the destination
 // port that answer the last request.
 func (s *userSocket) Receive() ([]netlink.Message, error) {
 	for {
-		var (
-			n, oobn, rflags int
-			from            unix.Sockaddr
-			rerr            error
-		)
-		err := s.rc.Read(func(fd uintptr) bool {
-			n, oobn, rflags, from, rerr = unix.Recvmsg(int(fd), s.buf, s.oob, unix.MSG_DONTWAIT)
-			return rerr != unix.EAGAIN && rerr != unix.EINTR
-		})
-		if err == nil {
-			err = rerr
-		}
+		n, oobn, rflags, from, err := recvmsg(s.rc, s.buf, s.oob)
 		if err != nil {
 			return nil, err
 		}

@@ -1,21 +1,20 @@
 package genl_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/testenv/logbuf"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 	"github.com/gomhi/gomhi/sysfs/genl"
 	"github.com/gomhi/gomhi/sysfs/genl/genltest"
 )
@@ -27,41 +26,24 @@ import (
 // can take the real genl.DefaultPort without disturbing anything else on
 // the machine: netlink port ids are per network namespace.
 
-const netnsEnv = "GOMHI_GENL_IN_TEST_NETNS"
-
 // requirePrivDrop: root and setpriv (and the tools named), or skip (fail
 // under CI=true).
 func requirePrivDrop(t *testing.T, tools ...string) {
 	t.Helper()
-	genltest.Require(t, tools...)
+	reexec.RequireSetpriv(t, tools...)
 }
 
-// inNetns runs the calling test in a fresh network namespace (the test
-// binary re-executed under `unshare --net`) and reports whether the
-// caller is already there, in which case it runs the body.
+// inNetns runs the calling test in a fresh network namespace and reports
+// whether the caller is already there (reexec.InNetns).
 func inNetns(t *testing.T) bool {
 	t.Helper()
-	if os.Getenv(netnsEnv) == "1" {
-		return true
-	}
-	requirePrivDrop(t, "unshare")
-	cmd := exec.Command("unshare", "--net", os.Args[0], "-test.run", "^"+t.Name()+"$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), netnsEnv+"=1")
-	out, err := cmd.CombinedOutput()
-	t.Logf("in a new network namespace:\n%s", out)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	if !bytes.Contains(out, []byte("--- PASS: "+t.Name())) {
-		t.Fatal("the test did not pass in the namespace")
-	}
-	return false
+	return reexec.InNetns(t, func(t *testing.T) { requirePrivDrop(t, "unshare") })
 }
 
 // startSquatter runs TestHelperSquatter as uid 65534 holding port.
 func startSquatter(t *testing.T, port uint32, mode string) *genltest.Squatter {
 	t.Helper()
-	return genltest.StartSquatter(t, 65534, port, mode, genltest.SharedBinary(t),
+	return genltest.StartSquatter(t, reexec.Nobody, port, mode, reexec.Binary(t),
 		"-test.run=^TestHelperSquatter$", "-test.v", "-test.count=1")
 }
 
@@ -87,18 +69,12 @@ const (
 // its output; it fails the test unless the helper printed HELPER-OK.
 func runAs(t *testing.T, uid int, mode string, env ...string) string {
 	t.Helper()
-	bin := genltest.SharedBinary(t)
-	id := strconv.Itoa(uid)
-	cmd := exec.Command("setpriv", "--reuid="+id, "--regid="+id, "--clear-groups",
-		bin, "-test.run=^TestHelperSquatClient$", "-test.v", "-test.count=1")
-	cmd.Env = append(append(os.Environ(), squatClientEnv+"="+mode), env...)
-	cmd.Dir = filepath.Dir(bin)
-	out, err := cmd.CombinedOutput()
+	out, err := reexec.RunTestAs(t, reexec.User{UID: uid}, "TestHelperSquatClient", append([]string{squatClientEnv + "=" + mode}, env...)...)
 	t.Logf("uid %d, %s:\n%s", uid, mode, out)
-	if err != nil || !strings.Contains(string(out), "HELPER-OK") {
+	if err != nil || !strings.Contains(out, "HELPER-OK") {
 		t.Fatalf("helper as uid %d (%s): %v", uid, mode, err)
 	}
-	return string(out)
+	return out
 }
 
 // newRunDir is a directory for a run file that passes the trust test:
@@ -114,24 +90,6 @@ func newRunDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return filepath.Join(dir, "gomhi")
-}
-
-// logBuffer collects a server's log records.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // serve runs srv until the test ends.
@@ -176,7 +134,7 @@ func TestSquatterListening(t *testing.T) {
 	t.Logf("without a run file: %v", err)
 
 	runFile := filepath.Join(newRunDir(t), "genl.json")
-	var logs logBuffer
+	var logs logbuf.Buffer
 	srv, err := genl.NewServer(tr, genl.ServerOptions{RunFile: runFile,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/sysfs"
 )
 
@@ -37,7 +37,7 @@ func NewControlDevice(tb testing.TB, name, model string) ControlDevice {
 	if model == "" {
 		model = "telit-fn990"
 	}
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Name: name, Model: model, RequireConnect: true})
+	m, err := mock.Open(mock.Options{Name: name, Model: model, RequireConnect: true})
 	if err != nil {
 		tb.Fatal(err)
 	}

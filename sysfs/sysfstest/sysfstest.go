@@ -7,14 +7,14 @@ import (
 	"testing"
 
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/sysfs"
 )
 
 // Device is a powered-up mock modem and, unless it was made without, its
 // network device (whose receiver releases every packet at once).
 type Device struct {
-	Mock *pcigeneric.Mock
+	Mock *mock.Mock
 	Net  *mhinet.Device
 }
 
@@ -27,7 +27,7 @@ func (d Device) Binding() sysfs.Device {
 // brings its network device up. Everything is torn down by tb.Cleanup.
 func NewDevice(tb testing.TB, name string, withNet bool) Device {
 	tb.Helper()
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{Name: name})
+	m, err := mock.Open(mock.Options{Name: name})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -3,7 +3,7 @@
 // port before the server does, records every datagram it receives and,
 // in "answer" mode, answers as if it were the server, with forged
 // content. Tests run it by re-executing their test binary under setpriv
-// (StartSquatter); the re-executed binary's helper test calls
+// (StartSquatter, through package reexec); the re-executed binary's helper test calls
 // RunSquatterFromEnv.
 package genltest
 
@@ -15,7 +15,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +24,7 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 	"github.com/gomhi/gomhi/sysfs/genl"
 )
 
@@ -189,14 +189,12 @@ type Squatter struct {
 // StartSquatter runs `setpriv --reuid=uid --regid=uid --clear-groups bin
 // args...` with ModeEnv=mode and PortEnv=port, waits until it holds the
 // port, and stops it at the end of the test. bin must be executable by
-// uid (see SharedBinary) and args must select a helper test that calls
+// uid (see reexec.Binary) and args must select a helper test that calls
 // RunSquatterFromEnv.
 func StartSquatter(t testing.TB, uid int, port uint32, mode, bin string, args ...string) *Squatter {
 	t.Helper()
-	id := strconv.Itoa(uid)
-	cmd := exec.Command("setpriv", append([]string{"--reuid=" + id, "--regid=" + id, "--clear-groups", bin}, args...)...)
-	cmd.Env = append(os.Environ(), ModeEnv+"="+mode, PortEnv+"="+strconv.FormatUint(uint64(port), 10))
-	cmd.Dir = filepath.Dir(bin)
+	cmd := reexec.Command(reexec.User{UID: uid}, bin, args...)
+	cmd.Env = append(cmd.Env, ModeEnv+"="+mode, PortEnv+"="+strconv.FormatUint(uint64(port), 10))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -267,81 +265,5 @@ func (s *Squatter) Stop() {
 	case <-time.After(10 * time.Second):
 		_ = s.cmd.Process.Kill()
 		<-s.done
-	}
-}
-
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-// SharedBinary copies the running test binary, once per process, into a
-// 0755 directory where other users can run it (go test keeps it in a
-// directory only root may enter). RemoveSharedBinary deletes it.
-func SharedBinary(t testing.TB) string {
-	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "gomhi-test-bin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		if err := os.Chmod(dir, 0o755); err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, filepath.Base(os.Args[0]))
-		binErr = copyExecutable(os.Args[0], binPath)
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
-
-// RemoveSharedBinary removes SharedBinary's copy; call it from TestMain.
-func RemoveSharedBinary() {
-	if binPath != "" {
-		_ = os.RemoveAll(filepath.Dir(binPath))
-	}
-}
-
-func copyExecutable(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
-}
-
-// Require makes sure the test can run processes as other users: root and
-// setpriv, plus the tools named. Outside CI a missing piece skips the
-// test; under CI=true it fails, naming what is missing.
-func Require(t testing.TB, tools ...string) {
-	t.Helper()
-	miss := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true: "+format, args...)
-		}
-		t.Skipf(format, args...)
-	}
-	if os.Geteuid() != 0 {
-		miss("needs root, to run helper processes as other users with setpriv")
-	}
-	for _, tool := range append([]string{"setpriv"}, tools...) {
-		if _, err := exec.LookPath(tool); err != nil {
-			miss("needs %s (util-linux): %v", tool, err)
-		}
 	}
 }

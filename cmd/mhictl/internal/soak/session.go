@@ -16,8 +16,8 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/mhinet/sweep"
-	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
+	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 	"github.com/gomhi/gomhi/sysfs"
 )
@@ -33,9 +33,9 @@ type session struct {
 	pair string
 	dev  *mhinet.Device
 
-	mock *pcigeneric.Mock // Inproc
-	ipd  *ep.IPData       // Inproc: the modem's IP data function
-	epd  *ep.Device       // Inproc: the modem
+	mock *mock.Mock // Inproc
+	ipd  *ep.IPData // Inproc: the modem's IP data function
+	epd  *ep.Device // Inproc: the modem
 
 	remote  *vfiouser.Remote // VFIOUser
 	proc    *exec.Cmd
@@ -81,9 +81,9 @@ func (r *runner) open(ctx context.Context, n int) (*session, error) {
 }
 
 func (r *runner) openInproc(s *session) error {
-	m, err := pcigeneric.OpenMock(pcigeneric.MockOptions{
+	m, err := mock.Open(mock.Options{
 		Model: r.o.Model, Name: devName, Logger: r.o.Logger,
-		IPData: ep.IPDataConfig{Format: sweep.ModemFormat(r.o.Format)},
+		IPData: ep.IPDataConfig{Format: mockformat.For(r.o.Format)},
 	})
 	if err != nil {
 		return err

@@ -28,7 +28,7 @@ type Transport string
 
 // Transports.
 const (
-	// Inproc runs the mock modem in this process (pcigeneric.OpenMock).
+	// Inproc runs the mock modem in this process (mock.Open).
 	Inproc Transport = "inproc"
 	// VFIOUser runs the mock modem in another process ('mhictl modem
 	// serve') and reaches it over a vfio-user socket; the soak kills and

@@ -16,7 +16,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/mhinet/sweep"
+	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 )
 
@@ -44,7 +44,7 @@ func serve(spec string) int {
 	}
 	var served atomic.Pointer[ep.IPData]
 	dev, err := vfiouser.NewServerDevice(vfiouser.DeviceOptions{
-		Model: parts[1], IPData: ep.IPDataConfig{Format: sweep.ModemFormat(f)},
+		Model: parts[1], IPData: ep.IPDataConfig{Format: mockformat.For(f)},
 		Device: func(ec *ep.Config) {
 			for _, fn := range ec.Functions {
 				if ipd, ok := fn.(*ep.IPData); ok {

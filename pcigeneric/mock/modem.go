@@ -1,4 +1,4 @@
-package pcigeneric
+package mock
 
 import (
 	"fmt"
@@ -9,22 +9,23 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
+	"github.com/gomhi/gomhi/pcigeneric"
 )
 
 // This file builds the mock modem's device side from a device-table entry:
 // its identity (derived from the entry's product name, deterministic per
 // model), its shared cellular state (ep.Modem) and the functions on its
 // channel pairs — IP data on IP_HW0/IP_HW0_MBIM, MBIM on "MBIM" — as both
-// the embedded mock (OpenMock) and the vfio-user server use them.
+// the embedded mock (Open) and the vfio-user server use them.
 
-// MockIdentity returns what the mock modem impersonating table entry e
+// Identity returns what the mock modem impersonating table entry e
 // says about itself. Manufacturer and model come from the entry's product
 // name ("Telit FN990" → "Telit", "FN990"; a parenthesised chipset and a
 // ", variant" suffix are left out); the firmware and hardware revisions
 // and the IMEI (with a valid Luhn check digit) are derived from a hash of
 // the model and product names, so they are the same in every run. IMSI,
 // ICCID and the home network are ep's defaults.
-func MockIdentity(e Entry) ep.ModemIdentity {
+func Identity(e pcigeneric.Entry) ep.ModemIdentity {
 	manufacturer, model, hw := splitProduct(e.Product)
 	h := fnv.New64a()
 	name := ""
@@ -108,12 +109,12 @@ func LuhnValid(s string) bool {
 	return luhnDigit(s[:len(s)-1]) == int(s[len(s)-1]-'0')
 }
 
-// MockModemOptions configure the device side of a mock modem.
-type MockModemOptions struct {
-	// IPData configures the IP data function (see MockOptions.IPData).
+// ModemOptions configure the device side of a mock modem.
+type ModemOptions struct {
+	// IPData configures the IP data function (see Options.IPData).
 	IPData ep.IPDataConfig
 	// Modem overrides the modem's configuration: non-empty identity
-	// fields replace the derived ones (MockIdentity); addressing, radio
+	// fields replace the derived ones (Identity); addressing, radio
 	// and signal as in ep.ModemConfig.
 	Modem ep.ModemConfig
 	// RequireConnect gates IP data on a connected session (also set by
@@ -126,9 +127,9 @@ type MockModemOptions struct {
 // SWDataPair is the name of the software IP data channel pair (46/47).
 const SWDataPair = "IP_SW0"
 
-// MockFunctions are the functions of one mock modem's channel pairs and
+// Functions are the functions of one mock modem's channel pairs and
 // the state they share.
-type MockFunctions struct {
+type Functions struct {
 	// Modem is the cellular state the control functions share and the IP
 	// data function is gated by.
 	Modem *ep.Modem
@@ -151,9 +152,9 @@ type MockFunctions struct {
 	ControlPairs []string
 }
 
-// MockModemStats are the modem side's counters, as the attribute tree
+// ModemStats are the modem side's counters, as the attribute tree
 // shows them (stats/modem).
-type MockModemStats struct {
+type ModemStats struct {
 	IPULPackets    uint64 `json:"ip_ul_packets"`
 	IPDLPackets    uint64 `json:"ip_dl_packets"`
 	IPAnswered     uint64 `json:"ip_answered"`
@@ -188,8 +189,8 @@ type MockModemStats struct {
 }
 
 // Stats returns the counters of the modem side.
-func (f *MockFunctions) Stats() MockModemStats {
-	var s MockModemStats
+func (f *Functions) Stats() ModemStats {
+	var s ModemStats
 	if f.IPData != nil {
 		st := f.IPData.Stats()
 		s.IPULPackets, s.IPDLPackets, s.IPAnswered = st.ULPackets, st.DLPackets, st.Answered
@@ -221,17 +222,17 @@ func (f *MockFunctions) Stats() MockModemStats {
 	return s
 }
 
-// NewMockConfig builds the device-side configuration of a mock modem
+// NewConfig builds the device-side configuration of a mock modem
 // impersonating table entry e: the model's channels plus LOOPBACK, a
 // serial number derived from the model's name, an ep.Modem with the
-// entry's identity (MockIdentity, overridden by opts.Modem), the IP data
+// entry's identity (Identity, overridden by opts.Modem), the IP data
 // function on the data pair (gated by the Modem) and the control
 // functions the model's pairs call for: MBIM on "MBIM", QMI on "QMI", AT
 // on "DUN" and "DUN2" (one AT function for both), all on the one Modem.
 // Other pairs (DIAG, IPCR…) consume and count what the host sends.
-func NewMockConfig(e Entry, opts MockModemOptions) (ep.Config, *MockFunctions, error) {
+func NewConfig(e pcigeneric.Entry, opts ModemOptions) (ep.Config, *Functions, error) {
 	if e.Info == nil {
-		return ep.Config{}, nil, fmt.Errorf("pcigeneric: mock for %q: %w: the entry has no model", e.Product, ErrUnknownModel)
+		return ep.Config{}, nil, fmt.Errorf("pcigeneric: mock for %q: %w: the entry has no model", e.Product, pcigeneric.ErrUnknownModel)
 	}
 	info := e.Info
 	log := opts.Logger
@@ -244,14 +245,14 @@ func NewMockConfig(e Entry, opts MockModemOptions) (ep.Config, *MockFunctions, e
 	ec := ep.Config{MHI: cfg, SerialNumber: h.Sum32(), Logger: log, Functions: map[string]ep.Function{}}
 
 	mc := opts.Modem
-	mc.Identity = mergeIdentity(MockIdentity(e), mc.Identity)
+	mc.Identity = mergeIdentity(Identity(e), mc.Identity)
 	mc.RequireConnect = mc.RequireConnect || opts.RequireConnect
 	modem, err := ep.NewModem(mc)
 	if err != nil {
 		return ep.Config{}, nil, fmt.Errorf("pcigeneric: mock %s: %w", info.Name, err)
 	}
-	fns := &MockFunctions{Modem: modem}
-	if pair := DataPair(cfg); pair != "" {
+	fns := &Functions{Modem: modem}
+	if pair := pcigeneric.DataPair(cfg); pair != "" {
 		ic := opts.IPData
 		if ic == (ep.IPDataConfig{}) && pair == ep.IPDataName {
 			ic.Format = ep.FormatRaw
@@ -289,7 +290,7 @@ func NewMockConfig(e Entry, opts MockModemOptions) (ep.Config, *MockFunctions, e
 				TxBytes: st.ULBytes, RxBytes: st.DLBytes, TxDropped: st.DroppedGated}
 		}
 	}
-	for _, pair := range ControlPairs(cfg) {
+	for _, pair := range pcigeneric.ControlPairs(cfg) {
 		switch pair {
 		case ep.MBIMName:
 			fn, err := ep.NewMBIM(modem, ep.MBIMOptions{Logger: log, PacketStatistics: mbimStats})
@@ -336,29 +337,4 @@ func mergeIdentity(base, over ep.ModemIdentity) ep.ModemIdentity {
 		}
 	}
 	return base
-}
-
-// controlPairNames are the control channel pairs a host exposes as ports
-// (Linux's mhi_wwan_ctrl: MBIM, QMI, AT on DUN and DUN2), in the order
-// they are looked for.
-var controlPairNames = []string{"MBIM", "QMI", "DUN", "DUN2"}
-
-// ControlPairs returns the control channel pairs of cfg a host exposes
-// as ports — MBIM, QMI, DUN, DUN2 (AT) — in channel order. DIAG, SAHARA,
-// FIREHOSE, IPCR and NMEA are left out.
-func ControlPairs(cfg mhi.ControllerConfig) []string {
-	var out []string
-	for _, ch := range cfg.Channels {
-		if ch.Dir != mhi.Uplink {
-			continue
-		}
-		for _, n := range controlPairNames {
-			if ch.Name == n {
-				if _, ok := cfg.ChannelByName(n, mhi.Downlink); ok {
-					out = append(out, n)
-				}
-			}
-		}
-	}
-	return out
 }

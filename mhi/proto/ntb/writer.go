@@ -260,39 +260,51 @@ func (w *Writer) Fits(n int) bool {
 // A failed Add leaves the aggregate unchanged. Add does not allocate once
 // the Writer has seen MaxDatagrams datagrams in an earlier aggregate.
 func (w *Writer) Add(d []byte) error {
-	if !w.open {
-		return ErrNotOpen
+	b, err := w.Append(len(d))
+	if err != nil {
+		return err
 	}
-	if len(d) == 0 {
-		return ErrEmpty
+	copy(b, d)
+	return nil
+}
+
+// Append adds a datagram of n bytes to the aggregate without writing it and
+// returns the n bytes of the buffer it occupies, for the caller to fill in
+// place before Finish (their content is whatever the buffer held). It fails
+// as Add does, leaving the aggregate unchanged.
+func (w *Writer) Append(n int) ([]byte, error) {
+	if !w.open {
+		return nil, ErrNotOpen
+	}
+	if n <= 0 {
+		return nil, ErrEmpty
 	}
 	if w.n >= w.l.max {
-		return ErrLimit
+		return nil, ErrLimit
 	}
-	if len(d) > len(w.buf) {
+	if n > len(w.buf) {
 		if w.n == 0 {
-			return ErrTooLarge
+			return nil, ErrTooLarge
 		}
-		return ErrFull
+		return nil, ErrFull
 	}
 	start := alignUp(w.off, w.l.dgAlign)
-	end := start + len(d)
+	end := start + n
 	if w.l.total(w.n+1, end) > len(w.buf) {
 		if w.n == 0 {
-			return ErrTooLarge
+			return nil, ErrTooLarge
 		}
-		return ErrFull
+		return nil, ErrFull
 	}
 	clear(w.buf[w.off:start])
-	copy(w.buf[start:end], d)
 	if w.l.first {
-		w.putEntry(w.l.ndpOff+w.l.ndpHdr+w.n*w.l.entLen, start, len(d))
+		w.putEntry(w.l.ndpOff+w.l.ndpHdr+w.n*w.l.entLen, start, n)
 	} else {
-		w.ents = append(w.ents, entry{start, len(d)})
+		w.ents = append(w.ents, entry{start, n})
 	}
 	w.off = end
 	w.n++
-	return nil
+	return w.buf[start:end:end], nil
 }
 
 // Finish writes the NTH and the NDP, closes the aggregate and returns its

@@ -1,4 +1,4 @@
-package pcigeneric
+package mock
 
 import (
 	"bytes"
@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/pcigeneric"
 )
 
 func TestLuhn(t *testing.T) {
@@ -53,9 +55,9 @@ func TestSplitProduct(t *testing.T) {
 // in every call, and different products get different IMEIs.
 func TestMockIdentityEveryEntry(t *testing.T) {
 	imeis := map[string]string{}
-	for _, e := range Entries() {
-		id := MockIdentity(e)
-		if id != MockIdentity(e) {
+	for _, e := range pcigeneric.Entries() {
+		id := Identity(e)
+		if id != Identity(e) {
 			t.Errorf("%s: identity not deterministic", e.Product)
 		}
 		if id.Manufacturer == "" || id.Model == "" || id.Firmware == "" || id.Hardware == "" {
@@ -78,7 +80,7 @@ func TestMockIdentityEveryEntry(t *testing.T) {
 	}
 }
 
-// OpenMock gives a model with an MBIM pair a working MBIM function whose
+// Open gives a model with an MBIM pair a working MBIM function whose
 // DEVICE_CAPS carry the entry's identity, and RequireConnect gates data.
 func TestOpenMockControl(t *testing.T) {
 	for _, c := range []struct {
@@ -96,11 +98,11 @@ func TestOpenMockControl(t *testing.T) {
 			if model == "sa8775p-none" {
 				model = "qcom-sa8775p"
 			}
-			info, _ := Model(model)
-			if got := ControlPairs(info.Config); fmt.Sprint(got) != fmt.Sprint(c.pairs) {
+			info, _ := pcigeneric.Model(model)
+			if got := pcigeneric.ControlPairs(info.Config); fmt.Sprint(got) != fmt.Sprint(c.pairs) {
 				t.Errorf("ControlPairs = %v, want %v", got, c.pairs)
 			}
-			m, err := OpenMock(MockOptions{Model: model, RequireConnect: true})
+			m, err := Open(Options{Model: model, RequireConnect: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -115,7 +117,7 @@ func TestOpenMockControl(t *testing.T) {
 			if m.Modem == nil || !m.Modem.RequireConnect() || m.Modem.DataAllowed() {
 				t.Fatal("RequireConnect did not reach the modem")
 			}
-			want := MockIdentity(EntriesFor(model)[0])
+			want := Identity(pcigeneric.EntriesFor(model)[0])
 			if got := m.Modem.Identity(); got.Model != want.Model || got.IMEI != want.IMEI {
 				t.Errorf("identity %+v, want %+v", got, want)
 			}
@@ -136,7 +138,7 @@ func TestOpenMockControl(t *testing.T) {
 // pair with the identity (a raw exchange; ctrlport's tests drive it
 // with a client).
 func TestOpenMockMBIMAnswers(t *testing.T) {
-	m, err := OpenMock(MockOptions{Model: "telit-fn990", Modem: ep.ModemConfig{Identity: ep.ModemIdentity{Firmware: "override-1"}}})
+	m, err := Open(Options{Model: "telit-fn990", Modem: ep.ModemConfig{Identity: ep.ModemIdentity{Firmware: "override-1"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +165,7 @@ func TestOpenMockMBIMAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := MockIdentity(m.Entry)
+	want := Identity(m.Entry)
 	if caps.DeviceID != want.IMEI || caps.FirmwareInfo != "override-1" || !strings.Contains(caps.HardwareInfo, "FN990") {
 		t.Errorf("DEVICE_CAPS %+v, want IMEI %s, firmware override-1, hardware with FN990", caps, want.IMEI)
 	}
@@ -175,7 +177,7 @@ func TestOpenMockMBIMAnswers(t *testing.T) {
 // The identity table in docs/CONTROL.md is generated from the table: this
 // test fails when it is stale (GOMHI_UPDATE_DOCS=1 rewrites it).
 func TestMockIdentityDocTable(t *testing.T) {
-	const path = "../docs/CONTROL.md"
+	const path = "../../docs/CONTROL.md"
 	const begin, end = "<!-- mock-identity-table:begin -->\n", "<!-- mock-identity-table:end -->"
 	doc, err := os.ReadFile(path)
 	if err != nil {
@@ -184,17 +186,17 @@ func TestMockIdentityDocTable(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("| model | manufacturer | model string | firmware | hardware | IMEI | control pairs | data pair |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|\n")
-	for _, name := range Models() {
-		es := EntriesFor(name)
+	for _, name := range pcigeneric.Models() {
+		es := pcigeneric.EntriesFor(name)
 		if len(es) == 0 {
 			continue
 		}
-		id := MockIdentity(es[0])
-		pairs := strings.Join(ControlPairs(es[0].Info.Config), ", ")
+		id := Identity(es[0])
+		pairs := strings.Join(pcigeneric.ControlPairs(es[0].Info.Config), ", ")
 		if pairs == "" {
 			pairs = "—"
 		}
-		data := DataPair(es[0].Info.Config)
+		data := pcigeneric.DataPair(es[0].Info.Config)
 		if data == "" {
 			data = "—"
 		}
@@ -217,7 +219,7 @@ func TestMockIdentityDocTable(t *testing.T) {
 		t.Logf("rewrote the identity table in %s", path)
 		return
 	}
-	t.Errorf("the identity table in %s is stale; run GOMHI_UPDATE_DOCS=1 go test ./pcigeneric -run TestMockIdentityDocTable\nwant:\n%s", path, b.String())
+	t.Errorf("the identity table in %s is stale; run GOMHI_UPDATE_DOCS=1 go test ./pcigeneric/mock -run TestMockIdentityDocTable\nwant:\n%s", path, b.String())
 }
 
 // TestMockSWData: a model with IP_SW0 (46/47) gets a raw-IP data function
@@ -229,11 +231,11 @@ func TestMockSWData(t *testing.T) {
 		responder bool
 		want      bool
 	}{{"qcom-sdx55m", true, true}, {"qcom-sdx55m", false, true}, {"telit-fn990", true, false}} {
-		es := EntriesFor(tc.model)
+		es := pcigeneric.EntriesFor(tc.model)
 		if len(es) == 0 {
 			t.Fatalf("no entry for %s", tc.model)
 		}
-		ec, fns, err := NewMockConfig(es[0], MockModemOptions{IPData: ep.IPDataConfig{Responder: tc.responder}, RequireConnect: true})
+		ec, fns, err := NewConfig(es[0], ModemOptions{IPData: ep.IPDataConfig{Responder: tc.responder}, RequireConnect: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -249,6 +251,25 @@ func TestMockSWData(t *testing.T) {
 		c := fns.SWData.Config()
 		if c.Format != ep.FormatRaw || c.Gate != ep.DataGate(fns.Modem) || (fns.SWData.Mode() == ep.ModeResponder) != tc.responder {
 			t.Fatalf("%s: IP_SW0 function %+v mode %v", tc.model, c, fns.SWData.Mode())
+		}
+	}
+}
+
+// TestDataPairMatchesEp: pcigeneric.DataPair, which names the data pair
+// without importing the mock, finds the pair the mock modem serves IP data
+// on (ep.IPDataMBIMName before ep.IPDataName) for every model.
+func TestDataPairMatchesEp(t *testing.T) {
+	for _, name := range pcigeneric.Models() {
+		info, _ := pcigeneric.Model(name)
+		want := ""
+		for _, pair := range []string{ep.IPDataMBIMName, ep.IPDataName} {
+			if _, ok := info.Config.ChannelByName(pair, mhi.Uplink); ok {
+				want = pair
+				break
+			}
+		}
+		if got := pcigeneric.DataPair(info.Config); got != want {
+			t.Errorf("%s: DataPair = %q, want %q", name, got, want)
 		}
 	}
 }

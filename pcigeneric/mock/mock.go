@@ -1,4 +1,4 @@
-package pcigeneric
+package mock
 
 import (
 	"fmt"
@@ -7,13 +7,14 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/inproc"
+	"github.com/gomhi/gomhi/pcigeneric"
 )
 
 // DefaultModel is the model the embedded mock modem impersonates by default.
 const DefaultModel = "qcom-sdx55m"
 
-// MockOptions configure an embedded mock modem.
-type MockOptions struct {
+// Options configure an embedded mock modem.
+type Options struct {
 	// Model is the device-table model to impersonate (default DefaultModel).
 	Model string
 	// Name names the host controller (default "mhi0").
@@ -33,12 +34,18 @@ type MockOptions struct {
 	RequireConnect bool
 	// Modem overrides the mock modem's cellular configuration: identity
 	// fields set here replace the ones derived from the device-table
-	// entry (MockIdentity); addressing, radio and signal as in
+	// entry (Identity); addressing, radio and signal as in
 	// ep.ModemConfig (defaults: 198.18.0.1/24 via 198.18.0.2,
 	// fd00:6d68:6900::1/64 via ::2, MTU 1500).
 	Modem ep.ModemConfig
 	// Device, if set, adjusts the mock modem's configuration before it starts.
 	Device func(*ep.Config)
+	// Host, if set, adjusts the host controller's options before it is built.
+	Host func(*mhi.Options)
+	// InterruptSink, if set, receives the mock modem's interrupts instead
+	// of the host controller's handler (inproc.Options.InterruptSink): for
+	// a driver that runs the host in virtual time.
+	InterruptSink func(vector int)
 	// FirmwareDir holds the images the model names, for a mock that boots
 	// in PBL (ep.BootConfig.Start); RDDMSize enables RAM-dump collection.
 	FirmwareDir string
@@ -48,10 +55,10 @@ type MockOptions struct {
 // Mock is a mock modem in this process joined to a host controller by the
 // in-process transport. The controller is not powered up yet.
 type Mock struct {
-	Info *ModemInfo
+	Info *pcigeneric.ModemInfo
 	// Entry is the device-table entry the mock impersonates (the model's
 	// first): its product name gives the modem's identity.
-	Entry      Entry
+	Entry      pcigeneric.Entry
 	Transport  *inproc.Transport
 	Controller *mhi.Controller
 	// DataPair names the model's IP data channel pair ("" if it has none).
@@ -63,40 +70,29 @@ type Mock struct {
 	Modem *ep.Modem
 	// Functions are the mock modem's functions (IP data, MBIM…) and
 	// their counters.
-	Functions *MockFunctions
+	Functions *Functions
 }
 
-// DataPair returns the name of a configuration's IP data channel pair:
-// IP_HW0_MBIM or IP_HW0, or "" when it has neither.
-func DataPair(cfg mhi.ControllerConfig) string {
-	for _, name := range []string{ep.IPDataMBIMName, ep.IPDataName} {
-		if _, ok := cfg.ChannelByName(name, mhi.Uplink); ok {
-			return name
-		}
-	}
-	return ""
-}
-
-// OpenMock starts a mock modem impersonating opts.Model and builds a host
+// Open starts a mock modem impersonating opts.Model and builds a host
 // controller for it from the same table entry. Both sides get the model's
 // channel configuration plus the LOOPBACK pair the mock offers.
-func OpenMock(opts MockOptions) (*Mock, error) {
+func Open(opts Options) (*Mock, error) {
 	if opts.Model == "" {
 		opts.Model = DefaultModel
 	}
-	info, ok := Model(opts.Model)
+	info, ok := pcigeneric.Model(opts.Model)
 	if !ok {
-		return nil, fmt.Errorf("pcigeneric: model %q: %w (see 'mhictl models')", opts.Model, ErrUnknownModel)
+		return nil, fmt.Errorf("pcigeneric: model %q: %w (see 'mhictl models')", opts.Model, pcigeneric.ErrUnknownModel)
 	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	entry := Entry{Product: info.Name, Info: info}
-	if es := EntriesFor(info.Name); len(es) > 0 {
+	entry := pcigeneric.Entry{Product: info.Name, Info: info}
+	if es := pcigeneric.EntriesFor(info.Name); len(es) > 0 {
 		entry = es[0]
 	}
-	ec, fns, err := NewMockConfig(entry, MockModemOptions{
+	ec, fns, err := NewConfig(entry, ModemOptions{
 		IPData: opts.IPData, Modem: opts.Modem, RequireConnect: opts.RequireConnect,
 		Logger: log.With("side", "modem"),
 	})
@@ -107,12 +103,16 @@ func OpenMock(opts MockOptions) (*Mock, error) {
 	if opts.Device != nil {
 		opts.Device(&ec)
 	}
-	tr, err := inproc.New(ec, inproc.Options{Memory: opts.Memory})
+	tr, err := inproc.New(ec, inproc.Options{Memory: opts.Memory, InterruptSink: opts.InterruptSink})
 	if err != nil {
 		return nil, err
 	}
-	ctrl, err := mhi.NewController(tr, cfg, mhi.Options{Name: opts.Name, Logger: log.With("side", "host"),
-		Firmware: FirmwareFromDir(info, opts.FirmwareDir), RDDMSize: opts.RDDMSize})
+	hostOpts := mhi.Options{Name: opts.Name, Logger: log.With("side", "host"),
+		Firmware: pcigeneric.FirmwareFromDir(info, opts.FirmwareDir), RDDMSize: opts.RDDMSize}
+	if opts.Host != nil {
+		opts.Host(&hostOpts)
+	}
+	ctrl, err := mhi.NewController(tr, cfg, hostOpts)
 	if err != nil {
 		_ = tr.Close()
 		return nil, err

@@ -1,6 +1,10 @@
-package mhi
+// Package lend is the layout of gomhi's zero-copy lending protocol between
+// a host's network device (mhinet) and the mock modem's IP data function
+// (mhi/ep): which host buffers are lent and the ring through which the
+// device hands them back. It is not part of the MHI specification.
+package lend
 
-// LendRegion describes a host's zero-copy transmit slots and the release
+// Region describes a host's zero-copy transmit slots and the release
 // ring through which a device hands them back. It is gomhi's model of the
 // control message a real host would send its modem (mhinet writes it,
 // the mock modem reads it; not part of the MHI specification). All
@@ -12,7 +16,7 @@ package mhi
 // slot, writes the entry slot | tag<<16 at RingIOVA+4*(prod mod
 // RingEntries) and then prod+1 to the word at ProdIOVA; the host writes
 // how far it has read to ConsIOVA.
-type LendRegion struct {
+type Region struct {
 	DataIOVA    uint64 `json:"data_iova"`
 	SlotSize    int    `json:"slot_size"`
 	Slots       int    `json:"slots"`

@@ -1,0 +1,337 @@
+package archtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gomhi/gomhi/mhi/testenv"
+)
+
+// module is the module path; rules and the graph name packages relative
+// to it ("mhi/ep").
+const module = "github.com/gomhi/gomhi"
+
+// root is the module's directory, seen from this package's.
+const root = "../.."
+
+// A rule forbids the non-test code of some packages to link others.
+// Patterns are relative to the module: "mhi" is that package alone,
+// "mhi/..." is it and every package under it, "..." is the whole module.
+// A rule is checked against what a package links (its transitive
+// imports), so a forbidden package cannot come in through a third one.
+type rule struct {
+	// name is the rule as docs/ARCHITECTURE.md states it.
+	name string
+	// pkgs are the packages the rule binds; forbid what they may not link.
+	pkgs, forbid []string
+	// except names the packages pkgs matches that the rule does not bind,
+	// each with the reason. An exception that is no longer needed fails
+	// the test, so that it is removed.
+	except map[string]string
+}
+
+// mockSide is the mock modem: the device side and what joins it to a host
+// in one process.
+var mockSide = []string{"mhi/ep", "mhi/inproc", "pcigeneric/mock"}
+
+// rules are the import rules of docs/ARCHITECTURE.md ("Imports").
+var rules = []rule{
+	{name: "the host stack stands alone",
+		pkgs: []string{"mhi"}, forbid: []string{"..."}},
+	{name: "the codecs are neutral: host and mock both use them, they use nothing of ours",
+		pkgs: []string{"mhi/proto/..."}, forbid: []string{"..."}},
+	{name: "nothing under mhi/ uses the network layer",
+		pkgs: []string{"mhi/..."}, forbid: []string{"mhinet/..."}},
+	{name: "the device table does not link the mock modem",
+		pkgs: []string{"pcigeneric"}, forbid: mockSide},
+	{name: "the host side does not link the mock modem",
+		pkgs: []string{"mhi/ctrlport", "mhi/loopback", "mhinet", "mhinet/gso", "mhinet/tun",
+			"pcigeneric/pciaddr", "pcigeneric/vfio", "sysfs", "sysfs/fusefs", "sysfs/genl"},
+		forbid: mockSide},
+	{name: "the control plane does not depend on the bus",
+		pkgs: []string{"sysfs/..."}, forbid: []string{"pcigeneric/..."},
+		except: map[string]string{
+			"sysfs/sysfstest": "a helper for other packages' tests: it serves an attribute tree over an embedded mock modem (pcigeneric/mock)",
+		}},
+}
+
+// pkgInfo is what `go list -json` says about one package.
+type pkgInfo struct {
+	ImportPath string
+	Imports    []string // direct, non-test
+	Deps       []string // transitive, non-test
+	Error      *struct{ Err string }
+}
+
+// listModule returns the module's packages by path relative to the
+// module, with their imports and links restricted to the module.
+func listModule(t *testing.T) map[string]*pkgInfo {
+	t.Helper()
+	gocmd, err := exec.LookPath("go")
+	if err != nil {
+		gocmd = filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, serr := os.Stat(gocmd); serr != nil {
+			testenv.Need(t, "the go command (in PATH or GOROOT/bin)", errors.Join(err, serr))
+		}
+	}
+	cmd := exec.Command(gocmd, "list", "-e", "-json=ImportPath,Imports,Deps,Error", module+"/...")
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	pkgs := map[string]*pkgInfo{}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p pkgInfo
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		if p.Error != nil {
+			t.Fatalf("go list %s: %s", p.ImportPath, p.Error.Err)
+		}
+		rel, ok := relative(p.ImportPath)
+		if !ok {
+			t.Fatalf("go list returned %s, outside %s", p.ImportPath, module)
+		}
+		p.Imports, p.Deps = ours(p.Imports), ours(p.Deps)
+		pkgs[rel] = &p
+	}
+	if len(pkgs) == 0 {
+		t.Fatal("go list found no packages")
+	}
+	return pkgs
+}
+
+// relative returns path relative to the module, and whether it is in it.
+func relative(path string) (string, bool) {
+	if path == module {
+		return ".", true
+	}
+	rel, ok := strings.CutPrefix(path, module+"/")
+	return rel, ok
+}
+
+// ours keeps the module's packages of paths, relative to the module.
+func ours(paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		if rel, ok := relative(p); ok {
+			out = append(out, rel)
+		}
+	}
+	return out
+}
+
+// matches reports whether package pkg (relative) matches pattern.
+func matches(pattern, pkg string) bool {
+	if pattern == "..." {
+		return true
+	}
+	if dir, ok := strings.CutSuffix(pattern, "/..."); ok {
+		return pkg == dir || strings.HasPrefix(pkg, dir+"/")
+	}
+	return pkg == pattern
+}
+
+func matchesAny(patterns []string, pkg string) bool {
+	return slices.ContainsFunc(patterns, func(p string) bool { return matches(p, pkg) })
+}
+
+// chain returns the shortest import chain from one package to another
+// through the module's packages ("a → b → c").
+func chain(pkgs map[string]*pkgInfo, from, to string) string {
+	prev := map[string]string{from: ""}
+	queue := []string{from}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		if p == to {
+			var path []string
+			for ; p != ""; p = prev[p] {
+				path = append(path, p)
+			}
+			slices.Reverse(path)
+			return strings.Join(path, " → ")
+		}
+		if info := pkgs[p]; info != nil {
+			for _, q := range info.Imports {
+				if _, seen := prev[q]; !seen {
+					prev[q] = p
+					queue = append(queue, q)
+				}
+			}
+		}
+	}
+	return from + " → … → " + to
+}
+
+// violations returns, for every package r binds, what it links that r
+// forbids, as "pkg links dep (chain)"; and the packages of r.except that
+// link nothing forbidden.
+func violations(pkgs map[string]*pkgInfo, r rule) (bad []string, staleExcept []string) {
+	for _, name := range slices.Sorted(maps.Keys(pkgs)) {
+		if !matchesAny(r.pkgs, name) {
+			continue
+		}
+		var found []string
+		for _, dep := range pkgs[name].Deps {
+			if dep != name && matchesAny(r.forbid, dep) {
+				found = append(found, fmt.Sprintf("%s links %s (%s)", name, dep, chain(pkgs, name, dep)))
+			}
+		}
+		if _, ok := r.except[name]; ok {
+			if len(found) == 0 {
+				staleExcept = append(staleExcept, name)
+			}
+			continue
+		}
+		bad = append(bad, found...)
+	}
+	return bad, staleExcept
+}
+
+// TestForbiddenImports checks every rule against the module as it is.
+func TestForbiddenImports(t *testing.T) {
+	pkgs := listModule(t)
+	for _, r := range rules {
+		t.Run(r.name, func(t *testing.T) {
+			// A rule whose patterns match nothing (a package renamed or
+			// moved) would pass without checking anything.
+			for _, p := range append(slices.Clone(r.pkgs), r.forbid...) {
+				if !slices.ContainsFunc(slices.Collect(maps.Keys(pkgs)), func(n string) bool { return matches(p, n) }) {
+					t.Errorf("pattern %q matches no package of the module: update the rule", p)
+				}
+			}
+			for name := range r.except {
+				if _, ok := pkgs[name]; !ok || !matchesAny(r.pkgs, name) {
+					t.Errorf("exception %s is not a package the rule binds", name)
+				}
+			}
+			bad, stale := violations(pkgs, r)
+			for _, b := range bad {
+				t.Errorf("forbidden import: %s", b)
+			}
+			for _, s := range stale {
+				t.Errorf("exception %s links nothing the rule forbids any more: remove it", s)
+			}
+		})
+	}
+}
+
+// TestViolationsFindsTransitiveImport: the check sees a forbidden package
+// that comes in through a third one, names the chain, and reports an
+// exception that is no longer needed.
+func TestViolationsFindsTransitiveImport(t *testing.T) {
+	pkgs := map[string]*pkgInfo{
+		"a":   {Imports: []string{"b"}, Deps: []string{"b", "c/d"}},
+		"b":   {Imports: []string{"c/d"}, Deps: []string{"c/d"}},
+		"c/d": {},
+		"e":   {},
+	}
+	bad, stale := violations(pkgs, rule{pkgs: []string{"a", "b", "e"}, forbid: []string{"c/..."}, except: map[string]string{"b": "", "e": ""}})
+	if want := []string{"a links c/d (a → b → c/d)"}; !slices.Equal(bad, want) {
+		t.Errorf("violations = %q, want %q", bad, want)
+	}
+	if want := []string{"e"}; !slices.Equal(stale, want) {
+		t.Errorf("stale exceptions = %q, want %q", stale, want)
+	}
+}
+
+// The rules and the import graph in docs/ARCHITECTURE.md are generated
+// from the rules above and from go list: this test fails when either is
+// stale (GOMHI_UPDATE_DOCS=1 rewrites them).
+func TestArchitectureDocImports(t *testing.T) {
+	const path = root + "/docs/ARCHITECTURE.md"
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkgs := listModule(t)
+	sections := []struct{ marker, want string }{
+		{"import-rules", rulesTable()},
+		{"import-graph", graphTable(pkgs)},
+	}
+	changed := false
+	for _, s := range sections {
+		begin, end := "<!-- "+s.marker+":begin -->\n", "<!-- "+s.marker+":end -->"
+		i, j := bytes.Index(doc, []byte(begin)), bytes.Index(doc, []byte(end))
+		if i < 0 || j < i {
+			t.Fatalf("%s lacks the markers %q … %q", path, begin, end)
+		}
+		if string(doc[i+len(begin):j]) == s.want {
+			continue
+		}
+		if os.Getenv("GOMHI_UPDATE_DOCS") != "1" {
+			t.Errorf("the %s section of %s is stale; run GOMHI_UPDATE_DOCS=1 go test ./internal/archtest -run TestArchitectureDocImports\nwant:\n%s", s.marker, path, s.want)
+			continue
+		}
+		doc = append(append(append([]byte{}, doc[:i+len(begin)]...), s.want...), doc[j:]...)
+		changed = true
+	}
+	if changed {
+		if err := os.WriteFile(path, doc, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rewrote the import sections of %s", path)
+	}
+}
+
+// code formats package patterns as a Markdown list of code spans.
+func code(names []string) string {
+	var out []string
+	for _, n := range names {
+		if n == "..." {
+			out = append(out, "anything else of the module")
+			continue
+		}
+		out = append(out, "`"+n+"`")
+	}
+	return strings.Join(out, ", ")
+}
+
+// rulesTable is the Markdown of the rules for docs/ARCHITECTURE.md.
+func rulesTable() string {
+	var b strings.Builder
+	b.WriteString("| rule | the non-test code of | may not link |\n|---|---|---|\n")
+	for _, r := range rules {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", r.name, code(r.pkgs), code(r.forbid))
+	}
+	for _, r := range rules {
+		for _, name := range slices.Sorted(maps.Keys(r.except)) {
+			fmt.Fprintf(&b, "\nException to \"%s\": `%s`, %s.\n", r.name, name, r.except[name])
+		}
+	}
+	return b.String()
+}
+
+// graphTable is the Markdown of the module's import graph (direct,
+// non-test imports of the module's own packages).
+func graphTable(pkgs map[string]*pkgInfo) string {
+	var b strings.Builder
+	b.WriteString("| package | imports of the module (non-test files) |\n|---|---|\n")
+	for _, name := range slices.Sorted(maps.Keys(pkgs)) {
+		imps := slices.Sorted(slices.Values(pkgs[name].Imports))
+		list := code(imps)
+		if list == "" {
+			list = "—"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s |\n", name, list)
+	}
+	return b.String()
+}

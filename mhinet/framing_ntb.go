@@ -1,0 +1,101 @@
+package mhinet
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/gomhi/gomhi/mhi/proto/ntb"
+)
+
+// FormatMBIM: MBIM NTB16 or NTB32 aggregates, as Linux's mhi_wwan_mbim.
+const FormatMBIM Format = 1
+
+func init() {
+	registerFormat(formatSpec{format: FormatMBIM, names: []string{"mbim", "ntb", "ntb16", "ntb32"},
+		newFraming: newNTBFraming})
+}
+
+var (
+	_ framing    = (*ntbFraming)(nil)
+	_ aggregator = (*ntbFraming)(nil)
+)
+
+// ntbFraming parses received NTB16 and NTB32 transfers and transmits
+// NTB16: one datagram per NTB, or with aggregation up to
+// Config.TXAggMaxPackets. Every transmitted NTB, whichever way it was
+// built, takes the next sequence number.
+type ntbFraming struct {
+	// Receive side (Device.chainMu), and mu for parserStats.
+	mu     sync.Mutex
+	parser ntb.Parser
+
+	// Transmit side (txPath.mu).
+	session uint8
+	agg     ntb.Config
+	w       ntb.Writer
+	seq     uint16
+}
+
+func newNTBFraming(cfg *Config, _ *counters) framing {
+	f := &ntbFraming{session: cfg.Session, agg: ntb.Config{Session: cfg.Session, MaxDatagrams: cfg.TXAggMaxPackets}}
+	f.parser.AnyProtocol = false
+	return f
+}
+
+// parse cuts the datagrams out of one NTB.
+func (f *ntbFraming) parse(data []byte, b *rxBuffer, batch []Packet) []Packet {
+	f.mu.Lock()
+	_, _ = f.parser.Parse(data, func(dg []byte, sid uint8) {
+		batch = append(batch, Packet{Data: dg, Mux: sid, buf: b})
+	})
+	f.mu.Unlock()
+	return batch
+}
+
+func (f *ntbFraming) parserStats() (s Stats) {
+	f.mu.Lock()
+	s.NTB = f.parser.Stats
+	f.mu.Unlock()
+	return s
+}
+
+func (f *ntbFraming) frameLen(n int) (int, error) { return ntb.TXHeaderLen + n, nil }
+
+func (f *ntbFraming) encode(dst, p []byte) (int, error) {
+	n, err := ntb.EncodeTX(dst, p, f.session, f.seq)
+	if err != nil {
+		return 0, fmt.Errorf("mhinet: transmit: %w", err)
+	}
+	f.seq++
+	return n, nil
+}
+
+func (f *ntbFraming) zcHeadroom() (int, error) { return ntb.TXHeaderLen, nil }
+
+func (f *ntbFraming) zcFrame(frame []byte, n int) (int, error) {
+	if err := ntb.PutTXHeader(frame, n, f.session, f.seq); err != nil {
+		return 0, fmt.Errorf("mhinet: transmit: %w", err)
+	}
+	f.seq++
+	return ntb.TXHeaderLen + n, nil
+}
+
+func (f *ntbFraming) aggFrameLen(n int) (int, error) { return ntb.Size(f.agg, []int{n}) }
+
+func (f *ntbFraming) aggReset(buf []byte) error {
+	if err := f.w.Reset(buf, f.agg); err != nil {
+		return err
+	}
+	f.w.SetSequence(f.seq)
+	return nil
+}
+
+func (f *ntbFraming) aggAdd(p []byte) error {
+	return aggOutcome(f.w.Add(p), ntb.ErrFull, ntb.ErrLimit, ntb.ErrTooLarge)
+}
+
+func (f *ntbFraming) aggFinish() int {
+	n := f.w.Finish()
+	f.seq++
+	return n
+}

@@ -1,0 +1,121 @@
+package mhinet
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/proto/qmap"
+)
+
+// FormatQMAP: QMAP (rmnet MAP) aggregates, as mhi_net with rmnet.
+const FormatQMAP Format = 2
+
+func init() {
+	registerFormat(formatSpec{format: FormatQMAP, names: []string{"qmap", "rmnet"}, newFraming: newQMAPFraming})
+}
+
+var (
+	_ framing    = (*qmapFraming)(nil)
+	_ aggregator = (*qmapFraming)(nil)
+)
+
+// qmapFraming parses received QMAP aggregates (MAPv1, with the MAPv4
+// checksum trailer or the MAPv5 checksum header, per Config.QMAPCsum) and
+// transmits QMAP frames on Config.Session: one per element, or with
+// aggregation up to Config.TXAggMaxPackets. With MAPv5 the uplink carries
+// the checksum header (offload is not requested); with MAPv4 it carries
+// no trailer.
+type qmapFraming struct {
+	// Receive side (Device.chainMu), and mu for parserStats.
+	mu     sync.Mutex
+	parser qmap.Parser
+
+	// Transmit side (txPath.mu).
+	mode qmap.CsumMode // Config.QMAPCsum
+	cfg  qmap.Config
+	w    qmap.Writer
+}
+
+func newQMAPFraming(cfg *Config, _ *counters) framing {
+	f := &qmapFraming{mode: cfg.QMAPCsum, cfg: qmap.Config{Mux: cfg.Session, MaxPackets: cfg.TXAggMaxPackets}}
+	f.parser.Csum = cfg.QMAPCsum
+	if cfg.QMAPCsum == qmap.CsumV5 {
+		// The modem parses the uplink with the MAPv5 checksum header
+		// when the pair is configured for it; offload is not requested.
+		f.cfg.Csum = qmap.CsumV5
+	}
+	return f
+}
+
+// parse cuts the packets out of one QMAP aggregate.
+func (f *qmapFraming) parse(data []byte, b *rxBuffer, batch []Packet) []Packet {
+	f.mu.Lock()
+	_, _ = f.parser.Parse(data, func(p qmap.Packet) {
+		batch = append(batch, Packet{Data: p.Data, Mux: p.Mux, buf: b})
+	})
+	f.mu.Unlock()
+	return batch
+}
+
+func (f *qmapFraming) parserStats() (s Stats) {
+	f.mu.Lock()
+	s.QMAP = f.parser.Stats
+	f.mu.Unlock()
+	return s
+}
+
+func (f *qmapFraming) frameLen(n int) (int, error) { return qmap.FrameLen(f.cfg, n) }
+
+func (f *qmapFraming) encode(dst, p []byte) (int, error) {
+	c := f.cfg
+	c.MaxPackets = 1
+	err := f.w.Reset(dst, c)
+	if err == nil {
+		err = f.w.Add(p)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("mhinet: transmit: %w", err)
+	}
+	return f.w.Finish(), nil
+}
+
+func (f *qmapFraming) zcHeadroom() (int, error) {
+	switch f.mode {
+	case qmap.CsumV4:
+		return 0, fmt.Errorf("mhinet: zero-copy transmit with the QMAP checksum trailer: %w", mhi.ErrConfig)
+	case qmap.CsumV5:
+		return qmap.HeaderLen + qmap.V5HeaderLen, nil
+	}
+	return qmap.HeaderLen, nil
+}
+
+// zcFrame writes the MAP header (and the MAPv5 checksum header, offload
+// not requested) in front of the packet and pads it to four bytes.
+func (f *qmapFraming) zcFrame(frame []byte, n int) (int, error) {
+	headroom := qmap.HeaderLen
+	pad := (4 - n%4) % 4
+	h := qmap.Header{Pad: uint8(pad), Mux: f.cfg.Mux, Len: uint16(n + pad)}
+	if f.cfg.Csum == qmap.CsumV5 {
+		headroom += qmap.V5HeaderLen
+		h.NextHeader = true
+		c := frame[qmap.HeaderLen:headroom]
+		c[0], c[1], c[2], c[3] = qmap.V5TypeCsumOffload<<1, 0, 0, 0
+	}
+	if err := h.Put(frame); err != nil {
+		return 0, fmt.Errorf("mhinet: transmit: %w", err)
+	}
+	end := headroom + n
+	clear(frame[end : end+pad])
+	return end + pad, nil
+}
+
+func (f *qmapFraming) aggFrameLen(n int) (int, error) { return qmap.FrameLen(f.cfg, n) }
+
+func (f *qmapFraming) aggReset(buf []byte) error { return f.w.Reset(buf, f.cfg) }
+
+func (f *qmapFraming) aggAdd(p []byte) error {
+	return aggOutcome(f.w.Add(p), qmap.ErrFull, qmap.ErrLimit, qmap.ErrTooLarge)
+}
+
+func (f *qmapFraming) aggFinish() int { return f.w.Finish() }

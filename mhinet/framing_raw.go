@@ -1,0 +1,42 @@
+package mhinet
+
+// FormatRawIP: one IP packet per transfer, as Linux's mhi_net without rmnet.
+// It is the zero Format, the default of a zero Config.
+const FormatRawIP Format = 0
+
+func init() {
+	registerFormat(formatSpec{format: FormatRawIP, names: []string{"raw", "rawip", "ip"},
+		newFraming: func(_ *Config, c *counters) framing { return &rawFraming{c: c} }})
+}
+
+var _ framing = (*rawFraming)(nil)
+
+// rawFraming carries one bare IP packet per element, both ways. It does
+// not aggregate.
+type rawFraming struct {
+	c *counters
+}
+
+// parse takes the transfer as one packet if it starts like an IPv4 or
+// IPv6 header.
+func (f *rawFraming) parse(data []byte, b *rxBuffer, batch []Packet) []Packet {
+	switch {
+	case len(data) == 0:
+		f.c.rxEmpty.Add(1)
+	case data[0]>>4 != 4 && data[0]>>4 != 6:
+		f.c.rxBadPacket.Add(1)
+	default:
+		batch = append(batch, Packet{Data: data[:len(data):len(data)], buf: b})
+	}
+	return batch
+}
+
+func (f *rawFraming) parserStats() Stats { return Stats{} }
+
+func (f *rawFraming) frameLen(n int) (int, error) { return n, nil }
+
+func (f *rawFraming) encode(dst, p []byte) (int, error) { return copy(dst, p), nil }
+
+func (f *rawFraming) zcHeadroom() (int, error) { return 0, nil }
+
+func (f *rawFraming) zcFrame(_ []byte, n int) (int, error) { return n, nil }

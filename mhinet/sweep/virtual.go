@@ -1,0 +1,427 @@
+package sweep
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/simclock"
+	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
+	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
+)
+
+// In timing mode (Options.Timing) every point runs on a system of its own —
+// a fresh mock modem and host, and a discrete-event clock — so that its
+// figures depend on nothing but the profile, the point and the number of
+// packets, whichever worker runs it and in whatever order. The clock's
+// events run on one goroutine per point; points run in parallel.
+
+// virtualNTBAlign is the datagram alignment of the modelled modem's NTBs
+// (docs/FIDELITY.md: the cliff hypothesis).
+const virtualNTBAlign = 8
+
+// virtualFlushTimer is the modelled modem's aggregation timeout: an
+// aggregate not full leaves at most this long after its first packet. With
+// a receive queue (ingress_queue) every batch's last aggregate leaves with
+// the batch and the timer never runs out.
+const virtualFlushTimer = time.Millisecond
+
+// errStalled: an iteration in virtual time stopped delivering.
+var errStalled = errors.New("sweep: the simulation stopped delivering packets")
+
+// runVirtual runs the sweep in virtual time.
+func runVirtual(ctx context.Context, o *Options, rep *Report) error {
+	m, err := newModel(o.Timing)
+	if err != nil {
+		return err
+	}
+	type job struct {
+		idx       int
+		mru, size int
+	}
+	var jobs []job
+	for _, mru := range o.MRUs {
+		for _, size := range o.Sizes {
+			jobs = append(jobs, job{len(jobs), mru, size})
+		}
+	}
+	points := make([]Point, len(jobs))
+	errs := make([]error, len(jobs))
+	workers := o.Parallel
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	workers = min(workers, len(jobs))
+	var (
+		next     atomic.Int64
+		progMu   sync.Mutex
+		progDone int
+		wg       sync.WaitGroup
+	)
+	total := len(jobs) * o.Iterations
+	progress := func() {
+		if o.Progress == nil {
+			return
+		}
+		progMu.Lock()
+		progDone++
+		o.Progress(progDone, total)
+		progMu.Unlock()
+	}
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(jobs) || ctx.Err() != nil {
+					return
+				}
+				j := jobs[i]
+				points[j.idx], errs[j.idx] = simulatePoint(ctx, o, &m, j.mru, j.size, progress)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, p := range points {
+		if errs[i] != nil {
+			return fmt.Errorf("sweep: MRU %d, size %d: %w", jobs[i].mru, jobs[i].size, errs[i])
+		}
+		rep.Points = append(rep.Points, p)
+	}
+	return ctx.Err()
+}
+
+// simHost is the host's side of the simulation: it takes the modem's
+// interrupts, runs the host's real interrupt handling on the clock when
+// the modelled host is free, and charges the modelled time of what that
+// handling did.
+type simHost struct {
+	clk   *simclock.Scheduler
+	m     *model
+	mru   int
+	ctrl  *mhi.Controller
+	dev   *ep.Device
+	dl    *mhi.Channel
+	dlNum uint8
+	rx    *counter
+
+	svc     *simclock.Timer // the host's interrupt handling
+	wake    *simclock.Timer // the modem noticing what the host posted
+	pending atomic.Uint64   // vectors raised, not handled yet
+	free    atomic.Int64    // virtual time (ns) until which the host is busy
+
+	// The iteration in progress (run on the clock's goroutine).
+	target   uint64        // rx count that ends it
+	active   bool          // an iteration waits for target
+	end      time.Duration // when its last packet was delivered
+	done     chan struct{}
+	cpu      time.Duration // real time spent in the host's handling
+	services uint64
+}
+
+func newSimHost(clk *simclock.Scheduler, m *model, mru int) *simHost {
+	h := &simHost{clk: clk, m: m, mru: mru}
+	h.svc = clk.NewTimer(h.service)
+	h.wake = clk.NewTimer(func() {
+		if h.dev != nil {
+			h.dev.Wake(h.dlNum)
+		}
+	})
+	return h
+}
+
+// interrupt is the transport's interrupt sink: the vector is handled when
+// the host is free.
+func (h *simHost) interrupt(vector int) {
+	h.pending.Or(1 << uint(vector))
+	if !h.svc.Pending() {
+		h.svc.ResetAt(time.Duration(h.free.Load()))
+	}
+}
+
+// counters is what the host's cost is computed from.
+func (h *simHost) counters() (elements, posted, packets, bytes uint64) {
+	if h.dl != nil {
+		st := h.dl.Stats()
+		elements, posted = st.Completed.Load(), st.Queued.Load()
+	}
+	return elements, posted, h.rx.pkts.Load(), h.rx.bytes.Load()
+}
+
+// service handles the pending vectors with the host's real code and makes
+// the modelled host busy for what it did.
+func (h *simHost) service() {
+	vecs := h.pending.Swap(0)
+	if vecs == 0 {
+		return
+	}
+	_, q0, p0, _ := h.counters()
+	t0 := time.Now()
+	for v := vecs; v != 0; v &= v - 1 {
+		h.ctrl.ProcessInterrupt(bits.TrailingZeros64(v))
+	}
+	h.cpu += time.Since(t0)
+	h.services++
+	_, q1, p1, _ := h.counters()
+	now := h.clk.Now()
+	free := now + h.m.hostCost(p1-p0, q1-q0, h.mru)
+	h.free.Store(int64(free))
+	// The modem sees the buffers the host posted once the host is done.
+	if q1 != q0 {
+		h.wake.ResetAt(free)
+	}
+	if h.pending.Load() != 0 {
+		h.svc.ResetAt(free)
+	}
+	if h.active && p1 >= h.target {
+		h.active = false
+		h.end = free
+		close(h.done)
+	}
+}
+
+// simulatePoint opens a system in virtual time, runs the point's
+// iterations and closes it.
+func simulatePoint(ctx context.Context, o *Options, m *model, mru, size int, progress func()) (Point, error) {
+	p := Point{MRU: mru, Size: size, IPSize: size - FrameHeader, Iterations: o.Iterations}
+	clk := simclock.New()
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		clk.Serve(sctx)
+	}()
+	defer func() { stop(); <-served }()
+
+	h := newSimHost(clk, m, mru)
+	rx := &counter{}
+	h.rx = rx
+	mock, err := mock.Open(mock.Options{
+		Model: o.Model, Logger: o.Logger,
+		IPData: ep.IPDataConfig{
+			Format: mockformat.For(o.Format), MaxDatagrams: o.MaxDatagrams, MaxAggregate: o.MaxAggregate,
+			NTBDatagramAlign: virtualNTBAlign, FlushTimer: virtualFlushTimer,
+		},
+		Device: func(c *ep.Config) {
+			c.Clock = clk
+			c.Timing = m.modemTiming()
+			c.DLQueueDepth = virtualDLQueueDepth
+		},
+		Host:          func(ho *mhi.Options) { ho.PollInterval = -1 },
+		InterruptSink: h.interrupt,
+	})
+	if err != nil {
+		return p, err
+	}
+	defer mock.Close()
+	if mock.IPData == nil {
+		return p, fmt.Errorf("sweep: model %s has no IP data channel", o.Model)
+	}
+	// The clock's goroutine reads these (service, wake): set them there.
+	if err := clk.Call(ctx, func() { h.ctrl, h.dev = mock.Controller, mock.Transport.Device() }); err != nil {
+		return p, err
+	}
+	if err := mock.Controller.PowerUp(); err != nil {
+		return p, err
+	}
+	dev, err := mhinet.New(mock.Controller, mhinet.Config{
+		Pair: mock.DataPair, Format: o.Format, MRU: mru, MTU: max(p.IPSize, mhinet.DefaultMTU), Logger: o.Logger,
+	}, rx)
+	if err != nil {
+		return p, err
+	}
+	if err := dev.Up(); err != nil {
+		return p, err
+	}
+	defer dev.Down()
+	// The modem lets a started channel move data once it has posted the
+	// START completion, on its control goroutine (real time): wait for it.
+	if err := waitDownlinkRunning(ctx, mock.Transport.Device(), mock.DataPair, o.Stall); err != nil {
+		return p, err
+	}
+	_, dl, _ := mock.Controller.ChannelPair(mock.DataPair)
+	if err := clk.Call(ctx, func() { h.dl, h.dlNum = dl, dl.Num() }); err != nil {
+		return p, err
+	}
+	p.RingMemory = (dl.Config().Elements - 1) * mru
+
+	var tot delta
+	var pps, pct, mbps []float64
+	line := LineRatePPS(m.linkRate, size)
+	for it := 0; it < o.Iterations; it++ {
+		d, err := h.iteration(ctx, o, mock.IPData, dev, p.IPSize)
+		if err != nil {
+			return p, fmt.Errorf("iteration %d: %w", it+1, err)
+		}
+		secs := d.elapsed.Seconds()
+		r := float64(d.delivered) / secs
+		pps = append(pps, r)
+		pct = append(pct, 100*r/line)
+		mbps = append(mbps, float64(d.bytes)/secs/1e6)
+		tot.add(d)
+		progress()
+	}
+	lr := summarize(pct)
+	p.PPS, p.LineRatePct, p.MBps = summarize(pps), &lr, summarize(mbps)
+	p.PoolMemory = dev.Stats().PoolMemory
+	tot.fill(&p)
+	if tot.delivered > 0 {
+		p.HostCPUNsPerPacket = float64(tot.hostCPU.Nanoseconds()) / float64(tot.delivered)
+	}
+	return p, nil
+}
+
+// iteration lets the generator put n packets into the modem at the
+// link's line rate and waits, in virtual time, for all of them to be
+// delivered. Packets the modem had no buffer for are dropped and counted.
+func (h *simHost) iteration(ctx context.Context, o *Options, ipd *ep.IPData, dev *mhinet.Device, ipSize int) (delta, error) {
+	// Start from a quiet system: nothing scheduled.
+	if err := h.quiesce(ctx); err != nil {
+		return delta{}, err
+	}
+	type snap struct {
+		elements, posted, packets, bytes uint64
+		events                           uint64
+		host                             mhinet.Stats
+		modem                            ep.IPDataStats
+		cpu                              time.Duration
+		start                            time.Duration
+	}
+	var before snap
+	h.done = make(chan struct{})
+	err := h.clk.Call(ctx, func() {
+		before.elements, before.posted, before.packets, before.bytes = h.counters()
+		before.events = h.dl.EventRingEvents()
+		before.modem = ipd.Stats()
+		before.host = dev.Stats()
+		before.cpu = h.cpu
+		before.start = h.clk.Now()
+		h.target = before.packets + uint64(o.Packets)
+		h.active = true
+		if err := ipd.StartGenerator(ep.GeneratorConfig{
+			Count: o.Packets, Sizes: []int{ipSize}, Link: h.m.link(), Ingress: h.m.ingressQueue(),
+		}); err != nil {
+			h.active = false
+			close(h.done)
+			h.end = -1
+		}
+	})
+	if err != nil {
+		return delta{}, err
+	}
+	// Wait for the last packet, watching for a simulation that stops
+	// moving (a model or code fault: it would otherwise wait forever).
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	last, lastMove := h.rx.pkts.Load(), time.Now()
+	stalled := false
+wait:
+	for {
+		select {
+		case <-h.done:
+			break wait
+		case <-ctx.Done():
+			ipd.StopGenerator()
+			return delta{}, ctx.Err()
+		case <-tick.C:
+			if n := h.rx.pkts.Load(); n != last {
+				last, lastMove = n, time.Now()
+			} else if time.Since(lastMove) > o.Stall && h.clk.Pending() == 0 {
+				stalled = true
+				break wait
+			}
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, o.Stall)
+	_, werr := ipd.WaitGenerator(wctx)
+	cancel()
+	if werr != nil || stalled {
+		ipd.StopGenerator()
+	}
+	var after snap
+	_ = h.clk.Call(ctx, func() {
+		after.elements, after.posted, after.packets, after.bytes = h.counters()
+		after.events = h.dl.EventRingEvents()
+		after.modem = ipd.Stats()
+		after.host = dev.Stats()
+		after.cpu = h.cpu
+	})
+	if h.end < 0 {
+		return delta{}, fmt.Errorf("sweep: the generator did not start")
+	}
+	d := delta{
+		elapsed:   h.end - before.start,
+		sent:      uint64(o.Packets) + after.modem.DroppedOverrun - before.modem.DroppedOverrun,
+		delivered: after.packets - before.packets,
+		bytes:     after.bytes - before.bytes,
+		elements:  after.host.RxElements - before.host.RxElements,
+		events:    after.events - before.events,
+		chains:    after.host.RxChains - before.host.RxChains,
+		overflows: after.host.RxOverflows - before.host.RxOverflows,
+		transfers: after.host.RxTransfers - before.host.RxTransfers,
+		hostCPU:   after.cpu - before.cpu,
+		drops:     map[string]uint64{},
+	}
+	if stalled {
+		d.elapsed = h.clk.Now() - before.start
+	}
+	ds := dropsBetween(snapshot{modem: before.modem, host: before.host}, snapshot{modem: after.modem, host: after.host})
+	for k, v := range ds.nonZero() {
+		d.drops[k] = v
+	}
+	if stalled && d.delivered+ds.total() < d.sent {
+		if gerr := ipd.GeneratorErr(); gerr != nil {
+			return d, fmt.Errorf("%w: %d of %d packets delivered; the generator ended: %w", errStalled, d.delivered, d.sent, gerr)
+		}
+		return d, fmt.Errorf("%w: %d of %d packets delivered", errStalled, d.delivered, d.sent)
+	}
+	return d, nil
+}
+
+// waitDownlinkRunning waits (in real time, at most limit) until the
+// modem's downlink channel of pair is running.
+func waitDownlinkRunning(ctx context.Context, d *ep.Device, pair string, limit time.Duration) error {
+	pipe, ok := d.Pipe(pair)
+	if !ok {
+		return fmt.Errorf("sweep: the modem has no pipe %s", pair)
+	}
+	deadline := time.Now().Add(limit)
+	for pipe.DownlinkState() != mhi.ChannelRunning {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sweep: the modem's downlink of %s is %s after %v", pair, pipe.DownlinkState(), limit)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	return nil
+}
+
+// quiesce waits until nothing is scheduled on the clock: the system is at
+// rest (a burst channel stops polling after its idle polls).
+func (h *simHost) quiesce(ctx context.Context) error {
+	for i := 0; ; i++ {
+		var idle bool
+		if err := h.clk.Call(ctx, func() { idle = h.clk.Pending() == 0 }); err != nil {
+			return err
+		}
+		if idle {
+			return nil
+		}
+		if i > 1000 {
+			return fmt.Errorf("sweep: the simulation does not come to rest (%d events pending)", h.clk.Pending())
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
