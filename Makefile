@@ -55,15 +55,12 @@ test: fmt-check vet test-deps
 # whole stack for SOAK_DURATION, every packet accounted for, resources
 # flat, no channel stuck. A normal build: at full rate the minute covers
 # about a hundred phases, and the race detector's shadow memory would blur
-# the RSS curve (the soak package's own tests run under -race). SOAK_BUGS
-# are the known bugs it lives with until they are fixed; each has a
-# failing test: go test -tags knownbugs -run KnownBug ./cmd/mhictl/internal/soak/
+# the RSS curve (the soak package's own tests run under -race).
 SOAK_DURATION ?= 1m
-SOAK_BUGS ?= recovery-discard,loopback-late-echo
 SOAK_FLAGS ?=
 soak:
 	$(GO) build -o bin/mhictl-soak ./cmd/mhictl
-	./bin/mhictl-soak soak --duration $(SOAK_DURATION) --known-bug $(SOAK_BUGS) $(SOAK_FLAGS)
+	./bin/mhictl-soak soak --duration $(SOAK_DURATION) $(SOAK_FLAGS)
 
 # QEMU 11.1, the guest kernel and a static busybox for the VFIO and
 # Linux-driver tests, unpacked from Debian packages without root into

@@ -74,6 +74,11 @@ type Channel struct {
 	handler func(Completion)
 	wanted  bool         // started by a client; restarted after recovery
 	comps   []Completion // scratch for completions, used by the event goroutine
+	// reclaimed, when not nil, is closed by the next abort: a client Reset
+	// during SYS_ERR waits on it for the recovery (or a give-up, or
+	// PowerDown) to reset the device, hand over what it posted and take
+	// the rest of the buffers back.
+	reclaimed chan struct{}
 
 	stats ChannelStats
 }
@@ -223,26 +228,52 @@ func (ch *Channel) Stop() error {
 
 // Reset resets the channel: the device forgets the ring and every queued
 // buffer is returned to the handler with ErrAborted.
+//
+// During SYS_ERR the device cannot reset one channel; the recovery's MHI
+// reset resets them all. Reset then marks the channel as no longer wanted
+// (the recovery will not restart it) and waits for the recovery to take
+// stock: once the device is reset, the completions it posted before reach
+// the handler as usual, and only then does every other buffer come back
+// with ErrAborted. Handing the buffers back earlier would give the client
+// memory the device may still write, and the completions of the packets
+// in them would then find the channel reset and be dropped as stale. The
+// wait lasts until the recovery attempt starts (its backoff, up to
+// Options.RecoveryBackoffMax) and has reset the device, or until the
+// controller gives up or is powered down.
 func (ch *Channel) Reset() error {
 	sysErr := ch.clientOp()
-	defer ch.ctrl.chanOps.RUnlock()
 	ch.mu.Lock()
 	if ch.state != ChannelEnabled && ch.state != ChannelStop && !sysErr {
 		st := ch.state
 		ch.mu.Unlock()
+		ch.ctrl.chanOps.RUnlock()
 		return fmt.Errorf("%s: reset channel %d in state %s: %w", ch.ctrl.name, ch.cfg.Num, st, ErrChannelState)
 	}
-	ch.state = ChannelDisabled
 	ch.wanted = false
-	ch.mu.Unlock()
 	if sysErr {
-		// The recovery's MHI reset resets the channel on the device and
-		// rewrites its context once the device is reset (the device may
-		// still read it now); it will not restart it (no longer wanted).
-		// Only the buffers are left to hand back.
-		ch.abort()
+		if ch.state == ChannelDisabled {
+			// A recovery attempt already took stock of the channel (it
+			// failed and the next one waits): nothing of it is on the
+			// device any more.
+			ch.mu.Unlock()
+			ch.ctrl.chanOps.RUnlock()
+			ch.abort()
+			return nil
+		}
+		// The context stays as it is (the device may still read it until
+		// the recovery's MHI reset; the recovery rewrites it after).
+		if ch.reclaimed == nil {
+			ch.reclaimed = make(chan struct{})
+		}
+		reclaimed := ch.reclaimed
+		ch.mu.Unlock()
+		ch.ctrl.chanOps.RUnlock() // let the recovery in
+		<-reclaimed
 		return nil
 	}
+	ch.state = ChannelDisabled
+	ch.mu.Unlock()
+	defer ch.ctrl.chanOps.RUnlock()
 	err := ch.ctrl.sendCommand(PktResetChanCmd, ch.cfg.Num)
 	// Consume (as stale) whatever the device posted for the channel before
 	// the reset, so no old event meets the restarted ring.
@@ -254,7 +285,8 @@ func (ch *Channel) Reset() error {
 	return err
 }
 
-// abort returns every queued buffer to the handler with ErrAborted.
+// abort returns every queued buffer to the handler with ErrAborted, then
+// releases a Reset waiting for them (reclaimed).
 func (ch *Channel) abort() {
 	ch.mu.Lock()
 	var out []Completion
@@ -265,12 +297,17 @@ func (ch *Channel) abort() {
 		ch.ring.rp = ch.ring.next(ch.ring.rp)
 	}
 	h := ch.handler
+	reclaimed := ch.reclaimed
+	ch.reclaimed = nil
 	ch.mu.Unlock()
 	ch.stats.Aborted.Add(uint64(len(out)))
 	if h != nil {
 		for _, c := range out {
 			h(c)
 		}
+	}
+	if reclaimed != nil {
+		close(reclaimed)
 	}
 }
 

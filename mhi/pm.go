@@ -546,6 +546,11 @@ func (c *Controller) SoCReset() error {
 	// towards RecoveryLimit).
 	c.rec.hostRequested = true
 	c.mu.Unlock()
+	// The host is in SYS_ERR now: a recovery follows even when the request
+	// did not reach the device (it resets the device, or gives up), or the
+	// controller would stay in SYS_ERR for good, refusing its clients and
+	// keeping a client's Reset waiting.
+	defer c.kickRecovery()
 	if err := c.write(RegSOCRESETREQ, SOCResetReqBit); err != nil {
 		return err
 	}
@@ -554,7 +559,6 @@ func (c *Controller) SoCReset() error {
 		return err
 	}
 	c.stats.SoCResets.Add(1)
-	c.kickRecovery()
 	return nil
 }
 

@@ -8,11 +8,13 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/gomhi/gomhi/cmd/mhictl/internal/soak"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/loopback"
 	"github.com/gomhi/gomhi/pcigeneric"
@@ -59,7 +61,11 @@ are consumed, and after a --gen-count run the modem answers as a responder).
 Each session's data counters are logged at disconnect (ip_data). --format is its
 framing, by default the model's own: mbim on IP_HW0_MBIM, raw on IP_HW0; the
 client's framing must match ('mhictl up --format', 'mhictl bench --format').
-The LOOPBACK channels (0/1) always loop back.
+The LOOPBACK channels (0/1) always loop back. SIGUSR1 logs the current
+session's IP data counters in full (ip_data_stats, every field of the
+modem's counters: what 'mhictl soak --transport vfio-user' accounts with),
+and the server logs those of its last session once more when it exits
+(ip_data_final, after the session's modem stopped).
 
 The modem answers MBIM on its MBIM channels (12/13) with the identity of the
 device-table entry it impersonates; with --require-connect it passes no IP
@@ -106,16 +112,24 @@ BHIe ('mhictl dump --vfio-user PATH').`,
 				Model: g.model, Vectors: vectors, Logger: events, ModemLogger: mlog.With("side", "modem"),
 				IPData: ipc, RequireConnect: requireConnect,
 			}
+			// The IP data function of the main data pair in the current
+			// (or last) session: its counters judge a soak's phases.
+			var served atomic.Pointer[ep.IPData]
 			opts.Device = func(ec *ep.Config) {
 				ec.Boot = bc
-				if gen == nil {
-					return
-				}
 				// The generator runs on the main data pair only (IP_SW0,
 				// where the model has it, keeps its responder).
 				name := pcigeneric.DataPair(ec.MHI)
 				if f, ok := ec.Functions[name].(*ep.IPData); ok {
-					ec.Functions[name] = generatorOnAttach{IPData: f, gen: *gen, log: events}
+					served.Store(f)
+					if gen != nil {
+						ec.Functions[name] = generatorOnAttach{IPData: f, gen: *gen, log: events}
+					}
+				}
+			}
+			logIPData := func(msg string) {
+				if f := served.Load(); f != nil {
+					events.Info(msg, "stats", f.Stats())
 				}
 			}
 			dev, err := vfiouser.NewServerDevice(opts)
@@ -124,6 +138,19 @@ BHIe ('mhictl dump --vfio-user PATH').`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			usr1 := make(chan os.Signal, 1)
+			signal.Notify(usr1, syscall.SIGUSR1)
+			defer signal.Stop(usr1)
+			go func() {
+				for {
+					select {
+					case <-usr1:
+						logIPData(soak.MsgIPDataStats)
+					case <-ctx.Done():
+						return
+					}
+				}
+			}()
 			ln, err := vfiouser.Listen(socket)
 			if err != nil {
 				return err
@@ -134,6 +161,7 @@ BHIe ('mhictl dump --vfio-user PATH').`,
 				"ids", fmt.Sprintf("%04x:%04x %04x:%04x", p.Vendor, p.Device, p.SubVendor, p.SubDevice),
 				"bar0", p.BARSize, "vectors", p.Vectors, "ip_mode", strings.ToLower(ipd.mode), "format", format.String())
 			err = ln.Serve(ctx, dev)
+			logIPData(soak.MsgIPDataFinal)
 			st := dev.Stats()
 			events.Info("exit", "sessions", st.Sessions, "messages", st.Messages, "malformed", st.Malformed,
 				"dma_faults", st.DMAFaults, "interrupts", st.Interrupts)

@@ -21,7 +21,6 @@ func newSoakCmd(g *globalFlags) *cobra.Command {
 	var (
 		o                                soak.Options
 		transport, formatName, reportOut string
-		knownBugs                        []string
 		jsonOut                          bool
 		rows                             int
 		progress                         time.Duration
@@ -30,7 +29,7 @@ func newSoakCmd(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "soak",
 		Short: "Run traffic and faults through the whole stack for a long time and check that nothing is lost or leaks",
-		Long: fmt.Sprintf(`Runs generator and loopback traffic at full rate through the mock modem, the
+		Long: `Runs generator and loopback traffic at full rate through the mock modem, the
 host controller and the mhinet network device, in phases of --phase-packets
 packets (the modem's generator and the host's loopback traffic in turn, each
 packet numbered and its payload checked), while the LOOPBACK pair (0/1)
@@ -52,16 +51,13 @@ It checks, and stops at the first violation:
     RSS, goroutines and open file descriptors stay within twice their slack
     above their warm-up maximum;
   - at the end: each resource's maximum over the last half of the run is at
-    most its warm-up maximum plus its slack (RSS: max(32 MiB, 25%%);
+    most its warm-up maximum plus its slack (RSS: max(32 MiB, 25%);
     goroutines: 16; fds: 8).
 
 It ends after --duration or --packets, whichever comes first, prints a
 summary (a table, or --json) with the drops by counter and the resource
 curves, writes it as Markdown with --report, and exits non-zero on any
-violation.
-
---known-bug NAME lives with a bug the soak found in a part of the stack
-being fixed elsewhere (known: %s); the summary lists it.`, soak.JoinBugs(soak.KnownBugs)),
+violation.`,
 		Example: `  mhictl soak --duration 1m
   mhictl soak --packets 10000000 --report soak.md
   mhictl soak --duration 5m --transport vfio-user --json > soak.json`,
@@ -78,9 +74,6 @@ being fixed elsewhere (known: %s); the summary lists it.`, soak.JoinBugs(soak.Kn
 					return fmt.Errorf("--format: %w", err)
 				}
 				o.Format, o.FormatSet = f, true
-			}
-			for _, b := range knownBugs {
-				o.KnownBugs = append(o.KnownBugs, soak.KnownBug(b))
 			}
 			if slackRSSMiB > 0 {
 				o.Slack.RSSBytes = int64(slackRSSMiB) << 20
@@ -158,7 +151,6 @@ being fixed elsewhere (known: %s); the summary lists it.`, soak.JoinBugs(soak.Kn
 	f.IntVar(&slackRSSMiB, "slack-rss", 0, "RSS growth allowed after the warm-up, MiB (default: max(32, 25% of the warm-up max))")
 	f.IntVar(&o.Slack.Goroutines, "slack-goroutines", 16, "goroutine growth allowed after the warm-up")
 	f.IntVar(&o.Slack.FDs, "slack-fds", 8, "file descriptor growth allowed after the warm-up")
-	f.StringSliceVar(&knownBugs, "known-bug", nil, "live with a known bug: "+soak.JoinBugs(soak.KnownBugs))
 	f.BoolVar(&jsonOut, "json", false, "print the summary as JSON (with every resource sample)")
 	f.StringVar(&reportOut, "report", "", "also write the summary as Markdown tables to FILE ('-': standard output)")
 	f.IntVar(&rows, "curve-rows", 20, "rows of the resource curve in the table and the report (evenly spaced samples)")
@@ -167,11 +159,12 @@ being fixed elsewhere (known: %s); the summary lists it.`, soak.JoinBugs(soak.Kn
 }
 
 // serveCommand returns the command that serves the mock modem for a
-// vfio-user soak: this program's 'modem serve' in loopback mode.
+// vfio-user soak: this program's 'modem serve' in loopback mode, its
+// events as JSON lines (the soak reads the modem's counters from them).
 func serveCommand(self, logLevel string) func(socket, model string, format mhinet.Format) *exec.Cmd {
 	return func(socket, model string, format mhinet.Format) *exec.Cmd {
 		return exec.Command(self, "--model", model, "--log-level", logLevel,
-			"modem", "serve", "--socket", socket, "--ip-mode", "loopback", "--format", format.String())
+			"modem", "serve", "--socket", socket, "--ip-mode", "loopback", "--format", format.String(), "--json-log")
 	}
 }
 

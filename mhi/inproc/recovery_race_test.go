@@ -3,11 +3,13 @@ package inproc_test
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/mhi/loopback"
 )
 
@@ -261,5 +263,74 @@ func TestSoCResetsDoNotExhaustRecovery(t *testing.T) {
 	}
 	if rec := r.ctrl.Recovery(); rec.Failed || rec.Consecutive > 1 {
 		t.Fatalf("after 8 SoC resets: %+v", rec)
+	}
+}
+
+// socResetWriteFails is a transport whose next write of SOC_RESET_REQ
+// fails, as a link that went away would.
+type socResetWriteFails struct {
+	mhi.Transport
+	fail atomic.Bool
+}
+
+func (t *socResetWriteFails) Write32(off, v uint32) error {
+	if off == mhi.RegSOCRESETREQ && t.fail.CompareAndSwap(true, false) {
+		return fmt.Errorf("write of SOC_RESET_REQ: %w", errors.ErrUnsupported)
+	}
+	return t.Transport.Write32(off, v)
+}
+
+// TestSoCResetWriteFailureStillRecovers makes the write of a SoC reset
+// request fail. SoCReset has already put the host in SYS_ERR: it used to
+// return the error without starting a recovery, and the controller stayed
+// in SYS_ERR for good (client commands refused, a client Reset, which
+// waits for the recovery during SYS_ERR, waiting forever). Now the
+// recovery follows and a Reset of a running channel returns.
+func TestSoCResetWriteFailureStillRecovers(t *testing.T) {
+	cfg := sdx55()
+	tr, err := inproc.New(ep.Config{MHI: cfg, SerialNumber: 0x1234abcd}, inproc.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ft := &socResetWriteFails{Transport: tr}
+	ctrl, err := mhi.NewController(ft, cfg, mhi.Options{Name: "mhi0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = ctrl.PowerDown()
+		_ = tr.Close()
+	})
+	if err := ctrl.PowerUp(); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := ctrl.Channel(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Start(nil); err != nil {
+		t.Fatal(err)
+	}
+	ft.fail.Store(true)
+	if err := ctrl.SoCReset(); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("SoCReset with the request write failing: %v, want the transport's error", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- ch.Reset() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("channel 0: Reset after the failed SoC reset: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("channel 0: Reset still waiting 10s after a failed SoC reset request (host PM %s, recovery attempts %d)",
+			ctrl.PMState(), ctrl.Stats().RecoveryAttempts)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for ctrl.Stats().Recoveries < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery within 10s after a failed SoC reset request (host PM %s)", ctrl.PMState())
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -114,13 +114,10 @@ const (
 	// the host never saw because a reset or SYS_ERR came first. They are
 	// subtracted, or they would be counted twice.
 	dropULUnconfirmed = "ul_consumed_unconfirmed"
-	// dropRecoveryDiscard: packets the modem wrote whole into host
-	// buffers, completion event included, that the host discarded in
-	// SYS_ERR recovery (BugRecoveryDiscard).
-	dropRecoveryDiscard = "host_recovery_discarded"
-	// dropLostInModem: vfio-user only, packets missing after a phase with
-	// a modem kill, restart or SoC reset, whose fate the modem's counters
-	// (in another process) would tell.
+	// dropLostInModem: vfio-user only, packets missing after a phase in
+	// which the served modem was killed (SIGKILL), whose fate its
+	// counters would have told: what its queues and the rings held, at
+	// most faultBound per kill.
 	dropLostInModem = "lost_in_modem"
 )
 
@@ -132,9 +129,8 @@ type phaseCheck struct {
 	modem      *modemDelta
 	generator  bool
 	recoveries uint64 // host recoveries during the phase (SYS_ERR, SoC reset)
-	faults     uint64 // vfio-user: kills, restarts, SoC resets during the phase
-	bound      uint64 // most packets one fault may take with it
-	knownBug   func(KnownBug) bool
+	kills      uint64 // vfio-user: served modems killed during the phase
+	bound      uint64 // most packets one kill may take with it
 
 	drops    map[string]uint64 // filled by evaluate: named drops of the phase
 	problems []string          // filled by evaluate: why it does not hold
@@ -219,35 +215,30 @@ func (c *phaseCheck) evaluate() {
 		case reached < h.RxPackets:
 			bad("downlink: the host delivered %d packets, the modem sent %d (%d dropped in its queue)", h.RxPackets, m.dl, m.droppedQueued)
 		default:
-			lost := reached - h.RxPackets
-			if c.knownBug(BugRecoveryDiscard) && c.recoveries > 0 && lost <= c.recoveries*c.bound {
-				c.drops[dropRecoveryDiscard] = lost
-				counted += lost
-			} else {
-				bad("downlink: %d packets the modem wrote whole into host buffers were never delivered and no host counter names them "+
-					"(modem dl %d − dropped in queue %d − host rx_packets %d; host rx_dropped %d, rx_errors %d, chain_aborted %d; %d recoveries in the phase)",
-					lost, m.dl, m.droppedQueued, h.RxPackets, h.RxDropped, h.RxErrors, h.RxChainAborted, c.recoveries)
-			}
+			bad("downlink: %d packets the modem wrote whole into host buffers were never delivered and no host counter names them "+
+				"(modem dl %d − dropped in queue %d − host rx_packets %d; host rx_dropped %d, rx_errors %d, chain_aborted %d; %d recoveries in the phase)",
+				reached-h.RxPackets, m.dl, m.droppedQueued, h.RxPackets, h.RxDropped, h.RxErrors, h.RxChainAborted, c.recoveries)
 		}
 	}
 	// End to end: every packet sent arrived or is counted, exactly.
 	missing := c.sent - min(c.sent, c.rx.Unique)
 	if c.modem == nil {
-		// vfio-user: the modem's counters are out of reach.
+		// vfio-user, a served modem killed during the phase: its
+		// counters died with it.
 		switch {
 		case missing+negative == counted:
-		case c.faults == 0:
-			bad("%d packets sent, %d delivered: %d missing, %d counted (host tx_dropped %d, tx_errors %d) and no modem fault in the phase",
+		case c.kills == 0:
+			bad("%d packets sent, %d delivered: %d missing, %d counted (host tx_dropped %d, tx_errors %d), no modem counters and no modem killed in the phase",
 				c.sent, c.rx.Unique, missing, counted, h.TxDropped, h.TxErrors)
-		case missing > counted && missing-counted <= c.faults*c.bound:
+		case missing > counted && missing-counted <= c.kills*c.bound:
 			c.drops[dropLostInModem] = missing - counted
 			counted = missing
-		case missing < counted && counted-missing <= c.faults*c.bound:
+		case missing < counted && counted-missing <= c.kills*c.bound:
 			negative = counted - missing
 			c.drops[dropULUnconfirmed] = negative
 		default:
-			bad("%d packets sent, %d delivered, %d counted: %d unexplained after %d modem faults (bound %d per fault)",
-				c.sent, c.rx.Unique, counted, int64(missing)-int64(counted), c.faults, c.bound)
+			bad("%d packets sent, %d delivered, %d counted: %d unexplained after %d modem kills (bound %d per kill)",
+				c.sent, c.rx.Unique, counted, int64(missing)-int64(counted), c.kills, c.bound)
 		}
 	}
 	if missing+negative != counted {

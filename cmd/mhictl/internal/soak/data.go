@@ -21,6 +21,9 @@ type phaseResult struct {
 	Recoveries uint64            `json:"recoveries"`
 	Elapsed    time.Duration     `json:"elapsed_ns"`
 	SettleTime time.Duration     `json:"settle_ns"`
+	// WithModem: judged with the modem's counters (always in process;
+	// over vfio-user unless the served modem was killed in the phase).
+	WithModem bool `json:"with_modem_counters"`
 }
 
 // phaseState is what the monitor needs to know of the running phase.
@@ -59,7 +62,7 @@ func (r *runner) dataLoop() error {
 func (r *runner) phase(n int, gen bool, size uint64, mru int) error {
 	tag := phaseTag(n)
 	r.rx.startPhase(tag, size)
-	before := r.snapshot()
+	before := r.snapshot(true)
 	start := time.Now()
 	st := &phaseState{n: n, generator: gen}
 	r.mon.setPhase(st)
@@ -103,6 +106,9 @@ func (r *runner) phase(n int, gen bool, size uint64, mru int) error {
 		r.genPhases.Add(1)
 	}
 	r.phases.Add(1)
+	if !res.WithModem {
+		r.phasesBounded.Add(1)
+	}
 	r.mu.Lock()
 	r.closedSent += res.Sent
 	for k, v := range res.Drops {
@@ -221,48 +227,83 @@ func (r *runner) sentBase() uint64 {
 
 // snapshot is the counters a phase check compares.
 type snapshot struct {
-	host      hostCounts
-	modem     ep.IPDataStats
-	modemOK   bool
-	recovered uint64
-	faults    uint64
+	host         hostCounts
+	modem        ep.IPDataStats
+	modemOK      bool
+	modemSession int // the session whose modem the counters are of
+	recovered    uint64
+	kills        uint64 // vfio-user: served modems killed so far
 }
 
-func (r *runner) snapshot() snapshot {
-	m, ok := r.modemStats()
-	return snapshot{host: r.hostTotals(), modem: m, modemOK: ok,
-		recovered: r.recovered.Load() + r.recoveryFailed.Load(), faults: r.modemFaults.Load()}
+// snapshot takes the counters; the served modem's (vfio-user) only when
+// remote is set: asking for them takes a round trip to its process.
+func (r *runner) snapshot(remote bool) snapshot {
+	// The modem's first: a kill between the two looks then shows in kills.
+	kills := r.modemRestarts.Load()
+	m, n, ok := r.modemStats(remote)
+	return snapshot{host: r.hostTotals(), modem: m, modemOK: ok, modemSession: n,
+		recovered: r.recovered.Load() + r.recoveryFailed.Load(), kills: kills}
+}
+
+// modemBetween returns what the modem did between two snapshots, nil when
+// they are not of the same modem (a served modem was killed between them)
+// or either lacks its counters.
+func modemSince(before, now snapshot) *modemDelta {
+	if !before.modemOK || !now.modemOK || before.modemSession != now.modemSession || before.kills != now.kills {
+		return nil
+	}
+	m := modemBetween(before.modem, now.modem)
+	return &m
 }
 
 // settle waits until the phase's packets are all delivered or counted, or
 // Settle passes, and records a violation if conservation does not hold.
 func (r *runner) settle(n int, gen bool, sent uint64, before snapshot) phaseResult {
 	start := time.Now()
-	c := &phaseCheck{sent: sent, generator: gen, knownBug: r.o.knownBug, bound: r.faultBound()}
+	c := &phaseCheck{sent: sent, generator: gen, bound: r.faultBound(),
+		problems: []string{fmt.Sprintf("never judged: deliveries or a recovery or restart never paused for %v", r.settleQuiet())}}
 	// Settled when the checks hold, no recovery or restart is under way,
-	// and nothing has arrived for settleQuiet: over vfio-user the modem's
-	// queues are out of sight, and packets it still holds would arrive in
-	// the next phase as late.
+	// and nothing has arrived for settleQuiet. Over vfio-user the served
+	// modem's counters take a round trip to its process: they are asked
+	// for once the phase is quiet (at most every remoteEvery), and the
+	// phase must balance with them unless its modem was killed (then its
+	// counters died with it, and the phase is judged by the host's
+	// counters and the bound).
+	remote := r.o.Transport == VFIOUser
+	const remoteEvery = 50 * time.Millisecond
+	var lastRemote time.Time
 	quietSince := time.Now()
 	lastHanded := r.rx.counts().Handed
 	var now snapshot
 	for {
-		now = r.snapshot()
-		c.rx = r.rx.counts()
-		c.host = now.host.minus(before.host)
-		c.recoveries = now.recovered - before.recovered
-		c.faults = now.faults - before.faults
-		c.modem = nil
-		if now.modemOK && before.modemOK {
-			m := modemBetween(before.modem, now.modem)
-			c.modem = &m
+		quiet := time.Since(quietSince) >= r.settleQuiet()
+		ask := remote && quiet && time.Since(lastRemote) >= remoteEvery
+		if ask {
+			lastRemote = time.Now()
 		}
-		c.evaluate()
+		now = r.snapshot(ask)
+		rx := r.rx.counts()
+		kills := now.kills - before.kills
+		// Over vfio-user the modem's counters are required while its
+		// session lives (before.modemOK: they were there at the start):
+		// the phase is judged only with them.
+		needModem := remote && before.modemOK && kills == 0
+		judged := !needModem || ask
+		if judged {
+			c.rx, c.kills = rx, kills
+			c.host = now.host.minus(before.host)
+			c.recoveries = now.recovered - before.recovered
+			c.modem = modemSince(before, now)
+			c.evaluate()
+			if needModem && c.modem == nil {
+				c.problems = append(c.problems, fmt.Sprintf("the served modem (session %d) did not report its counters within %v", now.modemSession, statsTimeout))
+			}
+		}
 		busy := r.recovering.Load() > 0 || r.restarting.Load() > 0
-		if c.rx.Handed != lastHanded || busy {
-			lastHanded, quietSince = c.rx.Handed, time.Now()
+		if rx.Handed != lastHanded || busy {
+			lastHanded, quietSince = rx.Handed, time.Now()
 		}
-		if len(c.problems) == 0 && time.Since(quietSince) >= r.settleQuiet() {
+		if judged && len(c.problems) == 0 && quiet {
 			break
 		}
 		if time.Since(start) > r.o.Settle || r.ctx.Err() != nil && r.failed() {
@@ -277,7 +318,7 @@ func (r *runner) settle(n int, gen bool, sent uint64, before snapshot) phaseResu
 		time.Sleep(5 * time.Millisecond)
 	}
 	return phaseResult{N: n, Sent: sent, Delivered: c.rx.Unique, Drops: c.drops, Recoveries: c.recoveries,
-		SettleTime: time.Since(start)}
+		SettleTime: time.Since(start), WithModem: c.modem != nil}
 }
 
 // settleQuiet is how long nothing may arrive before a phase is judged:
@@ -308,8 +349,8 @@ func joinProblems(p []string) string {
 	return s
 }
 
-// faultBound is the most data packets one fault (a recovery, a restart, a
-// kill) can take with it: everything the rings and queues hold, each
+// faultBound is the most data packets one kill of the served modem can
+// take with it: everything the rings and the modem's queues hold, each
 // element or queued transfer a full aggregate of 32 packets.
 func (r *runner) faultBound() uint64 {
 	if b := r.bound.Load(); b > 0 {

@@ -70,7 +70,11 @@ func (r *runner) faults() {
 				r.lb.restart.Store(true)
 				lbRestart.after(time.Now())
 			}
-			if modem.gap > 0 && t.After(modem.next) {
+			// A kill waits while a phase is being judged: a phase whose
+			// modem was killed is judged without its counters (the
+			// bound), and one that does not balance must not get there
+			// by a kill that came after its traffic.
+			if modem.gap > 0 && t.After(modem.next) && !r.settling() {
 				r.restartModem()
 				modem.after(time.Now())
 			}
@@ -80,6 +84,12 @@ func (r *runner) faults() {
 			}
 		}
 	}
+}
+
+// settling reports whether a phase is being judged (its traffic over).
+func (r *runner) settling() bool {
+	p := r.mon.currentPhase()
+	return p != nil && p.settling.Load()
 }
 
 // sysErrBurst injects one to three SYS_ERRs 0.3–2 s apart (in process),
@@ -100,16 +110,10 @@ func (r *runner) sysErrBurst(rng *rand.Rand) {
 }
 
 // injectFault puts the in-process modem in SYS_ERR, or (vfio-user) writes
-// soc_reset in the attribute tree; the host recovers from either. With
-// BugResetContextRace it waits, holding faultMu, until the host has
-// recovered, so that no control operation overlaps the recovery.
+// soc_reset in the attribute tree; the host recovers from either. Control
+// operations (MRU writes, data restarts, LOOPBACK reopenings) go on
+// meanwhile and may overlap the recovery.
 func (r *runner) injectFault() {
-	avoid := r.o.knownBug(BugResetContextRace)
-	if avoid {
-		r.faultMu.Lock()
-		defer r.faultMu.Unlock()
-	}
-	before := r.recovered.Load() + r.recoveryFailed.Load()
 	s, release := r.current()
 	if s == nil {
 		release()
@@ -124,18 +128,8 @@ func (r *runner) injectFault() {
 			return
 		}
 		r.socResets.Add(1)
-		r.modemFaults.Add(1)
 	}
 	release()
-	if !avoid {
-		return
-	}
-	deadline := time.Now().Add(r.o.Stall)
-	for r.recovered.Load()+r.recoveryFailed.Load() == before || r.recovering.Load() > 0 {
-		if time.Now().After(deadline) || !r.sleep(time.Millisecond) {
-			return // the watchdog names a recovery that does not end
-		}
-	}
 }
 
 // waitRecovered waits until no recovery is in progress, so that faults
@@ -153,10 +147,6 @@ func (r *runner) waitRecovered() error {
 // reset and restarted, its pools rebuilt), retrying Up while the
 // controller refuses it.
 func (r *runner) restartData(rng *rand.Rand) {
-	r.control(func() { r.restartDataLocked(rng) })
-}
-
-func (r *runner) restartDataLocked(rng *rand.Rand) {
 	r.restarting.Add(1)
 	defer r.restarting.Add(-1)
 	s, release := r.current()
@@ -171,9 +161,6 @@ func (r *runner) restartDataLocked(rng *rand.Rand) {
 		err := s.dev.Up()
 		if err == nil {
 			r.dataRestarts.Add(1)
-			if s.remote != nil {
-				r.modemFaults.Add(1)
-			}
 			return
 		}
 		if time.Now().After(deadline) {
@@ -210,7 +197,6 @@ func (r *runner) restartModem() {
 		r.sess = nil
 	}
 	r.modemRestarts.Add(1)
-	r.modemFaults.Add(1)
 	r.sessMu.Unlock()
 	n := 1 + int(r.modemRestarts.Load())
 	s, err := r.open(r.ctx, n)

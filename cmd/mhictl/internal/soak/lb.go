@@ -26,9 +26,6 @@ type LoopbackCounts struct {
 	Bytes       uint64 `json:"bytes"`
 	Interrupted uint64 `json:"interrupted_runs"`
 	Restarts    uint64 `json:"restarts"`
-	// LateEchoes are mismatches of runs a SYS_ERR interrupted, counted
-	// as late echoes (BugLoopbackLateEcho) instead of failing the run.
-	LateEchoes uint64 `json:"late_echoes,omitempty"`
 }
 
 // lbDriver keeps the LOOPBACK pair busy: runs of 32 payloads of 1 to
@@ -46,12 +43,8 @@ type lbDriver struct {
 	received atomic.Uint64 // for the watchdog
 }
 
-// lbTimeout is the longest wait for one echo; lbWindow the client's
-// transfers in flight (its default window).
-const (
-	lbTimeout = 2 * time.Second
-	lbWindow  = 16
-)
+// lbTimeout is the longest wait for one echo.
+const lbTimeout = 2 * time.Second
 
 func newLBDriver(r *runner) *lbDriver { return &lbDriver{r: r, rng: r.rngFor(2)} }
 
@@ -72,9 +65,6 @@ func (l *lbDriver) run() {
 			r.sleep(time.Millisecond)
 			continue
 		}
-		if l.restart.Load() && r.o.knownBug(BugLoopbackReopenLeak) {
-			l.restart.Store(false) // a reopen leaks (BugLoopbackReopenLeak)
-		}
 		if l.c != nil && (l.ctrl != s.ctrl || l.restart.Load()) {
 			if l.ctrl == s.ctrl {
 				l.mu.Lock()
@@ -82,15 +72,13 @@ func (l *lbDriver) run() {
 				l.mu.Unlock()
 			}
 			l.restart.Store(false)
-			r.control(l.closeLocked)
+			l.closeLocked()
 		}
 		if l.c == nil {
 			var c *loopback.Client
 			var err error
 			seed := l.rng.Uint64() | 1
-			r.control(func() {
-				c, err = loopback.Open(s.ctrl, loopback.Options{DLBufferSize: 8192, Timeout: lbTimeout, Seed: seed})
-			})
+			c, err = loopback.Open(s.ctrl, loopback.Options{DLBufferSize: 8192, Timeout: lbTimeout, Seed: seed})
 			if err != nil {
 				release()
 				if openFailSince.IsZero() {
@@ -107,10 +95,10 @@ func (l *lbDriver) run() {
 			l.c, l.ctrl = c, s.ctrl
 			l.mu.Unlock()
 		}
-		faultsBefore := r.faultMark()
+		faultsBefore, killsBefore := r.faultMark(), r.modemRestarts.Load()
 		res, err := l.c.Run(loopback.RunOptions{Count: 32, MinSize: 1, MaxSize: 16 << 10, MaxTRE: 4})
 		release()
-		l.account(res, err, faultsBefore)
+		l.account(res, err, faultsBefore, killsBefore)
 		if err != nil {
 			r.sleep(time.Millisecond)
 		}
@@ -118,7 +106,7 @@ func (l *lbDriver) run() {
 }
 
 // account adds a run's result and checks it.
-func (l *lbDriver) account(res loopback.Result, err error, faultsBefore uint64) {
+func (l *lbDriver) account(res loopback.Result, err error, faultsBefore, killsBefore uint64) {
 	r := l.r
 	l.mu.Lock()
 	c := &l.counts
@@ -134,12 +122,7 @@ func (l *lbDriver) account(res loopback.Result, err error, faultsBefore uint64) 
 	lost := int64(res.Sent) - int64(res.Received) - int64(res.Aborted)
 	faulted := r.faultMark() != faultsBefore || r.recovering.Load() > 0
 	mismatched := uint64(res.Mismatched)
-	if mismatched > 0 && faulted && r.o.knownBug(BugLoopbackLateEcho) && mismatched <= lbWindow {
-		c.LateEchoes += mismatched
-		c.Mismatched -= mismatched
-		mismatched = 0
-	}
-	if lost > 0 && faulted && err != nil {
+	if lost > 0 && err != nil && r.modemRestarts.Load() != killsBefore {
 		c.Lost += uint64(lost)
 		lost = 0
 	}

@@ -38,26 +38,29 @@ type Summary struct {
 	// writes through the attribute tree (and refusals retried), faults
 	// injected, recoveries seen (and failed attempts), restarts, and the
 	// controller's stale completion events (closed sessions).
-	Phases          int64  `json:"phases"`
-	GeneratorPhases int64  `json:"generator_phases"`
-	MRUChanges      uint64 `json:"mru_changes"`
-	MRURefused      uint64 `json:"mru_writes_refused"`
-	SysErrs         uint64 `json:"sys_errs_injected"`
-	SoCResets       uint64 `json:"soc_resets"`
-	Recoveries      uint64 `json:"recoveries"`
-	RecoveryFailed  uint64 `json:"recovery_attempts_failed"`
-	DataRestarts    uint64 `json:"data_channel_restarts"`
-	ModemRestarts   uint64 `json:"modem_restarts"`
-	StaleEvents     uint64 `json:"host_stale_completion_events"`
+	Phases          int64 `json:"phases"`
+	GeneratorPhases int64 `json:"generator_phases"`
+	// PhasesBounded were judged without the modem's counters: over
+	// vfio-user, the phases in which the served modem was killed (its
+	// losses are lost_in_modem, bounded per kill).
+	PhasesBounded  int64  `json:"phases_without_modem_counters"`
+	MRUChanges     uint64 `json:"mru_changes"`
+	MRURefused     uint64 `json:"mru_writes_refused"`
+	SysErrs        uint64 `json:"sys_errs_injected"`
+	SoCResets      uint64 `json:"soc_resets"`
+	Recoveries     uint64 `json:"recoveries"`
+	RecoveryFailed uint64 `json:"recovery_attempts_failed"`
+	DataRestarts   uint64 `json:"data_channel_restarts"`
+	ModemRestarts  uint64 `json:"modem_restarts"`
+	StaleEvents    uint64 `json:"host_stale_completion_events"`
 
 	// Loopback is the LOOPBACK pair's traffic; Host the data devices'
 	// counters summed over the run; Resources the flatness verdicts;
-	// Samples the resource curves; KnownBugs the bugs lived with.
+	// Samples the resource curves.
 	Loopback   LoopbackCounts    `json:"loopback"`
 	Host       map[string]uint64 `json:"host"`
 	Resources  []Resource        `json:"resources"`
 	Samples    []Sample          `json:"samples"`
-	KnownBugs  []KnownBug        `json:"known_bugs,omitempty"`
 	Violations []Violation       `json:"violations,omitempty"`
 }
 
@@ -66,13 +69,13 @@ func (r *runner) summary() *Summary {
 	s := &Summary{
 		Transport: o.Transport, Model: o.Model, Format: o.Format.String(), Seed: o.Seed,
 		Duration: time.Since(r.start), Sent: r.sent.Load(),
-		Phases: r.phases.Load(), GeneratorPhases: r.genPhases.Load(),
+		Phases: r.phases.Load(), GeneratorPhases: r.genPhases.Load(), PhasesBounded: r.phasesBounded.Load(),
 		MRUChanges: r.mruChanges.Load(), MRURefused: r.mruRefused.Load(),
 		SysErrs: r.sysErrs.Load(), SoCResets: r.socResets.Load(),
 		Recoveries: r.recovered.Load(), RecoveryFailed: r.recoveryFailed.Load(),
 		DataRestarts: r.dataRestarts.Load(), ModemRestarts: r.modemRestarts.Load(),
 		Loopback: r.lb.snapshot(), Resources: r.mon.resources(), Samples: r.mon.Samples(),
-		KnownBugs: o.KnownBugs, Host: map[string]uint64{},
+		Host: map[string]uint64{},
 	}
 	s.Receiver = r.rx.totals()
 	s.Delivered, s.Bytes = s.Receiver.Unique, s.Receiver.Bytes
@@ -130,7 +133,7 @@ func (s *Summary) WriteTable(w io.Writer, maxRows int) error {
 	row("data packets sent", s.Sent)
 	row("delivered", fmt.Sprintf("%d (%.0f packets/s, %d bytes)", s.Delivered, s.PacketsPerS, s.Bytes))
 	row("counted drops", fmt.Sprintf("%d − %d counted twice: sent − delivered = %d", s.Counted, s.CountedTwice, int64(s.Sent)-int64(s.Delivered)))
-	row("phases", fmt.Sprintf("%d (%d generator, %d loopback)", s.Phases, s.GeneratorPhases, s.Phases-s.GeneratorPhases))
+	row("phases", fmt.Sprintf("%d (%d generator, %d loopback; %d judged without the modem's counters)", s.Phases, s.GeneratorPhases, s.Phases-s.GeneratorPhases, s.PhasesBounded))
 	row("MRU changes", fmt.Sprintf("%d (%d writes refused while busy)", s.MRUChanges, s.MRURefused))
 	row("SYS_ERRs injected", s.SysErrs)
 	if s.Transport == VFIOUser {
@@ -143,13 +146,10 @@ func (s *Summary) WriteTable(w io.Writer, maxRows int) error {
 		row("modem restarts", s.ModemRestarts)
 	}
 	lb := s.Loopback
-	row("LOOPBACK transfers", fmt.Sprintf("%d sent, %d received, %d aborted by SYS_ERR, %d lost with the modem, %d mismatched, %d late echoes",
-		lb.Sent, lb.Received, lb.Aborted, lb.Lost, lb.Mismatched, lb.LateEchoes))
+	row("LOOPBACK transfers", fmt.Sprintf("%d sent, %d received, %d aborted by SYS_ERR, %d lost with the modem, %d mismatched",
+		lb.Sent, lb.Received, lb.Aborted, lb.Lost, lb.Mismatched))
 	rc := s.Receiver
 	row("receiver", fmt.Sprintf("%d duplicates, %d corrupt, %d late, %d out of range", rc.Duplicates, rc.Corrupt, rc.Late, rc.OutOfRange))
-	if len(s.KnownBugs) > 0 {
-		row("known bugs lived with", JoinBugs(s.KnownBugs))
-	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -206,7 +206,7 @@ func (s *Summary) WriteMarkdown(w io.Writer, command string, maxRows int) error 
 	kv("data packets sent", s.Sent)
 	kv("delivered", fmt.Sprintf("%d (%.0f packets/s)", s.Delivered, s.PacketsPerS))
 	kv("counted drops", fmt.Sprintf("%d (− %d counted twice) = sent − delivered", s.Counted, s.CountedTwice))
-	kv("phases", fmt.Sprintf("%d (%d generator, %d loopback)", s.Phases, s.GeneratorPhases, s.Phases-s.GeneratorPhases))
+	kv("phases", fmt.Sprintf("%d (%d generator, %d loopback; %d judged without the modem's counters)", s.Phases, s.GeneratorPhases, s.Phases-s.GeneratorPhases, s.PhasesBounded))
 	kv("MRU changes (attribute tree)", fmt.Sprintf("%d (%d writes refused while busy, retried)", s.MRUChanges, s.MRURefused))
 	kv("SYS_ERRs injected / recovered", fmt.Sprintf("%d / %d (%d attempts failed)", s.SysErrs, s.Recoveries, s.RecoveryFailed))
 	if s.Transport == VFIOUser {
@@ -216,7 +216,7 @@ func (s *Summary) WriteMarkdown(w io.Writer, command string, maxRows int) error 
 	kv("data channel restarts", s.DataRestarts)
 	kv("LOOPBACK restarts", s.Loopback.Restarts)
 	lb := s.Loopback
-	kv("LOOPBACK transfers", fmt.Sprintf("%d sent, %d received, %d aborted by SYS_ERR, %d lost with the modem, %d mismatched, %d late echoes", lb.Sent, lb.Received, lb.Aborted, lb.Lost, lb.Mismatched, lb.LateEchoes))
+	kv("LOOPBACK transfers", fmt.Sprintf("%d sent, %d received, %d aborted by SYS_ERR, %d lost with the modem, %d mismatched", lb.Sent, lb.Received, lb.Aborted, lb.Lost, lb.Mismatched))
 	kv("duplicates / corrupt / late", fmt.Sprintf("%d / %d / %d", s.Receiver.Duplicates, s.Receiver.Corrupt, s.Receiver.Late))
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| drop counter | packets |")

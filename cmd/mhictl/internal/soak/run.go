@@ -44,15 +44,11 @@ type runner struct {
 
 	lb *lbDriver
 
-	// faultMu keeps control operations and SYS_ERR recoveries apart
-	// (BugResetContextRace): control operations hold it for reading, an
-	// injected fault for writing until the host has recovered.
-	faultMu sync.RWMutex
-
 	// Counters of what the soak did.
 	sent            atomic.Uint64 // data packets sent (taken by Transmit or generated)
 	phases          atomic.Int64
 	genPhases       atomic.Int64
+	phasesBounded   atomic.Int64 // phases judged without the modem's counters (a served modem killed)
 	mruChanges      atomic.Uint64
 	mruRefused      atomic.Uint64
 	sysErrs         atomic.Uint64 // injected
@@ -64,7 +60,6 @@ type runner struct {
 	dataRestarts    atomic.Uint64
 	restarting      atomic.Int32 // a data restart (Down … Up) or modem restart in progress
 	modemRestarts   atomic.Uint64
-	modemFaults     atomic.Uint64 // vfio-user: faults the served modem's counters would account for (kills, restarts, SoC resets)
 	bound           atomic.Uint64 // faultBound, once known
 
 	mu         sync.Mutex
@@ -204,14 +199,29 @@ func (r *runner) hostTotals() hostCounts {
 	return h
 }
 
-// modemStats returns the in-process modem's IP data counters.
-func (r *runner) modemStats() (ep.IPDataStats, bool) {
+// modemStats returns the modem's IP data counters and the session they
+// belong to: the in-process modem's, or (remote) the served modem's,
+// asked for over its side channel (session.remoteStats).
+func (r *runner) modemStats(remote bool) (st ep.IPDataStats, session int, ok bool) {
 	r.sessMu.RLock()
-	defer r.sessMu.RUnlock()
-	if r.sess == nil || r.sess.ipd == nil {
-		return ep.IPDataStats{}, false
+	s := r.sess
+	if s == nil {
+		r.sessMu.RUnlock()
+		return st, 0, false
 	}
-	return r.sess.ipd.Stats(), true
+	if s.ipd != nil {
+		st = s.ipd.Stats()
+		r.sessMu.RUnlock()
+		return st, s.n, true
+	}
+	r.sessMu.RUnlock()
+	if !remote {
+		return st, s.n, false
+	}
+	// Not under sessMu: a modem restart may kill the server meanwhile
+	// (remoteStats then reports false).
+	st, ok = s.remoteStats()
+	return st, s.n, ok
 }
 
 // Violation is a failed check.
@@ -258,17 +268,6 @@ func (r *runner) done() bool {
 	return r.o.Packets > 0 && r.sent.Load() >= r.o.Packets
 }
 
-// control runs a control operation (an MRU write, a data restart, a
-// LOOPBACK reopen); with BugResetContextRace it never overlaps a recovery
-// the soak caused.
-func (r *runner) control(f func()) {
-	if r.o.knownBug(BugResetContextRace) {
-		r.faultMu.RLock()
-		defer r.faultMu.RUnlock()
-	}
-	f()
-}
-
 // setMRU writes the MRU through the attribute tree, as FUSE and netlink
 // writes do, retrying while the device is busy (a recovery, a restart).
 func (r *runner) setMRU(mru int) {
@@ -277,12 +276,9 @@ func (r *runner) setMRU(mru int) {
 	// the watchdog first.
 	deadline := time.Now().Add(2 * r.o.Stall)
 	for {
-		var err error
-		r.control(func() {
-			r.sessMu.RLock()
-			err = r.tree.Set(path, strconv.Itoa(mru))
-			r.sessMu.RUnlock()
-		})
+		r.sessMu.RLock()
+		err := r.tree.Set(path, strconv.Itoa(mru))
+		r.sessMu.RUnlock()
 		if err == nil {
 			r.mruChanges.Add(1)
 			for range 3 { // sabotage: three of each per change, so a run of seconds under -race shows it

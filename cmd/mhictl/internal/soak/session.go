@@ -3,12 +3,14 @@ package soak
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
@@ -35,10 +37,12 @@ type session struct {
 	ipd  *ep.IPData // Inproc: the modem's IP data function
 	epd  *ep.Device // Inproc: the modem
 
-	remote *vfiouser.Remote // VFIOUser
-	proc   *exec.Cmd
-	out    *tailBuffer // the server's output
-	exited chan struct{}
+	remote  *vfiouser.Remote // VFIOUser
+	proc    *exec.Cmd
+	out     *tailBuffer // the server's output
+	exited  chan struct{}
+	statsMu sync.Mutex          // one request for the served modem's counters at a time
+	stats   chan ep.IPDataStats // the server's answers (MsgIPDataStats)
 }
 
 // Channels returns the data pair's uplink and downlink channels.
@@ -99,7 +103,8 @@ func (r *runner) openRemote(ctx context.Context, s *session) error {
 	_ = os.Remove(sock)
 	s.proc = r.o.ServeCommand(sock, r.o.Model, r.o.Format)
 	s.out = &tailBuffer{max: 8 << 10}
-	s.proc.Stdout, s.proc.Stderr = s.out, s.out
+	s.stats = make(chan ep.IPDataStats, 1)
+	s.proc.Stdout, s.proc.Stderr = &serverOutput{tail: s.out, stats: s.stats}, s.out
 	if err := s.proc.Start(); err != nil {
 		s.proc = nil
 		return fmt.Errorf("soak: start the modem server: %w", err)
@@ -132,6 +137,82 @@ func (r *runner) openRemote(ctx context.Context, s *session) error {
 		return fmt.Errorf("soak: served model %s has no IP data channel", s.remote.Info.Name)
 	}
 	return s.ctrl.PowerUp()
+}
+
+// statsTimeout bounds the wait for the served modem's counters.
+const statsTimeout = 5 * time.Second
+
+// remoteStats asks the served modem for its IP data counters (SIGUSR1;
+// it answers with a MsgIPDataStats line on standard output) and waits for
+// them; false if it does not answer (it exited, or the session is not
+// served by a process).
+func (s *session) remoteStats() (ep.IPDataStats, bool) {
+	if s.proc == nil || s.proc.Process == nil {
+		return ep.IPDataStats{}, false
+	}
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	select {
+	case <-s.stats: // an answer that came too late for an earlier request
+	default:
+	}
+	if err := s.proc.Process.Signal(syscall.SIGUSR1); err != nil {
+		return ep.IPDataStats{}, false
+	}
+	t := time.NewTimer(statsTimeout)
+	defer t.Stop()
+	select {
+	case st := <-s.stats:
+		return st, true
+	case <-s.exited:
+	case <-t.C:
+	}
+	return ep.IPDataStats{}, false
+}
+
+// serverOutput is the served modem's standard output: kept in the tail
+// buffer, and its MsgIPDataStats lines (JSON) handed to stats.
+type serverOutput struct {
+	tail    *tailBuffer
+	stats   chan<- ep.IPDataStats
+	partial []byte
+}
+
+// Write implements io.Writer (exec calls it from one goroutine).
+func (o *serverOutput) Write(p []byte) (int, error) {
+	_, _ = o.tail.Write(p)
+	o.partial = append(o.partial, p...)
+	for {
+		i := bytes.IndexByte(o.partial, '\n')
+		if i < 0 {
+			break
+		}
+		o.line(o.partial[:i])
+		o.partial = o.partial[i+1:]
+	}
+	if len(o.partial) == 0 {
+		o.partial = nil
+	} else if len(o.partial) > 64<<10 {
+		o.partial = nil // not a log line
+	}
+	return len(p), nil
+}
+
+func (o *serverOutput) line(l []byte) {
+	if len(l) == 0 || l[0] != '{' {
+		return
+	}
+	var m struct {
+		Msg   string          `json:"msg"`
+		Stats *ep.IPDataStats `json:"stats"`
+	}
+	if json.Unmarshal(l, &m) != nil || m.Msg != MsgIPDataStats || m.Stats == nil {
+		return
+	}
+	select {
+	case o.stats <- *m.Stats:
+	default: // nobody asked
+	}
 }
 
 // pid returns the server's process id (0: none).

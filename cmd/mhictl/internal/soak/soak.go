@@ -16,8 +16,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os/exec"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
@@ -57,50 +55,6 @@ var (
 	DefaultMRUs  = []int{3500, 16384, 32768, 65535, 2048}
 	DefaultSizes = []int{64, 1500, 128, 576, 1262, 1263, 256, 1024, 40, 1400}
 )
-
-// KnownBug names a bug the soak finds in a part of the stack it does not
-// own, that a run may be told to live with (Options.KnownBugs): its
-// losses are then counted under their own name instead of failing the
-// run, or the soak avoids the overlap of faults that triggers it. Either
-// way the summary lists it. docs/RELIABILITY.md describes each.
-type KnownBug string
-
-// Known bugs.
-const (
-	// BugRecoveryDiscard: SYS_ERR recovery (mhi's recover) aborts every
-	// channel without handling the events the device already posted, so
-	// packets the modem wrote whole into host buffers, completion event
-	// included, are lost with no host counter naming them (and uplink
-	// transfers the modem consumed are counted as aborted). Tolerated:
-	// counted as host_recovery_discarded, only in phases with a recovery
-	// and never more than the rings can hold per recovery.
-	BugRecoveryDiscard KnownBug = "recovery-discard"
-	// BugResetContextRace: a channel Reset while SYS_ERR recovery runs is
-	// done on the host side only and rewrites the channel's context
-	// (mhi's Context.Put, plain stores) while the modem may still read it
-	// (the mock's atomic loads): a data race the race detector reports in
-	// process. Avoided: no control operation (MRU write, data restart,
-	// LOOPBACK reopen) overlaps a recovery the soak caused, and no SYS_ERR
-	// is injected while one is in progress.
-	BugResetContextRace KnownBug = "reset-context-race"
-	// BugLoopbackLateEcho: the LOOPBACK client (mhi/loopback) forgets the
-	// transfers in flight when it hears of a SYS_ERR, but completions the
-	// modem posted before the error are still handled after that, and
-	// each counts as a mismatched echo ("an echo nobody sent").
-	// Tolerated: in a run the SYS_ERR interrupted, up to the client's
-	// window of such mismatches are counted as loopback late echoes.
-	BugLoopbackLateEcho KnownBug = "loopback-late-echo"
-	// BugLoopbackReopenLeak: every loopback.Open adds a status listener
-	// to the controller that nothing removes (mhi.Controller.OnStatus has
-	// no way back), holding the closed client and its 128 KiB payload
-	// pool: about 130 KB per reopen. Avoided: the LOOPBACK client is
-	// opened once per controller, not reopened (its channels are still
-	// reset by every recovery and modem restart).
-	BugLoopbackReopenLeak KnownBug = "loopback-reopen-leak"
-)
-
-// KnownBugs lists every KnownBug.
-var KnownBugs = []KnownBug{BugRecoveryDiscard, BugResetContextRace, BugLoopbackLateEcho, BugLoopbackReopenLeak}
 
 // Options configure a soak run. At least one of Duration and Packets must
 // be set; the run ends at whichever comes first.
@@ -160,11 +114,11 @@ type Options struct {
 	// Slack is what resources may grow after the warm-up (zero fields:
 	// defaults, see Slack).
 	Slack Slack
-	// KnownBugs lists the known bugs to live with (see KnownBug).
-	KnownBugs []KnownBug
 	// ServeCommand builds the command that serves the mock modem on a
 	// vfio-user socket (VFIOUser only): it must run 'mhictl modem serve
-	// --socket SOCKET --ip-mode loopback' with the model and format given.
+	// --socket SOCKET --ip-mode loopback --json-log' with the model and
+	// format given (the soak asks it for its counters with SIGUSR1 and
+	// reads them, MsgIPDataStats, from its standard output).
 	ServeCommand func(socket, model string, format mhinet.Format) *exec.Cmd
 	// Logger receives the stack's logs (nil: discard).
 	Logger *slog.Logger
@@ -300,27 +254,20 @@ func (o *Options) defaults() error {
 	if o.Slack.FDs <= 0 {
 		o.Slack.FDs = 8
 	}
-	for _, b := range o.KnownBugs {
-		if !slices.Contains(KnownBugs, b) {
-			return bad("unknown known bug %q (known: %s)", b, JoinBugs(KnownBugs))
-		}
-	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return nil
 }
 
-// JoinBugs joins bug names with commas.
-func JoinBugs(bs []KnownBug) string {
-	s := make([]string, len(bs))
-	for i, b := range bs {
-		s[i] = string(b)
-	}
-	return strings.Join(s, ", ")
-}
-
 // Validate checks the options (with defaults applied to a copy).
 func (o Options) Validate() error { return o.defaults() }
 
-func (o *Options) knownBug(b KnownBug) bool { return slices.Contains(o.KnownBugs, b) }
+// Messages of a served modem ('mhictl modem serve --json-log') that carry
+// its IP data counters (ep.IPDataStats, as the "stats" attribute of a JSON
+// log line on standard output): on SIGUSR1 those of the current session,
+// and at exit those of the last one, after its modem stopped.
+const (
+	MsgIPDataStats = "ip_data_stats"
+	MsgIPDataFinal = "ip_data_final"
+)
