@@ -45,91 +45,133 @@ type Parser struct {
 // ends the walk. Parse returns the number of packets delivered and the first
 // problem found (one of the parse error sentinels, unwrapped), or nil.
 func (p *Parser) Parse(b []byte, fn func(Packet)) (int, error) {
-	var first error
-	fail := func(err error) {
-		*p.Stats.counter(err)++
-		if first == nil {
-			first = err
-		}
+	w := qmapWalk{p: p}
+	if p.Csum == CsumV4 {
+		w.trailer = TrailerLen
 	}
 	p.Stats.Aggregates++
 	if len(b) < HeaderLen {
-		fail(ErrShort)
-		return 0, first
+		w.fail(ErrShort)
+		return 0, w.first
 	}
-	trailer := 0
-	if p.Csum == CsumV4 {
-		trailer = TrailerLen
-	}
-	delivered := 0
 	for off := 0; off < len(b); {
-		rest := b[off:]
-		if len(rest) < HeaderLen {
-			fail(ErrTruncated)
+		f, ok := w.nextFrame(b[off:])
+		if !ok {
 			break
 		}
-		cmd := rest[0]&FlagCommand != 0
-		pad := int(rest[0] & PadMask)
-		mux := rest[1]
-		plen := int(be.Uint16(rest[2:]))
-		if plen == 0 {
-			fail(ErrZeroLength)
-			break
-		}
-		hdr := HeaderLen
-		if p.Csum == CsumV5 && !cmd {
-			hdr += V5HeaderLen
-		}
-		flen := hdr + plen + trailer
-		if flen > len(rest) {
-			fail(ErrTruncated)
-			break
-		}
-		frame := rest[:flen]
-		off += flen
-		p.Stats.Frames++
-		if pad > plen {
-			fail(ErrBadPad)
-			continue
-		}
-		n := plen - pad
-		payload := frame[hdr : hdr+n : hdr+n]
-		if cmd {
-			p.Stats.CommandFrames++
-			if p.OnCommand != nil {
-				p.OnCommand(mux, payload)
-			}
-			continue
-		}
-		var cs Csum
-		if p.Csum == CsumV5 {
-			if frame[0]&FlagNextHeader == 0 || frame[HeaderLen]>>1 != V5TypeCsumOffload {
-				fail(ErrBadNextHeader)
-				continue
-			}
-			cs.Valid = frame[HeaderLen+1]&V5CsumValid != 0
-		}
-		if n == 0 {
-			fail(ErrZeroLength)
-			continue
-		}
-		if !p.AnyProtocol {
-			if v := payload[0] >> 4; v != 4 && v != 6 {
-				fail(ErrBadIPVersion)
-				continue
-			}
-		}
-		if trailer != 0 {
-			t := frame[hdr+n:]
-			cs.Valid = t[1]&TrailerCsumValid != 0
-			cs.Start = be.Uint16(t[2:])
-			cs.Length = be.Uint16(t[4:])
-			cs.Value = be.Uint16(t[6:])
-		}
-		delivered++
-		p.Stats.Packets++
-		p.Stats.Bytes += uint64(n)
-		fn(Packet{Data: payload, Mux: mux, Csum: cs})
+		off += len(f.frame)
+		w.handleFrame(f, fn)
 	}
-	return delivered, first
+	return w.delivered, w.first
+}
+
+// qmapWalk is the state of one Parse call.
+type qmapWalk struct {
+	p         *Parser
+	trailer   int // bytes of CsumV4 trailer after a data frame's payload
+	delivered int
+	first     error // the first problem found
+}
+
+// qmapFrame is one frame whose length fits in the aggregate.
+type qmapFrame struct {
+	frame []byte // the whole frame: MAP header, MAPv5 header, payload, trailer, padding
+	hdr   int    // bytes of header before the payload
+	cmd   bool
+	pad   int
+	plen  int // payload length from the MAP header, padding included
+	mux   uint8
+}
+
+// fail counts a problem and keeps it if it is the first.
+func (w *qmapWalk) fail(err error) {
+	*w.p.Stats.counter(err)++
+	if w.first == nil {
+		w.first = err
+	}
+}
+
+// nextFrame reads the MAP header at the start of rest and returns the
+// frame it heads. ok is false, the problem counted, when the header or
+// the frame is cut short or the payload length is zero: the walk ends.
+func (w *qmapWalk) nextFrame(rest []byte) (f qmapFrame, ok bool) {
+	if len(rest) < HeaderLen {
+		w.fail(ErrTruncated)
+		return f, false
+	}
+	f.cmd = rest[0]&FlagCommand != 0
+	f.pad = int(rest[0] & PadMask)
+	f.mux = rest[1]
+	f.plen = int(be.Uint16(rest[2:]))
+	if f.plen == 0 {
+		w.fail(ErrZeroLength)
+		return f, false
+	}
+	f.hdr = HeaderLen
+	if w.p.Csum == CsumV5 && !f.cmd {
+		f.hdr += V5HeaderLen
+	}
+	flen := f.hdr + f.plen + w.trailer
+	if flen > len(rest) {
+		w.fail(ErrTruncated)
+		return f, false
+	}
+	f.frame = rest[:flen]
+	return f, true
+}
+
+// handleFrame counts a frame and hands its payload, padding removed, to
+// OnCommand (a command frame) or on to dataFrame.
+func (w *qmapWalk) handleFrame(f qmapFrame, fn func(Packet)) {
+	w.p.Stats.Frames++
+	if f.pad > f.plen {
+		w.fail(ErrBadPad)
+		return
+	}
+	n := f.plen - f.pad
+	payload := f.frame[f.hdr : f.hdr+n : f.hdr+n]
+	if f.cmd {
+		w.p.Stats.CommandFrames++
+		if w.p.OnCommand != nil {
+			w.p.OnCommand(f.mux, payload)
+		}
+		return
+	}
+	w.dataFrame(f, payload, fn)
+}
+
+// dataFrame checks a data frame's MAPv5 checksum header (CsumV5), its
+// payload (not empty, IPv4 or IPv6 unless AnyProtocol), reads its CsumV4
+// trailer, and delivers the packet.
+func (w *qmapWalk) dataFrame(f qmapFrame, payload []byte, fn func(Packet)) {
+	var cs Csum
+	if w.p.Csum == CsumV5 {
+		if f.frame[0]&FlagNextHeader == 0 || f.frame[HeaderLen]>>1 != V5TypeCsumOffload {
+			w.fail(ErrBadNextHeader)
+			return
+		}
+		cs.Valid = f.frame[HeaderLen+1]&V5CsumValid != 0
+	}
+	n := len(payload)
+	if n == 0 {
+		w.fail(ErrZeroLength)
+		return
+	}
+	if !w.p.AnyProtocol {
+		if v := payload[0] >> 4; v != 4 && v != 6 {
+			w.fail(ErrBadIPVersion)
+			return
+		}
+	}
+	if w.trailer != 0 {
+		t := f.frame[f.hdr+n:]
+		cs.Valid = t[1]&TrailerCsumValid != 0
+		cs.Start = be.Uint16(t[2:])
+		cs.Length = be.Uint16(t[4:])
+		cs.Value = be.Uint16(t[6:])
+	}
+	w.delivered++
+	w.p.Stats.Packets++
+	w.p.Stats.Bytes += uint64(n)
+	fn(Packet{Data: payload, Mux: f.mux, Csum: cs})
 }
