@@ -46,21 +46,59 @@ type Parser struct {
 // problem found (one of the parse error sentinels, unwrapped), or nil.
 func (p *Parser) Parse(b []byte, fn func(Packet)) (int, error) {
 	w := qmapWalk{p: p}
-	if p.Csum == CsumV4 {
-		w.trailer = TrailerLen
-	}
 	p.Stats.Aggregates++
 	if len(b) < HeaderLen {
 		w.fail(ErrShort)
 		return 0, w.first
 	}
+	trailer := 0
+	if p.Csum == CsumV4 {
+		trailer = TrailerLen
+	}
 	for off := 0; off < len(b); {
-		f, ok := w.nextFrame(b[off:])
-		if !ok {
+		// The MAP header: a frame cut short or of zero length ends the
+		// walk, since nothing after it can be trusted.
+		rest := b[off:]
+		if len(rest) < HeaderLen {
+			w.fail(ErrTruncated)
 			break
 		}
-		off += len(f.frame)
-		w.handleFrame(f, fn)
+		cmd := rest[0]&FlagCommand != 0
+		pad := int(rest[0] & PadMask)
+		mux := rest[1]
+		plen := int(be.Uint16(rest[2:]))
+		if plen == 0 {
+			w.fail(ErrZeroLength)
+			break
+		}
+		hdr := HeaderLen
+		if p.Csum == CsumV5 && !cmd {
+			hdr += V5HeaderLen
+		}
+		flen := hdr + plen + trailer
+		if flen > len(rest) {
+			w.fail(ErrTruncated)
+			break
+		}
+		// A whole frame: counted, and its payload, padding removed, goes
+		// to OnCommand or dataFrame.
+		frame := rest[:flen]
+		off += flen
+		p.Stats.Frames++
+		if pad > plen {
+			w.fail(ErrBadPad)
+			continue
+		}
+		n := plen - pad
+		payload := frame[hdr : hdr+n : hdr+n]
+		if cmd {
+			p.Stats.CommandFrames++
+			if p.OnCommand != nil {
+				p.OnCommand(mux, payload)
+			}
+			continue
+		}
+		w.dataFrame(frame, hdr, payload, mux, fn)
 	}
 	return w.delivered, w.first
 }
@@ -68,19 +106,8 @@ func (p *Parser) Parse(b []byte, fn func(Packet)) (int, error) {
 // qmapWalk is the state of one Parse call.
 type qmapWalk struct {
 	p         *Parser
-	trailer   int // bytes of CsumV4 trailer after a data frame's payload
 	delivered int
 	first     error // the first problem found
-}
-
-// qmapFrame is one frame whose length fits in the aggregate.
-type qmapFrame struct {
-	frame []byte // the whole frame: MAP header, MAPv5 header, payload, trailer, padding
-	hdr   int    // bytes of header before the payload
-	cmd   bool
-	pad   int
-	plen  int // payload length from the MAP header, padding included
-	mux   uint8
 }
 
 // fail counts a problem and keeps it if it is the first.
@@ -91,66 +118,18 @@ func (w *qmapWalk) fail(err error) {
 	}
 }
 
-// nextFrame reads the MAP header at the start of rest and returns the
-// frame it heads. ok is false, the problem counted, when the header or
-// the frame is cut short or the payload length is zero: the walk ends.
-func (w *qmapWalk) nextFrame(rest []byte) (f qmapFrame, ok bool) {
-	if len(rest) < HeaderLen {
-		w.fail(ErrTruncated)
-		return f, false
-	}
-	f.cmd = rest[0]&FlagCommand != 0
-	f.pad = int(rest[0] & PadMask)
-	f.mux = rest[1]
-	f.plen = int(be.Uint16(rest[2:]))
-	if f.plen == 0 {
-		w.fail(ErrZeroLength)
-		return f, false
-	}
-	f.hdr = HeaderLen
-	if w.p.Csum == CsumV5 && !f.cmd {
-		f.hdr += V5HeaderLen
-	}
-	flen := f.hdr + f.plen + w.trailer
-	if flen > len(rest) {
-		w.fail(ErrTruncated)
-		return f, false
-	}
-	f.frame = rest[:flen]
-	return f, true
-}
-
-// handleFrame counts a frame and hands its payload, padding removed, to
-// OnCommand (a command frame) or on to dataFrame.
-func (w *qmapWalk) handleFrame(f qmapFrame, fn func(Packet)) {
-	w.p.Stats.Frames++
-	if f.pad > f.plen {
-		w.fail(ErrBadPad)
-		return
-	}
-	n := f.plen - f.pad
-	payload := f.frame[f.hdr : f.hdr+n : f.hdr+n]
-	if f.cmd {
-		w.p.Stats.CommandFrames++
-		if w.p.OnCommand != nil {
-			w.p.OnCommand(f.mux, payload)
-		}
-		return
-	}
-	w.dataFrame(f, payload, fn)
-}
-
-// dataFrame checks a data frame's MAPv5 checksum header (CsumV5), its
-// payload (not empty, IPv4 or IPv6 unless AnyProtocol), reads its CsumV4
-// trailer, and delivers the packet.
-func (w *qmapWalk) dataFrame(f qmapFrame, payload []byte, fn func(Packet)) {
+// dataFrame checks a data frame (whose payload, padding removed, starts
+// hdr bytes in): its MAPv5 checksum header (CsumV5) and its payload (not
+// empty, IPv4 or IPv6 unless AnyProtocol); it reads its CsumV4 trailer and
+// delivers the packet.
+func (w *qmapWalk) dataFrame(frame []byte, hdr int, payload []byte, mux uint8, fn func(Packet)) {
 	var cs Csum
 	if w.p.Csum == CsumV5 {
-		if f.frame[0]&FlagNextHeader == 0 || f.frame[HeaderLen]>>1 != V5TypeCsumOffload {
+		if frame[0]&FlagNextHeader == 0 || frame[HeaderLen]>>1 != V5TypeCsumOffload {
 			w.fail(ErrBadNextHeader)
 			return
 		}
-		cs.Valid = f.frame[HeaderLen+1]&V5CsumValid != 0
+		cs.Valid = frame[HeaderLen+1]&V5CsumValid != 0
 	}
 	n := len(payload)
 	if n == 0 {
@@ -163,8 +142,8 @@ func (w *qmapWalk) dataFrame(f qmapFrame, payload []byte, fn func(Packet)) {
 			return
 		}
 	}
-	if w.trailer != 0 {
-		t := f.frame[f.hdr+n:]
+	if w.p.Csum == CsumV4 {
+		t := frame[hdr+n:]
 		cs.Valid = t[1]&TrailerCsumValid != 0
 		cs.Start = be.Uint16(t[2:])
 		cs.Length = be.Uint16(t[4:])
@@ -173,5 +152,5 @@ func (w *qmapWalk) dataFrame(f qmapFrame, payload []byte, fn func(Packet)) {
 	w.delivered++
 	w.p.Stats.Packets++
 	w.p.Stats.Bytes += uint64(n)
-	fn(Packet{Data: payload, Mux: f.mux, Csum: cs})
+	fn(Packet{Data: payload, Mux: mux, Csum: cs})
 }
