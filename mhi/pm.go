@@ -126,6 +126,41 @@ func (c *Controller) bringUp() error {
 	if err := c.fenced("power up"); err != nil {
 		return err
 	}
+	if err := c.bootToReady(); err != nil {
+		return err
+	}
+	if err := c.fenced("power up"); err != nil {
+		return err
+	}
+	if err := c.initMMIO(); err != nil {
+		return err
+	}
+	if err := c.armEventRings(false); err != nil {
+		return err
+	}
+	if err := c.fenced("power up"); err != nil {
+		return err
+	}
+	if err := c.rmw(RegMHICTRL, MHICTRLStateMask, uint32(StateM0)<<MHICTRLStateShift); err != nil {
+		return err
+	}
+	if err := c.waitFor("M0", c.Timeout(), func() bool { return c.devState == StateM0 }); err != nil {
+		return err
+	}
+	if err := c.prepareRDDM(); err != nil {
+		return err
+	}
+	if err := c.promote(pmPowerUp, pmM0, "entering M0"); err != nil {
+		return err
+	}
+	return c.enterMissionMode()
+}
+
+// bootToReady takes the device from any state to READY: it reads the
+// register layout, masks the BHI interrupt, loads an image over BHI if the
+// device waits in PBL or EDL, resets a device in SYS_ERR and waits for
+// READY.
+func (c *Controller) bootToReady() error {
 	if err := c.readLayout(); err != nil {
 		return err
 	}
@@ -162,60 +197,56 @@ func (c *Controller) bringUp() error {
 	c.devState = StateReady
 	c.eeSeen = false
 	c.mu.Unlock()
-	if err := c.fenced("power up"); err != nil {
-		return err
-	}
-	if err := c.initMMIO(); err != nil {
-		return err
-	}
+	return nil
+}
+
+// armEventRings arms the software event rings, or with hardware the
+// hardware (data path) ones.
+func (c *Controller) armEventRings(hardware bool) error {
 	for _, er := range c.eventRings {
-		if !er.cfg.Hardware {
+		if er.cfg.Hardware == hardware {
 			if err := er.arm(); err != nil {
 				return err
 			}
 		}
 	}
-	if err := c.fenced("power up"); err != nil {
+	return nil
+}
+
+// prepareRDDM puts the RAM-dump table in BHIe, as Linux's
+// mhi_rddm_prepare does, when dumps are configured. A device whose BHIe
+// block is unusable runs without dumps for this power cycle.
+func (c *Controller) prepareRDDM() error {
+	if c.rddm.size <= 0 {
+		return nil
+	}
+	c.rddm.armed.Store(false)
+	if err := c.armRDDM(); errors.Is(err, ErrBadDevice) {
+		c.log.Warn("RAM-dump collection off for this power cycle", "err", err)
+	} else if err != nil {
 		return err
+	} else {
+		c.rddm.armed.Store(true)
 	}
-	if err := c.rmw(RegMHICTRL, MHICTRLStateMask, uint32(StateM0)<<MHICTRLStateShift); err != nil {
-		return err
-	}
-	if err := c.waitFor("M0", c.Timeout(), func() bool { return c.devState == StateM0 }); err != nil {
-		return err
-	}
-	if c.rddm.size > 0 {
-		// As Linux's mhi_rddm_prepare: the dump table waits in BHIe. A
-		// device whose BHIe block is unusable runs without dumps.
-		c.rddm.armed.Store(false)
-		if err := c.armRDDM(); errors.Is(err, ErrBadDevice) {
-			c.log.Warn("RAM-dump collection off for this power cycle", "err", err)
-		} else if err != nil {
-			return err
-		} else {
-			c.rddm.armed.Store(true)
-		}
-	}
-	if err := c.promote(pmPowerUp, pmM0, "entering M0"); err != nil {
-		return err
-	}
+	return nil
+}
+
+// enterMissionMode waits for mission mode, re-reads EXECENV as Linux does,
+// then arms the hardware rings.
+func (c *Controller) enterMissionMode() error {
 	if err := c.waitMissionMode(); err != nil {
 		return err
 	}
-	// Mission mode: re-read EXECENV as Linux does, then arm the hardware rings.
-	if eev, err = c.read(c.bhiOff + BHIExecEnv); err != nil {
+	eev, err := c.read(c.bhiOff + BHIExecEnv)
+	if err != nil {
 		return err
 	}
 	if !ExecEnv(eev).MissionMode() {
 		c.stats.BadRegister.Add(1)
 		return fmt.Errorf("%s: EE event said mission mode but EXECENV reads %s: %w", c.name, ExecEnv(eev), ErrBadDevice)
 	}
-	for _, er := range c.eventRings {
-		if er.cfg.Hardware {
-			if err := er.arm(); err != nil {
-				return err
-			}
-		}
+	if err := c.armEventRings(true); err != nil {
+		return err
 	}
 	c.log.Info("powered up", "state", StateM0, "ee", ExecEnv(eev))
 	return nil

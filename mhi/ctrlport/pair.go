@@ -263,10 +263,7 @@ func (p *Pair) onStatus(ev mhi.StatusEvent) {
 		p.mu.Lock()
 		p.down = true
 		p.stats.SysErrs++
-		if p.joining {
-			p.stats.DLCut++
-		}
-		p.join, p.joining, p.cut = p.join[:0], false, false
+		p.abandonJoinLocked()
 		p.cond.Broadcast()
 		p.mu.Unlock()
 	case mhi.StatusRecovered:
@@ -309,25 +306,25 @@ func (p *Pair) onDL(c mhi.Completion) {
 	}
 	p.dlPosted[i] = false
 	if c.Err != nil {
-		if p.joining {
-			p.stats.DLCut++
+		p.abandonJoinLocked()
+		bad := errors.Is(c.Err, mhi.ErrBadDevice)
+		if bad {
+			p.stats.DLBadTransfers++
 		}
-		p.join, p.joining, p.cut = p.join[:0], false, false
-		if !errors.Is(c.Err, mhi.ErrBadDevice) {
-			p.mu.Unlock()
-			return // reset, SYS_ERR or close: reposted on recovery; freed on close
-		}
-		// The device failed the element (BAD_TRE): nothing arrived in
-		// it. The buffer goes back, or the ring would run dry.
-		p.stats.DLBadTransfers++
 		p.mu.Unlock()
-		p.warn("bad", "control channel: the device failed a downlink element; buffer posted again", "err", c.Err)
-		p.repost(i)
+		if bad {
+			// The device failed the element (BAD_TRE): nothing arrived
+			// in it. The buffer goes back, or the ring would run dry.
+			p.warn("bad", "control channel: the device failed a downlink element; buffer posted again", "err", c.Err)
+			p.repost(i)
+		}
+		// Otherwise reset, SYS_ERR or close: reposted on recovery; freed
+		// on close.
 		return
 	}
 	if (p.joining || p.cut) && now.Sub(p.lastDL) > p.opts.ChainTimeout {
 		p.stats.DLChainStalled++
-		p.join, p.joining, p.cut = p.join[:0], false, false
+		p.resetJoinLocked()
 		p.warnLocked("stalled", "control channel: downlink transfer whose next piece never came; dropped", "timeout", p.opts.ChainTimeout)
 	}
 	p.lastDL = now
@@ -337,21 +334,36 @@ func (p *Pair) onDL(c mhi.Completion) {
 		// transfer whose length the device never said (Len is the whole
 		// buffer). Drop it, and the transfer it ended.
 		p.stats.DLUnreported++
-		if p.joining {
-			p.stats.DLCut++
-		}
-		p.join, p.joining, p.cut = p.join[:0], false, false
+		p.abandonJoinLocked()
 		p.warnLocked("unreported", "control channel: downlink element completed without an event of its own; dropped", "buffer", i)
 		p.mu.Unlock()
 		p.repost(i)
 		return
 	}
-	piece := p.dlBufs[i].Bytes[:c.Len]
 	last := c.Code != mhi.CCOverflow
+	msg := p.joinPieceLocked(p.dlBufs[i].Bytes[:c.Len], last)
+	fs := p.deliveryLocked(msg)
+	p.mu.Unlock()
+	for _, f := range fs {
+		f(msg)
+	}
+	p.mu.Lock()
+	if last {
+		p.join, p.joining = p.join[:0], false
+	}
+	p.mu.Unlock()
+	p.repost(i)
+}
+
+// joinPieceLocked adds one downlink piece (the last of its transfer, or
+// one ended by OVERFLOW) to the transfer being joined and returns the
+// whole message once last completes it: the piece itself for a transfer
+// of one buffer, the join buffer otherwise, nil while the transfer goes
+// on or is being cut (it grew past MaxDownlink). p.mu must be held.
+func (p *Pair) joinPieceLocked(piece []byte, last bool) (msg []byte) {
 	if len(piece) == 0 {
 		p.stats.DLEmpty++
 	}
-	var msg []byte
 	switch {
 	case p.cut:
 	case !p.joining && last:
@@ -371,24 +383,37 @@ func (p *Pair) onDL(c mhi.Completion) {
 	if last {
 		p.cut = false
 	}
+	return msg
+}
+
+// deliveryLocked counts a complete downlink message and returns the
+// subscribers to hand it to (none for an empty one). p.mu must be held.
+func (p *Pair) deliveryLocked(msg []byte) []func([]byte) {
+	if len(msg) == 0 {
+		return nil
+	}
+	p.stats.DLMessages++
+	p.stats.DLBytes += uint64(len(msg))
 	var fs []func([]byte)
-	if len(msg) > 0 {
-		p.stats.DLMessages++
-		p.stats.DLBytes += uint64(len(msg))
-		for _, f := range p.subs {
-			fs = append(fs, f)
-		}
+	for _, f := range p.subs {
+		fs = append(fs, f)
 	}
-	p.mu.Unlock()
-	for _, f := range fs {
-		f(msg)
+	return fs
+}
+
+// abandonJoinLocked drops a downlink transfer being joined, counting it in
+// DLCut, and any cut in progress. p.mu must be held.
+func (p *Pair) abandonJoinLocked() {
+	if p.joining {
+		p.stats.DLCut++
 	}
-	p.mu.Lock()
-	if last {
-		p.join, p.joining = p.join[:0], false
-	}
-	p.mu.Unlock()
-	p.repost(i)
+	p.resetJoinLocked()
+}
+
+// resetJoinLocked forgets the downlink transfer being joined or cut.
+// p.mu must be held.
+func (p *Pair) resetJoinLocked() {
+	p.join, p.joining, p.cut = p.join[:0], false, false
 }
 
 // repost queues downlink buffer i again, unless the pair is closed.

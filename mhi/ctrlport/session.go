@@ -212,48 +212,15 @@ func (s *MBIMSession) Connect(ctx context.Context, req SessionRequest) (SessionC
 	if err := req.validate(); err != nil {
 		return SessionConfig{}, err
 	}
-	err := s.withOpen(ctx, func() error {
-		_, err := s.c.Attach(ctx)
-		var se *StatusError
-		if errors.As(err, &se) && se.Status == mbim.StatusNoDeviceSupport {
-			return nil
-		}
-		return err
-	})
-	if err != nil {
+	if err := s.attach(ctx); err != nil {
 		return SessionConfig{}, fmt.Errorf("%w: packet service attach: %w", ErrSessionRefused, err)
 	}
-	var ci mbim.ConnectInfo
-	err = s.withOpen(ctx, func() (err error) {
-		ci, err = s.c.Connect(ctx, req.APN, mbimIPTypes[req.IPType])
-		return err
-	})
-	var se *StatusError
-	if errors.As(err, &se) && se.Status == mbim.StatusMaxActivatedContexts {
-		return SessionConfig{}, fmt.Errorf("%w: the modem has a session connected already (disconnect it first): %w", ErrSessionActive, err)
+	ci, mayBeActive, err := s.activate(ctx, req)
+	if mayBeActive {
+		return s.undoConnect(ctx, req, err)
 	}
-	// undo deactivates what the modem activated, or may have activated,
-	// when the session cannot be used.
-	undo := func(err error) (SessionConfig, error) {
-		if ctx.Err() == nil {
-			_ = s.Disconnect(ctx)
-		}
-		return SessionConfig{}, fmt.Errorf("%w: APN %q, %s: %w", ErrSessionRefused, req.APN, req.IPType, err)
-	}
-	switch {
-	case errors.As(err, &se):
-		// The modem refused: it has nothing activated.
-		return SessionConfig{}, fmt.Errorf("%w: APN %q, %s: %w", ErrSessionRefused, req.APN, req.IPType, err)
-	case err != nil:
-		// An answer that says nothing usable: the modem may have
-		// activated the session.
-		return undo(err)
-	case ci.SessionID != 0:
-		return undo(fmt.Errorf("%w: CONNECT answered for session %d, asked for session 0", mbim.ErrWrongMessage, ci.SessionID))
-	case ci.ActivationState != mbim.ActivationStateActivated:
-		return undo(fmt.Errorf("activation state %d after CONNECT", ci.ActivationState))
-	case !mbimIPTypeFits(req.IPType, ci.IPType):
-		return undo(fmt.Errorf("%w: the modem activated IP type %s for a %s request", ErrBadSessionConfig, mbimIPTypeName(ci.IPType), req.IPType))
+	if err != nil {
+		return SessionConfig{}, err
 	}
 	cfg := SessionConfig{Protocol: "mbim", APN: req.APN, IPType: mbimIPTypeName(ci.IPType)}
 	if ci.IPType == mbim.IPTypeDefault {
@@ -264,8 +231,69 @@ func (s *MBIMSession) Connect(ctx context.Context, req SessionRequest) (SessionC
 		err = fmt.Errorf("%w: IP_CONFIGURATION answered for session %d, asked for session 0", mbim.ErrWrongMessage, ipc.SessionID)
 	}
 	if err != nil {
-		return undo(fmt.Errorf("IP_CONFIGURATION: %w", err))
+		return s.undoConnect(ctx, req, fmt.Errorf("IP_CONFIGURATION: %w", err))
 	}
+	if err := applyMBIMIPConfiguration(&cfg, ipc); err != nil {
+		return s.undoConnect(ctx, req, err)
+	}
+	return cfg, nil
+}
+
+// attach attaches the packet service; a modem without the CID (answering
+// NoDeviceSupport) is taken as attaching on its own.
+func (s *MBIMSession) attach(ctx context.Context) error {
+	return s.withOpen(ctx, func() error {
+		_, err := s.c.Attach(ctx)
+		var se *StatusError
+		if errors.As(err, &se) && se.Status == mbim.StatusNoDeviceSupport {
+			return nil
+		}
+		return err
+	})
+}
+
+// activate sends CONNECT for session 0 and checks the answer. With an
+// error, mayBeActive says that the modem may have activated the session
+// all the same (an answer that says nothing usable, or not what was asked
+// for), so that it must be deactivated again.
+func (s *MBIMSession) activate(ctx context.Context, req SessionRequest) (ci mbim.ConnectInfo, mayBeActive bool, err error) {
+	err = s.withOpen(ctx, func() (err error) {
+		ci, err = s.c.Connect(ctx, req.APN, mbimIPTypes[req.IPType])
+		return err
+	})
+	var se *StatusError
+	switch {
+	case errors.As(err, &se) && se.Status == mbim.StatusMaxActivatedContexts:
+		return ci, false, fmt.Errorf("%w: the modem has a session connected already (disconnect it first): %w", ErrSessionActive, err)
+	case errors.As(err, &se):
+		// The modem refused: it has nothing activated.
+		return ci, false, fmt.Errorf("%w: APN %q, %s: %w", ErrSessionRefused, req.APN, req.IPType, err)
+	case err != nil:
+		return ci, true, err
+	case ci.SessionID != 0:
+		return ci, true, fmt.Errorf("%w: CONNECT answered for session %d, asked for session 0", mbim.ErrWrongMessage, ci.SessionID)
+	case ci.ActivationState != mbim.ActivationStateActivated:
+		return ci, true, fmt.Errorf("activation state %d after CONNECT", ci.ActivationState)
+	case !mbimIPTypeFits(req.IPType, ci.IPType):
+		return ci, true, fmt.Errorf("%w: the modem activated IP type %s for a %s request", ErrBadSessionConfig, mbimIPTypeName(ci.IPType), req.IPType)
+	}
+	return ci, false, nil
+}
+
+// undoConnect deactivates what the modem activated, or may have activated,
+// when the session cannot be used, and returns err as a refusal.
+func (s *MBIMSession) undoConnect(ctx context.Context, req SessionRequest, err error) (SessionConfig, error) {
+	if ctx.Err() == nil {
+		_ = s.Disconnect(ctx)
+	}
+	return SessionConfig{}, fmt.Errorf("%w: APN %q, %s: %w", ErrSessionRefused, req.APN, req.IPType, err)
+}
+
+// applyMBIMIPConfiguration fills cfg's addresses, gateways, DNS servers
+// and MTU (the smaller of the families' MTUs) from ipc, for the families
+// of cfg.IPType only: what ipc flags available. An MTU flagged available
+// must be in 1..MaxSessionMTU.
+func applyMBIMIPConfiguration(cfg *SessionConfig, ipc mbim.IPConfiguration) error {
 	want4 := cfg.IPType == IPTypeIPv4 || cfg.IPType == IPTypeIPv4v6
 	want6 := cfg.IPType == IPTypeIPv6 || cfg.IPType == IPTypeIPv4v6
 	mtu := 0
@@ -298,7 +326,7 @@ func (s *MBIMSession) Connect(ctx context.Context, req SessionRequest) (SessionC
 		}
 		if f.avail&mbim.IPConfigMTU != 0 {
 			if f.mtu == 0 || f.mtu > MaxSessionMTU {
-				return undo(fmt.Errorf("%w: %s MTU %d flagged available, valid range 1..%d", ErrBadSessionConfig, f.fam, f.mtu, MaxSessionMTU))
+				return fmt.Errorf("%w: %s MTU %d flagged available, valid range 1..%d", ErrBadSessionConfig, f.fam, f.mtu, MaxSessionMTU)
 			}
 			if m := int(f.mtu); mtu == 0 || m < mtu {
 				mtu = m
@@ -311,7 +339,7 @@ func (s *MBIMSession) Connect(ctx context.Context, req SessionRequest) (SessionC
 		}
 	}
 	cfg.MTU = mtu
-	return cfg, nil
+	return nil
 }
 
 // Disconnect deactivates session 0.

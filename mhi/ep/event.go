@@ -209,17 +209,7 @@ func (d *Device) interruptForEvent(s *session, er *eventRing, bei bool) {
 		d.timers.Add(1)
 		er.modTimer = time.AfterFunc(er.modDelay, func() {
 			defer d.timers.Done()
-			er.mu.Lock()
-			fire := er.modPending && er.modGen == gen && s.ctx.Err() == nil
-			if fire {
-				er.modPending = false
-			}
-			vec := er.msiVec
-			er.mu.Unlock()
-			if fire {
-				d.stats.interruptsModerated.Add(1)
-				d.raise(vec)
-			}
+			d.raiseModerated(er, func() bool { return er.modGen == gen && s.ctx.Err() == nil })
 		})
 	}
 }
@@ -241,8 +231,15 @@ func (d *Device) cancelModeration(er *eventRing) {
 
 // fireModeration is the moderation timer's callback in virtual time.
 func (d *Device) fireModeration(er *eventRing) {
+	d.raiseModerated(er, func() bool { return er.vmodSess != nil && er.vmodSess.ctx.Err() == nil })
+}
+
+// raiseModerated raises the ring's moderated interrupt if one is still
+// pending and current says it belongs to the live session (called with
+// er.mu held).
+func (d *Device) raiseModerated(er *eventRing, current func() bool) {
 	er.mu.Lock()
-	fire := er.modPending && er.vmodSess != nil && er.vmodSess.ctx.Err() == nil
+	fire := er.modPending && current()
 	if fire {
 		er.modPending = false
 	}

@@ -642,13 +642,7 @@ func (f *IPData) put(ctx context.Context, p *Pipe, n int, pkt []byte, gen *genPa
 	for {
 		if !f.open {
 			f.mu.Unlock()
-			var b DLBuffer
-			var err error
-			if block {
-				b, err = p.Reserve(ctx, f.bufSize(n))
-			} else if b, err = p.TryReserve(f.bufSize(n)); errors.Is(err, mhi.ErrRingFull) {
-				err = errNoBuffer
-			}
+			b, err := f.reserveAggregate(ctx, p, n, block)
 			if err != nil {
 				return err
 			}
@@ -667,33 +661,9 @@ func (f *IPData) put(ctx context.Context, p *Pipe, n int, pkt []byte, gen *genPa
 			f.cur, f.open = b, true
 			f.aggSeq++
 		}
-		var err error
-		switch {
-		case gen == nil:
-			err = f.agg.add(pkt)
-		default:
-			var dst []byte
-			if dst, err = f.agg.reserve(n); err == errAggNoReserve {
-				gen.put(gen.scratch[:n])
-				err = f.agg.add(gen.scratch[:n])
-			} else if err == nil {
-				gen.put(dst)
-			}
-		}
-		switch {
+		switch err := f.addToAggregateLocked(n, pkt, gen); {
 		case err == nil:
-			f.st.pending.Add(1)
-			if f.cfg.WindowTimer && !f.window && f.cfg.FlushTimer > 0 {
-				f.window = true
-				f.timer.Reset(f.cfg.FlushTimer)
-			}
-			switch {
-			case f.agg.count() >= f.cfg.MaxDatagrams || f.cfg.Format == FormatRaw:
-				f.flushLocked(&f.st.flushFull)
-			case f.agg.count() == 1 && f.cfg.FlushTimer > 0 && !f.cfg.WindowTimer:
-				f.timerFor = f.aggSeq
-				f.timer.Reset(f.cfg.FlushTimer)
-			}
+			f.addedLocked()
 			f.mu.Unlock()
 			return nil
 		case err == errAggFull || err == errAggLimit:
@@ -717,6 +687,58 @@ func (f *IPData) put(ctx context.Context, p *Pipe, n int, pkt []byte, gen *genPa
 			f.st.droppedTooLarge.Add(1)
 			return nil
 		}
+	}
+}
+
+// reserveAggregate reserves a downlink buffer for a new aggregate whose
+// first packet has n bytes. Without block a full queue is errNoBuffer.
+func (f *IPData) reserveAggregate(ctx context.Context, p *Pipe, n int, block bool) (DLBuffer, error) {
+	if block {
+		return p.Reserve(ctx, f.bufSize(n))
+	}
+	b, err := p.TryReserve(f.bufSize(n))
+	if errors.Is(err, mhi.ErrRingFull) {
+		err = errNoBuffer
+	}
+	return b, err
+}
+
+// addToAggregateLocked writes one packet of n bytes into the open
+// aggregate: pkt, or gen's packet generated in place (or through its
+// scratch buffer when the writer cannot reserve room). It returns the
+// aggregate writer's verdict. f.mu must be held and an aggregate open.
+func (f *IPData) addToAggregateLocked(n int, pkt []byte, gen *genPacket) error {
+	if gen == nil {
+		return f.agg.add(pkt)
+	}
+	dst, err := f.agg.reserve(n)
+	switch err {
+	case errAggNoReserve:
+		gen.put(gen.scratch[:n])
+		return f.agg.add(gen.scratch[:n])
+	case nil:
+		gen.put(dst)
+	}
+	return err
+}
+
+// addedLocked accounts for a packet just added to the open aggregate and
+// applies the flush rules: with WindowTimer the first packet outside a
+// window opens one and arms the timer; a full aggregate (every packet, for
+// raw IP) is flushed; otherwise an aggregate's first packet arms the flush
+// timer. f.mu must be held.
+func (f *IPData) addedLocked() {
+	f.st.pending.Add(1)
+	if f.cfg.WindowTimer && !f.window && f.cfg.FlushTimer > 0 {
+		f.window = true
+		f.timer.Reset(f.cfg.FlushTimer)
+	}
+	switch {
+	case f.agg.count() >= f.cfg.MaxDatagrams || f.cfg.Format == FormatRaw:
+		f.flushLocked(&f.st.flushFull)
+	case f.agg.count() == 1 && f.cfg.FlushTimer > 0 && !f.cfg.WindowTimer:
+		f.timerFor = f.aggSeq
+		f.timer.Reset(f.cfg.FlushTimer)
 	}
 }
 

@@ -428,137 +428,189 @@ const (
 )
 
 // basicConnect answers a BASIC_CONNECT command: the status and the
-// InformationBuffer (in f.info). Called with f.mu held.
+// InformationBuffer (built in f.info). Called with f.mu held.
 func (f *MBIM) basicConnect(m *mbim.Message) (mbim.Status, []byte) {
 	if !f.offered(m.CID, m.Command) {
 		return mbim.StatusNoDeviceSupport, nil
 	}
-	md := f.modem
-	set := m.Command == mbim.CommandSet
-	buf := f.info[:0]
-	defer func() { f.info = buf[:0] }()
-	bad := func(err error) (mbim.Status, []byte) {
-		f.log.Warn("MBIM command with a malformed InformationBuffer", "cid", mbim.CIDName(m.Service, m.CID), "tid", m.TID, "err", err)
-		return mbim.StatusInvalidParameters, nil
+	status, info := f.answerBasicConnect(m, f.info[:0])
+	if info != nil {
+		f.info = info[:0]
 	}
+	return status, info
+}
+
+// answerBasicConnect runs the handler of an offered BASIC_CONNECT CID; the
+// answer's InformationBuffer is appended to buf.
+func (f *MBIM) answerBasicConnect(m *mbim.Message, buf []byte) (mbim.Status, []byte) {
+	set := m.Command == mbim.CommandSet
 	switch m.CID {
 	case mbim.CIDDeviceCaps:
-		buf = f.deviceCaps().AppendTo(buf)
+		return mbim.StatusSuccess, f.deviceCaps().AppendTo(buf)
 	case mbim.CIDSubscriberReadyStatus:
-		buf = f.subscriberReady().AppendTo(buf)
+		return mbim.StatusSuccess, f.subscriberReady().AppendTo(buf)
 	case mbim.CIDRadioState:
-		if set {
-			req, err := mbim.ParseRadioStateSet(m.Info)
-			if err != nil {
-				return bad(err)
-			}
-			if req.RadioState > mbim.RadioOn {
-				return mbim.StatusInvalidParameters, nil
-			}
-			md.SetRadio(req.RadioState == mbim.RadioOn)
-		}
-		buf = f.radioState().AppendTo(buf)
+		return f.answerRadioState(m, set, buf)
 	case mbim.CIDPin:
-		if set {
-			if _, err := mbim.ParsePinSet(m.Info); err != nil {
-				return bad(err)
-			}
-			// No PIN is enabled: there is nothing to enter, enable or
-			// change.
-			return mbim.StatusFailure, nil
-		}
-		pin := mbim.PinInfo{PinType: mbim.PinTypeUnknown, PinState: mbim.PinStateUnlocked}
-		buf = pin.AppendTo(buf)
+		return f.answerPin(m, set, buf)
 	case mbim.CIDPinList:
-		var l mbim.PinList
-		l[0] = mbim.PinDesc{Mode: mbim.PinModeDisabled, Format: mbim.PinFormatNumeric, LengthMin: 4, LengthMax: 8}
-		l[1] = l[0]
-		buf = l.AppendTo(buf)
+		return mbim.StatusSuccess, mbimPinList().AppendTo(buf)
 	case mbim.CIDHomeProvider:
-		buf = f.homeProvider().AppendTo(buf)
+		return mbim.StatusSuccess, f.homeProvider().AppendTo(buf)
 	case mbim.CIDRegisterState:
-		if set {
-			req, err := mbim.ParseRegisterStateSet(m.Info)
-			if err != nil {
-				return bad(err)
-			}
-			if !md.Radio() {
-				return mbim.StatusRadioPowerOff, nil
-			}
-			if req.RegisterAction == mbim.RegisterActionManual && req.ProviderID != md.Identity().ProviderID {
-				return mbim.StatusProviderNotVisible, nil
-			}
-			if req.RegisterAction > mbim.RegisterActionManual {
-				return mbim.StatusInvalidParameters, nil
-			}
-		}
-		buf = f.registrationState().AppendTo(buf)
+		return f.answerRegisterState(m, set, buf)
 	case mbim.CIDPacketService:
-		if set {
-			req, err := mbim.ParsePacketServiceSet(m.Info)
-			if err != nil {
-				return bad(err)
-			}
-			switch req.Action {
-			case mbim.PacketServiceActionAttach:
-				if err := md.SetAttached(true); err != nil {
-					return mbim.StatusRadioPowerOff, nil
-				}
-			case mbim.PacketServiceActionDetach:
-				_ = md.SetAttached(false)
-			default:
-				return mbim.StatusInvalidParameters, nil
-			}
-		}
-		buf = f.packetService().AppendTo(buf)
+		return f.answerPacketService(m, set, buf)
 	case mbim.CIDSignalState:
-		if set {
-			req, err := mbim.ParseSignalStateSet(m.Info)
-			if err != nil {
-				return bad(err)
-			}
-			f.sigIntvl, f.rssiThr, f.errThr = req.SignalStrengthInterval, req.RssiThreshold, req.ErrorRateThreshold
-		}
-		buf = f.signalState().AppendTo(buf)
+		return f.answerSignalState(m, set, buf)
 	case mbim.CIDConnect:
 		return f.connect(m, buf)
 	case mbim.CIDIPConfiguration:
-		q, err := mbim.ParseIPConfiguration(m.Info)
-		if err != nil {
-			// libmbim sends the whole response layout; accept a bare
-			// session id too.
-			sid, err2 := m.Info.U32(0)
-			if err2 != nil {
-				return bad(err)
-			}
-			q.SessionID = sid
-		}
-		cfg, ok := f.ipConfiguration(q.SessionID)
-		if !ok {
-			return mbim.StatusContextNotActivated, nil
-		}
-		buf = cfg.AppendTo(buf)
+		return f.answerIPConfiguration(m, buf)
 	case mbim.CIDDeviceServices:
-		buf = f.deviceServices().AppendTo(buf)
+		return mbim.StatusSuccess, f.deviceServices().AppendTo(buf)
 	case mbim.CIDDeviceServiceSubscribeList:
-		l, err := mbim.ParseEventList(m.Info)
-		if err != nil {
-			return bad(err)
-		}
-		f.subs = map[mbimEvent]bool{}
-		for _, e := range l {
-			for _, c := range e.CIDs {
-				f.subs[mbimEvent{e.Service, c}] = true
-			}
-		}
-		buf = l.AppendTo(buf)
+		return f.answerSubscribeList(m, buf)
 	case mbim.CIDPacketStatistics:
 		st := f.opts.PacketStatistics()
-		buf = st.AppendTo(buf)
-	default:
-		return mbim.StatusNoDeviceSupport, nil
+		return mbim.StatusSuccess, st.AppendTo(buf)
 	}
-	return mbim.StatusSuccess, buf
+	return mbim.StatusNoDeviceSupport, nil
+}
+
+// malformed logs a command whose InformationBuffer does not parse and
+// answers INVALID_PARAMETERS.
+func (f *MBIM) malformed(m *mbim.Message, err error) (mbim.Status, []byte) {
+	f.log.Warn("MBIM command with a malformed InformationBuffer", "cid", mbim.CIDName(m.Service, m.CID), "tid", m.TID, "err", err)
+	return mbim.StatusInvalidParameters, nil
+}
+
+// answerRadioState answers RADIO_STATE; a set switches the radio.
+func (f *MBIM) answerRadioState(m *mbim.Message, set bool, buf []byte) (mbim.Status, []byte) {
+	if set {
+		req, err := mbim.ParseRadioStateSet(m.Info)
+		if err != nil {
+			return f.malformed(m, err)
+		}
+		if req.RadioState > mbim.RadioOn {
+			return mbim.StatusInvalidParameters, nil
+		}
+		f.modem.SetRadio(req.RadioState == mbim.RadioOn)
+	}
+	return mbim.StatusSuccess, f.radioState().AppendTo(buf)
+}
+
+// answerPin answers PIN: no PIN is enabled, so a query says unlocked and a
+// set (enter, enable, change) fails: there is nothing to do.
+func (f *MBIM) answerPin(m *mbim.Message, set bool, buf []byte) (mbim.Status, []byte) {
+	if set {
+		if _, err := mbim.ParsePinSet(m.Info); err != nil {
+			return f.malformed(m, err)
+		}
+		return mbim.StatusFailure, nil
+	}
+	pin := mbim.PinInfo{PinType: mbim.PinTypeUnknown, PinState: mbim.PinStateUnlocked}
+	return mbim.StatusSuccess, pin.AppendTo(buf)
+}
+
+// mbimPinList is the PIN_LIST answer: PIN1 and PIN2, both disabled.
+func mbimPinList() *mbim.PinList {
+	var l mbim.PinList
+	l[0] = mbim.PinDesc{Mode: mbim.PinModeDisabled, Format: mbim.PinFormatNumeric, LengthMin: 4, LengthMax: 8}
+	l[1] = l[0]
+	return &l
+}
+
+// answerRegisterState answers REGISTER_STATE; a set is checked (radio on,
+// the home provider for a manual registration) and changes nothing: the
+// mock is always registered at home.
+func (f *MBIM) answerRegisterState(m *mbim.Message, set bool, buf []byte) (mbim.Status, []byte) {
+	if set {
+		req, err := mbim.ParseRegisterStateSet(m.Info)
+		if err != nil {
+			return f.malformed(m, err)
+		}
+		if !f.modem.Radio() {
+			return mbim.StatusRadioPowerOff, nil
+		}
+		if req.RegisterAction == mbim.RegisterActionManual && req.ProviderID != f.modem.Identity().ProviderID {
+			return mbim.StatusProviderNotVisible, nil
+		}
+		if req.RegisterAction > mbim.RegisterActionManual {
+			return mbim.StatusInvalidParameters, nil
+		}
+	}
+	return mbim.StatusSuccess, f.registrationState().AppendTo(buf)
+}
+
+// answerPacketService answers PACKET_SERVICE; a set attaches or detaches.
+func (f *MBIM) answerPacketService(m *mbim.Message, set bool, buf []byte) (mbim.Status, []byte) {
+	if set {
+		req, err := mbim.ParsePacketServiceSet(m.Info)
+		if err != nil {
+			return f.malformed(m, err)
+		}
+		switch req.Action {
+		case mbim.PacketServiceActionAttach:
+			if err := f.modem.SetAttached(true); err != nil {
+				return mbim.StatusRadioPowerOff, nil
+			}
+		case mbim.PacketServiceActionDetach:
+			_ = f.modem.SetAttached(false)
+		default:
+			return mbim.StatusInvalidParameters, nil
+		}
+	}
+	return mbim.StatusSuccess, f.packetService().AppendTo(buf)
+}
+
+// answerSignalState answers SIGNAL_STATE; a set keeps the host's reporting
+// interval and thresholds.
+func (f *MBIM) answerSignalState(m *mbim.Message, set bool, buf []byte) (mbim.Status, []byte) {
+	if set {
+		req, err := mbim.ParseSignalStateSet(m.Info)
+		if err != nil {
+			return f.malformed(m, err)
+		}
+		f.sigIntvl, f.rssiThr, f.errThr = req.SignalStrengthInterval, req.RssiThreshold, req.ErrorRateThreshold
+	}
+	return mbim.StatusSuccess, f.signalState().AppendTo(buf)
+}
+
+// answerIPConfiguration answers IP_CONFIGURATION for the session the query
+// names.
+func (f *MBIM) answerIPConfiguration(m *mbim.Message, buf []byte) (mbim.Status, []byte) {
+	q, err := mbim.ParseIPConfiguration(m.Info)
+	if err != nil {
+		// libmbim sends the whole response layout; accept a bare session
+		// id too.
+		sid, err2 := m.Info.U32(0)
+		if err2 != nil {
+			return f.malformed(m, err)
+		}
+		q.SessionID = sid
+	}
+	cfg, ok := f.ipConfiguration(q.SessionID)
+	if !ok {
+		return mbim.StatusContextNotActivated, nil
+	}
+	return mbim.StatusSuccess, cfg.AppendTo(buf)
+}
+
+// answerSubscribeList answers DEVICE_SERVICE_SUBSCRIBE_LIST: the host's
+// list replaces the indications it wants.
+func (f *MBIM) answerSubscribeList(m *mbim.Message, buf []byte) (mbim.Status, []byte) {
+	l, err := mbim.ParseEventList(m.Info)
+	if err != nil {
+		return f.malformed(m, err)
+	}
+	f.subs = map[mbimEvent]bool{}
+	for _, e := range l {
+		for _, c := range e.CIDs {
+			f.subs[mbimEvent{e.Service, c}] = true
+		}
+	}
+	return mbim.StatusSuccess, l.AppendTo(buf)
 }
 
 func (f *MBIM) deviceCaps() *mbim.DeviceCaps {

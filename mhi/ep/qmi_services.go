@@ -105,16 +105,7 @@ func (q *QMI) dms(r *qmiReq) {
 	}
 	switch r.f.Message {
 	case qmi.DMSGetCapabilities:
-		r.ok()
-		r.b.Begin(0x01)
-		r.b.Put32(qmiMaxTxRate)
-		r.b.Put32(qmiMaxRxRate)
-		r.b.Put8(dmsDataCapCSPS)
-		r.b.Put8(dmsSIMSupported)
-		r.b.Put8(2)
-		r.b.Put8(dmsRadioUMTS)
-		r.b.Put8(dmsRadioLTE)
-		r.b.End()
+		dmsCapabilities(r)
 	case qmi.DMSGetManufacturer:
 		str(id.Manufacturer)
 	case qmi.DMSGetModel:
@@ -137,14 +128,7 @@ func (q *QMI) dms(r *qmiReq) {
 	case qmi.DMSUIMGetIMSI:
 		str(id.IMSI)
 	case qmi.DMSUIMGetPINStatus:
-		r.ok()
-		for _, typ := range []uint8{0x11, 0x12} { // PIN1, PIN2: disabled, 3 tries, 10 unblock tries
-			r.b.Begin(typ)
-			r.b.Put8(dmsPINDisabled)
-			r.b.Put8(3)
-			r.b.Put8(10)
-			r.b.End()
-		}
+		dmsPINStatus(r)
 	case qmi.DMSGetPowerState:
 		r.ok()
 		r.b.Begin(0x01)
@@ -152,13 +136,7 @@ func (q *QMI) dms(r *qmiReq) {
 		r.b.Put8(100) // battery level
 		r.b.End()
 	case qmi.DMSGetBandCapabilities:
-		r.ok()
-		r.b.Begin(0x01)
-		r.b.Put64(dmsBandWCDMA2100)
-		r.b.End()
-		r.b.Begin(0x10)
-		r.b.Put64(dmsLTEBands)
-		r.b.End()
+		dmsBandCapabilities(r)
 	case qmi.DMSGetOperatingMode:
 		mode := uint8(dmsModeOnline)
 		if !q.m.Radio() {
@@ -167,41 +145,92 @@ func (q *QMI) dms(r *qmiReq) {
 		r.ok()
 		r.b.TLVU8(0x01, mode)
 	case qmi.DMSSetOperatingMode:
-		v, ok := r.f.TLVs.Find(0x01)
-		if !ok || len(v) != 1 {
-			r.fail(qmi.ErrMissingArgument)
-			return
-		}
-		switch v[0] {
-		case dmsModeOnline:
-			q.m.SetRadio(true)
-		case dmsModeLowPower, dmsModeOffline, dmsModePersistentLowPower, dmsModeOnlyLowPower:
-			q.offMode = v[0]
-			q.m.SetRadio(false)
-		default:
-			r.fail(qmi.ErrInvalidArgument) // factory test, reset, shutting down: not modelled
-			return
-		}
-		r.ok()
+		q.setOperatingMode(r)
 	case qmi.DMSUIMGetCKStatus:
-		// No personalisation (network, provider, corporate… locks) is
-		// active on the mock's SIM.
-		v, ok := r.f.TLVs.Find(0x01)
-		if !ok || len(v) != 1 {
-			r.fail(qmi.ErrMissingArgument)
-			return
-		}
-		r.ok()
-		r.b.Begin(0x01)
-		r.b.Put8(dmsFacilityDeactivated)
-		r.b.Put8(3)  // verify retries left
-		r.b.Put8(10) // unblock retries left
-		r.b.End()
+		dmsCKStatus(r)
 	case qmi.DMSSetEventReport:
 		r.ok() // accepted; the mock sends no DMS event reports
 	default:
 		r.unsupported()
 	}
+}
+
+// dmsCapabilities answers GET_CAPABILITIES: rates, data and SIM
+// capabilities, the radio interfaces (UMTS, LTE).
+func dmsCapabilities(r *qmiReq) {
+	r.ok()
+	r.b.Begin(0x01)
+	r.b.Put32(qmiMaxTxRate)
+	r.b.Put32(qmiMaxRxRate)
+	r.b.Put8(dmsDataCapCSPS)
+	r.b.Put8(dmsSIMSupported)
+	r.b.Put8(2)
+	r.b.Put8(dmsRadioUMTS)
+	r.b.Put8(dmsRadioLTE)
+	r.b.End()
+}
+
+// dmsPINStatus answers UIM_GET_PIN_STATUS: PIN1 and PIN2 disabled, 3
+// tries, 10 unblock tries.
+func dmsPINStatus(r *qmiReq) {
+	r.ok()
+	for _, typ := range []uint8{0x11, 0x12} {
+		r.b.Begin(typ)
+		r.b.Put8(dmsPINDisabled)
+		r.b.Put8(3)
+		r.b.Put8(10)
+		r.b.End()
+	}
+}
+
+// dmsBandCapabilities answers GET_BAND_CAPABILITIES: WCDMA 2100 and the
+// LTE bands of dmsLTEBands.
+func dmsBandCapabilities(r *qmiReq) {
+	r.ok()
+	r.b.Begin(0x01)
+	r.b.Put64(dmsBandWCDMA2100)
+	r.b.End()
+	r.b.Begin(0x10)
+	r.b.Put64(dmsLTEBands)
+	r.b.End()
+}
+
+// setOperatingMode answers SET_OPERATING_MODE: online switches the radio
+// on, the low-power and offline modes switch it off (and are remembered
+// for GET_OPERATING_MODE).
+func (q *QMI) setOperatingMode(r *qmiReq) {
+	v, ok := r.f.TLVs.Find(0x01)
+	if !ok || len(v) != 1 {
+		r.fail(qmi.ErrMissingArgument)
+		return
+	}
+	switch v[0] {
+	case dmsModeOnline:
+		q.m.SetRadio(true)
+	case dmsModeLowPower, dmsModeOffline, dmsModePersistentLowPower, dmsModeOnlyLowPower:
+		q.offMode = v[0]
+		q.m.SetRadio(false)
+	default:
+		r.fail(qmi.ErrInvalidArgument) // factory test, reset, shutting down: not modelled
+		return
+	}
+	r.ok()
+}
+
+// dmsCKStatus answers UIM_GET_CK_STATUS: no personalisation (network,
+// provider, corporate… locks) is active on the mock's SIM.
+func dmsCKStatus(r *qmiReq) {
+	v, ok := r.f.TLVs.Find(0x01)
+	if !ok || len(v) != 1 {
+		r.fail(qmi.ErrMissingArgument)
+		return
+	}
+	r.ok()
+	r.b.Begin(0x01)
+	r.b.Put8(dmsFacilityDeactivated)
+	r.b.Put8(3)  // verify retries left
+	r.b.Put8(10) // unblock retries left
+	r.b.End()
 }
 
 // plmn splits a provider id "MCCMNC" into numbers; ok is false when it is
@@ -283,57 +312,17 @@ func (q *QMI) putServingSystem(b *qmi.Builder, sv qmiServing, indication bool) {
 
 // nas answers NAS requests.
 func (q *QMI) nas(r *qmiReq) {
-	radio := q.m.Radio()
 	switch r.f.Message {
 	case qmi.NASGetServingSystem:
 		r.ok()
 		q.putServingSystem(&r.b, q.servingLocked(), false)
 	case qmi.NASGetHomeNetwork:
-		id := q.m.Identity()
-		mcc, mnc, digits, ok := plmn(id.ProviderID)
-		if !ok {
-			r.fail(qmi.ErrInformationUnavailable)
-			return
-		}
-		r.ok()
-		r.b.Begin(0x01)
-		r.b.Put16(mcc)
-		r.b.Put16(mnc)
-		name := id.ProviderName
-		if len(name) > 255 {
-			name = name[:255]
-		}
-		r.b.PutString8(name)
-		r.b.End()
-		r.b.Begin(0x12)
-		r.b.Put8(1) // 3GPP
-		r.b.Put8(boolByte(digits == 3))
-		r.b.End()
+		q.homeNetwork(r)
 	case qmi.NASGetSignalStrength:
-		if !radio {
-			r.fail(qmi.ErrNoNetworkFound)
-			return
-		}
-		rssi, rsrq, rsrp, snr := q.signal()
-		r.ok()
-		r.b.Begin(0x01)
-		r.b.Put8(uint8(int8(rssi)))
-		r.b.Put8(nasRadioLTE)
-		r.b.End()
-		r.b.Begin(0x11) // RSSI list: one LTE entry, value in -dBm
-		r.b.Put16(1)
-		r.b.Put8(uint8(-rssi))
-		r.b.Put8(nasRadioLTE)
-		r.b.End()
-		r.b.Begin(0x16)
-		r.b.Put8(uint8(int8(rsrq)))
-		r.b.Put8(nasRadioLTE)
-		r.b.End()
-		r.b.TLVU16(0x17, uint16(int16(snr)))
-		r.b.TLVU16(0x18, uint16(int16(rsrp)))
+		q.signalStrength(r)
 	case qmi.NASGetSignalInfo:
 		r.ok()
-		if radio {
+		if q.m.Radio() {
 			rssi, rsrq, rsrp, snr := q.signal()
 			r.b.Begin(0x14)
 			r.b.Put8(uint8(int8(rssi)))
@@ -355,22 +344,7 @@ func (q *QMI) nas(r *qmiReq) {
 	case qmi.NASConfigSignalInfo, qmi.NASConfigSignalInfoV2:
 		r.ok() // thresholds accepted; the mock sends no signal info indications
 	case qmi.NASGetSystemSelectionPreference:
-		r.ok()
-		r.b.TLVU8(0x10, 0) // not in emergency mode
-		r.b.TLVU16(0x11, nasRatUMTS|nasRatLTE)
-		r.b.Begin(0x12)
-		r.b.Put64(dmsBandWCDMA2100) // the same bit as DMS band capabilities
-		r.b.End()
-		r.b.Begin(0x15)
-		r.b.Put64(dmsLTEBands)
-		r.b.End()
-		r.b.TLVU8(0x16, nasNetSelAutomatic)
-		r.b.TLVU32(0x18, nasServiceDomainCSPS)
-		r.b.Begin(0x1C) // acquisition order: LTE, then UMTS
-		r.b.Put8(2)
-		r.b.Put8(nasRadioLTE)
-		r.b.Put8(nasRadioUMTS)
-		r.b.End()
+		nasSystemSelectionPreference(r)
 	case qmi.NASGetTechnologyPreference:
 		r.ok()
 		r.b.Begin(0x01)
@@ -397,6 +371,79 @@ func (q *QMI) nas(r *qmiReq) {
 	default:
 		r.unsupported()
 	}
+}
+
+// homeNetwork answers GET_HOME_NETWORK: the MCC/MNC and name of the
+// provider, and whether its MNC has three digits.
+func (q *QMI) homeNetwork(r *qmiReq) {
+	id := q.m.Identity()
+	mcc, mnc, digits, ok := plmn(id.ProviderID)
+	if !ok {
+		r.fail(qmi.ErrInformationUnavailable)
+		return
+	}
+	r.ok()
+	r.b.Begin(0x01)
+	r.b.Put16(mcc)
+	r.b.Put16(mnc)
+	name := id.ProviderName
+	if len(name) > 255 {
+		name = name[:255]
+	}
+	r.b.PutString8(name)
+	r.b.End()
+	r.b.Begin(0x12)
+	r.b.Put8(1) // 3GPP
+	r.b.Put8(boolByte(digits == 3))
+	r.b.End()
+}
+
+// signalStrength answers GET_SIGNAL_STRENGTH (LTE values); it fails while
+// the radio is off.
+func (q *QMI) signalStrength(r *qmiReq) {
+	if !q.m.Radio() {
+		r.fail(qmi.ErrNoNetworkFound)
+		return
+	}
+	rssi, rsrq, rsrp, snr := q.signal()
+	r.ok()
+	r.b.Begin(0x01)
+	r.b.Put8(uint8(int8(rssi)))
+	r.b.Put8(nasRadioLTE)
+	r.b.End()
+	r.b.Begin(0x11) // RSSI list: one LTE entry, value in -dBm
+	r.b.Put16(1)
+	r.b.Put8(uint8(-rssi))
+	r.b.Put8(nasRadioLTE)
+	r.b.End()
+	r.b.Begin(0x16)
+	r.b.Put8(uint8(int8(rsrq)))
+	r.b.Put8(nasRadioLTE)
+	r.b.End()
+	r.b.TLVU16(0x17, uint16(int16(snr)))
+	r.b.TLVU16(0x18, uint16(int16(rsrp)))
+}
+
+// nasSystemSelectionPreference answers GET_SYSTEM_SELECTION_PREFERENCE:
+// UMTS and LTE, every supported band, automatic network selection, LTE
+// acquired first.
+func nasSystemSelectionPreference(r *qmiReq) {
+	r.ok()
+	r.b.TLVU8(0x10, 0) // not in emergency mode
+	r.b.TLVU16(0x11, nasRatUMTS|nasRatLTE)
+	r.b.Begin(0x12)
+	r.b.Put64(dmsBandWCDMA2100) // the same bit as DMS band capabilities
+	r.b.End()
+	r.b.Begin(0x15)
+	r.b.Put64(dmsLTEBands)
+	r.b.End()
+	r.b.TLVU8(0x16, nasNetSelAutomatic)
+	r.b.TLVU32(0x18, nasServiceDomainCSPS)
+	r.b.Begin(0x1C) // acquisition order: LTE, then UMTS
+	r.b.Put8(2)
+	r.b.Put8(nasRadioLTE)
+	r.b.Put8(nasRadioUMTS)
+	r.b.End()
 }
 
 // plmnName answers GET_PLMN_NAME: the home network's name for its own
@@ -596,25 +643,7 @@ func (q *QMI) wds(r *qmiReq) {
 	case qmi.WDSStartNetwork:
 		q.startNetwork(r)
 	case qmi.WDSStopNetwork:
-		v, ok := r.f.TLVs.Find(0x01)
-		rd := qmi.NewReader(v)
-		h := rd.U32()
-		if !ok || rd.Finish() != nil {
-			r.fail(qmi.ErrMissingArgument)
-			return
-		}
-		if c.call == nil {
-			r.fail(qmi.ErrNoEffect)
-			return
-		}
-		if h != wdsGlobalHandle && h != c.call.handle {
-			r.fail(qmi.ErrInvalidHandle)
-			return
-		}
-		family := c.call.family
-		q.dropCallLocked(c)
-		r.ok()
-		r.post = append(r.post, wdsPacketStatusInd(c.cid, false, family, wdsCERClientEnd))
+		q.stopNetwork(r)
 	case qmi.WDSGetPacketServiceStatus:
 		r.ok()
 		st := uint8(wdsDisconnected)
@@ -625,18 +654,7 @@ func (q *QMI) wds(r *qmiReq) {
 	case qmi.WDSGetCurrentSettings:
 		q.currentSettings(r)
 	case qmi.WDSSetIPFamily:
-		v, ok := r.f.TLVs.Find(0x01)
-		if !ok || len(v) != 1 {
-			r.fail(qmi.ErrMissingArgument)
-			return
-		}
-		t, ok := wdsFamily(v[0])
-		if !ok {
-			r.fail(qmi.ErrInvalidIPFamilyPreference)
-			return
-		}
-		c.family = t
-		r.ok()
+		setIPFamily(r)
 	case qmi.WDSSetEventReport, qmi.WDSIndicationRegister:
 		c.wdsEvents = true
 		r.ok() // packet service status indications go to call holders anyway
@@ -657,47 +675,98 @@ func (q *QMI) wds(r *qmiReq) {
 		r.b.TLVU8(0x11, wdsIPSupportIPv4v6)
 		r.b.TLVU8(0x12, 1) // attach performed over the air
 	case qmi.WDSGetProfileList:
-		// One 3GPP profile, the default attach PDN (unnamed, the network's
-		// default APN); no 3GPP2 profiles.
-		typ := uint8(wdsProfile3GPP)
-		if v, ok := r.f.TLVs.Find(0x10); ok {
-			if len(v) != 1 {
-				r.fail(qmi.ErrMalformedMessage)
-				return
-			}
-			typ = v[0]
-		}
-		r.ok()
-		r.b.Begin(0x01)
-		if typ == wdsProfile3GPP {
-			r.b.Put8(1)
-			r.b.Put8(wdsProfile3GPP)
-			r.b.Put8(wdsDefaultProfile)
-			r.b.PutString8("")
-		} else {
-			r.b.Put8(0)
-		}
-		r.b.End()
+		wdsProfileList(r)
 	case qmi.WDSGetProfileSettings:
-		v, ok := r.f.TLVs.Find(0x01)
-		if !ok || len(v) != 2 {
-			r.fail(qmi.ErrMissingArgument)
-			return
-		}
-		if v[0] != wdsProfile3GPP || v[1] != wdsDefaultProfile {
-			r.fail(qmi.ErrInvalidProfile)
-			return
-		}
-		r.ok()
-		r.b.TLVString(0x10, "")
-		r.b.TLVU8(0x11, wdsPDPTypeIPv4OrIPv6)
-		r.b.TLVString(0x14, "")
-		r.b.TLVU8(0x1D, wdsAuthNone)
+		wdsProfileSettings(r)
 	case qmi.WDSGetPacketStatistics:
 		q.packetStatistics(r)
 	default:
 		r.unsupported()
 	}
+}
+
+// stopNetwork answers STOP_NETWORK: the client's call (named by its handle
+// or the global one) ends, and a packet status indication says so.
+func (q *QMI) stopNetwork(r *qmiReq) {
+	c := r.client
+	v, ok := r.f.TLVs.Find(0x01)
+	rd := qmi.NewReader(v)
+	h := rd.U32()
+	if !ok || rd.Finish() != nil {
+		r.fail(qmi.ErrMissingArgument)
+		return
+	}
+	if c.call == nil {
+		r.fail(qmi.ErrNoEffect)
+		return
+	}
+	if h != wdsGlobalHandle && h != c.call.handle {
+		r.fail(qmi.ErrInvalidHandle)
+		return
+	}
+	family := c.call.family
+	q.dropCallLocked(c)
+	r.ok()
+	r.post = append(r.post, wdsPacketStatusInd(c.cid, false, family, wdsCERClientEnd))
+}
+
+// setIPFamily answers SET_IP_FAMILY: the family of the client's next call.
+func setIPFamily(r *qmiReq) {
+	v, ok := r.f.TLVs.Find(0x01)
+	if !ok || len(v) != 1 {
+		r.fail(qmi.ErrMissingArgument)
+		return
+	}
+	t, ok := wdsFamily(v[0])
+	if !ok {
+		r.fail(qmi.ErrInvalidIPFamilyPreference)
+		return
+	}
+	r.client.family = t
+	r.ok()
+}
+
+// wdsProfileList answers GET_PROFILE_LIST: one 3GPP profile, the default
+// attach PDN (unnamed, the network's default APN); no 3GPP2 profiles.
+func wdsProfileList(r *qmiReq) {
+	typ := uint8(wdsProfile3GPP)
+	if v, ok := r.f.TLVs.Find(0x10); ok {
+		if len(v) != 1 {
+			r.fail(qmi.ErrMalformedMessage)
+			return
+		}
+		typ = v[0]
+	}
+	r.ok()
+	r.b.Begin(0x01)
+	if typ == wdsProfile3GPP {
+		r.b.Put8(1)
+		r.b.Put8(wdsProfile3GPP)
+		r.b.Put8(wdsDefaultProfile)
+		r.b.PutString8("")
+	} else {
+		r.b.Put8(0)
+	}
+	r.b.End()
+}
+
+// wdsProfileSettings answers GET_PROFILE_SETTINGS for the one profile
+// there is: no APN, IPv4 or IPv6, no authentication.
+func wdsProfileSettings(r *qmiReq) {
+	v, ok := r.f.TLVs.Find(0x01)
+	if !ok || len(v) != 2 {
+		r.fail(qmi.ErrMissingArgument)
+		return
+	}
+	if v[0] != wdsProfile3GPP || v[1] != wdsDefaultProfile {
+		r.fail(qmi.ErrInvalidProfile)
+		return
+	}
+	r.ok()
+	r.b.TLVString(0x10, "")
+	r.b.TLVU8(0x11, wdsPDPTypeIPv4OrIPv6)
+	r.b.TLVString(0x14, "")
+	r.b.TLVU8(0x1D, wdsAuthNone)
 }
 
 // packetStatistics answers GET_PACKET_STATISTICS from

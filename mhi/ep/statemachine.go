@@ -2,6 +2,7 @@ package ep
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
@@ -194,17 +195,7 @@ func (d *Device) enterM0FromReady() {
 
 // resumeM0 leaves M3: channels kept their state and resume.
 func (d *Device) resumeM0() {
-	d.regMu.Lock()
-	s := d.sess
-	d.setStateLocked(mhi.StateM0)
-	d.regs.mhiStatus = uint32(mhi.StateM0)<<mhi.MHISTATUSStateShift | mhi.MHISTATUSReady
-	d.stats.stateChanges.Add(1)
-	d.stats.m3Exits.Add(1)
-	d.regMu.Unlock()
-	d.log.Debug("mhi-ep: M3 -> M0")
-	if s != nil {
-		d.postControlEvent(s, mhi.StateChangeEvent(mhi.StateM0))
-	}
+	d.changePowerState(mhi.StateM0, &d.stats.m3Exits, "mhi-ep: M3 -> M0")
 	for _, c := range d.chanList {
 		c.resumeAfterM3()
 	}
@@ -212,16 +203,23 @@ func (d *Device) resumeM0() {
 
 // enterM3 suspends: channel processing pauses until M0.
 func (d *Device) enterM3() {
+	d.changePowerState(mhi.StateM3, &d.stats.m3Entries, "mhi-ep: M0 -> M3")
+}
+
+// changePowerState moves between M0 and M3: the state and MHISTATUS
+// change, the change is counted (in counter too) and logged (msg), and
+// the host gets a state change event.
+func (d *Device) changePowerState(st mhi.State, counter *atomic.Uint64, msg string) {
 	d.regMu.Lock()
 	s := d.sess
-	d.setStateLocked(mhi.StateM3)
-	d.regs.mhiStatus = uint32(mhi.StateM3)<<mhi.MHISTATUSStateShift | mhi.MHISTATUSReady
+	d.setStateLocked(st)
+	d.regs.mhiStatus = uint32(st)<<mhi.MHISTATUSStateShift | mhi.MHISTATUSReady
 	d.stats.stateChanges.Add(1)
-	d.stats.m3Entries.Add(1)
+	counter.Add(1)
 	d.regMu.Unlock()
-	d.log.Debug("mhi-ep: M0 -> M3")
+	d.log.Debug(msg)
 	if s != nil {
-		d.postControlEvent(s, mhi.StateChangeEvent(mhi.StateM3))
+		d.postControlEvent(s, mhi.StateChangeEvent(st))
 	}
 }
 

@@ -268,15 +268,8 @@ func (c *Client) onDL(comp mhi.Completion) {
 // Run sends ro.Count payloads and waits for every echo.
 func (c *Client) Run(ro RunOptions) (Result, error) {
 	var res Result
-	if ro.MinSize < 1 || ro.MaxSize < ro.MinSize || ro.MaxSize > MaxPayload {
-		return res, fmt.Errorf("loopback: payload sizes %d..%d, want 1 ≤ min ≤ max ≤ %d", ro.MinSize, ro.MaxSize, MaxPayload)
-	}
-	maxTRE := c.ul.Config().Elements - 1
-	if ro.NumTRE < 0 || ro.NumTRE > maxTRE || (ro.NumTRE > 0 && ro.NumTRE > ro.MinSize) {
-		return res, fmt.Errorf("loopback: %d elements per transfer, want 0..%d and at most the smallest payload", ro.NumTRE, maxTRE)
-	}
-	if ro.MaxTRE < 0 || ro.MaxTRE > maxTRE {
-		return res, fmt.Errorf("loopback: up to %d elements per transfer, want 0..%d", ro.MaxTRE, maxTRE)
+	if err := ro.check(c.ul.Config().Elements - 1); err != nil {
+		return res, err
 	}
 	c.mu.Lock()
 	c.verify = !ro.NoVerify
@@ -290,18 +283,7 @@ func (c *Client) Run(ro RunOptions) (Result, error) {
 	start := time.Now()
 	slot := 0
 	for i := 0; i < ro.Count; i++ {
-		size := ro.MinSize
-		if ro.MaxSize > ro.MinSize {
-			size += c.rng.IntN(ro.MaxSize - ro.MinSize + 1)
-		}
-		off := c.rng.IntN(len(c.pool) - size + 1)
-		nt := ro.NumTRE
-		if nt == 0 {
-			nt = (size + mhi.MaxTRELength - 1) / mhi.MaxTRELength
-			if hi := min(ro.MaxTRE, size); hi > nt {
-				nt += c.rng.IntN(hi - nt + 1)
-			}
-		}
+		off, size, nt := c.pickPayload(ro)
 		// Wait for a free uplink buffer and room in the ring.
 		if err := c.waitFor(epoch, func() bool { return c.ulFree > 0 }); err != nil {
 			if !errors.Is(err, ErrInterrupted) {
@@ -312,43 +294,9 @@ func (c *Client) Run(ro RunOptions) (Result, error) {
 		buf := c.ulBufs[slot]
 		slot = (slot + 1) % len(c.ulBufs)
 		copy(buf.Bytes, c.pool[off:off+size])
-		ulXfers = ulXfers[:0]
-		per, pos := size/nt, 0
-		for k := 0; k < nt; k++ {
-			n := per
-			if k == nt-1 {
-				n = size - pos
-			}
-			fl := mhi.FlagChain
-			if k == nt-1 {
-				fl = mhi.FlagEOT
-			}
-			ulXfers = append(ulXfers, mhi.Transfer{IOVA: buf.IOVA + uint64(pos), Len: n, Flags: fl})
-			pos += n
-		}
-		// Queue and record under the lock, so a SYS_ERR cannot fall
-		// between the two and leave an echo nobody expects.
-		for {
-			c.mu.Lock()
-			if c.epoch != epoch {
-				c.mu.Unlock()
-				return c.finish(res, start, startRecv, startMis, startAb), ErrInterrupted
-			}
-			err := c.ul.Queue(ulXfers)
-			if err == nil || errors.Is(err, mhi.ErrDoorbell) { // ErrDoorbell: queued all the same
-				c.ulFree--
-				if c.head > 0 && c.head == len(c.fifo) {
-					c.fifo, c.head = c.fifo[:0], 0
-				}
-				c.fifo = append(c.fifo, expect{off: off, size: size})
-				c.mu.Unlock()
-				break
-			}
-			c.mu.Unlock()
-			if !errors.Is(err, mhi.ErrRingFull) {
-				return c.finish(res, start, startRecv, startMis, startAb), err
-			}
-			time.Sleep(10 * time.Microsecond)
+		ulXfers = appendChain(ulXfers[:0], buf.IOVA, size, nt)
+		if err := c.queueExpected(epoch, ulXfers, expect{off: off, size: size}); err != nil {
+			return c.finish(res, start, startRecv, startMis, startAb), err
 		}
 		res.Sent++
 		res.Bytes += int64(size)
@@ -359,6 +307,89 @@ func (c *Client) Run(ro RunOptions) (Result, error) {
 		res.Timeouts++
 	}
 	return c.finish(res, start, startRecv, startMis, startAb), err
+}
+
+// check validates ro's payload sizes and element counts against the uplink
+// ring's capacity of maxTRE elements per transfer.
+func (ro RunOptions) check(maxTRE int) error {
+	if ro.MinSize < 1 || ro.MaxSize < ro.MinSize || ro.MaxSize > MaxPayload {
+		return fmt.Errorf("loopback: payload sizes %d..%d, want 1 ≤ min ≤ max ≤ %d", ro.MinSize, ro.MaxSize, MaxPayload)
+	}
+	if ro.NumTRE < 0 || ro.NumTRE > maxTRE || (ro.NumTRE > 0 && ro.NumTRE > ro.MinSize) {
+		return fmt.Errorf("loopback: %d elements per transfer, want 0..%d and at most the smallest payload", ro.NumTRE, maxTRE)
+	}
+	if ro.MaxTRE < 0 || ro.MaxTRE > maxTRE {
+		return fmt.Errorf("loopback: up to %d elements per transfer, want 0..%d", ro.MaxTRE, maxTRE)
+	}
+	return nil
+}
+
+// pickPayload draws the next payload: its size (MinSize..MaxSize), its
+// offset in the pattern pool, and the number of elements it is sent in
+// (NumTRE, or at random between the fewest that hold it and MaxTRE).
+func (c *Client) pickPayload(ro RunOptions) (off, size, nt int) {
+	size = ro.MinSize
+	if ro.MaxSize > ro.MinSize {
+		size += c.rng.IntN(ro.MaxSize - ro.MinSize + 1)
+	}
+	off = c.rng.IntN(len(c.pool) - size + 1)
+	nt = ro.NumTRE
+	if nt == 0 {
+		nt = (size + mhi.MaxTRELength - 1) / mhi.MaxTRELength
+		if hi := min(ro.MaxTRE, size); hi > nt {
+			nt += c.rng.IntN(hi - nt + 1)
+		}
+	}
+	return off, size, nt
+}
+
+// appendChain appends to dst the nt elements of one uplink transfer of
+// size bytes at iova: equal pieces (the last takes the rest), chained, EOT
+// on the last.
+func appendChain(dst []mhi.Transfer, iova uint64, size, nt int) []mhi.Transfer {
+	per, pos := size/nt, 0
+	for k := 0; k < nt; k++ {
+		n := per
+		if k == nt-1 {
+			n = size - pos
+		}
+		fl := mhi.FlagChain
+		if k == nt-1 {
+			fl = mhi.FlagEOT
+		}
+		dst = append(dst, mhi.Transfer{IOVA: iova + uint64(pos), Len: n, Flags: fl})
+		pos += n
+	}
+	return dst
+}
+
+// queueExpected queues one uplink transfer and records the echo it
+// expects, both under the lock, so that a SYS_ERR cannot fall between the
+// two and leave an echo nobody expects. It retries while the ring is full
+// and fails with ErrInterrupted once the epoch has moved on.
+func (c *Client) queueExpected(epoch int, xfers []mhi.Transfer, e expect) error {
+	for {
+		c.mu.Lock()
+		if c.epoch != epoch {
+			c.mu.Unlock()
+			return ErrInterrupted
+		}
+		err := c.ul.Queue(xfers)
+		if err == nil || errors.Is(err, mhi.ErrDoorbell) { // ErrDoorbell: queued all the same
+			c.ulFree--
+			if c.head > 0 && c.head == len(c.fifo) {
+				c.fifo, c.head = c.fifo[:0], 0
+			}
+			c.fifo = append(c.fifo, e)
+			c.mu.Unlock()
+			return nil
+		}
+		c.mu.Unlock()
+		if !errors.Is(err, mhi.ErrRingFull) {
+			return err
+		}
+		time.Sleep(10 * time.Microsecond)
+	}
 }
 
 func (c *Client) finish(res Result, start time.Time, r0, m0, a0 int) Result {

@@ -252,75 +252,101 @@ func NewConfig(e pcigeneric.Entry, opts ModemOptions) (ep.Config, *Functions, er
 		return ep.Config{}, nil, fmt.Errorf("pcigeneric: mock %s: %w", info.Name, err)
 	}
 	fns := &Functions{Modem: modem}
+	if err := fns.addDataFunctions(ec.Functions, cfg, opts.IPData); err != nil {
+		return ep.Config{}, nil, err
+	}
+	if err := fns.addControlFunctions(ec.Functions, cfg, log); err != nil {
+		return ep.Config{}, nil, err
+	}
+	return ec, fns, nil
+}
+
+// addDataFunctions puts the IP data function on the model's data pair (raw
+// IP on IP_HW0 unless ic says otherwise) and a raw one on the software data
+// pair if the model has it, both gated by the Modem, into fnByPair.
+func (fns *Functions) addDataFunctions(fnByPair map[string]ep.Function, cfg mhi.ControllerConfig, ic ep.IPDataConfig) error {
 	if pair := pcigeneric.DataPair(cfg); pair != "" {
-		ic := opts.IPData
-		if ic == (ep.IPDataConfig{}) && pair == ep.IPDataName {
-			ic.Format = ep.FormatRaw
+		dc := ic
+		if dc == (ep.IPDataConfig{}) && pair == ep.IPDataName {
+			dc.Format = ep.FormatRaw
 		}
-		ic.Gate = modem
-		ipd, err := ep.NewIPData(ic)
+		dc.Gate = fns.Modem
+		ipd, err := ep.NewIPData(dc)
 		if err != nil {
-			return ep.Config{}, nil, err
+			return err
 		}
-		ec.Functions[pair] = ipd
+		fnByPair[pair] = ipd
 		fns.DataPair, fns.IPData = pair, ipd
 	}
 	if _, ok := cfg.ChannelByName(SWDataPair, mhi.Uplink); ok {
-		sw, err := ep.NewIPData(ep.IPDataConfig{Format: ep.FormatRaw, Responder: opts.IPData.Responder, Gate: modem})
+		sw, err := ep.NewIPData(ep.IPDataConfig{Format: ep.FormatRaw, Responder: ic.Responder, Gate: fns.Modem})
 		if err != nil {
-			return ep.Config{}, nil, err
+			return err
 		}
-		ec.Functions[SWDataPair] = sw
+		fnByPair[SWDataPair] = sw
 		fns.SWData = sw
 	}
-	// The control functions report the data function's counters as the
-	// session's packet statistics (MBIM PACKET_STATISTICS, QMI WDS
-	// GET_PACKET_STATISTICS): uplink is what the host transmitted.
-	var mbimStats func() mbim.PacketStatistics
-	var qmiStats func() ep.PacketCounters
-	if ipd := fns.IPData; ipd != nil {
-		mbimStats = func() mbim.PacketStatistics {
-			st := ipd.Stats()
-			return mbim.PacketStatistics{InOctets: st.DLBytes, InPackets: st.DLPackets,
-				OutOctets: st.ULBytes, OutPackets: st.ULPackets, OutDiscards: uint32(min(st.DroppedGated, 0xFFFFFFFF))}
-		}
-		qmiStats = func() ep.PacketCounters {
-			st := ipd.Stats()
-			return ep.PacketCounters{TxPackets: st.ULPackets, RxPackets: st.DLPackets,
-				TxBytes: st.ULBytes, RxBytes: st.DLBytes, TxDropped: st.DroppedGated}
-		}
-	}
+	return nil
+}
+
+// addControlFunctions puts the control functions the model's pairs call
+// for into fnByPair: MBIM, QMI, and one AT function for DUN and DUN2, all
+// on the Modem, and lists their pairs in fns.ControlPairs.
+func (fns *Functions) addControlFunctions(fnByPair map[string]ep.Function, cfg mhi.ControllerConfig, log *slog.Logger) error {
+	mbimStats, qmiStats := fns.packetStatistics()
 	for _, pair := range pcigeneric.ControlPairs(cfg) {
 		switch pair {
 		case ep.MBIMName:
-			fn, err := ep.NewMBIM(modem, ep.MBIMOptions{Logger: log, PacketStatistics: mbimStats})
+			fn, err := ep.NewMBIM(fns.Modem, ep.MBIMOptions{Logger: log, PacketStatistics: mbimStats})
 			if err != nil {
-				return ep.Config{}, nil, err
+				return err
 			}
-			ec.Functions[pair] = fn
+			fnByPair[pair] = fn
 			fns.MBIM = fn
 		case ep.QMIName:
-			fn, err := ep.NewQMI(modem, ep.QMIOptions{Logger: log, PacketStatistics: qmiStats})
+			fn, err := ep.NewQMI(fns.Modem, ep.QMIOptions{Logger: log, PacketStatistics: qmiStats})
 			if err != nil {
-				return ep.Config{}, nil, err
+				return err
 			}
-			ec.Functions[pair] = fn
+			fnByPair[pair] = fn
 			fns.QMI = fn
 		case ep.DUNName, ep.DUN2Name:
 			if fns.AT == nil {
-				fn, err := ep.NewAT(modem, ep.ATOptions{Logger: log})
+				fn, err := ep.NewAT(fns.Modem, ep.ATOptions{Logger: log})
 				if err != nil {
-					return ep.Config{}, nil, err
+					return err
 				}
 				fns.AT = fn
 			}
-			ec.Functions[pair] = fns.AT
+			fnByPair[pair] = fns.AT
 		default:
 			continue
 		}
 		fns.ControlPairs = append(fns.ControlPairs, pair)
 	}
-	return ec, fns, nil
+	return nil
+}
+
+// packetStatistics returns what the control functions report as the
+// session's packet statistics (MBIM PACKET_STATISTICS, QMI WDS
+// GET_PACKET_STATISTICS): the data function's counters, uplink being what
+// the host transmitted. Both are nil without a data function.
+func (fns *Functions) packetStatistics() (func() mbim.PacketStatistics, func() ep.PacketCounters) {
+	ipd := fns.IPData
+	if ipd == nil {
+		return nil, nil
+	}
+	mbimStats := func() mbim.PacketStatistics {
+		st := ipd.Stats()
+		return mbim.PacketStatistics{InOctets: st.DLBytes, InPackets: st.DLPackets,
+			OutOctets: st.ULBytes, OutPackets: st.ULPackets, OutDiscards: uint32(min(st.DroppedGated, 0xFFFFFFFF))}
+	}
+	qmiStats := func() ep.PacketCounters {
+		st := ipd.Stats()
+		return ep.PacketCounters{TxPackets: st.ULPackets, RxPackets: st.DLPackets,
+			TxBytes: st.ULBytes, RxBytes: st.DLBytes, TxDropped: st.DroppedGated}
+	}
+	return mbimStats, qmiStats
 }
 
 // mergeIdentity returns base with the non-empty fields of over.

@@ -163,8 +163,32 @@ func open(sys sysCalls, address string, opts Options) (*Device, error) {
 	return d, nil
 }
 
+// open runs the steps Open lists, in order; the caller closes what they
+// opened if one fails.
 func (d *Device) open() error {
 	devDir := filepath.Join(d.opts.SysfsRoot, "bus", "pci", "devices", d.addr)
+	if err := d.checkSysfs(devDir); err != nil {
+		return err
+	}
+	if err := d.openContainer(); err != nil {
+		return err
+	}
+	if err := d.openGroup(); err != nil {
+		return err
+	}
+	if err := d.chooseIOMMU(); err != nil {
+		return err
+	}
+	if err := d.attachGroup(devDir); err != nil {
+		return err
+	}
+	d.setUpIOVA()
+	return d.openDevice()
+}
+
+// checkSysfs checks that the device exists in sysfs (devDir), has an IOMMU
+// group and is bound to vfio-pci, and notes its group.
+func (d *Device) checkSysfs(devDir string) error {
 	if _, err := os.Stat(devDir); err != nil {
 		return errf(d.addr, ErrNoDevice, "not in %s: %w", filepath.Dir(devDir), err)
 	}
@@ -188,10 +212,14 @@ func (d *Device) open() error {
 		}
 		return errf(d.addr, ErrNotBound, "bound to %s, not %s: mhictl bind %s", drv, vfioDriver, d.addr)
 	}
+	return nil
+}
 
-	// Container.
+// openContainer opens DevDir/vfio and checks the VFIO API version.
+func (d *Device) openContainer() error {
 	cpath := filepath.Join(d.opts.DevDir, "vfio")
 	d.log.Debug("open container", "path", cpath)
+	var err error
 	if d.container, err = d.sys.Open(cpath, unix.O_RDWR); err != nil {
 		d.container = -1
 		return d.openErr(cpath, err)
@@ -203,10 +231,15 @@ func (d *Device) open() error {
 	if v != apiVersion {
 		return errf(d.addr, ErrNoVFIO, "VFIO API version %d, want %d", v, apiVersion)
 	}
+	return nil
+}
 
-	// Group node: N, or noiommu-N in no-IOMMU mode.
+// openGroup opens the group node: N, or noiommu-N in no-IOMMU mode.
+func (d *Device) openGroup() error {
+	grp := d.group
 	d.groupPath = filepath.Join(d.opts.DevDir, grp)
 	d.log.Debug("open group", "path", d.groupPath)
+	var err error
 	d.groupFD, err = d.sys.Open(d.groupPath, unix.O_RDWR)
 	if errors.Is(err, unix.ENOENT) {
 		alt := filepath.Join(d.opts.DevDir, "noiommu-"+grp)
@@ -222,33 +255,44 @@ func (d *Device) open() error {
 		}
 		return d.openErr(d.groupPath, err)
 	}
+	return nil
+}
 
-	// IOMMU type: checked on the container before the group is attached.
+// chooseIOMMU picks the IOMMU type, checked on the container before the
+// group is attached: VFIO_NOIOMMU_IOMMU for a no-IOMMU group, otherwise
+// TYPE1v2, falling back to TYPE1.
+func (d *Device) chooseIOMMU() error {
 	if d.noIOMMU {
 		if n, err := d.sys.IoctlVal(d.container, ioctlCheckExtension, iommuNoIOMMU); err != nil || n <= 0 {
 			return errf(d.addr, ErrNoIOMMU, "group node %s is a no-IOMMU group but the container lacks VFIO_NOIOMMU_IOMMU (%d, %v)",
 				d.groupPath, n, err)
 		}
 		d.iommuType = iommuNoIOMMU
-	} else {
-		for _, t := range []int{iommuType1v2, iommuType1} {
-			if n, err := d.sys.IoctlVal(d.container, ioctlCheckExtension, uintptr(t)); err == nil && n > 0 {
-				d.iommuType = t
-				break
-			}
-		}
-		if d.iommuType == 0 {
-			return errf(d.addr, ErrNoVFIO, "the container supports neither VFIO_TYPE1v2_IOMMU nor VFIO_TYPE1_IOMMU: load vfio_iommu_type1")
+		return nil
+	}
+	for _, t := range []int{iommuType1v2, iommuType1} {
+		if n, err := d.sys.IoctlVal(d.container, ioctlCheckExtension, uintptr(t)); err == nil && n > 0 {
+			d.iommuType = t
+			break
 		}
 	}
+	if d.iommuType == 0 {
+		return errf(d.addr, ErrNoVFIO, "the container supports neither VFIO_TYPE1v2_IOMMU nor VFIO_TYPE1_IOMMU: load vfio_iommu_type1")
+	}
+	return nil
+}
 
+// attachGroup checks that the group is viable (every device in it bound to
+// vfio-pci; devDir names the culprits otherwise), attaches it to the
+// container and sets the container's IOMMU.
+func (d *Device) attachGroup(devDir string) error {
 	st := groupStatusArg()
 	if _, err := d.sys.IoctlPtr(d.groupFD, ioctlGroupGetStatus, st); err != nil {
 		return opErr(d.addr, "VFIO_GROUP_GET_STATUS on "+d.groupPath, err)
 	}
 	if ne.Uint32(st[4:])&groupFlagViable == 0 {
 		return errf(d.addr, ErrGroupNotViable, "not all devices in IOMMU group %s are bound to %s: %s",
-			grp, vfioDriver, d.groupCulprits(devDir))
+			d.group, vfioDriver, d.groupCulprits(devDir))
 	}
 	if _, err := d.sys.IoctlPtr(d.groupFD, ioctlGroupSetContainer, int32Arg(d.container)); err != nil {
 		return opErr(d.addr, "VFIO_GROUP_SET_CONTAINER", err)
@@ -256,6 +300,13 @@ func (d *Device) open() error {
 	if _, err := d.sys.IoctlVal(d.container, ioctlSetIOMMU, uintptr(d.iommuType)); err != nil {
 		return opErr(d.addr, fmt.Sprintf("VFIO_SET_IOMMU(%d)", d.iommuType), err)
 	}
+	return nil
+}
+
+// setUpIOVA reads the IOMMU's page sizes and valid IOVA ranges (a failure
+// is logged: 4 KiB pages and no reserved ranges are assumed) and makes the
+// IOVA allocator: from IOVABase up to the DMA width, inside those ranges.
+func (d *Device) setUpIOVA() {
 	limit := ^uint64(0)
 	if d.opts.DMAWidth < 64 {
 		limit = 1 << d.opts.DMAWidth
@@ -280,8 +331,10 @@ func (d *Device) open() error {
 		}
 	}
 	d.iova = newIOVAAllocator(alignUp(d.opts.IOVABase, d.pageSize), limit, windows)
+}
 
-	// Device.
+// openDevice gets the device fd from the group and reads the device info.
+func (d *Device) openDevice() error {
 	fd, err := d.sys.IoctlPtr(d.groupFD, ioctlGroupGetDeviceFD, cString(d.addr))
 	if err != nil {
 		if errors.Is(err, unix.EBUSY) {

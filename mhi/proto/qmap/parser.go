@@ -45,27 +45,22 @@ type Parser struct {
 // ends the walk. Parse returns the number of packets delivered and the first
 // problem found (one of the parse error sentinels, unwrapped), or nil.
 func (p *Parser) Parse(b []byte, fn func(Packet)) (int, error) {
-	var first error
-	fail := func(err error) {
-		*p.Stats.counter(err)++
-		if first == nil {
-			first = err
-		}
-	}
+	w := qmapWalk{p: p}
 	p.Stats.Aggregates++
 	if len(b) < HeaderLen {
-		fail(ErrShort)
-		return 0, first
+		w.fail(ErrShort)
+		return 0, w.first
 	}
 	trailer := 0
 	if p.Csum == CsumV4 {
 		trailer = TrailerLen
 	}
-	delivered := 0
 	for off := 0; off < len(b); {
+		// The MAP header: a frame cut short or of zero length ends the
+		// walk, since nothing after it can be trusted.
 		rest := b[off:]
 		if len(rest) < HeaderLen {
-			fail(ErrTruncated)
+			w.fail(ErrTruncated)
 			break
 		}
 		cmd := rest[0]&FlagCommand != 0
@@ -73,7 +68,7 @@ func (p *Parser) Parse(b []byte, fn func(Packet)) (int, error) {
 		mux := rest[1]
 		plen := int(be.Uint16(rest[2:]))
 		if plen == 0 {
-			fail(ErrZeroLength)
+			w.fail(ErrZeroLength)
 			break
 		}
 		hdr := HeaderLen
@@ -82,14 +77,16 @@ func (p *Parser) Parse(b []byte, fn func(Packet)) (int, error) {
 		}
 		flen := hdr + plen + trailer
 		if flen > len(rest) {
-			fail(ErrTruncated)
+			w.fail(ErrTruncated)
 			break
 		}
+		// A whole frame: counted, and its payload, padding removed, goes
+		// to OnCommand or dataFrame.
 		frame := rest[:flen]
 		off += flen
 		p.Stats.Frames++
 		if pad > plen {
-			fail(ErrBadPad)
+			w.fail(ErrBadPad)
 			continue
 		}
 		n := plen - pad
@@ -101,35 +98,59 @@ func (p *Parser) Parse(b []byte, fn func(Packet)) (int, error) {
 			}
 			continue
 		}
-		var cs Csum
-		if p.Csum == CsumV5 {
-			if frame[0]&FlagNextHeader == 0 || frame[HeaderLen]>>1 != V5TypeCsumOffload {
-				fail(ErrBadNextHeader)
-				continue
-			}
-			cs.Valid = frame[HeaderLen+1]&V5CsumValid != 0
-		}
-		if n == 0 {
-			fail(ErrZeroLength)
-			continue
-		}
-		if !p.AnyProtocol {
-			if v := payload[0] >> 4; v != 4 && v != 6 {
-				fail(ErrBadIPVersion)
-				continue
-			}
-		}
-		if trailer != 0 {
-			t := frame[hdr+n:]
-			cs.Valid = t[1]&TrailerCsumValid != 0
-			cs.Start = be.Uint16(t[2:])
-			cs.Length = be.Uint16(t[4:])
-			cs.Value = be.Uint16(t[6:])
-		}
-		delivered++
-		p.Stats.Packets++
-		p.Stats.Bytes += uint64(n)
-		fn(Packet{Data: payload, Mux: mux, Csum: cs})
+		w.dataFrame(frame, hdr, payload, mux, fn)
 	}
-	return delivered, first
+	return w.delivered, w.first
+}
+
+// qmapWalk is the state of one Parse call.
+type qmapWalk struct {
+	p         *Parser
+	delivered int
+	first     error // the first problem found
+}
+
+// fail counts a problem and keeps it if it is the first.
+func (w *qmapWalk) fail(err error) {
+	*w.p.Stats.counter(err)++
+	if w.first == nil {
+		w.first = err
+	}
+}
+
+// dataFrame checks a data frame (whose payload, padding removed, starts
+// hdr bytes in): its MAPv5 checksum header (CsumV5) and its payload (not
+// empty, IPv4 or IPv6 unless AnyProtocol); it reads its CsumV4 trailer and
+// delivers the packet.
+func (w *qmapWalk) dataFrame(frame []byte, hdr int, payload []byte, mux uint8, fn func(Packet)) {
+	var cs Csum
+	if w.p.Csum == CsumV5 {
+		if frame[0]&FlagNextHeader == 0 || frame[HeaderLen]>>1 != V5TypeCsumOffload {
+			w.fail(ErrBadNextHeader)
+			return
+		}
+		cs.Valid = frame[HeaderLen+1]&V5CsumValid != 0
+	}
+	n := len(payload)
+	if n == 0 {
+		w.fail(ErrZeroLength)
+		return
+	}
+	if !w.p.AnyProtocol {
+		if v := payload[0] >> 4; v != 4 && v != 6 {
+			w.fail(ErrBadIPVersion)
+			return
+		}
+	}
+	if w.p.Csum == CsumV4 {
+		t := frame[hdr+n:]
+		cs.Valid = t[1]&TrailerCsumValid != 0
+		cs.Start = be.Uint16(t[2:])
+		cs.Length = be.Uint16(t[4:])
+		cs.Value = be.Uint16(t[6:])
+	}
+	w.delivered++
+	w.p.Stats.Packets++
+	w.p.Stats.Bytes += uint64(n)
+	fn(Packet{Data: payload, Mux: mux, Csum: cs})
 }
