@@ -137,6 +137,7 @@ case $profile in
 sdx55)
 	waitfor /sys/class/net/mhi_hwip0 20; rc=$?; check netdev $rc "mhi_hwip0 (mhi_net on IP_HW0)"
 	[ $rc = 0 ] || finish
+	pmstayon
 	echo "INFO $(cat /sys/bus/mhi/devices/mhi0/serial_number 2>&1)"
 	echo "INFO channels: $(ls /sys/bus/mhi/devices | tr '\n' ' ')"
 	# IP_SW0 (channels 46/47): Linux 6.12 and later bind it as mhi_swip0.
@@ -181,6 +182,7 @@ sdx55)
 	i=0; while [ "$(cat /sys/class/net/mhi_hwip0/ifindex 2>/dev/null)" = "$idx" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
 	[ "$(cat /sys/class/net/mhi_hwip0/ifindex 2>/dev/null)" != "$idx" ]; check syserr-teardown $? "mhi_hwip0 (ifindex $idx) removed after SYS_ERR"
 	waitfor /sys/class/net/mhi_hwip0 30; check syserr-recovered $? "mhi_hwip0 back (ifindex $(cat /sys/class/net/mhi_hwip0/ifindex 2>/dev/null)) after SYS_ERR recovery"
+	pmstayon
 	addrs mhi_hwip0
 	pingcheck ping4-after-syserr 3 192.0.2.2
 	# The MBIM port is created again too, and the modem answers on it.
@@ -191,6 +193,7 @@ sdx55)
 fn990)
 	waitfor /sys/class/net/wwan0 20; rc=$?; check netdev $rc "wwan0 (mhi_wwan_mbim on IP_HW0_MBIM)"
 	[ $rc = 0 ] || finish
+	pmstayon
 	echo "INFO channels: $(ls /sys/bus/mhi/devices | tr '\n' ' ')"
 	# mhi_wwan_mbim hands each datagram to netif_rx: a whole run arrives
 	# faster than the emulated CPU drains the backlog, whose overflow
