@@ -34,6 +34,7 @@ type channel struct {
 	runCancel context.CancelFunc
 	q         [][]byte // ring of queued downlink transfers
 	qUnits    []int    // per queued transfer: the units (packets) its producer declared
+	qHeaders  []int    // per queued transfer: its packets' header bytes (DLBuffer.headerBytes)
 	qHead     int
 	qCount    int
 	reserved  int      // queue slots held by outstanding reservations
@@ -97,6 +98,7 @@ func newChannel(d *Device, cc mhi.ChannelConfig) *channel {
 	if cc.Dir == mhi.Downlink {
 		c.q = make([][]byte, d.cfg.DLQueueDepth)
 		c.qUnits = make([]int, d.cfg.DLQueueDepth)
+		c.qHeaders = make([]int, d.cfg.DLQueueDepth)
 	}
 	return c
 }
@@ -608,6 +610,7 @@ func (c *channel) commit(b DLBuffer, n int, empty bool) error {
 	tail := (c.qHead + c.qCount) % len(c.q)
 	c.q[tail] = b.Buf[:n]
 	c.qUnits[tail] = b.units
+	c.qHeaders[tail] = b.headerBytes
 	c.qCount++
 	c.mu.Unlock()
 	c.poke()

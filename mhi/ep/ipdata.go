@@ -683,6 +683,9 @@ func (f *IPData) put(ctx context.Context, p *Pipe, n int, pkt []byte, gen *genPa
 		switch {
 		case err == nil:
 			f.st.pending.Add(1)
+			if w := p.d.cfg.Timing.HeaderWindow; w > 0 {
+				f.cur.headerBytes += min(n, w)
+			}
 			if f.cfg.WindowTimer && !f.window && f.cfg.FlushTimer > 0 {
 				f.window = true
 				f.timer.Reset(f.cfg.FlushTimer)

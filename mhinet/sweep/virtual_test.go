@@ -171,11 +171,11 @@ func TestProfileValidate(t *testing.T) {
 	link := Parameter{Name: ParamLinkRate, Value: 1e9, Unit: "bit/s"}
 	for name, params := range map[string][]Parameter{
 		"unknown":     {link, {Name: "speed", Value: 1, Unit: "us"}},
-		"unit":        {link, {Name: ParamHostPacket, Value: 1, Unit: "ms"}},
-		"twice":       {link, {Name: ParamHostPacket, Value: 1, Unit: "us"}, {Name: ParamHostPacket, Value: 2, Unit: "us"}},
-		"negative":    {link, {Name: ParamHostPacket, Value: -1, Unit: "us"}},
-		"no link":     {{Name: ParamHostPacket, Value: 1, Unit: "us"}},
-		"nine params": append(slices.Clone(shipped(t, "mru-thread").Parameters), Parameter{Name: ParamHostPacket, Value: 1, Unit: "us"}),
+		"unit":        {link, {Name: ParamModemPacket, Value: 1, Unit: "ms"}},
+		"twice":       {link, {Name: ParamModemPacket, Value: 1, Unit: "us"}, {Name: ParamModemPacket, Value: 2, Unit: "us"}},
+		"negative":    {link, {Name: ParamModemPacket, Value: -1, Unit: "us"}},
+		"no link":     {{Name: ParamModemPacket, Value: 1, Unit: "us"}},
+		"nine params": append(slices.Clone(shipped(t, "mru-thread").Parameters), Parameter{Name: ParamModemPacket, Value: 1, Unit: "us"}),
 	} {
 		p := &Profile{Name: name, Parameters: params}
 		if err := p.Validate(); err == nil {
