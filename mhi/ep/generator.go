@@ -649,10 +649,12 @@ func (v *vgen) arrive(now time.Duration) {
 // transfer slot left stay queued for the next batch.
 func (v *vgen) sendBatch() error {
 	f := v.f
-	sent, bytes := 0, 0
-	if f.cfg.Gate == nil {
-		// No session gate: the whole batch under one hold of the
-		// aggregate's lock.
+	sent := len(v.fifo)
+	// The batch leaves the queue at one instant of the clock: the session
+	// gate lets all of it through or none.
+	if f.cfg.Gate != nil && !f.cfg.Gate.DataAllowed() {
+		f.st.droppedGated.Add(uint64(sent))
+	} else {
 		v.gp.seq = v.seq
 		var err error
 		sent, err = f.putGenerated(v.ctx, v.p, v.fifo, &v.gp)
@@ -660,33 +662,14 @@ func (v *vgen) sendBatch() error {
 		if err != nil {
 			return err
 		}
-		if len(v.g.cfg.Sizes) == 1 {
-			bytes = sent * v.g.cfg.Ingress.slot(v.g.cfg.Sizes[0])
-		} else {
-			for _, n := range v.fifo[:sent] {
-				bytes += v.g.cfg.Ingress.slot(n)
-			}
-		}
 	}
-	for _, n := range v.fifo {
-		if f.cfg.Gate == nil {
-			break // the batch went above
+	bytes := 0
+	if len(v.g.cfg.Sizes) == 1 {
+		bytes = sent * v.g.cfg.Ingress.slot(v.g.cfg.Sizes[0])
+	} else {
+		for _, n := range v.fifo[:sent] {
+			bytes += v.g.cfg.Ingress.slot(n)
 		}
-		if !f.cfg.Gate.DataAllowed() {
-			f.st.droppedGated.Add(1)
-		} else {
-			v.gp.seq = v.seq
-			err := f.put(v.ctx, v.p, n, nil, &v.gp, false)
-			if err == errNoBuffer {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			v.seq++
-		}
-		sent++
-		bytes += v.g.cfg.Ingress.slot(n)
 	}
 	rest := copy(v.fifo, v.fifo[sent:])
 	v.fifo, v.fifoBytes = v.fifo[:rest], v.fifoBytes-bytes
