@@ -47,8 +47,9 @@ By default the sweep runs in virtual time with the timing profile
 mru-thread (--timing; docs/FIDELITY.md): the generator sends on a 1 GbE
 link at line rate, the packets wait in the modem's receive queue, which
 the modem aggregates batch by batch, and the profile says what the
-modem's work on each packet and host buffer, its reads of the host's ring
-and the host's work on each packet and buffer take, while the host's real
+modem's work on each packet, its headers and each host buffer and its
+reads of the host's ring take (the host's work on each packet and buffer
+takes the model's measured constants), while the host's real
 code and the mock modem's real ring processing do all of that work. Sizes are then the
 MRU thread's packet sizes (Ethernet frames without FCS: the datagrams are
 14 bytes shorter), packets counts the packets the modem takes in (those it

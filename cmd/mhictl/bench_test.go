@@ -224,7 +224,7 @@ func TestModelSensitivity(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	for _, want := range []string{"objective", "×1.1", "÷1.1", "1262 ×", "1263 ÷", "ingress_queue", "tre_burst", "tre_poll", "modem_packet", "modem_element", "host_packet", "host_buffer"} {
+	for _, want := range []string{"objective", "×1.1", "÷1.1", "1262 ×", "1263 ÷", "ingress_queue", "tre_burst", "tre_poll", "modem_packet", "modem_header_byte", "header_window", "modem_element"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

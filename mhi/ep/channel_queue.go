@@ -19,6 +19,7 @@ import (
 type dlQueue struct {
 	q        [][]byte // ring of queued downlink transfers
 	qUnits   []int    // per queued transfer: the units (packets) its producer declared
+	qHeaders []int    // per queued transfer: its packets' header bytes (DLBuffer.headerBytes)
 	qHead    int
 	qCount   int
 	reserved int      // queue slots held by outstanding reservations
@@ -36,17 +37,19 @@ type dlQueue struct {
 
 // newDLQueue returns an empty queue of depth transfers.
 func newDLQueue(depth int) dlQueue {
-	return dlQueue{q: make([][]byte, depth), qUnits: make([]int, depth)}
+	return dlQueue{q: make([][]byte, depth), qUnits: make([]int, depth), qHeaders: make([]int, depth)}
 }
 
 // hasRoomLocked reports whether a slot is free for one more reservation.
 func (q *dlQueue) hasRoomLocked() bool { return q.qCount+q.reserved < len(q.q) }
 
-// pushLocked appends a transfer of units units at the tail.
-func (q *dlQueue) pushLocked(buf []byte, units int) {
+// pushLocked appends a transfer of units units (headers header bytes) at
+// the tail.
+func (q *dlQueue) pushLocked(buf []byte, units, headers int) {
 	tail := (q.qHead + q.qCount) % len(q.q)
 	q.q[tail] = buf
 	q.qUnits[tail] = units
+	q.qHeaders[tail] = headers
 	q.qCount++
 }
 
@@ -55,6 +58,7 @@ func (q *dlQueue) popHeadLocked() (buf []byte, units int) {
 	buf, units = q.q[q.qHead], q.qUnits[q.qHead]
 	q.q[q.qHead] = nil
 	q.qUnits[q.qHead] = 0
+	q.qHeaders[q.qHead] = 0
 	q.qHead = (q.qHead + 1) % len(q.q)
 	q.qCount--
 	return buf, units
@@ -172,7 +176,7 @@ func (c *channel) commit(b DLBuffer, n int, empty bool) error {
 			c.num, c.cfg.Name, mhi.ErrAborted)
 	}
 	c.reserved--
-	c.pushLocked(b.Buf[:n], b.units)
+	c.pushLocked(b.Buf[:n], b.units, b.headerBytes)
 	c.mu.Unlock()
 	c.poke()
 	return nil

@@ -110,6 +110,10 @@ type DLBuffer struct {
 	// IPData aggregate: its packets), counted if the device drops the
 	// queued transfer (IPDataStats.DLDroppedQueued).
 	units int
+	// headerBytes is what the modem's CPU handles of the transfer's
+	// packets in virtual time: the sum over its packets of their first
+	// Timing.HeaderWindow bytes.
+	headerBytes int
 }
 
 // Reserve takes a slot in the downlink queue and a buffer of size bytes

@@ -121,9 +121,41 @@ type genPacket struct {
 	seq     uint64
 	cfg     *GeneratorConfig
 	scratch []byte
+	// The headers of the last size written, with identification and
+	// checksum zero (tmplLen 0: none yet), and the ones' complement sum
+	// of their 16-bit words: a packet's header is the template with its
+	// identification and the checksum that sum plus it gives.
+	tmplLen int
+	tmpl    [GenHeaderLen]byte
+	tmplSum uint32
 }
 
-func (g *genPacket) put(b []byte) { putGenPacket(b, g.seq, g.cfg) }
+// put writes the packet, len(b) bytes, as putGenPacket does, from the
+// template of its size.
+func (g *genPacket) put(b []byte) {
+	n := len(b)
+	if n != g.tmplLen {
+		putGenHeaders(g.tmpl[:], n, g.cfg)
+		be := binary.BigEndian
+		g.tmplSum = 0
+		for i := 0; i < 20; i += 2 {
+			g.tmplSum += uint32(be.Uint16(g.tmpl[i:]))
+		}
+		g.tmplLen = n
+	}
+	copy(b, g.tmpl[:])
+	be := binary.BigEndian
+	id := uint16(g.seq)
+	be.PutUint16(b[4:], id)
+	sum := g.tmplSum + uint32(id)
+	for sum>>16 != 0 {
+		sum = sum&0xFFFF + sum>>16
+	}
+	be.PutUint16(b[10:], ^uint16(sum))
+	be.PutUint64(b[28:], g.seq)
+	fill := int(byte(g.seq))
+	copy(b[GenMinPacket:], genRamp[fill+GenMinPacket:fill+n])
+}
 
 // StartGenerator switches to ModeGenerator and starts sending cfg.Count
 // generated IPv4/UDP packets on the downlink at cfg.Rate, aggregated like
@@ -617,23 +649,27 @@ func (v *vgen) arrive(now time.Duration) {
 // transfer slot left stay queued for the next batch.
 func (v *vgen) sendBatch() error {
 	f := v.f
-	sent, bytes := 0, 0
-	for _, n := range v.fifo {
-		if f.cfg.Gate != nil && !f.cfg.Gate.DataAllowed() {
-			f.st.droppedGated.Add(1)
-		} else {
-			v.gp.seq = v.seq
-			err := f.put(v.ctx, v.p, n, nil, &v.gp, false)
-			if err == errNoBuffer {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			v.seq++
+	sent := len(v.fifo)
+	// The batch leaves the queue at one instant of the clock: the session
+	// gate lets all of it through or none.
+	if f.cfg.Gate != nil && !f.cfg.Gate.DataAllowed() {
+		f.st.droppedGated.Add(uint64(sent))
+	} else {
+		v.gp.seq = v.seq
+		var err error
+		sent, err = f.putGenerated(v.ctx, v.p, v.fifo, &v.gp)
+		v.seq = v.gp.seq
+		if err != nil {
+			return err
 		}
-		sent++
-		bytes += v.g.cfg.Ingress.slot(n)
+	}
+	bytes := 0
+	if len(v.g.cfg.Sizes) == 1 {
+		bytes = sent * v.g.cfg.Ingress.slot(v.g.cfg.Sizes[0])
+	} else {
+		for _, n := range v.fifo[:sent] {
+			bytes += v.g.cfg.Ingress.slot(n)
+		}
 	}
 	rest := copy(v.fifo, v.fifo[sent:])
 	v.fifo, v.fifoBytes = v.fifo[:rest], v.fifoBytes-bytes
@@ -726,25 +762,33 @@ func (sp *sizePicker) next() int {
 func putGenPacket(b []byte, seq uint64, cfg *GeneratorConfig) {
 	be := binary.BigEndian
 	n := len(b)
+	putGenHeaders(b, n, cfg)
+	be.PutUint16(b[4:], uint16(seq))
+	be.PutUint16(b[10:], ipv4Checksum(b[:20]))
+	be.PutUint64(b[28:], seq)
+	// The pattern byte at i is byte(seq)+byte(i): a slice of the ramp.
+	fill := int(byte(seq))
+	copy(b[GenMinPacket:], genRamp[fill+GenMinPacket:fill+n])
+}
+
+// putGenHeaders writes the IPv4 and UDP headers (b[:GenHeaderLen]) of a
+// generated packet of n bytes with identification and checksum zero.
+func putGenHeaders(b []byte, n int, cfg *GeneratorConfig) {
+	be := binary.BigEndian
 	b[0] = 0x45
 	b[1] = 0
 	be.PutUint16(b[2:], uint16(n))
-	be.PutUint16(b[4:], uint16(seq))
+	be.PutUint16(b[4:], 0)
 	be.PutUint16(b[6:], 0x4000)
 	b[8] = 64
 	b[9] = 17
 	b[10], b[11] = 0, 0
 	copy(b[12:16], cfg.Src[:])
 	copy(b[16:20], cfg.Dst[:])
-	be.PutUint16(b[10:], ipv4Checksum(b[:20]))
 	be.PutUint16(b[20:], cfg.SrcPort)
 	be.PutUint16(b[22:], cfg.DstPort)
 	be.PutUint16(b[24:], uint16(n-20))
 	be.PutUint16(b[26:], 0)
-	be.PutUint64(b[28:], seq)
-	// The pattern byte at i is byte(seq)+byte(i): a slice of the ramp.
-	fill := int(byte(seq))
-	copy(b[GenMinPacket:], genRamp[fill+GenMinPacket:fill+n])
 }
 
 // genRamp[i] is byte(i): the generator's payload patterns are slices of it.

@@ -639,14 +639,41 @@ var errNoBuffer = errors.New("ep: no downlink buffer free")
 // instead of waiting for a downlink buffer, accounting for nothing.
 func (f *IPData) put(ctx context.Context, p *Pipe, n int, pkt []byte, gen *genPacket, block bool) error {
 	f.mu.Lock()
+	err := f.putLocked(ctx, p, n, pkt, gen, block)
+	f.mu.Unlock()
+	return err
+}
+
+// putGenerated puts generated packets of the given sizes into aggregates
+// like put (without blocking), sequence numbers from gen.seq on, holding
+// f.mu across them; it returns how many it put, stopping at the first
+// errNoBuffer (not returned) or other error.
+func (f *IPData) putGenerated(ctx context.Context, p *Pipe, sizes []int, gen *genPacket) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, n := range sizes {
+		if err := f.putLocked(ctx, p, n, nil, gen, false); err != nil {
+			if err == errNoBuffer {
+				err = nil
+			}
+			return i, err
+		}
+		gen.seq++
+	}
+	return len(sizes), nil
+}
+
+// putLocked is put with f.mu held; it may release it while it waits for
+// a downlink buffer, and holds it again when it returns.
+func (f *IPData) putLocked(ctx context.Context, p *Pipe, n int, pkt []byte, gen *genPacket, block bool) error {
 	for {
 		if !f.open {
 			f.mu.Unlock()
 			b, err := f.reserveAggregate(ctx, p, n, block)
+			f.mu.Lock()
 			if err != nil {
 				return err
 			}
-			f.mu.Lock()
 			if f.open { // another producer opened one meanwhile
 				p.Release(b)
 				continue
@@ -654,7 +681,6 @@ func (f *IPData) put(ctx context.Context, p *Pipe, n int, pkt []byte, gen *genPa
 			if err := f.agg.reset(b.Buf); err != nil {
 				// Ruled out by NewIPData's checks.
 				p.Release(b)
-				f.mu.Unlock()
 				f.st.droppedTooLarge.Add(1)
 				return nil
 			}
@@ -663,13 +689,14 @@ func (f *IPData) put(ctx context.Context, p *Pipe, n int, pkt []byte, gen *genPa
 		}
 		switch err := f.addToAggregateLocked(n, pkt, gen); {
 		case err == nil:
+			if w := p.d.cfg.Timing.HeaderWindow; w > 0 {
+				f.cur.headerBytes += min(n, w)
+			}
 			f.addedLocked()
-			f.mu.Unlock()
 			return nil
 		case err == errAggFull || err == errAggLimit:
 			if f.agg.count() == 0 {
 				// Cannot happen for a fresh aggregate; be safe.
-				f.mu.Unlock()
 				f.st.droppedTooLarge.Add(1)
 				return nil
 			}
@@ -679,11 +706,9 @@ func (f *IPData) put(ctx context.Context, p *Pipe, n int, pkt []byte, gen *genPa
 			}
 			f.flushLocked(cause)
 		case err == errAggEmpty:
-			f.mu.Unlock()
 			f.st.droppedEmpty.Add(1)
 			return nil
 		default: // too large even for an empty aggregate
-			f.mu.Unlock()
 			f.st.droppedTooLarge.Add(1)
 			return nil
 		}

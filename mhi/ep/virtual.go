@@ -22,6 +22,14 @@ type Timing struct {
 	// packet from its receive queue and framing it into the aggregate),
 	// spent before the transfer's first buffer is written.
 	PacketCost time.Duration
+	// HeaderWindow and HeaderByteCost: the modem's CPU handles the first
+	// HeaderWindow bytes of every packet itself (its headers; the rest of
+	// a longer packet is moved by the hardware without it), at
+	// HeaderByteCost nanoseconds per byte, spent with PacketCost before
+	// the transfer's first buffer is written. A packet of n bytes costs
+	// min(n, HeaderWindow)×HeaderByteCost. Zero: no such cost.
+	HeaderWindow   int
+	HeaderByteCost float64
 	// TREBurst, if positive, is the number of TREs the engine reads from
 	// the host's ring at a time. A busy period (downlink data queued after
 	// none was) starts with a read of up to TREBurst of the TREs the host
@@ -44,11 +52,15 @@ type Timing struct {
 }
 
 // dmaCost is the virtual time to write n bytes into one host buffer; first
-// says it is the first buffer of its transfer, of units packets.
-func (t *Timing) dmaCost(first bool, n, units int) time.Duration {
+// says it is the first buffer of its transfer, of units packets whose
+// header bytes (see HeaderWindow) add up to headers.
+func (t *Timing) dmaCost(first bool, n, units, headers int) time.Duration {
 	d := t.ElementSetup
 	if first {
 		d += t.TransferSetup + time.Duration(units)*t.PacketCost
+		if t.HeaderByteCost > 0 && headers > 0 {
+			d += time.Duration(math.Round(float64(headers) * t.HeaderByteCost))
+		}
 	}
 	if t.DMABytesPerSecond > 0 && n > 0 {
 		d += time.Duration(math.Round(float64(n) * 1e9 / t.DMABytesPerSecond))
@@ -167,7 +179,7 @@ func (c *channel) peekDL() (cost time.Duration, ok, wantWork bool) {
 		return 0, false, false
 	}
 	remaining := len(c.q[c.qHead]) - c.dlOff
-	units := c.qUnits[c.qHead]
+	units, headers := c.qUnits[c.qHead], c.qHeaders[c.qHead]
 	c.mu.Unlock()
 	if c.available() == 0 {
 		c.refreshWrite()
@@ -179,7 +191,7 @@ func (c *channel) peekDL() (cost time.Duration, ok, wantWork bool) {
 	if el, err := c.readTRE(c.ring.addr(c.rd)); err == nil {
 		n = min(remaining, int(el.Length()))
 	}
-	return c.d.cfg.Timing.dmaCost(c.dlOff == 0, n, units), true, false
+	return c.d.cfg.Timing.dmaCost(c.dlOff == 0, n, units, headers), true, false
 }
 
 // Wake runs the work of channel ch now, as a doorbell does, without

@@ -2,6 +2,7 @@ package sweep
 
 import (
 	"context"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -171,11 +172,11 @@ func TestProfileValidate(t *testing.T) {
 	link := Parameter{Name: ParamLinkRate, Value: 1e9, Unit: "bit/s"}
 	for name, params := range map[string][]Parameter{
 		"unknown":     {link, {Name: "speed", Value: 1, Unit: "us"}},
-		"unit":        {link, {Name: ParamHostPacket, Value: 1, Unit: "ms"}},
-		"twice":       {link, {Name: ParamHostPacket, Value: 1, Unit: "us"}, {Name: ParamHostPacket, Value: 2, Unit: "us"}},
-		"negative":    {link, {Name: ParamHostPacket, Value: -1, Unit: "us"}},
-		"no link":     {{Name: ParamHostPacket, Value: 1, Unit: "us"}},
-		"nine params": append(slices.Clone(shipped(t, "mru-thread").Parameters), Parameter{Name: ParamHostPacket, Value: 1, Unit: "us"}),
+		"unit":        {link, {Name: ParamModemPacket, Value: 1, Unit: "ms"}},
+		"twice":       {link, {Name: ParamModemPacket, Value: 1, Unit: "us"}, {Name: ParamModemPacket, Value: 2, Unit: "us"}},
+		"negative":    {link, {Name: ParamModemPacket, Value: -1, Unit: "us"}},
+		"no link":     {{Name: ParamModemPacket, Value: 1, Unit: "us"}},
+		"nine params": append(slices.Clone(shipped(t, "mru-thread").Parameters), Parameter{Name: ParamModemPacket, Value: 1, Unit: "us"}),
 	} {
 		p := &Profile{Name: name, Parameters: params}
 		if err := p.Validate(); err == nil {
@@ -225,6 +226,35 @@ func TestReadTable(t *testing.T) {
 	} {
 		if _, err := ReadTable(strings.NewReader(bad)); err == nil {
 			t.Errorf("accepted %q", bad)
+		}
+	}
+}
+
+// TestHeaderWindow: the modem's header cost is real work of the simulated
+// modem, per packet and per header byte: with the shipped profile, the
+// time per packet (the modem is the bottleneck at every size) grows by
+// min(datagram, header_window) × modem_header_byte against the same
+// profile without that cost — 50 B of a 64-byte frame's datagram, the
+// whole window of a 1500-byte one.
+func TestHeaderWindow(t *testing.T) {
+	prof := shipped(t, "mru-thread")
+	perByte, _ := prof.Value(ParamModemHeader)
+	window, _ := prof.Value(ParamHeaderWindow)
+	if perByte <= 0 || window <= 0 {
+		t.Fatalf("the shipped profile has no header cost (%g ns/B, %g B)", perByte, window)
+	}
+	off := prof.Clone()
+	off.set(ParamModemHeader, 0)
+	sizes := []int{64, 1500}
+	with := virtualRun(t, prof, sizes, []int{3500}, 20000, 1, 0)
+	without := virtualRun(t, off, sizes, []int{3500}, 20000, 1, 0)
+	for _, size := range sizes {
+		a, b := with.point(3500, size), without.point(3500, size)
+		got := (1/a.PPS.Median - 1/b.PPS.Median) * 1e9 // ns per packet
+		want := min(float64(size-FrameHeader), window) * perByte
+		t.Logf("size %d: %.0f ns per packet more with the header cost, want %.0f", size, got, want)
+		if math.Abs(got-want) > 0.03*want {
+			t.Errorf("size %d: the header cost adds %.0f ns per packet, want %.0f (±3 %%)", size, got, want)
 		}
 	}
 }
