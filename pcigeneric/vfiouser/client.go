@@ -331,13 +331,15 @@ func (t *Transport) readLoop() {
 	defer close(t.rdone)
 	defer close(t.dead)
 	for {
-		hdr, payload, fds, err := t.w.read()
+		_, hdr, payload, fds, err := t.w.next()
 		if err != nil {
 			t.readErr = err
 			return
 		}
 		closeFDs(fds)
-		m, err := DecodeMessage(hdr, payload, len(fds))
+		// payload belongs to the wire until the next read; a reply goes to
+		// another goroutine, so it gets a copy.
+		m, err := DecodeMessage(hdr, append([]byte{}, payload...), len(fds))
 		if err != nil {
 			if m.Header.IsReply() {
 				// A malformed answer still answers its call: the
@@ -502,8 +504,8 @@ func (t *Transport) Read32(off uint32) (uint32, error) {
 // Write32 implements mhi.Registers with one REGION_WRITE of BAR0, posted
 // (NO_REPLY) unless ClientOptions.NoPostedWrites.
 func (t *Transport) Write32(off, v uint32) error {
-	a := RegionAccess{Offset: uint64(off), Region: RegionBAR0, Count: 4, Data: binary.LittleEndian.AppendUint32(nil, v)}
 	if t.opts.NoPostedWrites {
+		a := RegionAccess{Offset: uint64(off), Region: RegionBAR0, Count: 4, Data: binary.LittleEndian.AppendUint32(nil, v)}
 		_, err := t.call(CmdRegionWrite, a, nil)
 		return err
 	}
@@ -512,8 +514,13 @@ func (t *Transport) Write32(off, v uint32) error {
 		return fmt.Errorf("vfiouser: BAR0 write at 0x%x: %w", off, ErrClosed)
 	default:
 	}
+	// Posted: encoded into the connection's write buffer, no allocation.
+	var data [4]byte
+	binary.LittleEndian.PutUint32(data[:], v)
 	id := uint16(t.nextID.Add(1))
-	if err := t.w.write(EncodeMessage(id, CmdRegionWrite, FlagNoReply, 0, a), nil); err != nil {
+	b := t.w.begin()
+	b = appendRegionAccess(b, id, CmdRegionWrite, FlagNoReply, uint64(off), RegionBAR0, 4, data[:])
+	if err := t.w.flush(b, nil); err != nil {
 		return fmt.Errorf("vfiouser: BAR0 write at 0x%x: %w", off, err)
 	}
 	return nil
