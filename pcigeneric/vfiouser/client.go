@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -73,10 +74,10 @@ type Transport struct {
 	slab atomic.Pointer[inproc.Slab]
 	mem  []byte // the memfd mapping the slab carves up
 
-	evfds   []int
-	irqIdx  uint32 // IRQMSI or IRQMSIX, the index the vectors are on
-	stopfd  int
-	idone   chan struct{}
+	evfds   []int      // the vectors' eventfds, owned by evfiles
+	evfiles []*os.File // the eventfds in the runtime's poller
+	irqIdx  uint32     // IRQMSI or IRQMSIX, the index the vectors are on
+	iwg     sync.WaitGroup
 	hmu     sync.RWMutex
 	handler func(int)
 
@@ -114,7 +115,7 @@ func NewClient(conn *net.UnixConn, opts ClientOptions) (*Transport, error) {
 	}
 	t := &Transport{
 		w: newWire(conn), opts: opts, pending: map[uint16]chan callReply{},
-		dead: make(chan struct{}), rdone: make(chan struct{}), memfd: -1, stopfd: -1,
+		dead: make(chan struct{}), rdone: make(chan struct{}), memfd: -1,
 	}
 	go t.readLoop()
 	if err := t.setup(); err != nil {
@@ -243,16 +244,13 @@ func (t *Transport) setup() error {
 	}
 
 	// Interrupts.
-	t.stopfd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return fmt.Errorf("vfiouser: eventfd: %w", err)
-	}
 	for range vectors {
 		efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 		if err != nil {
 			return fmt.Errorf("vfiouser: eventfd: %w", err)
 		}
 		t.evfds = append(t.evfds, efd)
+		t.evfiles = append(t.evfiles, os.NewFile(uintptr(efd), "vfiouser-msi"))
 	}
 	for start := 0; start < vectors; start += maxFDs {
 		batch := t.evfds[start:min(start+maxFDs, vectors)]
@@ -260,8 +258,14 @@ func (t *Transport) setup() error {
 			return err
 		}
 	}
-	t.idone = make(chan struct{})
-	go t.irqLoop()
+	for v, f := range t.evfiles {
+		rc, err := f.SyscallConn()
+		if err != nil {
+			return fmt.Errorf("vfiouser: eventfd of vector %d: %w", v, err)
+		}
+		t.iwg.Add(1)
+		go t.vectorLoop(v, rc)
+	}
 	return nil
 }
 
@@ -412,41 +416,38 @@ func (t *Transport) serveDMA(m Message) {
 	}
 }
 
-// irqLoop polls the vector eventfds and calls the handler once per
-// signalled vector.
-func (t *Transport) irqLoop() {
-	defer close(t.idone)
-	pfds := make([]unix.PollFd, 0, len(t.evfds)+1)
-	for _, fd := range t.evfds {
-		pfds = append(pfds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
-	}
-	pfds = append(pfds, unix.PollFd{Fd: int32(t.stopfd), Events: unix.POLLIN})
+// vectorLoop waits for interrupts on vector v's eventfd in the runtime's
+// poller (no thread blocks in a system call, and a processor about to go
+// idle picks the interrupt up without a wakeup) and calls the handler once
+// per read that finds the counter non-zero, as QEMU injects one MSI per
+// such read. It returns when the eventfd is closed.
+func (t *Transport) vectorLoop(v int, rc syscall.RawConn) {
+	defer t.iwg.Done()
 	var b [8]byte
+	var n int
+	var rerr error
+	read := func(fd uintptr) bool {
+		n, rerr = unix.Read(int(fd), b[:])
+		return rerr != unix.EAGAIN
+	}
 	for {
-		_, err := unix.Poll(pfds, -1)
-		if err != nil && !errors.Is(err, unix.EINTR) {
-			return
+		if err := rc.Read(read); err != nil {
+			return // closed
 		}
-		if pfds[len(pfds)-1].Revents != 0 {
-			return
+		if rerr == unix.EINTR {
+			continue
 		}
-		for v := range t.evfds {
-			if pfds[v].Revents == 0 {
-				continue
-			}
-			pfds[v].Revents = 0
-			if n, _ := unix.Read(t.evfds[v], b[:]); n != 8 {
-				continue
-			}
-			// The handler runs under the read lock, so that once
-			// SetInterruptHandler returns no call to the old handler is
-			// still running (the controller frees its rings after nil).
-			t.hmu.RLock()
-			if t.handler != nil {
-				t.handler(v)
-			}
-			t.hmu.RUnlock()
+		if rerr != nil || n != 8 {
+			return // not an eventfd any more; cannot happen
 		}
+		// The handler runs under the read lock, so that once
+		// SetInterruptHandler returns no call to the old handler is
+		// still running (the controller frees its rings after nil).
+		t.hmu.RLock()
+		if t.handler != nil {
+			t.handler(v)
+		}
+		t.hmu.RUnlock()
 	}
 }
 
@@ -526,6 +527,35 @@ func (t *Transport) Write32(off, v uint32) error {
 	return nil
 }
 
+// WritePair32 implements mhi.PairWriter: the two REGION_WRITE messages
+// Write32(hiOff, hi) and Write32(loOff, lo) would send, in that order,
+// posted and sent together with one sendmsg (with NoPostedWrites, one
+// call after the other). The server sees the same two writes.
+func (t *Transport) WritePair32(hiOff, hi, loOff, lo uint32) error {
+	if t.opts.NoPostedWrites {
+		if err := t.Write32(hiOff, hi); err != nil {
+			return err
+		}
+		return t.Write32(loOff, lo)
+	}
+	select {
+	case <-t.dead:
+		return fmt.Errorf("vfiouser: BAR0 writes at 0x%x and 0x%x: %w", hiOff, loOff, ErrClosed)
+	default:
+	}
+	var data [8]byte
+	binary.LittleEndian.PutUint32(data[0:], hi)
+	binary.LittleEndian.PutUint32(data[4:], lo)
+	id := uint16(t.nextID.Add(2))
+	b := t.w.begin()
+	b = appendRegionAccess(b, id-1, CmdRegionWrite, FlagNoReply, uint64(hiOff), RegionBAR0, 4, data[0:4])
+	b = appendRegionAccess(b, id, CmdRegionWrite, FlagNoReply, uint64(loOff), RegionBAR0, 4, data[4:8])
+	if err := t.w.flush(b, nil); err != nil {
+		return fmt.Errorf("vfiouser: BAR0 writes at 0x%x and 0x%x: %w", hiOff, loOff, err)
+	}
+	return nil
+}
+
 // Alloc implements mhi.DMAMemory from the memfd shared with the server.
 func (t *Transport) Alloc(size, align int) (mhi.DMABuffer, error) {
 	return t.slab.Load().Alloc(size, align)
@@ -570,18 +600,18 @@ func (t *Transport) Close() error {
 func (t *Transport) teardown() {
 	_ = t.w.c.Close()
 	<-t.rdone
-	if t.idone != nil {
-		_, _ = unix.Write(t.stopfd, one)
-		<-t.idone
+	for _, f := range t.evfiles {
+		_ = f.Close()
 	}
-	closeFDs(t.evfds)
-	closeFDs([]int{t.stopfd, t.memfd})
+	t.iwg.Wait()
+	closeFDs([]int{t.memfd})
 	if t.mem != nil {
 		_ = unix.Munmap(t.mem)
 	}
 }
 
 var (
-	_ mhi.Transport = (*Transport)(nil)
-	_ mhi.BARSizer  = (*Transport)(nil)
+	_ mhi.Transport  = (*Transport)(nil)
+	_ mhi.BARSizer   = (*Transport)(nil)
+	_ mhi.PairWriter = (*Transport)(nil)
 )
