@@ -426,9 +426,22 @@ func (t *Transport) vectorLoop(v int, rc syscall.RawConn) {
 	var b [8]byte
 	var n int
 	var rerr error
+	// After a read that emptied the counter, the next signal comes with
+	// a new readiness edge from the poller (eventfd wakes its waiters on
+	// every write), so the first try after it waits instead of reading:
+	// one read per interrupt instead of a read and an EAGAIN.
+	emptied := false
 	read := func(fd uintptr) bool {
+		if emptied {
+			emptied = false
+			return false
+		}
 		n, rerr = unix.Read(int(fd), b[:])
-		return rerr != unix.EAGAIN
+		if rerr == unix.EAGAIN {
+			return false
+		}
+		emptied = rerr == nil
+		return true
 	}
 	for {
 		if err := rc.Read(read); err != nil {
