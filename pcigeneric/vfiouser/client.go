@@ -421,37 +421,24 @@ func (t *Transport) serveDMA(m Message) {
 // idle picks the interrupt up without a wakeup) and calls the handler once
 // per read that finds the counter non-zero, as QEMU injects one MSI per
 // such read. It returns when the eventfd is closed.
+//
+// The handler runs inside the RawConn.Read callback, which then asks to
+// wait: the wait keeps a readiness edge that came while the handler ran
+// (a new RawConn.Read would discard it first), so one read per interrupt
+// suffices, where returning and reading again would add a read finding
+// nothing before every wait.
 func (t *Transport) vectorLoop(v int, rc syscall.RawConn) {
 	defer t.iwg.Done()
 	var b [8]byte
-	var n int
-	var rerr error
-	// After a read that emptied the counter, the next signal comes with
-	// a new readiness edge from the poller (eventfd wakes its waiters on
-	// every write), so the first try after it waits instead of reading:
-	// one read per interrupt instead of a read and an EAGAIN.
-	emptied := false
+	broken := false
 	read := func(fd uintptr) bool {
-		if emptied {
-			emptied = false
+		n, err := unix.Read(int(fd), b[:])
+		switch {
+		case err == unix.EAGAIN || err == unix.EINTR:
 			return false
-		}
-		n, rerr = unix.Read(int(fd), b[:])
-		if rerr == unix.EAGAIN {
-			return false
-		}
-		emptied = rerr == nil
-		return true
-	}
-	for {
-		if err := rc.Read(read); err != nil {
-			return // closed
-		}
-		if rerr == unix.EINTR {
-			continue
-		}
-		if rerr != nil || n != 8 {
-			return // not an eventfd any more; cannot happen
+		case err != nil || n != 8:
+			broken = true // not an eventfd any more; cannot happen
+			return true
 		}
 		// The handler runs under the read lock, so that once
 		// SetInterruptHandler returns no call to the old handler is
@@ -461,6 +448,12 @@ func (t *Transport) vectorLoop(v int, rc syscall.RawConn) {
 			t.handler(v)
 		}
 		t.hmu.RUnlock()
+		return false
+	}
+	for !broken {
+		if err := rc.Read(read); err != nil {
+			return // closed
+		}
 	}
 }
 
