@@ -1,0 +1,144 @@
+package vfiouser
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	es, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(es)
+}
+
+// sendFDs makes n eventfds for a test to send.
+func sendFDs(t *testing.T, n int) []int {
+	t.Helper()
+	var fds []int
+	for range n {
+		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fds = append(fds, fd)
+	}
+	t.Cleanup(func() { closeFDs(fds) })
+	return fds
+}
+
+// TestWireFramingAndFDs sends messages as a peer may (several messages
+// before the reader reads, descriptors on one of them, messages split over
+// several sendmsg calls, more than MaxFDs descriptors, a message larger
+// than the read buffer) and checks what next hands out: every message
+// whole and in order, and the descriptors with the message they were sent
+// with (for a peer sending one message per sendmsg), never leaked.
+func TestWireFramingAndFDs(t *testing.T) {
+	msg := func(id uint16, data int) []byte {
+		return EncodeMessage(id, CmdRegionWrite, FlagNoReply, 0, RegionAccess{Count: uint32(data), Data: bytes.Repeat([]byte{byte(id)}, data)})
+	}
+	type send struct {
+		b   []byte
+		fds int
+	}
+	cases := []struct {
+		name  string
+		sends []send
+		ids   []uint16
+		fds   []int // per message; -1: the too-many marker
+	}{
+		{"fds on the second of two queued messages", []send{{msg(1, 4), 0}, {msg(2, 4), 1}}, []uint16{1, 2}, []int{0, 1}},
+		{"fds on the first of two queued messages", []send{{msg(1, 4), 2}, {msg(2, 4), 0}}, []uint16{1, 2}, []int{2, 0}},
+		{"fds on every message", []send{{msg(1, 4), 1}, {msg(2, 4), 3}, {msg(3, 4), 1}}, []uint16{1, 2, 3}, []int{1, 3, 1}},
+		{"message split over three sends, fds on the first", []send{{msg(1, 40)[:10], 2}, {msg(1, 40)[10:30], 0}, {msg(1, 40)[30:], 0}, {msg(2, 4), 0}}, []uint16{1, 2}, []int{2, 0}},
+		{"more than MaxFDs", []send{{msg(1, 4), MaxFDs + 1}, {msg(2, 4), 1}}, []uint16{1, 2}, []int{-1, 1}},
+		{"bigger than the read buffer", []send{{msg(1, 4), 0}, {msg(2, 3*wireBufSize), 1}, {msg(3, 4), 0}}, []uint16{1, 2, 3}, []int{0, 1, 0}},
+		// A peer that packs two messages into one sendmsg with
+		// descriptors gets them on the last (see wire).
+		{"two messages in one send", []send{{append(msg(1, 4), msg(2, 4)...), 1}}, []uint16{1, 2}, []int{0, 1}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, s := socketPair(t)
+			defer c.Close()
+			defer s.Close()
+			wc, ws := newWire(c), newWire(s)
+			for _, sd := range tc.sends {
+				if err := wc.write(sd.b, sendFDs(t, sd.fds)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := openFDs(t) // with the sender's descriptors, open until the test ends
+			for i, id := range tc.ids {
+				h, _, payload, fds, err := ws.next()
+				if err != nil {
+					t.Fatalf("message %d: %v", i, err)
+				}
+				if h.ID != id || len(payload) != int(h.Size)-HeaderSize || len(payload) > 16 && payload[16] != byte(id) {
+					t.Fatalf("message %d: header %+v, %d payload bytes, want ID %d", i, h, len(payload), id)
+				}
+				want := tc.fds[i]
+				if want == -1 {
+					if len(fds) != MaxFDs+1 || fds[0] != -1 {
+						t.Errorf("message %d: descriptors %v, want the too-many marker", id, fds)
+					}
+					continue
+				}
+				if len(fds) != want {
+					t.Errorf("message %d: %d descriptors, want %d", id, len(fds), want)
+				}
+				closeFDs(fds)
+			}
+			if after := openFDs(t); after != before {
+				t.Errorf("%d descriptors open after reading, %d before: received descriptors leaked", after, before)
+			}
+		})
+	}
+}
+
+// TestWireErrorsCloseFDs checks that descriptors received with a message
+// that never completes, or before a broken header, are closed.
+func TestWireErrorsCloseFDs(t *testing.T) {
+	m := EncodeMessage(1, CmdRegionWrite, FlagNoReply, 0, RegionAccess{Count: 4, Data: []byte{1, 2, 3, 4}})
+	bad := EncodeMessage(2, CmdRegionWrite, FlagNoReply, 0, RegionAccess{Count: 4, Data: []byte{1, 2, 3, 4}})
+	bad[8] = 0xff // unknown flags
+	cases := []struct {
+		name string
+		b    []byte
+		want error
+	}{
+		{"truncated", m[:20], io.ErrUnexpectedEOF},
+		{"bad header", bad, errFraming},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, s := socketPair(t)
+			defer s.Close()
+			wc, ws := newWire(c), newWire(s)
+			before := openFDs(t)
+			fds := sendFDs(t, 3)
+			if err := wc.write(tc.b, fds); err != nil {
+				t.Fatal(err)
+			}
+			closeFDs(fds)
+			for i := range fds {
+				fds[i] = -1
+			}
+			c.Close()
+			if _, _, _, _, err := ws.next(); !errors.Is(err, tc.want) {
+				t.Fatalf("next: %v, want %v", err, tc.want)
+			}
+			if after := openFDs(t); after != before-1 { // the client's socket closed
+				t.Errorf("%d descriptors open, want %d: received descriptors leaked", after, before-1)
+			}
+		})
+	}
+}
