@@ -396,6 +396,7 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 		pending: map[uint16]chan Message{},
 		dead:    make(chan struct{}),
 	}
+	s.w.greedy = true // several messages per recvmsg (see wire)
 	s.mem.fallback = s.dmaMessage
 	s.cfg.pm = &dev.pm
 	dev.log.Info("connect")

@@ -16,26 +16,34 @@ import (
 // wire frames messages on a unix stream socket, with file descriptors as
 // SCM_RIGHTS ancillary data.
 //
-// Reading is buffered: one recvmsg takes whatever the peer has sent (often
-// several messages), and next hands the messages out of the buffer one by
-// one, so a message costs no allocation and, when the peer sends faster
-// than it is served, less than one system call. Writing goes through one
-// buffer owned by the connection (begin, flush), so encoding a message
-// allocates nothing either. Both sides call the socket directly
-// (syscall.RawConn) and wait in the runtime's poller when it is not ready.
+// Messages are read into a buffer owned by the connection and handed out
+// by next without allocating. By default each recvmsg asks for exactly
+// the rest of the current header or message, so it never reaches into the
+// next message: descriptors then belong to the message holding the first
+// byte of the sendmsg that carried them, however the peer groups its
+// messages into sendmsg calls. That costs two recvmsg per message.
 //
-// Descriptors: the kernel hands out the descriptors of a sent message with
-// the recvmsg that reaches the message's first byte, and that recvmsg ends
-// with the message's bytes (it never reads past them). So the descriptors
-// a recvmsg brings belong to the message that holds the last byte it read.
-// With one message per sendmsg, as this package and QEMU send them, that is
-// the message they were sent with; a peer that sends several messages with
-// one sendmsg and descriptors on the first gets them on the last, where
-// they are checked (and refused) as on any other message.
+// A greedy wire (the server's) asks for as much as the buffer holds and
+// hands out the messages one recvmsg brought one by one: when the peer
+// sends faster than it is served, less than one system call per message.
+// Its descriptors: the kernel hands out the descriptors of a sendmsg with
+// the recvmsg that reaches the first byte it sent, and that recvmsg reads
+// nothing past the bytes of that sendmsg. So the descriptors a recvmsg
+// brings belong to the message holding the last byte it read. With one
+// message per sendmsg, as this package and QEMU send them, that is the
+// message they were sent with, as on an exact wire; a peer that packs
+// several messages into one sendmsg with descriptors gets them on the last
+// of those, where they are checked (and refused) as on any other message.
+//
+// Writing goes through one buffer owned by the connection (begin, flush),
+// so encoding a message allocates nothing either. Both directions call the
+// socket directly (syscall.RawConn) and wait in the runtime's poller when
+// it is not ready.
 type wire struct {
 	c       *net.UnixConn
 	raw     syscall.RawConn
 	rawErr  error
+	greedy  bool   // read as much as the buffer holds, not one message at a time
 	rbuf    []byte // received bytes; rbuf[rpos:rend] are not yet handed out
 	rpos    int
 	rend    int
@@ -113,7 +121,8 @@ func (w *wire) next() (h Header, hdr, payload []byte, fds []int, err error) {
 	}
 }
 
-// fill makes room for need unread bytes from rpos on and receives once.
+// fill makes room for need unread bytes from rpos on (more than there
+// are) and receives once.
 func (w *wire) fill(need int) error {
 	if w.rpos == w.rend {
 		w.base += uint64(w.rpos)
@@ -130,7 +139,11 @@ func (w *wire) fill(need int) error {
 		w.base += uint64(w.rpos)
 		w.rpos = 0
 	}
-	n, oobn, flags, err := w.recv(w.rbuf[w.rend:])
+	buf := w.rbuf[w.rend:]
+	if !w.greedy {
+		buf = buf[:need-(w.rend-w.rpos)] // not past the message
+	}
+	n, oobn, flags, err := w.recv(buf)
 	w.rend += n
 	if oobn > 0 || flags&unix.MSG_CTRUNC != 0 {
 		w.fdq = append(w.fdq, fdChunk{end: w.base + uint64(w.rend), fds: parseRights(w.oob[:oobn]), truncated: flags&unix.MSG_CTRUNC != 0})

@@ -3,6 +3,7 @@ package vfiouser
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"testing"
@@ -45,10 +46,7 @@ func TestWireFramingAndFDs(t *testing.T) {
 	msg := func(id uint16, data int) []byte {
 		return EncodeMessage(id, CmdRegionWrite, FlagNoReply, 0, RegionAccess{Count: uint32(data), Data: bytes.Repeat([]byte{byte(id)}, data)})
 	}
-	type send struct {
-		b   []byte
-		fds int
-	}
+	type send = wireSend
 	cases := []struct {
 		name  string
 		sends []send
@@ -62,45 +60,65 @@ func TestWireFramingAndFDs(t *testing.T) {
 		{"more than MaxFDs", []send{{msg(1, 4), MaxFDs + 1}, {msg(2, 4), 1}}, []uint16{1, 2}, []int{-1, 1}},
 		{"bigger than the read buffer", []send{{msg(1, 4), 0}, {msg(2, 3*wireBufSize), 1}, {msg(3, 4), 0}}, []uint16{1, 2, 3}, []int{0, 1, 0}},
 		// A peer that packs two messages into one sendmsg with
-		// descriptors gets them on the last (see wire).
-		{"two messages in one send", []send{{append(msg(1, 4), msg(2, 4)...), 1}}, []uint16{1, 2}, []int{0, 1}},
+		// descriptors gets them on the first from an exact wire, on the
+		// last from a greedy one (see wire).
+		{"two messages in one send", []send{{append(msg(1, 4), msg(2, 4)...), 1}}, []uint16{1, 2}, []int{1, 0}},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			c, s := socketPair(t)
-			defer c.Close()
-			defer s.Close()
-			wc, ws := newWire(c), newWire(s)
-			for _, sd := range tc.sends {
-				if err := wc.write(sd.b, sendFDs(t, sd.fds)); err != nil {
-					t.Fatal(err)
-				}
+		for _, greedy := range []bool{false, true} {
+			want := tc.fds
+			if greedy && tc.name == "two messages in one send" {
+				want = []int{0, 1}
 			}
-			before := openFDs(t) // with the sender's descriptors, open until the test ends
-			for i, id := range tc.ids {
-				h, _, payload, fds, err := ws.next()
-				if err != nil {
-					t.Fatalf("message %d: %v", i, err)
-				}
-				if h.ID != id || len(payload) != int(h.Size)-HeaderSize || len(payload) > 16 && payload[16] != byte(id) {
-					t.Fatalf("message %d: header %+v, %d payload bytes, want ID %d", i, h, len(payload), id)
-				}
-				want := tc.fds[i]
-				if want == -1 {
-					if len(fds) != MaxFDs+1 || fds[0] != -1 {
-						t.Errorf("message %d: descriptors %v, want the too-many marker", id, fds)
-					}
-					continue
-				}
-				if len(fds) != want {
-					t.Errorf("message %d: %d descriptors, want %d", id, len(fds), want)
-				}
-				closeFDs(fds)
+			t.Run(fmt.Sprintf("%s/greedy=%v", tc.name, greedy), func(t *testing.T) {
+				testWireCase(t, greedy, tc.sends, tc.ids, want)
+			})
+		}
+	}
+}
+
+type wireSend struct {
+	b   []byte
+	fds int
+}
+
+// testWireCase sends, then reads len(ids) messages with a greedy or exact
+// wire and checks their IDs and descriptor counts (wantFDs; -1: the
+// too-many marker) and that no received descriptor stays open.
+func testWireCase(t *testing.T, greedy bool, sends []wireSend, ids []uint16, wantFDs []int) {
+	c, s := socketPair(t)
+	defer c.Close()
+	defer s.Close()
+	wc, ws := newWire(c), newWire(s)
+	ws.greedy = greedy
+	for _, sd := range sends {
+		if err := wc.write(sd.b, sendFDs(t, sd.fds)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := openFDs(t) // with the sender's descriptors, open until the test ends
+	for i, id := range ids {
+		h, _, payload, fds, err := ws.next()
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if h.ID != id || len(payload) != int(h.Size)-HeaderSize || len(payload) > 16 && payload[16] != byte(id) {
+			t.Fatalf("message %d: header %+v, %d payload bytes, want ID %d", i, h, len(payload), id)
+		}
+		want := wantFDs[i]
+		if want == -1 {
+			if len(fds) != MaxFDs+1 || fds[0] != -1 {
+				t.Errorf("message %d: descriptors %v, want the too-many marker", id, fds)
 			}
-			if after := openFDs(t); after != before {
-				t.Errorf("%d descriptors open after reading, %d before: received descriptors leaked", after, before)
-			}
-		})
+			continue
+		}
+		if len(fds) != want {
+			t.Errorf("message %d: %d descriptors, want %d", id, len(fds), want)
+		}
+		closeFDs(fds)
+	}
+	if after := openFDs(t); after != before {
+		t.Errorf("%d descriptors open after reading, %d before: received descriptors leaked", after, before)
 	}
 }
 
