@@ -2,6 +2,7 @@ package vfiouser
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -98,8 +99,4 @@ func TestRoundTripAllocs(t *testing.T) {
 	}
 }
 
-var errVector = errorString("interrupt on the wrong vector")
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
+var errVector = errors.New("interrupt on the wrong vector")
