@@ -391,8 +391,15 @@ func (c *Controller) write(off, v uint32) error {
 	return nil
 }
 
-// write64 writes a 64-bit register pair, high half first.
+// write64 writes a 64-bit register pair, high half first (in one
+// operation when the transport is a PairWriter).
 func (c *Controller) write64(lowOff uint32, v uint64) error {
+	if pw, ok := c.t.(PairWriter); ok {
+		if err := pw.WritePair32(lowOff+4, uint32(v>>32), lowOff, uint32(v)); err != nil {
+			return fmt.Errorf("%s: write register pair 0x%x: %w", c.name, lowOff, err)
+		}
+		return nil
+	}
 	if err := c.write(lowOff+4, uint32(v>>32)); err != nil {
 		return err
 	}

@@ -8,6 +8,17 @@ type Registers interface {
 	Write32(off uint32, v uint32) error
 }
 
+// PairWriter is an optional extension of Registers for transports where
+// every access is a message to another process (vfio-user): WritePair32
+// performs Write32(hiOff, hi) and then Write32(loOff, lo), two ordered
+// 32-bit accesses exactly as the device would see them from two Write32
+// calls, but may hand both to the bus in one operation. The Controller
+// uses it for 64-bit register pairs (doorbells, context pointers), which
+// it writes high half first.
+type PairWriter interface {
+	WritePair32(hiOff, hi, loOff, lo uint32) error
+}
+
 // DMABuffer is a block of coherent host memory that the device reaches at IOVA.
 // Bytes aliases the memory; its length is the requested size.
 type DMABuffer struct {

@@ -106,6 +106,11 @@ type Client struct {
 	rng      *rand.Rand
 
 	repostFailed int
+
+	// waitTimer wakes the waiters of waitFor when their timeout passes;
+	// made once and reset per wait, so waiting allocates nothing.
+	waitTimer *time.Timer
+	waiters   int // waitFor calls waiting, under mu
 }
 
 // Open starts the LOOPBACK channels of ctrl (which must be powered up) and
@@ -412,14 +417,20 @@ func (c *Client) waitFor(epoch int, cond func() bool) error {
 		return nil // the common case: no timer needed
 	}
 	deadline := time.Now().Add(c.opts.Timeout)
-	t := time.AfterFunc(c.opts.Timeout, func() {
-		c.mu.Lock()
-		c.cond.Broadcast()
-		c.mu.Unlock()
-	})
-	defer t.Stop()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.waitTimer == nil {
+		c.waitTimer = time.AfterFunc(c.opts.Timeout, c.wakeWaiters)
+	} else {
+		c.waitTimer.Reset(c.opts.Timeout)
+	}
+	c.waiters++
+	defer func() {
+		if c.waiters--; c.waiters == 0 {
+			c.waitTimer.Stop()
+		}
+	}()
+	t := c.waitTimer
 	last := c.received
 	for !cond() || c.epoch != epoch {
 		if c.epoch != epoch {
@@ -436,6 +447,14 @@ func (c *Client) waitFor(epoch int, cond func() bool) error {
 		c.cond.Wait()
 	}
 	return nil
+}
+
+// wakeWaiters is waitTimer's function: waitFor's waiters check their
+// deadlines.
+func (c *Client) wakeWaiters() {
+	c.mu.Lock()
+	c.cond.Broadcast()
+	c.mu.Unlock()
 }
 
 // Close resets the channels and frees the buffers.

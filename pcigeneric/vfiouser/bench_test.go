@@ -2,6 +2,7 @@ package vfiouser
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -33,13 +34,18 @@ func BenchmarkLoopback(b *testing.B) {
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			msgs := r.dev.Stats().Messages
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
 			b.ResetTimer()
 			res, err := c.Run(ro)
 			b.StopTimer()
+			runtime.ReadMemStats(&m1)
 			if err != nil || res.Received != b.N {
 				b.Fatalf("run: %v %+v", err, res)
 			}
 			b.ReportMetric(float64(r.dev.Stats().Messages-msgs)/float64(b.N), "msgs/op")
+			// allocs/op is rounded down to an integer; this is the fraction.
+			b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/float64(b.N), "mallocs/op")
 		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -73,10 +74,10 @@ type Transport struct {
 	slab atomic.Pointer[inproc.Slab]
 	mem  []byte // the memfd mapping the slab carves up
 
-	evfds   []int
-	irqIdx  uint32 // IRQMSI or IRQMSIX, the index the vectors are on
-	stopfd  int
-	idone   chan struct{}
+	evfds   []int      // the vectors' eventfds, owned by evfiles
+	evfiles []*os.File // the eventfds in the runtime's poller
+	irqIdx  uint32     // IRQMSI or IRQMSIX, the index the vectors are on
+	iwg     sync.WaitGroup
 	hmu     sync.RWMutex
 	handler func(int)
 
@@ -114,7 +115,7 @@ func NewClient(conn *net.UnixConn, opts ClientOptions) (*Transport, error) {
 	}
 	t := &Transport{
 		w: newWire(conn), opts: opts, pending: map[uint16]chan callReply{},
-		dead: make(chan struct{}), rdone: make(chan struct{}), memfd: -1, stopfd: -1,
+		dead: make(chan struct{}), rdone: make(chan struct{}), memfd: -1,
 	}
 	go t.readLoop()
 	if err := t.setup(); err != nil {
@@ -243,16 +244,13 @@ func (t *Transport) setup() error {
 	}
 
 	// Interrupts.
-	t.stopfd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return fmt.Errorf("vfiouser: eventfd: %w", err)
-	}
 	for range vectors {
 		efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 		if err != nil {
 			return fmt.Errorf("vfiouser: eventfd: %w", err)
 		}
 		t.evfds = append(t.evfds, efd)
+		t.evfiles = append(t.evfiles, os.NewFile(uintptr(efd), "vfiouser-msi"))
 	}
 	for start := 0; start < vectors; start += maxFDs {
 		batch := t.evfds[start:min(start+maxFDs, vectors)]
@@ -260,8 +258,14 @@ func (t *Transport) setup() error {
 			return err
 		}
 	}
-	t.idone = make(chan struct{})
-	go t.irqLoop()
+	for v, f := range t.evfiles {
+		rc, err := f.SyscallConn()
+		if err != nil {
+			return fmt.Errorf("vfiouser: eventfd of vector %d: %w", v, err)
+		}
+		t.iwg.Add(1)
+		go t.vectorLoop(v, rc)
+	}
 	return nil
 }
 
@@ -331,13 +335,15 @@ func (t *Transport) readLoop() {
 	defer close(t.rdone)
 	defer close(t.dead)
 	for {
-		hdr, payload, fds, err := t.w.read()
+		_, hdr, payload, fds, err := t.w.next()
 		if err != nil {
 			t.readErr = err
 			return
 		}
 		closeFDs(fds)
-		m, err := DecodeMessage(hdr, payload, len(fds))
+		// payload belongs to the wire until the next read; a reply goes to
+		// another goroutine, so it gets a copy.
+		m, err := DecodeMessage(hdr, append([]byte{}, payload...), len(fds))
 		if err != nil {
 			if m.Header.IsReply() {
 				// A malformed answer still answers its call: the
@@ -410,40 +416,43 @@ func (t *Transport) serveDMA(m Message) {
 	}
 }
 
-// irqLoop polls the vector eventfds and calls the handler once per
-// signalled vector.
-func (t *Transport) irqLoop() {
-	defer close(t.idone)
-	pfds := make([]unix.PollFd, 0, len(t.evfds)+1)
-	for _, fd := range t.evfds {
-		pfds = append(pfds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
-	}
-	pfds = append(pfds, unix.PollFd{Fd: int32(t.stopfd), Events: unix.POLLIN})
+// vectorLoop waits for interrupts on vector v's eventfd in the runtime's
+// poller (no thread blocks in a system call, and a processor about to go
+// idle picks the interrupt up without a wakeup) and calls the handler once
+// per read that finds the counter non-zero, as QEMU injects one MSI per
+// such read. It returns when the eventfd is closed.
+//
+// The handler runs inside the RawConn.Read callback, which then asks to
+// wait: the wait keeps a readiness edge that came while the handler ran
+// (a new RawConn.Read would discard it first), so one read per interrupt
+// suffices, where returning and reading again would add a read finding
+// nothing before every wait.
+func (t *Transport) vectorLoop(v int, rc syscall.RawConn) {
+	defer t.iwg.Done()
 	var b [8]byte
-	for {
-		_, err := unix.Poll(pfds, -1)
-		if err != nil && !errors.Is(err, unix.EINTR) {
-			return
+	broken := false
+	read := func(fd uintptr) bool {
+		n, err := unix.Read(int(fd), b[:])
+		switch {
+		case err == unix.EAGAIN || err == unix.EINTR:
+			return false
+		case err != nil || n != 8:
+			broken = true // not an eventfd any more; cannot happen
+			return true
 		}
-		if pfds[len(pfds)-1].Revents != 0 {
-			return
+		// The handler runs under the read lock, so that once
+		// SetInterruptHandler returns no call to the old handler is
+		// still running (the controller frees its rings after nil).
+		t.hmu.RLock()
+		if t.handler != nil {
+			t.handler(v)
 		}
-		for v := range t.evfds {
-			if pfds[v].Revents == 0 {
-				continue
-			}
-			pfds[v].Revents = 0
-			if n, _ := unix.Read(t.evfds[v], b[:]); n != 8 {
-				continue
-			}
-			// The handler runs under the read lock, so that once
-			// SetInterruptHandler returns no call to the old handler is
-			// still running (the controller frees its rings after nil).
-			t.hmu.RLock()
-			if t.handler != nil {
-				t.handler(v)
-			}
-			t.hmu.RUnlock()
+		t.hmu.RUnlock()
+		return false
+	}
+	for !broken {
+		if err := rc.Read(read); err != nil {
+			return // closed
 		}
 	}
 }
@@ -502,8 +511,8 @@ func (t *Transport) Read32(off uint32) (uint32, error) {
 // Write32 implements mhi.Registers with one REGION_WRITE of BAR0, posted
 // (NO_REPLY) unless ClientOptions.NoPostedWrites.
 func (t *Transport) Write32(off, v uint32) error {
-	a := RegionAccess{Offset: uint64(off), Region: RegionBAR0, Count: 4, Data: binary.LittleEndian.AppendUint32(nil, v)}
 	if t.opts.NoPostedWrites {
+		a := RegionAccess{Offset: uint64(off), Region: RegionBAR0, Count: 4, Data: binary.LittleEndian.AppendUint32(nil, v)}
 		_, err := t.call(CmdRegionWrite, a, nil)
 		return err
 	}
@@ -512,9 +521,43 @@ func (t *Transport) Write32(off, v uint32) error {
 		return fmt.Errorf("vfiouser: BAR0 write at 0x%x: %w", off, ErrClosed)
 	default:
 	}
+	// Posted: encoded into the connection's write buffer, no allocation.
+	var data [4]byte
+	binary.LittleEndian.PutUint32(data[:], v)
 	id := uint16(t.nextID.Add(1))
-	if err := t.w.write(EncodeMessage(id, CmdRegionWrite, FlagNoReply, 0, a), nil); err != nil {
+	b := t.w.begin()
+	b = appendRegionAccess(b, id, CmdRegionWrite, FlagNoReply, uint64(off), RegionBAR0, 4, data[:])
+	if err := t.w.flush(b, nil); err != nil {
 		return fmt.Errorf("vfiouser: BAR0 write at 0x%x: %w", off, err)
+	}
+	return nil
+}
+
+// WritePair32 implements mhi.PairWriter: the two REGION_WRITE messages
+// Write32(hiOff, hi) and Write32(loOff, lo) would send, in that order,
+// posted and sent together with one sendmsg (with NoPostedWrites, one
+// call after the other). The server sees the same two writes.
+func (t *Transport) WritePair32(hiOff, hi, loOff, lo uint32) error {
+	if t.opts.NoPostedWrites {
+		if err := t.Write32(hiOff, hi); err != nil {
+			return err
+		}
+		return t.Write32(loOff, lo)
+	}
+	select {
+	case <-t.dead:
+		return fmt.Errorf("vfiouser: BAR0 writes at 0x%x and 0x%x: %w", hiOff, loOff, ErrClosed)
+	default:
+	}
+	var data [8]byte
+	binary.LittleEndian.PutUint32(data[0:], hi)
+	binary.LittleEndian.PutUint32(data[4:], lo)
+	id := uint16(t.nextID.Add(2))
+	b := t.w.begin()
+	b = appendRegionAccess(b, id-1, CmdRegionWrite, FlagNoReply, uint64(hiOff), RegionBAR0, 4, data[0:4])
+	b = appendRegionAccess(b, id, CmdRegionWrite, FlagNoReply, uint64(loOff), RegionBAR0, 4, data[4:8])
+	if err := t.w.flush(b, nil); err != nil {
+		return fmt.Errorf("vfiouser: BAR0 writes at 0x%x and 0x%x: %w", hiOff, loOff, err)
 	}
 	return nil
 }
@@ -563,18 +606,18 @@ func (t *Transport) Close() error {
 func (t *Transport) teardown() {
 	_ = t.w.c.Close()
 	<-t.rdone
-	if t.idone != nil {
-		_, _ = unix.Write(t.stopfd, one)
-		<-t.idone
+	for _, f := range t.evfiles {
+		_ = f.Close()
 	}
-	closeFDs(t.evfds)
-	closeFDs([]int{t.stopfd, t.memfd})
+	t.iwg.Wait()
+	closeFDs([]int{t.memfd})
 	if t.mem != nil {
 		_ = unix.Munmap(t.mem)
 	}
 }
 
 var (
-	_ mhi.Transport = (*Transport)(nil)
-	_ mhi.BARSizer  = (*Transport)(nil)
+	_ mhi.Transport  = (*Transport)(nil)
+	_ mhi.BARSizer   = (*Transport)(nil)
+	_ mhi.PairWriter = (*Transport)(nil)
 )

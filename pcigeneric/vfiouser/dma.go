@@ -27,6 +27,9 @@ type dmaRegion struct {
 type dmaTable struct {
 	mu      sync.RWMutex
 	regions []dmaRegion // sorted by iova, disjoint
+	// indirect counts the regions mapped without fd (reached with
+	// DMA_READ/DMA_WRITE messages).
+	indirect atomic.Int64
 
 	faults   *atomic.Uint64
 	fallback func(write bool, iova uint64, p []byte) error
@@ -72,6 +75,9 @@ func (t *dmaTable) add(d DMAMap, fd int) error {
 		return fmt.Errorf("%w: DMA region 0x%x+0x%x overlaps a mapping", ErrMalformed, d.IOVA, d.Size)
 	}
 	t.regions = append(t.regions[:i], append([]dmaRegion{r}, t.regions[i:]...)...)
+	if r.mem == nil {
+		t.indirect.Add(1)
+	}
 	return nil
 }
 
@@ -85,6 +91,8 @@ func (t *dmaTable) remove(iova, size uint64, all bool) int {
 		if all || r.iova >= iova && r.iova+r.size <= iova+size {
 			if r.mem != nil {
 				_ = unix.Munmap(r.mem)
+			} else {
+				t.indirect.Add(-1)
 			}
 			n++
 			continue

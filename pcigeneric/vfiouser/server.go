@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -396,6 +397,7 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 		pending: map[uint16]chan Message{},
 		dead:    make(chan struct{}),
 	}
+	s.w.greedy = true // several messages per recvmsg (see wire)
 	s.mem.fallback = s.dmaMessage
 	s.cfg.pm = &dev.pm
 	dev.log.Info("connect")
@@ -425,12 +427,17 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 	for in := range cmds {
 		if herr != nil {
 			closeFDs(in.fds)
+			s.queued.Add(-1)
 			continue
 		}
 		if err := s.handle(in); err != nil {
 			herr = err
 			_ = conn.Close()
 		}
+		s.queued.Add(-1)
+	}
+	if herr == nil {
+		herr = s.inlineErr
 	}
 	stop()
 	_ = conn.Close()
@@ -497,13 +504,34 @@ type session struct {
 	pmu     sync.Mutex
 	pending map[uint16]chan Message
 	dead    chan struct{}
+
+	// queued counts the commands handed to the handler goroutine and not
+	// yet answered; dmaWaits the DMA_READ/DMA_WRITE the session is waiting
+	// for. While both are 0 and every DMA mapping has an fd, the read loop
+	// answers commands itself (see inline).
+	queued, dmaWaits atomic.Int64
+	// inlineErr is why the read loop ended the session after a reply it
+	// answered itself could not be sent.
+	inlineErr error
+	// rdata is the read loop's scratch for REGION_READ data.
+	rdata []byte
 }
 
-// readLoop reads messages, hands replies to their waiters and commands to
-// the handler; it returns when the stream ends or loses its framing.
+// inline reports whether the read loop may answer the next command itself
+// instead of handing it to the handler goroutine: no command is waiting
+// there (answers stay in order), and no access of the modem can wait for a
+// DMA_READ/DMA_WRITE reply, which only the read loop can receive (every
+// mapping has an fd and none is outstanding).
+func (s *session) inline() bool {
+	return s.queued.Load() == 0 && s.dmaWaits.Load() == 0 && s.mem.indirect.Load() == 0
+}
+
+// readLoop reads messages, hands replies to their waiters and answers
+// commands, itself when it may (inline) or through the handler; it returns
+// when the stream ends or loses its framing.
 func (s *session) readLoop(cmds chan<- inbound) error {
 	for {
-		hdr, payload, fds, err := s.w.read()
+		h, hdr, payload, fds, err := s.w.next()
 		if err != nil {
 			if errors.Is(err, errFraming) || errors.Is(err, io.ErrUnexpectedEOF) {
 				s.dev.malformed.Add(1)
@@ -511,7 +539,18 @@ func (s *session) readLoop(cmds chan<- inbound) error {
 			return err
 		}
 		s.dev.messages.Add(1)
-		msg, err := DecodeMessage(hdr, payload, len(fds))
+		if !h.IsReply() && s.inline() {
+			if err := s.serveInline(h, hdr, payload, fds); err != nil {
+				s.inlineErr = err
+				_ = s.w.c.Close()
+				return err
+			}
+			continue
+		}
+		// hdr, payload and fds belong to the wire until the next read;
+		// what goes to another goroutine gets copies.
+		fds = slices.Clone(fds)
+		msg, err := DecodeMessage(hdr, append([]byte{}, payload...), len(fds))
 		if err == nil && msg.Header.IsReply() {
 			closeFDs(fds)
 			s.pmu.Lock()
@@ -526,8 +565,43 @@ func (s *session) readLoop(cmds chan<- inbound) error {
 			ch <- msg
 			continue
 		}
+		s.queued.Add(1)
 		cmds <- inbound{msg: msg, err: err, fds: fds}
 	}
+}
+
+// serveInline answers a command in the read loop. REGION_READ and
+// REGION_WRITE without descriptors, the messages of the data path, take a
+// path that allocates nothing; the rest go through handle. payload and fds
+// are the wire's, used before the next read.
+func (s *session) serveInline(h Header, hdr, payload []byte, fds []int) error {
+	if (h.Cmd != CmdRegionRead && h.Cmd != CmdRegionWrite) || len(fds) != 0 || h.Flags&FlagError != 0 {
+		msg, err := DecodeMessage(hdr, payload, len(fds))
+		return s.handle(inbound{msg: msg, err: err, fds: fds})
+	}
+	a, err := decodeRegionAccess(h, payload)
+	if err != nil {
+		return s.replyError(h, err)
+	}
+	var data []byte
+	if h.Cmd == CmdRegionRead {
+		if cap(s.rdata) < int(a.Count) {
+			s.rdata = make([]byte, a.Count)
+		}
+		data = s.rdata[:a.Count]
+		err = s.regionRead(a, data)
+	} else {
+		err = s.regionWrite(a)
+	}
+	if err != nil {
+		return s.replyError(h, err)
+	}
+	if h.Flags&FlagNoReply != 0 {
+		return nil
+	}
+	b := s.w.begin()
+	b = appendRegionAccess(b, h.ID, h.Cmd, FlagReply, a.Offset, a.Region, a.Count, data)
+	return s.w.flush(b, nil)
 }
 
 // dmaMessage performs a DMA access on a region mapped without fd by asking
@@ -538,6 +612,7 @@ func (s *session) dmaMessage(write bool, iova uint64, p []byte) error {
 		id := uint16(s.nextID.Add(1))
 		ch := make(chan Message, 1)
 		s.dev.dmaMsgs.Add(1)
+		s.dmaWaits.Add(1)
 		s.pmu.Lock()
 		s.pending[id] = ch
 		s.pmu.Unlock()
@@ -558,6 +633,7 @@ func (s *session) dmaMessage(write bool, iova uint64, p []byte) error {
 				err = ErrTimeout
 			}
 		}
+		s.dmaWaits.Add(-1)
 		if err != nil {
 			s.pmu.Lock()
 			delete(s.pending, id)
@@ -607,33 +683,40 @@ func (s *session) handle(in inbound) error {
 		closeFDs(in.fds)
 	}
 	if err != nil {
-		errno := unix.EINVAL
-		var ee *errnoError
-		var en unix.Errno
-		switch {
-		case errors.As(err, &ee):
-			errno = ee.errno
-		case errors.As(err, &en):
-			errno = en
-		case errors.Is(err, ErrUnknownCommand):
-			errno = unix.ENOSYS
-		case errors.Is(err, ErrDMA):
-			errno = unix.EFAULT
-		}
-		if errors.Is(err, ErrMalformed) || errors.Is(err, ErrUnexpectedFDs) || errors.Is(err, ErrUnknownCommand) {
-			s.dev.malformed.Add(1)
-		}
-		s.dev.log.Warn("error", "cmd", h.Cmd.String(), "id", h.ID, "err", err.Error())
-		if h.Flags&FlagNoReply != 0 || h.IsReply() {
-			return nil
-		}
-		s.dev.errReplies.Add(1)
-		return s.w.write(EncodeMessage(h.ID, h.Cmd, FlagReply|FlagError, uint32(errno), nil), nil)
+		return s.replyError(h, err)
 	}
 	if h.Flags&FlagNoReply != 0 {
 		return nil
 	}
 	return s.w.write(EncodeMessage(h.ID, h.Cmd, FlagReply, 0, body), nil)
+}
+
+// replyError counts and logs a failed command and answers it with an error
+// reply carrying the errno that fits err. It returns an error only when the
+// reply could not be sent.
+func (s *session) replyError(h Header, err error) error {
+	errno := unix.EINVAL
+	var ee *errnoError
+	var en unix.Errno
+	switch {
+	case errors.As(err, &ee):
+		errno = ee.errno
+	case errors.As(err, &en):
+		errno = en
+	case errors.Is(err, ErrUnknownCommand):
+		errno = unix.ENOSYS
+	case errors.Is(err, ErrDMA):
+		errno = unix.EFAULT
+	}
+	if errors.Is(err, ErrMalformed) || errors.Is(err, ErrUnexpectedFDs) || errors.Is(err, ErrUnknownCommand) {
+		s.dev.malformed.Add(1)
+	}
+	s.dev.log.Warn("error", "cmd", h.Cmd.String(), "id", h.ID, "err", err.Error())
+	if h.Flags&FlagNoReply != 0 || h.IsReply() {
+		return nil
+	}
+	s.dev.errReplies.Add(1)
+	return s.w.write(EncodeMessage(h.ID, h.Cmd, FlagReply|FlagError, uint32(errno), nil), nil)
 }
 
 // dispatch carries out a decoded command and returns the reply body. It
@@ -696,8 +779,8 @@ func (s *session) dispatch(m Message, fds []int) (any, error) {
 	case RegionAccess:
 		closeFDs(fds)
 		if m.Header.Cmd == CmdRegionRead {
-			data, err := s.regionRead(b)
-			if err != nil {
+			data := make([]byte, b.Count)
+			if err := s.regionRead(b, data); err != nil {
 				return nil, err
 			}
 			b.Data = data
@@ -828,24 +911,25 @@ func (s *session) regionBounds(a RegionAccess) (uint64, error) {
 	return size, nil
 }
 
-func (s *session) regionRead(a RegionAccess) ([]byte, error) {
+// regionRead reads a.Count bytes of a's region at a.Offset into data
+// (len(data) == a.Count).
+func (s *session) regionRead(a RegionAccess, data []byte) error {
 	if _, err := s.regionBounds(a); err != nil {
-		return nil, err
+		return err
 	}
-	data := make([]byte, a.Count)
 	switch a.Region {
 	case RegionConfig:
 		s.cfg.read(int(a.Offset), data)
-		return data, nil
+		return nil
 	case RegionBAR2:
 		s.msix.read(int(a.Offset), data, s.irqs.pendingBits())
-		return data, nil
+		return nil
 	}
 	if s.cfg.inD3() { // D3hot: BAR0 answers all ones (pmcap.go)
 		for i := range data {
 			data[i] = 0xff
 		}
-		return data, nil
+		return nil
 	}
 	md := s.modem
 	// BAR0: whole aligned words; a narrower read takes its bytes from the
@@ -861,7 +945,7 @@ func (s *session) regionRead(a RegionAccess) ([]byte, error) {
 		binary.LittleEndian.PutUint32(w[:], v)
 		i += copy(data[i:], w[off-word:])
 	}
-	return data, nil
+	return nil
 }
 
 func (s *session) regionWrite(a RegionAccess) error {
