@@ -17,7 +17,7 @@
 // INGRESS_MAP_CKSUMV4 / V5 flags), chosen here with [CsumMode]:
 //
 //	CsumNone  MAP header | IP packet | pad
-//	CsumV4    MAP header | IP packet | DL checksum trailer (8) | pad
+//	CsumV4    MAP header | IP packet | pad | DL checksum trailer (8)
 //	CsumV5    MAP header | checksum header (4) | IP packet | pad
 //
 // The trailer and the MAPv5 header are not counted in the payload length,
@@ -26,6 +26,9 @@
 // every frame a multiple of 4 bytes by default. A command frame (CD set)
 // carries a [Command] instead of an IP packet; it never has a MAPv5 header
 // but, like rmnet, is assumed to carry the 8-byte trailer in CsumV4 mode.
+// The trailer comes after the padding: Linux's rmnet (6.1,
+// rmnet_handlers.c) looks for it at the packet's length plus the pad
+// length, that is right after the payload length's bytes.
 //
 // # Building
 //

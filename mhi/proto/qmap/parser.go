@@ -143,7 +143,9 @@ func (w *qmapWalk) dataFrame(frame []byte, hdr int, payload []byte, mux uint8, f
 		}
 	}
 	if w.p.Csum == CsumV4 {
-		t := frame[hdr+n:]
+		// After the payload length's bytes, padding included, as rmnet
+		// reads it: the frame's last TrailerLen bytes.
+		t := frame[len(frame)-TrailerLen:]
 		cs.Valid = t[1]&TrailerCsumValid != 0
 		cs.Start = be.Uint16(t[2:])
 		cs.Length = be.Uint16(t[4:])

@@ -126,8 +126,11 @@ func TestWireBytes(t *testing.T) {
 		{"plain", Config{}, Csum{}, []byte{0x03, 9, 0, 8, 0x45, 1, 2, 3, 4, 0, 0, 0}},
 		{"v5 valid", Config{Csum: CsumV5}, Csum{Valid: true},
 			[]byte{0x43, 9, 0, 8, 0x04, 0x80, 0, 0, 0x45, 1, 2, 3, 4, 0, 0, 0}},
+		// The trailer after the padding: Linux 6.1's rmnet reads it at
+		// the packet's length plus the pad length (rmnet_handlers.c,
+		// rmnet_map_checksum_downlink_packet(skb, len + pad)).
 		{"v4 trailer", Config{Csum: CsumV4}, Csum{Valid: true, Start: 20, Length: 0x1234, Value: 0xBEEF},
-			[]byte{0x03, 9, 0, 8, 0x45, 1, 2, 3, 4, 0, 1, 0, 20, 0x12, 0x34, 0xBE, 0xEF, 0, 0, 0}},
+			[]byte{0x03, 9, 0, 8, 0x45, 1, 2, 3, 4, 0, 0, 0, 0, 1, 0, 20, 0x12, 0x34, 0xBE, 0xEF}},
 		{"align1", Config{Align: 1}, Csum{}, []byte{0x00, 9, 0, 5, 0x45, 1, 2, 3, 4}},
 	}
 	for _, c := range cases {

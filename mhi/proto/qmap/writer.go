@@ -205,15 +205,18 @@ func (w *Writer) AddPacket(packet []byte, mux uint8, cs Csum) error {
 	}
 	p += copy(b[p:], packet)
 	if w.l.mode == CsumV4 {
-		b[p] = 0
-		b[p+1] = 0
+		// The trailer follows the payload length's bytes, padding
+		// included: rmnet reads it at the packet plus the pad length.
+		t := b[len(b)-TrailerLen:]
+		clear(b[p : len(b)-TrailerLen])
+		t[0], t[1] = 0, 0
 		if cs.Valid {
-			b[p+1] = TrailerCsumValid
+			t[1] = TrailerCsumValid
 		}
-		be.PutUint16(b[p+2:], cs.Start)
-		be.PutUint16(b[p+4:], cs.Length)
-		be.PutUint16(b[p+6:], cs.Value)
-		p += TrailerLen
+		be.PutUint16(t[2:], cs.Start)
+		be.PutUint16(t[4:], cs.Length)
+		be.PutUint16(t[6:], cs.Value)
+		return nil
 	}
 	clear(b[p:])
 	return nil
