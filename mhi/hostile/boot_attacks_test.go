@@ -219,8 +219,13 @@ func TestMaliciousBoot(t *testing.T) {
 			if err := r.ctrl.SetAutoSuspend(20 * time.Millisecond); err != nil {
 				t.Fatal(err)
 			}
-			if !waitUntil(time.Second, func() bool { return r.dev.State() == mhi.StateM3 }) {
-				t.Fatalf("no auto-suspend: device %s", r.dev.State())
+			// Both sides in M3: the device, and the host, which has seen
+			// the device's STATE_CHANGE and finished its suspend (until
+			// then a Resume finds nothing to resume).
+			if !waitUntil(time.Second, func() bool {
+				return r.dev.State() == mhi.StateM3 && r.ctrl.PMState() == "M3" && r.ctrl.Stats().AutoSuspends == 1
+			}) {
+				t.Fatalf("no auto-suspend: device %s, host %s, %d auto-suspends", r.dev.State(), r.ctrl.PMState(), r.ctrl.Stats().AutoSuspends)
 			}
 			r.dev.SetBehaviour(hostile.Behaviour{IgnoreM0: true})
 			if err := r.ctrl.SetAutoSuspend(0); err != nil {
