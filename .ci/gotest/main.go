@@ -84,16 +84,8 @@ func verbose(args []string) bool {
 // all, every line, each package's together when it ends (as go test -v
 // prints several packages).
 func filter(r io.Reader, w *bufio.Writer, all bool) summary {
-	var s summary
-	type key struct{ pkg, test string }
-	held := map[key][]string{} // output of running tests
-	order := []key{}           // tests in the order they started
-	pkgOut := map[string][]string{}
-	defer func() { // packages that never ended
-		for _, out := range pkgOut {
-			w.WriteString(strings.Join(out, ""))
-		}
-	}()
+	f := &eventFilter{w: w, all: all, held: map[testKey][]string{}, pkgOut: map[string][]string{}}
+	defer f.writeUnendedPackages()
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
@@ -104,72 +96,112 @@ func filter(r io.Reader, w *bufio.Writer, all bool) summary {
 			w.WriteByte('\n')
 			continue
 		}
-		k := key{e.Package, e.Test}
-		if all && e.Action == "output" {
-			pkgOut[e.Package] = append(pkgOut[e.Package], e.Output)
-		}
-		if all && e.Test == "" && (e.Action == "pass" || e.Action == "fail" || e.Action == "skip") {
-			w.WriteString(strings.Join(pkgOut[e.Package], ""))
-			delete(pkgOut, e.Package)
-		}
-		switch {
-		case all && e.Action == "output":
-			if e.Test != "" {
-				held[k] = append(held[k], e.Output) // for the skip reason
-			}
-		case e.Action == "build-output":
-			w.WriteString(e.Output)
-		case e.Test == "" && e.Action == "output":
-			// Package lines: "ok  pkg 1.2s", "FAIL pkg", "? pkg [no test
-			// files]", panics outside tests. -json implies -v, whose bare
-			// "PASS" line plain go test does not print.
-			if e.Output != "PASS\n" {
-				w.WriteString(e.Output)
-			}
-		case e.Test == "" && (e.Action == "pass" || e.Action == "fail"):
-			// The package ended: print what tests that never finished (a
-			// panic, a timeout) wrote.
-			rest := order[:0]
-			for _, t := range order {
-				if t.pkg != e.Package {
-					rest = append(rest, t)
-					continue
-				}
-				if out, ok := held[t]; ok {
-					if !all {
-						w.WriteString(strings.Join(out, ""))
-					}
-					delete(held, t)
-				}
-			}
-			order = rest
-			w.Flush()
-		case e.Test == "":
-		case e.Action == "run":
-			if _, ok := held[k]; !ok {
-				order = append(order, k)
-			}
-			held[k] = held[k][:0:0]
-		case e.Action == "output":
-			held[k] = append(held[k], e.Output)
-		case e.Action == "pass":
-			s.passed++
-			delete(held, k)
-		case e.Action == "fail":
-			s.failed++
-			if !all {
-				w.WriteString(strings.Join(held[k], ""))
-			}
-			delete(held, k)
-		case e.Action == "skip":
-			s.skips = append(s.skips, skip{e.Package, e.Test, reason(held[k])})
-			delete(held, k)
-		}
+		f.handle(e)
 	}
 	if err := sc.Err(); err != nil {
 		fmt.Fprintln(w, "gotest: reading go test's output:", err)
 	}
-	return s
+	return f.s
+}
+
+// testKey names a test: its package and name ("" for the package itself).
+type testKey struct{ pkg, test string }
+
+// eventFilter is filter's state between events.
+type eventFilter struct {
+	w      *bufio.Writer
+	all    bool // print every line (go test -v)
+	s      summary
+	held   map[testKey][]string // output of running tests
+	order  []testKey            // tests in the order they started
+	pkgOut map[string][]string  // with all: output of packages not yet ended
+}
+
+// handle takes one event.
+func (f *eventFilter) handle(e event) {
+	if f.all && e.Action == "output" {
+		f.pkgOut[e.Package] = append(f.pkgOut[e.Package], e.Output)
+	}
+	if f.all && e.Test == "" && (e.Action == "pass" || e.Action == "fail" || e.Action == "skip") {
+		f.w.WriteString(strings.Join(f.pkgOut[e.Package], ""))
+		delete(f.pkgOut, e.Package)
+	}
+	switch {
+	case f.all && e.Action == "output":
+		if e.Test != "" {
+			k := testKey{e.Package, e.Test}
+			f.held[k] = append(f.held[k], e.Output) // for the skip reason
+		}
+	case e.Action == "build-output":
+		f.w.WriteString(e.Output)
+	case e.Test == "" && e.Action == "output":
+		// Package lines: "ok  pkg 1.2s", "FAIL pkg", "? pkg [no test
+		// files]", panics outside tests. -json implies -v, whose bare
+		// "PASS" line plain go test does not print.
+		if e.Output != "PASS\n" {
+			f.w.WriteString(e.Output)
+		}
+	case e.Test == "" && (e.Action == "pass" || e.Action == "fail"):
+		f.packageEnded(e.Package)
+	case e.Test == "":
+	default:
+		f.testEvent(e)
+	}
+}
+
+// packageEnded prints what the package's tests that never finished (a
+// panic, a timeout) wrote, and forgets them.
+func (f *eventFilter) packageEnded(pkg string) {
+	rest := f.order[:0]
+	for _, t := range f.order {
+		if t.pkg != pkg {
+			rest = append(rest, t)
+			continue
+		}
+		if out, ok := f.held[t]; ok {
+			if !f.all {
+				f.w.WriteString(strings.Join(out, ""))
+			}
+			delete(f.held, t)
+		}
+	}
+	f.order = rest
+	f.w.Flush()
+}
+
+// testEvent takes an event of one test: it holds the test's output until
+// the test ends, prints it if the test failed and counts the result.
+func (f *eventFilter) testEvent(e event) {
+	k := testKey{e.Package, e.Test}
+	switch e.Action {
+	case "run":
+		if _, ok := f.held[k]; !ok {
+			f.order = append(f.order, k)
+		}
+		f.held[k] = f.held[k][:0:0]
+	case "output":
+		f.held[k] = append(f.held[k], e.Output)
+	case "pass":
+		f.s.passed++
+		delete(f.held, k)
+	case "fail":
+		f.s.failed++
+		if !f.all {
+			f.w.WriteString(strings.Join(f.held[k], ""))
+		}
+		delete(f.held, k)
+	case "skip":
+		f.s.skips = append(f.s.skips, skip{e.Package, e.Test, reason(f.held[k])})
+		delete(f.held, k)
+	}
+}
+
+// writeUnendedPackages prints, with all, the output of packages that never
+// ended.
+func (f *eventFilter) writeUnendedPackages() {
+	for _, out := range f.pkgOut {
+		f.w.WriteString(strings.Join(out, ""))
+	}
 }
 
 // reason returns the skip message of a skipped test's output: its lines

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/gomhi/gomhi/mhi/ep"
@@ -23,20 +26,9 @@ import (
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 )
 
-func newBenchCmd(g *globalFlags) *cobra.Command {
-	var (
-		quick, jsonOut, csvOut        bool
-		sizes, mrus                   []int
-		packets, iterations           int
-		maxDatagrams, maxAggregate    int
-		modeName, formatName, plotOut string
-		vfioUser, timingName          string
-		parallel                      int
-	)
-	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "Sweep MRUs and packet sizes through the mock modem and report the throughput",
-		Long: fmt.Sprintf(`Measures how the MRU (the size of the host's receive buffers) changes
+// benchLongFormat is the long help of 'mhictl bench': a format taking
+// the quick grid's sizes, MRUs, packets and iterations.
+const benchLongFormat = `Measures how the MRU (the size of the host's receive buffers) changes
 throughput when the modem aggregates packets: for every MRU and packet size
 it pushes --packets packets through the mock modem and gomhi's network device
 --iterations times and reports packets/s and MB/s (min/max/avg/median over
@@ -82,7 +74,25 @@ its natural framing (mbim on IP_HW0_MBIM, raw on IP_HW0) and must match the
 served modem's --format, and the aggregation limits are the served modem's
 (--max-datagrams and --max-aggregate of 'modem serve'). A probe packet checks
 first that the modem loops back in --format. The served modem's drop counters
-are out of reach: a packet it drops counts as lost.`,
+are out of reach: a packet it drops counts as lost.`
+
+// benchFlags are the flags of 'mhictl bench'.
+type benchFlags struct {
+	quick, jsonOut, csvOut        bool
+	sizes, mrus                   []int
+	packets, iterations           int
+	maxDatagrams, maxAggregate    int
+	modeName, formatName, plotOut string
+	vfioUser, timingName          string
+	parallel                      int
+}
+
+func newBenchCmd(g *globalFlags) *cobra.Command {
+	var bf benchFlags
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Sweep MRUs and packet sizes through the mock modem and report the throughput",
+		Long: fmt.Sprintf(benchLongFormat,
 			joinInts(sweep.QuickSizes), joinInts(sweep.QuickMRUs), sweep.QuickPackets, sweep.QuickIterations),
 		Example: `  mhictl bench --quick
   mhictl bench --sizes 64,1262,1263,1500 --mrus 3500,32768 --plot mru.svg
@@ -92,147 +102,210 @@ are out of reach: a packet it drops counts as lost.`,
   mhictl bench --quick --vfio-user /tmp/m.sock`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			flags := cmd.Flags()
-			if quick {
-				if !flags.Changed("sizes") {
-					sizes = sweep.QuickSizes
-				}
-				if !flags.Changed("mrus") {
-					mrus = sweep.QuickMRUs
-				}
-				if !flags.Changed("packets") {
-					packets = sweep.QuickPackets
-				}
-				if !flags.Changed("iterations") {
-					iterations = sweep.QuickIterations
-				}
-			}
-			o := sweep.Options{
-				Sizes: sizes, MRUs: mrus, Packets: packets, Iterations: iterations,
-				MaxDatagrams: maxDatagrams, MaxAggregate: maxAggregate, Parallel: parallel,
-			}
-			// Virtual time models the generator mode of the in-process
-			// mock: loopback mode and a served modem run in real time
-			// unless a profile is asked for explicitly.
-			if !flags.Changed("timing") && (vfioUser != "" || strings.EqualFold(modeName, string(sweep.Loopback))) {
-				timingName = sweep.Wallclock
-			}
-			if !strings.EqualFold(timingName, sweep.Wallclock) {
-				prof, err := sweep.LoadProfile(timingName)
-				if err != nil {
-					return fmt.Errorf("--timing: %w", err)
-				}
-				if vfioUser != "" {
-					return fmt.Errorf("--timing %s and --vfio-user: virtual time runs the in-process mock modem (use --timing wallclock)", timingName)
-				}
-				o.Timing = prof
-			}
-			if flags.Changed("model") {
-				o.Model = g.model
-			}
-			log, err := g.logger()
+			o, remote, err := bf.prepare(cmd, g)
 			if err != nil {
 				return err
 			}
-			var remote *vfiouser.Remote
-			if vfioUser != "" {
-				if err := checkBenchRemoteFlags(cmd, vfioUser, &modeName); err != nil {
-					return err
-				}
-				// Every flag is checked before the served modem is
-				// touched: it serves one client at a time. Its framing
-				// (the --format default) is not known yet: check with
-				// raw, which fits any packet size; the check below, with
-				// the real format, can then only refuse a size too big
-				// for the modem's aggregates.
-				pre, preFormat := o, formatName
-				if !flags.Changed("format") {
-					preFormat = mhinet.FormatRawIP.String()
-				}
-				if err := checkBenchFlags(&pre, modeName, preFormat, jsonOut, csvOut, plotOut); err != nil {
-					return err
-				}
-				if remote, err = openBenchRemote(cmd, vfioUser, log, &o, &formatName); err != nil {
-					return err
-				}
+			if remote != nil {
 				defer remote.Close()
 			}
-			if err := checkBenchFlags(&o, modeName, formatName, jsonOut, csvOut, plotOut); err != nil {
-				return err
-			}
-			o.Logger = log
-
-			errOut := cmd.ErrOrStderr()
-			total := len(o.MRUs) * len(o.Sizes) * o.Iterations
-			bar := progressbar.NewOptions(total,
-				progressbar.OptionSetWriter(errOut),
-				progressbar.OptionSetVisibility(isTerminal(errOut)),
-				progressbar.OptionSetDescription("sweep"),
-				progressbar.OptionShowCount(),
-				progressbar.OptionSetPredictTime(true),
-				progressbar.OptionThrottle(100*time.Millisecond),
-				progressbar.OptionClearOnFinish(),
-			)
-			o.Progress = func(done, _ int) { _ = bar.Set(done) }
-
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			rep, runErr := sweep.Run(ctx, o)
-			_ = bar.Clear()
-			if runErr != nil && ctx.Err() != nil {
-				runErr = fmt.Errorf("bench: interrupted after %d of %d points", pointsOf(rep), len(o.MRUs)*len(o.Sizes))
-			}
-			if pointsOf(rep) == 0 {
-				if errors.Is(runErr, sweep.ErrModemMismatch) {
-					runErr = fmt.Errorf("%w; serve it with 'mhictl modem serve --ip-mode loopback --format %s'", runErr, o.Format)
-				}
-				return runErr
-			}
-
-			out := cmd.OutOrStdout()
-			switch {
-			case jsonOut:
-				err = printJSON(out, rep)
-			case csvOut:
-				err = rep.WriteCSV(out)
-				// The table ends with the elapsed time; CSV has no place
-				// for it (JSON has elapsed_ns).
-				fmt.Fprintf(errOut, "elapsed %v (wall clock)\n", rep.Elapsed.Round(time.Millisecond))
-			default:
-				err = rep.WriteTable(out)
-			}
-			if err != nil {
-				return errors.Join(runErr, err)
-			}
-			if plotOut != "" {
-				if err := rep.Plot(plotOut); err != nil {
-					return errors.Join(runErr, err)
-				}
-				fmt.Fprintf(errOut, "wrote plot to %s\n", plotOut)
-			}
-			if runErr != nil {
-				return runErr
-			}
-			return notConserved(rep)
+			return bf.run(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	f := cmd.Flags()
-	f.BoolVar(&quick, "quick", false, "small grid: quick sizes, MRUs, packets and iterations unless given explicitly")
-	f.IntSliceVar(&sizes, "sizes", slices.Clone(sweep.DefaultSizes), fmt.Sprintf("packet sizes in bytes: with a timing profile Ethernet frames without FCS (the IP datagram is %d bytes shorter), with --timing wallclock IP packets (%d..%d)", sweep.FrameHeader, ep.GenMinPacket, mhinet.MaxMTU))
-	f.IntSliceVar(&mrus, "mrus", slices.Clone(sweep.DefaultMRUs), fmt.Sprintf("MRUs (receive buffer sizes) in bytes (%d..%d)", mhinet.MinMRU, mhinet.MaxMRU))
-	f.IntVar(&packets, "packets", sweep.DefaultPackets, "packets per point and iteration")
-	f.IntVar(&iterations, "iterations", sweep.DefaultIterations, "iterations per point")
-	f.StringVar(&modeName, "mode", string(sweep.Generator), "generator (the modem generates) or loopback (the host transmits, the modem loops back)")
-	f.StringVar(&formatName, "format", "mbim", "framing: mbim, qmap or raw")
-	f.IntVar(&maxDatagrams, "max-datagrams", 0, "modem aggregation limit in packets per transfer (0: the modem's default, 32)")
-	f.IntVar(&maxAggregate, "max-aggregate", 0, "modem aggregation limit in bytes per transfer (0: the modem's default, 32768)")
-	f.BoolVar(&jsonOut, "json", false, "print the report as JSON")
-	f.BoolVar(&csvOut, "csv", false, "print the report as CSV, one row per point")
-	f.StringVar(&plotOut, "plot", "", "also plot packets/s against packet size per MRU to this .svg or .png file")
-	f.StringVar(&vfioUser, "vfio-user", "", "sweep the mock modem another process serves on the vfio-user socket PATH (loopback mode)")
-	f.StringVar(&timingName, "timing", "mru-thread", "timing profile for virtual time (shipped: "+strings.Join(sweep.ProfileNames(), ", ")+"; or a .json file), or wallclock for real time")
-	f.IntVar(&parallel, "parallel", 0, "points simulated at once in virtual time (0: one per CPU)")
+	bf.register(cmd.Flags())
 	return cmd
+}
+
+// register defines the flags on f.
+func (bf *benchFlags) register(f *pflag.FlagSet) {
+	f.BoolVar(&bf.quick, "quick", false, "small grid: quick sizes, MRUs, packets and iterations unless given explicitly")
+	f.IntSliceVar(&bf.sizes, "sizes", slices.Clone(sweep.DefaultSizes), fmt.Sprintf("packet sizes in bytes: with a timing profile Ethernet frames without FCS (the IP datagram is %d bytes shorter), with --timing wallclock IP packets (%d..%d)", sweep.FrameHeader, ep.GenMinPacket, mhinet.MaxMTU))
+	f.IntSliceVar(&bf.mrus, "mrus", slices.Clone(sweep.DefaultMRUs), fmt.Sprintf("MRUs (receive buffer sizes) in bytes (%d..%d)", mhinet.MinMRU, mhinet.MaxMRU))
+	f.IntVar(&bf.packets, "packets", sweep.DefaultPackets, "packets per point and iteration")
+	f.IntVar(&bf.iterations, "iterations", sweep.DefaultIterations, "iterations per point")
+	f.StringVar(&bf.modeName, "mode", string(sweep.Generator), "generator (the modem generates) or loopback (the host transmits, the modem loops back)")
+	f.StringVar(&bf.formatName, "format", "mbim", "framing: mbim, qmap or raw")
+	f.IntVar(&bf.maxDatagrams, "max-datagrams", 0, "modem aggregation limit in packets per transfer (0: the modem's default, 32)")
+	f.IntVar(&bf.maxAggregate, "max-aggregate", 0, "modem aggregation limit in bytes per transfer (0: the modem's default, 32768)")
+	f.BoolVar(&bf.jsonOut, "json", false, "print the report as JSON")
+	f.BoolVar(&bf.csvOut, "csv", false, "print the report as CSV, one row per point")
+	f.StringVar(&bf.plotOut, "plot", "", "also plot packets/s against packet size per MRU to this .svg or .png file")
+	f.StringVar(&bf.vfioUser, "vfio-user", "", "sweep the mock modem another process serves on the vfio-user socket PATH (loopback mode)")
+	f.StringVar(&bf.timingName, "timing", "mru-thread", "timing profile for virtual time (shipped: "+strings.Join(sweep.ProfileNames(), ", ")+"; or a .json file), or wallclock for real time")
+	f.IntVar(&bf.parallel, "parallel", 0, "points simulated at once in virtual time (0: one per CPU)")
+}
+
+// prepare validates the flags and turns them into the sweep's options;
+// with --vfio-user it connects to the served modem, which the caller
+// closes after the sweep.
+func (bf *benchFlags) prepare(cmd *cobra.Command, g *globalFlags) (sweep.Options, *vfiouser.Remote, error) {
+	flags := cmd.Flags()
+	bf.applyQuick(flags)
+	o := sweep.Options{
+		Sizes: bf.sizes, MRUs: bf.mrus, Packets: bf.packets, Iterations: bf.iterations,
+		MaxDatagrams: bf.maxDatagrams, MaxAggregate: bf.maxAggregate, Parallel: bf.parallel,
+	}
+	if err := bf.chooseTiming(flags, &o); err != nil {
+		return o, nil, err
+	}
+	if flags.Changed("model") {
+		o.Model = g.model
+	}
+	log, err := g.logger()
+	if err != nil {
+		return o, nil, err
+	}
+	var remote *vfiouser.Remote
+	if bf.vfioUser != "" {
+		if remote, err = bf.connectServedModem(cmd, log, &o); err != nil {
+			return o, nil, err
+		}
+	}
+	if err := checkBenchFlags(&o, bf.modeName, bf.formatName, bf.jsonOut, bf.csvOut, bf.plotOut); err != nil {
+		if remote != nil {
+			_ = remote.Close()
+		}
+		return o, nil, err
+	}
+	o.Logger = log
+	return o, remote, nil
+}
+
+// applyQuick sets the quick grid for every grid flag --quick covers and
+// that was not given explicitly.
+func (bf *benchFlags) applyQuick(flags *pflag.FlagSet) {
+	if !bf.quick {
+		return
+	}
+	if !flags.Changed("sizes") {
+		bf.sizes = sweep.QuickSizes
+	}
+	if !flags.Changed("mrus") {
+		bf.mrus = sweep.QuickMRUs
+	}
+	if !flags.Changed("packets") {
+		bf.packets = sweep.QuickPackets
+	}
+	if !flags.Changed("iterations") {
+		bf.iterations = sweep.QuickIterations
+	}
+}
+
+// chooseTiming loads the --timing profile into o.Timing, or leaves it nil
+// for real time: wallclock is the default for loopback mode and a served
+// modem.
+func (bf *benchFlags) chooseTiming(flags *pflag.FlagSet, o *sweep.Options) error {
+	// Virtual time models the generator mode of the in-process
+	// mock: loopback mode and a served modem run in real time
+	// unless a profile is asked for explicitly.
+	if !flags.Changed("timing") && (bf.vfioUser != "" || strings.EqualFold(bf.modeName, string(sweep.Loopback))) {
+		bf.timingName = sweep.Wallclock
+	}
+	if strings.EqualFold(bf.timingName, sweep.Wallclock) {
+		return nil
+	}
+	prof, err := sweep.LoadProfile(bf.timingName)
+	if err != nil {
+		return fmt.Errorf("--timing: %w", err)
+	}
+	if bf.vfioUser != "" {
+		return fmt.Errorf("--timing %s and --vfio-user: virtual time runs the in-process mock modem (use --timing wallclock)", bf.timingName)
+	}
+	o.Timing = prof
+	return nil
+}
+
+// connectServedModem checks every flag, then connects to the modem served
+// on --vfio-user and points o at it (checkBenchRemoteFlags,
+// openBenchRemote).
+func (bf *benchFlags) connectServedModem(cmd *cobra.Command, log *slog.Logger, o *sweep.Options) (*vfiouser.Remote, error) {
+	if err := checkBenchRemoteFlags(cmd, bf.vfioUser, &bf.modeName); err != nil {
+		return nil, err
+	}
+	// Every flag is checked before the served modem is
+	// touched: it serves one client at a time. Its framing
+	// (the --format default) is not known yet: check with
+	// raw, which fits any packet size; the check after this one, with
+	// the real format, can then only refuse a size too big
+	// for the modem's aggregates.
+	pre, preFormat := *o, bf.formatName
+	if !cmd.Flags().Changed("format") {
+		preFormat = mhinet.FormatRawIP.String()
+	}
+	if err := checkBenchFlags(&pre, bf.modeName, preFormat, bf.jsonOut, bf.csvOut, bf.plotOut); err != nil {
+		return nil, err
+	}
+	return openBenchRemote(cmd, bf.vfioUser, log, o, &bf.formatName)
+}
+
+// run sweeps o, drawing a progress bar on errOut when it is a terminal,
+// and prints the report to out. Ctrl-C (or SIGTERM) stops the sweep and
+// prints the points measured so far.
+func (bf *benchFlags) run(ctx context.Context, o sweep.Options, out, errOut io.Writer) error {
+	bar := newSweepProgressBar(errOut, len(o.MRUs)*len(o.Sizes)*o.Iterations)
+	o.Progress = func(done, _ int) { _ = bar.Set(done) }
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, runErr := sweep.Run(ctx, o)
+	_ = bar.Clear()
+	if runErr != nil && ctx.Err() != nil {
+		runErr = fmt.Errorf("bench: interrupted after %d of %d points", pointsOf(rep), len(o.MRUs)*len(o.Sizes))
+	}
+	if pointsOf(rep) == 0 {
+		if errors.Is(runErr, sweep.ErrModemMismatch) {
+			runErr = fmt.Errorf("%w; serve it with 'mhictl modem serve --ip-mode loopback --format %s'", runErr, o.Format)
+		}
+		return runErr
+	}
+	if err := bf.writeReport(rep, out, errOut); err != nil {
+		return errors.Join(runErr, err)
+	}
+	if runErr != nil {
+		return runErr
+	}
+	return notConserved(rep)
+}
+
+// newSweepProgressBar returns the sweep's progress bar over total
+// measurements, drawn on w only when w is a terminal.
+func newSweepProgressBar(w io.Writer, total int) *progressbar.ProgressBar {
+	return progressbar.NewOptions(total,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetVisibility(isTerminal(w)),
+		progressbar.OptionSetDescription("sweep"),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionClearOnFinish(),
+	)
+}
+
+// writeReport prints rep to out as JSON, CSV or a table, and plots it to
+// --plot if given; notes go to errOut.
+func (bf *benchFlags) writeReport(rep *sweep.Report, out, errOut io.Writer) error {
+	var err error
+	switch {
+	case bf.jsonOut:
+		err = printJSON(out, rep)
+	case bf.csvOut:
+		err = rep.WriteCSV(out)
+		// The table ends with the elapsed time; CSV has no place
+		// for it (JSON has elapsed_ns).
+		fmt.Fprintf(errOut, "elapsed %v (wall clock)\n", rep.Elapsed.Round(time.Millisecond))
+	default:
+		err = rep.WriteTable(out)
+	}
+	if err != nil {
+		return err
+	}
+	if bf.plotOut != "" {
+		if err := rep.Plot(bf.plotOut); err != nil {
+			return err
+		}
+		fmt.Fprintf(errOut, "wrote plot to %s\n", bf.plotOut)
+	}
+	return nil
 }
 
 // checkBenchRemoteFlags checks the flags that cannot go with --vfio-user

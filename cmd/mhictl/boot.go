@@ -5,11 +5,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
@@ -116,15 +118,18 @@ type dumpResult struct {
 	SHA256 string `json:"sha256"`
 }
 
+// dumpFlags are the flags of 'mhictl dump'.
+type dumpFlags struct {
+	out, device, vfioUser, fwDir string
+	size                         int
+	timeout                      time.Duration
+	jsonOut                      bool
+	boot                         bootFlags
+	running                      runningDumpFlags // dump_running.go
+}
+
 func newDumpCmd(g *globalFlags) *cobra.Command {
-	var (
-		out, device, vfioUser, fwDir string
-		size                         int
-		timeout                      time.Duration
-		jsonOut                      bool
-		boot                         bootFlags
-		running                      runningDumpFlags // dump_running.go
-	)
+	var df dumpFlags
 	cmd := &cobra.Command{
 		Use:   "dump [DEV] --out FILE",
 		Short: "Write a modem's RAM dump (RDDM) to a file: from a running stack (DEV), or after crashing a modem it powers up",
@@ -151,80 +156,106 @@ embedded mock (--model, with RDDM enabled), a real one bound to vfio-pci
 0600, or truncated). --crash and --netlink-port do not apply.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if out == "" {
+			if df.out == "" {
 				return errors.New("--out is required")
 			}
 			if len(args) == 1 {
-				return runDumpRunning(cmd, args[0], out, timeout, jsonOut, &running)
+				return runDumpRunning(cmd, args[0], df.out, df.timeout, df.jsonOut, &df.running)
 			}
-			if err := checkDumpForm(cmd, false); err != nil {
+			if err := df.validateLocal(cmd); err != nil {
 				return err
 			}
-			if err := checkModemSource(cmd, device, vfioUser, "boot-ee", "sbl-sha256"); err != nil {
-				return err
-			}
-			log, err := g.logger()
-			if err != nil {
-				return err
-			}
-			var ctrl *mhi.Controller
-			var model string
-			var closeFn func() error
-			switch {
-			case device != "":
-				p, err := pcigeneric.OpenPassthrough(device, pcigeneric.PassthroughOptions{Name: "mhi0", Logger: log, FirmwareDir: fwDir, RDDMSize: size})
-				if err != nil {
-					return err
-				}
-				ctrl, model, closeFn = p.Controller, p.Modem.Info.Name, p.Close
-			case vfioUser != "":
-				r, err := vfiouser.Open(vfioUser, vfiouser.OpenOptions{Name: "mhi0", Logger: log, FirmwareDir: fwDir, RDDMSize: size})
-				if err != nil {
-					return err
-				}
-				ctrl, model, closeFn = r.Controller, r.Info.Name, r.Close
-			default:
-				boot.rddm = true
-				bc, err := boot.config(log)
-				if err != nil {
-					return err
-				}
-				m, err := mock.Open(mock.Options{Model: g.model, Name: "mhi0", Logger: log,
-					FirmwareDir: fwDir, RDDMSize: size, Device: func(c *ep.Config) { c.Boot = bc }})
-				if err != nil {
-					return err
-				}
-				ctrl, model, closeFn = m.Controller, m.Info.Name, m.Close
-			}
-			defer func() { _ = closeFn() }()
-			if err := ctrl.PowerUp(); err != nil {
-				return err
-			}
-			dump, err := ctrl.CollectDump(timeout)
-			if err != nil {
-				return err
-			}
-			if err := os.WriteFile(out, dump, 0o600); err != nil {
-				return err
-			}
-			sum := sha256.Sum256(dump)
-			res := dumpResult{Device: ctrl.Name(), Model: model, File: out, Bytes: len(dump), SHA256: hex.EncodeToString(sum[:])}
-			if jsonOut {
-				return printJSON(cmd.OutOrStdout(), res)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s (%s): RAM dump of %d bytes written to %s, sha256 %s\n", res.Device, res.Model, res.Bytes, res.File, res.SHA256)
-			return nil
+			return df.runLocal(g, cmd.OutOrStdout())
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&out, "out", "", "file to write the RAM dump to (created 0600; with DEV a new file only)")
-	f.StringVar(&device, "device", "", "a real modem at PCI address ADDR, bound to vfio-pci")
-	f.StringVar(&vfioUser, "vfio-user", "", "the mock modem served on the vfio-user socket PATH")
-	f.StringVar(&fwDir, "firmware", "", "directory with the images the model's table entry names (qcom/sdx55m/sbl1.mbn…), for a modem booting in PBL")
-	f.IntVar(&size, "size", 4<<20, "bytes of host memory offered for the dump")
-	f.DurationVar(&timeout, "timeout", 20*time.Second, "longest wait for the dump")
-	f.BoolVar(&jsonOut, "json", false, "print the result as JSON")
-	boot.add(cmd, false)
-	running.add(cmd)
+	df.register(cmd.Flags())
+	df.boot.add(cmd, false)
+	df.running.add(cmd)
 	return cmd
+}
+
+// register defines the flags on f (the boot and running-stack flags are
+// added by bootFlags and runningDumpFlags).
+func (df *dumpFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&df.out, "out", "", "file to write the RAM dump to (created 0600; with DEV a new file only)")
+	f.StringVar(&df.device, "device", "", "a real modem at PCI address ADDR, bound to vfio-pci")
+	f.StringVar(&df.vfioUser, "vfio-user", "", "the mock modem served on the vfio-user socket PATH")
+	f.StringVar(&df.fwDir, "firmware", "", "directory with the images the model's table entry names (qcom/sdx55m/sbl1.mbn…), for a modem booting in PBL")
+	f.IntVar(&df.size, "size", 4<<20, "bytes of host memory offered for the dump")
+	f.DurationVar(&df.timeout, "timeout", 20*time.Second, "longest wait for the dump")
+	f.BoolVar(&df.jsonOut, "json", false, "print the result as JSON")
+}
+
+// validateLocal checks the flags of the form without DEV, which powers a
+// modem up itself.
+func (df *dumpFlags) validateLocal(cmd *cobra.Command) error {
+	if err := checkDumpForm(cmd, false); err != nil {
+		return err
+	}
+	return checkModemSource(cmd, df.device, df.vfioUser, "boot-ee", "sbl-sha256")
+}
+
+// runLocal powers the modem up, crashes it into RDDM, writes the dump it
+// serves to --out and prints the result to out.
+func (df *dumpFlags) runLocal(g *globalFlags, out io.Writer) error {
+	log, err := g.logger()
+	if err != nil {
+		return err
+	}
+	ctrl, model, closeModem, err := df.openModem(g.model, log)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = closeModem() }()
+	if err := ctrl.PowerUp(); err != nil {
+		return err
+	}
+	dump, err := ctrl.CollectDump(df.timeout)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(df.out, dump, 0o600); err != nil {
+		return err
+	}
+	sum := sha256.Sum256(dump)
+	res := dumpResult{Device: ctrl.Name(), Model: model, File: df.out, Bytes: len(dump), SHA256: hex.EncodeToString(sum[:])}
+	if df.jsonOut {
+		return printJSON(out, res)
+	}
+	fmt.Fprintf(out, "%s (%s): RAM dump of %d bytes written to %s, sha256 %s\n", res.Device, res.Model, res.Bytes, res.File, res.SHA256)
+	return nil
+}
+
+// openModem opens the modem the flags name, with a receive vector table
+// of --size bytes for the dump: a real one (--device), a served one
+// (--vfio-user) or the embedded mock of model with RDDM enabled. It
+// returns the controller, the model's name and the function that closes
+// the modem.
+func (df *dumpFlags) openModem(model string, log *slog.Logger) (*mhi.Controller, string, func() error, error) {
+	switch {
+	case df.device != "":
+		p, err := pcigeneric.OpenPassthrough(df.device, pcigeneric.PassthroughOptions{Name: "mhi0", Logger: log, FirmwareDir: df.fwDir, RDDMSize: df.size})
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return p.Controller, p.Modem.Info.Name, p.Close, nil
+	case df.vfioUser != "":
+		r, err := vfiouser.Open(df.vfioUser, vfiouser.OpenOptions{Name: "mhi0", Logger: log, FirmwareDir: df.fwDir, RDDMSize: df.size})
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return r.Controller, r.Info.Name, r.Close, nil
+	default:
+		df.boot.rddm = true
+		bc, err := df.boot.config(log)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		m, err := mock.Open(mock.Options{Model: model, Name: "mhi0", Logger: log,
+			FirmwareDir: df.fwDir, RDDMSize: df.size, Device: func(c *ep.Config) { c.Boot = bc }})
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return m.Controller, m.Info.Name, m.Close, nil
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gomhi/gomhi/mhinet/sweep"
 )
@@ -120,14 +122,17 @@ func loadTableAndProfile(table, prof string) ([]sweep.Row, *sweep.Profile, error
 	return rows, p, nil
 }
 
+// modelFitFlags are the flags of 'mhictl model fit'.
+type modelFitFlags struct {
+	table, out, start string
+	packets, rounds   int
+	parallel          int
+	step              float64
+	jsonOut, verbose  bool
+}
+
 func newModelFitCmd() *cobra.Command {
-	var (
-		table, out, start string
-		packets, rounds   int
-		parallel          int
-		step              float64
-		jsonOut, verbose  bool
-	)
+	var mf modelFitFlags
 	cmd := &cobra.Command{
 		Use:   "fit --table FILE.csv [--profile OUT.json]",
 		Short: "Fit a timing profile to a measured table and print every row's residual",
@@ -155,70 +160,91 @@ profile as JSON.`,
   mhictl bench --timing mine.json --quick`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rows, prof, err := loadTableAndProfile(table, start)
+			rows, prof, err := loadTableAndProfile(mf.table, mf.start)
 			if err != nil {
 				return err
 			}
-			flags := cmd.Flags()
-			if prof.Fit != nil {
-				if !flags.Changed("packets") && prof.Fit.Packets > 0 {
-					packets = prof.Fit.Packets
-				}
-				if !flags.Changed("rounds") && prof.Fit.Rounds > 0 {
-					rounds = prof.Fit.Rounds
-				}
-				if !flags.Changed("step") && prof.Fit.Step > 0 {
-					step = prof.Fit.Step
-				}
-			}
-			o := sweep.FitOptions{Packets: packets, Rounds: rounds, Step: step, Parallel: parallel}
-			if verbose {
-				errOut := cmd.ErrOrStderr()
-				o.Log = func(format string, args ...any) { fmt.Fprintf(errOut, format+"\n", args...) }
-			}
+			mf.applyProfileDefaults(cmd.Flags(), prof)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			fitted, res, err := sweep.Fit(ctx, rows, prof, o)
-			if err != nil {
-				return err
-			}
-			if fitted.Fit != nil {
-				fitted.Fit.Table = table
-			}
-			if out != "" {
-				of, err := os.Create(out)
-				if err != nil {
-					return fmt.Errorf("--profile: %w", err)
-				}
-				werr := fitted.WriteJSON(of)
-				if cerr := of.Close(); werr == nil {
-					werr = cerr
-				}
-				if werr != nil {
-					return fmt.Errorf("--profile: %w", werr)
-				}
-			}
-			w := cmd.OutOrStdout()
-			if jsonOut {
-				return printJSON(w, struct {
-					Profile   *sweep.Profile   `json:"profile"`
-					Residuals []sweep.Residual `json:"residuals"`
-				}{fitted, res})
-			}
-			return writeFit(w, fitted, res)
+			return mf.run(ctx, rows, prof, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&table, "table", "", "measured table to fit (CSV: size, mru, line_rate_pct)")
-	f.StringVar(&out, "profile", "", "write the fitted profile (JSON) to this file")
-	f.StringVar(&start, "start", "mru-thread", "profile to start from: which parameters are fitted, their start values, the others' values (shipped name or .json file)")
-	f.IntVar(&packets, "packets", 0, "packets per row and evaluation (0: the start profile's, else 20000)")
-	f.IntVar(&rounds, "rounds", 0, "most rounds of the pattern search (0: the start profile's, else 60)")
-	f.Float64Var(&step, "step", 0, "first relative step of the pattern search (0: the start profile's, else 0.5)")
-	f.IntVar(&parallel, "parallel", 0, "rows simulated at once (0: one per CPU)")
-	f.BoolVar(&jsonOut, "json", false, "print the fitted profile and the residuals as JSON")
-	f.BoolVarP(&verbose, "verbose", "v", false, "log every improvement of the fit to stderr")
+	mf.register(cmd.Flags())
 	return cmd
+}
+
+// register defines the flags on f.
+func (mf *modelFitFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&mf.table, "table", "", "measured table to fit (CSV: size, mru, line_rate_pct)")
+	f.StringVar(&mf.out, "profile", "", "write the fitted profile (JSON) to this file")
+	f.StringVar(&mf.start, "start", "mru-thread", "profile to start from: which parameters are fitted, their start values, the others' values (shipped name or .json file)")
+	f.IntVar(&mf.packets, "packets", 0, "packets per row and evaluation (0: the start profile's, else 20000)")
+	f.IntVar(&mf.rounds, "rounds", 0, "most rounds of the pattern search (0: the start profile's, else 60)")
+	f.Float64Var(&mf.step, "step", 0, "first relative step of the pattern search (0: the start profile's, else 0.5)")
+	f.IntVar(&mf.parallel, "parallel", 0, "rows simulated at once (0: one per CPU)")
+	f.BoolVar(&mf.jsonOut, "json", false, "print the fitted profile and the residuals as JSON")
+	f.BoolVarP(&mf.verbose, "verbose", "v", false, "log every improvement of the fit to stderr")
+}
+
+// applyProfileDefaults takes --packets, --rounds and --step from the start
+// profile's fit options where they were not given explicitly.
+func (mf *modelFitFlags) applyProfileDefaults(flags *pflag.FlagSet, prof *sweep.Profile) {
+	if prof.Fit == nil {
+		return
+	}
+	if !flags.Changed("packets") && prof.Fit.Packets > 0 {
+		mf.packets = prof.Fit.Packets
+	}
+	if !flags.Changed("rounds") && prof.Fit.Rounds > 0 {
+		mf.rounds = prof.Fit.Rounds
+	}
+	if !flags.Changed("step") && prof.Fit.Step > 0 {
+		mf.step = prof.Fit.Step
+	}
+}
+
+// run fits prof to rows, writes the fitted profile to --profile and prints
+// the residuals and parameters to out (the fit's progress with --verbose
+// to errOut).
+func (mf *modelFitFlags) run(ctx context.Context, rows []sweep.Row, prof *sweep.Profile, out, errOut io.Writer) error {
+	o := sweep.FitOptions{Packets: mf.packets, Rounds: mf.rounds, Step: mf.step, Parallel: mf.parallel}
+	if mf.verbose {
+		o.Log = func(format string, args ...any) { fmt.Fprintf(errOut, format+"\n", args...) }
+	}
+	fitted, res, err := sweep.Fit(ctx, rows, prof, o)
+	if err != nil {
+		return err
+	}
+	if fitted.Fit != nil {
+		fitted.Fit.Table = mf.table
+	}
+	if mf.out != "" {
+		if err := writeProfileFile(mf.out, fitted); err != nil {
+			return fmt.Errorf("--profile: %w", err)
+		}
+	}
+	if mf.jsonOut {
+		return printJSON(out, struct {
+			Profile   *sweep.Profile   `json:"profile"`
+			Residuals []sweep.Residual `json:"residuals"`
+		}{fitted, res})
+	}
+	return writeFit(out, fitted, res)
+}
+
+// writeProfileFile writes p as JSON to a file at path, created or
+// truncated.
+func writeProfileFile(path string, p *sweep.Profile) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	werr := p.WriteJSON(f)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	return werr
 }
 
 // writeFit prints the residuals table and the fitted parameters.

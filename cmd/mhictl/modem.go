@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,10 +14,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gomhi/gomhi/cmd/mhictl/internal/soak"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/loopback"
+	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 )
@@ -32,16 +35,19 @@ func newModemCmd(g *globalFlags) *cobra.Command {
 	return cmd
 }
 
+// modemServeFlags are the flags of 'mhictl modem serve'.
+type modemServeFlags struct {
+	socket  string
+	jsonLog bool
+	vectors int
+	ipd     servedIPData
+	// requireConnect gates IP data on a connected session.
+	requireConnect bool
+	boot           bootFlags
+}
+
 func newModemServeCmd(g *globalFlags) *cobra.Command {
-	var (
-		socket  string
-		jsonLog bool
-		vectors int
-		ipd     servedIPData
-		// requireConnect gates IP data on a connected session.
-		requireConnect bool
-		boot           bootFlags
-	)
+	var sf modemServeFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the mock modem (--model) on a vfio-user unix socket",
@@ -87,101 +93,128 @@ BHIe ('mhictl dump --vfio-user PATH').`,
   mhictl modem serve --socket /tmp/m.sock --ip-mode generator --gen-rate 10000 --gen-size 64,1500`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if socket == "" {
-				return errors.New("--socket is required")
-			}
-			mlog, err := g.logger()
-			if err != nil {
+			if err := sf.validate(); err != nil {
 				return err
 			}
-			var events *slog.Logger
-			if jsonLog {
-				events = slog.New(slog.NewJSONHandler(cmd.OutOrStdout(), nil))
-			} else {
-				events = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			}
-			ipc, format, gen, err := ipd.build(g.model)
-			if err != nil {
-				return err
-			}
-			bc, err := boot.config(events)
-			if err != nil {
-				return err
-			}
-			opts := vfiouser.DeviceOptions{
-				Model: g.model, Vectors: vectors, Logger: events, ModemLogger: mlog.With("side", "modem"),
-				IPData: ipc, RequireConnect: requireConnect,
-			}
-			// The IP data function of the main data pair in the current
-			// (or last) session: its counters judge a soak's phases.
-			var served atomic.Pointer[ep.IPData]
-			opts.Device = func(ec *ep.Config) {
-				ec.Boot = bc
-				// The generator runs on the main data pair only (IP_SW0,
-				// where the model has it, keeps its responder).
-				name := pcigeneric.DataPair(ec.MHI)
-				if f, ok := ec.Functions[name].(*ep.IPData); ok {
-					served.Store(f)
-					if gen != nil {
-						ec.Functions[name] = generatorOnAttach{IPData: f, gen: *gen, log: events}
-					}
-				}
-			}
-			logIPData := func(msg string) {
-				if f := served.Load(); f != nil {
-					events.Info(msg, "stats", f.Stats())
-				}
-			}
-			dev, err := vfiouser.NewServerDevice(opts)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			usr1 := make(chan os.Signal, 1)
-			signal.Notify(usr1, syscall.SIGUSR1)
-			defer signal.Stop(usr1)
-			go func() {
-				for {
-					select {
-					case <-usr1:
-						logIPData(soak.MsgIPDataStats)
-					case <-ctx.Done():
-						return
-					}
-				}
-			}()
-			ln, err := vfiouser.Listen(socket)
-			if err != nil {
-				return err
-			}
-			// Announced once the socket exists: clients wait for this line.
-			p := dev.PCI
-			events.Info("listen", "socket", socket, "model", dev.Entry.Info.Name,
-				"ids", fmt.Sprintf("%04x:%04x %04x:%04x", p.Vendor, p.Device, p.SubVendor, p.SubDevice),
-				"bar0", p.BARSize, "vectors", p.Vectors, "ip_mode", strings.ToLower(ipd.mode), "format", format.String())
-			err = ln.Serve(ctx, dev)
-			logIPData(soak.MsgIPDataFinal)
-			st := dev.Stats()
-			events.Info("exit", "sessions", st.Sessions, "messages", st.Messages, "malformed", st.Malformed,
-				"dma_faults", st.DMAFaults, "interrupts", st.Interrupts)
-			return err
+			return sf.run(cmd.Context(), g, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&socket, "socket", "", "unix socket path to listen on: created 0600 (only root and this user may connect; others are refused and logged); a stale socket there is replaced, anything else is refused")
-	f.BoolVar(&jsonLog, "json-log", false, "log events as JSON lines on stdout")
-	f.IntVar(&vectors, "vectors", vfiouser.DefaultVectors, "MSI vectors offered (power of two, 1..32)")
-	f.StringVar(&ipd.mode, "ip-mode", "responder", "what the IP data function does: responder (answers ping and UDP echo), loopback or generator")
-	f.StringVar(&ipd.format, "format", "", "IP data framing: mbim, qmap or raw (default: mbim on IP_HW0_MBIM models, raw on IP_HW0)")
-	f.IntVar(&ipd.maxDatagrams, "max-datagrams", 0, "aggregation limit in packets per downlink transfer (0: the modem's default, 32)")
-	f.IntVar(&ipd.maxAggregate, "max-aggregate", 0, "aggregation limit in bytes per downlink transfer (0: the modem's default, 32768)")
-	f.IntVar(&ipd.genCount, "gen-count", 0, "generator: packets per session (0: until the client disconnects)")
-	f.Float64Var(&ipd.genRate, "gen-rate", 0, "generator: packets per second (0: as fast as the client takes them)")
-	f.IntSliceVar(&ipd.genSizes, "gen-size", []int{ep.DefaultGenPacket}, "generator: IP packet sizes, used in turn")
-	f.BoolVar(&requireConnect, "require-connect", false, "pass no IP data until a session is connected over MBIM (as a real modem); dropped packets are counted")
-	boot.add(cmd, true)
+	sf.register(cmd.Flags())
+	sf.boot.add(cmd, true)
 	return cmd
+}
+
+// register defines the flags on f (the boot flags are added by bootFlags).
+func (sf *modemServeFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&sf.socket, "socket", "", "unix socket path to listen on: created 0600 (only root and this user may connect; others are refused and logged); a stale socket there is replaced, anything else is refused")
+	f.BoolVar(&sf.jsonLog, "json-log", false, "log events as JSON lines on stdout")
+	f.IntVar(&sf.vectors, "vectors", vfiouser.DefaultVectors, "MSI vectors offered (power of two, 1..32)")
+	f.StringVar(&sf.ipd.mode, "ip-mode", "responder", "what the IP data function does: responder (answers ping and UDP echo), loopback or generator")
+	f.StringVar(&sf.ipd.format, "format", "", "IP data framing: mbim, qmap or raw (default: mbim on IP_HW0_MBIM models, raw on IP_HW0)")
+	f.IntVar(&sf.ipd.maxDatagrams, "max-datagrams", 0, "aggregation limit in packets per downlink transfer (0: the modem's default, 32)")
+	f.IntVar(&sf.ipd.maxAggregate, "max-aggregate", 0, "aggregation limit in bytes per downlink transfer (0: the modem's default, 32768)")
+	f.IntVar(&sf.ipd.genCount, "gen-count", 0, "generator: packets per session (0: until the client disconnects)")
+	f.Float64Var(&sf.ipd.genRate, "gen-rate", 0, "generator: packets per second (0: as fast as the client takes them)")
+	f.IntSliceVar(&sf.ipd.genSizes, "gen-size", []int{ep.DefaultGenPacket}, "generator: IP packet sizes, used in turn")
+	f.BoolVar(&sf.requireConnect, "require-connect", false, "pass no IP data until a session is connected over MBIM (as a real modem); dropped packets are counted")
+}
+
+// validate checks the flags that need no modem model.
+func (sf *modemServeFlags) validate() error {
+	if sf.socket == "" {
+		return errors.New("--socket is required")
+	}
+	return nil
+}
+
+// run builds the mock modem, listens on --socket and serves one client
+// at a time until ctx ends, SIGINT or SIGTERM; events go to out as JSON
+// lines (--json-log) or to errOut as text.
+func (sf *modemServeFlags) run(ctx context.Context, g *globalFlags, out, errOut io.Writer) error {
+	mlog, err := g.logger()
+	if err != nil {
+		return err
+	}
+	var events *slog.Logger
+	if sf.jsonLog {
+		events = slog.New(slog.NewJSONHandler(out, nil))
+	} else {
+		events = slog.New(slog.NewTextHandler(errOut, nil))
+	}
+	dev, format, served, err := sf.newDevice(g.model, mlog, events)
+	if err != nil {
+		return err
+	}
+	logIPData := func(msg string) {
+		if f := served.Load(); f != nil {
+			events.Info(msg, "stats", f.Stats())
+		}
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
+	go func() {
+		for {
+			select {
+			case <-usr1:
+				logIPData(soak.MsgIPDataStats)
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	ln, err := vfiouser.Listen(sf.socket)
+	if err != nil {
+		return err
+	}
+	// Announced once the socket exists: clients wait for this line.
+	p := dev.PCI
+	events.Info("listen", "socket", sf.socket, "model", dev.Entry.Info.Name,
+		"ids", fmt.Sprintf("%04x:%04x %04x:%04x", p.Vendor, p.Device, p.SubVendor, p.SubDevice),
+		"bar0", p.BARSize, "vectors", p.Vectors, "ip_mode", strings.ToLower(sf.ipd.mode), "format", format.String())
+	err = ln.Serve(ctx, dev)
+	logIPData(soak.MsgIPDataFinal)
+	st := dev.Stats()
+	events.Info("exit", "sessions", st.Sessions, "messages", st.Messages, "malformed", st.Malformed,
+		"dma_faults", st.DMAFaults, "interrupts", st.Interrupts)
+	return err
+}
+
+// newDevice builds the served mock modem impersonating model, with the IP
+// data function, generator and boot ROM the flags ask for; it returns the
+// IP data framing too.
+func (sf *modemServeFlags) newDevice(model string, mlog, events *slog.Logger) (*vfiouser.ServerDevice, mhinet.Format, *atomic.Pointer[ep.IPData], error) {
+	ipc, format, gen, err := sf.ipd.build(model)
+	if err != nil {
+		return nil, format, nil, err
+	}
+	bc, err := sf.boot.config(events)
+	if err != nil {
+		return nil, format, nil, err
+	}
+	opts := vfiouser.DeviceOptions{
+		Model: model, Vectors: sf.vectors, Logger: events, ModemLogger: mlog.With("side", "modem"),
+		IPData: ipc, RequireConnect: sf.requireConnect,
+	}
+	// The IP data function of the main data pair in the current (or
+	// last) session: its counters judge a soak's phases.
+	served := new(atomic.Pointer[ep.IPData])
+	opts.Device = func(ec *ep.Config) {
+		ec.Boot = bc
+		// The generator runs on the main data pair only (IP_SW0, where
+		// the model has it, keeps its responder).
+		name := pcigeneric.DataPair(ec.MHI)
+		if f, ok := ec.Functions[name].(*ep.IPData); ok {
+			served.Store(f)
+			if gen != nil {
+				ec.Functions[name] = generatorOnAttach{IPData: f, gen: *gen, log: events}
+			}
+		}
+	}
+	dev, err := vfiouser.NewServerDevice(opts)
+	return dev, format, served, err
 }
 
 func newModemLoopbackCmd() *cobra.Command {
