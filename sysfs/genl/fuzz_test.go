@@ -60,7 +60,7 @@ func FuzzDecodeRequest(f *testing.F) {
 // mhi-family request.
 func checkRequest(t *testing.T, r *genl.Request, n int) {
 	t.Helper()
-	if r.Command < genl.CmdGetDevice || r.Command > genl.CmdDumpPorts {
+	if r.Command < genl.CmdGetDevice || r.Command > genl.CmdGetDump {
 		t.Fatalf("accepted command %d", r.Command)
 	}
 	if r.DevName == "" && !(r.Command == genl.CmdGetDevice && r.Dump()) {
@@ -69,11 +69,21 @@ func checkRequest(t *testing.T, r *genl.Request, n int) {
 	if len(r.DevName) > genl.MaxDevNameLen || strings.ContainsAny(r.DevName, "/\x00") || r.DevName == ".." {
 		t.Fatalf("accepted dev-name %q", r.DevName)
 	}
-	if r.Command == genl.CmdSetDevice && r.MRU == nil && r.MTU == nil && r.TimeoutMs == nil {
+	setting := r.MRU != nil || r.MTU != nil || r.TimeoutMs != nil || r.AutosuspendMs != nil || r.PMRequest != nil
+	if r.Command == genl.CmdSetDevice && !setting {
 		t.Fatal("accepted an empty set-device")
 	}
-	if r.Command != genl.CmdSetDevice && (r.MRU != nil || r.MTU != nil || r.TimeoutMs != nil) {
+	if r.Command != genl.CmdSetDevice && setting {
 		t.Fatalf("accepted values in command %d", r.Command)
+	}
+	if r.PMRequest != nil && *r.PMRequest != genl.PMRequestSuspend && *r.PMRequest != genl.PMRequestResume {
+		t.Fatalf("accepted pm-request %d", *r.PMRequest)
+	}
+	if r.Command != genl.CmdGetDump && (r.DumpCrash || r.DumpWaitMs != nil) {
+		t.Fatalf("accepted dump values in command %d", r.Command)
+	}
+	if r.DumpWaitMs != nil && (!r.DumpCrash || *r.DumpWaitMs < 1 || *r.DumpWaitMs > genl.MaxDumpWaitMs) {
+		t.Fatalf("accepted dump-wait-ms %d (crash %v)", *r.DumpWaitMs, r.DumpCrash)
 	}
 	if r.Command == genl.CmdConnect && (r.APN == "" || len(r.APN) > genl.MaxAPNLen || strings.ContainsAny(r.APN+r.IPType, " \t\r\n\x00")) {
 		t.Fatalf("accepted connect with APN %q, IP type %q", r.APN, r.IPType)
