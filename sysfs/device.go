@@ -57,7 +57,31 @@ func (t *Tree) AddDevice(name string, d Device) {
 	dir := t.Root.Mkdir("devices").Mkdir(name)
 	c := d.Controller
 	t.dumps.add(name, c)
-	dir.Add(
+	dir.Add(controllerAttrs(d)...)
+	if d.Net != nil {
+		dir.Add(netAttrs(d)...)
+	}
+	chans := dir.Mkdir("channels")
+	for _, cc := range c.Config().Channels {
+		ch, err := c.Channel(cc.Num)
+		if err != nil {
+			continue
+		}
+		chans.Mkdir(fmt.Sprintf("%d_%s", cc.Num, cc.Name)).Add(channelAttrs(ch)...)
+	}
+	stats := dir.Mkdir("stats")
+	stats.Mkdir("mhi").Add(counterAttrs("mhi", func() any { return c.Stats() })...)
+	if n := d.Net; n != nil {
+		stats.Mkdir("net").Add(counterAttrs("net", func() any { return n.Stats() })...)
+	}
+	addControl(dir, d)
+}
+
+// controllerAttrs returns the attributes of devices/<name>/ that d's
+// controller serves: state, power management, BHI, timeouts, actions.
+func controllerAttrs(d Device) []*Attr {
+	c := d.Controller
+	return []*Attr{
 		StringAttr("state", "MHI state the device last announced (RESET, READY, M0, M3, SYS_ERR…)",
 			func() string { s, _ := c.State(); return s.String() }),
 		StringAttr("ee", "execution environment (PBL, SBL, AMSS…)",
@@ -67,27 +91,8 @@ func (t *Tree) AddDevice(name string, d Device) {
 		StringAttr("recovery", "SYS_ERR recovery: ok, recovering (consecutive attempts, limit, backoff), or failed with the last error",
 			func() string { return recoveryString(c.Recovery()) }),
 		StringAttr("model", "modem model (device-table name)", func() string { return d.Model }),
-		StringAttr("serial_number", "BHI serial number", func() string {
-			info, err := c.ReadBHI()
-			if err != nil {
-				return "unknown"
-			}
-			return fmt.Sprintf("%d", info.SerialNumber)
-		}),
-		StringAttr("oem_pk_hash", "BHI OEM public-key hash, 16 words, as Linux prints it", func() string {
-			info, err := c.ReadBHI()
-			if err != nil {
-				return "unknown"
-			}
-			var b strings.Builder
-			for i, w := range info.OEMPKHash {
-				if i > 0 {
-					b.WriteByte('\n')
-				}
-				fmt.Fprintf(&b, "OEMPKHASH[%d]: 0x%x", i, w)
-			}
-			return b.String()
-		}),
+		StringAttr("serial_number", "BHI serial number", func() string { return serialString(c) }),
+		StringAttr("oem_pk_hash", "BHI OEM public-key hash, 16 words, as Linux prints it", func() string { return oemPKHashString(c) }),
 		UintAttr("timeout_ms", "timeout of MHI commands and state changes",
 			func() uint64 { return uint64(c.Timeout().Milliseconds()) },
 			func(v uint64) error { return invalid(c.SetTimeout(time.Duration(v) * time.Millisecond)) },
@@ -104,38 +109,54 @@ func (t *Tree) AddDevice(name string, d Device) {
 			func() error { return busy(c.Resume()) }),
 		StringAttr("rddm", "last RAM dump collected after a crash into RDDM: size, SHA-256 and when (none: no dump yet)",
 			func() string { return dumpString(c.LastDump()) }),
-	)
-	if n := d.Net; n != nil {
-		dir.Add(
-			UintAttr("mru", "receive buffer size of the data channel",
-				func() uint64 { return uint64(n.MRU()) },
-				func(v uint64) error { return invalid(n.SetMRU(int(v))) },
-				mhinet.MinMRU, mhinet.MaxMRU).AsMetric(Gauge, UnitBytes),
-			UintAttr("mtu", "largest packet the data channel transmits",
-				func() uint64 { return uint64(n.MTU()) },
-				func(v uint64) error {
-					if d.SetMTU != nil {
-						return invalid(d.SetMTU(int(v)))
-					}
-					return invalid(n.SetMTU(int(v)))
-				},
-				mhinet.MinMTU, mhinet.MaxMTU).AsMetric(Gauge, UnitBytes),
-		)
 	}
-	chans := dir.Mkdir("channels")
-	for _, cc := range c.Config().Channels {
-		ch, err := c.Channel(cc.Num)
-		if err != nil {
-			continue
+}
+
+// netAttrs returns the attributes of devices/<name>/ that d's network
+// device (non-nil) serves.
+func netAttrs(d Device) []*Attr {
+	n := d.Net
+	return []*Attr{
+		UintAttr("mru", "receive buffer size of the data channel",
+			func() uint64 { return uint64(n.MRU()) },
+			func(v uint64) error { return invalid(n.SetMRU(int(v))) },
+			mhinet.MinMRU, mhinet.MaxMRU).AsMetric(Gauge, UnitBytes),
+		UintAttr("mtu", "largest packet the data channel transmits",
+			func() uint64 { return uint64(n.MTU()) },
+			func(v uint64) error {
+				if d.SetMTU != nil {
+					return invalid(d.SetMTU(int(v)))
+				}
+				return invalid(n.SetMTU(int(v)))
+			},
+			mhinet.MinMTU, mhinet.MaxMTU).AsMetric(Gauge, UnitBytes),
+	}
+}
+
+// serialString renders the BHI serial number for serial_number.
+func serialString(c *mhi.Controller) string {
+	info, err := c.ReadBHI()
+	if err != nil {
+		return "unknown"
+	}
+	return fmt.Sprintf("%d", info.SerialNumber)
+}
+
+// oemPKHashString renders the BHI OEM public-key hash for oem_pk_hash, one
+// word a line as Linux prints it.
+func oemPKHashString(c *mhi.Controller) string {
+	info, err := c.ReadBHI()
+	if err != nil {
+		return "unknown"
+	}
+	var b strings.Builder
+	for i, w := range info.OEMPKHash {
+		if i > 0 {
+			b.WriteByte('\n')
 		}
-		chans.Mkdir(fmt.Sprintf("%d_%s", cc.Num, cc.Name)).Add(channelAttrs(ch)...)
+		fmt.Fprintf(&b, "OEMPKHASH[%d]: 0x%x", i, w)
 	}
-	stats := dir.Mkdir("stats")
-	stats.Mkdir("mhi").Add(counterAttrs("mhi", func() any { return c.Stats() })...)
-	if n := d.Net; n != nil {
-		stats.Mkdir("net").Add(counterAttrs("net", func() any { return n.Stats() })...)
-	}
-	addControl(dir, d)
+	return b.String()
 }
 
 // recoveryString renders a RecoveryStatus for the recovery attribute.

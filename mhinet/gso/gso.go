@@ -118,37 +118,12 @@ func parse(pkt []byte, h VirtioNetHdr) (layout, error) {
 		return l, fmt.Errorf("%w: hdr_len %d beyond packet of %d bytes", ErrBadHeader, h.HdrLen, len(pkt))
 	}
 	typ := h.GSOType &^ GSOECN
-	ecn := h.GSOType&GSOECN != 0
-	switch typ {
-	case GSONone:
-		if ecn {
-			return l, fmt.Errorf("%w: ECN bit without a GSO type", ErrBadHeader)
-		}
-		if len(pkt) == 0 {
-			return l, fmt.Errorf("%w: empty packet", ErrShortPacket)
-		}
-		if h.Flags&FlagNeedsCsum != 0 && int(h.CsumStart)+int(h.CsumOffset)+2 > len(pkt) {
-			return l, fmt.Errorf("%w: csum_start %d + csum_off %d beyond packet of %d bytes",
-				ErrBadHeader, h.CsumStart, h.CsumOffset, len(pkt))
-		}
-		l.segs, l.length = 1, len(pkt)
-		return l, nil
-	case GSOTCPv4, GSOTCPv6:
-		l.tcp = true
-	case GSOUDPL4:
-		if ecn {
-			return l, fmt.Errorf("%w: ECN bit on UDP GSO", ErrBadHeader)
-		}
-	case GSOUDP:
-		return l, fmt.Errorf("%w: UDP fragmentation offload (gso_type 3)", ErrUnsupported)
-	default:
-		return l, fmt.Errorf("%w: gso_type %#x", ErrUnsupported, h.GSOType)
+	if typ == GSONone {
+		return parseNonGSO(pkt, h)
 	}
-	l.gso = true
-	if h.GSOSize == 0 {
-		return l, fmt.Errorf("%w: gso_size 0", ErrBadHeader)
+	if err := parseGSOType(&l, h); err != nil {
+		return l, err
 	}
-	l.mss = int(h.GSOSize)
 	if len(pkt) == 0 {
 		return l, fmt.Errorf("%w: empty packet", ErrShortPacket)
 	}
@@ -156,75 +131,152 @@ func parse(pkt []byte, h VirtioNetHdr) (layout, error) {
 	if l.tcp {
 		want = protoTCP
 	}
+	var err error
 	switch pkt[0] >> 4 {
 	case 4:
-		if typ == GSOTCPv6 {
-			return l, fmt.Errorf("%w: IPv4 packet with gso_type TCPV6", ErrBadHeader)
-		}
-		if len(pkt) < ipv4MinHdr {
-			return l, fmt.Errorf("%w: IPv4 header needs %d bytes, have %d", ErrShortPacket, ipv4MinHdr, len(pkt))
-		}
-		ihl := int(pkt[0]&0x0f) * 4
-		if ihl < ipv4MinHdr {
-			return l, fmt.Errorf("%w: IPv4 IHL %d", ErrBadHeader, ihl/4)
-		}
-		if ihl > len(pkt) {
-			return l, fmt.Errorf("%w: IPv4 IHL %d beyond packet of %d bytes", ErrShortPacket, ihl/4, len(pkt))
-		}
-		tot := int(binary.BigEndian.Uint16(pkt[2:]))
-		if tot < ihl {
-			return l, fmt.Errorf("%w: IPv4 total length %d below header length %d", ErrBadHeader, tot, ihl)
-		}
-		if tot > len(pkt) {
-			return l, fmt.Errorf("%w: IPv4 total length %d beyond packet of %d bytes", ErrShortPacket, tot, len(pkt))
-		}
-		if binary.BigEndian.Uint16(pkt[6:])&0x3fff != 0 {
-			return l, fmt.Errorf("%w: IPv4 fragment", ErrBadHeader)
-		}
-		if pkt[9] != want {
-			return l, fmt.Errorf("%w: IPv4 protocol %d for gso_type %#x", ErrBadHeader, pkt[9], h.GSOType)
-		}
-		l.l4, l.total = ihl, tot
+		err = parseIPv4(&l, pkt, h, want)
 	case 6:
-		l.v6 = true
-		if typ == GSOTCPv4 {
-			return l, fmt.Errorf("%w: IPv6 packet with gso_type TCPV4", ErrBadHeader)
-		}
-		if len(pkt) < ipv6Hdr {
-			return l, fmt.Errorf("%w: IPv6 header needs %d bytes, have %d", ErrShortPacket, ipv6Hdr, len(pkt))
-		}
-		plen := int(binary.BigEndian.Uint16(pkt[4:]))
-		if plen == 0 {
-			return l, fmt.Errorf("%w: IPv6 payload length 0 (jumbogram)", ErrUnsupported)
-		}
-		if ipv6Hdr+plen > len(pkt) {
-			return l, fmt.Errorf("%w: IPv6 payload length %d beyond packet of %d bytes", ErrShortPacket, plen, len(pkt))
-		}
-		if nh := pkt[6]; nh != want {
-			if isIPv6ExtHdr(nh) {
-				return l, fmt.Errorf("%w: IPv6 extension header %d", ErrUnsupported, nh)
-			}
-			return l, fmt.Errorf("%w: IPv6 next header %d for gso_type %#x", ErrBadHeader, nh, h.GSOType)
-		}
-		l.l4, l.total = ipv6Hdr, ipv6Hdr+plen
+		err = parseIPv6(&l, pkt, h, want)
 	default:
-		return l, fmt.Errorf("%w: IP version %d", ErrBadHeader, pkt[0]>>4)
+		err = fmt.Errorf("%w: IP version %d", ErrBadHeader, pkt[0]>>4)
 	}
+	if err != nil {
+		return l, err
+	}
+	if err := parseL4(&l, pkt, h); err != nil {
+		return l, err
+	}
+	pay := l.total - l.hdr
+	if pay == 0 {
+		return l, fmt.Errorf("%w: GSO packet without payload", ErrBadHeader)
+	}
+	l.segs = (pay + l.mss - 1) / l.mss
+	return l, nil
+}
+
+// parseNonGSO checks a GSONone packet: one packet, copied whole, whose
+// partial checksum (if any) must lie inside it.
+func parseNonGSO(pkt []byte, h VirtioNetHdr) (layout, error) {
+	var l layout
+	if h.GSOType&GSOECN != 0 {
+		return l, fmt.Errorf("%w: ECN bit without a GSO type", ErrBadHeader)
+	}
+	if len(pkt) == 0 {
+		return l, fmt.Errorf("%w: empty packet", ErrShortPacket)
+	}
+	if h.Flags&FlagNeedsCsum != 0 && int(h.CsumStart)+int(h.CsumOffset)+2 > len(pkt) {
+		return l, fmt.Errorf("%w: csum_start %d + csum_off %d beyond packet of %d bytes",
+			ErrBadHeader, h.CsumStart, h.CsumOffset, len(pkt))
+	}
+	l.segs, l.length = 1, len(pkt)
+	return l, nil
+}
+
+// parseGSOType checks the virtio_net_hdr GSO type and size of a GSO packet
+// and records the L4 protocol and MSS in l.
+func parseGSOType(l *layout, h VirtioNetHdr) error {
+	ecn := h.GSOType&GSOECN != 0
+	switch h.GSOType &^ GSOECN {
+	case GSOTCPv4, GSOTCPv6:
+		l.tcp = true
+	case GSOUDPL4:
+		if ecn {
+			return fmt.Errorf("%w: ECN bit on UDP GSO", ErrBadHeader)
+		}
+	case GSOUDP:
+		return fmt.Errorf("%w: UDP fragmentation offload (gso_type 3)", ErrUnsupported)
+	default:
+		return fmt.Errorf("%w: gso_type %#x", ErrUnsupported, h.GSOType)
+	}
+	l.gso = true
+	if h.GSOSize == 0 {
+		return fmt.Errorf("%w: gso_size 0", ErrBadHeader)
+	}
+	l.mss = int(h.GSOSize)
+	return nil
+}
+
+// parseIPv4 checks the IPv4 header of a GSO packet (version already
+// known) carrying L4 protocol want, and records the L4 offset and the
+// packet's total length in l.
+func parseIPv4(l *layout, pkt []byte, h VirtioNetHdr, want byte) error {
+	if h.GSOType&^GSOECN == GSOTCPv6 {
+		return fmt.Errorf("%w: IPv4 packet with gso_type TCPV6", ErrBadHeader)
+	}
+	if len(pkt) < ipv4MinHdr {
+		return fmt.Errorf("%w: IPv4 header needs %d bytes, have %d", ErrShortPacket, ipv4MinHdr, len(pkt))
+	}
+	ihl := int(pkt[0]&0x0f) * 4
+	if ihl < ipv4MinHdr {
+		return fmt.Errorf("%w: IPv4 IHL %d", ErrBadHeader, ihl/4)
+	}
+	if ihl > len(pkt) {
+		return fmt.Errorf("%w: IPv4 IHL %d beyond packet of %d bytes", ErrShortPacket, ihl/4, len(pkt))
+	}
+	tot := int(binary.BigEndian.Uint16(pkt[2:]))
+	if tot < ihl {
+		return fmt.Errorf("%w: IPv4 total length %d below header length %d", ErrBadHeader, tot, ihl)
+	}
+	if tot > len(pkt) {
+		return fmt.Errorf("%w: IPv4 total length %d beyond packet of %d bytes", ErrShortPacket, tot, len(pkt))
+	}
+	if binary.BigEndian.Uint16(pkt[6:])&0x3fff != 0 {
+		return fmt.Errorf("%w: IPv4 fragment", ErrBadHeader)
+	}
+	if pkt[9] != want {
+		return fmt.Errorf("%w: IPv4 protocol %d for gso_type %#x", ErrBadHeader, pkt[9], h.GSOType)
+	}
+	l.l4, l.total = ihl, tot
+	return nil
+}
+
+// parseIPv6 checks the IPv6 header of a GSO packet (version already
+// known) carrying L4 protocol want with no extension headers, and records
+// the L4 offset and the packet's total length in l.
+func parseIPv6(l *layout, pkt []byte, h VirtioNetHdr, want byte) error {
+	l.v6 = true
+	if h.GSOType&^GSOECN == GSOTCPv4 {
+		return fmt.Errorf("%w: IPv6 packet with gso_type TCPV4", ErrBadHeader)
+	}
+	if len(pkt) < ipv6Hdr {
+		return fmt.Errorf("%w: IPv6 header needs %d bytes, have %d", ErrShortPacket, ipv6Hdr, len(pkt))
+	}
+	plen := int(binary.BigEndian.Uint16(pkt[4:]))
+	if plen == 0 {
+		return fmt.Errorf("%w: IPv6 payload length 0 (jumbogram)", ErrUnsupported)
+	}
+	if ipv6Hdr+plen > len(pkt) {
+		return fmt.Errorf("%w: IPv6 payload length %d beyond packet of %d bytes", ErrShortPacket, plen, len(pkt))
+	}
+	if nh := pkt[6]; nh != want {
+		if isIPv6ExtHdr(nh) {
+			return fmt.Errorf("%w: IPv6 extension header %d", ErrUnsupported, nh)
+		}
+		return fmt.Errorf("%w: IPv6 next header %d for gso_type %#x", ErrBadHeader, nh, h.GSOType)
+	}
+	l.l4, l.total = ipv6Hdr, ipv6Hdr+plen
+	return nil
+}
+
+// parseL4 checks the TCP or UDP header at l.l4 (which must fit in
+// l.total) and the virtio_net_hdr checksum position, and records the
+// length of all headers in l.
+func parseL4(l *layout, pkt []byte, h VirtioNetHdr) error {
 	if l.tcp {
 		if l.total-l.l4 < tcpMinHdr {
-			return l, fmt.Errorf("%w: TCP header needs %d bytes, have %d", ErrShortPacket, tcpMinHdr, l.total-l.l4)
+			return fmt.Errorf("%w: TCP header needs %d bytes, have %d", ErrShortPacket, tcpMinHdr, l.total-l.l4)
 		}
 		doff := int(pkt[l.l4+12]>>4) * 4
 		if doff < tcpMinHdr {
-			return l, fmt.Errorf("%w: TCP data offset %d", ErrBadHeader, doff/4)
+			return fmt.Errorf("%w: TCP data offset %d", ErrBadHeader, doff/4)
 		}
 		if l.l4+doff > l.total {
-			return l, fmt.Errorf("%w: TCP data offset %d beyond packet", ErrShortPacket, doff/4)
+			return fmt.Errorf("%w: TCP data offset %d beyond packet", ErrShortPacket, doff/4)
 		}
 		l.hdr = l.l4 + doff
 	} else {
 		if l.total-l.l4 < udpHdr {
-			return l, fmt.Errorf("%w: UDP header needs %d bytes, have %d", ErrShortPacket, udpHdr, l.total-l.l4)
+			return fmt.Errorf("%w: UDP header needs %d bytes, have %d", ErrShortPacket, udpHdr, l.total-l.l4)
 		}
 		l.hdr = l.l4 + udpHdr
 	}
@@ -234,16 +286,11 @@ func parse(pkt []byte, h VirtioNetHdr) (layout, error) {
 			off = tcpCsumOff
 		}
 		if int(h.CsumStart) != l.l4 || int(h.CsumOffset) != off {
-			return l, fmt.Errorf("%w: csum_start %d csum_off %d, L4 header at %d wants offset %d",
+			return fmt.Errorf("%w: csum_start %d csum_off %d, L4 header at %d wants offset %d",
 				ErrBadHeader, h.CsumStart, h.CsumOffset, l.l4, off)
 		}
 	}
-	pay := l.total - l.hdr
-	if pay == 0 {
-		return l, fmt.Errorf("%w: GSO packet without payload", ErrBadHeader)
-	}
-	l.segs = (pay + l.mss - 1) / l.mss
-	return l, nil
+	return nil
 }
 
 // Count returns how many packets Segment will produce for pkt described by
@@ -271,96 +318,127 @@ func Segment(pkt []byte, h VirtioNetHdr, out [][]byte, sizes []int) (n int, err 
 	if err != nil {
 		return 0, err
 	}
-	if l.segs > len(out) || l.segs > len(sizes) {
-		return 0, fmt.Errorf("%w: need %d, have %d buffers and %d sizes", ErrTooManySegments, l.segs, len(out), len(sizes))
-	}
-	for i := 0; i < l.segs; i++ {
-		if need := l.segLen(i); len(out[i]) < need {
-			return 0, fmt.Errorf("%w: segment %d needs %d bytes, buffer has %d", ErrBufferTooSmall, i, need, len(out[i]))
-		}
+	if err := checkOutputs(&l, out, sizes); err != nil {
+		return 0, err
 	}
 	if !l.gso {
-		b := out[0][:l.length]
-		copy(b, pkt)
-		if h.Flags&FlagNeedsCsum != 0 {
-			cs := int(h.CsumStart)
-			at := cs + int(h.CsumOffset)
-			// The field holds the pseudo-header sum; add the rest.
-			c := ^fold(sum(b[cs:], 0))
-			if c == 0 {
-				c = 0xffff
-			}
-			binary.BigEndian.PutUint16(b[at:], c)
-		}
+		copyNonGSO(&l, pkt, h, out[0])
 		sizes[0] = l.length
 		return 1, nil
 	}
+	c := newSegmentCommon(&l, pkt)
+	off := l.hdr
+	for i := 0; i < l.segs; i++ {
+		size := l.segLen(i)
+		writeSegment(&l, &c, pkt, out[i][:size], i, off)
+		sizes[i] = size
+		off += size - l.hdr
+	}
+	return l.segs, nil
+}
 
-	// Pseudo-header sum of the addresses and protocol, common to all
-	// segments; the L4 length is added per segment.
-	var pseudo uint64
+// checkOutputs checks that the caller gave enough output buffers and size
+// entries for l's segments, each buffer long enough for its segment.
+func checkOutputs(l *layout, out [][]byte, sizes []int) error {
+	if l.segs > len(out) || l.segs > len(sizes) {
+		return fmt.Errorf("%w: need %d, have %d buffers and %d sizes", ErrTooManySegments, l.segs, len(out), len(sizes))
+	}
+	for i := 0; i < l.segs; i++ {
+		if need := l.segLen(i); len(out[i]) < need {
+			return fmt.Errorf("%w: segment %d needs %d bytes, buffer has %d", ErrBufferTooSmall, i, need, len(out[i]))
+		}
+	}
+	return nil
+}
+
+// copyNonGSO copies the non-GSO packet pkt to dst (long enough, checked)
+// and finishes its partial checksum if h asks for it.
+func copyNonGSO(l *layout, pkt []byte, h VirtioNetHdr, dst []byte) {
+	b := dst[:l.length]
+	copy(b, pkt)
+	if h.Flags&FlagNeedsCsum != 0 {
+		cs := int(h.CsumStart)
+		at := cs + int(h.CsumOffset)
+		// The field holds the pseudo-header sum; add the rest.
+		c := ^fold(sum(b[cs:], 0))
+		if c == 0 {
+			c = 0xffff
+		}
+		binary.BigEndian.PutUint16(b[at:], c)
+	}
+}
+
+// segmentCommon holds what every segment of one super-packet derives its
+// headers from.
+type segmentCommon struct {
+	// pseudo is the pseudo-header sum of the addresses and protocol; the
+	// L4 length is added per segment.
+	pseudo uint64
+	id     uint16 // IPv4 identification of the first segment
+	seq    uint32 // TCP sequence number of the first segment
+	tflags byte   // TCP flags of the super-packet
+}
+
+// newSegmentCommon reads the per-super-packet header fields of pkt, whose
+// headers parse has checked.
+func newSegmentCommon(l *layout, pkt []byte) segmentCommon {
+	var c segmentCommon
 	var proto uint64 = protoUDP
 	if l.tcp {
 		proto = protoTCP
 	}
 	if l.v6 {
-		pseudo = sum(pkt[8:40], proto)
+		c.pseudo = sum(pkt[8:40], proto)
 	} else {
-		pseudo = sum(pkt[12:20], proto)
+		c.pseudo = sum(pkt[12:20], proto)
+		c.id = binary.BigEndian.Uint16(pkt[4:])
 	}
-	var id uint16
-	if !l.v6 {
-		id = binary.BigEndian.Uint16(pkt[4:])
-	}
-	var seq uint32
-	var tflags byte
 	if l.tcp {
-		seq = binary.BigEndian.Uint32(pkt[l.l4+4:])
-		tflags = pkt[l.l4+13]
+		c.seq = binary.BigEndian.Uint32(pkt[l.l4+4:])
+		c.tflags = pkt[l.l4+13]
+	}
+	return c
+}
+
+// writeSegment fills seg (exactly segment i's length) with the headers of
+// pkt followed by the payload starting at off, and fixes up the IP and L4
+// headers for segment i.
+func writeSegment(l *layout, c *segmentCommon, pkt, seg []byte, i, off int) {
+	size := len(seg)
+	pay := size - l.hdr
+	copy(seg, pkt[:l.hdr])
+	copy(seg[l.hdr:], pkt[off:off+pay])
+
+	if l.v6 {
+		binary.BigEndian.PutUint16(seg[4:], uint16(size-ipv6Hdr))
+	} else {
+		binary.BigEndian.PutUint16(seg[2:], uint16(size))
+		binary.BigEndian.PutUint16(seg[4:], c.id+uint16(i))
+		seg[10], seg[11] = 0, 0
+		binary.BigEndian.PutUint16(seg[10:], ^fold(sum(seg[:l.l4], 0)))
 	}
 
-	off := l.hdr
-	for i := 0; i < l.segs; i++ {
-		size := l.segLen(i)
-		pay := size - l.hdr
-		seg := out[i][:size]
-		copy(seg, pkt[:l.hdr])
-		copy(seg[l.hdr:], pkt[off:off+pay])
-
-		if l.v6 {
-			binary.BigEndian.PutUint16(seg[4:], uint16(size-ipv6Hdr))
-		} else {
-			binary.BigEndian.PutUint16(seg[2:], uint16(size))
-			binary.BigEndian.PutUint16(seg[4:], id+uint16(i))
-			seg[10], seg[11] = 0, 0
-			binary.BigEndian.PutUint16(seg[10:], ^fold(sum(seg[:l.l4], 0)))
+	l4 := seg[l.l4:]
+	l4len := uint64(len(l4))
+	if l.tcp {
+		binary.BigEndian.PutUint32(l4[4:], c.seq+uint32(off-l.hdr))
+		f := c.tflags
+		if i != l.segs-1 {
+			f &^= tcpFlagFIN | tcpFlagPSH
 		}
-
-		l4 := seg[l.l4:]
-		l4len := uint64(len(l4))
-		if l.tcp {
-			binary.BigEndian.PutUint32(l4[4:], seq+uint32(off-l.hdr))
-			f := tflags
-			if i != l.segs-1 {
-				f &^= tcpFlagFIN | tcpFlagPSH
-			}
-			if i != 0 {
-				f &^= tcpFlagCWR
-			}
-			l4[13] = f
-			l4[16], l4[17] = 0, 0
-			binary.BigEndian.PutUint16(l4[16:], ^fold(sum(l4, pseudo+l4len)))
-		} else {
-			binary.BigEndian.PutUint16(l4[4:], uint16(l4len))
-			l4[6], l4[7] = 0, 0
-			c := ^fold(sum(l4, pseudo+l4len))
-			if c == 0 {
-				c = 0xffff // 0 means "no checksum" in UDP
-			}
-			binary.BigEndian.PutUint16(l4[6:], c)
+		if i != 0 {
+			f &^= tcpFlagCWR
 		}
-		sizes[i] = size
-		off += pay
+		l4[13] = f
+		l4[16], l4[17] = 0, 0
+		binary.BigEndian.PutUint16(l4[16:], ^fold(sum(l4, c.pseudo+l4len)))
+	} else {
+		binary.BigEndian.PutUint16(l4[4:], uint16(l4len))
+		l4[6], l4[7] = 0, 0
+		csum := ^fold(sum(l4, c.pseudo+l4len))
+		if csum == 0 {
+			csum = 0xffff // 0 means "no checksum" in UDP
+		}
+		binary.BigEndian.PutUint16(l4[6:], csum)
 	}
-	return l.segs, nil
 }

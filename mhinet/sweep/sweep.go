@@ -321,7 +321,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.Reference = ReferenceTable(o.Timing.Name)
 		return rep, runVirtual(ctx, &o, rep)
 	}
+	return rep, runWallclock(ctx, &o, rep)
+}
 
+// runWallclock runs the sweep in real time on o.Target, or on a mock
+// modem of its own when o.Target is nil.
+func runWallclock(ctx context.Context, o *Options, rep *Report) error {
 	maxSize := slices.Max(o.Sizes)
 	t := o.Target
 	if t == nil {
@@ -330,19 +335,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			IPData: ep.IPDataConfig{Format: mockformat.For(o.Format), MaxDatagrams: o.MaxDatagrams, MaxAggregate: o.MaxAggregate},
 		})
 		if err != nil {
-			return rep, err
+			return err
 		}
 		defer m.Close()
-		if m.IPData == nil {
-			return rep, fmt.Errorf("sweep: model %s has no IP data channel", o.Model)
+		if t, err = mockTarget(o, m); err != nil {
+			return err
 		}
-		if err := m.Controller.PowerUp(); err != nil {
-			return rep, err
-		}
-		t = &Target{Controller: m.Controller, Pair: m.DataPair, IPData: m.IPData}
 	}
 	if t.IPData == nil && o.Mode == Generator {
-		return rep, ErrNoGenerator
+		return ErrNoGenerator
 	}
 	rx := &counter{}
 	// The loopback sweep measures the downlink MRU: the uplink aggregates
@@ -355,10 +356,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		TXAggMaxBytes: loopbackTXAggregate, TXAggMaxPackets: 256, TXAggTimeout: -1,
 	}, rx)
 	if err != nil {
-		return rep, err
+		return err
 	}
 	if err := dev.Up(); err != nil {
-		return rep, err
+		return err
 	}
 	defer dev.Down()
 	_, dl, _ := t.Controller.ChannelPair(t.Pair)
@@ -366,41 +367,65 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	total := len(o.MRUs) * len(o.Sizes) * o.Iterations
 	done := 0
-	r := &runner{o: &o, t: t, dev: dev, rx: rx}
+	progress := func() {
+		done++
+		if o.Progress != nil {
+			o.Progress(done, total)
+		}
+	}
+	r := &runner{o: o, t: t, dev: dev, rx: rx}
 	if t.IPData == nil {
 		if err := r.probe(ctx); err != nil {
-			return rep, err
+			return err
 		}
 	}
 	for _, mru := range o.MRUs {
 		if err := dev.SetMRU(mru); err != nil {
-			return rep, err
+			return err
 		}
 		for _, size := range o.Sizes {
 			p := Point{MRU: mru, Size: size, IPSize: size, Iterations: o.Iterations, RingMemory: ringElems * mru}
-			var pps, mbps []float64
-			var tot delta
-			for it := 0; it < o.Iterations; it++ {
-				d, err := r.iteration(ctx, size)
-				if err != nil {
-					return rep, fmt.Errorf("sweep: MRU %d, size %d, iteration %d: %w", mru, size, it+1, err)
-				}
-				secs := d.elapsed.Seconds()
-				pps = append(pps, float64(d.delivered)/secs)
-				mbps = append(mbps, float64(d.bytes)/secs/1e6)
-				tot.add(d)
-				done++
-				if o.Progress != nil {
-					o.Progress(done, total)
-				}
+			if err := r.measurePoint(ctx, &p, progress); err != nil {
+				return err
 			}
-			p.PPS, p.MBps = summarize(pps), summarize(mbps)
-			p.PoolMemory = dev.Stats().PoolMemory
-			tot.fill(&p)
 			rep.Points = append(rep.Points, p)
 		}
 	}
-	return rep, nil
+	return nil
+}
+
+// mockTarget powers up the sweep's own mock modem m and returns it as
+// the target.
+func mockTarget(o *Options, m *mock.Mock) (*Target, error) {
+	if m.IPData == nil {
+		return nil, fmt.Errorf("sweep: model %s has no IP data channel", o.Model)
+	}
+	if err := m.Controller.PowerUp(); err != nil {
+		return nil, err
+	}
+	return &Target{Controller: m.Controller, Pair: m.DataPair, IPData: m.IPData}, nil
+}
+
+// measurePoint runs the iterations of point p (MRU already set) and fills
+// its figures, calling progress after each iteration.
+func (r *runner) measurePoint(ctx context.Context, p *Point, progress func()) error {
+	var pps, mbps []float64
+	var tot delta
+	for it := 0; it < r.o.Iterations; it++ {
+		d, err := r.iteration(ctx, p.Size)
+		if err != nil {
+			return fmt.Errorf("sweep: MRU %d, size %d, iteration %d: %w", p.MRU, p.Size, it+1, err)
+		}
+		secs := d.elapsed.Seconds()
+		pps = append(pps, float64(d.delivered)/secs)
+		mbps = append(mbps, float64(d.bytes)/secs/1e6)
+		tot.add(d)
+		progress()
+	}
+	p.PPS, p.MBps = summarize(pps), summarize(mbps)
+	p.PoolMemory = r.dev.Stats().PoolMemory
+	tot.fill(p)
+	return nil
 }
 
 func summarize(v []float64) Summary {

@@ -46,28 +46,46 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	mrus, sizes := r.grid()
 	for _, mru := range mrus {
-		pts := r.pointsOf(mru)
-		ring := pts[0].RingMemory
-		elems := ring / max(mru, 1)
-		ew.printf("\nMRU %d: ring %d × %d B = %s, pool %s\n", mru, elems, mru, kib(ring), poolKiB(pts))
-		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprint(tw, "SIZE\tPPS MIN\tPPS MAX\tPPS AVG\tPPS MED\tMB/S MIN\tMB/S MAX\tMB/S AVG\tMB/S MED\tELEM/PKT\tEVENTS/PKT\tCHAINS/PKT\tPKTS/XFER\tCONSERVED\t\n")
-		for _, p := range pts {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.3f\t%.1f\t%s\t\n",
-				p.Size, humanPPS(p.PPS.Min), humanPPS(p.PPS.Max), humanPPS(p.PPS.Avg), humanPPS(p.PPS.Median),
-				p.MBps.Min, p.MBps.Max, p.MBps.Avg, p.MBps.Median,
-				p.ElementsPerPacket, p.EventsPerPacket, p.ChainsPerPacket, p.PacketsPerTransfer, conserved(p))
-		}
-		if err := tw.Flush(); err != nil {
+		if err := r.writeWallclockMRU(ew, mru); err != nil {
 			return err
 		}
-		for _, p := range pts {
-			if !p.Conserved {
-				ew.printf("  size %d: %s\n", p.Size, lossDetail(p))
-			}
+	}
+	if err := r.writeWallclockCross(ew, mrus, sizes); err != nil {
+		return err
+	}
+	ew.printf("\nelapsed %s\n", r.Elapsed.Round(1e6))
+	return ew.err
+}
+
+// writeWallclockMRU writes a wall-clock report's header line and table
+// for MRU mru, and the loss detail of its points that lost packets.
+func (r *Report) writeWallclockMRU(ew *errWriter, mru int) error {
+	pts := r.pointsOf(mru)
+	ring := pts[0].RingMemory
+	elems := ring / max(mru, 1)
+	ew.printf("\nMRU %d: ring %d × %d B = %s, pool %s\n", mru, elems, mru, kib(ring), poolKiB(pts))
+	tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "SIZE\tPPS MIN\tPPS MAX\tPPS AVG\tPPS MED\tMB/S MIN\tMB/S MAX\tMB/S AVG\tMB/S MED\tELEM/PKT\tEVENTS/PKT\tCHAINS/PKT\tPKTS/XFER\tCONSERVED\t\n")
+	for _, p := range pts {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.3f\t%.1f\t%s\t\n",
+			p.Size, humanPPS(p.PPS.Min), humanPPS(p.PPS.Max), humanPPS(p.PPS.Avg), humanPPS(p.PPS.Median),
+			p.MBps.Min, p.MBps.Max, p.MBps.Avg, p.MBps.Median,
+			p.ElementsPerPacket, p.EventsPerPacket, p.ChainsPerPacket, p.PacketsPerTransfer, conserved(p))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, p := range pts {
+		if !p.Conserved {
+			ew.printf("  size %d: %s\n", p.Size, lossDetail(p))
 		}
 	}
+	return nil
+}
 
+// writeWallclockCross writes a wall-clock report's cross table: per size
+// the median packets/s of every MRU and its percentage of the best.
+func (r *Report) writeWallclockCross(ew *errWriter, mrus, sizes []int) error {
 	ew.printf("\nmedian packets/s, %% of the best MRU for that size\n")
 	tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "SIZE\t")
@@ -96,11 +114,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprint(tw, "\n")
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	ew.printf("\nelapsed %s\n", r.Elapsed.Round(1e6))
-	return ew.err
+	return tw.Flush()
 }
 
 // virtual reports whether the report is of a sweep in virtual time.

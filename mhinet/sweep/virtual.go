@@ -193,20 +193,97 @@ func (h *simHost) service() {
 // iterations and closes it.
 func simulatePoint(ctx context.Context, o *Options, m *model, mru, size int, progress func()) (Point, error) {
 	p := Point{MRU: mru, Size: size, IPSize: size - FrameHeader, Iterations: o.Iterations}
-	clk := simclock.New()
+	s, err := openSimSystem(ctx, o, m, mru, p.IPSize)
+	defer s.close()
+	if err != nil {
+		return p, err
+	}
+	p.RingMemory = (s.dl.Config().Elements - 1) * mru
+	return s.runIterations(ctx, o, p, progress)
+}
+
+// simSystem is one point's system in virtual time: the clock, the mock
+// modem and the host's network device on it.
+type simSystem struct {
+	m       *model
+	clk     *simclock.Scheduler
+	h       *simHost
+	mock    *mock.Mock
+	dev     *mhinet.Device
+	dl      *mhi.Channel
+	closers []func() // undo what was opened, run last first
+}
+
+// close undoes what openSimSystem did, in reverse order.
+func (s *simSystem) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+}
+
+// openSimSystem starts a clock, opens a mock modem on it with the
+// model's timing, powers it up and brings up the network device with
+// MRU mru, and waits until the downlink runs. The returned system is
+// never nil: close it even on error.
+func openSimSystem(ctx context.Context, o *Options, m *model, mru, ipSize int) (*simSystem, error) {
+	s := &simSystem{m: m, clk: simclock.New()}
+	clk := s.clk
 	sctx, stop := context.WithCancel(ctx)
-	defer stop()
+	s.closers = append(s.closers, stop)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
 		clk.Serve(sctx)
 	}()
-	defer func() { stop(); <-served }()
+	s.closers = append(s.closers, func() { stop(); <-served })
 
 	h := newSimHost(clk, m, mru)
-	rx := &counter{}
-	h.rx = rx
-	mock, err := mock.Open(mock.Options{
+	s.h = h
+	h.rx = &counter{}
+	mk, err := mock.Open(simMockOptions(o, m, clk, h))
+	if err != nil {
+		return s, err
+	}
+	s.mock = mk
+	s.closers = append(s.closers, func() { mk.Close() })
+	if mk.IPData == nil {
+		return s, fmt.Errorf("sweep: model %s has no IP data channel", o.Model)
+	}
+	// The clock's goroutine reads these (service, wake): set them there.
+	if err := clk.Call(ctx, func() { h.ctrl, h.dev = mk.Controller, mk.Transport.Device() }); err != nil {
+		return s, err
+	}
+	if err := mk.Controller.PowerUp(); err != nil {
+		return s, err
+	}
+	dev, err := mhinet.New(mk.Controller, mhinet.Config{
+		Pair: mk.DataPair, Format: o.Format, MRU: mru, MTU: max(ipSize, mhinet.DefaultMTU), Logger: o.Logger,
+	}, h.rx)
+	if err != nil {
+		return s, err
+	}
+	if err := dev.Up(); err != nil {
+		return s, err
+	}
+	s.dev = dev
+	s.closers = append(s.closers, func() { dev.Down() })
+	// The modem lets a started channel move data once it has posted the
+	// START completion, on its control goroutine (real time): wait for it.
+	if err := waitDownlinkRunning(ctx, mk.Transport.Device(), mk.DataPair, o.Stall); err != nil {
+		return s, err
+	}
+	_, dl, _ := mk.Controller.ChannelPair(mk.DataPair)
+	if err := clk.Call(ctx, func() { h.dl, h.dlNum = dl, dl.Num() }); err != nil {
+		return s, err
+	}
+	s.dl = dl
+	return s, nil
+}
+
+// simMockOptions configures the mock modem of a point: the model's
+// timing on clock clk, interrupts to h, and the host polling nothing.
+func simMockOptions(o *Options, m *model, clk *simclock.Scheduler, h *simHost) mock.Options {
+	return mock.Options{
 		Model: o.Model, Logger: o.Logger,
 		IPData: ep.IPDataConfig{
 			Format: mockformat.For(o.Format), MaxDatagrams: o.MaxDatagrams, MaxAggregate: o.MaxAggregate,
@@ -219,47 +296,16 @@ func simulatePoint(ctx context.Context, o *Options, m *model, mru, size int, pro
 		},
 		Host:          func(ho *mhi.Options) { ho.PollInterval = -1 },
 		InterruptSink: h.interrupt,
-	})
-	if err != nil {
-		return p, err
 	}
-	defer mock.Close()
-	if mock.IPData == nil {
-		return p, fmt.Errorf("sweep: model %s has no IP data channel", o.Model)
-	}
-	// The clock's goroutine reads these (service, wake): set them there.
-	if err := clk.Call(ctx, func() { h.ctrl, h.dev = mock.Controller, mock.Transport.Device() }); err != nil {
-		return p, err
-	}
-	if err := mock.Controller.PowerUp(); err != nil {
-		return p, err
-	}
-	dev, err := mhinet.New(mock.Controller, mhinet.Config{
-		Pair: mock.DataPair, Format: o.Format, MRU: mru, MTU: max(p.IPSize, mhinet.DefaultMTU), Logger: o.Logger,
-	}, rx)
-	if err != nil {
-		return p, err
-	}
-	if err := dev.Up(); err != nil {
-		return p, err
-	}
-	defer dev.Down()
-	// The modem lets a started channel move data once it has posted the
-	// START completion, on its control goroutine (real time): wait for it.
-	if err := waitDownlinkRunning(ctx, mock.Transport.Device(), mock.DataPair, o.Stall); err != nil {
-		return p, err
-	}
-	_, dl, _ := mock.Controller.ChannelPair(mock.DataPair)
-	if err := clk.Call(ctx, func() { h.dl, h.dlNum = dl, dl.Num() }); err != nil {
-		return p, err
-	}
-	p.RingMemory = (dl.Config().Elements - 1) * mru
+}
 
+// runIterations runs the point's iterations on s and fills p's figures.
+func (s *simSystem) runIterations(ctx context.Context, o *Options, p Point, progress func()) (Point, error) {
 	var tot delta
 	var pps, pct, mbps []float64
-	line := LineRatePPS(m.linkRate, size)
+	line := LineRatePPS(s.m.linkRate, p.Size)
 	for it := 0; it < o.Iterations; it++ {
-		d, err := h.iteration(ctx, o, mock.IPData, dev, p.IPSize)
+		d, err := s.h.iteration(ctx, o, s.mock.IPData, s.dev, p.IPSize)
 		if err != nil {
 			return p, fmt.Errorf("iteration %d: %w", it+1, err)
 		}
@@ -273,12 +319,35 @@ func simulatePoint(ctx context.Context, o *Options, m *model, mru, size int, pro
 	}
 	lr := summarize(pct)
 	p.PPS, p.LineRatePct, p.MBps = summarize(pps), &lr, summarize(mbps)
-	p.PoolMemory = dev.Stats().PoolMemory
+	p.PoolMemory = s.dev.Stats().PoolMemory
 	tot.fill(&p)
 	if tot.delivered > 0 {
 		p.HostCPUNsPerPacket = float64(tot.hostCPU.Nanoseconds()) / float64(tot.delivered)
 	}
 	return p, nil
+}
+
+// iterSnapshot is what an iteration's figures are the difference of,
+// taken on the clock's goroutine before and after it.
+type iterSnapshot struct {
+	elements, posted, packets, bytes uint64
+	events                           uint64
+	host                             mhinet.Stats
+	modem                            ep.IPDataStats
+	cpu                              time.Duration
+	start                            time.Duration
+}
+
+// snapshot reads the counters of an iteration's snapshot but its start
+// (on the clock's goroutine).
+func (h *simHost) snapshot(ipd *ep.IPData, dev *mhinet.Device) iterSnapshot {
+	var s iterSnapshot
+	s.elements, s.posted, s.packets, s.bytes = h.counters()
+	s.events = h.dl.EventRingEvents()
+	s.modem = ipd.Stats()
+	s.host = dev.Stats()
+	s.cpu = h.cpu
+	return s
 }
 
 // iteration lets the generator put n packets into the modem at the
@@ -289,22 +358,30 @@ func (h *simHost) iteration(ctx context.Context, o *Options, ipd *ep.IPData, dev
 	if err := h.quiesce(ctx); err != nil {
 		return delta{}, err
 	}
-	type snap struct {
-		elements, posted, packets, bytes uint64
-		events                           uint64
-		host                             mhinet.Stats
-		modem                            ep.IPDataStats
-		cpu                              time.Duration
-		start                            time.Duration
+	before, err := h.startIteration(ctx, o, ipd, dev, ipSize)
+	if err != nil {
+		return delta{}, err
 	}
-	var before snap
+	stalled, err := h.waitIteration(ctx, o, ipd)
+	if err != nil {
+		return delta{}, err
+	}
+	var after iterSnapshot
+	_ = h.clk.Call(ctx, func() { after = h.snapshot(ipd, dev) })
+	if h.end < 0 {
+		return delta{}, fmt.Errorf("sweep: the generator did not start")
+	}
+	return h.iterationDelta(o, ipd, before, after, stalled)
+}
+
+// startIteration takes the snapshot before an iteration and starts the
+// generator, on the clock's goroutine. If the generator does not start
+// the iteration is over at once, with h.end -1.
+func (h *simHost) startIteration(ctx context.Context, o *Options, ipd *ep.IPData, dev *mhinet.Device, ipSize int) (iterSnapshot, error) {
+	var before iterSnapshot
 	h.done = make(chan struct{})
 	err := h.clk.Call(ctx, func() {
-		before.elements, before.posted, before.packets, before.bytes = h.counters()
-		before.events = h.dl.EventRingEvents()
-		before.modem = ipd.Stats()
-		before.host = dev.Stats()
-		before.cpu = h.cpu
+		before = h.snapshot(ipd, dev)
 		before.start = h.clk.Now()
 		h.target = before.packets + uint64(o.Packets)
 		h.active = true
@@ -316,15 +393,17 @@ func (h *simHost) iteration(ctx context.Context, o *Options, ipd *ep.IPData, dev
 			h.end = -1
 		}
 	})
-	if err != nil {
-		return delta{}, err
-	}
-	// Wait for the last packet, watching for a simulation that stops
-	// moving (a model or code fault: it would otherwise wait forever).
+	return before, err
+}
+
+// waitIteration waits for the iteration's last packet, watching for a
+// simulation that stops moving (a model or code fault: it would otherwise
+// wait forever), then for the generator to end, and stops it if it does
+// not or the simulation stalled.
+func (h *simHost) waitIteration(ctx context.Context, o *Options, ipd *ep.IPData) (stalled bool, err error) {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	last, lastMove := h.rx.pkts.Load(), time.Now()
-	stalled := false
 wait:
 	for {
 		select {
@@ -332,7 +411,7 @@ wait:
 			break wait
 		case <-ctx.Done():
 			ipd.StopGenerator()
-			return delta{}, ctx.Err()
+			return false, ctx.Err()
 		case <-tick.C:
 			if n := h.rx.pkts.Load(); n != last {
 				last, lastMove = n, time.Now()
@@ -348,17 +427,13 @@ wait:
 	if werr != nil || stalled {
 		ipd.StopGenerator()
 	}
-	var after snap
-	_ = h.clk.Call(ctx, func() {
-		after.elements, after.posted, after.packets, after.bytes = h.counters()
-		after.events = h.dl.EventRingEvents()
-		after.modem = ipd.Stats()
-		after.host = dev.Stats()
-		after.cpu = h.cpu
-	})
-	if h.end < 0 {
-		return delta{}, fmt.Errorf("sweep: the generator did not start")
-	}
+	return stalled, nil
+}
+
+// iterationDelta computes an iteration's figures from the snapshots
+// before and after it, and fails it if it stalled with packets neither
+// delivered nor counted as dropped.
+func (h *simHost) iterationDelta(o *Options, ipd *ep.IPData, before, after iterSnapshot, stalled bool) (delta, error) {
 	d := delta{
 		elapsed:   h.end - before.start,
 		sent:      uint64(o.Packets) + after.modem.DroppedOverrun - before.modem.DroppedOverrun,

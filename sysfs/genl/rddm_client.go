@@ -103,77 +103,116 @@ func (c *Client) Dump(dev string, opts DumpOptions) (RAMDump, error) {
 // chunks whose offsets follow each other from 0 to the summary's size,
 // then a digest check.
 func decodeDumpReply(msgs []genetlink.Message) (RAMDump, error) {
-	var (
-		d          RAMDump
-		haveSum    bool
-		haveDigest bool
-	)
+	var a dumpAssembler
 	for i, m := range msgs {
-		if m.Header.Command != CmdGetDump {
-			return RAMDump{}, fmt.Errorf("reply message %d is %s, not %s", i, cmdName(m.Header.Command), cmdName(CmdGetDump))
-		}
-		ad, err := netlink.NewAttributeDecoder(m.Data)
+		p, err := a.decode(i, m)
 		if err != nil {
-			return RAMDump{}, fmt.Errorf("reply message %d: %w", i, err)
+			return RAMDump{}, err
 		}
-		var (
-			summary, haveOff bool
-			off              uint64
-			data             []byte
-		)
-		for ad.Next() {
-			switch ad.Type() {
-			case AttrDevName:
-				d.Device = ad.String()
-			case AttrDumpSize:
-				summary = true
-				d.Size = ad.Uint64()
-			case AttrDumpSHA256:
-				b := ad.Bytes()
-				if len(b) != sha256.Size {
-					return RAMDump{}, fmt.Errorf("reply message %d: %s of %d bytes, want %d", i, attrName(AttrDumpSHA256), len(b), sha256.Size)
-				}
-				copy(d.SHA256[:], b)
-				haveDigest = true
-			case AttrDumpTime:
-				d.Time = time.Unix(0, int64(ad.Uint64()))
-			case AttrDumpCrash:
-				d.Crashed = true
-			case AttrDumpOffset:
-				off, haveOff = ad.Uint64(), true
-			case AttrDumpData:
-				data = ad.Bytes()
-			}
-		}
-		if err := ad.Err(); err != nil {
-			return RAMDump{}, fmt.Errorf("reply message %d: %w", i, err)
-		}
-		switch {
-		case summary:
-			if i != 0 {
-				return RAMDump{}, fmt.Errorf("reply message %d is a second summary (%s)", i, attrName(AttrDumpSize))
-			}
-			if !haveDigest {
-				return RAMDump{}, fmt.Errorf("the summary has no %s", attrName(AttrDumpSHA256))
-			}
-			if d.Size > MaxDumpSize {
-				return RAMDump{}, fmt.Errorf("the summary announces %d bytes, more than the client's limit of %d", d.Size, MaxDumpSize)
-			}
-			haveSum = true
-		case !haveSum:
-			return RAMDump{}, errors.New("the first reply message is not the summary (no " + attrName(AttrDumpSize) + ")")
-		case !haveOff || len(data) == 0:
-			return RAMDump{}, fmt.Errorf("reply message %d: a chunk needs %s and a non-empty %s", i, attrName(AttrDumpOffset), attrName(AttrDumpData))
-		case off != uint64(len(d.Data)):
-			return RAMDump{}, fmt.Errorf("reply message %d: chunk at offset %d, expected %d: part of the dump is missing or repeated", i, off, len(d.Data))
-		case uint64(len(data)) > d.Size-uint64(len(d.Data)):
-			return RAMDump{}, fmt.Errorf("reply message %d: chunk of %d bytes at offset %d runs past the announced %d bytes", i, len(data), off, d.Size)
-		default:
-			d.Data = append(d.Data, data...)
-			d.Chunks++
+		if err := a.add(i, p); err != nil {
+			return RAMDump{}, err
 		}
 	}
-	if !haveSum {
+	return a.finish()
+}
+
+// dumpAssembler is the state of decodeDumpReply across the messages of
+// one answer.
+type dumpAssembler struct {
+	d          RAMDump
+	haveSum    bool // the summary (message 0) has been accepted
+	haveDigest bool // some message carried a well-sized digest
+}
+
+// dumpPart is what one GET_DUMP message carries besides the fields it
+// sets in the dump directly: whether it is the summary, or a chunk's
+// offset and data.
+type dumpPart struct {
+	summary, haveOff bool
+	off              uint64
+	data             []byte
+}
+
+// decode checks message i's command and decodes its attributes: the
+// device name, size, digest, time and crash flag go into the dump, the
+// rest into the returned part.
+func (a *dumpAssembler) decode(i int, m genetlink.Message) (dumpPart, error) {
+	var p dumpPart
+	if m.Header.Command != CmdGetDump {
+		return p, fmt.Errorf("reply message %d is %s, not %s", i, cmdName(m.Header.Command), cmdName(CmdGetDump))
+	}
+	ad, err := netlink.NewAttributeDecoder(m.Data)
+	if err != nil {
+		return p, fmt.Errorf("reply message %d: %w", i, err)
+	}
+	d := &a.d
+	for ad.Next() {
+		switch ad.Type() {
+		case AttrDevName:
+			d.Device = ad.String()
+		case AttrDumpSize:
+			p.summary = true
+			d.Size = ad.Uint64()
+		case AttrDumpSHA256:
+			b := ad.Bytes()
+			if len(b) != sha256.Size {
+				return p, fmt.Errorf("reply message %d: %s of %d bytes, want %d", i, attrName(AttrDumpSHA256), len(b), sha256.Size)
+			}
+			copy(d.SHA256[:], b)
+			a.haveDigest = true
+		case AttrDumpTime:
+			d.Time = time.Unix(0, int64(ad.Uint64()))
+		case AttrDumpCrash:
+			d.Crashed = true
+		case AttrDumpOffset:
+			p.off, p.haveOff = ad.Uint64(), true
+		case AttrDumpData:
+			p.data = ad.Bytes()
+		}
+	}
+	if err := ad.Err(); err != nil {
+		return p, fmt.Errorf("reply message %d: %w", i, err)
+	}
+	return p, nil
+}
+
+// add accepts message i's part: the summary only as message 0, with a
+// digest and a size within MaxDumpSize; a chunk only after it, at the
+// offset the previous chunks reached and within the announced size.
+func (a *dumpAssembler) add(i int, p dumpPart) error {
+	d := &a.d
+	switch {
+	case p.summary:
+		if i != 0 {
+			return fmt.Errorf("reply message %d is a second summary (%s)", i, attrName(AttrDumpSize))
+		}
+		if !a.haveDigest {
+			return fmt.Errorf("the summary has no %s", attrName(AttrDumpSHA256))
+		}
+		if d.Size > MaxDumpSize {
+			return fmt.Errorf("the summary announces %d bytes, more than the client's limit of %d", d.Size, MaxDumpSize)
+		}
+		a.haveSum = true
+	case !a.haveSum:
+		return errors.New("the first reply message is not the summary (no " + attrName(AttrDumpSize) + ")")
+	case !p.haveOff || len(p.data) == 0:
+		return fmt.Errorf("reply message %d: a chunk needs %s and a non-empty %s", i, attrName(AttrDumpOffset), attrName(AttrDumpData))
+	case p.off != uint64(len(d.Data)):
+		return fmt.Errorf("reply message %d: chunk at offset %d, expected %d: part of the dump is missing or repeated", i, p.off, len(d.Data))
+	case uint64(len(p.data)) > d.Size-uint64(len(d.Data)):
+		return fmt.Errorf("reply message %d: chunk of %d bytes at offset %d runs past the announced %d bytes", i, len(p.data), p.off, d.Size)
+	default:
+		d.Data = append(d.Data, p.data...)
+		d.Chunks++
+	}
+	return nil
+}
+
+// finish checks that a summary came and that the chunks add up to the
+// announced size and digest, and returns the dump.
+func (a *dumpAssembler) finish() (RAMDump, error) {
+	d := a.d
+	if !a.haveSum {
 		return RAMDump{}, errors.New("empty answer: no summary")
 	}
 	if uint64(len(d.Data)) != d.Size {

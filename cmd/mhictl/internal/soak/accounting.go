@@ -140,109 +140,19 @@ type phaseCheck struct {
 func (c *phaseCheck) evaluate() {
 	c.drops = map[string]uint64{}
 	c.problems = c.problems[:0]
-	bad := func(format string, args ...any) { c.problems = append(c.problems, fmt.Sprintf(format, args...)) }
-	h := c.host
-
-	// The receiver got exactly what the host delivered, all of it good.
-	if h.RxPackets != c.rx.Handed {
-		bad("host rx_packets %d but the receiver was handed %d", h.RxPackets, c.rx.Handed)
-	}
-	if c.rx.Duplicates > 0 {
-		bad("%d duplicate packets", c.rx.Duplicates)
-	}
-	if c.rx.Corrupt > 0 {
-		bad("%d corrupt packets", c.rx.Corrupt)
-	}
-	if c.rx.Late > 0 {
-		bad("%d packets of an earlier phase, arriving after it was closed", c.rx.Late)
-	}
-	if c.rx.LateDuplicates > 0 {
-		bad("%d packets of the previous phase delivered a second time", c.rx.LateDuplicates)
-	}
-	if c.rx.OutOfRange > 0 {
-		bad("%d packets with a sequence number never sent", c.rx.OutOfRange)
-	}
-	// Host transmit side: every packet Transmit took is completed,
-	// aborted or rejected.
-	txSent := uint64(0)
-	if !c.generator {
-		txSent = c.sent
-	}
-	if got := h.TxPackets + h.TxDropped + h.TxErrors; got != txSent || h.TxAggPending != 0 {
-		bad("host transmit: %d packets taken, tx_packets %d + tx_dropped %d + tx_errors %d = %d, %d in the open aggregate",
-			txSent, h.TxPackets, h.TxDropped, h.TxErrors, got, h.TxAggPending)
-	}
-	c.drops["host_tx_errors"] = h.TxErrors
-	c.drops["host_tx_dropped"] = h.TxDropped
-	counted := h.TxErrors + h.TxDropped
+	c.checkReceiver()
+	counted := c.checkHostTx()
 	var negative uint64 // counted twice: subtracted
-
-	if m := c.modem; m != nil {
-		// The modem's own conservation.
-		in, out := m.ul+m.gen+m.pendingBefore, m.dl+m.dropped()+m.pendingNow
-		if in != out || m.pendingNow != 0 {
-			bad("modem: in %d (ul %d, generated %d, pending before %d) ≠ out %d (dl %d, dropped %d, pending %d)",
-				in, m.ul, m.gen, m.pendingBefore, out, m.dl, m.dropped(), m.pendingNow)
-		}
-		if c.generator && m.gen != c.sent {
-			bad("generator: %d packets asked, %d generated", c.sent, m.gen)
-		}
-		if m.deagg > 0 {
-			bad("modem: %d malformed uplink aggregates", m.deagg)
-		}
-		for k, v := range m.drops {
-			c.drops[k] = v
-			counted += v
-		}
-		// Uplink link: the modem took at least what the host saw
-		// completed, and no more than the host put on the ring.
-		switch {
-		case m.ul < h.TxPackets:
-			bad("uplink: the host saw %d packets completed, the modem received %d", h.TxPackets, m.ul)
-		case m.ul > h.TxPackets+h.TxDropped:
-			bad("uplink: the modem received %d packets, the host queued %d", m.ul, h.TxPackets+h.TxDropped)
-		default:
-			negative = m.ul - h.TxPackets
-			c.drops[dropULUnconfirmed] = negative
-		}
-		// Downlink link: what the modem put whole into host buffers is
-		// what the host delivered.
-		c.drops["modem_dl_dropped_queued"] = m.droppedQueued
-		counted += m.droppedQueued
-		reached := m.dl - m.droppedQueued
-		switch {
-		case reached == h.RxPackets:
-		case reached < h.RxPackets:
-			bad("downlink: the host delivered %d packets, the modem sent %d (%d dropped in its queue)", h.RxPackets, m.dl, m.droppedQueued)
-		default:
-			bad("downlink: %d packets the modem wrote whole into host buffers were never delivered and no host counter names them "+
-				"(modem dl %d − dropped in queue %d − host rx_packets %d; host rx_dropped %d, rx_errors %d, chain_aborted %d; %d recoveries in the phase)",
-				reached-h.RxPackets, m.dl, m.droppedQueued, h.RxPackets, h.RxDropped, h.RxErrors, h.RxChainAborted, c.recoveries)
-		}
+	if c.modem != nil {
+		counted, negative = c.checkModem(counted)
 	}
 	// End to end: every packet sent arrived or is counted, exactly.
 	missing := c.sent - min(c.sent, c.rx.Unique)
 	if c.modem == nil {
-		// vfio-user, a served modem killed during the phase: its
-		// counters died with it.
-		switch {
-		case missing+negative == counted:
-		case c.kills == 0:
-			bad("%d packets sent, %d delivered: %d missing, %d counted (host tx_dropped %d, tx_errors %d), no modem counters and no modem killed in the phase",
-				c.sent, c.rx.Unique, missing, counted, h.TxDropped, h.TxErrors)
-		case missing > counted && missing-counted <= c.kills*c.bound:
-			c.drops[dropLostInModem] = missing - counted
-			counted = missing
-		case missing < counted && counted-missing <= c.kills*c.bound:
-			negative = counted - missing
-			c.drops[dropULUnconfirmed] = negative
-		default:
-			bad("%d packets sent, %d delivered, %d counted: %d unexplained after %d modem kills (bound %d per kill)",
-				c.sent, c.rx.Unique, counted, int64(missing)-int64(counted), c.kills, c.bound)
-		}
+		counted, negative = c.explainKills(missing, counted, negative)
 	}
 	if missing+negative != counted {
-		bad("conservation: sent %d = delivered %d + counted drops %d − counted twice %d does not hold: %d unaccounted",
+		c.bad("conservation: sent %d = delivered %d + counted drops %d − counted twice %d does not hold: %d unaccounted",
 			c.sent, c.rx.Unique, counted, negative, int64(missing)+int64(negative)-int64(counted))
 	}
 	for k, v := range c.drops {
@@ -250,6 +160,126 @@ func (c *phaseCheck) evaluate() {
 			delete(c.drops, k)
 		}
 	}
+}
+
+// bad records a problem of the phase.
+func (c *phaseCheck) bad(format string, args ...any) {
+	c.problems = append(c.problems, fmt.Sprintf(format, args...))
+}
+
+// checkReceiver checks that the receiver got exactly what the host
+// delivered, all of it good.
+func (c *phaseCheck) checkReceiver() {
+	h := c.host
+	if h.RxPackets != c.rx.Handed {
+		c.bad("host rx_packets %d but the receiver was handed %d", h.RxPackets, c.rx.Handed)
+	}
+	if c.rx.Duplicates > 0 {
+		c.bad("%d duplicate packets", c.rx.Duplicates)
+	}
+	if c.rx.Corrupt > 0 {
+		c.bad("%d corrupt packets", c.rx.Corrupt)
+	}
+	if c.rx.Late > 0 {
+		c.bad("%d packets of an earlier phase, arriving after it was closed", c.rx.Late)
+	}
+	if c.rx.LateDuplicates > 0 {
+		c.bad("%d packets of the previous phase delivered a second time", c.rx.LateDuplicates)
+	}
+	if c.rx.OutOfRange > 0 {
+		c.bad("%d packets with a sequence number never sent", c.rx.OutOfRange)
+	}
+}
+
+// checkHostTx checks the host's transmit side (every packet Transmit
+// took is completed, aborted or rejected), records its drops and returns
+// how many it counted.
+func (c *phaseCheck) checkHostTx() (counted uint64) {
+	h := c.host
+	txSent := uint64(0)
+	if !c.generator {
+		txSent = c.sent
+	}
+	if got := h.TxPackets + h.TxDropped + h.TxErrors; got != txSent || h.TxAggPending != 0 {
+		c.bad("host transmit: %d packets taken, tx_packets %d + tx_dropped %d + tx_errors %d = %d, %d in the open aggregate",
+			txSent, h.TxPackets, h.TxDropped, h.TxErrors, got, h.TxAggPending)
+	}
+	c.drops["host_tx_errors"] = h.TxErrors
+	c.drops["host_tx_dropped"] = h.TxDropped
+	return h.TxErrors + h.TxDropped
+}
+
+// checkModem checks the modem's own conservation and the links between
+// it and the host, records the modem's drops and returns the drops
+// counted so far (counted plus the modem's) and those counted twice.
+func (c *phaseCheck) checkModem(counted uint64) (uint64, uint64) {
+	h, m := c.host, c.modem
+	var negative uint64
+	in, out := m.ul+m.gen+m.pendingBefore, m.dl+m.dropped()+m.pendingNow
+	if in != out || m.pendingNow != 0 {
+		c.bad("modem: in %d (ul %d, generated %d, pending before %d) ≠ out %d (dl %d, dropped %d, pending %d)",
+			in, m.ul, m.gen, m.pendingBefore, out, m.dl, m.dropped(), m.pendingNow)
+	}
+	if c.generator && m.gen != c.sent {
+		c.bad("generator: %d packets asked, %d generated", c.sent, m.gen)
+	}
+	if m.deagg > 0 {
+		c.bad("modem: %d malformed uplink aggregates", m.deagg)
+	}
+	for k, v := range m.drops {
+		c.drops[k] = v
+		counted += v
+	}
+	// Uplink link: the modem took at least what the host saw
+	// completed, and no more than the host put on the ring.
+	switch {
+	case m.ul < h.TxPackets:
+		c.bad("uplink: the host saw %d packets completed, the modem received %d", h.TxPackets, m.ul)
+	case m.ul > h.TxPackets+h.TxDropped:
+		c.bad("uplink: the modem received %d packets, the host queued %d", m.ul, h.TxPackets+h.TxDropped)
+	default:
+		negative = m.ul - h.TxPackets
+		c.drops[dropULUnconfirmed] = negative
+	}
+	// Downlink link: what the modem put whole into host buffers is
+	// what the host delivered.
+	c.drops["modem_dl_dropped_queued"] = m.droppedQueued
+	counted += m.droppedQueued
+	reached := m.dl - m.droppedQueued
+	switch {
+	case reached == h.RxPackets:
+	case reached < h.RxPackets:
+		c.bad("downlink: the host delivered %d packets, the modem sent %d (%d dropped in its queue)", h.RxPackets, m.dl, m.droppedQueued)
+	default:
+		c.bad("downlink: %d packets the modem wrote whole into host buffers were never delivered and no host counter names them "+
+			"(modem dl %d − dropped in queue %d − host rx_packets %d; host rx_dropped %d, rx_errors %d, chain_aborted %d; %d recoveries in the phase)",
+			reached-h.RxPackets, m.dl, m.droppedQueued, h.RxPackets, h.RxDropped, h.RxErrors, h.RxChainAborted, c.recoveries)
+	}
+	return counted, negative
+}
+
+// explainKills accounts, without modem counters (vfio-user, a served
+// modem killed during the phase: its counters died with it), for the
+// difference between the missing and the counted packets, within the
+// bound per kill; it returns the updated counted and counted-twice drops.
+func (c *phaseCheck) explainKills(missing, counted, negative uint64) (uint64, uint64) {
+	h := c.host
+	switch {
+	case missing+negative == counted:
+	case c.kills == 0:
+		c.bad("%d packets sent, %d delivered: %d missing, %d counted (host tx_dropped %d, tx_errors %d), no modem counters and no modem killed in the phase",
+			c.sent, c.rx.Unique, missing, counted, h.TxDropped, h.TxErrors)
+	case missing > counted && missing-counted <= c.kills*c.bound:
+		c.drops[dropLostInModem] = missing - counted
+		counted = missing
+	case missing < counted && counted-missing <= c.kills*c.bound:
+		negative = counted - missing
+		c.drops[dropULUnconfirmed] = negative
+	default:
+		c.bad("%d packets sent, %d delivered, %d counted: %d unexplained after %d modem kills (bound %d per kill)",
+			c.sent, c.rx.Unique, counted, int64(missing)-int64(counted), c.kills, c.bound)
+	}
+	return counted, negative
 }
 
 // describe formats the named drops.

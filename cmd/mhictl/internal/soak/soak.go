@@ -160,32 +160,64 @@ var (
 	ErrOptions = errors.New("soak: invalid options")
 )
 
+// optionsError returns an ErrOptions error with the message format.
+func optionsError(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrOptions}, args...)...)
+}
+
 func (o *Options) defaults() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrOptions}, args...)...)
-	}
 	if o.Duration <= 0 && o.Packets == 0 {
-		return bad("set a duration or a packet count")
+		return optionsError("set a duration or a packet count")
 	}
+	if err := o.transportDefaults(); err != nil {
+		return err
+	}
+	if err := o.modelDefaults(); err != nil {
+		return err
+	}
+	if err := o.trafficDefaults(); err != nil {
+		return err
+	}
+	o.timingDefaults()
+	if o.Slack.Goroutines <= 0 {
+		o.Slack.Goroutines = 16
+	}
+	if o.Slack.FDs <= 0 {
+		o.Slack.FDs = 8
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// transportDefaults defaults and checks the transport.
+func (o *Options) transportDefaults() error {
 	if o.Transport == "" {
 		o.Transport = Inproc
 	}
 	if o.Transport != Inproc && o.Transport != VFIOUser {
-		return bad("transport %q, want %s or %s", o.Transport, Inproc, VFIOUser)
+		return optionsError("transport %q, want %s or %s", o.Transport, Inproc, VFIOUser)
 	}
 	if o.Transport == VFIOUser && o.ServeCommand == nil {
-		return bad("vfio-user needs a command that serves the modem")
+		return optionsError("vfio-user needs a command that serves the modem")
 	}
+	return nil
+}
+
+// modelDefaults defaults and checks the model and the data channel's
+// framing (by default the one of the model's data channel).
+func (o *Options) modelDefaults() error {
 	if o.Model == "" {
 		o.Model = DefaultModel
 	}
 	info, ok := pcigeneric.Model(o.Model)
 	if !ok {
-		return bad("model %q: %w", o.Model, pcigeneric.ErrUnknownModel)
+		return optionsError("model %q: %w", o.Model, pcigeneric.ErrUnknownModel)
 	}
 	pair := pcigeneric.DataPair(info.Config)
 	if pair == "" {
-		return bad("model %s has no IP data channel", o.Model)
+		return optionsError("model %s has no IP data channel", o.Model)
 	}
 	if !o.FormatSet {
 		o.Format = mhinet.FormatRawIP
@@ -194,8 +226,14 @@ func (o *Options) defaults() error {
 		}
 	}
 	if o.Format > mhinet.FormatQMAP {
-		return bad("format %d", o.Format)
+		return optionsError("format %d", o.Format)
 	}
+	return nil
+}
+
+// trafficDefaults defaults and checks the seed, the phase length, the
+// MRUs and the packet sizes.
+func (o *Options) trafficDefaults() error {
 	if o.Seed == 0 {
 		o.Seed = 1
 	}
@@ -203,14 +241,14 @@ func (o *Options) defaults() error {
 		o.PhasePackets = DefaultPhasePackets
 	}
 	if o.PhasePackets < 2 || o.PhasePackets > 1<<24 {
-		return bad("%d packets per phase, want 2..%d", o.PhasePackets, 1<<24)
+		return optionsError("%d packets per phase, want 2..%d", o.PhasePackets, 1<<24)
 	}
 	if len(o.MRUs) == 0 {
 		o.MRUs = DefaultMRUs
 	}
 	for _, m := range o.MRUs {
 		if err := mhinet.ValidateMRU(m); err != nil {
-			return bad("%v", err)
+			return optionsError("%v", err)
 		}
 	}
 	if len(o.Sizes) == 0 {
@@ -218,9 +256,14 @@ func (o *Options) defaults() error {
 	}
 	for _, s := range o.Sizes {
 		if s < ep.GenMinPacket || s > mhinet.DefaultMTU {
-			return bad("packet size %d, want %d..%d", s, ep.GenMinPacket, mhinet.DefaultMTU)
+			return optionsError("packet size %d, want %d..%d", s, ep.GenMinPacket, mhinet.DefaultMTU)
 		}
 	}
+	return nil
+}
+
+// timingDefaults defaults the fault gaps and the check intervals.
+func (o *Options) timingDefaults() {
 	if o.SysErrGap == 0 {
 		o.SysErrGap = DefaultSysErrGap
 	}
@@ -248,16 +291,6 @@ func (o *Options) defaults() error {
 	if o.Settle <= 0 {
 		o.Settle = DefaultSettle
 	}
-	if o.Slack.Goroutines <= 0 {
-		o.Slack.Goroutines = 16
-	}
-	if o.Slack.FDs <= 0 {
-		o.Slack.FDs = 8
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	return nil
 }
 
 // Validate checks the options (with defaults applied to a copy).
