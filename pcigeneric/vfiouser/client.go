@@ -126,19 +126,42 @@ func NewClient(conn *net.UnixConn, opts ClientOptions) (*Transport, error) {
 }
 
 func (t *Transport) setup() error {
-	r, err := t.call(CmdVersion, Version{Capabilities: `{"capabilities":{"max_msg_fds":16,"max_data_xfer_size":1048576,"pgsizes":4096}}`}, nil)
-	if errors.Is(err, unix.EBUSY) {
-		return fmt.Errorf("%w (one client at a time: stop the other first): %w", ErrBusy, err)
-	}
-	if errors.Is(err, unix.EPERM) {
-		return fmt.Errorf("%w (this process runs as uid %d): %w", ErrPeerRefused, os.Getuid(), err)
-	}
+	maxFDs, err := t.negotiateVersion()
 	if err != nil {
 		return err
 	}
+	if err := t.probeDevice(); err != nil {
+		return err
+	}
+	vectors, err := t.irqVectors()
+	if err != nil {
+		return err
+	}
+	if err := t.enableDevice(vectors); err != nil {
+		return err
+	}
+	if err := t.mapDMA(); err != nil {
+		return err
+	}
+	return t.startVectors(vectors, maxFDs)
+}
+
+// negotiateVersion sends VERSION and checks the server's answer; it returns
+// the most descriptors the server takes in one message.
+func (t *Transport) negotiateVersion() (maxFDs int, err error) {
+	r, err := t.call(CmdVersion, Version{Capabilities: `{"capabilities":{"max_msg_fds":16,"max_data_xfer_size":1048576,"pgsizes":4096}}`}, nil)
+	if errors.Is(err, unix.EBUSY) {
+		return 0, fmt.Errorf("%w (one client at a time: stop the other first): %w", ErrBusy, err)
+	}
+	if errors.Is(err, unix.EPERM) {
+		return 0, fmt.Errorf("%w (this process runs as uid %d): %w", ErrPeerRefused, os.Getuid(), err)
+	}
+	if err != nil {
+		return 0, err
+	}
 	v, ok := r.Body.(Version)
 	if !ok || v.Major != 0 || v.Minor != 0 {
-		return fmt.Errorf("vfiouser: server version %+v: %w", r.Body, ErrMalformed)
+		return 0, fmt.Errorf("vfiouser: server version %+v: %w", r.Body, ErrMalformed)
 	}
 	t.caps = v.Capabilities
 	var caps struct {
@@ -146,12 +169,17 @@ func (t *Transport) setup() error {
 			MaxMsgFDs int `json:"max_msg_fds"`
 		} `json:"capabilities"`
 	}
-	maxFDs := 1
+	maxFDs = 1
 	if json.Unmarshal([]byte(v.Capabilities), &caps) == nil && caps.Capabilities.MaxMsgFDs > 0 {
 		maxFDs = min(caps.Capabilities.MaxMsgFDs, MaxFDs)
 	}
+	return maxFDs, nil
+}
 
-	r, err = t.call(CmdDeviceGetInfo, DeviceInfo{Argsz: 16}, nil)
+// probeDevice reads the device info and the BAR0 and config space regions,
+// checks that the server offers a PCI function, and keeps its IDs.
+func (t *Transport) probeDevice() error {
+	r, err := t.call(CmdDeviceGetInfo, DeviceInfo{Argsz: 16}, nil)
 	if err != nil {
 		return err
 	}
@@ -179,15 +207,20 @@ func (t *Transport) setup() error {
 	}
 	le := binary.LittleEndian
 	t.ids = [4]uint16{le.Uint16(hdr[CfgVendorID:]), le.Uint16(hdr[CfgDeviceID:]), le.Uint16(hdr[CfgSubVendorID:]), le.Uint16(hdr[CfgSubDeviceID:])}
+	return nil
+}
 
+// irqVectors picks the interrupt index (MSI or MSI-X) and the number of
+// vectors to use from the server's IRQ info and the options.
+func (t *Transport) irqVectors() (int, error) {
 	irqIndex, kind := uint32(IRQMSI), "MSI"
 	if t.opts.MSIX {
 		irqIndex, kind = IRQMSIX, "MSI-X"
 	}
 	t.irqIdx = irqIndex
-	r, err = t.call(CmdIRQInfo, IRQInfo{Argsz: 16, Index: irqIndex}, nil)
+	r, err := t.call(CmdIRQInfo, IRQInfo{Argsz: 16, Index: irqIndex}, nil)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	ii, _ := r.Body.(IRQInfo)
 	vectors := int(min(ii.Count, 32))
@@ -198,11 +231,15 @@ func (t *Transport) setup() error {
 		vectors &= vectors - 1 // MSI enables a power of two
 	}
 	if vectors < 1 || ii.Flags&IRQInfoEventfd == 0 {
-		return fmt.Errorf("vfiouser: %s %+v: no eventfd vectors: %w", kind, ii, ErrMalformed)
+		return 0, fmt.Errorf("vfiouser: %s %+v: no eventfd vectors: %w", kind, ii, ErrMalformed)
 	}
+	return vectors, nil
+}
 
-	// Command: memory space and bus master; MSI: enable with 2^mme
-	// vectors, or MSI-X: enable.
+// enableDevice turns on memory space and bus mastering and enables MSI
+// (with vectors, a power of two) or MSI-X in config space.
+func (t *Transport) enableDevice(vectors int) error {
+	le := binary.LittleEndian
 	if err := t.WriteConfig(CfgCommand, le.AppendUint16(nil, 0x0006)); err != nil {
 		return err
 	}
@@ -219,8 +256,12 @@ func (t *Transport) setup() error {
 			return err
 		}
 	}
+	return nil
+}
 
-	// DMA memory.
+// mapDMA creates the DMA memory (a memfd, mapped here) and maps it into
+// the server with DMA_MAP, with its descriptor unless NoDMAFD.
+func (t *Transport) mapDMA() error {
 	fd, err := unix.MemfdCreate("gomhi-vfiouser-dma", unix.MFD_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("vfiouser: memfd: %w", err)
@@ -242,8 +283,13 @@ func (t *Transport) setup() error {
 	if _, err := t.call(CmdDMAMap, DMAMap{Argsz: 32, Flags: DMAFlagRead | DMAFlagWrite, IOVA: t.opts.Base, Size: uint64(t.opts.Memory)}, mapFDs); err != nil {
 		return err
 	}
+	return nil
+}
 
-	// Interrupts.
+// startVectors creates an eventfd per vector, hands them to the server
+// with SET_IRQS in batches of maxFDs, and starts a loop per vector.
+func (t *Transport) startVectors(vectors, maxFDs int) error {
+	irqIndex := t.irqIdx
 	for range vectors {
 		efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 		if err != nil {

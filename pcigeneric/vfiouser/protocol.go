@@ -305,143 +305,11 @@ func DecodeMessage(hdr, payload []byte, nfds int) (Message, error) {
 		}
 		return m, fmt.Errorf("%w: %s", ErrUnknownCommand, h.Cmd)
 	}
-	wantFDs := 0 // the largest fd count allowed
-	switch {
-	case h.Cmd == CmdVersion:
-		if len(payload) < 4 {
-			return m, malformed(h, "%d bytes", len(payload))
-		}
-		v := Version{Major: le16(payload[0:]), Minor: le16(payload[2:])}
-		caps := payload[4:]
-		for i, c := range caps {
-			if c == 0 {
-				caps = caps[:i]
-				break
-			}
-		}
-		v.Capabilities = string(caps)
-		m.Body = v
-	case h.Cmd == CmdDMAMap:
-		if reply {
-			if len(payload) != 0 {
-				return m, malformed(h, "%d bytes", len(payload))
-			}
-			break
-		}
-		if len(payload) != 32 {
-			return m, malformed(h, "%d bytes, want 32", len(payload))
-		}
-		d := DMAMap{Argsz: le32(payload[0:]), Flags: le32(payload[4:]), Offset: le64(payload[8:]), IOVA: le64(payload[16:]), Size: le64(payload[24:])}
-		if d.Argsz != 32 || d.Flags&^(DMAFlagRead|DMAFlagWrite) != 0 || d.Size == 0 || d.IOVA+d.Size < d.IOVA {
-			return m, malformed(h, "argsz %d flags 0x%x iova 0x%x size 0x%x", d.Argsz, d.Flags, d.IOVA, d.Size)
-		}
-		wantFDs = 1
-		m.Body = d
-	case h.Cmd == CmdDMAUnmap:
-		if reply && len(payload) == 0 {
-			break
-		}
-		if len(payload) != 24 {
-			return m, malformed(h, "%d bytes, want 24", len(payload))
-		}
-		d := DMAUnmap{Argsz: le32(payload[0:]), Flags: le32(payload[4:]), IOVA: le64(payload[8:]), Size: le64(payload[16:])}
-		if d.Argsz != 24 || d.Flags&^DMAUnmapAll != 0 || d.IOVA+d.Size < d.IOVA {
-			return m, malformed(h, "argsz %d flags 0x%x", d.Argsz, d.Flags)
-		}
-		m.Body = d
-	case h.Cmd == CmdDeviceGetInfo:
-		if reply && len(payload) != 16 || !reply && (len(payload) < 4 || len(payload) > 16 || len(payload)%4 != 0) {
-			return m, malformed(h, "%d bytes", len(payload))
-		}
-		var p [16]byte
-		copy(p[:], payload)
-		m.Body = DeviceInfo{Argsz: le32(p[0:]), Flags: le32(p[4:]), NumRegions: le32(p[8:]), NumIRQs: le32(p[12:])}
-	case h.Cmd == CmdRegionInfo:
-		if len(payload) < 32 || !reply && len(payload) != 32 {
-			return m, malformed(h, "%d bytes", len(payload))
-		}
-		m.Body = RegionInfo{Argsz: le32(payload[0:]), Flags: le32(payload[4:]), Index: le32(payload[8:]),
-			CapOffset: le32(payload[12:]), Size: le64(payload[16:]), Offset: le64(payload[24:])}
-	case h.Cmd == CmdIRQInfo:
-		if len(payload) != 16 {
-			return m, malformed(h, "%d bytes, want 16", len(payload))
-		}
-		m.Body = IRQInfo{Argsz: le32(payload[0:]), Flags: le32(payload[4:]), Index: le32(payload[8:]), Count: le32(payload[12:])}
-	case h.Cmd == CmdSetIRQs:
-		if reply {
-			if len(payload) != 0 {
-				return m, malformed(h, "%d bytes", len(payload))
-			}
-			break
-		}
-		if len(payload) < 20 {
-			return m, malformed(h, "%d bytes", len(payload))
-		}
-		s := SetIRQs{Argsz: le32(payload[0:]), Flags: le32(payload[4:]), Index: le32(payload[8:]),
-			Start: le32(payload[12:]), Count: le32(payload[16:]), Data: payload[20:]}
-		data, action := s.Flags&irqDataMask, s.Flags&irqActionMask
-		if s.Flags&^(irqDataMask|irqActionMask) != 0 || data&(data-1) != 0 || data == 0 || action&(action-1) != 0 || action == 0 {
-			return m, malformed(h, "flags 0x%x", s.Flags)
-		}
-		if s.Start > 1<<16 || s.Count > 1<<16 || int(s.Argsz) != len(payload) {
-			return m, malformed(h, "argsz %d start %d count %d", s.Argsz, s.Start, s.Count)
-		}
-		switch data {
-		case IRQDataNone:
-			if len(s.Data) != 0 {
-				return m, malformed(h, "%d data bytes with DATA_NONE", len(s.Data))
-			}
-			s.Data = nil
-		case IRQDataBool:
-			if len(s.Data) != int(s.Count) {
-				return m, malformed(h, "%d bool bytes for count %d", len(s.Data), s.Count)
-			}
-		case IRQDataEventfd:
-			if len(s.Data) != 0 {
-				return m, malformed(h, "%d data bytes with DATA_EVENTFD", len(s.Data))
-			}
-			s.Data = nil
-			// Count descriptors, or none: a run of vectors without
-			// eventfd (de-assigned), as QEMU sends the -1 entries of its
-			// VFIO request.
-			if nfds != int(s.Count) && nfds != 0 {
-				if nfds > int(s.Count) {
-					return m, fmt.Errorf("%w: %d eventfds for count %d", ErrUnexpectedFDs, nfds, s.Count)
-				}
-				return m, malformed(h, "%d eventfds for count %d (want %d, or none to de-assign)", nfds, s.Count, s.Count)
-			}
-			wantFDs = nfds
-		}
-		m.Body = s
-	case h.Cmd == CmdRegionRead || h.Cmd == CmdRegionWrite:
-		a, err := decodeRegionAccess(h, payload)
-		if err != nil {
-			return m, err
-		}
-		m.Body = a
-	case h.Cmd == CmdDMARead || h.Cmd == CmdDMAWrite:
-		if len(payload) < 16 {
-			return m, malformed(h, "%d bytes", len(payload))
-		}
-		a := DMAAccess{Address: le64(payload[0:]), Count: le64(payload[8:])}
-		withData := (h.Cmd == CmdDMARead) == reply
-		want := uint64(16)
-		if a.Count > MaxDataXfer {
-			return m, malformed(h, "count %d", a.Count)
-		}
-		if withData {
-			want += a.Count
-			a.Data = payload[16:]
-		}
-		if uint64(len(payload)) != want || a.Address+a.Count < a.Address {
-			return m, malformed(h, "count %d with %d bytes", a.Count, len(payload))
-		}
-		m.Body = a
-	case h.Cmd == CmdDeviceReset:
-		if len(payload) != 0 {
-			return m, malformed(h, "%d bytes", len(payload))
-		}
+	body, wantFDs, err := decodeBody(h, payload, nfds)
+	if err != nil {
+		return m, err
 	}
+	m.Body = body
 	if reply {
 		wantFDs = 0
 	}
@@ -449,6 +317,200 @@ func DecodeMessage(hdr, payload []byte, nfds int) (Message, error) {
 		return m, fmt.Errorf("%w: %d with %s %s", ErrUnexpectedFDs, nfds, h.Cmd, kind(h))
 	}
 	return m, nil
+}
+
+// decodeBody decodes and checks the body of a known command or its
+// (non-error) reply, one decoder per command. It returns the body (nil for
+// the commands and replies that have none) and the largest descriptor count
+// the command allows; the caller checks nfds against it. On error the body
+// is to be dropped.
+func decodeBody(h Header, payload []byte, nfds int) (body any, wantFDs int, err error) {
+	switch h.Cmd {
+	case CmdVersion:
+		return decodeVersion(h, payload)
+	case CmdDMAMap:
+		return decodeDMAMap(h, payload)
+	case CmdDMAUnmap:
+		return decodeDMAUnmap(h, payload)
+	case CmdDeviceGetInfo:
+		return decodeDeviceInfo(h, payload)
+	case CmdRegionInfo:
+		return decodeRegionInfo(h, payload)
+	case CmdIRQInfo:
+		return decodeIRQInfo(h, payload)
+	case CmdSetIRQs:
+		return decodeSetIRQs(h, payload, nfds)
+	case CmdRegionRead, CmdRegionWrite:
+		a, err := decodeRegionAccess(h, payload)
+		if err != nil {
+			return nil, 0, err
+		}
+		return a, 0, nil
+	case CmdDMARead, CmdDMAWrite:
+		return decodeDMAAccess(h, payload)
+	case CmdDeviceReset:
+		if len(payload) != 0 {
+			return nil, 0, malformed(h, "%d bytes", len(payload))
+		}
+	}
+	return nil, 0, nil
+}
+
+// decodeVersion decodes a VERSION command or reply: the version and the
+// capabilities JSON up to its NUL.
+func decodeVersion(h Header, payload []byte) (any, int, error) {
+	if len(payload) < 4 {
+		return nil, 0, malformed(h, "%d bytes", len(payload))
+	}
+	v := Version{Major: le16(payload[0:]), Minor: le16(payload[2:])}
+	caps := payload[4:]
+	for i, c := range caps {
+		if c == 0 {
+			caps = caps[:i]
+			break
+		}
+	}
+	v.Capabilities = string(caps)
+	return v, 0, nil
+}
+
+// decodeDMAMap decodes a DMA_MAP command (which may carry the region's
+// descriptor) or its empty reply.
+func decodeDMAMap(h Header, payload []byte) (any, int, error) {
+	if h.IsReply() {
+		if len(payload) != 0 {
+			return nil, 0, malformed(h, "%d bytes", len(payload))
+		}
+		return nil, 0, nil
+	}
+	if len(payload) != 32 {
+		return nil, 0, malformed(h, "%d bytes, want 32", len(payload))
+	}
+	d := DMAMap{Argsz: le32(payload[0:]), Flags: le32(payload[4:]), Offset: le64(payload[8:]), IOVA: le64(payload[16:]), Size: le64(payload[24:])}
+	if d.Argsz != 32 || d.Flags&^(DMAFlagRead|DMAFlagWrite) != 0 || d.Size == 0 || d.IOVA+d.Size < d.IOVA {
+		return nil, 0, malformed(h, "argsz %d flags 0x%x iova 0x%x size 0x%x", d.Argsz, d.Flags, d.IOVA, d.Size)
+	}
+	return d, 1, nil
+}
+
+// decodeDMAUnmap decodes a DMA_UNMAP command or its reply (empty, or the
+// command echoed).
+func decodeDMAUnmap(h Header, payload []byte) (any, int, error) {
+	if h.IsReply() && len(payload) == 0 {
+		return nil, 0, nil
+	}
+	if len(payload) != 24 {
+		return nil, 0, malformed(h, "%d bytes, want 24", len(payload))
+	}
+	d := DMAUnmap{Argsz: le32(payload[0:]), Flags: le32(payload[4:]), IOVA: le64(payload[8:]), Size: le64(payload[16:])}
+	if d.Argsz != 24 || d.Flags&^DMAUnmapAll != 0 || d.IOVA+d.Size < d.IOVA {
+		return nil, 0, malformed(h, "argsz %d flags 0x%x", d.Argsz, d.Flags)
+	}
+	return d, 0, nil
+}
+
+// decodeDeviceInfo decodes a DEVICE_GET_INFO command (4 to 16 bytes, whole
+// words) or its 16-byte reply.
+func decodeDeviceInfo(h Header, payload []byte) (any, int, error) {
+	reply := h.IsReply()
+	if reply && len(payload) != 16 || !reply && (len(payload) < 4 || len(payload) > 16 || len(payload)%4 != 0) {
+		return nil, 0, malformed(h, "%d bytes", len(payload))
+	}
+	var p [16]byte
+	copy(p[:], payload)
+	return DeviceInfo{Argsz: le32(p[0:]), Flags: le32(p[4:]), NumRegions: le32(p[8:]), NumIRQs: le32(p[12:])}, 0, nil
+}
+
+// decodeRegionInfo decodes a DEVICE_GET_REGION_INFO command (32 bytes) or
+// its reply (32 bytes or more, with capabilities).
+func decodeRegionInfo(h Header, payload []byte) (any, int, error) {
+	if len(payload) < 32 || !h.IsReply() && len(payload) != 32 {
+		return nil, 0, malformed(h, "%d bytes", len(payload))
+	}
+	return RegionInfo{Argsz: le32(payload[0:]), Flags: le32(payload[4:]), Index: le32(payload[8:]),
+		CapOffset: le32(payload[12:]), Size: le64(payload[16:]), Offset: le64(payload[24:])}, 0, nil
+}
+
+// decodeIRQInfo decodes a DEVICE_GET_IRQ_INFO command or reply (16 bytes).
+func decodeIRQInfo(h Header, payload []byte) (any, int, error) {
+	if len(payload) != 16 {
+		return nil, 0, malformed(h, "%d bytes, want 16", len(payload))
+	}
+	return IRQInfo{Argsz: le32(payload[0:]), Flags: le32(payload[4:]), Index: le32(payload[8:]), Count: le32(payload[12:])}, 0, nil
+}
+
+// decodeSetIRQs decodes a DEVICE_SET_IRQS command, whose flags must name
+// exactly one data kind and one action, and whose data must match its count
+// (Count eventfds, or none to de-assign), or its empty reply.
+func decodeSetIRQs(h Header, payload []byte, nfds int) (any, int, error) {
+	if h.IsReply() {
+		if len(payload) != 0 {
+			return nil, 0, malformed(h, "%d bytes", len(payload))
+		}
+		return nil, 0, nil
+	}
+	if len(payload) < 20 {
+		return nil, 0, malformed(h, "%d bytes", len(payload))
+	}
+	s := SetIRQs{Argsz: le32(payload[0:]), Flags: le32(payload[4:]), Index: le32(payload[8:]),
+		Start: le32(payload[12:]), Count: le32(payload[16:]), Data: payload[20:]}
+	data, action := s.Flags&irqDataMask, s.Flags&irqActionMask
+	if s.Flags&^(irqDataMask|irqActionMask) != 0 || data&(data-1) != 0 || data == 0 || action&(action-1) != 0 || action == 0 {
+		return nil, 0, malformed(h, "flags 0x%x", s.Flags)
+	}
+	if s.Start > 1<<16 || s.Count > 1<<16 || int(s.Argsz) != len(payload) {
+		return nil, 0, malformed(h, "argsz %d start %d count %d", s.Argsz, s.Start, s.Count)
+	}
+	wantFDs := 0
+	switch data {
+	case IRQDataNone:
+		if len(s.Data) != 0 {
+			return nil, 0, malformed(h, "%d data bytes with DATA_NONE", len(s.Data))
+		}
+		s.Data = nil
+	case IRQDataBool:
+		if len(s.Data) != int(s.Count) {
+			return nil, 0, malformed(h, "%d bool bytes for count %d", len(s.Data), s.Count)
+		}
+	case IRQDataEventfd:
+		if len(s.Data) != 0 {
+			return nil, 0, malformed(h, "%d data bytes with DATA_EVENTFD", len(s.Data))
+		}
+		s.Data = nil
+		// Count descriptors, or none: a run of vectors without
+		// eventfd (de-assigned), as QEMU sends the -1 entries of its
+		// VFIO request.
+		if nfds != int(s.Count) && nfds != 0 {
+			if nfds > int(s.Count) {
+				return nil, 0, fmt.Errorf("%w: %d eventfds for count %d", ErrUnexpectedFDs, nfds, s.Count)
+			}
+			return nil, 0, malformed(h, "%d eventfds for count %d (want %d, or none to de-assign)", nfds, s.Count, s.Count)
+		}
+		wantFDs = nfds
+	}
+	return s, wantFDs, nil
+}
+
+// decodeDMAAccess decodes a DMA_READ or DMA_WRITE command or reply: the
+// data follows the 16-byte head on a write command and a read reply.
+func decodeDMAAccess(h Header, payload []byte) (any, int, error) {
+	if len(payload) < 16 {
+		return nil, 0, malformed(h, "%d bytes", len(payload))
+	}
+	a := DMAAccess{Address: le64(payload[0:]), Count: le64(payload[8:])}
+	withData := (h.Cmd == CmdDMARead) == h.IsReply()
+	want := uint64(16)
+	if a.Count > MaxDataXfer {
+		return nil, 0, malformed(h, "count %d", a.Count)
+	}
+	if withData {
+		want += a.Count
+		a.Data = payload[16:]
+	}
+	if uint64(len(payload)) != want || a.Address+a.Count < a.Address {
+		return nil, 0, malformed(h, "count %d with %d bytes", a.Count, len(payload))
+	}
+	return a, 0, nil
 }
 
 // decodeRegionAccess decodes and checks the body of a REGION_READ or

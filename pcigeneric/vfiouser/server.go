@@ -388,18 +388,7 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 		dev.mu.Unlock()
 	}()
 	dev.sessions.Add(1)
-	s := &session{
-		dev:     dev,
-		w:       newWire(conn),
-		cfg:     newConfigSpace(dev.PCI),
-		mem:     &dmaTable{faults: &dev.faults},
-		irqs:    newIRQTable(dev.PCI.Vectors, &dev.raised, &dev.lost, &dev.held),
-		pending: map[uint16]chan Message{},
-		dead:    make(chan struct{}),
-	}
-	s.w.greedy = true // several messages per recvmsg (see wire)
-	s.mem.fallback = s.dmaMessage
-	s.cfg.pm = &dev.pm
+	s := newSession(dev, conn)
 	dev.log.Info("connect")
 	ec, fns, err := dev.cfg()
 	if err != nil {
@@ -417,28 +406,7 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 	dev.mu.Unlock()
 
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
-	cmds := make(chan inbound, 16)
-	var rerr error
-	go func() {
-		defer close(cmds)
-		rerr = s.readLoop(cmds)
-	}()
-	var herr error
-	for in := range cmds {
-		if herr != nil {
-			closeFDs(in.fds)
-			s.queued.Add(-1)
-			continue
-		}
-		if err := s.handle(in); err != nil {
-			herr = err
-			_ = conn.Close()
-		}
-		s.queued.Add(-1)
-	}
-	if herr == nil {
-		herr = s.inlineErr
-	}
+	herr, rerr := s.run(conn)
 	stop()
 	_ = conn.Close()
 	close(s.dead)
@@ -456,6 +424,60 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 	if ctx.Err() != nil {
 		err = nil
 	}
+	logDisconnect(dev, modem, ec, fns, err)
+	return err
+}
+
+// newSession makes the session state for a client on conn.
+func newSession(dev *ServerDevice, conn *net.UnixConn) *session {
+	s := &session{
+		dev:     dev,
+		w:       newWire(conn),
+		cfg:     newConfigSpace(dev.PCI),
+		mem:     &dmaTable{faults: &dev.faults},
+		irqs:    newIRQTable(dev.PCI.Vectors, &dev.raised, &dev.lost, &dev.held),
+		pending: map[uint16]chan Message{},
+		dead:    make(chan struct{}),
+	}
+	s.w.greedy = true // several messages per recvmsg (see wire)
+	s.mem.fallback = s.dmaMessage
+	s.cfg.pm = &dev.pm
+	return s
+}
+
+// run reads the client's messages on a reader goroutine and handles them
+// in order until the stream ends. After the first handling error it closes
+// conn and only drains (and closes the descriptors of) what was queued.
+// It returns the handling error (or the reader's inline error) and the
+// reader's error.
+func (s *session) run(conn *net.UnixConn) (herr, rerr error) {
+	cmds := make(chan inbound, 16)
+	go func() {
+		defer close(cmds)
+		rerr = s.readLoop(cmds)
+	}()
+	for in := range cmds {
+		if herr != nil {
+			closeFDs(in.fds)
+			s.queued.Add(-1)
+			continue
+		}
+		if err := s.handle(in); err != nil {
+			herr = err
+			_ = conn.Close()
+		}
+		s.queued.Add(-1)
+	}
+	if herr == nil {
+		herr = s.inlineErr
+	}
+	return herr, rerr
+}
+
+// logDisconnect logs the end of a session (err is its reason, nil for a
+// clean end) with the modem's, the IP data pairs' and the control
+// functions' counters.
+func logDisconnect(dev *ServerDevice, modem *ep.Device, ec ep.Config, fns *mock.Functions, err error) {
 	reason := "eof"
 	if err != nil {
 		reason = err.Error()
@@ -477,7 +499,6 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 			"mbim_messages_in", ms.MBIMMessagesIn, "mbim_messages_out", ms.MBIMMessagesOut,
 			"mbim_function_errors", ms.MBIMFunctionErrors, "mbim_not_supported", ms.MBIMNotSupported)
 	}
-	return err
 }
 
 var (
@@ -731,17 +752,7 @@ func (s *session) dispatch(m Message, fds []int) (any, error) {
 		}
 		return Version{Major: 0, Minor: 0, Capabilities: ServerCapabilities}, nil
 	case DMAMap:
-		fd := -1
-		if len(fds) == 1 {
-			fd = fds[0]
-			defer unix.Close(fd)
-		}
-		if err := s.mem.add(b, fd); err != nil {
-			return nil, err
-		}
-		s.dev.maps.Add(1)
-		log.Info("dma_map", "iova", b.IOVA, "size", b.Size, "offset", b.Offset, "flags", b.Flags, "fd", fd >= 0)
-		return nil, nil
+		return nil, s.dmaMap(b, fds)
 	case DMAUnmap:
 		n := s.mem.remove(b.IOVA, b.Size, b.Flags&DMAUnmapAll != 0)
 		log.Info("dma_unmap", "iova", b.IOVA, "size", b.Size, "flags", b.Flags, "regions", n)
@@ -749,29 +760,15 @@ func (s *session) dispatch(m Message, fds []int) (any, error) {
 	case DeviceInfo:
 		return DeviceInfo{Argsz: 16, Flags: DeviceFlagPCI | DeviceFlagReset, NumRegions: NumRegions, NumIRQs: NumIRQs}, nil
 	case RegionInfo:
-		ri := RegionInfo{Argsz: 32, Index: b.Index}
-		switch b.Index {
-		case RegionBAR0:
-			ri.Flags, ri.Size = RegionFlagRead|RegionFlagWrite, s.dev.PCI.BARSize
-		case RegionConfig:
-			ri.Flags, ri.Size = RegionFlagRead|RegionFlagWrite, ConfigSize
-		case RegionBAR2:
-			ri.Flags, ri.Size = RegionFlagRead|RegionFlagWrite, MSIXBARSize
-		default:
-			if b.Index >= NumRegions {
-				return nil, fail(unix.EINVAL, "vfiouser: region %d", b.Index)
-			}
+		ri, err := s.regionInfo(b.Index)
+		if err != nil {
+			return nil, err
 		}
 		return ri, nil
 	case IRQInfo:
-		ii := IRQInfo{Argsz: 16, Index: b.Index}
-		switch b.Index {
-		case IRQMSI, IRQMSIX:
-			ii.Flags, ii.Count = IRQInfoEventfd|IRQInfoMaskable|IRQInfoNoResize, uint32(s.dev.PCI.Vectors)
-		case IRQINTx, IRQErr, IRQReq:
-			ii.Flags = IRQInfoEventfd
-		default:
-			return nil, fail(unix.EINVAL, "vfiouser: IRQ index %d", b.Index)
+		ii, err := s.irqInfo(b.Index)
+		if err != nil {
+			return nil, err
 		}
 		return ii, nil
 	case SetIRQs:
@@ -805,6 +802,57 @@ func (s *session) dispatch(m Message, fds []int) (any, error) {
 	}
 	closeFDs(fds)
 	return nil, fail(unix.EINVAL, "vfiouser: unexpected %s", m.Header.Cmd)
+}
+
+// dmaMap carries out DMA_MAP: it adds the region (backed by its descriptor,
+// if one came, which it closes; else served by DMA_READ/DMA_WRITE).
+func (s *session) dmaMap(b DMAMap, fds []int) error {
+	fd := -1
+	if len(fds) == 1 {
+		fd = fds[0]
+		defer unix.Close(fd)
+	}
+	if err := s.mem.add(b, fd); err != nil {
+		return err
+	}
+	s.dev.maps.Add(1)
+	s.dev.log.Info("dma_map", "iova", b.IOVA, "size", b.Size, "offset", b.Offset, "flags", b.Flags, "fd", fd >= 0)
+	return nil
+}
+
+// regionInfo answers DEVICE_GET_REGION_INFO for region index: BAR0, config
+// space and the MSI-X BAR are read-write; the other regions below
+// NumRegions are empty.
+func (s *session) regionInfo(index uint32) (RegionInfo, error) {
+	ri := RegionInfo{Argsz: 32, Index: index}
+	switch index {
+	case RegionBAR0:
+		ri.Flags, ri.Size = RegionFlagRead|RegionFlagWrite, s.dev.PCI.BARSize
+	case RegionConfig:
+		ri.Flags, ri.Size = RegionFlagRead|RegionFlagWrite, ConfigSize
+	case RegionBAR2:
+		ri.Flags, ri.Size = RegionFlagRead|RegionFlagWrite, MSIXBARSize
+	default:
+		if index >= NumRegions {
+			return RegionInfo{}, fail(unix.EINVAL, "vfiouser: region %d", index)
+		}
+	}
+	return ri, nil
+}
+
+// irqInfo answers DEVICE_GET_IRQ_INFO for IRQ index: MSI and MSI-X have
+// the device's vectors, the other known indexes none.
+func (s *session) irqInfo(index uint32) (IRQInfo, error) {
+	ii := IRQInfo{Argsz: 16, Index: index}
+	switch index {
+	case IRQMSI, IRQMSIX:
+		ii.Flags, ii.Count = IRQInfoEventfd|IRQInfoMaskable|IRQInfoNoResize, uint32(s.dev.PCI.Vectors)
+	case IRQINTx, IRQErr, IRQReq:
+		ii.Flags = IRQInfoEventfd
+	default:
+		return IRQInfo{}, fail(unix.EINVAL, "vfiouser: IRQ index %d", index)
+	}
+	return ii, nil
 }
 
 // setIRQs carries out DEVICE_SET_IRQS as the vfio-user specification

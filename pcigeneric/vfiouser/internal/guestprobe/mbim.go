@@ -176,18 +176,43 @@ func runMBIM(args []string) bool {
 		return false
 	}
 	if *quick {
-		c.tid++
-		m, _, err := c.transact(n, mbim.AppendClose(nil, c.tid))
-		if err == nil && m.DoneStatus() != mbim.StatusSuccess {
-			err = fmt.Errorf("CLOSE_DONE status %v", m.DoneStatus())
-		}
+		err := c.closeFunction(n)
 		n.close()
 		return check(p+"close", err, "CLOSE answered CLOSE_DONE Success")
 	}
+	if !c.checkLarge(n, p) || !c.checkSmallest(n, p, caps) {
+		return false
+	}
+	n.close()
+	if !c.checkReopens(*dev, t, p, caps, *reopens) || !c.checkShared(*dev, t, p) {
+		return false
+	}
 
-	// More than a page each way: one write of 4 880 bytes; the answer in
-	// fragments of at most 4096 bytes, then, after an OPEN announcing
-	// 32768, in a single read.
+	n, err = openNode(*dev, t)
+	if err == nil {
+		err = c.closeFunction(n)
+		n.close()
+	}
+	if err == nil && c.indications != 0 {
+		err = fmt.Errorf("%d unexpected INDICATE_STATUS", c.indications)
+	}
+	return check(p+"close", err, "CLOSE answered CLOSE_DONE Success")
+}
+
+// closeFunction sends CLOSE on n and checks that CLOSE_DONE says Success.
+func (c *mbimClient) closeFunction(n *node) error {
+	c.tid++
+	m, _, err := c.transact(n, mbim.AppendClose(nil, c.tid))
+	if err == nil && m.DoneStatus() != mbim.StatusSuccess {
+		err = fmt.Errorf("CLOSE_DONE status %v", m.DoneStatus())
+	}
+	return err
+}
+
+// checkLarge checks messages of more than a page each way: one write of
+// 4 880 bytes; the answer in fragments of at most 4096 bytes, then, after
+// an OPEN announcing 32768, in a single read.
+func (c *mbimClient) checkLarge(n *node, p string) bool {
 	sent, got, frags, err := c.subscribe(n)
 	if err == nil && frags != 2 {
 		err = fmt.Errorf("answer in %d fragments, want 2 of at most 4096 bytes", frags)
@@ -202,12 +227,12 @@ func runMBIM(args []string) bool {
 	if err == nil && frags != 1 {
 		err = fmt.Errorf("answer in %d fragments, want 1", frags)
 	}
-	if !check(p+"large-single", err, fmt.Sprintf("sent=%d got=%d fragments=%d", sent, got, frags)) {
-		return false
-	}
+	return check(p+"large-single", err, fmt.Sprintf("sent=%d got=%d fragments=%d", sent, got, frags))
+}
 
-	// The smallest MaxControlTransfer: DEVICE_CAPS comes in fragments of
-	// 64 bytes, one read each.
+// checkSmallest checks the smallest MaxControlTransfer: DEVICE_CAPS (caps
+// when unfragmented) comes in fragments of 64 bytes, one read each.
+func (c *mbimClient) checkSmallest(n *node, p string, caps mbim.DeviceCaps) bool {
 	if !check(p+"reopen-64", c.open(n, mbim.MinControlTransfer), "OPEN (MaxControlTransfer 64) answered Success") {
 		return false
 	}
@@ -215,15 +240,15 @@ func runMBIM(args []string) bool {
 	if err == nil && (frags < 2 || small != caps) {
 		err = fmt.Errorf("%d fragments, caps %s (unfragmented: %s)", frags, capsText(small), capsText(caps))
 	}
-	if !check(p+"fragmented", err, fmt.Sprintf("%s fragments=%d", capsText(small), frags)) {
-		return false
-	}
-	n.close()
+	return check(p+"fragmented", err, fmt.Sprintf("%s fragments=%d", capsText(small), frags))
+}
 
-	// Closing the node resets the channels; the function stays open, so
-	// DEVICE_CAPS works on every new session without a new OPEN.
-	for i := range *reopens {
-		n, err := openNode(*dev, t)
+// checkReopens checks that closing the node resets the channels while the
+// function stays open, so DEVICE_CAPS (caps) works on each of reopens new
+// sessions without a new OPEN.
+func (c *mbimClient) checkReopens(dev string, t *tally, p string, caps mbim.DeviceCaps, reopens int) bool {
+	for i := range reopens {
+		n, err := openNode(dev, t)
 		if err == nil {
 			var again mbim.DeviceCaps
 			again, _, err = c.deviceCaps(n)
@@ -236,15 +261,17 @@ func runMBIM(args []string) bool {
 			return check(p+"reopen", fmt.Errorf("session %d: %w", i+2, err), "")
 		}
 	}
-	check(p+"reopen", nil, fmt.Sprintf("%d more sessions, DEVICE_CAPS answered in each without a new OPEN", *reopens))
+	return check(p+"reopen", nil, fmt.Sprintf("%d more sessions, DEVICE_CAPS answered in each without a new OPEN", reopens))
+}
 
-	// Two descriptors at once share one channel session: the channels
-	// stay started until the last one closes.
-	a, err := openNode(*dev, t)
+// checkShared checks that two descriptors at once share one channel
+// session: the channels stay started until the last one closes.
+func (c *mbimClient) checkShared(dev string, t *tally, p string) bool {
+	a, err := openNode(dev, t)
 	if err != nil {
 		return check(p+"shared", err, "")
 	}
-	b, err := openNode(*dev, t)
+	b, err := openNode(dev, t)
 	if err != nil {
 		a.close()
 		return check(p+"shared", err, "")
@@ -255,22 +282,5 @@ func runMBIM(args []string) bool {
 		_, _, err = c.deviceCaps(b)
 	}
 	b.close()
-	if !check(p+"shared", err, "two descriptors open, DEVICE_CAPS before and after the first closed") {
-		return false
-	}
-
-	n, err = openNode(*dev, t)
-	if err == nil {
-		c.tid++
-		var m mbim.Message
-		m, _, err = c.transact(n, mbim.AppendClose(nil, c.tid))
-		if err == nil && m.DoneStatus() != mbim.StatusSuccess {
-			err = fmt.Errorf("CLOSE_DONE status %v", m.DoneStatus())
-		}
-		n.close()
-	}
-	if err == nil && c.indications != 0 {
-		err = fmt.Errorf("%d unexpected INDICATE_STATUS", c.indications)
-	}
-	return check(p+"close", err, "CLOSE answered CLOSE_DONE Success")
+	return check(p+"shared", err, "two descriptors open, DEVICE_CAPS before and after the first closed")
 }

@@ -103,6 +103,41 @@ func (c *qmiClient) dmsIdentity(n *node, cid uint8) (string, error) {
 	return strings.Join(out, " "), nil
 }
 
+// versionInfo asks CTL for its version info and returns the service list
+// as "service major.minor" entries.
+func (c *qmiClient) versionInfo(n *node) ([]string, error) {
+	tl, err := c.request(n, qmi.CTL, 0, qmi.CTLGetVersionInfo, nil)
+	var svcs []string
+	if err == nil {
+		v, ok := tl.Find(0x01)
+		rd := qmi.NewReader(v)
+		cnt := int(rd.U8())
+		for range cnt {
+			s, major, minor := qmi.Service(rd.U8()), rd.U16(), rd.U16()
+			svcs = append(svcs, fmt.Sprintf("%v %d.%d", s, major, minor))
+		}
+		if err = rd.Finish(); !ok || err != nil {
+			err = fmt.Errorf("service list TLV: present %v, %v", ok, err)
+		}
+	}
+	return svcs, err
+}
+
+// allocateDMS asks CTL for a DMS client id.
+func (c *qmiClient) allocateDMS(n *node) (uint8, error) {
+	tl, err := c.request(n, qmi.CTL, 0, qmi.CTLAllocateCID, func(b *qmi.Builder) { b.TLVU8(0x01, uint8(qmi.DMS)) })
+	var cid uint8
+	if err == nil {
+		v, _ := tl.Find(0x01)
+		if len(v) != 2 || qmi.Service(v[0]) != qmi.DMS {
+			err = fmt.Errorf("allocation TLV % x", v)
+		} else {
+			cid = v[1]
+		}
+	}
+	return cid, err
+}
+
 // runQMI is the qmi command.
 func runQMI(args []string) bool {
 	fs := flag.NewFlagSet("qmi", flag.ExitOnError)
@@ -119,35 +154,13 @@ func runQMI(args []string) bool {
 	if !check(p+"node", err, "open "+*dev) {
 		return false
 	}
-	tl, err := c.request(n, qmi.CTL, 0, qmi.CTLGetVersionInfo, nil)
-	var svcs []string
-	if err == nil {
-		v, ok := tl.Find(0x01)
-		rd := qmi.NewReader(v)
-		cnt := int(rd.U8())
-		for range cnt {
-			s, major, minor := qmi.Service(rd.U8()), rd.U16(), rd.U16()
-			svcs = append(svcs, fmt.Sprintf("%v %d.%d", s, major, minor))
-		}
-		if err = rd.Finish(); !ok || err != nil {
-			err = fmt.Errorf("service list TLV: present %v, %v", ok, err)
-		}
-	}
+	svcs, err := c.versionInfo(n)
 	if !check(p+"version", err, fmt.Sprintf("services=%q", strings.Join(svcs, ","))) {
 		n.close()
 		return false
 	}
 
-	tl, err = c.request(n, qmi.CTL, 0, qmi.CTLAllocateCID, func(b *qmi.Builder) { b.TLVU8(0x01, uint8(qmi.DMS)) })
-	var cid uint8
-	if err == nil {
-		v, _ := tl.Find(0x01)
-		if len(v) != 2 || qmi.Service(v[0]) != qmi.DMS {
-			err = fmt.Errorf("allocation TLV % x", v)
-		} else {
-			cid = v[1]
-		}
-	}
+	cid, err := c.allocateDMS(n)
 	if !check(p+"allocate", err, fmt.Sprintf("DMS client id %d", cid)) {
 		n.close()
 		return false
