@@ -83,8 +83,9 @@ stats() { for f in rx_packets tx_packets rx_bytes tx_bytes rx_errors tx_errors r
 kernlog() { dmesg | grep -iE 'mhi|wwan' | grep -vE 'insmod|Loading' ; }
 # pingcheck NAME COUNT ADDRESS: ping and check every echo came back. A
 # loaded host can delay an echo past 2 s (counted by the interface, not by
-# ping): wait 5 s unless the modem is broken on purpose (gomhi.stop).
-pingwait=5; [ -n "$stopafter" ] && pingwait=2
+# ping; seen once past 5 s with the machine at a load of 20): wait 10 s
+# unless the modem is broken on purpose (gomhi.stop).
+pingwait=10; [ -n "$stopafter" ] && pingwait=2
 pingcheck() { out=$(ping -c $2 -W $pingwait $3 2>&1); echo "$out" | grep -q " $2 packets received"; check $1 $? "$(echo "$out" | grep -E 'transmitted|bad|unreach')"; }
 # ctlports NODE…: the wwan ports exist (check node-NODE) with their types.
 ctlports() {
