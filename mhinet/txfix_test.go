@@ -84,9 +84,13 @@ func TestSetMTUUnderLoadNeverTruncates(t *testing.T) {
 			}
 		}
 	}()
-	deadline := time.Now().Add(2 * time.Second)
+	// At least 2 s, and on until both MTUs have been exercised (a loaded
+	// machine may not have run the sender at the small MTU yet), 20 s at
+	// most.
+	deadline, hard := time.Now().Add(2*time.Second), time.Now().Add(20*time.Second)
+	exercised := func() bool { s := r.dev.Stats(); return s.TxTooLong > 0 && s.TxPackets > 0 }
 	changes := 0
-	for time.Now().Before(deadline) {
+	for time.Now().Before(hard) && (time.Now().Before(deadline) || !exercised()) {
 		for _, mtu := range []int{600, 1500} {
 			if err := r.dev.SetMTU(mtu); err != nil {
 				t.Errorf("SetMTU(%d): %v", mtu, err)

@@ -189,6 +189,11 @@ func TestReservationAcrossResets(t *testing.T) {
 	h.powerUp()
 	h.startChannel(1)
 	p, _ := h.dev.Pipe(LoopbackName)
+	// The channel runs once the device has posted the START completion
+	// (activate), a moment after the host sees it.
+	for deadline := time.Now().Add(5 * time.Second); p.DownlinkState() != mhi.ChannelRunning && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	b, err := p.TryReserve(16)
 	if err != nil {
 		t.Fatal(err)
