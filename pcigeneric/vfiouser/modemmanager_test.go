@@ -198,6 +198,10 @@ check registered $rc "state $(key /tmp/m0 modem.generic.state) at $(uptime) s"
 echo "MARK registered"
 connect "" 5
 /gomhi/guestprobe udp -name udp-echo -to "$gw:7" -count 10 -size 1000
+# A quiet moment for the counts compared with the modem's: the interface's
+# counters unchanged over 0.5 s (a loaded host can let a last packet leave
+# after the echoes are done), at most 20 rounds.
+n=0; while [ $n -lt 20 ]; do a=$(stats $dev); sleep 0.5; [ "$a" = "$(stats $dev)" ] && break; n=$((n+1)); done
 echo "STATS $(stats $dev)"
 echo "MARK connected"
 block mmcli-m0 mmcli -m 0
