@@ -361,7 +361,7 @@ func (r *mmRun) mark(t *testing.T, step string) mmSnap {
 	defer r.mu.Unlock()
 	s, ok := r.marks[step]
 	if !ok {
-		t.Fatalf("%s: the guest never reached MARK %s; serial log:\n%s\nModemManager log:\n%s", r.model.name, step, r.serial, r.mmLog)
+		r.fatal(t, fmt.Sprintf("%s: the guest never reached MARK %s", r.model.name, step))
 	}
 	return s
 }
@@ -473,9 +473,40 @@ func (r *mmRun) run(t *testing.T) {
 	}
 	t.Logf("%s: boot, ModemManager and checks %v (qemu: %v)", r.model.name, res.Elapsed.Round(time.Millisecond), errText(res.Err))
 	if res.Err != nil || !strings.Contains(res.Serial, "GUEST DONE") {
-		t.Fatalf("%s: guest did not finish (qemu: %v)\nserial log:\n%s\nqemu output:\n%s\nModemManager log:\n%s",
-			r.model.name, errText(res.Err), res.Serial, res.Stderr, r.mmLog)
+		r.fatal(t, fmt.Sprintf("%s: guest did not finish (qemu: %v)\nqemu output:\n%s", r.model.name, errText(res.Err), res.Stderr))
 	}
+}
+
+// mmDigestLine picks the lines of ModemManager's log that tell a modem's
+// life: warnings and errors, modems created, exported, invalidated,
+// reprobed or removed, SIM events, probing results and timeouts.
+var mmDigestLine = regexp.MustCompile(`(?i)^<(warn|err|error|crit|critical)>|reprob|recreat|creating modem|exported modem|no longer valid|sim (identifier|imsi) has changed|hot.?swap|slot status|timed out|timeout|probing finished|port '.*' grabbed|port .* released|(QMI|MBIM)-powered|caught signal`)
+
+// mmDigestMax bounds the digest's length.
+const mmDigestMax = 80
+
+// fatal fails the test with msg, the guest's serial log and ModemManager's
+// log, and then, last (CI keeps only the tail of a long output), a digest
+// of ModemManager's log, the guest's CHECK and MARK lines and msg again.
+func (r *mmRun) fatal(t *testing.T, msg string) {
+	t.Helper()
+	var digest []string
+	for _, l := range strings.Split(r.mmLog, "\n") {
+		if mmDigestLine.MatchString(l) {
+			digest = append(digest, l)
+		}
+	}
+	if len(digest) > mmDigestMax {
+		digest = append([]string{fmt.Sprintf("(%d earlier lines left out)", len(digest)-mmDigestMax)}, digest[len(digest)-mmDigestMax:]...)
+	}
+	var steps []string
+	for _, l := range strings.Split(r.serial, "\n") {
+		if strings.HasPrefix(l, "CHECK ") || strings.HasPrefix(l, "MARK ") || strings.HasPrefix(l, "INFO ") {
+			steps = append(steps, l)
+		}
+	}
+	t.Fatalf("%s\nserial log:\n%s\nModemManager log:\n%s\n--- digest of ModemManager's log:\n%s\n--- the guest's steps:\n%s\n--- %s",
+		msg, r.serial, r.mmLog, strings.Join(digest, "\n"), strings.Join(steps, "\n"), msg)
 }
 
 var (
@@ -529,7 +560,7 @@ func (r *mmRun) requireChecks(t *testing.T, names ...string) {
 	t.Helper()
 	got := checks(r.serial)
 	if bad := failedChecks(got, names); len(bad) > 0 {
-		t.Fatalf("%s: guest checks failed:\n  %s\nserial log:\n%s\nModemManager log:\n%s", r.model.name, strings.Join(bad, "\n  "), r.serial, r.mmLog)
+		r.fatal(t, fmt.Sprintf("%s: guest checks failed:\n  %s", r.model.name, strings.Join(bad, "\n  ")))
 	}
 	for _, n := range slices.Sorted(maps.Keys(got)) {
 		t.Logf("%s: guest: CHECK %s %s", r.model.name, n, got[n])
@@ -838,7 +869,7 @@ func TestModemManagerCatchesBrokenConnect(t *testing.T) {
 	got := checks(r.serial)
 	for _, n := range []string{"modem-listed", "modem-initialized", "registered"} {
 		if !strings.HasPrefix(got[n], "PASS") {
-			t.Fatalf("the guest failed before the connect (%s: %q); serial log:\n%s\nModemManager log:\n%s", n, got[n], r.serial, r.mmLog)
+			r.fatal(t, fmt.Sprintf("the guest failed before the connect (%s: %q)", n, got[n]))
 		}
 	}
 	if mangled.Load() == 0 {
