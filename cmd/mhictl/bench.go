@@ -20,9 +20,9 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
+	"github.com/gomhi/gomhi/cmd/mhictl/internal/sweep"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/mhinet/sweep"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 )
 

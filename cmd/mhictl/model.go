@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/gomhi/gomhi/mhinet/sweep"
+	"github.com/gomhi/gomhi/cmd/mhictl/internal/sweep"
 )
 
 func newModelCmd() *cobra.Command {
@@ -47,7 +47,7 @@ residual) in the three cases and each row's residual. A parameter that
 barely moves the objective is one the table cannot determine (it must be
 set from other evidence); two that move the residuals the same way cannot
 be told apart by the table.`,
-		Example: `  mhictl model sensitivity --table mhinet/sweep/profiles/mru-thread.csv`,
+		Example: `  mhictl model sensitivity --table cmd/mhictl/internal/sweep/profiles/mru-thread.csv`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rows, p, err := loadTableAndProfile(table, prof)
@@ -155,7 +155,7 @@ shipped profile reproduces it.
 Prints each row's measured and modelled line-rate percentage and their
 relative residual, then the fitted parameters; --profile writes the fitted
 profile as JSON.`,
-		Example: `  mhictl model fit --table mhinet/sweep/profiles/mru-thread.csv
+		Example: `  mhictl model fit --table cmd/mhictl/internal/sweep/profiles/mru-thread.csv
   mhictl model fit --table mytable.csv --start mru-thread --profile mine.json
   mhictl bench --timing mine.json --quick`,
 		Args: cobra.NoArgs,

@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gomhi/gomhi/cmd/mhictl/internal/sweep"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/mhinet/sweep"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhinet/sweep"
+	"github.com/gomhi/gomhi/cmd/mhictl/internal/sweep"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 )
 

@@ -45,15 +45,26 @@ func handReport() *Report {
 	return r
 }
 
-func TestWriteTable(t *testing.T) {
-	r := handReport()
+// tableWith returns r's table for people, logged, and fails the test for
+// each of wants it lacks.
+func tableWith(t *testing.T, r *Report, wants ...string) string {
+	t.Helper()
 	var b bytes.Buffer
 	if err := r.WriteTable(&b); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
 	t.Logf("\n%s", out)
-	for _, want := range []string{
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+	return out
+}
+
+func TestWriteTable(t *testing.T) {
+	out := tableWith(t, handReport(),
 		"telit-fn990, mbim framing, generator mode, wall clock: 20000 packets × 3 iterations per point, 6 points",
 		"elapsed 1.5s",
 		"MRU 3500: ring 511 × 3500 B = 1747 KiB, pool 3500 KiB",
@@ -63,11 +74,7 @@ func TestWriteTable(t *testing.T) {
 		"737k (100.0%)",
 		"1.94M (100.0%)",
 		"PPS MED", "MB/S MED", "ELEM/PKT", "CHAINS/PKT", "PKTS/XFER", "CONSERVED",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("table lacks %q", want)
-		}
-	}
+	)
 	// The cross table has a row per size, MRUs as columns.
 	cross := out[strings.Index(out, "median packets/s"):strings.Index(out, "elapsed")]
 	lines := strings.Split(strings.TrimSpace(cross), "\n")
@@ -97,23 +104,13 @@ func TestWriteTableVirtual(t *testing.T) {
 		p.LineRatePct = &lr
 		p.HostCPUNsPerPacket = 42
 	}
-	var b bytes.Buffer
-	if err := r.WriteTable(&b); err != nil {
-		t.Fatal(err)
-	}
-	out := b.String()
-	t.Logf("\n%s", out)
-	for _, want := range []string{
+	out := tableWith(t, r,
 		"virtual time, timing profile mru-thread",
 		"LINE% MED", "HOST NS/PKT", "PPS MED",
 		"median % of the line rate (packets/s); MEASURED: the table profile mru-thread was fitted to",
 		"MEASURED 3500", "43.82%", "22.45%",
 		"elapsed 1.5s (wall clock)",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("table lacks %q", want)
-		}
-	}
+	)
 	cross := out[strings.Index(out, "median % of the line rate"):strings.Index(out, "elapsed")]
 	lines := strings.Split(strings.TrimSpace(cross), "\n")
 	if len(lines) != 5 || strings.Contains(lines[1], "MEASURED 32768") {
@@ -129,14 +126,9 @@ func TestWriteTableNotConserved(t *testing.T) {
 	r := handReport()
 	r.Points[2].Conserved = false
 	r.Points[2].Delivered = 59000
-	var b bytes.Buffer
-	if err := r.WriteTable(&b); err != nil {
-		t.Fatal(err)
-	}
-	if out := b.String(); !strings.Contains(out, "NO") ||
-		!strings.Contains(out, "size 1263: sent 60000, delivered 59000, dropped 10, unaccounted 990, host_rx_errors 4, modem_dropped 6") {
-		t.Errorf("loss not explained:\n%s", out)
-	}
+	// The loss is explained beside the table.
+	tableWith(t, r, "NO",
+		"size 1263: sent 60000, delivered 59000, dropped 10, unaccounted 990, host_rx_errors 4, modem_dropped 6")
 }
 
 func TestWriteTableEmpty(t *testing.T) {

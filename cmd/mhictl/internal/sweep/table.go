@@ -60,17 +60,40 @@ func (r *Report) WriteTable(w io.Writer) error {
 // writeWallclockMRU writes a wall-clock report's header line and table
 // for MRU mru, and the loss detail of its points that lost packets.
 func (r *Report) writeWallclockMRU(ew *errWriter, mru int) error {
+	return r.writeMRU(ew, mru, "SIZE\tPPS MIN\tPPS MAX\tPPS AVG\tPPS MED\tMB/S MIN\tMB/S MAX\tMB/S AVG\tMB/S MED\tELEM/PKT\tEVENTS/PKT\tCHAINS/PKT\tPKTS/XFER\tCONSERVED\t\n",
+		func(tw io.Writer, p Point) {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.3f\t%.1f\t%s\t\n",
+				p.Size, humanPPS(p.PPS.Min), humanPPS(p.PPS.Max), humanPPS(p.PPS.Avg), humanPPS(p.PPS.Median),
+				p.MBps.Min, p.MBps.Max, p.MBps.Avg, p.MBps.Median,
+				p.ElementsPerPacket, p.EventsPerPacket, p.ChainsPerPacket, p.PacketsPerTransfer, conserved(p))
+		})
+}
+
+// writeVirtualMRU writes a timing-mode report's header line and table
+// for MRU mru, and the loss detail of its points that lost packets.
+func (r *Report) writeVirtualMRU(ew *errWriter, mru int) error {
+	return r.writeMRU(ew, mru, "SIZE\tIP\tPPS MIN\tPPS MAX\tPPS AVG\tPPS MED\tLINE% MED\tMB/S MED\tELEM/PKT\tEVENTS/PKT\tCHAINS/PKT\tPKTS/XFER\tLOST\tHOST NS/PKT\tCONSERVED\t\n",
+		func(tw io.Writer, p Point) {
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.3f\t%.3f\t%.3f\t%.1f\t%s\t%.0f\t%s\t\n",
+				p.Size, p.IPSize, humanPPS(p.PPS.Min), humanPPS(p.PPS.Max), humanPPS(p.PPS.Avg), humanPPS(p.PPS.Median),
+				pct(p.LineRatePct), p.MBps.Median,
+				p.ElementsPerPacket, p.EventsPerPacket, p.ChainsPerPacket, p.PacketsPerTransfer,
+				lostShare(p), p.HostCPUNsPerPacket, conserved(p))
+		})
+}
+
+// writeMRU writes MRU mru's header line (its ring and pool memory), then
+// its table: the column headings columns and one line per point, written
+// by row; last the loss detail of its points that lost packets.
+func (r *Report) writeMRU(ew *errWriter, mru int, columns string, row func(tw io.Writer, p Point)) error {
 	pts := r.pointsOf(mru)
 	ring := pts[0].RingMemory
 	elems := ring / max(mru, 1)
 	ew.printf("\nMRU %d: ring %d × %d B = %s, pool %s\n", mru, elems, mru, kib(ring), poolKiB(pts))
-	tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "SIZE\tPPS MIN\tPPS MAX\tPPS AVG\tPPS MED\tMB/S MIN\tMB/S MAX\tMB/S AVG\tMB/S MED\tELEM/PKT\tEVENTS/PKT\tCHAINS/PKT\tPKTS/XFER\tCONSERVED\t\n")
+	tw := newTable(ew)
+	fmt.Fprint(tw, columns)
 	for _, p := range pts {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.3f\t%.1f\t%s\t\n",
-			p.Size, humanPPS(p.PPS.Min), humanPPS(p.PPS.Max), humanPPS(p.PPS.Avg), humanPPS(p.PPS.Median),
-			p.MBps.Min, p.MBps.Max, p.MBps.Avg, p.MBps.Median,
-			p.ElementsPerPacket, p.EventsPerPacket, p.ChainsPerPacket, p.PacketsPerTransfer, conserved(p))
+		row(tw, p)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -83,11 +106,16 @@ func (r *Report) writeWallclockMRU(ew *errWriter, mru int) error {
 	return nil
 }
 
+// newTable returns a writer of right-aligned columns onto w.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+}
+
 // writeWallclockCross writes a wall-clock report's cross table: per size
 // the median packets/s of every MRU and its percentage of the best.
 func (r *Report) writeWallclockCross(ew *errWriter, mrus, sizes []int) error {
 	ew.printf("\nmedian packets/s, %% of the best MRU for that size\n")
-	tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(ew)
 	fmt.Fprint(tw, "SIZE\t")
 	for _, mru := range mrus {
 		fmt.Fprintf(tw, "MRU %d\t", mru)
@@ -127,26 +155,8 @@ func (r *Report) virtual() bool { return r.Timing != "" && r.Timing != Wallclock
 func (r *Report) writeVirtualTables(ew *errWriter) error {
 	mrus, sizes := r.grid()
 	for _, mru := range mrus {
-		pts := r.pointsOf(mru)
-		ring := pts[0].RingMemory
-		elems := ring / max(mru, 1)
-		ew.printf("\nMRU %d: ring %d × %d B = %s, pool %s\n", mru, elems, mru, kib(ring), poolKiB(pts))
-		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprint(tw, "SIZE\tIP\tPPS MIN\tPPS MAX\tPPS AVG\tPPS MED\tLINE% MED\tMB/S MED\tELEM/PKT\tEVENTS/PKT\tCHAINS/PKT\tPKTS/XFER\tLOST\tHOST NS/PKT\tCONSERVED\t\n")
-		for _, p := range pts {
-			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.3f\t%.3f\t%.3f\t%.1f\t%s\t%.0f\t%s\t\n",
-				p.Size, p.IPSize, humanPPS(p.PPS.Min), humanPPS(p.PPS.Max), humanPPS(p.PPS.Avg), humanPPS(p.PPS.Median),
-				pct(p.LineRatePct), p.MBps.Median,
-				p.ElementsPerPacket, p.EventsPerPacket, p.ChainsPerPacket, p.PacketsPerTransfer,
-				lostShare(p), p.HostCPUNsPerPacket, conserved(p))
-		}
-		if err := tw.Flush(); err != nil {
+		if err := r.writeVirtualMRU(ew, mru); err != nil {
 			return err
-		}
-		for _, p := range pts {
-			if !p.Conserved {
-				ew.printf("  size %d: %s\n", p.Size, lossDetail(p))
-			}
 		}
 	}
 	ew.printf("\nmedian %% of the line rate (packets/s)")
@@ -155,7 +165,7 @@ func (r *Report) writeVirtualTables(ew *errWriter) error {
 		ew.printf("; MEASURED: the table profile %s was fitted to", r.Timing)
 	}
 	ew.printf("\n")
-	tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(ew)
 	fmt.Fprint(tw, "SIZE\t")
 	for _, mru := range mrus {
 		fmt.Fprintf(tw, "MRU %d\t", mru)

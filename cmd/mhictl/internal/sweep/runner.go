@@ -142,19 +142,27 @@ func (r *runner) iteration(ctx context.Context, size int) (delta, error) {
 			r.t.IPData.StopGenerator()
 		}
 	}
-	drops := dropsBetween(before, now)
+	d := between(before, now)
+	d.elapsed, d.sent = elapsed, sent
+	return d, nil
+}
+
+// between is what happened from snapshot a to snapshot b as the counters
+// tell it: the packets and bytes delivered, the ring elements, events,
+// overflow chains and completions and transfers they took, and the drops
+// by counter. The time it took, the packets sent and the host's CPU are
+// the caller's to fill in.
+func between(a, b snapshot) delta {
 	return delta{
-		elapsed:   elapsed,
-		sent:      sent,
-		delivered: now.rxPkts - before.rxPkts,
-		bytes:     now.rxBytes - before.rxBytes,
-		elements:  now.host.RxElements - before.host.RxElements,
-		events:    now.events - before.events,
-		chains:    now.host.RxChains - before.host.RxChains,
-		overflows: now.host.RxOverflows - before.host.RxOverflows,
-		transfers: now.host.RxTransfers - before.host.RxTransfers,
-		drops:     drops.nonZero(),
-	}, nil
+		delivered: b.rxPkts - a.rxPkts,
+		bytes:     b.rxBytes - a.rxBytes,
+		elements:  b.host.RxElements - a.host.RxElements,
+		events:    b.events - a.events,
+		chains:    b.host.RxChains - a.host.RxChains,
+		overflows: b.host.RxOverflows - a.host.RxOverflows,
+		transfers: b.host.RxTransfers - a.host.RxTransfers,
+		drops:     dropsBetween(a, b).nonZero(),
+	}
 }
 
 // drops names every counter a packet can disappear into.

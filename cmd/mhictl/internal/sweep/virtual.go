@@ -330,19 +330,16 @@ func (s *simSystem) runIterations(ctx context.Context, o *Options, p Point, prog
 // iterSnapshot is what an iteration's figures are the difference of,
 // taken on the clock's goroutine before and after it.
 type iterSnapshot struct {
-	elements, posted, packets, bytes uint64
-	events                           uint64
-	host                             mhinet.Stats
-	modem                            ep.IPDataStats
-	cpu                              time.Duration
-	start                            time.Duration
+	snapshot               // the counters the wall-clock runner reads too
+	cpu      time.Duration // real time spent in the host's handling so far
+	start    time.Duration // when the iteration started, in virtual time
 }
 
 // snapshot reads the counters of an iteration's snapshot but its start
 // (on the clock's goroutine).
 func (h *simHost) snapshot(ipd *ep.IPData, dev *mhinet.Device) iterSnapshot {
 	var s iterSnapshot
-	s.elements, s.posted, s.packets, s.bytes = h.counters()
+	_, _, s.rxPkts, s.rxBytes = h.counters()
 	s.events = h.dl.EventRingEvents()
 	s.modem = ipd.Stats()
 	s.host = dev.Stats()
@@ -383,7 +380,7 @@ func (h *simHost) startIteration(ctx context.Context, o *Options, ipd *ep.IPData
 	err := h.clk.Call(ctx, func() {
 		before = h.snapshot(ipd, dev)
 		before.start = h.clk.Now()
-		h.target = before.packets + uint64(o.Packets)
+		h.target = before.rxPkts + uint64(o.Packets)
 		h.active = true
 		if err := ipd.StartGenerator(ep.GeneratorConfig{
 			Count: o.Packets, Sizes: []int{ipSize}, Link: h.m.link(), Ingress: h.m.ingressQueue(),
@@ -434,27 +431,14 @@ wait:
 // before and after it, and fails it if it stalled with packets neither
 // delivered nor counted as dropped.
 func (h *simHost) iterationDelta(o *Options, ipd *ep.IPData, before, after iterSnapshot, stalled bool) (delta, error) {
-	d := delta{
-		elapsed:   h.end - before.start,
-		sent:      uint64(o.Packets) + after.modem.DroppedOverrun - before.modem.DroppedOverrun,
-		delivered: after.packets - before.packets,
-		bytes:     after.bytes - before.bytes,
-		elements:  after.host.RxElements - before.host.RxElements,
-		events:    after.events - before.events,
-		chains:    after.host.RxChains - before.host.RxChains,
-		overflows: after.host.RxOverflows - before.host.RxOverflows,
-		transfers: after.host.RxTransfers - before.host.RxTransfers,
-		hostCPU:   after.cpu - before.cpu,
-		drops:     map[string]uint64{},
-	}
+	d := between(before.snapshot, after.snapshot)
+	d.elapsed = h.end - before.start
+	d.sent = uint64(o.Packets) + after.modem.DroppedOverrun - before.modem.DroppedOverrun
+	d.hostCPU = after.cpu - before.cpu
 	if stalled {
 		d.elapsed = h.clk.Now() - before.start
 	}
-	ds := dropsBetween(snapshot{modem: before.modem, host: before.host}, snapshot{modem: after.modem, host: after.host})
-	for k, v := range ds.nonZero() {
-		d.drops[k] = v
-	}
-	if stalled && d.delivered+ds.total() < d.sent {
+	if stalled && d.delivered+drops(d.drops).total() < d.sent {
 		if gerr := ipd.GeneratorErr(); gerr != nil {
 			return d, fmt.Errorf("%w: %d of %d packets delivered; the generator ended: %w", errStalled, d.delivered, d.sent, gerr)
 		}
