@@ -80,18 +80,29 @@ func (q *dlQueue) recycleLocked(buf []byte) {
 }
 
 // takeBufferLocked returns a buffer of n bytes, reusing a spare one when
-// one is large enough.
+// one is large enough. When none is, one of the spares (all too small) is
+// dropped, so that the new buffer finds room among them when it comes back
+// and the spares grow to the transfers' size instead of every larger
+// transfer allocating.
 func (q *dlQueue) takeBufferLocked(n int) []byte {
 	for i := len(q.free) - 1; i >= 0; i-- {
 		if buf := q.free[i]; cap(buf) >= n {
-			last := len(q.free) - 1
-			q.free[i] = q.free[last]
-			q.free[last] = nil
-			q.free = q.free[:last]
+			q.dropSpareLocked(i)
 			return buf[:n]
 		}
 	}
+	if len(q.free) > 0 {
+		q.dropSpareLocked(len(q.free) - 1)
+	}
 	return make([]byte, n)
+}
+
+// dropSpareLocked removes the spare buffer at index i.
+func (q *dlQueue) dropSpareLocked(i int) {
+	last := len(q.free) - 1
+	q.free[i] = q.free[last]
+	q.free[last] = nil
+	q.free = q.free[:last]
 }
 
 // enqueue adds one downlink transfer (copied) to the queue. With block it
@@ -109,28 +120,25 @@ func (c *channel) enqueue(ctx context.Context, data []byte, block bool) error {
 // transfer the caller fills before commit. With block it waits for room
 // and for the channel to be started (RUNNING or STOP); without, it fails.
 func (c *channel) reserve(ctx context.Context, size int, block bool) (DLBuffer, error) {
-	for {
-		c.mu.Lock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for waited := false; ; waited = true {
 		st := c.channelState()
 		accepting := st == mhi.ChannelRunning || st == mhi.ChannelStop
 		if accepting && c.hasRoomLocked() {
 			c.reserved++
-			b := DLBuffer{Buf: c.takeBufferLocked(size), gen: c.qGen, c: c}
-			c.mu.Unlock()
-			return b, nil
+			return DLBuffer{Buf: c.takeBufferLocked(size), gen: c.qGen, c: c}, nil
 		}
 		if !block {
-			err := c.refusalLocked(st, accepting)
-			c.mu.Unlock()
-			return DLBuffer{}, err
+			return DLBuffer{}, c.refusalLocked(st, accepting)
 		}
-		wake := c.space.wait()
-		c.mu.Unlock()
-		select {
-		case <-wake:
-		case <-ctx.Done():
-			return DLBuffer{}, fmt.Errorf("ep: channel %d (%s): %w", c.num, c.cfg.Name, ctx.Err())
-		case <-c.d.ctx.Done():
+		if !waited {
+			c.d.stats.dlQueueWaits.Add(1)
+		}
+		if !c.space.waitLocked(&c.mu, ctx.Done(), c.d.ctx.Done()) {
+			if err := ctx.Err(); err != nil {
+				return DLBuffer{}, fmt.Errorf("ep: channel %d (%s): %w", c.num, c.cfg.Name, err)
+			}
 			return DLBuffer{}, ErrClosed
 		}
 	}

@@ -140,18 +140,12 @@ func (d *Device) loadEventRing(er *eventRing) error {
 // held.
 func (d *Device) waitEventSlot(until context.Context, er *eventRing) error {
 	counted := false
+	d.regMu.Lock()
+	defer d.regMu.Unlock()
 	for {
-		d.regMu.Lock()
-		db := &d.regs.erdb[er.index]
-		limit, valid := er.ring.index(db.value())
-		full := !valid || limit == er.wr
-		var wake <-chan struct{}
-		if full {
-			wake = d.erSignals[er.index].wait()
-		}
-		value := db.value()
-		d.regMu.Unlock()
-		if !full {
+		value := d.regs.erdb[er.index].value()
+		limit, valid := er.ring.index(value)
+		if valid && limit != er.wr {
 			return nil
 		}
 		if d.cfg.Clock != nil && valid {
@@ -174,9 +168,7 @@ func (d *Device) waitEventSlot(until context.Context, er *eventRing) error {
 				d.log.Debug("mhi-ep: event ring full, waiting for doorbell", "ring", er.index)
 			}
 		}
-		select {
-		case <-wake:
-		case <-until.Done():
+		if !d.erSignals[er.index].waitLocked(&d.regMu, until.Done(), nil) {
 			return fmt.Errorf("event ring %d: %w", er.index, until.Err())
 		}
 	}

@@ -28,6 +28,7 @@ type counters struct {
 	dlDroppedBytesOnReset atomic.Uint64
 	dlPartialDropped      atomic.Uint64
 	dlPartialDroppedBytes atomic.Uint64
+	dlQueueWaits          atomic.Uint64
 	badRegisterAccesses   atomic.Uint64
 	eventRingFullWaits    atomic.Uint64
 	eventsLostFull        atomic.Uint64
@@ -65,6 +66,7 @@ type Stats struct {
 	DLDroppedBytesOnReset uint64   // their bytes
 	DLPartialDropped      uint64   // downlink transfers dropped by RESET_CHAN after part of them reached host buffers
 	DLPartialDroppedBytes uint64   // their whole length
+	DLQueueWaits          uint64   // downlink reservations (Pipe.Send, Reserve) that waited for room in their channel's queue or for it to start
 	BadRegisterAccesses   uint64   // unaligned, out-of-range, reserved or read-only accesses
 	EventRingFullWaits    uint64   // events that had to wait for an event doorbell
 	EventsLostFull        uint64   // events not posted because the ring was full in virtual time (Config.Clock), where nothing can wait
@@ -104,6 +106,7 @@ func (d *Device) Stats() Stats {
 		DLDroppedBytesOnReset: c.dlDroppedBytesOnReset.Load(),
 		DLPartialDropped:      c.dlPartialDropped.Load(),
 		DLPartialDroppedBytes: c.dlPartialDroppedBytes.Load(),
+		DLQueueWaits:          c.dlQueueWaits.Load(),
 		BadRegisterAccesses:   c.badRegisterAccesses.Load(),
 		EventRingFullWaits:    c.eventRingFullWaits.Load(),
 		EventsLostFull:        c.eventsLostFull.Load(),

@@ -257,23 +257,7 @@ func (w *wire) recvOnce(fd uintptr) bool {
 // recvmsg is recvmsg(2) without a source address (the socket is connected),
 // so it allocates nothing.
 func recvmsg(fd int, p, oob []byte) (n, oobn, flags int, err error) {
-	var iov unix.Iovec
-	if len(p) > 0 {
-		iov.Base = &p[0]
-		iov.SetLen(len(p))
-	}
-	var msg unix.Msghdr
-	msg.Iov = &iov
-	msg.SetIovlen(1)
-	if len(oob) > 0 {
-		msg.Control = &oob[0]
-		msg.SetControllen(len(oob))
-	}
-	r, _, e := unix.Syscall(unix.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), unix.MSG_CMSG_CLOEXEC)
-	if e != 0 {
-		return 0, 0, 0, e
-	}
-	return int(r), int(msg.Controllen), int(msg.Flags), nil
+	return msgSyscall(unix.SYS_RECVMSG, fd, p, oob, unix.MSG_CMSG_CLOEXEC)
 }
 
 // read reads one message as next does, into fresh slices the caller keeps.
@@ -349,9 +333,21 @@ func (w *wire) sendOnce(fd uintptr) bool {
 
 // sendmsg is sendmsg(2) on a connected socket; it allocates nothing.
 func sendmsg(fd int, p, oob []byte) (int, error) {
+	n, _, _, err := msgSyscall(unix.SYS_SENDMSG, fd, p, oob, unix.MSG_NOSIGNAL)
+	return n, err
+}
+
+// msgSyscall makes the system call trap (SYS_RECVMSG or SYS_SENDMSG) on
+// the connected socket fd with p as the one data buffer, oob as the
+// control buffer and flags, and returns the byte count and the control
+// length and message flags the kernel left in the header. Nothing escapes,
+// so it allocates nothing.
+func msgSyscall(trap uintptr, fd int, p, oob []byte, flags int) (n, oobn, msgFlags int, err error) {
 	var iov unix.Iovec
-	iov.Base = &p[0]
-	iov.SetLen(len(p))
+	if len(p) > 0 {
+		iov.Base = &p[0]
+		iov.SetLen(len(p))
+	}
 	var msg unix.Msghdr
 	msg.Iov = &iov
 	msg.SetIovlen(1)
@@ -359,11 +355,11 @@ func sendmsg(fd int, p, oob []byte) (int, error) {
 		msg.Control = &oob[0]
 		msg.SetControllen(len(oob))
 	}
-	r, _, e := unix.Syscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), unix.MSG_NOSIGNAL)
+	r, _, e := unix.Syscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&msg)), uintptr(flags))
 	if e != 0 {
-		return 0, e
+		return 0, 0, 0, e
 	}
-	return int(r), nil
+	return int(r), int(msg.Controllen), int(msg.Flags), nil
 }
 
 func closeFDs(fds []int) {
