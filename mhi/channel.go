@@ -74,6 +74,9 @@ type Channel struct {
 	handler func(Completion)
 	wanted  bool         // started by a client; restarted after recovery
 	comps   []Completion // scratch for completions, used by the event goroutine
+	// errFull is Queue's ErrRingFull, made once: a sender that polls a
+	// full ring must not allocate per try.
+	errFull error
 	// reclaimed, when not nil, is closed by the next abort: a client Reset
 	// during SYS_ERR waits on it for the recovery (or a give-up, or
 	// PowerDown) to reset the device, hand over what it posted and take
@@ -343,7 +346,7 @@ func (ch *Channel) Queue(xs []Transfer) error {
 		return fmt.Errorf("%s: queue on channel %d in state %s: %w", ch.ctrl.name, ch.cfg.Num, ch.state, ErrChannelState)
 	}
 	if len(xs) > ch.ring.free() {
-		return fmt.Errorf("%s: channel %d: %d elements requested, %d free: %w", ch.ctrl.name, ch.cfg.Num, len(xs), ch.ring.free(), ErrRingFull)
+		return ch.errFull
 	}
 	for _, x := range xs {
 		if x.Len <= 0 || x.Len > MaxTRELength {

@@ -240,7 +240,8 @@ func NewController(t Transport, cfg ControllerConfig, opts Options) (*Controller
 	c.rddm.size, c.rddm.segSize = opts.RDDMSize, opts.RDDMSegmentSize
 	c.cond = sync.NewCond(&c.mu)
 	for _, chc := range cfg.Channels {
-		c.channels[chc.Num] = &Channel{ctrl: c, cfg: chc}
+		c.channels[chc.Num] = &Channel{ctrl: c, cfg: chc,
+			errFull: fmt.Errorf("%s: channel %d: not enough free elements in the transfer ring of %d: %w", c.name, chc.Num, chc.Elements, ErrRingFull)}
 	}
 	return c, nil
 }

@@ -1,9 +1,11 @@
 package inproc_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
+	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/loopback"
 )
 
@@ -63,5 +65,40 @@ func TestLoopbackRoundTripAllocs(t *testing.T) {
 				t.Logf("the modem's downlink waited for room %d times in %d round trips", got, (runs+1)*rounds)
 			}
 		})
+	}
+}
+
+// TestQueueOnFullRingAllocs: a sender that polls a full transfer ring (the
+// loopback client retrying Queue, a transmitter after ErrBusy) gets
+// mhi.ErrRingFull without an allocation per try.
+func TestQueueOnFullRingAllocs(t *testing.T) {
+	r := newRig(t, sdx55(), nil)
+	if err := r.ctrl.PowerUp(); err != nil {
+		t.Fatal(err)
+	}
+	dl, err := r.ctrl.Channel(1) // LOOPBACK downlink: nothing fills it
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dl.Start(nil); err != nil {
+		t.Fatal(err)
+	}
+	buf, err := r.t.Alloc(4096, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := []mhi.Transfer{{IOVA: buf.IOVA, Len: 4096, Flags: mhi.FlagEOT}}
+	for dl.Free() > 0 {
+		if err := dl.Queue(x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got error
+	allocs := testing.AllocsPerRun(100, func() { got = dl.Queue(x) })
+	if !errors.Is(got, mhi.ErrRingFull) {
+		t.Fatalf("Queue on a full ring: %v, want ErrRingFull", got)
+	}
+	if allocs != 0 {
+		t.Errorf("%v allocations per Queue on a full ring, want 0", allocs)
 	}
 }
