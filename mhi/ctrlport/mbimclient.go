@@ -342,71 +342,54 @@ func (c *MBIMClient) basic(ctx context.Context, cid uint32, ct mbim.CommandType,
 	return out, nil
 }
 
+// basicAs runs a BASIC_CONNECT command that must succeed and decodes its
+// InformationBuffer with parse.
+func basicAs[T any](ctx context.Context, c *MBIMClient, cid uint32, ct mbim.CommandType, info []byte, parse func(mbim.Info) (T, error)) (T, error) {
+	in, err := c.basic(ctx, cid, ct, info)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return parse(in)
+}
+
 // DeviceCaps queries DEVICE_CAPS.
 func (c *MBIMClient) DeviceCaps(ctx context.Context) (mbim.DeviceCaps, error) {
-	in, err := c.basic(ctx, mbim.CIDDeviceCaps, mbim.CommandQuery, nil)
-	if err != nil {
-		return mbim.DeviceCaps{}, err
-	}
-	return mbim.ParseDeviceCaps(in)
+	return basicAs(ctx, c, mbim.CIDDeviceCaps, mbim.CommandQuery, nil, mbim.ParseDeviceCaps)
 }
 
 // RegistrationState queries REGISTER_STATE.
 func (c *MBIMClient) RegistrationState(ctx context.Context) (mbim.RegistrationState, error) {
-	in, err := c.basic(ctx, mbim.CIDRegisterState, mbim.CommandQuery, nil)
-	if err != nil {
-		return mbim.RegistrationState{}, err
-	}
-	return mbim.ParseRegistrationState(in)
+	return basicAs(ctx, c, mbim.CIDRegisterState, mbim.CommandQuery, nil, mbim.ParseRegistrationState)
 }
 
 // Attach sets PACKET_SERVICE attach and returns the state reported.
 func (c *MBIMClient) Attach(ctx context.Context) (mbim.PacketService, error) {
 	req := mbim.PacketServiceSet{Action: mbim.PacketServiceActionAttach}
-	in, err := c.basic(ctx, mbim.CIDPacketService, mbim.CommandSet, req.AppendTo(nil))
-	if err != nil {
-		return mbim.PacketService{}, err
-	}
-	return mbim.ParsePacketService(in)
+	return basicAs(ctx, c, mbim.CIDPacketService, mbim.CommandSet, req.AppendTo(nil), mbim.ParsePacketService)
 }
 
 // Connect activates session 0 with an access point name and an MBIM IP
 // type (mbim.IPTypeIPv4…).
 func (c *MBIMClient) Connect(ctx context.Context, apn string, ipType uint32) (mbim.ConnectInfo, error) {
 	req := mbim.ConnectSet{ActivationCommand: mbim.ActivationCommandActivate, AccessString: apn, IPType: ipType, ContextType: mbim.ContextTypeInternet}
-	in, err := c.basic(ctx, mbim.CIDConnect, mbim.CommandSet, req.AppendTo(nil))
-	if err != nil {
-		return mbim.ConnectInfo{}, err
-	}
-	return mbim.ParseConnectInfo(in)
+	return basicAs(ctx, c, mbim.CIDConnect, mbim.CommandSet, req.AppendTo(nil), mbim.ParseConnectInfo)
 }
 
 // Disconnect deactivates session 0.
 func (c *MBIMClient) Disconnect(ctx context.Context) (mbim.ConnectInfo, error) {
 	req := mbim.ConnectSet{ActivationCommand: mbim.ActivationCommandDeactivate, ContextType: mbim.ContextTypeInternet}
-	in, err := c.basic(ctx, mbim.CIDConnect, mbim.CommandSet, req.AppendTo(nil))
-	if err != nil {
-		return mbim.ConnectInfo{}, err
-	}
-	return mbim.ParseConnectInfo(in)
+	return basicAs(ctx, c, mbim.CIDConnect, mbim.CommandSet, req.AppendTo(nil), mbim.ParseConnectInfo)
 }
 
 // IPConfiguration queries IP_CONFIGURATION of session 0.
 func (c *MBIMClient) IPConfiguration(ctx context.Context) (mbim.IPConfiguration, error) {
 	q := mbim.IPConfiguration{}
-	in, err := c.basic(ctx, mbim.CIDIPConfiguration, mbim.CommandQuery, q.AppendTo(nil))
-	if err != nil {
-		return mbim.IPConfiguration{}, err
-	}
-	return mbim.ParseIPConfiguration(in)
+	return basicAs(ctx, c, mbim.CIDIPConfiguration, mbim.CommandQuery, q.AppendTo(nil), mbim.ParseIPConfiguration)
 }
 
 // ConnectionState queries CONNECT for session 0.
 func (c *MBIMClient) ConnectionState(ctx context.Context) (mbim.ConnectInfo, error) {
 	q := mbim.ConnectInfo{}
-	in, err := c.basic(ctx, mbim.CIDConnect, mbim.CommandQuery, q.AppendTo(nil))
-	if err != nil {
-		return mbim.ConnectInfo{}, err
-	}
-	return mbim.ParseConnectInfo(in)
+	return basicAs(ctx, c, mbim.CIDConnect, mbim.CommandQuery, q.AppendTo(nil), mbim.ParseConnectInfo)
 }
