@@ -286,32 +286,28 @@ func (c *MBIMClient) transact(ctx context.Context, build func(tid uint32) []byte
 
 // Open sends OPEN and waits for OPEN_DONE.
 func (c *MBIMClient) Open(ctx context.Context) error {
-	m, err := c.transact(ctx, func(tid uint32) []byte {
+	return c.transactDone(ctx, "OPEN", mbim.TypeOpenDone, func(tid uint32) []byte {
 		return mbim.AppendOpen(nil, tid, uint32(c.opts.MaxControlTransfer))
 	})
-	if err != nil {
-		return err
-	}
-	if m.Type != mbim.TypeOpenDone {
-		return fmt.Errorf("%w: %s in reply to OPEN", mbim.ErrWrongMessage, m.Type)
-	}
-	if s := m.DoneStatus(); s != mbim.StatusSuccess {
-		return fmt.Errorf("%w: OPEN: %s", ErrStatus, s)
-	}
-	return nil
 }
 
 // CloseSession sends CLOSE and waits for CLOSE_DONE.
 func (c *MBIMClient) CloseSession(ctx context.Context) error {
-	m, err := c.transact(ctx, func(tid uint32) []byte { return mbim.AppendClose(nil, tid) })
+	return c.transactDone(ctx, "CLOSE", mbim.TypeCloseDone, func(tid uint32) []byte { return mbim.AppendClose(nil, tid) })
+}
+
+// transactDone sends the request build makes (named name in errors) and
+// checks that the reply is a done of type want with status Success.
+func (c *MBIMClient) transactDone(ctx context.Context, name string, want mbim.MessageType, build func(tid uint32) []byte) error {
+	m, err := c.transact(ctx, build)
 	if err != nil {
 		return err
 	}
-	if m.Type != mbim.TypeCloseDone {
-		return fmt.Errorf("%w: %s in reply to CLOSE", mbim.ErrWrongMessage, m.Type)
+	if m.Type != want {
+		return fmt.Errorf("%w: %s in reply to %s", mbim.ErrWrongMessage, m.Type, name)
 	}
 	if s := m.DoneStatus(); s != mbim.StatusSuccess {
-		return fmt.Errorf("%w: CLOSE: %s", ErrStatus, s)
+		return fmt.Errorf("%w: %s: %s", ErrStatus, name, s)
 	}
 	return nil
 }
