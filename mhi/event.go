@@ -235,16 +235,8 @@ func (c *Controller) onInterrupt(vector int) {
 	// removed cannot meet the rings being freed.
 	c.procMu.RLock()
 	defer c.procMu.RUnlock()
-	if !c.allocated || c.halted.Load() {
+	if !c.acceptInterrupt(vector) {
 		return
-	}
-	c.stats.Interrupts.Add(1)
-	if vector == 0 {
-		// The BHI/state vector: check for SYS_ERR as Linux's INTVEC handler does.
-		if st, err := c.t.Read32(RegMHISTATUS); err == nil && (st&MHISTATUSSysErr != 0 ||
-			State((st&MHISTATUSStateMask)>>MHISTATUSStateShift) == StateSysErr) {
-			c.onStateChange(StateSysErr)
-		}
 	}
 	for _, er := range c.eventRings {
 		if er.vector == vector {
@@ -262,16 +254,9 @@ func (c *Controller) onInterrupt(vector int) {
 // choosing and in a reproducible order.
 func (c *Controller) ProcessInterrupt(vector int) {
 	c.procMu.RLock()
-	if !c.allocated || c.halted.Load() {
+	if !c.acceptInterrupt(vector) {
 		c.procMu.RUnlock()
 		return
-	}
-	c.stats.Interrupts.Add(1)
-	if vector == 0 {
-		if st, err := c.t.Read32(RegMHISTATUS); err == nil && (st&MHISTATUSSysErr != 0 ||
-			State((st&MHISTATUSStateMask)>>MHISTATUSStateShift) == StateSysErr) {
-			c.onStateChange(StateSysErr)
-		}
 	}
 	var rings [8]*EventRing
 	todo := rings[:0]
@@ -285,6 +270,24 @@ func (c *Controller) ProcessInterrupt(vector int) {
 	for _, er := range todo {
 		er.process(false)
 	}
+}
+
+// acceptInterrupt reports whether an interrupt on vector is to be handled
+// (the rings are allocated and the controller is not halted) and, if so,
+// counts it and, on vector 0 (the BHI/state vector), checks MHISTATUS for
+// SYS_ERR as Linux's INTVEC handler does. c.procMu is held for reading.
+func (c *Controller) acceptInterrupt(vector int) bool {
+	if !c.allocated || c.halted.Load() {
+		return false
+	}
+	c.stats.Interrupts.Add(1)
+	if vector == 0 {
+		if st, err := c.t.Read32(RegMHISTATUS); err == nil && (st&MHISTATUSSysErr != 0 ||
+			State((st&MHISTATUSStateMask)>>MHISTATUSStateShift) == StateSysErr) {
+			c.onStateChange(StateSysErr)
+		}
+	}
+	return true
 }
 
 func (c *Controller) onStateChange(s State) {

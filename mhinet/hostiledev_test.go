@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"math/bits"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/inproc"
+	"github.com/gomhi/gomhi/mhi/msi"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
@@ -87,31 +87,24 @@ func (m *tamperMem) setHook(h eventHook) {
 // hostileTransport is an mhi.Transport whose device is the mock modem on
 // tamperMem. It does not implement mhinet.TrustedTransport.
 type hostileTransport struct {
-	slab    *inproc.Slab
-	mem     *tamperMem
-	dev     *ep.Device
-	pending atomic.Uint64
-	wake    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
-
-	mu      sync.RWMutex
-	handler func(int)
-	once    sync.Once
+	slab *inproc.Slab
+	mem  *tamperMem
+	dev  *ep.Device
+	irq  *msi.Deliverer
+	once sync.Once
 }
 
 const hostileVectors = 32
 
 func newHostileTransport(cfg ep.Config) (*hostileTransport, error) {
 	slab := inproc.NewSlab(inproc.DefaultBase, 32<<20)
-	t := &hostileTransport{slab: slab, mem: &tamperMem{slab: slab},
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	t := &hostileTransport{slab: slab, mem: &tamperMem{slab: slab}, irq: msi.New()}
 	dev, err := ep.New(cfg, t.mem, hostileRaiser{t})
 	if err != nil {
+		t.irq.Close()
 		return nil, err
 	}
 	t.dev = dev
-	go t.deliver()
 	return t, nil
 }
 
@@ -123,20 +116,15 @@ func (t *hostileTransport) Write32(off, v uint32) error {
 func (t *hostileTransport) Alloc(size, align int) (mhi.DMABuffer, error) {
 	return t.slab.Alloc(size, align)
 }
-func (t *hostileTransport) Free(b mhi.DMABuffer) error { return t.slab.Free(b) }
-func (t *hostileTransport) Vectors() int               { return hostileVectors }
-func (t *hostileTransport) SetInterruptHandler(h func(int)) {
-	t.mu.Lock()
-	t.handler = h
-	t.mu.Unlock()
-}
-func (t *hostileTransport) Reset() error { t.dev.Reset(); return nil }
+func (t *hostileTransport) Free(b mhi.DMABuffer) error      { return t.slab.Free(b) }
+func (t *hostileTransport) Vectors() int                    { return hostileVectors }
+func (t *hostileTransport) SetInterruptHandler(h func(int)) { t.irq.SetHandler(h) }
+func (t *hostileTransport) Reset() error                    { t.dev.Reset(); return nil }
 func (t *hostileTransport) Close() error {
 	var err error
 	t.once.Do(func() {
 		err = t.dev.Close()
-		close(t.stop)
-		<-t.done
+		t.irq.Close()
 	})
 	return err
 }
@@ -147,29 +135,7 @@ func (r hostileRaiser) Raise(v int) {
 	if v < 0 || v >= hostileVectors {
 		v = 0
 	}
-	r.t.pending.Or(1 << uint(v))
-	select {
-	case r.t.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (t *hostileTransport) deliver() {
-	defer close(t.done)
-	for {
-		select {
-		case <-t.stop:
-			return
-		case <-t.wake:
-		}
-		for p := t.pending.Swap(0); p != 0; p &= p - 1 {
-			t.mu.RLock()
-			if t.handler != nil {
-				t.handler(bits.TrailingZeros64(p))
-			}
-			t.mu.RUnlock()
-		}
-	}
+	r.t.irq.Raise(v)
 }
 
 // hostileRig is a network device on a hostile modem.

@@ -131,29 +131,21 @@ func (p *RxPool) get() *rxBuffer {
 	return b
 }
 
-func (p *RxPool) put(b *rxBuffer) {
-	p.mu.Lock()
-	if p.retired {
-		p.mu.Unlock()
-		if p.mem != nil {
-			_ = p.mem.Free(b.dma)
-		}
-		return
-	}
-	p.free = append(p.free, b)
-	wake := p.starved
-	p.starved = false
-	f := p.onPut
-	p.mu.Unlock()
-	if wake && f != nil {
-		f()
-	}
-}
+// put returns a released buffer to the pool and wakes the refill if a get
+// found the pool empty since the last wake-up.
+func (p *RxPool) put(b *rxBuffer) { p.giveBack(b, true) }
 
 // unget gives back a buffer taken with get and never used (its posting
 // failed), without waking the refill: the caller holds the device's rxMu.
 func (p *RxPool) unget(b *rxBuffer) {
 	b.refs.Store(0)
+	p.giveBack(b, false)
+}
+
+// giveBack puts b back on the free list or, once the pool is retired,
+// frees its memory. With wake it runs onPut (outside p.mu) when a get
+// found the list empty since the last wake-up.
+func (p *RxPool) giveBack(b *rxBuffer, wake bool) {
 	p.mu.Lock()
 	if p.retired {
 		p.mu.Unlock()
@@ -163,7 +155,17 @@ func (p *RxPool) unget(b *rxBuffer) {
 		return
 	}
 	p.free = append(p.free, b)
+	if !wake {
+		p.mu.Unlock()
+		return
+	}
+	starved := p.starved
+	p.starved = false
+	f := p.onPut
 	p.mu.Unlock()
+	if starved && f != nil {
+		f()
+	}
 }
 
 // retire frees every buffer that is free now and marks the pool so that the

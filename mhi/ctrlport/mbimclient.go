@@ -286,32 +286,28 @@ func (c *MBIMClient) transact(ctx context.Context, build func(tid uint32) []byte
 
 // Open sends OPEN and waits for OPEN_DONE.
 func (c *MBIMClient) Open(ctx context.Context) error {
-	m, err := c.transact(ctx, func(tid uint32) []byte {
+	return c.transactDone(ctx, "OPEN", mbim.TypeOpenDone, func(tid uint32) []byte {
 		return mbim.AppendOpen(nil, tid, uint32(c.opts.MaxControlTransfer))
 	})
-	if err != nil {
-		return err
-	}
-	if m.Type != mbim.TypeOpenDone {
-		return fmt.Errorf("%w: %s in reply to OPEN", mbim.ErrWrongMessage, m.Type)
-	}
-	if s := m.DoneStatus(); s != mbim.StatusSuccess {
-		return fmt.Errorf("%w: OPEN: %s", ErrStatus, s)
-	}
-	return nil
 }
 
 // CloseSession sends CLOSE and waits for CLOSE_DONE.
 func (c *MBIMClient) CloseSession(ctx context.Context) error {
-	m, err := c.transact(ctx, func(tid uint32) []byte { return mbim.AppendClose(nil, tid) })
+	return c.transactDone(ctx, "CLOSE", mbim.TypeCloseDone, func(tid uint32) []byte { return mbim.AppendClose(nil, tid) })
+}
+
+// transactDone sends the request build makes (named name in errors) and
+// checks that the reply is a done of type want with status Success.
+func (c *MBIMClient) transactDone(ctx context.Context, name string, want mbim.MessageType, build func(tid uint32) []byte) error {
+	m, err := c.transact(ctx, build)
 	if err != nil {
 		return err
 	}
-	if m.Type != mbim.TypeCloseDone {
-		return fmt.Errorf("%w: %s in reply to CLOSE", mbim.ErrWrongMessage, m.Type)
+	if m.Type != want {
+		return fmt.Errorf("%w: %s in reply to %s", mbim.ErrWrongMessage, m.Type, name)
 	}
 	if s := m.DoneStatus(); s != mbim.StatusSuccess {
-		return fmt.Errorf("%w: CLOSE: %s", ErrStatus, s)
+		return fmt.Errorf("%w: %s: %s", ErrStatus, name, s)
 	}
 	return nil
 }
@@ -342,71 +338,54 @@ func (c *MBIMClient) basic(ctx context.Context, cid uint32, ct mbim.CommandType,
 	return out, nil
 }
 
+// basicAs runs a BASIC_CONNECT command that must succeed and decodes its
+// InformationBuffer with parse.
+func basicAs[T any](ctx context.Context, c *MBIMClient, cid uint32, ct mbim.CommandType, info []byte, parse func(mbim.Info) (T, error)) (T, error) {
+	in, err := c.basic(ctx, cid, ct, info)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return parse(in)
+}
+
 // DeviceCaps queries DEVICE_CAPS.
 func (c *MBIMClient) DeviceCaps(ctx context.Context) (mbim.DeviceCaps, error) {
-	in, err := c.basic(ctx, mbim.CIDDeviceCaps, mbim.CommandQuery, nil)
-	if err != nil {
-		return mbim.DeviceCaps{}, err
-	}
-	return mbim.ParseDeviceCaps(in)
+	return basicAs(ctx, c, mbim.CIDDeviceCaps, mbim.CommandQuery, nil, mbim.ParseDeviceCaps)
 }
 
 // RegistrationState queries REGISTER_STATE.
 func (c *MBIMClient) RegistrationState(ctx context.Context) (mbim.RegistrationState, error) {
-	in, err := c.basic(ctx, mbim.CIDRegisterState, mbim.CommandQuery, nil)
-	if err != nil {
-		return mbim.RegistrationState{}, err
-	}
-	return mbim.ParseRegistrationState(in)
+	return basicAs(ctx, c, mbim.CIDRegisterState, mbim.CommandQuery, nil, mbim.ParseRegistrationState)
 }
 
 // Attach sets PACKET_SERVICE attach and returns the state reported.
 func (c *MBIMClient) Attach(ctx context.Context) (mbim.PacketService, error) {
 	req := mbim.PacketServiceSet{Action: mbim.PacketServiceActionAttach}
-	in, err := c.basic(ctx, mbim.CIDPacketService, mbim.CommandSet, req.AppendTo(nil))
-	if err != nil {
-		return mbim.PacketService{}, err
-	}
-	return mbim.ParsePacketService(in)
+	return basicAs(ctx, c, mbim.CIDPacketService, mbim.CommandSet, req.AppendTo(nil), mbim.ParsePacketService)
 }
 
 // Connect activates session 0 with an access point name and an MBIM IP
 // type (mbim.IPTypeIPv4…).
 func (c *MBIMClient) Connect(ctx context.Context, apn string, ipType uint32) (mbim.ConnectInfo, error) {
 	req := mbim.ConnectSet{ActivationCommand: mbim.ActivationCommandActivate, AccessString: apn, IPType: ipType, ContextType: mbim.ContextTypeInternet}
-	in, err := c.basic(ctx, mbim.CIDConnect, mbim.CommandSet, req.AppendTo(nil))
-	if err != nil {
-		return mbim.ConnectInfo{}, err
-	}
-	return mbim.ParseConnectInfo(in)
+	return basicAs(ctx, c, mbim.CIDConnect, mbim.CommandSet, req.AppendTo(nil), mbim.ParseConnectInfo)
 }
 
 // Disconnect deactivates session 0.
 func (c *MBIMClient) Disconnect(ctx context.Context) (mbim.ConnectInfo, error) {
 	req := mbim.ConnectSet{ActivationCommand: mbim.ActivationCommandDeactivate, ContextType: mbim.ContextTypeInternet}
-	in, err := c.basic(ctx, mbim.CIDConnect, mbim.CommandSet, req.AppendTo(nil))
-	if err != nil {
-		return mbim.ConnectInfo{}, err
-	}
-	return mbim.ParseConnectInfo(in)
+	return basicAs(ctx, c, mbim.CIDConnect, mbim.CommandSet, req.AppendTo(nil), mbim.ParseConnectInfo)
 }
 
 // IPConfiguration queries IP_CONFIGURATION of session 0.
 func (c *MBIMClient) IPConfiguration(ctx context.Context) (mbim.IPConfiguration, error) {
 	q := mbim.IPConfiguration{}
-	in, err := c.basic(ctx, mbim.CIDIPConfiguration, mbim.CommandQuery, q.AppendTo(nil))
-	if err != nil {
-		return mbim.IPConfiguration{}, err
-	}
-	return mbim.ParseIPConfiguration(in)
+	return basicAs(ctx, c, mbim.CIDIPConfiguration, mbim.CommandQuery, q.AppendTo(nil), mbim.ParseIPConfiguration)
 }
 
 // ConnectionState queries CONNECT for session 0.
 func (c *MBIMClient) ConnectionState(ctx context.Context) (mbim.ConnectInfo, error) {
 	q := mbim.ConnectInfo{}
-	in, err := c.basic(ctx, mbim.CIDConnect, mbim.CommandQuery, q.AppendTo(nil))
-	if err != nil {
-		return mbim.ConnectInfo{}, err
-	}
-	return mbim.ParseConnectInfo(in)
+	return basicAs(ctx, c, mbim.CIDConnect, mbim.CommandQuery, q.AppendTo(nil), mbim.ParseConnectInfo)
 }

@@ -244,12 +244,18 @@ func (s *MBIMSession) Connect(ctx context.Context, req SessionRequest) (SessionC
 func (s *MBIMSession) attach(ctx context.Context) error {
 	return s.withOpen(ctx, func() error {
 		_, err := s.c.Attach(ctx)
-		var se *StatusError
-		if errors.As(err, &se) && se.Status == mbim.StatusNoDeviceSupport {
-			return nil
-		}
-		return err
+		return unlessStatus(err, mbim.StatusNoDeviceSupport)
 	})
+}
+
+// unlessStatus returns err, or nil when err is the modem's answer with
+// status st (a *StatusError): an answer the caller takes as success.
+func unlessStatus(err error, st mbim.Status) error {
+	var se *StatusError
+	if errors.As(err, &se) && se.Status == st {
+		return nil
+	}
+	return err
 }
 
 // activate sends CONNECT for session 0 and checks the answer. With an
@@ -346,11 +352,7 @@ func applyMBIMIPConfiguration(cfg *SessionConfig, ipc mbim.IPConfiguration) erro
 func (s *MBIMSession) Disconnect(ctx context.Context) error {
 	return s.withOpen(ctx, func() error {
 		_, err := s.c.Disconnect(ctx)
-		var se *StatusError
-		if errors.As(err, &se) && se.Status == mbim.StatusContextNotActivated {
-			return nil
-		}
-		return err
+		return unlessStatus(err, mbim.StatusContextNotActivated)
 	})
 }
 

@@ -339,6 +339,15 @@ func intArg(as []at.Arg, i, lo, hi int) (int, bool) {
 	return n, err == nil && n >= lo && n <= hi
 }
 
+// oneInt returns the only argument of a set command, a number within
+// [lo, hi]; false on a syntax error, another number of arguments or
+// another value.
+func oneInt(c *at.Command, lo, hi int) (int, bool) {
+	as, ok := args(c)
+	n, valid := intArg(as, 0, lo, hi)
+	return n, ok && valid && len(as) == 1
+}
+
 // exec runs one command. a.mu is held.
 func (a *AT) exec(port *atPort, c *at.Command) atResult {
 	switch c.Prefix {
@@ -501,9 +510,8 @@ func (a *AT) cmee(port *atPort, c *at.Command) atResult {
 	case at.Test:
 		port.info("+CMEE: (0-2)")
 	case at.Set:
-		as, ok := args(c)
-		n, valid := intArg(as, 0, 0, 2)
-		if !ok || !valid || len(as) != 1 {
+		n, ok := oneInt(c, 0, 2)
+		if !ok {
 			return cmeErr(at.CMEIncorrectParameters)
 		}
 		port.cmee = at.CMEE(n)
@@ -610,9 +618,8 @@ func (a *AT) creg(port *atPort, c *at.Command, name string) atResult {
 	case at.Test:
 		port.info("+" + name + ": (0-2)")
 	case at.Set:
-		as, ok := args(c)
-		n, valid := intArg(as, 0, 0, 2)
-		if !ok || !valid || len(as) != 1 {
+		n, ok := oneInt(c, 0, 2)
+		if !ok {
 			return cmeErr(at.CMEIncorrectParameters)
 		}
 		port.regN[i] = n // accepted; the mock sends no unsolicited codes
@@ -633,9 +640,8 @@ func (a *AT) cgatt(port *atPort, c *at.Command) atResult {
 	case at.Test:
 		port.info("+CGATT: (0,1)")
 	case at.Set:
-		as, ok := args(c)
-		v, valid := intArg(as, 0, 0, 1)
-		if !ok || !valid || len(as) != 1 {
+		v, ok := oneInt(c, 0, 1)
+		if !ok {
 			return cmeErr(at.CMEIncorrectParameters)
 		}
 		if err := a.m.SetAttached(v == 1); err != nil {

@@ -36,9 +36,8 @@ func (a *AT) wsel(port *atPort, c *at.Command) atResult {
 	case at.Test:
 		port.info(fmt.Sprintf("+WS46: (%d,%d,%d)", ws46UTRAN, ws46EUTRAN, ws46UTRANEUTRAN))
 	case at.Set:
-		as, ok := args(c)
-		n, valid := intArg(as, 0, 0, 255)
-		if !ok || !valid || len(as) != 1 {
+		n, ok := oneInt(c, 0, 255)
+		if !ok {
 			return cmeErr(at.CMEIncorrectParameters)
 		}
 		if n != ws46UTRAN && n != ws46EUTRAN && n != ws46UTRANEUTRAN {
@@ -90,9 +89,8 @@ func (a *AT) cpls(port *atPort, c *at.Command) atResult {
 	case at.Test:
 		port.info("+CPLS: (0)")
 	case at.Set:
-		as, ok := args(c)
-		n, valid := intArg(as, 0, 0, 2)
-		if !ok || !valid || len(as) != 1 {
+		n, ok := oneInt(c, 0, 2)
+		if !ok {
 			return cmeErr(at.CMEIncorrectParameters)
 		}
 		if n != 0 {
@@ -112,9 +110,8 @@ func (a *AT) setting(port *atPort, c *at.Command, name string, v *int, lo, hi in
 	case at.Test:
 		port.info(fmt.Sprintf("%s: (%d-%d)", name, lo, hi))
 	case at.Set:
-		as, ok := args(c)
-		n, valid := intArg(as, 0, lo, hi)
-		if !ok || !valid || len(as) != 1 {
+		n, ok := oneInt(c, lo, hi)
+		if !ok {
 			return cmeErr(at.CMEIncorrectParameters)
 		}
 		*v = n

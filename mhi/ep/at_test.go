@@ -126,6 +126,32 @@ func TestATBasics(t *testing.T) {
 	}
 }
 
+// TestATOneNumber checks the set commands that take exactly one number:
+// another count of arguments, an empty one or one out of range is
+// "incorrect parameters" (CME error 50), one in range is OK.
+func TestATOneNumber(t *testing.T) {
+	h := newATTester(t, ModemConfig{}, ATOptions{})
+	if got := h.chat(DUNName, "ATE0;+CMEE=1\r"); !strings.HasSuffix(got, "OK\r\n") {
+		t.Fatalf("ATE0;+CMEE=1: %q", got)
+	}
+	const bad, ok = "\r\n+CME ERROR: 50\r\n", "\r\nOK\r\n"
+	cases := []struct{ in, want string }{
+		{"AT+CMEE=1,0", bad}, {"AT+CMEE=3", bad}, {"AT+CMEE=", bad}, {"AT+CMEE=1", ok},
+		{"AT+CREG=1,1", bad}, {"AT+CREG=3", bad}, {"AT+CREG=2", ok},
+		{"AT+CGREG=0,0", bad}, {"AT+CEREG=-1", bad}, {"AT+CEREG=0", ok},
+		{"AT+CGATT=1,1", bad}, {"AT+CGATT=2", bad}, {"AT+CGATT=1", ok},
+		{"AT+WS46=28,1", bad}, {"AT+WS46=256", bad}, {"AT+WS46=28", ok},
+		{"AT+CPLS=0,0", bad}, {"AT+CPLS=3", bad}, {"AT+CPLS=0", ok},
+		{"AT+CEMODE=2,2", bad}, {"AT+CEMODE=4", bad}, {"AT+CEMODE=\"2\"", bad}, {"AT+CEMODE=2", ok},
+		{"AT+CTZU=1,1", bad}, {"AT+CTZU=2", bad}, {"AT+CTZU=1", ok},
+	}
+	for _, c := range cases {
+		if got := h.chat(DUNName, c.in+"\r"); got != c.want {
+			t.Errorf("%q: got %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
 func TestATStreamAndPorts(t *testing.T) {
 	h := newATTester(t, ModemConfig{}, ATOptions{MaxLine: 32})
 	// A line split across transfers.

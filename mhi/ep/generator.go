@@ -800,18 +800,9 @@ var genRamp = func() *[256 + GenMaxPacket]byte {
 	return &r
 }()
 
-// ipv4Checksum returns the Internet checksum of an IPv4 header whose
-// checksum field is zero.
-func ipv4Checksum(h []byte) uint16 {
-	var sum uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		sum += uint32(h[i])<<8 | uint32(h[i+1])
-	}
-	for sum>>16 != 0 {
-		sum = sum&0xFFFF + sum>>16
-	}
-	return ^uint16(sum)
-}
+// ipv4Checksum returns the Internet checksum of an IPv4 header: the value
+// to store when its checksum field is zero, 0 when the field is right.
+func ipv4Checksum(h []byte) uint16 { return checksum(0, h) }
 
 // GeneratedSeq checks that pkt is a packet the generator built (IPv4, UDP,
 // header checksum and lengths right, payload pattern intact) and returns

@@ -364,6 +364,18 @@ func (r *qmiReq) fail(code qmi.ErrorCode) {
 	r.b.Result(r.res)
 }
 
+// arg returns the value of the request's mandatory TLV typ, which must be
+// n bytes long; when it is missing or of another length, it answers
+// MissingArgument and returns false.
+func (r *qmiReq) arg(typ uint8, n int) ([]byte, bool) {
+	v, ok := r.f.TLVs.Find(typ)
+	if !ok || len(v) != n {
+		r.fail(qmi.ErrMissingArgument)
+		return nil, false
+	}
+	return v, true
+}
+
 // frame answers one frame.
 func (q *QMI) frame(ctx context.Context, port *qmiPort, frame []byte, send func([]byte) error) error {
 	q.count(func(s *QMIStats) { s.FramesIn++ })
@@ -493,9 +505,8 @@ func (q *QMI) ctl(r *qmiReq) {
 		}
 		r.b.End()
 	case qmi.CTLAllocateCID:
-		v, ok := r.f.TLVs.Find(ctlTLVService)
-		if !ok || len(v) != 1 {
-			r.fail(qmi.ErrMissingArgument)
+		v, ok := r.arg(ctlTLVService, 1)
+		if !ok {
 			return
 		}
 		svc := qmi.Service(v[0])
@@ -514,9 +525,8 @@ func (q *QMI) ctl(r *qmiReq) {
 		r.b.Put8(cid)
 		r.b.End()
 	case qmi.CTLReleaseCID:
-		v, ok := r.f.TLVs.Find(ctlTLVService)
-		if !ok || len(v) != 2 {
-			r.fail(qmi.ErrMissingArgument)
+		v, ok := r.arg(ctlTLVService, 2)
+		if !ok {
 			return
 		}
 		svc, cid := qmi.Service(v[0]), v[1]

@@ -199,9 +199,8 @@ func dmsBandCapabilities(r *qmiReq) {
 // on, the low-power and offline modes switch it off (and are remembered
 // for GET_OPERATING_MODE).
 func (q *QMI) setOperatingMode(r *qmiReq) {
-	v, ok := r.f.TLVs.Find(0x01)
-	if !ok || len(v) != 1 {
-		r.fail(qmi.ErrMissingArgument)
+	v, ok := r.arg(0x01, 1)
+	if !ok {
 		return
 	}
 	switch v[0] {
@@ -220,9 +219,7 @@ func (q *QMI) setOperatingMode(r *qmiReq) {
 // dmsCKStatus answers UIM_GET_CK_STATUS: no personalisation (network,
 // provider, corporate… locks) is active on the mock's SIM.
 func dmsCKStatus(r *qmiReq) {
-	v, ok := r.f.TLVs.Find(0x01)
-	if !ok || len(v) != 1 {
-		r.fail(qmi.ErrMissingArgument)
+	if _, ok := r.arg(0x01, 1); !ok {
 		return
 	}
 	r.ok()
@@ -450,13 +447,12 @@ func nasSystemSelectionPreference(r *qmiReq) {
 // MCC/MNC (the network the mock registers on), InformationUnavailable for
 // any other.
 func (q *QMI) plmnName(r *qmiReq) {
-	v, ok := r.f.TLVs.Find(0x01)
-	rd := qmi.NewReader(v)
-	mcc, mnc := rd.U16(), rd.U16()
-	if !ok || rd.Finish() != nil {
-		r.fail(qmi.ErrMissingArgument)
+	v, ok := r.arg(0x01, 4)
+	if !ok {
 		return
 	}
+	rd := qmi.NewReader(v)
+	mcc, mnc := rd.U16(), rd.U16()
 	id := q.m.Identity()
 	hmcc, hmnc, _, ok := plmn(id.ProviderID)
 	if !ok || mcc != hmcc || mnc != hmnc {
@@ -689,13 +685,12 @@ func (q *QMI) wds(r *qmiReq) {
 // or the global one) ends, and a packet status indication says so.
 func (q *QMI) stopNetwork(r *qmiReq) {
 	c := r.client
-	v, ok := r.f.TLVs.Find(0x01)
-	rd := qmi.NewReader(v)
-	h := rd.U32()
-	if !ok || rd.Finish() != nil {
-		r.fail(qmi.ErrMissingArgument)
+	v, ok := r.arg(0x01, 4)
+	if !ok {
 		return
 	}
+	rd := qmi.NewReader(v)
+	h := rd.U32()
 	if c.call == nil {
 		r.fail(qmi.ErrNoEffect)
 		return
@@ -712,9 +707,8 @@ func (q *QMI) stopNetwork(r *qmiReq) {
 
 // setIPFamily answers SET_IP_FAMILY: the family of the client's next call.
 func setIPFamily(r *qmiReq) {
-	v, ok := r.f.TLVs.Find(0x01)
-	if !ok || len(v) != 1 {
-		r.fail(qmi.ErrMissingArgument)
+	v, ok := r.arg(0x01, 1)
+	if !ok {
 		return
 	}
 	t, ok := wdsFamily(v[0])
@@ -753,9 +747,8 @@ func wdsProfileList(r *qmiReq) {
 // wdsProfileSettings answers GET_PROFILE_SETTINGS for the one profile
 // there is: no APN, IPv4 or IPv6, no authentication.
 func wdsProfileSettings(r *qmiReq) {
-	v, ok := r.f.TLVs.Find(0x01)
-	if !ok || len(v) != 2 {
-		r.fail(qmi.ErrMissingArgument)
+	v, ok := r.arg(0x01, 2)
+	if !ok {
 		return
 	}
 	if v[0] != wdsProfile3GPP || v[1] != wdsDefaultProfile {
@@ -772,13 +765,12 @@ func wdsProfileSettings(r *qmiReq) {
 // packetStatistics answers GET_PACKET_STATISTICS from
 // QMIOptions.PacketStatistics, the TLVs the request's mask asks for.
 func (q *QMI) packetStatistics(r *qmiReq) {
-	v, ok := r.f.TLVs.Find(0x01)
-	rd := qmi.NewReader(v)
-	mask := rd.U32()
-	if !ok || rd.Finish() != nil {
-		r.fail(qmi.ErrMissingArgument)
+	v, ok := r.arg(0x01, 4)
+	if !ok {
 		return
 	}
+	rd := qmi.NewReader(v)
+	mask := rd.U32()
 	if q.opts.PacketStatistics == nil {
 		r.unsupported()
 		return

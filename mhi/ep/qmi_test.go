@@ -625,6 +625,36 @@ func TestQMIBadInput(t *testing.T) {
 // TestQMIIndicationsAcrossReopen: a port closed and opened again (the
 // host's last close and next open reset the channels) keeps its clients,
 // as a modem does; indications for a closed port are dropped and counted.
+// TestQMIMandatoryArgumentSize checks that a request whose mandatory TLV
+// is present but one byte short or long is answered MissingArgument, like
+// one without it.
+func TestQMIMandatoryArgumentSize(t *testing.T) {
+	h := newQMITester(t, ModemConfig{}, QMIOptions{})
+	dms, nas, wds := h.alloc(qmi.DMS), h.alloc(qmi.NAS), h.alloc(qmi.WDS)
+	cases := []struct {
+		svc  qmi.Service
+		cid  uint8
+		msg  qmi.MessageID
+		size int // of TLV 0x01
+	}{
+		{qmi.CTL, 0, qmi.CTLAllocateCID, 1},
+		{qmi.CTL, 0, qmi.CTLReleaseCID, 2},
+		{qmi.DMS, dms, qmi.DMSSetOperatingMode, 1},
+		{qmi.DMS, dms, qmi.DMSUIMGetCKStatus, 1},
+		{qmi.NAS, nas, qmi.NASGetPLMNName, 4},
+		{qmi.WDS, wds, qmi.WDSStopNetwork, 4},
+		{qmi.WDS, wds, qmi.WDSSetIPFamily, 1},
+		{qmi.WDS, wds, qmi.WDSGetProfileSettings, 2},
+		{qmi.WDS, wds, qmi.WDSGetPacketStatistics, 4},
+	}
+	for _, c := range cases {
+		for _, n := range []int{c.size - 1, c.size + 1} {
+			v := make([]byte, n)
+			h.fails(c.svc, c.cid, c.msg, func(b *qmi.Builder) { b.TLV(0x01, v) }, qmi.ErrMissingArgument)
+		}
+	}
+}
+
 func TestQMIIndicationsAcrossReopen(t *testing.T) {
 	h := newQMITester(t, ModemConfig{}, QMIOptions{})
 	wds := h.alloc(qmi.WDS)

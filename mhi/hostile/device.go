@@ -2,11 +2,10 @@ package hostile
 
 import (
 	"fmt"
-	"math/bits"
 	"sync"
-	"sync/atomic"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/msi"
 )
 
 // Register layout the scripted Device publishes (the same as the mock
@@ -95,13 +94,9 @@ type Device struct {
 	wake     chan struct{}
 	loopDone chan struct{}
 
-	pending  atomic.Uint64
-	irqWake  chan struct{}
-	irqDone  chan struct{}
+	irq      *msi.Deliverer
 	stopOnce sync.Once
 	stop     chan struct{}
-	hmu      sync.RWMutex
-	handler  func(int)
 }
 
 // session is what the device learns at M0 and forgets on reset.
@@ -134,14 +129,13 @@ func NewDevice(cfg DeviceConfig) *Device {
 	d := &Device{
 		cfg: cfg, mem: NewMemory(), pinned: map[uint32]uint32{},
 		regs: make([]uint32, cfg.BARSize/4), wake: make(chan struct{}, 1), loopDone: make(chan struct{}),
-		irqWake: make(chan struct{}, 1), irqDone: make(chan struct{}), stop: make(chan struct{}),
+		irq: msi.New(), stop: make(chan struct{}),
 	}
 	d.beh = cfg.Behaviour
 	d.initRegsLocked()
 	d.resetLocked()
 	d.stats.Resets = 0 // power-on is no reset
 	go d.loop()
-	go d.deliver()
 	return d
 }
 
@@ -713,31 +707,7 @@ func (d *Device) raiseLocked(vector int) {
 		vector = 0
 	}
 	d.stats.Interrupts++
-	d.pending.Or(1 << uint(vector))
-	select {
-	case d.irqWake <- struct{}{}:
-	default:
-	}
-}
-
-// deliver calls the host's handler for every pending vector.
-func (d *Device) deliver() {
-	defer close(d.irqDone)
-	for {
-		select {
-		case <-d.stop:
-			return
-		case <-d.irqWake:
-		}
-		for p := d.pending.Swap(0); p != 0; p &= p - 1 {
-			v := bits.TrailingZeros64(p)
-			d.hmu.RLock()
-			if d.handler != nil {
-				d.handler(v)
-			}
-			d.hmu.RUnlock()
-		}
-	}
+	d.irq.Raise(vector)
 }
 
 // Alloc implements mhi.DMAMemory.
@@ -751,11 +721,7 @@ func (d *Device) Vectors() int { return d.cfg.Vectors }
 
 // SetInterruptHandler implements mhi.Interrupts; it returns once no call
 // of the previous handler is running.
-func (d *Device) SetInterruptHandler(h func(int)) {
-	d.hmu.Lock()
-	d.handler = h
-	d.hmu.Unlock()
-}
+func (d *Device) SetInterruptHandler(h func(int)) { d.irq.SetHandler(h) }
 
 // Reset implements mhi.Transport: a function-level reset (registers back to
 // their power-on values, then an MHI reset).
@@ -775,8 +741,8 @@ func (d *Device) BARSize() uint64 { return d.cfg.BARSize }
 func (d *Device) Close() error {
 	d.stopOnce.Do(func() {
 		close(d.stop)
+		d.irq.Close()
 		<-d.loopDone
-		<-d.irqDone
 	})
 	return nil
 }

@@ -2,12 +2,11 @@ package inproc
 
 import (
 	"fmt"
-	"math/bits"
 	"sync"
-	"sync/atomic"
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/msi"
 )
 
 // DefaultBase is the IOVA of the first byte of host memory, well away from
@@ -18,7 +17,7 @@ const DefaultBase = 0x4000_0000
 const DefaultMemory = 64 << 20
 
 // MaxVectors is the number of MSI vectors an in-process device offers.
-const MaxVectors = 64
+const MaxVectors = msi.MaxVectors
 
 // Options configure an in-process transport.
 type Options struct {
@@ -41,14 +40,8 @@ type Transport struct {
 	vectors int
 	barSize uint64
 
-	pending atomic.Uint64 // raised, not yet delivered vectors
-	wake    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
-
-	mu      sync.RWMutex
-	handler func(int)
-	sink    func(int)
+	irq  *msi.Deliverer
+	sink func(int)
 
 	closeOnce sync.Once
 }
@@ -74,16 +67,14 @@ func New(cfg ep.Config, opts Options) (*Transport, error) {
 		vectors: opts.Vectors,
 		sink:    opts.InterruptSink,
 		barSize: uint64(bar),
-		wake:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		irq:     msi.New(),
 	}
 	dev, err := ep.New(cfg, t.slab, raiser{t})
 	if err != nil {
+		t.irq.Close()
 		return nil, err
 	}
 	t.dev = dev
-	go t.deliver()
 	return t, nil
 }
 
@@ -122,11 +113,7 @@ func (t *Transport) Vectors() int { return t.vectors }
 
 // SetInterruptHandler implements mhi.Interrupts. It waits for a handler
 // call in progress to return.
-func (t *Transport) SetInterruptHandler(h func(int)) {
-	t.mu.Lock()
-	t.handler = h
-	t.mu.Unlock()
-}
+func (t *Transport) SetInterruptHandler(h func(int)) { t.irq.SetHandler(h) }
 
 // Reset implements mhi.Transport: a function-level reset of the mock modem.
 func (t *Transport) Reset() error {
@@ -139,8 +126,7 @@ func (t *Transport) Close() error {
 	var err error
 	t.closeOnce.Do(func() {
 		err = t.dev.Close()
-		close(t.stop)
-		<-t.done
+		t.irq.Close()
 	})
 	return err
 }
@@ -156,32 +142,5 @@ func (r raiser) Raise(vector int) {
 		r.t.sink(vector)
 		return
 	}
-	r.t.pending.Or(1 << uint(vector))
-	select {
-	case r.t.wake <- struct{}{}:
-	default:
-	}
-}
-
-// deliver calls the handler for every pending vector, lowest first.
-func (t *Transport) deliver() {
-	defer close(t.done)
-	for {
-		select {
-		case <-t.stop:
-			return
-		case <-t.wake:
-		}
-		for p := t.pending.Swap(0); p != 0; p &= p - 1 {
-			v := bits.TrailingZeros64(p)
-			// The handler runs under the read lock, so that
-			// SetInterruptHandler(nil) returns only once no call is
-			// running: the host frees its rings right after it.
-			t.mu.RLock()
-			if t.handler != nil {
-				t.handler(v)
-			}
-			t.mu.RUnlock()
-		}
-	}
+	r.t.irq.Raise(vector)
 }

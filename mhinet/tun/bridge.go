@@ -125,6 +125,17 @@ type bridgeCounters struct {
 	downQueueFull          atomic.Uint64
 }
 
+// countBatch adds the packets of a batch to packets and their bytes to
+// bytes.
+func countBatch(packets, bytes *atomic.Uint64, pkts [][]byte) {
+	n := 0
+	for _, p := range pkts {
+		n += len(p)
+	}
+	packets.Add(uint64(len(pkts)))
+	bytes.Add(uint64(n))
+}
+
 // BridgeStats is a snapshot of a Bridge's counters. Uplink is TUN →
 // device, downlink is device → TUN. Every packet read from the TUN is in
 // UplinkPackets or in one Drop counter; every packet the device delivers
@@ -333,22 +344,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 // IPv4Only), appending them to out.
 func (b *Bridge) filter(bufs [][]byte, sizes []int, out [][]byte) [][]byte {
 	for i, buf := range bufs {
-		p := buf[:sizes[i]]
-		v := byte(0)
-		if len(p) > 0 {
-			v = p[0] >> 4
+		if p := buf[:sizes[i]]; b.ipVersionOK(p) {
+			out = append(out, p)
 		}
-		switch {
-		case v == 4:
-		case v == 6 && b.cfg.IPv4Only:
-			b.c.dropIPv6.Add(1)
-			continue
-		case v == 6:
-		default:
-			b.c.dropNotIP.Add(1)
-			continue
-		}
-		out = append(out, p)
 	}
 	return out
 }
@@ -430,12 +428,7 @@ func (b *Bridge) transmit(ctx context.Context, dev transmitter, pkts [][]byte) {
 	for len(pkts) > 0 {
 		n, err := dev.Transmit(pkts)
 		if n > 0 {
-			bytes := 0
-			for _, p := range pkts[:n] {
-				bytes += len(p)
-			}
-			b.c.upPackets.Add(uint64(n))
-			b.c.upBytes.Add(uint64(bytes))
+			countBatch(&b.c.upPackets, &b.c.upBytes, pkts[:n])
 			pkts = pkts[n:]
 			since = time.Time{}
 		}

@@ -132,12 +132,7 @@ func (b *Bridge) deliver(pkts []mhinet.Packet) {
 		n, err := b.tun.Write(bufs)
 		b.c.downFrames.Add(uint64(n))
 		if n > 0 {
-			bytes := 0
-			for _, p := range bufs[:n] {
-				bytes += len(p)
-			}
-			b.c.downPackets.Add(uint64(n))
-			b.c.downBytes.Add(uint64(bytes))
+			countBatch(&b.c.downPackets, &b.c.downBytes, bufs[:n])
 		}
 		if err == nil {
 			break

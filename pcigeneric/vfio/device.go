@@ -538,26 +538,19 @@ func (d *Device) accessRegion(index int, off int64, n int, flag uint32) (int64, 
 
 // pread reads all of b at the fd offset pos.
 func (d *Device) pread(pos int64, b []byte) error {
-	for done := 0; done < len(b); {
-		n, err := d.sys.Pread(d.deviceFD, b[done:], pos+int64(done))
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return io.ErrUnexpectedEOF
-		}
-		done += n
-	}
-	return nil
+	return fullIO(d.sys.Pread, d.deviceFD, pos, b, io.ErrUnexpectedEOF)
 }
 
 // pwrite writes all of b at the fd offset pos.
 func (d *Device) pwrite(pos int64, b []byte) error {
+	return fullIO(d.sys.Pwrite, d.deviceFD, pos, b, io.ErrShortWrite)
+}
+
+// fullIO calls op (pread or pwrite) until all of b is done, retrying on
+// EINTR; an op that makes no progress fails with short.
+func fullIO(op func(fd int, b []byte, off int64) (int, error), fd int, pos int64, b []byte, short error) error {
 	for done := 0; done < len(b); {
-		n, err := d.sys.Pwrite(d.deviceFD, b[done:], pos+int64(done))
+		n, err := op(fd, b[done:], pos+int64(done))
 		if err == unix.EINTR {
 			continue
 		}
@@ -565,7 +558,7 @@ func (d *Device) pwrite(pos int64, b []byte) error {
 			return err
 		}
 		if n == 0 {
-			return io.ErrShortWrite
+			return short
 		}
 		done += n
 	}

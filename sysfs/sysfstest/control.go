@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi/ctrlport"
-	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/sysfs"
 )
@@ -37,26 +36,8 @@ func NewControlDevice(tb testing.TB, name, model string) ControlDevice {
 	if model == "" {
 		model = "telit-fn990"
 	}
-	m, err := mock.Open(mock.Options{Name: name, Model: model, RequireConnect: true})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = m.Close() })
-	if err := m.Controller.PowerUp(); err != nil {
-		tb.Fatal(err)
-	}
-	n, err := mhinet.New(m.Controller, mhinet.Config{Pair: m.DataPair}, mhinet.ReceiverFunc(func(p []mhinet.Packet) {
-		for _, x := range p {
-			x.Release()
-		}
-	}))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := n.Up(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = n.Down() })
+	m := startMock(tb, mock.Options{Name: name, Model: model, RequireConnect: true})
+	n := startNet(tb, m)
 	p, err := ctrlport.Open(m.Controller, "MBIM", ctrlport.Options{Link: filepath.Join(tb.TempDir(), "wwan0mbim0")})
 	if err != nil {
 		tb.Fatal(err)

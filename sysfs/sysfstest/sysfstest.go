@@ -27,7 +27,18 @@ func (d Device) Binding() sysfs.Device {
 // brings its network device up. Everything is torn down by tb.Cleanup.
 func NewDevice(tb testing.TB, name string, withNet bool) Device {
 	tb.Helper()
-	m, err := mock.Open(mock.Options{Name: name})
+	d := Device{Mock: startMock(tb, mock.Options{Name: name})}
+	if withNet {
+		d.Net = startNet(tb, d.Mock)
+	}
+	return d
+}
+
+// startMock opens a mock modem with opts and powers it up; tb.Cleanup
+// closes it.
+func startMock(tb testing.TB, opts mock.Options) *mock.Mock {
+	tb.Helper()
+	m, err := mock.Open(opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -35,10 +46,13 @@ func NewDevice(tb testing.TB, name string, withNet bool) Device {
 	if err := m.Controller.PowerUp(); err != nil {
 		tb.Fatal(err)
 	}
-	d := Device{Mock: m}
-	if !withNet {
-		return d
-	}
+	return m
+}
+
+// startNet brings up the network device of m's data pair, with a receiver
+// that releases every packet at once; tb.Cleanup takes it down.
+func startNet(tb testing.TB, m *mock.Mock) *mhinet.Device {
+	tb.Helper()
 	n, err := mhinet.New(m.Controller, mhinet.Config{Pair: m.DataPair}, mhinet.ReceiverFunc(func(p []mhinet.Packet) {
 		for _, x := range p {
 			x.Release()
@@ -51,8 +65,7 @@ func NewDevice(tb testing.TB, name string, withNet bool) Device {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = n.Down() })
-	d.Net = n
-	return d
+	return n
 }
 
 // NewTree returns a tree with one device, "mhi0", with its network device.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/gomhi/gomhi/mhi/proto/internal/prototest"
 )
 
 // seedAggregates returns valid aggregates built by the Writer and a few
@@ -25,7 +27,7 @@ func seedAggregates(t testing.TB) [][]byte {
 	} {
 		var pkts [][]byte
 		for i, n := range c.lens {
-			pkts = append(pkts, packet(r, n, i%2 == 0))
+			pkts = append(pkts, prototest.Packet(r, n, i%2 == 0))
 		}
 		sz, err := Size(c.cfg, c.lens)
 		if err != nil {
@@ -34,7 +36,7 @@ func seedAggregates(t testing.TB) [][]byte {
 		out = append(out, build(t, c.cfg, sz, pkts))
 	}
 	tx := make([]byte, TXHeaderLen+20)
-	_, _ = EncodeTX(tx, packet(r, 20, false), 1, 9)
+	_, _ = EncodeTX(tx, prototest.Packet(r, 20, false), 1, 9)
 	out = append(out, tx)
 
 	good := out[0]
@@ -65,7 +67,7 @@ func checkParse(t *testing.T, p *Parser, b []byte) []got {
 	total := 0
 	var out []got
 	n, err := p.Parse(b, func(d []byte, sid uint8) {
-		off, ok := offsetIn(b, d)
+		off, ok := prototest.OffsetIn(b, d)
 		if !ok {
 			t.Fatalf("datagram (%d bytes) outside the %d-byte input", len(d), len(b))
 		}
@@ -149,78 +151,30 @@ func FuzzRoundTripNTB(f *testing.F) {
 		cfg.DatagramAlign = 1 << (flags >> 2 & 3) // 1, 2, 4, 8
 		cfg.NDPAlign = 4 << (flags >> 4 & 1)      // 4, 8
 		cfg.MaxDatagrams = []int{0, 1, 5, 100}[flags>>5&3]
-		r := rand.New(rand.NewPCG(seed, uint64(flags)))
-		var lens []int
-		for i := 0; i+1 < len(spec) && len(lens) < 300; i += 2 {
-			lens = append(lens, int(spec[i])<<8|int(spec[i+1])) // 0 is tried and must be rejected
-		}
-		buf := make([]byte, int(bufLen)+16)
-		var w Writer
 		var p Parser
-		if err := w.Reset(buf[:bufLen], cfg); err != nil {
+		rt := prototest.RoundTrip[Config]{
+			Writer: new(Writer), Config: cfg, Size: Size, Fit: Fit,
+			ErrEmpty: ErrEmpty, ErrFull: ErrFull, ErrLimit: ErrLimit, ErrTooLarge: ErrTooLarge,
+			Check: func(agg []byte, pkts [][]byte) {
+				if err := samePackets(checkParse(t, &p, agg), pkts, sid); err != nil {
+					t.Fatal(err)
+				}
+			},
+			TooLarge: func(_, held int) {
+				if held != 0 {
+					t.Fatal("ErrTooLarge on a non-empty aggregate")
+				}
+			},
+		}
+		r := rand.New(rand.NewPCG(seed, uint64(flags)))
+		if err := rt.Run(t, r, int(bufLen), prototest.Lengths(spec, 300)); err != nil {
 			if !errors.Is(err, ErrShortBuffer) {
 				t.Fatalf("Reset: %v", err)
 			}
 			return
 		}
-		var pkts [][]byte
-		var plens []int
-		flush := func() {
-			n := w.Finish()
-			if n > int(bufLen) {
-				t.Fatalf("aggregate of %d bytes in a %d-byte buffer", n, bufLen)
-			}
-			if sz, err := Size(cfg, plens); err != nil || sz != n {
-				t.Fatalf("Size = %d, %v; Finish = %d", sz, err, n)
-			}
-			if fn, fsz, err := Fit(cfg, int(bufLen), plens); err != nil || fn != len(plens) || fsz != n {
-				t.Fatalf("Fit = %d, %d, %v; built %d, %d", fn, fsz, err, len(plens), n)
-			}
-			g := checkParse(t, &p, buf[:n])
-			if err := samePackets(g, pkts, sid); err != nil {
-				t.Fatal(err)
-			}
-			pkts, plens = pkts[:0], plens[:0]
-			if err := w.Reset(buf[:bufLen], cfg); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for i, n := range lens {
-			pk := packet(r, n, i%3 == 0)
-			err := w.Add(pk)
-			switch {
-			case n == 0:
-				if err != ErrEmpty {
-					t.Fatalf("Add of empty = %v", err)
-				}
-				continue
-			case err == ErrFull || err == ErrLimit:
-				if len(pkts) == 0 {
-					t.Fatalf("%v on an empty aggregate", err)
-				}
-				flush()
-				err = w.Add(pk)
-			}
-			switch err {
-			case nil:
-				pkts = append(pkts, pk)
-				plens = append(plens, n)
-			case ErrTooLarge:
-				if len(pkts) != 0 {
-					t.Fatal("ErrTooLarge on a non-empty aggregate")
-				}
-			default:
-				t.Fatalf("Add %d bytes to a fresh aggregate: %v", n, err)
-			}
-		}
-		flush()
 		if p.Stats.Errors() != 0 {
 			t.Fatalf("parse errors on built aggregates: %+v", p.Stats)
-		}
-		for _, c := range buf[bufLen:] {
-			if c != 0 {
-				t.Fatal("Writer wrote past its buffer")
-			}
 		}
 	})
 }

@@ -4,44 +4,15 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"testing"
-	"unsafe"
-)
 
-// packet returns an n-byte pseudo-random packet whose first nibble is 4
-// (or 6 when v6), so a Parser accepts it.
-func packet(r *rand.Rand, n int, v6 bool) []byte {
-	p := make([]byte, n)
-	for i := range p {
-		p[i] = byte(r.Uint32())
-	}
-	if n > 0 {
-		p[0] = 0x45
-		if v6 {
-			p[0] = 0x60 | p[0]&0x0F
-		}
-	}
-	return p
-}
+	"github.com/gomhi/gomhi/mhi/proto/internal/prototest"
+)
 
 type got struct {
 	d   []byte
 	sid uint8
 	off int
-}
-
-// offsetIn returns where d starts inside b, and whether d lies entirely in b.
-func offsetIn(b, d []byte) (int, bool) {
-	if len(d) == 0 || len(b) == 0 {
-		return 0, false
-	}
-	base := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	p := uintptr(unsafe.Pointer(unsafe.SliceData(d)))
-	if p < base || p-base > uintptr(len(b)) || uintptr(len(d)) > uintptr(len(b))-(p-base) {
-		return 0, false
-	}
-	return int(p - base), true
 }
 
 // parseAll parses b with p and returns what was delivered, checking that
@@ -50,7 +21,7 @@ func parseAll(t testing.TB, p *Parser, b []byte) ([]got, error) {
 	t.Helper()
 	var out []got
 	n, err := p.Parse(b, func(d []byte, sid uint8) {
-		off, ok := offsetIn(b, d)
+		off, ok := prototest.OffsetIn(b, d)
 		if !ok {
 			t.Fatalf("datagram of %d bytes is not inside the %d-byte input", len(d), len(b))
 		}
@@ -69,17 +40,7 @@ func parseAll(t testing.TB, p *Parser, b []byte) ([]got, error) {
 // returns the aggregate; every packet must fit.
 func build(t testing.TB, cfg Config, bufLen int, pkts [][]byte) []byte {
 	t.Helper()
-	buf := make([]byte, bufLen)
-	var w Writer
-	if err := w.Reset(buf, cfg); err != nil {
-		t.Fatalf("Reset: %v", err)
-	}
-	for i, p := range pkts {
-		if err := w.Add(p); err != nil {
-			t.Fatalf("Add %d (%d bytes): %v", i, len(p), err)
-		}
-	}
-	return buf[:w.Finish()]
+	return prototest.Build(t, new(Writer), cfg, bufLen, pkts)
 }
 
 func samePackets(got []got, want [][]byte, sid uint8) error {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/gomhi/gomhi/mhi/proto/internal/prototest"
 )
 
 // TestRoundTrip fills aggregates of many buffer sizes with packets of many
@@ -46,32 +48,19 @@ func TestRoundTrip(t *testing.T) {
 					if err != nil {
 						t.Fatalf("%s buf %d: Reset: %v", c.name, bl, err)
 					}
-					var pkts [][]byte
-					var lens []int
-					for i := 0; ; i++ {
-						n := pl
-						if mix {
-							n = 1 + r.IntN(pl)
-						}
-						p := packet(r, n, i%2 == 1)
-						err := w.Add(p)
-						if err != nil {
-							if !isAny(err, ErrFull, ErrLimit, ErrTooLarge) {
-								t.Fatalf("%s buf %d pkt %d: Add: %v", c.name, bl, n, err)
-							}
-							if errors.Is(err, ErrTooLarge) != (i == 0) {
-								t.Fatalf("%s buf %d pkt %d: ErrTooLarge after %d datagrams", c.name, bl, n, i)
-							}
-							if errors.Is(err, ErrLimit) != (i == w.l.max) {
-								t.Fatalf("%s: ErrLimit at %d, max %d", c.name, i, w.l.max)
-							}
-							if w.Fits(n) {
-								t.Fatalf("%s: Fits(%d) true after %v", c.name, n, err)
-							}
-							break
-						}
-						pkts = append(pkts, p)
-						lens = append(lens, n)
+					pkts, lens, n, err := prototest.AddUntilRefused(&w, r, pl, mix)
+					i := len(pkts)
+					if !isAny(err, ErrFull, ErrLimit, ErrTooLarge) {
+						t.Fatalf("%s buf %d pkt %d: Add: %v", c.name, bl, n, err)
+					}
+					if errors.Is(err, ErrTooLarge) != (i == 0) {
+						t.Fatalf("%s buf %d pkt %d: ErrTooLarge after %d datagrams", c.name, bl, n, i)
+					}
+					if errors.Is(err, ErrLimit) != (i == w.l.max) {
+						t.Fatalf("%s: ErrLimit at %d, max %d", c.name, i, w.l.max)
+					}
+					if w.Fits(n) {
+						t.Fatalf("%s: Fits(%d) true after %v", c.name, n, err)
 					}
 					before := w.Len()
 					total := w.Finish()
@@ -142,7 +131,7 @@ func TestLimits(t *testing.T) {
 			r := rand.New(rand.NewPCG(3, 4))
 			var pkts [][]byte
 			for _, n := range lens {
-				pkts = append(pkts, packet(r, n, false))
+				pkts = append(pkts, prototest.Packet(r, n, false))
 			}
 			b := build(t, cfg, need, pkts)
 			if len(b) != need {

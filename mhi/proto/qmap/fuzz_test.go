@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/gomhi/gomhi/mhi/proto/internal/prototest"
 )
 
 // seedAggregates returns aggregates built by the Writer in each checksum
@@ -28,7 +30,7 @@ func seedAggregates(t testing.TB) (modes []CsumMode, aggs [][]byte) {
 			t.Fatal(err)
 		}
 		for i, n := range c.lens {
-			if err := w.Add(packet(r, n, i%2 == 0)); err != nil {
+			if err := w.Add(prototest.Packet(r, n, i%2 == 0)); err != nil {
 				t.Fatal(err)
 			}
 			if c.cmd && i == 0 {
@@ -66,7 +68,7 @@ func checkParse(t *testing.T, p *Parser, b []byte) []got {
 	total, end := 0, 0
 	var out []got
 	n, err := p.Parse(b, func(pk Packet) {
-		off, ok := offsetIn(b, pk.Data)
+		off, ok := prototest.OffsetIn(b, pk.Data)
 		if !ok {
 			t.Fatalf("packet (%d bytes) outside the %d-byte input", len(pk.Data), len(b))
 		}
@@ -123,7 +125,7 @@ func FuzzParseQMAP(f *testing.F) {
 		for _, p := range []*Parser{
 			{}, {Csum: CsumV4}, {Csum: CsumV5}, {AnyProtocol: true},
 			{Csum: CsumV5, OnCommand: func(_ uint8, c []byte) {
-				if _, ok := offsetIn(b, c); !ok && len(c) > 0 {
+				if _, ok := prototest.OffsetIn(b, c); !ok && len(c) > 0 {
 					t.Fatal("command payload outside the input")
 				}
 				_, _ = ParseCommand(c)
@@ -151,32 +153,15 @@ func FuzzRoundTripQMAP(f *testing.F) {
 			Align:      1 << (flags >> 3 & 7), // 1…128; 128 must be rejected
 			MaxPackets: []int{0, 1, 7, 1000}[flags>>6],
 		}
-		r := rand.New(rand.NewPCG(seed, uint64(flags)))
-		var lens []int
-		for i := 0; i+1 < len(spec) && len(lens) < 300; i += 2 {
-			lens = append(lens, int(spec[i])<<8|int(spec[i+1]))
-		}
-		buf := make([]byte, int(bufLen)+16)
-		var w Writer
-		if err := w.Reset(buf[:bufLen], cfg); err != nil {
-			if cfg.Align != 128 {
-				t.Fatalf("Reset: %v", err)
-			}
-			return
-		}
 		p := Parser{Csum: cfg.Csum}
-		var pkts [][]byte
-		var plens []int
-		flush := func() {
-			n := w.Finish()
-			if sz, err := Size(cfg, plens); err != nil || sz != n {
-				t.Fatalf("Size = %d, %v; Finish = %d", sz, err, n)
-			}
-			if fn, fsz, err := Fit(cfg, int(bufLen), plens); err != nil || fn != len(plens) || fsz != n {
-				t.Fatalf("Fit = %d, %d, %v; built %d, %d", fn, fsz, err, len(plens), n)
-			}
-			if n > 0 {
-				g := checkParse(t, &p, buf[:n])
+		rt := prototest.RoundTrip[Config]{
+			Writer: new(Writer), Config: cfg, Size: Size, Fit: Fit,
+			ErrEmpty: ErrEmpty, ErrFull: ErrFull, ErrLimit: ErrLimit, ErrTooLarge: ErrTooLarge,
+			Check: func(agg []byte, pkts [][]byte) {
+				if len(agg) == 0 {
+					return
+				}
+				g := checkParse(t, &p, agg)
 				if err := samePackets(g, pkts, mux); err != nil {
 					t.Fatal(err)
 				}
@@ -185,48 +170,22 @@ func FuzzRoundTripQMAP(f *testing.F) {
 						t.Fatalf("csum valid %v", x.Csum.Valid)
 					}
 				}
-			}
-			pkts, plens = pkts[:0], plens[:0]
-			if err := w.Reset(buf[:bufLen], cfg); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for i, n := range lens {
-			pk := packet(r, n, i%3 == 0)
-			err := w.Add(pk)
-			switch {
-			case n == 0:
-				if err != ErrEmpty {
-					t.Fatalf("Add of empty = %v", err)
-				}
-				continue
-			case err == ErrFull || err == ErrLimit:
-				if len(pkts) == 0 {
-					t.Fatalf("%v on an empty aggregate", err)
-				}
-				flush()
-				err = w.Add(pk)
-			}
-			switch err {
-			case nil:
-				pkts = append(pkts, pk)
-				plens = append(plens, n)
-			case ErrTooLarge:
+			},
+			TooLarge: func(n, _ int) {
 				if fl, ferr := FrameLen(cfg, n); ferr == nil && fl <= int(bufLen) {
 					t.Fatalf("ErrTooLarge for a %d-byte frame in %d bytes", fl, bufLen)
 				}
-			default:
-				t.Fatalf("Add %d bytes to a fresh aggregate: %v", n, err)
-			}
+			},
 		}
-		flush()
+		r := rand.New(rand.NewPCG(seed, uint64(flags)))
+		if err := rt.Run(t, r, int(bufLen), prototest.Lengths(spec, 300)); err != nil {
+			if cfg.Align != 128 {
+				t.Fatalf("Reset: %v", err)
+			}
+			return
+		}
 		if p.Stats.Errors() != 0 {
 			t.Fatalf("parse errors on built aggregates: %+v", p.Stats)
-		}
-		for _, c := range buf[bufLen:] {
-			if c != 0 {
-				t.Fatal("Writer wrote past its buffer")
-			}
 		}
 	})
 }

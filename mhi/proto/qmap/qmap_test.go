@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/gomhi/gomhi/mhi/proto/internal/prototest"
 )
 
 func TestRoundTrip(t *testing.T) {
@@ -43,32 +45,19 @@ func TestRoundTrip(t *testing.T) {
 					if err := w.Reset(buf, c.cfg); err != nil {
 						t.Fatal(err)
 					}
-					var pkts [][]byte
-					var lens []int
-					for i := 0; ; i++ {
-						n := pl
-						if mix {
-							n = 1 + r.IntN(pl)
+					pkts, lens, n, err := prototest.AddUntilRefused(&w, r, pl, mix)
+					i := len(pkts)
+					if errors.Is(err, ErrLimit) != (i == max) {
+						t.Fatalf("%s: %v after %d packets", c.name, err, i)
+					}
+					if errors.Is(err, ErrTooLarge) && i != 0 && n < bl {
+						fl, _ := FrameLen(c.cfg, n)
+						if fl <= bl {
+							t.Fatalf("%s: ErrTooLarge for a %d-byte frame in %d bytes", c.name, fl, bl)
 						}
-						pk := packet(r, n, i%2 == 1)
-						err := w.Add(pk)
-						if err != nil {
-							if errors.Is(err, ErrLimit) != (i == max) {
-								t.Fatalf("%s: %v after %d packets", c.name, err, i)
-							}
-							if errors.Is(err, ErrTooLarge) && i != 0 && len(pk) < bl {
-								fl, _ := FrameLen(c.cfg, n)
-								if fl <= bl {
-									t.Fatalf("%s: ErrTooLarge for a %d-byte frame in %d bytes", c.name, fl, bl)
-								}
-							}
-							if w.Fits(n) {
-								t.Fatalf("%s: Fits after %v", c.name, err)
-							}
-							break
-						}
-						pkts = append(pkts, pk)
-						lens = append(lens, n)
+					}
+					if w.Fits(n) {
+						t.Fatalf("%s: Fits after %v", c.name, err)
 					}
 					total := w.Finish()
 					if sz, err := Size(c.cfg, lens); err != nil || sz != total {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -260,38 +261,32 @@ func (s *Summary) writeCurve(w io.Writer, maxRows int, markdown bool) error {
 	for _, p := range pick {
 		server = server || p.ServerRSS > 0
 	}
+	cols := []string{"t", "packets", "RSS MiB", "heap MiB", "goroutines", "fds"}
+	if server {
+		cols = append(cols, "server RSS MiB")
+	}
+	row := func(p Sample) []string {
+		r := []string{p.At.Round(time.Second).String(), strconv.FormatUint(p.Packets, 10),
+			fmt.Sprintf("%.1f", mib(p.RSS)), fmt.Sprintf("%.1f", mib(int64(p.HeapInuse))),
+			strconv.Itoa(p.Goroutines), strconv.Itoa(p.FDs)}
+		if server {
+			r = append(r, fmt.Sprintf("%.1f", mib(p.ServerRSS)))
+		}
+		return r
+	}
 	if markdown {
 		fmt.Fprintf(w, "Resource curve (a sample about every %v):\n\n", every.Round(time.Second))
-		hdr := "| t | packets | RSS MiB | heap MiB | goroutines | fds |"
-		sep := "|---|---|---|---|---|---|"
-		if server {
-			hdr += " server RSS MiB |"
-			sep += "---|"
-		}
-		fmt.Fprintln(w, hdr)
-		fmt.Fprintln(w, sep)
+		fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
 		for _, p := range pick {
-			fmt.Fprintf(w, "| %v | %d | %.1f | %.1f | %d | %d |", p.At.Round(time.Second), p.Packets, mib(p.RSS), mib(int64(p.HeapInuse)), p.Goroutines, p.FDs)
-			if server {
-				fmt.Fprintf(w, " %.1f |", mib(p.ServerRSS))
-			}
-			fmt.Fprintln(w)
+			fmt.Fprintf(w, "| %s |\n", strings.Join(row(p), " | "))
 		}
 		return nil
 	}
 	fmt.Fprintf(w, "resource curve (a sample about every %v):\n", every.Round(time.Second))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	hdr := "t\tpackets\tRSS MiB\theap MiB\tgoroutines\tfds\t"
-	if server {
-		hdr += "server RSS MiB\t"
-	}
-	fmt.Fprintln(tw, hdr)
+	fmt.Fprintf(tw, "%s\t\n", strings.Join(cols, "\t"))
 	for _, p := range pick {
-		fmt.Fprintf(tw, "%v\t%d\t%.1f\t%.1f\t%d\t%d\t", p.At.Round(time.Second), p.Packets, mib(p.RSS), mib(int64(p.HeapInuse)), p.Goroutines, p.FDs)
-		if server {
-			fmt.Fprintf(tw, "%.1f\t", mib(p.ServerRSS))
-		}
-		fmt.Fprintln(tw)
+		fmt.Fprintf(tw, "%s\t\n", strings.Join(row(p), "\t"))
 	}
 	return tw.Flush()
 }

@@ -106,17 +106,12 @@ func runAT(args []string) bool {
 		return false
 	}
 
-	for i := range *reopens {
-		n, err := openNode(*dev, t)
-		if err == nil {
-			_, err = expectOK(n, "AT")
-			n.close()
-		}
-		if err != nil {
-			return check(p+"reopen", fmt.Errorf("session %d: %w", i+2, err), "")
-		}
+	if !checkReopened(*dev, t, p, *reopens, fmt.Sprintf("%d more sessions, AT answered OK in each", *reopens), func(n *node) error {
+		_, err := expectOK(n, "AT")
+		return err
+	}) {
+		return false
 	}
-	check(p+"reopen", nil, fmt.Sprintf("%d more sessions, AT answered OK in each", *reopens))
 	if !*long {
 		return true
 	}

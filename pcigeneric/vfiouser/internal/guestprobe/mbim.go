@@ -247,21 +247,13 @@ func (c *mbimClient) checkSmallest(n *node, p string, caps mbim.DeviceCaps) bool
 // function stays open, so DEVICE_CAPS (caps) works on each of reopens new
 // sessions without a new OPEN.
 func (c *mbimClient) checkReopens(dev string, t *tally, p string, caps mbim.DeviceCaps, reopens int) bool {
-	for i := range reopens {
-		n, err := openNode(dev, t)
-		if err == nil {
-			var again mbim.DeviceCaps
-			again, _, err = c.deviceCaps(n)
-			if err == nil && again != caps {
-				err = fmt.Errorf("caps %s", capsText(again))
-			}
-			n.close()
+	return checkReopened(dev, t, p, reopens, fmt.Sprintf("%d more sessions, DEVICE_CAPS answered in each without a new OPEN", reopens), func(n *node) error {
+		again, _, err := c.deviceCaps(n)
+		if err == nil && again != caps {
+			err = fmt.Errorf("caps %s", capsText(again))
 		}
-		if err != nil {
-			return check(p+"reopen", fmt.Errorf("session %d: %w", i+2, err), "")
-		}
-	}
-	return check(p+"reopen", nil, fmt.Sprintf("%d more sessions, DEVICE_CAPS answered in each without a new OPEN", reopens))
+		return err
+	})
 }
 
 // checkShared checks that two descriptors at once share one channel

@@ -135,3 +135,21 @@ func mark(step string) {
 	fmt.Printf("MARK %s\n", step)
 	time.Sleep(200 * time.Millisecond)
 }
+
+// checkReopened opens dev count more times and runs session on each new
+// descriptor, closing it after. The check "<p>reopen" fails naming the
+// first session that failed (numbered from 2: the first is the one
+// before), or passes with detail.
+func checkReopened(dev string, t *tally, p string, count int, detail string, session func(n *node) error) bool {
+	for i := range count {
+		n, err := openNode(dev, t)
+		if err == nil {
+			err = session(n)
+			n.close()
+		}
+		if err != nil {
+			return check(p+"reopen", fmt.Errorf("session %d: %w", i+2, err), "")
+		}
+	}
+	return check(p+"reopen", nil, detail)
+}

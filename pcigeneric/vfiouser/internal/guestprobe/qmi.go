@@ -172,21 +172,15 @@ func runQMI(args []string) bool {
 	}
 
 	// Client ids survive the channel reset of a close, as on a modem.
-	for i := range *reopens {
-		n, err := openNode(*dev, t)
-		if err == nil {
-			var again string
-			again, err = c.dmsIdentity(n, cid)
-			if err == nil && again != ident {
-				err = fmt.Errorf("identity %s", again)
-			}
-			n.close()
+	if !checkReopened(*dev, t, p, *reopens, fmt.Sprintf("%d more sessions, DMS client %d answered in each", *reopens, cid), func(n *node) error {
+		again, err := c.dmsIdentity(n, cid)
+		if err == nil && again != ident {
+			err = fmt.Errorf("identity %s", again)
 		}
-		if err != nil {
-			return check(p+"reopen", fmt.Errorf("session %d: %w", i+2, err), "")
-		}
+		return err
+	}) {
+		return false
 	}
-	check(p+"reopen", nil, fmt.Sprintf("%d more sessions, DMS client %d answered in each", *reopens, cid))
 
 	n, err = openNode(*dev, t)
 	if err == nil {
