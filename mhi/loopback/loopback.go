@@ -110,7 +110,8 @@ type Client struct {
 	// waitTimer wakes the waiters of waitFor when their timeout passes;
 	// made once and reset per wait, so waiting allocates nothing.
 	waitTimer *time.Timer
-	waiters   int // waitFor calls waiting, under mu
+	waker     *waker // waitTimer's link to the client, cut by Close
+	waiters   int    // waitFor calls waiting, under mu
 }
 
 // Open starts the LOOPBACK channels of ctrl (which must be powered up) and
@@ -420,7 +421,13 @@ func (c *Client) waitFor(epoch int, cond func() bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.waitTimer == nil {
-		c.waitTimer = time.AfterFunc(c.opts.Timeout, c.wakeWaiters)
+		// The timer's function reaches the client through waker only:
+		// the runtime may keep a stopped timer (and its function) until
+		// it next tidies its timer heap, and a closed client must not be
+		// kept alive by it (TestCloseReleasesTheClient).
+		w := &waker{c: c}
+		c.waker = w
+		c.waitTimer = time.AfterFunc(c.opts.Timeout, w.wake)
 	} else {
 		c.waitTimer.Reset(c.opts.Timeout)
 	}
@@ -449,6 +456,22 @@ func (c *Client) waitFor(epoch int, cond func() bool) error {
 	return nil
 }
 
+// waker is waitTimer's function's only way to the client; Close cuts it.
+type waker struct {
+	mu sync.Mutex
+	c  *Client
+}
+
+// wake wakes the client's waiters, unless the client is closed.
+func (w *waker) wake() {
+	w.mu.Lock()
+	c := w.c
+	w.mu.Unlock()
+	if c != nil {
+		c.wakeWaiters()
+	}
+}
+
 // wakeWaiters is waitTimer's function: waitFor's waiters check their
 // deadlines.
 func (c *Client) wakeWaiters() {
@@ -461,6 +484,12 @@ func (c *Client) wakeWaiters() {
 func (c *Client) Close() {
 	c.mu.Lock()
 	c.closed = true
+	if w := c.waker; w != nil {
+		c.waitTimer.Stop()
+		w.mu.Lock()
+		w.c = nil
+		w.mu.Unlock()
+	}
 	c.mu.Unlock()
 	if c.unlisten != nil {
 		c.unlisten()
