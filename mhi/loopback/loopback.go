@@ -87,7 +87,16 @@ type Client struct {
 	pool   []byte // random bytes payloads are cut from
 	ulBufs []mhi.DMABuffer
 	dlBufs []mhi.DMABuffer
-	xfers  []mhi.Transfer // scratch for queueing
+	xfers  []mhi.Transfer // scratch for queueing, used by onDL
+
+	// Run's scratch: the uplink elements and expected echoes of a batch.
+	ulXfers  []mhi.Transfer
+	ulExpect []expect
+
+	// dlBatch is how many downlink buffers onDL collects before it
+	// posts them again with one Queue (one doorbell): a quarter of them,
+	// so that three quarters stay posted for the echoes.
+	dlBatch int
 
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -106,6 +115,7 @@ type Client struct {
 	rng      *rand.Rand
 
 	repostFailed int
+	dlFreed      []mhi.Transfer // downlink buffers handled, not yet posted again
 
 	// waitTimer wakes the waiters of waitFor when their timeout passes;
 	// made once and reset per wait, so waiting allocates nothing.
@@ -163,6 +173,11 @@ func Open(ctrl *mhi.Controller, opts Options) (*Client, error) {
 		c.dlBufs = append(c.dlBufs, b)
 	}
 	c.ulFree = opts.Window
+	c.dlBatch = max(1, len(c.dlBufs)/4)
+	c.dlFreed = make([]mhi.Transfer, 0, len(c.dlBufs))
+	c.xfers = make([]mhi.Transfer, 0, len(c.dlBufs))
+	c.ulXfers = make([]mhi.Transfer, 0, ul.Config().Elements-1)
+	c.ulExpect = make([]expect, 0, opts.Window)
 	if err := ul.Start(c.onUL); err != nil {
 		c.free()
 		return nil, err
@@ -191,6 +206,7 @@ func (c *Client) onStatus(ev mhi.StatusEvent) {
 		c.broken = true
 		c.aborted += len(c.fifo) - c.head
 		c.fifo, c.head, c.got, c.bad = c.fifo[:0], 0, 0, false
+		c.dlFreed = c.dlFreed[:0] // the recovery posts every buffer again
 		c.cond.Broadcast()
 		c.mu.Unlock()
 	case mhi.StatusRecovered:
@@ -260,18 +276,29 @@ func (c *Client) onDL(comp mhi.Completion) {
 	} else {
 		c.mismatch++ // an echo nobody sent
 	}
+	// The buffer goes back with the next batch (one doorbell per batch).
+	c.dlFreed = append(c.dlFreed, mhi.Transfer{IOVA: buf.IOVA, Len: len(buf.Bytes), Flags: mhi.FlagEOT, Cookie: comp.Cookie})
+	if len(c.dlFreed) < c.dlBatch {
+		c.mu.Unlock()
+		return
+	}
+	xs := append(c.xfers[:0], c.dlFreed...)
+	c.xfers, c.dlFreed = xs, c.dlFreed[:0]
 	c.mu.Unlock()
-	c.xfers = append(c.xfers[:0], mhi.Transfer{IOVA: buf.IOVA, Len: len(buf.Bytes), Flags: mhi.FlagEOT, Cookie: comp.Cookie})
-	if err := c.dl.Queue(c.xfers); err != nil && !errors.Is(err, mhi.ErrDoorbell) {
+	if err := c.dl.Queue(xs); err != nil && !errors.Is(err, mhi.ErrDoorbell) {
 		// The channel is being reset or recovered; Recovered and Close
-		// account for the buffer.
+		// account for the buffers.
 		c.mu.Lock()
-		c.repostFailed++
+		c.repostFailed += len(xs)
 		c.mu.Unlock()
 	}
 }
 
-// Run sends ro.Count payloads and waits for every echo.
+// Run sends ro.Count payloads and waits for every echo. Payloads go out in
+// batches, as many at a time as there are free uplink buffers (at most
+// Options.Window) and room in the ring, with one doorbell per batch; the
+// downlink buffers go back in batches too (see onDL). Run is not safe for
+// concurrent use.
 func (c *Client) Run(ro RunOptions) (Result, error) {
 	var res Result
 	if err := ro.check(c.ul.Config().Elements - 1); err != nil {
@@ -285,28 +312,50 @@ func (c *Client) Run(ro RunOptions) (Result, error) {
 	if broken {
 		return res, fmt.Errorf("loopback: the controller is recovering from SYS_ERR: %w", ErrInterrupted)
 	}
-	ulXfers := make([]mhi.Transfer, 0, 64)
 	start := time.Now()
+	ulCap := c.ul.Config().Elements - 1
 	slot := 0
-	for i := 0; i < ro.Count; i++ {
-		off, size, nt := c.pickPayload(ro)
-		// Wait for a free uplink buffer and room in the ring.
+	var carry payload // drawn, not yet queued
+	for sent := 0; sent < ro.Count; {
+		// Wait for a free uplink buffer.
 		if err := c.waitFor(epoch, func() bool { return c.ulFree > 0 }); err != nil {
 			if !errors.Is(err, ErrInterrupted) {
 				res.Timeouts++
 			}
 			return c.finish(res, start, startRecv, startMis, startAb), err
 		}
-		buf := c.ulBufs[slot]
-		slot = (slot + 1) % len(c.ulBufs)
-		copy(buf.Bytes, c.pool[off:off+size])
-		ulXfers = appendChain(ulXfers[:0], buf.IOVA, size, nt)
-		if err := c.queueExpected(epoch, ulXfers, expect{off: off, size: size}); err != nil {
+		c.mu.Lock()
+		free := c.ulFree
+		c.mu.Unlock()
+		// As many payloads as there are free buffers, within the ring,
+		// queued with one doorbell.
+		xs, exps := c.ulXfers[:0], c.ulExpect[:0]
+		var bytes int64
+		for len(exps) < free && sent+len(exps) < ro.Count {
+			p := carry
+			if p.nt == 0 {
+				p.off, p.size, p.nt = c.pickPayload(ro)
+			}
+			if len(xs)+p.nt > ulCap {
+				carry = p // the first always fits: ro.check bounds nt
+				break
+			}
+			carry = payload{}
+			buf := c.ulBufs[slot]
+			slot = (slot + 1) % len(c.ulBufs)
+			copy(buf.Bytes, c.pool[p.off:p.off+p.size])
+			xs = appendChain(xs, buf.IOVA, p.size, p.nt)
+			exps = append(exps, expect{off: p.off, size: p.size})
+			bytes += int64(p.size)
+		}
+		c.ulXfers, c.ulExpect = xs, exps
+		if err := c.queueExpected(epoch, xs, exps); err != nil {
 			return c.finish(res, start, startRecv, startMis, startAb), err
 		}
-		res.Sent++
-		res.Bytes += int64(size)
-		res.Elements += nt
+		sent += len(exps)
+		res.Sent += len(exps)
+		res.Bytes += bytes
+		res.Elements += len(xs)
 	}
 	err := c.waitFor(epoch, func() bool { return c.head == len(c.fifo) })
 	if err != nil && !errors.Is(err, ErrInterrupted) {
@@ -369,11 +418,15 @@ func appendChain(dst []mhi.Transfer, iova uint64, size, nt int) []mhi.Transfer {
 	return dst
 }
 
-// queueExpected queues one uplink transfer and records the echo it
-// expects, both under the lock, so that a SYS_ERR cannot fall between the
-// two and leave an echo nobody expects. It retries while the ring is full
-// and fails with ErrInterrupted once the epoch has moved on.
-func (c *Client) queueExpected(epoch int, xfers []mhi.Transfer, e expect) error {
+// payload is one drawn payload: pool[off:off+size] in nt elements.
+type payload struct{ off, size, nt int }
+
+// queueExpected queues uplink transfers (with one doorbell) and records
+// the echoes they expect, one per transfer, all under the lock, so that a
+// SYS_ERR cannot fall between the two and leave an echo nobody expects. It
+// retries while the ring is full and fails with ErrInterrupted once the
+// epoch has moved on.
+func (c *Client) queueExpected(epoch int, xfers []mhi.Transfer, exps []expect) error {
 	for {
 		c.mu.Lock()
 		if c.epoch != epoch {
@@ -382,11 +435,11 @@ func (c *Client) queueExpected(epoch int, xfers []mhi.Transfer, e expect) error 
 		}
 		err := c.ul.Queue(xfers)
 		if err == nil || errors.Is(err, mhi.ErrDoorbell) { // ErrDoorbell: queued all the same
-			c.ulFree--
+			c.ulFree -= len(exps)
 			if c.head > 0 && c.head == len(c.fifo) {
 				c.fifo, c.head = c.fifo[:0], 0
 			}
-			c.fifo = append(c.fifo, e)
+			c.fifo = append(c.fifo, exps...)
 			c.mu.Unlock()
 			return nil
 		}

@@ -183,3 +183,61 @@ func TestNoLateEchoAfterSysErr(t *testing.T) {
 			behind.Load(), sysErrs, unhandled.Load(), er)
 	}
 }
+
+// TestDoorbellsPerRoundTrip: the client posts its downlink buffers back in
+// batches, one doorbell per quarter of them, and queues as many payloads
+// as it has free uplink buffers with one doorbell, not one doorbell per
+// echo each way (under vfio-user every doorbell is a message to another
+// process). Every echo still arrives and matches, with payloads that take
+// several buffers each.
+func TestDoorbellsPerRoundTrip(t *testing.T) {
+	ctrl, _, _ := openMock(t, mhi.Options{})
+	ul, dl, err := ctrl.ChannelPair(loopback.ChannelName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		bufSz int
+		size  int
+	}{
+		{"one buffer per echo", 32768, 1500},
+		{"many buffers per echo", 1000, 20000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := loopback.Open(ctrl, loopback.Options{DLBufferSize: tc.bufSz})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			const n = 400
+			db0, q0 := dl.Stats().Doorbells.Load(), dl.Stats().Queued.Load()
+			uldb0 := ul.Stats().Doorbells.Load()
+			res, err := c.Run(loopback.RunOptions{Count: n, MinSize: tc.size, MaxSize: tc.size})
+			if err != nil || res.Received != n || res.Mismatched != 0 {
+				t.Fatalf("run: %v %+v", err, res)
+			}
+			bufs := dl.Config().Elements - 1
+			perEcho := (tc.size + tc.bufSz - 1) / tc.bufSz
+			doorbells, queued := dl.Stats().Doorbells.Load()-db0, dl.Stats().Queued.Load()-q0
+			// Buffers posted again: all those the echoes used, but for
+			// fewer than one batch still held.
+			if used := uint64(n * perEcho); queued > used || queued+uint64(bufs/4) < used {
+				t.Errorf("%d buffers posted again for %d used", queued, used)
+			}
+			if max := queued/uint64(bufs/4) + 1; doorbells > max {
+				t.Errorf("%d downlink doorbells for %d buffers posted again, want at most %d (batches of %d)", doorbells, queued, max, bufs/4)
+			}
+			// The uplink: one doorbell per batch of as many payloads as
+			// buffers are free. How many are free later depends on the
+			// scheduling, but the first batch of a new client takes the
+			// whole window (Options.Window's default) with one doorbell.
+			window := uint64(min(16, (ul.Config().Elements-1)/2))
+			uldb := ul.Stats().Doorbells.Load() - uldb0
+			if uldb > n-(window-1) {
+				t.Errorf("%d uplink doorbells for %d payloads, want at most %d (the first %d with one)", uldb, n, n-(window-1), window)
+			}
+			t.Logf("%d echoes: %d downlink buffers posted again with %d doorbells; %d uplink doorbells", n, queued, doorbells, uldb)
+		})
+	}
+}
