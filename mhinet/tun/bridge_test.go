@@ -169,7 +169,15 @@ func TestBridgeChannelLoopback(t *testing.T) {
 			if ds.TxQueued != n || ds.RxPackets != n || ds.TxErrors+ds.TxDropped+ds.RxErrors+ds.RxDropped != 0 {
 				t.Errorf("device %+v", ds)
 			}
-			if ms := r.mock.IPData.Stats(); ms.ULPackets != n || ms.DLPackets != n {
+			// The modem counts an aggregate once its commit returns, which
+			// can be after the host has delivered it.
+			deadline := time.Now().Add(10 * time.Second)
+			ms := r.mock.IPData.Stats()
+			for (ms.ULPackets != n || ms.DLPackets != n) && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+				ms = r.mock.IPData.Stats()
+			}
+			if ms.ULPackets != n || ms.DLPackets != n {
 				t.Errorf("modem %+v", ms)
 			}
 			if s.UplinkReads >= n {
