@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -27,23 +28,12 @@ func TestUpTUNFlagsNeedTUN(t *testing.T) {
 		{[]string{"--tun", "mhitest0", "--gso=false", "--gro"}, "--gro with --gso=false: mutually exclusive flags"},
 	} {
 		// In a child: an `up` that wrongly starts runs until killed.
-		cmd := mhictl(append([]string{"up", "--netlink-port", testPort(5)}, tc.args...)...)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err == nil || !strings.Contains(out.String(), tc.want) {
-				t.Errorf("up %v: %v, want an error with %q:\n%s", tc.args, err, tc.want, &out)
-			}
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Errorf("up %v started:\n%s", tc.args, &out)
+		out, exited, err := exitWithin(t, mhictl(append([]string{"up", "--netlink-port", testPort(5)}, tc.args...)...), 10*time.Second)
+		switch {
+		case !exited:
+			t.Errorf("up %v started:\n%s", tc.args, out)
+		case err == nil || !strings.Contains(out, tc.want):
+			t.Errorf("up %v: %v, want an error with %q:\n%s", tc.args, err, tc.want, out)
 		}
 	}
 }
@@ -87,32 +77,21 @@ func TestUpRxCopy(t *testing.T) {
 func TestUpUndoesOnFailure(t *testing.T) {
 	base := filepath.Join(t.TempDir(), "run")
 	runDir := filepath.Join(base, "mhi0")
-	cmd := mhictl("up", "--netlink-port", testPort(8), "--run-dir", runDir, "--metrics", "256.0.0.1:0")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(out.String(), "--metrics: ") {
-			t.Fatalf("up --metrics 256.0.0.1:0: %v, want a --metrics error:\n%s", err, &out)
-		}
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-		t.Fatalf("up --metrics 256.0.0.1:0 did not fail:\n%s", &out)
+	out, exited, err := exitWithin(t, mhictl("up", "--netlink-port", testPort(8), "--run-dir", runDir, "--metrics", "256.0.0.1:0"), 30*time.Second)
+	switch {
+	case !exited:
+		t.Fatalf("up --metrics 256.0.0.1:0 did not fail:\n%s", out)
+	case err == nil || !strings.Contains(out, "--metrics: "):
+		t.Fatalf("up --metrics 256.0.0.1:0: %v, want a --metrics error:\n%s", err, out)
 	}
 	// The steps before the failure ran: the ports' links were made.
 	for _, line := range []string{"in M0, EE", "data channel IP_HW0", "wwan0mbim0", "netlink family"} {
-		if !strings.Contains(out.String(), line) {
-			t.Errorf("no %q in the output: the failure came earlier than the test means it to\n%s", line, &out)
+		if !strings.Contains(out, line) {
+			t.Errorf("no %q in the output: the failure came earlier than the test means it to\n%s", line, out)
 		}
 	}
 	if _, err := os.Lstat(base); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("run directory %s left behind after the failure (Lstat: %v):\n%s", base, err, &out)
+		t.Errorf("run directory %s left behind after the failure (Lstat: %v):\n%s", base, err, out)
 	}
 }
 
@@ -153,5 +132,28 @@ func TestUpUndoesOnExit(t *testing.T) {
 	sigterm(t, up, l)
 	if _, err := os.Lstat(base); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("run directory %s left behind after SIGTERM (Lstat: %v):\n%s", base, err, l)
+	}
+}
+
+// exitWithin runs cmd, a child that must exit by itself (a command that
+// fails on its arguments), and returns its combined output and exit
+// error; one that is still running after timeout is killed and reported
+// with exited false.
+func exitWithin(t *testing.T, cmd *exec.Cmd, timeout time.Duration) (out string, exited bool, err error) {
+	t.Helper()
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+		return buf.String(), true, err
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		<-done
+		return buf.String(), false, nil
 	}
 }

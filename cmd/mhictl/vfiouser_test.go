@@ -346,23 +346,12 @@ func TestModemServeBadFlags(t *testing.T) {
 		{"--model", "no-such-modem"},
 	} {
 		// In a child: a serve that wrongly starts is killed, not waited for.
-		cmd := mhictl(append([]string{"modem", "serve", "--socket", sock}, args...)...)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err == nil || !strings.Contains(out.String(), "mhictl: ") {
-				t.Errorf("%v: %v\n%s", args, err, &out)
-			}
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Errorf("%v: serve started:\n%s", args, &out)
+		out, exited, err := exitWithin(t, mhictl(append([]string{"modem", "serve", "--socket", sock}, args...)...), 10*time.Second)
+		switch {
+		case !exited:
+			t.Errorf("%v: serve started:\n%s", args, out)
+		case err == nil || !strings.Contains(out, "mhictl: "):
+			t.Errorf("%v: %v\n%s", args, err, out)
 		}
 		if _, serr := os.Stat(sock); serr == nil {
 			t.Errorf("%v: the socket was made", args)

@@ -356,11 +356,7 @@ func TestHelperDumpClient(t *testing.T) {
 // The YAML spec names get-dump and its attributes with the numbers the
 // code uses, and its limits.
 func TestSpecDumpNumbers(t *testing.T) {
-	b, err := os.ReadFile("../../docs/netlink-mhi.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := string(b)
+	spec := readSpec(t)
 	if !regexp.MustCompile(`name: get-dump\s+value: ` + strconv.Itoa(int(genl.CmdGetDump)) + `\b`).MatchString(spec) {
 		t.Errorf("the spec lacks operation get-dump = %d", genl.CmdGetDump)
 	}

@@ -199,11 +199,7 @@ func TestHelperSessionClient(t *testing.T) {
 // The YAML spec names every command and top-level attribute with the
 // number the code uses.
 func TestSpecNumbers(t *testing.T) {
-	b, err := os.ReadFile("../../docs/netlink-mhi.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := string(b)
+	spec := readSpec(t)
 	for name, v := range map[string]uint8{
 		"get-device": genl.CmdGetDevice, "set-device": genl.CmdSetDevice, "get-stats": genl.CmdGetStats,
 		"dump-channels": genl.CmdDumpChannels, "connect": genl.CmdConnect, "disconnect": genl.CmdDisconnect,
@@ -227,4 +223,14 @@ func TestSpecNumbers(t *testing.T) {
 	if !strings.Contains(spec, "maxattr "+strconv.Itoa(int(genl.AttrMax))) {
 		t.Errorf("the spec's maxattr is not %d", genl.AttrMax)
 	}
+}
+
+// readSpec returns the family's YAML spec, docs/netlink-mhi.yaml.
+func readSpec(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/netlink-mhi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
