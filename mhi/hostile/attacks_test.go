@@ -350,7 +350,7 @@ func TestMaliciousDevice(t *testing.T) {
 		}},
 		{name: "event-rp-misaligned-and-changing", run: func(t *testing.T, r *scriptRig) {
 			mustPowerUp(t, r)
-			base, _ := eventRing(t, r, 0)
+			base, length := eventRing(t, r, 0)
 			for i, rp := range []uint64{base + 8, base + 24, base - 16} {
 				if err := r.dev.SetEventRP(0, rp); err != nil {
 					t.Fatal(err)
@@ -367,6 +367,25 @@ func TestMaliciousDevice(t *testing.T) {
 			// The device repairs the pointer: back to normal.
 			if err := r.dev.SetEventRP(0, base); err != nil {
 				t.Fatal(err)
+			}
+			// Moved back to base, the read pointer leaves the device one
+			// free slot until the host has consumed the ring up to it and
+			// handed the slots back (its write pointer just behind base);
+			// this scripted device drops an event that finds the ring
+			// full instead of waiting, so wait for the host first.
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				c, err := r.dev.Context(hostile.EventContext, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.WP == base+length-mhi.ElementSize {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the host did not consume the repaired ring: wp 0x%x, want 0x%x", c.WP, base+length-mhi.ElementSize)
+				}
+				time.Sleep(time.Millisecond)
 			}
 			stillM0(t, r)
 		}},
