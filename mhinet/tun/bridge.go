@@ -37,8 +37,9 @@ type BridgeConfig struct {
 	// mhinet.ErrBusy without any progress before it drops them (counted
 	// in DropBusy). Default DefaultBusyTimeout.
 	BusyTimeout time.Duration
-	// NoGRO turns off the coalescing of downlink TCP segments into
-	// super-packets on a TUN with virtio_net_hdr (see Bridge).
+	// NoGRO turns off the coalescing of downlink TCP segments and UDP
+	// datagrams into super-packets on a TUN with virtio_net_hdr (see
+	// Bridge).
 	NoGRO bool
 	// IPv4Only drops IPv6 packets read from the TUN (counted in DropIPv6),
 	// for a link that should carry IPv4 alone. Packets that are neither
@@ -58,10 +59,11 @@ type BridgeConfig struct {
 // and UDP super-packets into MTU-sized packets just before the ring; the
 // downlink puts a header in front of every packet it writes and, unless
 // BridgeConfig.NoGRO, first merges consecutive in-order segments of one
-// TCP flow within a delivered batch (one aggregate) into one super-packet
-// (gso_type TCPV4/TCPV6, partial checksum), after checking every
-// segment's checksums, so the kernel takes one packet where the modem
-// delivered many.
+// TCP flow within a delivered batch into one super-packet (gso_type
+// TCPV4/TCPV6, partial checksum), and, when the TUN accepted the USO
+// offloads (an OffloadDevice), consecutive datagrams of one UDP flow
+// (gso_type UDP_L4), after checking every packet's checksums, so the
+// kernel takes one packet where the modem delivered many.
 //
 // Construction: b := NewBridge(tun, cfg); dev, _ := mhinet.New(ctrl,
 // devCfg, b); b.Attach(dev) — or Connect, which does the three. Run's
@@ -225,6 +227,10 @@ func NewBridge(tun Device, cfg BridgeConfig) *Bridge {
 		log = slog.New(slog.DiscardHandler)
 	}
 	b := &Bridge{tun: tun, cfg: cfg, log: log, vnet: vnet, rxBufs: make([][]byte, 0, cfg.Batch)}
+	if o, ok := tun.(OffloadDevice); ok && vnet > 0 {
+		b.gro.udp4 = o.Offloads()&OffloadUSO4 != 0
+		b.gro.udp6 = o.Offloads()&OffloadUSO6 != 0
+	}
 	b.dl.init()
 	b.busyTimer = time.NewTimer(time.Hour)
 	b.busyTimer.Stop()

@@ -43,7 +43,10 @@ type ChannelTUN struct {
 	changed  chan struct{} // closed and replaced when the deadline changes
 }
 
-var _ VnetHdrDevice = (*ChannelTUN)(nil)
+var (
+	_ VnetHdrDevice = (*ChannelTUN)(nil)
+	_ OffloadDevice = (*ChannelTUN)(nil)
+)
 
 // NewChannelTUN returns a ChannelTUN with an MTU of 1500 and channels of
 // ChannelQueue packets.
@@ -150,6 +153,15 @@ func (c *ChannelTUN) Write(bufs [][]byte) (int, error) {
 func (c *ChannelTUN) VnetHdrLen() int {
 	if c.VnetHdr {
 		return gso.VirtioNetHdrLen
+	}
+	return 0
+}
+
+// Offloads returns GSOOffloads with VnetHdr (what an Interface opened with
+// OpenOptions.GSO has on Linux 6.2 and later), else 0.
+func (c *ChannelTUN) Offloads() Offloads {
+	if c.VnetHdr {
+		return GSOOffloads
 	}
 	return 0
 }

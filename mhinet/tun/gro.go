@@ -21,14 +21,19 @@ const (
 )
 
 // coalescer turns a batch of downlink packets into TUN frames (a
-// virtio_net_hdr, then the packet), merging runs of TCP segments into
-// super-packets. Its buffers grow to the largest batch seen and are then
+// virtio_net_hdr, then the packet), merging runs of TCP segments, and of
+// UDP datagrams where the TUN takes them, into super-packets. Its buffers grow to the largest batch seen and are then
 // reused.
 type coalescer struct {
 	slab   []byte   // the frames, back to back
 	frames [][]byte // views into slab
 	npkts  []int    // device packets carried by each frame
 	nbytes []int    // their IP bytes
+
+	// udp4 and udp6 let build merge UDP datagrams (IPv4, IPv6): set when
+	// the TUN accepted the USO offloads, the sign that its kernel takes
+	// UDP_L4 frames (gro_udp.go).
+	udp4, udp6 bool
 }
 
 // tcpSeg is what coalescing needs to know of a TCP segment.
@@ -147,10 +152,11 @@ func ipIDFollows(first, q []byte, k int, mode int) (int, bool) {
 }
 
 // build fills c.frames with the frames for pkts: runs of consecutive
-// in-order segments of one TCP flow (equal payload sizes but the last,
-// no PSH but on the last, IPv4 ids as ipIDFollows wants, at most 64 KiB)
-// become one super-packet behind a TCPV4/TCPV6 header with a partial
-// checksum; every other packet goes out as it is behind a zero header. With gro false nothing is merged.
+// in-order segments of one TCP flow (tcpRun) and, where the coalescer's
+// udp4/udp6 allow, of one UDP flow (udpRun) become one super-packet behind
+// a TCPV4/TCPV6 or UDP_L4 header with a partial checksum; every other
+// packet goes out as it is behind a zero header. With gro false nothing
+// is merged.
 func (c *coalescer) build(pkts []mhinet.Packet, vnet int, gro bool) {
 	need := 0
 	for _, p := range pkts {
@@ -165,46 +171,35 @@ func (c *coalescer) build(pkts []mhinet.Packet, vnet int, gro bool) {
 	for i := 0; i < len(pkts); {
 		first := pkts[i].Data
 		run, size := 1, len(first)
-		var fs tcpSeg
-		ok := false
+		var (
+			ts      tcpSeg
+			us      udpSeg
+			tcp, ok bool
+		)
 		if gro {
-			fs, ok = parseTCPSeg(first)
-		}
-		if ok {
-			limit := 65535 // IPv4 total length; IPv6 payload length + 40
-			if fs.v6 {
-				limit = maxSuperPacket
-			}
-			prev := fs
-			payload := fs.pay
-			idMode := idIncrementing
-			for i+run < len(pkts) && prev.pay == fs.pay && prev.flags&tcpFlagPSH == 0 {
-				q := pkts[i+run].Data
-				qs, qok := parseTCPSeg(q)
-				if !qok || qs.pay > fs.pay || qs.seq != fs.seq+uint32(payload) ||
-					fs.hdr+payload+qs.pay > limit || !sameFlow(first, fs, q, qs) {
-					break
-				}
-				if !fs.v6 {
-					var idOK bool
-					if idMode, idOK = ipIDFollows(first, q, run, idMode); !idOK {
-						break
-					}
-				}
-				payload += qs.pay
-				size += qs.pay
-				prev = qs
-				run++
+			if ts, tcp = parseTCPSeg(first); tcp {
+				var payload int
+				run, payload = tcpRun(pkts[i:], ts)
+				size = ts.hdr + payload
+			} else if us, ok = parseUDPSeg(first); ok && (us.v6 && c.udp6 || !us.v6 && c.udp4) {
+				var payload int
+				run, payload = udpRun(pkts[i:], us)
+				size = us.ihl + udpHdrLen + payload
 			}
 		}
 		frame := slab[off : off+vnet+size]
 		clear(frame[:vnet])
 		bytes := 0
-		if run == 1 {
+		switch {
+		case run == 1:
 			copy(frame[vnet:], first)
 			bytes = len(first)
-		} else {
-			c.merge(frame, vnet, pkts[i:i+run], fs)
+		case tcp:
+			c.merge(frame, vnet, pkts[i:i+run], ts)
+		default:
+			mergeUDP(frame, vnet, pkts[i:i+run], us)
+		}
+		if run > 1 {
 			for _, p := range pkts[i : i+run] {
 				bytes += len(p.Data)
 			}
@@ -215,6 +210,38 @@ func (c *coalescer) build(pkts []mhinet.Packet, vnet int, gro bool) {
 		off += len(frame)
 		i += run
 	}
+}
+
+// tcpRun returns how many packets from pkts[0] (a segment parsed as fs)
+// form one TCP super-packet, and their payload bytes: consecutive
+// in-order segments of one flow, of equal payload sizes but the last, no
+// PSH but on the last, IPv4 ids as ipIDFollows wants, at most 64 KiB.
+func tcpRun(pkts []mhinet.Packet, fs tcpSeg) (run, payload int) {
+	first := pkts[0].Data
+	limit := 65535 // IPv4 total length; IPv6 payload length + 40
+	if fs.v6 {
+		limit = maxSuperPacket
+	}
+	run, payload = 1, fs.pay
+	prev := fs
+	idMode := idIncrementing
+	for run < len(pkts) && prev.pay == fs.pay && prev.flags&tcpFlagPSH == 0 {
+		q := pkts[run].Data
+		qs, ok := parseTCPSeg(q)
+		if !ok || qs.pay > fs.pay || qs.seq != fs.seq+uint32(payload) ||
+			fs.hdr+payload+qs.pay > limit || !sameFlow(first, fs, q, qs) {
+			break
+		}
+		if !fs.v6 {
+			if idMode, ok = ipIDFollows(first, q, run, idMode); !ok {
+				break
+			}
+		}
+		payload += qs.pay
+		prev = qs
+		run++
+	}
+	return run, payload
 }
 
 // merge writes the super-packet of a run of segments (checked by build)

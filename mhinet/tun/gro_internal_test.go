@@ -120,6 +120,7 @@ func checkRoundTrip(t *testing.T, frame []byte, want [][]byte) {
 	if err := h.Decode(frame); err != nil {
 		t.Fatal(err)
 	}
+	checkPartialChecksum(t, frame[gso.VirtioNetHdrLen:], h)
 	got := segments(t, frame[gso.VirtioNetHdrLen:], h)
 	if len(got) != len(want) {
 		t.Fatalf("merged frame (%v) cuts into %d segments, want %d", h, len(got), len(want))
@@ -128,6 +129,31 @@ func checkRoundTrip(t *testing.T, frame []byte, want [][]byte) {
 		if !bytes.Equal(got[i], want[i]) {
 			t.Fatalf("segment %d differs after merge and re-cut:\n got % x\nwant % x", i, got[i][:60], want[i][:60])
 		}
+	}
+}
+
+// checkPartialChecksum completes the partial checksum of a merged packet
+// as a device does (the ones' complement sum from csum_start to the end,
+// with the field holding the pseudo-header sum, complemented into the
+// field) and checks that the packet then carries a valid L4 checksum:
+// re-cutting with gso.Segment recomputes every checksum and would not see
+// a wrong partial value, which the kernel uses as it is.
+func checkPartialChecksum(t *testing.T, p []byte, h gso.VirtioNetHdr) {
+	t.Helper()
+	if h.Flags&gso.FlagNeedsCsum == 0 {
+		t.Fatalf("merged packet without NEEDS_CSUM: %+v", h)
+	}
+	q := append([]byte(nil), p...)
+	start, field := int(h.CsumStart), int(h.CsumStart)+int(h.CsumOffset)
+	binary.BigEndian.PutUint16(q[field:], ^fold(csumAdd(q[start:], 0)))
+	var pseudo uint64
+	if q[0]>>4 == 6 {
+		pseudo = csumAdd(q[8:40], uint64(q[6])+uint64(len(q)-start))
+	} else {
+		pseudo = csumAdd(q[12:20], uint64(q[9])+uint64(len(q)-start))
+	}
+	if fold(csumAdd(q[start:], pseudo)) != 0xffff {
+		t.Fatalf("the partial checksum %#04x, completed, does not verify", binary.BigEndian.Uint16(p[field:]))
 	}
 }
 
@@ -398,6 +424,7 @@ func fixChecksums(p []byte, lengths bool) {
 		return
 	}
 	ip := 0
+	var proto byte
 	switch p[0] >> 4 {
 	case 4:
 		ip = int(p[0]&0x0f) * 4
@@ -409,28 +436,34 @@ func fixChecksums(p []byte, lengths bool) {
 		}
 		p[10], p[11] = 0, 0
 		binary.BigEndian.PutUint16(p[10:], ^fold(csumAdd(p[:ip], 0)))
-		if p[9] != 6 {
-			return
-		}
+		proto = p[9]
 	case 6:
 		ip = 40
-		if len(p) < 40 || p[6] != 6 {
+		if len(p) < 40 {
 			return
 		}
 		if lengths && len(p)-40 <= 0xffff {
 			binary.BigEndian.PutUint16(p[4:], uint16(len(p)-40))
 		}
+		proto = p[6]
 	default:
 		return
 	}
-	if len(p) >= ip+18 {
+	switch {
+	case proto == 6 && len(p) >= ip+18:
 		fixTCPChecksum(p, ip)
+	case proto == 17 && len(p) >= ip+8:
+		if lengths && len(p)-ip <= 0xffff {
+			binary.BigEndian.PutUint16(p[ip+4:], uint16(len(p)-ip))
+		}
+		fixUDPChecksum(p, ip)
 	}
 }
 
 // sameSegment reports whether a re-cut segment equals the original but
-// for the header checksums (both valid: the original's were verified, and
-// either form of zero may be in it) and, with DF set, the IPv4 id (the
+// for the IPv4 and TCP checksums (both valid: the original's were
+// verified, and either form of zero may be in it; a UDP checksum must be
+// equal, zero being refused) and, with DF set, the IPv4 id (the
 // merge keeps the first one's, the re-cut increments it: Linux's GRO
 // accepts a fixed id then).
 func sameSegment(got, want []byte) bool {
@@ -439,9 +472,11 @@ func sameSegment(got, want []byte) bool {
 	}
 	ip := 40
 	df := false
+	tcp := len(got) > 6 && got[6] == 6
 	if got[0]>>4 == 4 {
 		ip = int(got[0]&0x0f) * 4
 		df = want[6]&0x40 != 0
+		tcp = len(got) > 9 && got[9] == 6
 	}
 	for i := range got {
 		switch {
@@ -449,7 +484,7 @@ func sameSegment(got, want []byte) bool {
 			continue // IPv4 header checksum
 		case df && (i == 4 || i == 5):
 			continue // IPv4 id with DF set
-		case i == ip+16 || i == ip+17:
+		case tcp && (i == ip+16 || i == ip+17):
 			continue // TCP checksum
 		}
 		if got[i] != want[i] {
@@ -462,7 +497,8 @@ func sameSegment(got, want []byte) bool {
 // FuzzCoalesce: whatever the device delivers, build does not panic, every
 // plain frame is a packet as delivered, and every merged frame cut again
 // by gso.Segment gives back, byte for byte, the packets it was merged from
-// (but for the header checksums, and the IPv4 id with DF set). The first
+// (but for the IPv4 and TCP checksums, and the IPv4 id with DF set) — TCP
+// segments and UDP datagrams alike. The first
 // byte of the input picks what is repaired after mutation: bit 0 the
 // checksums, bit 1 the IP length fields too; so merges happen on mutated
 // inputs, not only on the seeds, and the checks before them are fuzzed
@@ -477,7 +513,9 @@ func FuzzCoalesce(f *testing.F) {
 	noDF := append([]byte(nil), p...)
 	noDF[6] = 0
 	fixChecksums(noDF, false)
-	for _, sp := range []seed{{p, h}, {p6, h6}, {noDF, h}} {
+	u, uh := superUDP(false, 40000, pattern(3*500+100, 7), 500)
+	u6, uh6 := superUDP(true, 40000, pattern(3*500+100, 8), 500)
+	for _, sp := range []seed{{p, h}, {p6, h6}, {noDF, h}, {u, uh}, {u6, uh6}} {
 		n, _ := gso.Count(sp.p, sp.h)
 		out := make([][]byte, n)
 		for i := range out {
@@ -505,7 +543,7 @@ func FuzzCoalesce(f *testing.F) {
 			f.Add(joined)
 		}
 	}
-	var c coalescer
+	c := coalescer{udp4: true, udp6: true}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) < 1 {
 			return

@@ -447,3 +447,84 @@ func checkTCPLoop(t *testing.T, r *rig, l *tcpLoop, gro bool, snmpGroup string) 
 		t.Fatalf("kernel counted %d TCP checksum errors", n)
 	}
 }
+
+// UDP datagrams whose every packet crosses the TUN, the bridge and the
+// modem's internal loopback (policy routing: see loopRouting), sent with
+// UDP_SEGMENT in bursts of 40: with GRO, and a TUN that took the USO
+// offloads, the looped-back datagrams reach the kernel merged into UDP_L4
+// super-packets, which it cuts again for the receiving socket. Every
+// datagram must arrive with its bytes, the kernel must count no UDP
+// checksum error, and nothing may be dropped; without GRO (or without
+// USO) nothing is merged.
+func TestGROUDPThroughLoopback(t *testing.T) {
+	for _, gro := range []bool{true, false} {
+		t.Run(fmt.Sprintf("gro=%v", gro), func(t *testing.T) {
+			enterNetns(t)
+			ifc := openGSOTUN(t, netip.PrefixFrom(peerAddr, 32))
+			loopRouting(t, ifc.Name())
+			uso := ifc.Offloads()&tun.OffloadUSO4 != 0
+			r := newRig(t, ifc, "telit-fn990", ep.IPDataConfig{Format: ep.FormatNTB16}, mhinet.Config{Format: mhinet.FormatMBIM, TXAggregate: true}, tun.BridgeConfig{NoGRO: !gro}, true)
+
+			lc := net.ListenConfig{Control: markControl}
+			rx, err := lc.ListenPacket(context.Background(), "udp4", netip.AddrPortFrom(peerAddr, 0).String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rx.Close()
+			_ = rx.(*net.UDPConn).SetReadBuffer(4 << 20)
+			d := net.Dialer{LocalAddr: net.UDPAddrFromAddrPort(netip.AddrPortFrom(localAddr, 0)), Control: markControl}
+			c, err := d.Dial("udp4", rx.LocalAddr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			rc, err := c.(*net.UDPConn).SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			const bursts, n, size = 5, 40, 1200
+			var serr error
+			if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_SEGMENT, size) }); err != nil || serr != nil {
+				t.Fatalf("UDP_SEGMENT: %v %v", err, serr)
+			}
+			csum0 := snmp(t, "Udp", "InCsumErrors")
+			msg := make([]byte, n*size)
+			buf := make([]byte, 2*size)
+			for b := range bursts {
+				for i := range msg {
+					msg[i] = byte(i*7) ^ byte(b)
+					if i%size == 0 {
+						msg[i] = byte(i / size) // each datagram's index first
+					}
+				}
+				if w, err := c.Write(msg); err != nil || w != len(msg) {
+					t.Fatalf("write: %d %v", w, err)
+				}
+				_ = rx.SetReadDeadline(time.Now().Add(5 * time.Second))
+				seen := make([]bool, n)
+				for k := range n {
+					m, _, err := rx.ReadFrom(buf)
+					if err != nil {
+						t.Fatalf("burst %d: after %d datagrams: %v; bridge %+v", b, k, err, r.bridge.Stats())
+					}
+					i := int(buf[0])
+					if m != size || i >= n || seen[i] || !bytes.Equal(buf[:m], msg[i*size:(i+1)*size]) {
+						t.Fatalf("burst %d: datagram %d of %d bytes is not one that was sent (or came twice)", b, i, m)
+					}
+					seen[i] = true
+				}
+			}
+			s := r.waitStats(t, "the uplink counted", func(s tun.BridgeStats) bool { return s.UplinkBytes >= bursts*n*size })
+			t.Logf("offloads %v; bridge %+v", ifc.Offloads(), s)
+			if s.UplinkDropped() != 0 || s.WriteErrors != 0 || s.DownlinkPackets != bursts*n {
+				t.Fatalf("drops: bridge %+v", s)
+			}
+			if merged := s.DownlinkSuperPackets > 0; merged != (gro && uso) {
+				t.Fatalf("GRO %v, USO %v, but %d super-packets written (%d datagrams in them)", gro, uso, s.DownlinkSuperPackets, s.DownlinkCoalesced)
+			}
+			if e := snmp(t, "Udp", "InCsumErrors") - csum0; e != 0 {
+				t.Fatalf("kernel counted %d UDP checksum errors", e)
+			}
+		})
+	}
+}

@@ -70,7 +70,10 @@ func (o *ioOp) done() {
 	o.bufs, o.sizes = nil, nil
 }
 
-var _ VnetHdrDevice = (*Interface)(nil)
+var (
+	_ VnetHdrDevice = (*Interface)(nil)
+	_ OffloadDevice = (*Interface)(nil)
+)
 
 // Open creates a TUN interface named name ("%d" in it is replaced by the
 // kernel with the first free number; "" means DefaultName) in the calling

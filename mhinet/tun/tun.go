@@ -103,6 +103,16 @@ type VnetHdrDevice interface {
 	VnetHdrLen() int
 }
 
+// OffloadDevice is a Device that tells which TUN offloads its kernel
+// accepted (Interface and ChannelTUN implement it). With OffloadUSO4 or
+// OffloadUSO6 the Bridge also merges downlink UDP datagrams into UDP_L4
+// super-packets: the kernels that accept USO (6.2 on) take such frames.
+type OffloadDevice interface {
+	Device
+	// Offloads returns the offloads accepted (0 for bare packets).
+	Offloads() Offloads
+}
+
 // Offloads is a set of TUN offload flags (TUNSETOFFLOAD's TUN_F_* bits).
 type Offloads uint
 
