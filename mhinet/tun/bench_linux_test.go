@@ -11,6 +11,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/mhinet/gso"
 	"github.com/gomhi/gomhi/mhinet/tun"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -61,10 +62,21 @@ func reportRate(b *testing.B, packets int) {
 // between read and write. b.N counts packets.
 func BenchmarkRawTUN(b *testing.B) {
 	enterNetns(b)
-	ifc := openTUN(b)
+	rawTUNLoop(b, openTUN(b), 2048)
+}
+
+// The same baseline on a TUN opened as `mhictl up` opens it by default
+// (IFF_VNET_HDR, checksum, TSO and USO offloads): every frame is read and
+// written back with its virtio_net_hdr, one write per packet.
+func BenchmarkRawTUNVnet(b *testing.B) {
+	enterNetns(b)
+	rawTUNLoop(b, openGSOTUN(b), gso.VirtioNetHdrLen+65535+40)
+}
+
+func rawTUNLoop(b *testing.B, ifc *tun.Interface, bufSize int) {
 	bufs := make([][]byte, tun.DefaultBatch)
 	for i := range bufs {
-		bufs[i] = make([]byte, 2048)
+		bufs[i] = make([]byte, bufSize)
 	}
 	sizes := make([]int, len(bufs))
 	out := make([][]byte, len(bufs))
@@ -95,6 +107,18 @@ func BenchmarkRawTUN(b *testing.B) {
 // default model) and ntb16 (IP_HW0_MBIM with transmit aggregation, the
 // modem aggregating up to 32 packets per NTB).
 func BenchmarkBridge(b *testing.B) {
+	benchBridges(b, openTUN)
+}
+
+// BenchmarkBridgeVnet: the same on a TUN opened as `mhictl up` opens it by
+// default (IFF_VNET_HDR, checksum, TSO and USO offloads; GRO on): the
+// looped-back datagrams of the benchmark's one UDP flow are merged into
+// UDP_L4 super-packets before they are written (gro_udp.go).
+func BenchmarkBridgeVnet(b *testing.B) {
+	benchBridges(b, func(tb testing.TB) *tun.Interface { return openGSOTUN(tb) })
+}
+
+func benchBridges(b *testing.B, open func(testing.TB) *tun.Interface) {
 	for _, c := range []struct {
 		name  string
 		model string
@@ -108,13 +132,13 @@ func BenchmarkBridge(b *testing.B) {
 		{"ntb16-16k", "telit-fn990", ep.IPDataConfig{Format: ep.FormatNTB16},
 			mhinet.Config{Format: mhinet.FormatMBIM, TXAggregate: true, TXAggMaxBytes: 16 << 10, TXAggMaxPackets: 64}},
 	} {
-		b.Run(c.name, func(b *testing.B) { benchBridge(b, c.model, c.ipd, c.cfg) })
+		b.Run(c.name, func(b *testing.B) { benchBridge(b, open, c.model, c.ipd, c.cfg) })
 	}
 }
 
-func benchBridge(b *testing.B, model string, ipd ep.IPDataConfig, cfg mhinet.Config) {
+func benchBridge(b *testing.B, open func(testing.TB) *tun.Interface, model string, ipd ep.IPDataConfig, cfg mhinet.Config) {
 	enterNetns(b)
-	ifc := openTUN(b)
+	ifc := open(b)
 	r := newRig(b, ifc, model, ipd, cfg, tun.BridgeConfig{}, true)
 	startSender(b)
 	// Let the pipeline fill before timing.
@@ -143,6 +167,9 @@ func benchBridge(b *testing.B, model string, ipd ep.IPDataConfig, cfg mhinet.Con
 	s := r.bridge.Stats()
 	b.ReportMetric(float64(s.UplinkPackets)/float64(max(s.UplinkReads, 1)), "pkts/read")
 	b.ReportMetric(float64(s.BusyRetries)/float64(max(s.UplinkReads, 1)), "busy/read")
+	if s.DownlinkWrites < s.DownlinkPackets {
+		b.ReportMetric(float64(s.DownlinkPackets)/float64(max(s.DownlinkWrites, 1)), "pkts/write")
+	}
 	if s.UplinkDropped()+s.WriteErrors != 0 {
 		b.Logf("bridge drops: %+v", s)
 	}
