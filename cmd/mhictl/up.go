@@ -34,7 +34,7 @@ type upFlags struct {
 	port                                                                         uint32
 	mru                                                                          int
 	gso                                                                          bool // --gso: TUN with virtio_net_hdr and offloads
-	gro                                                                          bool // --gro: merge downlink TCP segments (with --gso)
+	gro                                                                          bool // --gro: merge downlink TCP segments and UDP datagrams (with --gso)
 	// vfioUser is the socket of a modem served by another process.
 	vfioUser string
 	// rxCopy is --rx-copy: auto, on or off.
@@ -91,8 +91,8 @@ without an address until a session is connected.`,
 	fl.StringVar(&f.mount, "mount", "", "serve the attribute tree as a FUSE file tree at DIR (needs root)")
 	fl.StringVar(&f.tunName, "tun", "", "create a TUN interface NAME for the data channel (needs root)")
 	fl.StringVar(&f.tunAddr, "tun-addr", "198.18.0.1/24", "static address of the TUN interface, kept when a session disconnects (\"\": none until 'mhictl connect' assigns one; needs --tun)")
-	fl.BoolVar(&f.gso, "gso", true, "open the TUN with IFF_VNET_HDR and TSO/USO offloads: super-packets are segmented before the ring, downlink TCP segments merged unless --gro=false (--gso=false: plain packets; needs --tun)")
-	fl.BoolVar(&f.gro, "gro", true, "merge runs of downlink TCP segments into super-packets for the kernel (needs --tun and --gso)")
+	fl.BoolVar(&f.gso, "gso", true, "open the TUN with IFF_VNET_HDR and TSO/USO offloads: super-packets are segmented before the ring, downlink TCP segments and UDP datagrams merged unless --gro=false (--gso=false: plain packets; needs --tun)")
+	fl.BoolVar(&f.gro, "gro", true, "merge runs of downlink TCP segments, and of UDP datagrams where the kernel accepted USO, into super-packets for the kernel (needs --tun and --gso)")
 	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9464)")
 	fl.StringVar(&f.format, "format", "", "data channel framing: raw, mbim or qmap (default: mbim on IP_HW0_MBIM, raw on IP_HW0)")
 	fl.StringVar(&f.modemMode, "modem-mode", "responder", "what the mock modem does with uplink packets: responder or loopback")

@@ -380,12 +380,18 @@ func TestCoalesceLimits(t *testing.T) {
 	}
 }
 
-// Building frames allocates nothing once the buffers have grown.
+// Building frames (TCP and UDP merges) allocates nothing once the buffers
+// have grown.
 func TestCoalesceAllocs(t *testing.T) {
 	p, h := superTCP(false, 40000, 1000, pattern(32*1400, 1), 1400)
 	pk := packets(segments(t, p, h)...)
-	var c coalescer
+	u, uh := superUDP(false, 40000, pattern(32*1400, 2), 1400)
+	pk = append(pk, packets(segments(t, u, uh)...)...)
+	c := coalescer{udp4: true, udp6: true}
 	c.build(pk, 10, true)
+	if s := fmt.Sprint(frameShape(t, &c)); s != "[32 32]" {
+		t.Fatalf("frames %s", s)
+	}
 	if a := testing.AllocsPerRun(100, func() { c.build(pk, 10, true) }); a != 0 {
 		t.Fatalf("%v allocations per batch", a)
 	}
