@@ -184,7 +184,7 @@ type BridgeStats struct {
 	// DownlinkWrites counts TUN writes: one per packet, or per merged
 	// super-packet.
 	DownlinkWrites uint64 `json:"downlink_writes"`
-	// DownlinkSuperPackets counts the writes that were merged TCP
+	// DownlinkSuperPackets counts the writes that were merged TCP or UDP
 	// super-packets (on a TUN with a virtio_net_hdr, without NoGRO).
 	DownlinkSuperPackets uint64 `json:"downlink_super_packets"`
 	// DownlinkCoalesced counts the downlink packets that went out inside
