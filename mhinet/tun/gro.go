@@ -48,38 +48,16 @@ type tcpSeg struct {
 
 // parseTCPSeg reports whether p is a TCP segment that may be merged: an
 // IPv4 packet (no fragment) or an IPv6 one without extension headers whose
-// length fields match len(p), carrying TCP with ACK and no flag but PSH,
-// a payload, and valid IPv4 header and TCP checksums. The packet comes
-// from the device, so every length is checked, and the checksums are
+// length fields match len(p) (parseIP), carrying TCP with ACK and no flag
+// but PSH, a payload, and valid IPv4 header and TCP checksums. The packet
+// comes from the device, so every length is checked, and the checksums are
 // verified here because the merged packet goes to the kernel with a
 // partial checksum it will not verify again.
 func parseTCPSeg(p []byte) (tcpSeg, bool) {
 	var s tcpSeg
-	if len(p) < 1 {
-		return s, false
-	}
 	var pseudo uint64
-	switch p[0] >> 4 {
-	case 4:
-		s.ihl = int(p[0]&0x0f) * 4
-		if s.ihl < 20 || len(p) < s.ihl || int(binary.BigEndian.Uint16(p[2:])) != len(p) ||
-			binary.BigEndian.Uint16(p[6:])&0x3fff != 0 || p[9] != 6 {
-			return s, false
-		}
-		if fold(csumAdd(p[:s.ihl], 0)) != 0xffff {
-			return s, false
-		}
-		pseudo = csumAdd(p[12:20], uint64(6)+uint64(len(p)-s.ihl))
-	case 6:
-		s.v6, s.ihl = true, 40
-		if len(p) < 40 || 40+int(binary.BigEndian.Uint16(p[4:])) != len(p) || p[6] != 6 {
-			return s, false
-		}
-		pseudo = csumAdd(p[8:40], uint64(6)+uint64(len(p)-40))
-	default:
-		return s, false
-	}
-	if len(p) < s.ihl+20 {
+	var ok bool
+	if s.v6, s.ihl, pseudo, ok = parseIP(p, 6); !ok || len(p) < s.ihl+20 {
 		return s, false
 	}
 	t := p[s.ihl:]
@@ -100,6 +78,35 @@ func parseTCPSeg(p []byte) (tcpSeg, bool) {
 	return s, true
 }
 
+// parseIP reports whether p is an IPv4 packet (not a fragment, its header
+// checksum valid) or an IPv6 one without extension headers, whose length
+// field matches len(p), carrying protocol proto; and gives its header
+// length and the ones' complement sum of its pseudo-header for the L4
+// checksum.
+func parseIP(p []byte, proto byte) (v6 bool, ihl int, pseudo uint64, ok bool) {
+	if len(p) < 1 {
+		return false, 0, 0, false
+	}
+	switch p[0] >> 4 {
+	case 4:
+		ihl = int(p[0]&0x0f) * 4
+		if ihl < 20 || len(p) < ihl || int(binary.BigEndian.Uint16(p[2:])) != len(p) ||
+			binary.BigEndian.Uint16(p[6:])&0x3fff != 0 || p[9] != proto {
+			return false, 0, 0, false
+		}
+		if fold(csumAdd(p[:ihl], 0)) != 0xffff {
+			return false, 0, 0, false
+		}
+		return false, ihl, csumAdd(p[12:20], uint64(proto)+uint64(len(p)-ihl)), true
+	case 6:
+		if len(p) < 40 || 40+int(binary.BigEndian.Uint16(p[4:])) != len(p) || p[6] != proto {
+			return false, 0, 0, false
+		}
+		return true, 40, csumAdd(p[8:40], uint64(proto)+uint64(len(p)-40)), true
+	}
+	return false, 0, 0, false
+}
+
 // sameFlow reports whether segment q may follow segment p in one
 // super-packet as far as their headers go: the same IP header but for the
 // length, id and checksum fields (ipIDFollows checks the id), the same
@@ -109,11 +116,7 @@ func sameFlow(p []byte, ps tcpSeg, q []byte, qs tcpSeg) bool {
 	if ps.v6 != qs.v6 || ps.hdr != qs.hdr || ps.ihl != qs.ihl || ps.flags&^tcpFlagPSH != qs.flags&^tcpFlagPSH {
 		return false
 	}
-	if ps.v6 {
-		if !bytes.Equal(p[:4], q[:4]) || p[7] != q[7] || !bytes.Equal(p[8:40], q[8:40]) {
-			return false
-		}
-	} else if p[1] != q[1] || p[6] != q[6] || p[8] != q[8] || !bytes.Equal(p[12:ps.ihl], q[12:ps.ihl]) {
+	if !sameIPHeader(p, q, ps.v6, ps.ihl) {
 		return false
 	}
 	pt, qt := p[ps.ihl:ps.hdr], q[qs.ihl:qs.hdr]
@@ -121,6 +124,17 @@ func sameFlow(p []byte, ps tcpSeg, q []byte, qs tcpSeg) bool {
 		bytes.Equal(pt[8:13], qt[8:13]) && // ack, data offset
 		bytes.Equal(pt[14:16], qt[14:16]) && // window
 		bytes.Equal(pt[18:], qt[18:]) // urgent pointer, options
+}
+
+// sameIPHeader reports whether the IP headers of p and q (both of version
+// v6 and header length ihl) are the same but for the length, id and
+// checksum fields: version, TOS/traffic class and flow label, DF and
+// fragment fields, TTL/hop limit, protocol, addresses and IPv4 options.
+func sameIPHeader(p, q []byte, v6 bool, ihl int) bool {
+	if v6 {
+		return bytes.Equal(p[:4], q[:4]) && p[6] == q[6] && p[7] == q[7] && bytes.Equal(p[8:40], q[8:40])
+	}
+	return p[0] == q[0] && p[1] == q[1] && p[6] == q[6] && p[8] == q[8] && p[9] == q[9] && bytes.Equal(p[12:ihl], q[12:ihl])
 }
 
 // IPv4 id modes of a run, as Linux's GRO (inet_gro_flush) has them.

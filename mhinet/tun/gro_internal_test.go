@@ -14,27 +14,7 @@ import (
 // sport carrying payload from seq, with its TSO header: the kernel's view
 // of a large send. Its segments (gso.Segment) are what the modem delivers.
 func superTCP(v6 bool, sport uint16, seq uint32, payload []byte, mss int) ([]byte, gso.VirtioNetHdr) {
-	ip := 20
-	if v6 {
-		ip = 40
-	}
-	p := make([]byte, ip+32+len(payload)) // TCP with a 12-byte timestamp option
-	var pseudo uint64
-	if v6 {
-		p[0] = 0x60
-		binary.BigEndian.PutUint16(p[4:], uint16(len(p)-40))
-		p[6], p[7] = 6, 64
-		p[8], p[23], p[24], p[39] = 0x20, 1, 0x20, 2
-		pseudo = csumAdd(p[8:40], 6+uint64(len(p)-40))
-	} else {
-		p[0] = 0x45
-		binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
-		binary.BigEndian.PutUint16(p[4:], 0x1234)
-		p[6], p[8], p[9] = 0x40, 64, 6
-		copy(p[12:], []byte{198, 18, 0, 1, 198, 18, 0, 2})
-		binary.BigEndian.PutUint16(p[10:], ^fold(csumAdd(p[:20], 0)))
-		pseudo = csumAdd(p[12:20], 6+uint64(len(p)-20))
-	}
+	p, ip, pseudo := ipPacket(v6, 6, 32+len(payload)) // TCP with a 12-byte timestamp option
 	t := p[ip:]
 	binary.BigEndian.PutUint16(t[0:], sport)
 	binary.BigEndian.PutUint16(t[2:], 5001)
@@ -50,6 +30,29 @@ func superTCP(v6 bool, sport uint16, seq uint32, payload []byte, mss int) ([]byt
 		typ = gso.GSOTCPv6
 	}
 	return p, gso.VirtioNetHdr{Flags: gso.FlagNeedsCsum, GSOType: typ, HdrLen: uint16(ip + 32), GSOSize: uint16(mss), CsumStart: uint16(ip), CsumOffset: 16}
+}
+
+// ipPacket returns an IPv4 packet with DF and id 0x1234 from 198.18.0.1 to
+// 198.18.0.2 (or, with v6, an IPv6 one from 2001:db8::1 to 2001:db8::2)
+// carrying l4 bytes of protocol proto, all zero, its header complete; the
+// L4 header's offset; and the L4 pseudo-header sum.
+func ipPacket(v6 bool, proto byte, l4 int) (p []byte, ip int, pseudo uint64) {
+	if v6 {
+		p = make([]byte, 40+l4)
+		p[0] = 0x60
+		binary.BigEndian.PutUint16(p[4:], uint16(l4))
+		p[6], p[7] = proto, 64
+		p[8], p[23], p[24], p[39] = 0x20, 1, 0x20, 2
+		return p, 40, csumAdd(p[8:40], uint64(proto)+uint64(l4))
+	}
+	p = make([]byte, 20+l4)
+	p[0] = 0x45
+	binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
+	binary.BigEndian.PutUint16(p[4:], 0x1234)
+	p[6], p[8], p[9] = 0x40, 64, proto
+	copy(p[12:], []byte{198, 18, 0, 1, 198, 18, 0, 2})
+	binary.BigEndian.PutUint16(p[10:], ^fold(csumAdd(p[:20], 0)))
+	return p, 20, csumAdd(p[12:20], uint64(proto)+uint64(l4))
 }
 
 // segments cuts a super-packet as the uplink does.

@@ -33,40 +33,18 @@ type udpSeg struct {
 }
 
 // parseUDPSeg reports whether p is a UDP datagram that may be merged: an
-// IPv4 packet (not a fragment) or an IPv6 one without extension headers,
-// whose IP and UDP length fields match len(p), carrying a payload and a
-// checksum (not zero), valid as are the IPv4 header's. As with TCP, every
+// IPv4 packet (not a fragment) or an IPv6 one without extension headers
+// (parseIP), whose IP and UDP length fields match len(p), carrying a
+// payload and a checksum (not zero), valid as are the IPv4 header's. As with TCP, every
 // length comes from the device and is checked, and the checksums are
 // verified here because the merged packet goes to the kernel with a
 // partial checksum it will not verify again.
 func parseUDPSeg(p []byte) (udpSeg, bool) {
 	var s udpSeg
-	if len(p) < 1 {
-		return s, false
-	}
 	var pseudo uint64
-	switch p[0] >> 4 {
-	case 4:
-		s.ihl = int(p[0]&0x0f) * 4
-		if s.ihl < 20 || len(p) < s.ihl || int(binary.BigEndian.Uint16(p[2:])) != len(p) ||
-			binary.BigEndian.Uint16(p[6:])&0x3fff != 0 || p[9] != 17 {
-			return s, false
-		}
-		if fold(csumAdd(p[:s.ihl], 0)) != 0xffff {
-			return s, false
-		}
-		pseudo = csumAdd(p[12:20], uint64(17)+uint64(len(p)-s.ihl))
-	case 6:
-		s.v6, s.ihl = true, 40
-		if len(p) < 40 || 40+int(binary.BigEndian.Uint16(p[4:])) != len(p) || p[6] != 17 {
-			return s, false
-		}
-		pseudo = csumAdd(p[8:40], uint64(17)+uint64(len(p)-40))
-	default:
-		return s, false
-	}
-	if len(p) <= s.ihl+udpHdrLen {
-		return s, false // no payload (or no header)
+	var ok bool
+	if s.v6, s.ihl, pseudo, ok = parseIP(p, 17); !ok || len(p) <= s.ihl+udpHdrLen {
+		return s, false // not UDP as we merge it, or no payload
 	}
 	u := p[s.ihl:]
 	if int(binary.BigEndian.Uint16(u[4:])) != len(u) || binary.BigEndian.Uint16(u[6:]) == 0 {
@@ -87,14 +65,7 @@ func sameUDPFlow(p []byte, ps udpSeg, q []byte, qs udpSeg) bool {
 	if ps.v6 != qs.v6 || ps.ihl != qs.ihl {
 		return false
 	}
-	if ps.v6 {
-		if !bytes.Equal(p[:4], q[:4]) || p[7] != q[7] || !bytes.Equal(p[8:40], q[8:40]) {
-			return false
-		}
-	} else if p[1] != q[1] || p[6] != q[6] || p[8] != q[8] || !bytes.Equal(p[12:ps.ihl], q[12:ps.ihl]) {
-		return false
-	}
-	return bytes.Equal(p[ps.ihl:ps.ihl+4], q[qs.ihl:qs.ihl+4])
+	return sameIPHeader(p, q, ps.v6, ps.ihl) && bytes.Equal(p[ps.ihl:ps.ihl+4], q[qs.ihl:qs.ihl+4])
 }
 
 // udpRun returns how many packets from pkts[0] (a datagram parsed as fs)

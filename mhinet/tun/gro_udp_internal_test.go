@@ -13,27 +13,7 @@ import (
 // a UDP_SEGMENT send. Its datagrams (gso.Segment) are what the modem
 // delivers.
 func superUDP(v6 bool, sport uint16, payload []byte, size int) ([]byte, gso.VirtioNetHdr) {
-	ip := 20
-	if v6 {
-		ip = 40
-	}
-	p := make([]byte, ip+udpHdrLen+len(payload))
-	var pseudo uint64
-	if v6 {
-		p[0] = 0x60
-		binary.BigEndian.PutUint16(p[4:], uint16(len(p)-40))
-		p[6], p[7] = 17, 64
-		p[8], p[23], p[24], p[39] = 0x20, 1, 0x20, 2
-		pseudo = csumAdd(p[8:40], 17+uint64(len(p)-40))
-	} else {
-		p[0] = 0x45
-		binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
-		binary.BigEndian.PutUint16(p[4:], 0x1234)
-		p[6], p[8], p[9] = 0x40, 64, 17
-		copy(p[12:], []byte{198, 18, 0, 1, 198, 18, 0, 2})
-		binary.BigEndian.PutUint16(p[10:], ^fold(csumAdd(p[:20], 0)))
-		pseudo = csumAdd(p[12:20], 17+uint64(len(p)-20))
-	}
+	p, ip, pseudo := ipPacket(v6, 17, udpHdrLen+len(payload))
 	u := p[ip:]
 	binary.BigEndian.PutUint16(u[0:], sport)
 	binary.BigEndian.PutUint16(u[2:], 9)
