@@ -168,6 +168,10 @@ func pairAttacks() []attack {
 				r.complete(t, hMBIMDL, nil, mhi.CCEOT)
 			}
 			hExchange(t, r, c, 1)
+			// The port counts a message after its write to the
+			// pseudo-terminal returns, which may be after the client read
+			// it (an empty one written before it would be counted before).
+			waitFor(t, "the port to count the message", func() bool { return p.Stats().DLMessages >= 1 })
 			st := p.Stats()
 			wantCounter(t, st.Pair, "dl_empty", 3)
 			wantCounter(t, st.Pair, "dl_messages", 1)
