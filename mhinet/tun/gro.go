@@ -22,8 +22,8 @@ const (
 
 // coalescer turns a batch of downlink packets into TUN frames (a
 // virtio_net_hdr, then the packet), merging runs of TCP segments, and of
-// UDP datagrams where the TUN takes them, into super-packets. Its buffers grow to the largest batch seen and are then
-// reused.
+// UDP datagrams where the TUN takes them, into super-packets. Its buffers
+// grow to the largest batch seen and are then reused.
 type coalescer struct {
 	slab   []byte   // the frames, back to back
 	frames [][]byte // views into slab
