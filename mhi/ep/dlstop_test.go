@@ -189,11 +189,7 @@ func TestReservationAcrossResets(t *testing.T) {
 	h.powerUp()
 	h.startChannel(1)
 	p, _ := h.dev.Pipe(LoopbackName)
-	// The channel runs once the device has posted the START completion
-	// (activate), a moment after the host sees it.
-	for deadline := time.Now().Add(5 * time.Second); p.DownlinkState() != mhi.ChannelRunning && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
+	waitDownlinkRunning(t, p)
 	b, err := p.TryReserve(16)
 	if err != nil {
 		t.Fatal(err)
@@ -227,6 +223,7 @@ func TestReservationAcrossResets(t *testing.T) {
 	// SendFunc builds in place; Release and a zero commit give slots back.
 	h.powerUp()
 	h.startChannel(1)
+	waitDownlinkRunning(t, p)
 	for range 2 * DefaultDLQueueDepth {
 		b, err := p.TryReserve(4)
 		if err != nil {
@@ -295,5 +292,18 @@ func TestIPDataDLRestartMidStream(t *testing.T) {
 	}
 	if sent != arrived {
 		t.Fatalf("%d bytes sent, %d arrived", sent, arrived)
+	}
+}
+
+// waitDownlinkRunning waits until the device side of p's downlink runs.
+// The device activates a channel after it has posted the START
+// completion, so the host sees RUNNING a moment before the pipe does.
+func waitDownlinkRunning(t *testing.T, p *Pipe) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); p.DownlinkState() != mhi.ChannelRunning; {
+		if time.Now().After(deadline) {
+			t.Fatalf("downlink %s after 5 s, want RUNNING", p.DownlinkState())
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
