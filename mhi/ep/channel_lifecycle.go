@@ -180,11 +180,13 @@ func (c *channel) forgetLocked(dropAll bool) {
 	c.mu.Unlock()
 }
 
-// resumeAfterM3 pokes the worker after M0 re-entry; a burst channel starts
-// over in doorbell mode, as the host does.
-func (c *channel) resumeAfterM3() {
+// resyncDoorbellMode makes a burst channel start over in doorbell mode
+// at its next round of work, as the host does on M0 re-entry. It must be
+// called before the host can ring the channel's doorbell again (before
+// the M0 event is posted): the resync clears the polling a doorbell
+// starts only if the doorbell comes after it.
+func (c *channel) resyncDoorbellMode() {
 	c.dbModeResync.Store(true)
-	c.poke()
 }
 
 // notifyState tells the pair's Function, if it observes, the channel state.

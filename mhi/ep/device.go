@@ -184,6 +184,10 @@ type Device struct {
 
 	dumpOnce    sync.Once
 	defaultDump []byte
+
+	// afterResumeEvent, if set (by tests), runs on the control goroutine
+	// between the M0 event of a resume from M3 and the channels' wake-up.
+	afterResumeEvent atomic.Pointer[func()]
 }
 
 // New validates cfg, builds a device on host memory mem raising interrupts

@@ -619,6 +619,69 @@ func TestM3AndResume(t *testing.T) {
 	}
 }
 
+// A burst channel resumed from M3 whose doorbell is serviced before the
+// device has finished waking its channels: Linux rings the doorbell of a
+// channel with work pending as soon as it handles the M0 event, then only
+// updates the context wp, so the device must go on polling (or ask for
+// the doorbell with DB_MODE). The resume is held between the M0 event and
+// the channels' wake-up until the doorbell's transfer has completed, the
+// order a loaded machine produces now and then (a QEMU guest's runtime-PM
+// ping, 1 of 3 answered, the modem never idle again).
+func TestBurstResumeDoorbellBeforeWakeUp(t *testing.T) {
+	h := newHost(t, func(c *Config) {
+		c.BurstPollInterval = time.Millisecond
+		c.BurstIdlePolls = 50
+	})
+	h.powerUp()
+	h.startChannel(100)
+	buf, _ := h.buffer(64, 3)
+	h.setReg(mhi.RegMHICTRL, uint32(mhi.StateM3)<<mhi.MHICTRLStateShift)
+	if ev := h.nextEvent(0); ev.Type() != mhi.PktStateChangeEvent || ev.EventState() != mhi.StateM3 {
+		t.Fatalf("event %v, want STATE_CHANGE(M3)", ev)
+	}
+	tre := h.queue(100, buf, 64, mhi.TREIEOT|mhi.TREBEI) // queued in M3: no doorbell
+
+	release := make(chan struct{})
+	hold := func() {
+		select {
+		case <-release:
+		case <-time.After(waitTimeout):
+		}
+	}
+	h.dev.afterResumeEvent.Store(&hold)
+	h.setReg(mhi.RegMHICTRL, uint32(mhi.StateM0)<<mhi.MHICTRLStateShift)
+	if ev := h.nextEvent(0); ev.Type() != mhi.PktStateChangeEvent || ev.EventState() != mhi.StateM0 {
+		t.Fatalf("event %v, want STATE_CHANGE(M0)", ev)
+	}
+	h.ring(100) // the host's M0 transition: db_mode set, pending work rung
+	expectTransfer(t, h.nextEvent(1), 100, tre, mhi.CCEOT, 64)
+	close(release)
+	// The control goroutine holds ctrlMu through the whole resume; once
+	// it is free, the channel has been marked and poked. Then wait for
+	// the worker's round that takes the mark, and for its end.
+	h.dev.ctrlMu.Lock()
+	h.dev.ctrlMu.Unlock() //nolint:staticcheck // waits for the resume's end
+	c := h.dev.channels[100]
+	h.waitFor("the resync taken", func() bool { return !c.dbModeResync.Load() })
+	c.work.Lock()
+	c.work.Unlock() //nolint:staticcheck // waits for the round in progress
+
+	// Burst mode: the host only updates the context wp now, and rings
+	// again only on DB_MODE.
+	for i := range 3 {
+		tre := h.queue(100, buf, uint32(16+i), mhi.TREIEOT|mhi.TREBEI)
+		for {
+			ev := h.nextEvent(1)
+			if ev.Code() == mhi.CCDBMode {
+				h.ring(100)
+				continue
+			}
+			expectTransfer(t, ev, 100, tre, mhi.CCEOT, uint32(16+i))
+			break
+		}
+	}
+}
+
 func TestSysErrAndRecovery(t *testing.T) {
 	tests := []struct {
 		name   string

@@ -193,11 +193,23 @@ func (d *Device) enterM0FromReady() {
 	d.kickControl() // the SBL's boot of AMSS may be due
 }
 
-// resumeM0 leaves M3: channels kept their state and resume.
+// resumeM0 leaves M3: channels kept their state and resume. Burst
+// channels are put back in doorbell mode before the host hears of M0:
+// Linux sets its own doorbell mode and rings the doorbell of every
+// channel with work pending as soon as it handles the M0 event, and a
+// resync noticed after that doorbell would end the polling the doorbell
+// started, leaving the host updating only the context wp of a channel
+// nobody polls.
 func (d *Device) resumeM0() {
-	d.changePowerState(mhi.StateM0, &d.stats.m3Exits, "mhi-ep: M3 -> M0")
 	for _, c := range d.chanList {
-		c.resumeAfterM3()
+		c.resyncDoorbellMode()
+	}
+	d.changePowerState(mhi.StateM0, &d.stats.m3Exits, "mhi-ep: M3 -> M0")
+	if hook := d.afterResumeEvent.Load(); hook != nil {
+		(*hook)()
+	}
+	for _, c := range d.chanList {
+		c.poke()
 	}
 }
 

@@ -484,13 +484,17 @@ func logDisconnect(dev *ServerDevice, modem *ep.Device, ec ep.Config, fns *mock.
 	}
 	ms := modem.Stats()
 	dev.log.Info("disconnect", "reason", reason, "ul_transfers", ms.ULTransfers, "dl_transfers", ms.DLTransfers,
-		"interrupts", ms.InterruptsRaised, "resets", ms.Resets)
+		"interrupts", ms.InterruptsRaised, "interrupts_dropped", ms.InterruptsDropped, "resets", ms.Resets,
+		"m3_entries", ms.M3Entries, "m3_exits", ms.M3Exits)
 	for name, f := range ec.Functions {
 		if ipd, ok := f.(interface{ Stats() ep.IPDataStats }); ok {
 			st := ipd.Stats()
 			dev.log.Info("ip_data", "pair", name, "ul_packets", st.ULPackets, "gen_packets", st.GenPackets,
 				"dl_packets", st.DLPackets, "dl_aggregates", st.DLAggregates, "answered", st.Answered,
-				"dropped", st.Dropped(), "dropped_gated", st.DroppedGated, "malformed", st.DeaggErrors())
+				"dropped", st.Dropped(), "dropped_gated", st.DroppedGated, "dropped_not_answered", st.DroppedNotAnswered,
+				"dropped_aborted", st.DroppedAborted, "dropped_sunk", st.DroppedSunk, "dropped_too_large", st.DroppedTooLarge,
+				"dropped_empty", st.DroppedEmpty, "dropped_reset", st.DroppedReset, "dropped_shaped", st.DroppedShaped,
+				"dropped_overrun", st.DroppedOverrun, "malformed", st.DeaggErrors())
 		}
 	}
 	if fns != nil && fns.Modem != nil {
