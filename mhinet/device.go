@@ -87,7 +87,10 @@ type Config struct {
 	TXZeroCopyNotify bool
 	// Session is the MBIM session id (or QMAP mux id) of transmitted packets.
 	Session uint8
-	// QMAPCsum is the QMAP checksum offload framing.
+	// QMAPCsum is the QMAP checksum offload framing, both ways, as rmnet's
+	// INGRESS_ and EGRESS_MAP_CKSUMV4/V5 flags: CsumV4 is the downlink
+	// trailer and the uplink checksum header, CsumV5 the MAPv5 header.
+	// The uplink never asks the modem to compute a checksum.
 	QMAPCsum qmap.CsumMode
 	// Logger receives the device's logs (nil: discard).
 	Logger *slog.Logger

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
 )
 
@@ -23,9 +22,10 @@ var (
 // qmapFraming parses received QMAP aggregates (MAPv1, with the MAPv4
 // checksum trailer or the MAPv5 checksum header, per Config.QMAPCsum) and
 // transmits QMAP frames on Config.Session: one per element, or with
-// aggregation up to Config.TXAggMaxPackets. With MAPv5 the uplink carries
-// the checksum header (offload is not requested); with MAPv4 it carries
-// no trailer.
+// aggregation up to Config.TXAggMaxPackets. The uplink carries the
+// negotiated checksum framing as rmnet's egress does — with MAPv4 the
+// 4-byte UL checksum header, with MAPv5 the MAPv5 header — and asks for
+// no offload: the host computed the checksums.
 type qmapFraming struct {
 	// Receive side (Device.chainMu), and mu for parserStats.
 	mu     sync.Mutex
@@ -38,13 +38,9 @@ type qmapFraming struct {
 }
 
 func newQMAPFraming(cfg *Config, _ *counters) framing {
-	f := &qmapFraming{mode: cfg.QMAPCsum, cfg: qmap.Config{Mux: cfg.Session, MaxPackets: cfg.TXAggMaxPackets}}
+	f := &qmapFraming{mode: cfg.QMAPCsum, cfg: qmap.Config{Mux: cfg.Session, MaxPackets: cfg.TXAggMaxPackets,
+		Csum: cfg.QMAPCsum, Uplink: true}}
 	f.parser.Csum = cfg.QMAPCsum
-	if cfg.QMAPCsum == qmap.CsumV5 {
-		// The modem parses the uplink with the MAPv5 checksum header
-		// when the pair is configured for it; offload is not requested.
-		f.cfg.Csum = qmap.CsumV5
-	}
 	return f
 }
 
@@ -83,20 +79,25 @@ func (f *qmapFraming) encode(dst, p []byte) (int, error) {
 func (f *qmapFraming) zcHeadroom() (int, error) {
 	switch f.mode {
 	case qmap.CsumV4:
-		return 0, fmt.Errorf("mhinet: zero-copy transmit with the QMAP checksum trailer: %w", mhi.ErrConfig)
+		return qmap.HeaderLen + qmap.ULHeaderLen, nil
 	case qmap.CsumV5:
 		return qmap.HeaderLen + qmap.V5HeaderLen, nil
 	}
 	return qmap.HeaderLen, nil
 }
 
-// zcFrame writes the MAP header (and the MAPv5 checksum header, offload
-// not requested) in front of the packet and pads it to four bytes.
+// zcFrame writes the MAP header (and the MAPv4 UL checksum header or the
+// MAPv5 checksum header, offload not requested) in front of the packet
+// and pads it to four bytes.
 func (f *qmapFraming) zcFrame(frame []byte, n int) (int, error) {
 	headroom := qmap.HeaderLen
 	pad := (4 - n%4) % 4
 	h := qmap.Header{Pad: uint8(pad), Mux: f.cfg.Mux, Len: uint16(n + pad)}
-	if f.cfg.Csum == qmap.CsumV5 {
+	switch f.cfg.Csum {
+	case qmap.CsumV4:
+		headroom += qmap.ULHeaderLen
+		qmap.PutULHeader(frame[qmap.HeaderLen:headroom], qmap.Csum{})
+	case qmap.CsumV5:
 		headroom += qmap.V5HeaderLen
 		h.NextHeader = true
 		c := frame[qmap.HeaderLen:headroom]

@@ -350,22 +350,60 @@ func TestTXAggregationPacketsAndFlush(t *testing.T) {
 	})
 }
 
-// The QMAP uplink with the MAPv5 checksum header: the modem parses what
-// the host sends, aggregated or not.
-func TestTXQMAPv5Loopback(t *testing.T) {
-	for _, agg := range []bool{false, true} {
-		r := newIPRig(t, mock.DefaultModel, ep.IPDataConfig{Format: ep.FormatQMAP, QMAPCsum: qmap.CsumV5},
-			mhinet.Config{Format: mhinet.FormatQMAP, QMAPCsum: qmap.CsumV5, TXAggregate: agg, TXAggTimeout: -1})
-		var pkts [][]byte
-		for i := range 50 {
-			pkts = append(pkts, ipv4(40+i*13, uint32(i)))
+// The QMAP uplink with checksum framing — the MAPv4 UL checksum header or
+// the MAPv5 header, as rmnet's egress writes them: the modem, configured
+// the same way, parses what the host sends, copied, aggregated or lent
+// (zero-copy), and loops every packet back intact.
+func TestTXQMAPChecksumFramingLoopback(t *testing.T) {
+	for _, mode := range []qmap.CsumMode{qmap.CsumV4, qmap.CsumV5} {
+		for _, path := range []string{"copy", "aggregated", "zero-copy"} {
+			cfg := mhinet.Config{Format: mhinet.FormatQMAP, QMAPCsum: mode, TXAggTimeout: -1,
+				TXAggregate: path == "aggregated", TXZeroCopy: path == "zero-copy"}
+			r := newIPRig(t, mock.DefaultModel, ep.IPDataConfig{Format: ep.FormatQMAP, QMAPCsum: mode}, cfg)
+			var pkts [][]byte
+			for i := range 50 {
+				pkts = append(pkts, ipv4(40+i*13, uint32(i)))
+			}
+			if path == "zero-copy" {
+				transmitAllZC(t, r.dev, pkts)
+			} else {
+				transmitAll(t, r.dev, pkts)
+			}
+			if !r.rx.waitFor(t, 50) {
+				t.Fatalf("%v %s: modem %+v", mode, path, r.mock.IPData.Stats())
+			}
+			s := r.mock.IPData.Stats()
+			if s.ULPackets != 50 || s.DeaggErrors() != 0 || r.rx.bad != 0 || s.ULCsumComputed+s.ULCsumBad != 0 {
+				t.Fatalf("%v %s: modem %+v", mode, path, s)
+			}
+			if hs := r.dev.Stats(); path == "zero-copy" && hs.TxZeroCopy == 0 {
+				t.Fatalf("%v %s: nothing went zero-copy: %+v", mode, path, hs)
+			}
 		}
-		transmitAll(t, r.dev, pkts)
-		if !r.rx.waitFor(t, 50) {
-			t.Fatalf("agg %v: modem %+v", agg, r.mock.IPData.Stats())
+	}
+}
+
+// transmitAllZC sends pkts through zero-copy slots, one TransmitZC each,
+// taking slots back from TXReleased when none is free.
+func transmitAllZC(t *testing.T, d *mhinet.Device, pkts [][]byte) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for _, p := range pkts {
+		b, err := d.TXBuffer()
+		for errors.Is(err, mhinet.ErrBusy) {
+			select {
+			case b = <-d.TXReleased():
+				err = nil
+			case <-deadline:
+				t.Fatalf("no zero-copy slot came back: %+v", d.Stats())
+			}
 		}
-		if s := r.mock.IPData.Stats(); s.ULPackets != 50 || s.DeaggErrors() != 0 || r.rx.bad != 0 {
-			t.Fatalf("agg %v: modem %+v", agg, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.SetLen(copy(b.Bytes(), p))
+		if n, err := d.TransmitZC([]*mhinet.ZCBuffer{b}); n != 1 || err != nil {
+			t.Fatalf("TransmitZC: %d, %v", n, err)
 		}
 	}
 }

@@ -114,9 +114,11 @@ type IPDataConfig struct {
 	NTBDatagramAlign int
 	// QMAPMux is the mux id of downlink QMAP frames.
 	QMAPMux uint8
-	// QMAPCsum is the checksum offload framing of QMAP frames (downlink
-	// trailer or MAPv5 header). The uplink is parsed with the MAPv5 header
-	// when it is CsumV5 and without checksum header otherwise.
+	// QMAPCsum is the checksum offload framing of QMAP frames, both ways:
+	// CsumV4 is the downlink trailer and the uplink checksum header (as
+	// rmnet's INGRESS_ and EGRESS_MAP_CKSUMV4), CsumV5 the MAPv5 header.
+	// An uplink frame whose header asks for the checksum gets it computed
+	// before the packet goes on (ULCsumComputed, ULCsumBad).
 	QMAPCsum qmap.CsumMode
 	// QMAPCsumValid sets the checksum-valid bit of downlink frames.
 	QMAPCsumValid bool
@@ -162,6 +164,7 @@ type IPData struct {
 	mode     atomic.Uint32
 	idleMode atomic.Uint32 // the mode to return to after a generator run
 	reply    []byte        // responder scratch (the uplink worker's only)
+	csumBuf  []byte        // uplink checksum offload scratch (likewise)
 
 	// mu guards the open aggregate.
 	mu       sync.Mutex
@@ -202,6 +205,7 @@ type ipCounters struct {
 	droppedShaped, shapedSent, lentReleased      atomic.Uint64
 	lendErrors, droppedGated                     atomic.Uint64
 	droppedOverrun                               atomic.Uint64
+	ulCsumComputed, ulCsumBad                    atomic.Uint64
 	shapedQueued, lentHeld                       atomic.Int64
 }
 
@@ -217,7 +221,13 @@ type IPDataStats struct {
 	ULBytes     uint64 // their bytes
 	ULPackets   uint64 // IP packets found in them (malformed parts excluded)
 	ULMalformed uint64 // uplink transfers with at least one malformed part
-	GenPackets  uint64 // packets the generator produced
+	// ULCsumComputed counts uplink QMAP packets whose checksum the modem
+	// computed because their checksum header asked for it; ULCsumBad
+	// those that asked with offsets outside the packet or a protocol
+	// other than TCP and UDP (passed on unchanged).
+	ULCsumComputed uint64
+	ULCsumBad      uint64
+	GenPackets     uint64 // packets the generator produced
 
 	DLAggregates uint64 // downlink aggregates (transfers) queued
 	DLPackets    uint64 // packets in them: the sum of datagrams per aggregate
@@ -360,9 +370,7 @@ func NewIPData(cfg IPDataConfig) (*IPData, error) {
 			return bad("%v", err)
 		}
 		f.agg = &qmapAgg{cfg: qc}
-		if cfg.QMAPCsum == qmap.CsumV5 {
-			f.qmapP.Csum = qmap.CsumV5
-		}
+		f.qmapP.Csum, f.qmapP.Uplink = cfg.QMAPCsum, true
 	case FormatRaw:
 		f.agg = &rawAgg{}
 	default:
@@ -408,6 +416,8 @@ func (f *IPData) Stats() IPDataStats {
 		ULBytes:            c.ulBytes.Load(),
 		ULPackets:          c.ulPackets.Load(),
 		ULMalformed:        c.ulMalformed.Load(),
+		ULCsumComputed:     c.ulCsumComputed.Load(),
+		ULCsumBad:          c.ulCsumBad.Load(),
 		GenPackets:         c.genPackets.Load(),
 		DLAggregates:       c.dlAggregates.Load(),
 		DLPackets:          c.dlPackets.Load(),
@@ -465,8 +475,9 @@ type ulReceive struct {
 	gen      uint64
 }
 
-// packet handles one uplink packet.
-func (r *ulReceive) packet(pkt []byte) {
+// packet handles one uplink packet. inTransfer tells whether pkt is a
+// view into r.transfer (a lent slot may then be held instead of copied).
+func (r *ulReceive) packet(pkt []byte, inTransfer bool) {
 	f := r.f
 	switch {
 	case r.aborted && r.taken == 0:
@@ -481,7 +492,7 @@ func (r *ulReceive) packet(pkt []byte) {
 		f.st.droppedGated.Add(1)
 		return
 	case f.cfg.Shape.UDPPort != 0 && f.shapedFlow(pkt):
-		if f.enqueueShaped(r.p, r.transfer, pkt, r.lent && !r.held, r.base, r.slot, r.tag, r.gen) {
+		if f.enqueueShaped(r.p, r.transfer, pkt, r.lent && !r.held && inTransfer, r.base, r.slot, r.tag, r.gen) {
 			r.held = true
 		}
 		r.taken++
@@ -530,10 +541,13 @@ func (f *IPData) Receive(ctx context.Context, p *Pipe, transfer []byte) error {
 	var parseErr error
 	switch {
 	case f.cfg.UplinkRaw || f.cfg.Format == FormatRaw:
-		r.packet(transfer)
+		r.packet(transfer, true)
 	case f.cfg.Format == FormatQMAP:
 		before := f.qmapP.Stats
-		_, parseErr = f.qmapP.Parse(transfer, func(pk qmap.Packet) { r.packet(pk.Data) })
+		_, parseErr = f.qmapP.Parse(transfer, func(pk qmap.Packet) {
+			data, computed := f.ulChecksum(pk)
+			r.packet(data, !computed)
+		})
 		if r.aborted && r.taken == 0 {
 			f.qmapP.Stats = before
 		}
@@ -542,7 +556,7 @@ func (f *IPData) Receive(ctx context.Context, p *Pipe, transfer []byte) error {
 		f.statMu.Unlock()
 	default:
 		before := f.ntbP.Stats
-		_, parseErr = f.ntbP.Parse(transfer, func(d []byte, _ uint8) { r.packet(d) })
+		_, parseErr = f.ntbP.Parse(transfer, func(d []byte, _ uint8) { r.packet(d, true) })
 		if r.aborted && r.taken == 0 {
 			f.ntbP.Stats = before
 		}

@@ -45,10 +45,9 @@ func encodeUL(t *testing.T, cfg IPDataConfig, pkts [][]byte, perTransfer, maxLen
 	switch cfg.Format {
 	case FormatQMAP:
 		var w qmap.Writer
-		qc := qmap.Config{Mux: 1, MaxPackets: perTransfer}
-		if cfg.QMAPCsum == qmap.CsumV5 {
-			qc.Csum = qmap.CsumV5
-		}
+		// The host's uplink: the negotiated checksum framing, as rmnet
+		// sends it (CsumV4: the UL checksum header, no offload asked).
+		qc := qmap.Config{Mux: 1, MaxPackets: perTransfer, Csum: cfg.QMAPCsum, Uplink: true}
 		b = builder{func(buf []byte) error { return w.Reset(buf, qc) }, w.Add, w.Count, w.Finish}
 	default:
 		var w ntb.Writer

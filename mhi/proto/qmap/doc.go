@@ -30,6 +30,20 @@
 // rmnet_handlers.c) looks for it at the packet's length plus the pad
 // length, that is right after the payload length's bytes.
 //
+// The uplink (host to modem, [Config.Uplink], [Parser.Uplink]) differs
+// with CsumV4 only: rmnet's EGRESS_MAP_CKSUMV4 puts a 4-byte checksum
+// header between the MAP header and the IP packet of a data frame, not
+// counted in the payload length, and no trailer anywhere:
+//
+//	CsumV4 uplink  MAP header | checksum header (4) | IP packet | pad
+//
+// The header's first 16 bits are the checksum start offset from the IP
+// header, the next hold the computation-requested bit, the UDP bit and the
+// 14-bit offset of the checksum field from the start (all zero when the
+// host computed the checksum itself). Uplink command frames (flow-control
+// acknowledgements) carry neither header nor trailer: rmnet trims the
+// trailer off the command it answers.
+//
 // # Building
 //
 // A [Writer] writes an aggregate into a caller-owned buffer without

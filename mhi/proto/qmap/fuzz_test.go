@@ -21,6 +21,7 @@ func seedAggregates(t testing.TB) (modes []CsumMode, aggs [][]byte) {
 		{Config{}, []int{20, 41, 1500}, false},
 		{Config{Mux: 4, Align: 1}, []int{1, 2, 3, 64}, false},
 		{Config{Csum: CsumV4, CsumValid: true}, []int{60, 1280}, true},
+		{Config{Csum: CsumV4, Uplink: true, Mux: 2}, []int{60, 1281, 33}, true},
 		{Config{Csum: CsumV5, CsumValid: true, Mux: 9}, []int{40, 77}, true},
 		{Config{Align: 64}, []int{5}, false},
 	} {
@@ -101,7 +102,7 @@ func checkParse(t *testing.T, p *Parser, b []byte) []got {
 	if err != nil && p.Stats.Get(err) == before.Get(err) {
 		t.Fatalf("returned %v without counting it", err)
 	}
-	q := Parser{Csum: p.Csum, AnyProtocol: p.AnyProtocol}
+	q := Parser{Csum: p.Csum, AnyProtocol: p.AnyProtocol, Uplink: p.Uplink}
 	i := 0
 	n2, err2 := q.Parse(b, func(pk Packet) {
 		if i >= len(out) || !bytes.Equal(pk.Data, out[i].Data) || pk.Mux != out[i].Mux || pk.Csum != out[i].Csum {
@@ -123,7 +124,7 @@ func FuzzParseQMAP(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, p := range []*Parser{
-			{}, {Csum: CsumV4}, {Csum: CsumV5}, {AnyProtocol: true},
+			{}, {Csum: CsumV4}, {Csum: CsumV5}, {AnyProtocol: true}, {Csum: CsumV4, Uplink: true},
 			{Csum: CsumV5, OnCommand: func(_ uint8, c []byte) {
 				if _, ok := prototest.OffsetIn(b, c); !ok && len(c) > 0 {
 					t.Fatal("command payload outside the input")
@@ -152,8 +153,10 @@ func FuzzRoundTripQMAP(f *testing.F) {
 			CsumValid:  flags&4 != 0,
 			Align:      1 << (flags >> 3 & 7), // 1…128; 128 must be rejected
 			MaxPackets: []int{0, 1, 7, 1000}[flags>>6],
+			Uplink:     seed&1 == 1,
 		}
-		p := Parser{Csum: cfg.Csum}
+		p := Parser{Csum: cfg.Csum, Uplink: cfg.Uplink}
+		ul4 := cfg.Csum == CsumV4 && cfg.Uplink
 		rt := prototest.RoundTrip[Config]{
 			Writer: new(Writer), Config: cfg, Size: Size, Fit: Fit,
 			ErrEmpty: ErrEmpty, ErrFull: ErrFull, ErrLimit: ErrLimit, ErrTooLarge: ErrTooLarge,
@@ -166,7 +169,10 @@ func FuzzRoundTripQMAP(f *testing.F) {
 					t.Fatal(err)
 				}
 				for _, x := range g {
-					if cfg.Csum != CsumNone && x.Csum.Valid != cfg.CsumValid {
+					if ul4 && x.Csum != (Csum{}) {
+						t.Fatalf("uplink header %+v", x.Csum)
+					}
+					if !ul4 && cfg.Csum != CsumNone && x.Csum.Valid != cfg.CsumValid {
 						t.Fatalf("csum valid %v", x.Csum.Valid)
 					}
 				}

@@ -12,12 +12,14 @@ type Packet struct {
 	Csum Csum
 }
 
-// Parser splits downlink QMAP aggregates into packets. The zero value
-// expects no checksum offload and IPv4/IPv6 packets.
+// Parser splits downlink QMAP aggregates (with Uplink, uplink ones) into
+// packets. The zero value expects no checksum offload and IPv4/IPv6
+// packets.
 //
 // Accepted input follows rmnet's deaggregation: frames follow each other
 // from offset 0; a frame occupies HeaderLen + payload length bytes, plus
-// TrailerLen with CsumV4, plus V5HeaderLen for a CsumV5 data frame; a frame
+// TrailerLen with CsumV4 downlink, plus ULHeaderLen for a CsumV4 uplink
+// data frame, plus V5HeaderLen for a CsumV5 data frame; a frame
 // that runs past the end, or a zero payload length, ends the walk; CsumV5
 // data frames must have the next-header bit and a checksum offload header;
 // the packet's first nibble must be 4 or 6. In addition the pad length
@@ -27,6 +29,10 @@ type Packet struct {
 type Parser struct {
 	// Csum is the checksum offload framing negotiated with the device.
 	Csum CsumMode
+	// Uplink parses frames as a host sends them (the modem's side): with
+	// CsumV4 a 4-byte checksum header after the MAP header of data frames
+	// and no trailer.
+	Uplink bool
 	// AnyProtocol delivers packets whatever their first nibble instead of
 	// counting those that are not IPv4 or IPv6 as ErrBadIPVersion.
 	AnyProtocol bool
@@ -52,7 +58,7 @@ func (p *Parser) Parse(b []byte, fn func(Packet)) (int, error) {
 		return 0, w.first
 	}
 	trailer := 0
-	if p.Csum == CsumV4 {
+	if p.Csum == CsumV4 && !p.Uplink {
 		trailer = TrailerLen
 	}
 	for off := 0; off < len(b); {
@@ -72,8 +78,11 @@ func (p *Parser) Parse(b []byte, fn func(Packet)) (int, error) {
 			break
 		}
 		hdr := HeaderLen
-		if p.Csum == CsumV5 && !cmd {
+		switch {
+		case p.Csum == CsumV5 && !cmd:
 			hdr += V5HeaderLen
+		case p.Csum == CsumV4 && p.Uplink && !cmd:
+			hdr += ULHeaderLen
 		}
 		flen := hdr + plen + trailer
 		if flen > len(rest) {
@@ -120,8 +129,8 @@ func (w *qmapWalk) fail(err error) {
 
 // dataFrame checks a data frame (whose payload, padding removed, starts
 // hdr bytes in): its MAPv5 checksum header (CsumV5) and its payload (not
-// empty, IPv4 or IPv6 unless AnyProtocol); it reads its CsumV4 trailer and
-// delivers the packet.
+// empty, IPv4 or IPv6 unless AnyProtocol); it reads its CsumV4 trailer
+// (or uplink header) and delivers the packet.
 func (w *qmapWalk) dataFrame(frame []byte, hdr int, payload []byte, mux uint8, fn func(Packet)) {
 	var cs Csum
 	if w.p.Csum == CsumV5 {
@@ -142,7 +151,15 @@ func (w *qmapWalk) dataFrame(frame []byte, hdr int, payload []byte, mux uint8, f
 			return
 		}
 	}
-	if w.p.Csum == CsumV4 {
+	switch {
+	case w.p.Csum == CsumV4 && w.p.Uplink:
+		h := frame[HeaderLen:]
+		info := be.Uint16(h[2:])
+		cs.Valid = info&ULCsumEnabled != 0
+		cs.UDP = info&ULCsumUDP != 0
+		cs.Offset = info & ULCsumOffsetMask
+		cs.Start = be.Uint16(h)
+	case w.p.Csum == CsumV4:
 		// After the payload length's bytes, padding included, as rmnet
 		// reads it: the frame's last TrailerLen bytes.
 		t := frame[len(frame)-TrailerLen:]

@@ -11,6 +11,8 @@ const (
 	HeaderLen = 4
 	// TrailerLen is the size of the DL checksum v4 trailer.
 	TrailerLen = 8
+	// ULHeaderLen is the size of the UL checksum v4 header.
+	ULHeaderLen = 4
 	// V5HeaderLen is the size of the MAPv5 checksum header.
 	V5HeaderLen = 4
 	// CommandHeaderLen is the size of a command before its data.
@@ -35,6 +37,13 @@ const (
 	V5CsumValid = 0x80
 	// TrailerCsumValid is the checksum-valid bit in byte 1 of the DL v4 trailer.
 	TrailerCsumValid = 0x01
+	// ULCsumEnabled, ULCsumUDP and ULCsumOffsetMask are the fields of the
+	// UL v4 header's second 16-bit word: checksum computation requested,
+	// the transport is UDP (a zero result is sent as 0xFFFF), and where in
+	// the transport header the checksum goes.
+	ULCsumEnabled    = 0x8000
+	ULCsumUDP        = 0x4000
+	ULCsumOffsetMask = 0x3FFF
 
 	// DefaultMaxPackets is the frame limit of an aggregate when
 	// Config.MaxPackets is 0 (modems put at most 32 packets in one buffer).
@@ -49,7 +58,9 @@ type CsumMode uint8
 const (
 	// CsumNone: no checksum offload; frames are header, packet, padding.
 	CsumNone CsumMode = iota
-	// CsumV4: an 8-byte DL checksum trailer follows every frame's payload.
+	// CsumV4: downlink, an 8-byte checksum trailer follows every frame's
+	// payload; uplink, a 4-byte checksum header follows the MAP header of
+	// every data frame.
 	CsumV4
 	// CsumV5: a 4-byte MAPv5 checksum header follows the MAP header of every
 	// data frame, with the next-header bit set.
@@ -69,15 +80,22 @@ func (m CsumMode) String() string {
 	return "csum?"
 }
 
-// Csum is the checksum offload information of a data frame. With CsumV5
-// only Valid is carried; with CsumV4 all fields are (Start is the checksum
-// start offset from the IP header, Length the number of bytes covered,
-// Value the checksum). It is zero with CsumNone.
+// Csum is the checksum offload information of a data frame. It is zero
+// with CsumNone. With CsumV5 only Valid is carried (downlink: the modem
+// found the checksum valid; uplink: the host asks the modem to compute
+// it). With a CsumV4 downlink trailer Valid, Start (the checksum start
+// offset from the IP header), Length (the bytes covered) and Value (the
+// checksum) are. With a CsumV4 uplink header Valid (computation
+// requested), Start (where the sum starts, from the IP header: its
+// length), Offset (where the result goes, from Start; 14 bits) and UDP
+// are.
 type Csum struct {
 	Valid  bool
 	Start  uint16
 	Length uint16
 	Value  uint16
+	Offset uint16
+	UDP    bool
 }
 
 // Header is a decoded MAP header.

@@ -22,6 +22,7 @@ func TestRoundTrip(t *testing.T) {
 		{"align8", Config{Align: 8, Mux: 255}},
 		{"align64", Config{Align: 64}},
 		{"v4", Config{Csum: CsumV4, CsumValid: true, Mux: 1}},
+		{"v4-uplink", Config{Csum: CsumV4, CsumValid: true, Uplink: true, Mux: 3}},
 		{"v5", Config{Csum: CsumV5, CsumValid: true, Mux: 2}},
 		{"v5-invalid", Config{Csum: CsumV5}},
 		{"max1", Config{MaxPackets: 1}},
@@ -69,7 +70,7 @@ func TestRoundTrip(t *testing.T) {
 					if total%align != 0 {
 						t.Fatalf("%s: aggregate of %d bytes not a multiple of %d", c.name, total, align)
 					}
-					p := Parser{Csum: c.cfg.Csum}
+					p := Parser{Csum: c.cfg.Csum, Uplink: c.cfg.Uplink}
 					g, err := parseAll(t, &p, buf[:total])
 					if len(pkts) == 0 {
 						if !errors.Is(err, ErrShort) || len(g) != 0 {
@@ -83,18 +84,25 @@ func TestRoundTrip(t *testing.T) {
 					if err := samePackets(g, pkts, c.cfg.Mux); err != nil {
 						t.Fatalf("%s buf %d pkt %d: %v", c.name, bl, pl, err)
 					}
+					ul4 := c.cfg.Csum == CsumV4 && c.cfg.Uplink
 					for i, x := range g {
 						hdr := HeaderLen
-						if c.cfg.Csum == CsumV5 {
+						switch {
+						case c.cfg.Csum == CsumV5:
 							hdr += V5HeaderLen
+						case ul4:
+							hdr += ULHeaderLen
 						}
 						if (x.off-hdr)%align != 0 {
 							t.Fatalf("%s: frame %d not aligned", c.name, i)
 						}
-						if c.cfg.Csum != CsumNone && x.Csum.Valid != c.cfg.CsumValid {
+						switch {
+						case ul4 && x.Csum != (Csum{}):
+							// Add asks for no offload on the uplink.
+							t.Fatalf("%s: uplink header %+v", c.name, x.Csum)
+						case !ul4 && c.cfg.Csum != CsumNone && x.Csum.Valid != c.cfg.CsumValid:
 							t.Fatalf("%s: csum valid %v", c.name, x.Csum.Valid)
-						}
-						if c.cfg.Csum == CsumV4 && int(x.Csum.Length) != len(x.Data) {
+						case !ul4 && c.cfg.Csum == CsumV4 && int(x.Csum.Length) != len(x.Data):
 							t.Fatalf("%s: trailer length %d", c.name, x.Csum.Length)
 						}
 					}
@@ -121,6 +129,19 @@ func TestWireBytes(t *testing.T) {
 		{"v4 trailer", Config{Csum: CsumV4}, Csum{Valid: true, Start: 20, Length: 0x1234, Value: 0xBEEF},
 			[]byte{0x03, 9, 0, 8, 0x45, 1, 2, 3, 4, 0, 0, 0, 0, 1, 0, 20, 0x12, 0x34, 0xBE, 0xEF}},
 		{"align1", Config{Align: 1}, Csum{}, []byte{0x00, 9, 0, 5, 0x45, 1, 2, 3, 4}},
+		// rmnet's MAPv4 egress (rmnet_map_egress_handler, 6.1): the
+		// checksum header between MAP header and packet, outside the
+		// payload length; enabled bit, UDP bit, offset; no padding.
+		{"v4 uplink, as rmnet", Config{Csum: CsumV4, Uplink: true, Align: 1},
+			Csum{Valid: true, Start: 20, Offset: 6, UDP: true},
+			[]byte{0x00, 9, 0, 5, 0, 20, 0xC0, 6, 0x45, 1, 2, 3, 4}},
+		{"v4 uplink, padded, TCP", Config{Csum: CsumV4, Uplink: true},
+			Csum{Valid: true, Start: 24, Offset: 16},
+			[]byte{0x03, 9, 0, 8, 0, 24, 0x80, 16, 0x45, 1, 2, 3, 4, 0, 0, 0}},
+		// The host computed the checksum itself: all zero, as rmnet's
+		// software-checksum path leaves it.
+		{"v4 uplink, no offload", Config{Csum: CsumV4, Uplink: true, Align: 1}, Csum{},
+			[]byte{0x00, 9, 0, 5, 0, 0, 0, 0, 0x45, 1, 2, 3, 4}},
 	}
 	for _, c := range cases {
 		buf := bytes.Repeat([]byte{0xEE}, 64)
@@ -138,7 +159,7 @@ func TestWireBytes(t *testing.T) {
 		if buf[n] != 0xEE {
 			t.Errorf("%s: wrote past the frame", c.name)
 		}
-		p := Parser{Csum: c.cfg.Csum}
+		p := Parser{Csum: c.cfg.Csum, Uplink: c.cfg.Uplink}
 		g, err := parseAll(t, &p, buf[:n])
 		if err != nil || len(g) != 1 || !bytes.Equal(g[0].Data, ip) || g[0].Mux != 9 {
 			t.Fatalf("%s: parse %v %+v", c.name, err, g)
@@ -275,10 +296,14 @@ func TestLimits(t *testing.T) {
 
 func TestCommands(t *testing.T) {
 	ip := []byte{0x45, 7, 7, 7}
-	for _, mode := range []CsumMode{CsumNone, CsumV4, CsumV5} {
+	for _, c := range []struct {
+		mode   CsumMode
+		uplink bool
+	}{{CsumNone, false}, {CsumV4, false}, {CsumV5, false}, {CsumV4, true}} {
+		mode := c.mode
 		buf := make([]byte, 256)
 		var w Writer
-		if err := w.Reset(buf, Config{Csum: mode, Mux: 3}); err != nil {
+		if err := w.Reset(buf, Config{Csum: mode, Mux: 3, Uplink: c.uplink}); err != nil {
 			t.Fatal(err)
 		}
 		cmd := Command{Name: CmdFlowDisable, Type: CmdRequest, TxID: 0xDEADBEEF, Data: []byte{1, 2, 3}}
@@ -288,8 +313,17 @@ func TestCommands(t *testing.T) {
 		}
 		_ = w.Add(ip)
 		n := w.Finish()
+		if c.uplink {
+			// An uplink command is the MAP header and the command,
+			// nothing else (rmnet_map_send_ack trims the trailer).
+			// Data frames: MAP header, checksum header, 4-byte packet;
+			// the command: MAP header, 11 bytes, 1 of padding.
+			if off := 4 + 4 + 4; buf[off] != FlagCommand|1 || n != 2*(4+4+4)+4+11+1 {
+				t.Fatalf("uplink command frame at %d: % x (aggregate %d bytes)", off, buf[off:off+16], n)
+			}
+		}
 		var cmds []Command
-		p := Parser{Csum: mode, OnCommand: func(mux uint8, b []byte) {
+		p := Parser{Csum: mode, Uplink: c.uplink, OnCommand: func(mux uint8, b []byte) {
 			c, err := ParseCommand(b)
 			if err != nil || mux != 5 {
 				t.Fatalf("%v: command on mux %d: %v", mode, mux, err)
@@ -304,7 +338,7 @@ func TestCommands(t *testing.T) {
 			t.Fatalf("%v: commands %+v", mode, cmds)
 		}
 		// Without a hook the command is still counted and skipped.
-		q := Parser{Csum: mode}
+		q := Parser{Csum: mode, Uplink: c.uplink}
 		if g, err := parseAll(t, &q, buf[:n]); err != nil || len(g) != 2 || q.Stats.CommandFrames != 1 {
 			t.Fatalf("%v: %v %d", mode, err, len(g))
 		}

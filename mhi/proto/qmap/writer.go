@@ -11,16 +11,22 @@ type Config struct {
 	CsumValid  bool     // checksum-valid bit Add sets (CsumV4 trailer, CsumV5 header)
 	Align      int      // power of two (1…64) every frame length is padded to; 0 means 4
 	MaxPackets int      // frames per aggregate (commands included); 0 means 32
+	// Uplink builds frames as the host sends them: with CsumV4 a 4-byte
+	// checksum header after the MAP header of data frames, no trailer.
+	// Add then writes an all-zero header (the host computed the
+	// checksum), whatever CsumValid says; AddPacket writes cs.
+	Uplink bool
 }
 
 type layout struct {
-	mode  CsumMode
-	align int
-	max   int
+	mode   CsumMode
+	uplink bool
+	align  int
+	max    int
 }
 
 func newLayout(c Config) (layout, error) {
-	l := layout{mode: c.Csum, align: c.Align, max: c.MaxPackets}
+	l := layout{mode: c.Csum, uplink: c.Uplink, align: c.Align, max: c.MaxPackets}
 	if c.Csum > CsumV5 {
 		return l, fmt.Errorf("%w: checksum mode %d", ErrBadConfig, c.Csum)
 	}
@@ -42,15 +48,23 @@ func newLayout(c Config) (layout, error) {
 // frame returns the pad length and the total frame length for a payload
 // (IP packet or command) of n bytes.
 func (l *layout) frame(n int, data bool) (pad, total int) {
-	fixed := HeaderLen
-	if l.mode == CsumV4 {
-		fixed += TrailerLen
-	}
-	if l.mode == CsumV5 && data {
-		fixed += V5HeaderLen
-	}
+	fixed := HeaderLen + l.extra(data)
 	pad = (l.align - (fixed+n)%l.align) % l.align
 	return pad, fixed + n + pad
+}
+
+// extra returns the bytes the checksum framing adds to a frame besides
+// the MAP header: the DL v4 trailer, the UL v4 header, the MAPv5 header.
+func (l *layout) extra(data bool) int {
+	switch {
+	case l.mode == CsumV4 && !l.uplink:
+		return TrailerLen
+	case l.mode == CsumV4 && data:
+		return ULHeaderLen
+	case l.mode == CsumV5 && data:
+		return V5HeaderLen
+	}
+	return 0
 }
 
 // FrameLen returns the number of bytes a data frame carrying an n-byte
@@ -164,14 +178,19 @@ func (w *Writer) Fits(n int) bool {
 
 // Add appends a data frame for packet with the Config's mux id and
 // checksum-valid bit (a CsumV4 trailer gets Start 0, Length len(packet),
-// Value 0). See AddPacket for the errors.
+// Value 0; a CsumV4 uplink header is all zero). See AddPacket for the
+// errors.
 func (w *Writer) Add(packet []byte) error {
+	if w.l.uplink && w.l.mode == CsumV4 {
+		return w.AddPacket(packet, w.mux, Csum{})
+	}
 	return w.AddPacket(packet, w.mux, Csum{Valid: w.valid, Length: uint16(len(packet))})
 }
 
 // AddPacket appends a data frame for packet on mux id mux with checksum
-// information cs (only Valid is used with CsumV5; all of it with CsumV4;
-// nothing with CsumNone). It returns ErrFull when the frame does not fit in
+// information cs (only Valid is used with CsumV5; with CsumV4 the fields
+// of the trailer, or of the uplink header; nothing with CsumNone; see
+// [Csum]). It returns ErrFull when the frame does not fit in
 // the rest of the buffer and ErrLimit when the aggregate holds MaxPackets
 // frames: finish this aggregate and add the packet to the next. ErrTooLarge
 // means it cannot fit even in an empty aggregate of this buffer; ErrEmpty
@@ -193,7 +212,8 @@ func (w *Writer) AddPacket(packet []byte, mux uint8, cs Csum) error {
 	b[0] = byte(pad)
 	b[1] = mux
 	be.PutUint16(b[2:], uint16(len(packet)+pad))
-	if w.l.mode == CsumV5 {
+	switch {
+	case w.l.mode == CsumV5:
 		b[0] |= FlagNextHeader
 		b[4] = V5TypeCsumOffload << 1
 		b[5] = 0
@@ -202,9 +222,12 @@ func (w *Writer) AddPacket(packet []byte, mux uint8, cs Csum) error {
 		}
 		b[6], b[7] = 0, 0
 		p += V5HeaderLen
+	case w.l.mode == CsumV4 && w.l.uplink:
+		PutULHeader(b[HeaderLen:], cs)
+		p += ULHeaderLen
 	}
 	p += copy(b[p:], packet)
-	if w.l.mode == CsumV4 {
+	if w.l.mode == CsumV4 && !w.l.uplink {
 		// The trailer follows the payload length's bytes, padding
 		// included: rmnet reads it at the packet plus the pad length.
 		t := b[len(b)-TrailerLen:]
@@ -235,6 +258,22 @@ func (w *Writer) AddCommand(mux uint8, c Command) error {
 	n, _ := c.Put(b[HeaderLen:])
 	clear(b[HeaderLen+n:]) // CsumV4 trailer space and padding
 	return nil
+}
+
+// PutULHeader encodes the CsumV4 uplink checksum header for cs into
+// b[:ULHeaderLen]: all zero unless cs.Valid; Offset is cut to 14 bits.
+func PutULHeader(b []byte, cs Csum) {
+	_ = b[ULHeaderLen-1]
+	if !cs.Valid {
+		b[0], b[1], b[2], b[3] = 0, 0, 0, 0
+		return
+	}
+	info := uint16(ULCsumEnabled) | cs.Offset&ULCsumOffsetMask
+	if cs.UDP {
+		info |= ULCsumUDP
+	}
+	be.PutUint16(b, cs.Start)
+	be.PutUint16(b[2:], info)
 }
 
 // reserve claims room for a frame with an n-byte payload.
