@@ -111,6 +111,7 @@ func (sf *modemServeFlags) register(f *pflag.FlagSet) {
 	f.IntVar(&sf.vectors, "vectors", vfiouser.DefaultVectors, "MSI vectors offered (power of two, 1..32)")
 	f.StringVar(&sf.ipd.mode, "ip-mode", "responder", "what the IP data function does: responder (answers ping and UDP echo), loopback or generator")
 	f.StringVar(&sf.ipd.format, "format", "", "IP data framing: mbim, qmap or raw (default: mbim on IP_HW0_MBIM models, raw on IP_HW0)")
+	f.StringVar(&sf.ipd.qmapCsum, "qmap-csum", "none", "QMAP checksum framing: none, v4 (downlink trailer, uplink checksum header, checksums computed when a frame asks) or v5 (MAPv5 header); give 'mhictl up' the same (needs --format qmap)")
 	f.IntVar(&sf.ipd.maxDatagrams, "max-datagrams", 0, "aggregation limit in packets per downlink transfer (0: the modem's default, 32)")
 	f.IntVar(&sf.ipd.maxAggregate, "max-aggregate", 0, "aggregation limit in bytes per downlink transfer (0: the modem's default, 32768)")
 	f.IntVar(&sf.ipd.genCount, "gen-count", 0, "generator: packets per session (0: until the client disconnects)")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gomhi/gomhi/cmd/mhictl/internal/sweep"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
@@ -19,6 +20,9 @@ import (
 // errExclusive: flags that pick, or configure, different modems were given
 // together.
 var errExclusive = errors.New("mutually exclusive flags")
+
+// errNeedsQMAP refuses QMAP settings on another framing.
+var errNeedsQMAP = errors.New("flag needs --format qmap")
 
 // checkModemSource checks that at most one modem is chosen: the in-process
 // mock (the default, --model picks what it impersonates), a real modem
@@ -63,6 +67,19 @@ func naturalFormat(pair string) mhinet.Format {
 	return mhinet.FormatRawIP
 }
 
+// qmapCsumSetting checks a --qmap-csum value against the data framing:
+// anything but none needs QMAP.
+func qmapCsumSetting(value string, format mhinet.Format) (qmap.CsumMode, error) {
+	mode, err := qmap.ParseCsumMode(value)
+	if err != nil {
+		return mode, fmt.Errorf("--qmap-csum: %w", err)
+	}
+	if mode != qmap.CsumNone && format != mhinet.FormatQMAP {
+		return mode, fmt.Errorf("--qmap-csum %s: %w (the data channel uses %s)", value, errNeedsQMAP, format)
+	}
+	return mode, nil
+}
+
 // openRemote connects to the modem served on the vfio-user socket path and
 // powers it up; the caller closes it.
 func openRemote(path, name string, log *slog.Logger) (*vfiouser.Remote, error) {
@@ -83,7 +100,7 @@ var ipModes = []string{"responder", "loopback", "generator"}
 // servedIPData is the IP data function configuration of 'mhictl modem
 // serve'.
 type servedIPData struct {
-	mode, format               string
+	mode, format, qmapCsum     string
 	maxDatagrams, maxAggregate int
 	genCount                   int
 	genRate                    float64
@@ -106,6 +123,10 @@ func (s *servedIPData) build(model string) (ep.IPDataConfig, mhinet.Format, *ep.
 			return ep.IPDataConfig{}, 0, nil, fmt.Errorf("--format: %w", err)
 		}
 	}
+	csum, err := qmapCsumSetting(s.qmapCsum, format)
+	if err != nil {
+		return ep.IPDataConfig{}, 0, nil, err
+	}
 	mode := strings.ToLower(s.mode)
 	switch mode {
 	case "responder", "loopback", "generator":
@@ -119,7 +140,7 @@ func (s *servedIPData) build(model string) (ep.IPDataConfig, mhinet.Format, *ep.
 		// A generator returns to this mode when a --gen-count run ends:
 		// answering, as a modem's network would, rather than looping the
 		// host's own packets back.
-		Format: mockformat.For(format), Responder: mode == "responder" || mode == "generator",
+		Format: mockformat.For(format), QMAPCsum: csum, Responder: mode == "responder" || mode == "generator",
 		MaxDatagrams: s.maxDatagrams, MaxAggregate: s.maxAggregate,
 	}
 	if _, err := ep.NewIPData(cfg); err != nil {

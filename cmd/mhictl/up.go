@@ -17,6 +17,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/tun"
 	"github.com/gomhi/gomhi/pcigeneric"
@@ -37,6 +38,8 @@ type upFlags struct {
 	gro                                                                          bool // --gro: merge downlink TCP segments and UDP datagrams (with --gso)
 	// vfioUser is the socket of a modem served by another process.
 	vfioUser string
+	// qmapCsum is --qmap-csum: none, v4 or v5.
+	qmapCsum string
 	// rxCopy is --rx-copy: auto, on or off.
 	rxCopy string
 	// requireConnect gates the embedded mock's IP data on a session.
@@ -62,8 +65,9 @@ answers pings and UDP echo (port 7) as a modem's network would
 (--modem-mode responder), or loops every packet back (loopback). With
 --device the modem is a real one bound to vfio-pci; with --vfio-user PATH it
 is the mock modem another process serves ('mhictl modem serve --socket
-PATH'), whose mode and framing are set there (--ip-mode, --format): give up
-the same --format (both default to the model's own framing). The model is
+PATH'), whose mode and framing are set there (--ip-mode, --format,
+--qmap-csum): give up the same --format and --qmap-csum (both default to the
+model's own framing). The model is
 then the one the modem's PCI IDs name, so --model and --modem-mode do not
 apply.
 
@@ -95,6 +99,7 @@ without an address until a session is connected.`,
 	fl.BoolVar(&f.gro, "gro", true, "merge runs of downlink TCP segments, and of UDP datagrams where the kernel accepted USO, into super-packets for the kernel (needs --tun and --gso)")
 	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9464)")
 	fl.StringVar(&f.format, "format", "", "data channel framing: raw, mbim or qmap (default: mbim on IP_HW0_MBIM, raw on IP_HW0)")
+	fl.StringVar(&f.qmapCsum, "qmap-csum", "none", "QMAP checksum framing, as rmnet's MAP checksum flags: none, v4 (downlink trailer, uplink checksum header) or v5 (MAPv5 header); the embedded mock uses the same (needs --format qmap)")
 	fl.StringVar(&f.modemMode, "modem-mode", "responder", "what the mock modem does with uplink packets: responder or loopback")
 	fl.Uint32Var(&f.port, "netlink-port", 0, "netlink port of the control plane (default: 0x4d4849, or a kernel-assigned port, advertised in the run file, if another user's process holds it)")
 	fl.IntVar(&f.mru, "mru", 0, "initial MRU (default: the model's MRU default, or 32768)")
@@ -234,14 +239,17 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 	}
 }
 
-// upData is the data channel up drives: the pair, its framing and MRU.
+// upData is the data channel up drives: the pair, its framing (with the
+// QMAP checksum framing) and MRU.
 type upData struct {
-	pair   string
-	format mhinet.Format
-	mru    int
+	pair     string
+	format   mhinet.Format
+	qmapCsum qmap.CsumMode
+	mru      int
 }
 
-// dataSettings checks --format and --mru against the modem's model.
+// dataSettings checks --format, --qmap-csum and --mru against the modem's
+// model.
 func dataSettings(info *pcigeneric.ModemInfo, f *upFlags) (upData, error) {
 	d := upData{pair: pcigeneric.DataPair(info.Config)}
 	if d.pair == "" {
@@ -253,6 +261,10 @@ func dataSettings(info *pcigeneric.ModemInfo, f *upFlags) (upData, error) {
 		if d.format, err = mhinet.ParseFormat(f.format); err != nil {
 			return d, fmt.Errorf("--format: %w", err)
 		}
+	}
+	var err error
+	if d.qmapCsum, err = qmapCsumSetting(f.qmapCsum, d.format); err != nil {
+		return d, err
 	}
 	d.mru = f.mru
 	if d.mru == 0 {
@@ -318,7 +330,7 @@ func openModem(g *globalFlags, f *upFlags, s upSettings, log *slog.Logger, out u
 		return nil, nil, err
 	}
 	if m.ctrl == nil {
-		mm, err := openMock(f, s, m.info, m.data.format, log)
+		mm, err := openMock(f, s, m.info, m.data, log)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -339,15 +351,15 @@ func openModem(g *globalFlags, f *upFlags, s upSettings, log *slog.Logger, out u
 }
 
 // openMock starts the in-process mock modem impersonating info, its IP
-// data function in the framing the host uses; the caller closes it.
-func openMock(f *upFlags, s upSettings, info *pcigeneric.ModemInfo, format mhinet.Format, log *slog.Logger) (*mock.Mock, error) {
+// data function in the framing the host uses (d); the caller closes it.
+func openMock(f *upFlags, s upSettings, info *pcigeneric.ModemInfo, d upData, log *slog.Logger) (*mock.Mock, error) {
 	bc, err := f.boot.config(log.With("side", "modem"))
 	if err != nil {
 		return nil, err
 	}
 	return mock.Open(mock.Options{
 		Model: info.Name, Name: f.name, Logger: log, RequireConnect: f.requireConnect,
-		IPData:      ep.IPDataConfig{Format: mockformat.For(format), Responder: s.responder},
+		IPData:      ep.IPDataConfig{Format: mockformat.For(d.format), QMAPCsum: d.qmapCsum, Responder: s.responder},
 		FirmwareDir: f.firmware, RDDMSize: f.rddmSize, Device: func(c *ep.Config) { c.Boot = bc },
 	})
 }
@@ -370,7 +382,8 @@ func openNetwork(ctx context.Context, f *upFlags, s upSettings, m *upModem, log 
 			undo.run()
 		}
 	}()
-	devCfg := mhinet.Config{Pair: m.data.pair, Format: m.data.format, MRU: m.data.mru, Logger: log, RxCopy: s.rxCopy}
+	devCfg := mhinet.Config{Pair: m.data.pair, Format: m.data.format, QMAPCsum: m.data.qmapCsum, MRU: m.data.mru,
+		Logger: log, RxCopy: s.rxCopy}
 	n := &upNet{}
 	var bridge *tun.Bridge
 	if f.tunName != "" {
@@ -403,7 +416,11 @@ func openNetwork(ctx context.Context, f *upFlags, s upSettings, m *upModem, log 
 	if f.device != "" || f.vfioUser != "" {
 		modem = "modem's own mode"
 	}
-	out.printf("data channel %s: %s framing, MRU %d, %s", m.data.pair, m.data.format, m.data.mru, modem)
+	framing := m.data.format.String() + " framing"
+	if m.data.qmapCsum != qmap.CsumNone {
+		framing += " (MAP checksum " + m.data.qmapCsum.String() + ")"
+	}
+	out.printf("data channel %s: %s, MRU %d, %s", m.data.pair, framing, m.data.mru, modem)
 	out.printf("receive copy %s (--rx-copy %s)", n.dev.Config().RxCopy, s.rxCopy)
 	return n, undo.run, nil
 }

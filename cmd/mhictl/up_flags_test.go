@@ -38,6 +38,29 @@ func TestUpTUNFlagsNeedTUN(t *testing.T) {
 	}
 }
 
+// TestQMAPCsumFlag: --qmap-csum is validated before anything starts, in
+// up and in modem serve: a name it does not know, and checksum framing on
+// a data channel that is not QMAP.
+func TestQMAPCsumFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"up", "--netlink-port", testPort(5), "--qmap-csum", "v4"}, "--qmap-csum v4: flag needs --format qmap (the data channel uses raw)"},
+		{[]string{"up", "--netlink-port", testPort(5), "--format", "mbim", "--qmap-csum", "v5"}, "--qmap-csum v5: flag needs --format qmap (the data channel uses mbim)"},
+		{[]string{"up", "--netlink-port", testPort(5), "--format", "qmap", "--qmap-csum", "v6"}, `--qmap-csum: qmap: invalid configuration: checksum framing "v6" (none, v4 or v5)`},
+		{[]string{"modem", "serve", "--socket", filepath.Join(t.TempDir(), "s"), "--qmap-csum", "v4"}, "--qmap-csum v4: flag needs --format qmap"},
+	} {
+		out, exited, err := exitWithin(t, mhictl(tc.args...), 10*time.Second)
+		switch {
+		case !exited:
+			t.Errorf("%v started:\n%s", tc.args, out)
+		case err == nil || !strings.Contains(out, tc.want):
+			t.Errorf("%v: %v, want an error with %q:\n%s", tc.args, err, tc.want, out)
+		}
+	}
+}
+
 // TestUpRxCopy: --rx-copy is validated before anything starts, auto gives
 // zero-copy for the in-process mock (its device is trusted), and on gives
 // a device with private copy buffers (pool_private_memory_bytes). The

@@ -286,3 +286,32 @@ func nobodyChecks(t *testing.T) {
 		t.Fatalf("SET as nobody: %v %q", err, out)
 	}
 }
+
+// TestUpQMAPChecksumFraming: `up --format qmap --qmap-csum v4|v5` frames
+// the uplink as rmnet's MAP checksum egress does and the embedded mock
+// parses it the same way: pings and UDP echo come back, and the modem's
+// QMAP parser counted nothing malformed.
+func TestUpQMAPChecksumFraming(t *testing.T) {
+	if !inNetns(t) {
+		return
+	}
+	for _, csum := range []string{"v4", "v5"} {
+		u := startUp(t, "--format", "qmap", "--qmap-csum", csum)
+		if line := "qmap framing (MAP checksum " + csum + ")"; !strings.Contains(u.logText(), line) {
+			t.Errorf("no %q line:\n%s", line, u.logText())
+		}
+		for i := uint16(1); i <= 3; i++ {
+			if !ping(t, i) {
+				t.Fatalf("%s: ping %d not answered:\n%s", csum, i, u.logText())
+			}
+		}
+		if sent, got := udpEcho(t, 20); got != sent {
+			t.Fatalf("%s: UDP echo: %d of %d answered", csum, got, sent)
+		}
+		out, err := runCmd(t, mhictl("stats", "mhi0", "--json"))
+		if err != nil || !strings.Contains(out, `"net/rx_packets"`) {
+			t.Fatalf("%s: stats: %v %q", csum, err, out)
+		}
+		u.stop(t)
+	}
+}

@@ -3,6 +3,8 @@ package qmap
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"strings"
 )
 
 // Sizes and field values of the MAP framing.
@@ -78,6 +80,21 @@ func (m CsumMode) String() string {
 		return "v5"
 	}
 	return "csum?"
+}
+
+// ParseCsumMode parses "none", "v4" or "v5" (case-insensitive; "mapv4"
+// and "mapv5" too), the names String gives; anything else fails with
+// ErrBadConfig.
+func ParseCsumMode(s string) (CsumMode, error) {
+	switch strings.ToLower(s) {
+	case "none":
+		return CsumNone, nil
+	case "v4", "mapv4":
+		return CsumV4, nil
+	case "v5", "mapv5":
+		return CsumV5, nil
+	}
+	return CsumNone, fmt.Errorf("%w: checksum framing %q (none, v4 or v5)", ErrBadConfig, s)
 }
 
 // Csum is the checksum offload information of a data frame. It is zero
