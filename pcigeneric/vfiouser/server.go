@@ -494,7 +494,8 @@ func logDisconnect(dev *ServerDevice, modem *ep.Device, ec ep.Config, fns *mock.
 				"dropped", st.Dropped(), "dropped_gated", st.DroppedGated, "dropped_not_answered", st.DroppedNotAnswered,
 				"dropped_aborted", st.DroppedAborted, "dropped_sunk", st.DroppedSunk, "dropped_too_large", st.DroppedTooLarge,
 				"dropped_empty", st.DroppedEmpty, "dropped_reset", st.DroppedReset, "dropped_shaped", st.DroppedShaped,
-				"dropped_overrun", st.DroppedOverrun, "malformed", st.DeaggErrors())
+				"dropped_overrun", st.DroppedOverrun, "malformed", st.DeaggErrors(),
+				"ul_csum_computed", st.ULCsumComputed, "ul_csum_bad", st.ULCsumBad)
 		}
 	}
 	if fns != nil && fns.Modem != nil {
