@@ -514,7 +514,12 @@ func TestGROUDPThroughLoopback(t *testing.T) {
 					seen[i] = true
 				}
 			}
-			s := r.waitStats(t, "the uplink counted", func(s tun.BridgeStats) bool { return s.UplinkBytes >= bursts*n*size })
+			// The bridge counts a downlink write after it returns, which
+			// may be after the socket read the datagrams: wait for both
+			// directions' counts.
+			s := r.waitStats(t, "the uplink and the downlink counted", func(s tun.BridgeStats) bool {
+				return s.UplinkBytes >= bursts*n*size && s.DownlinkPackets >= bursts*n
+			})
 			t.Logf("offloads %v; bridge %+v", ifc.Offloads(), s)
 			if s.UplinkDropped() != 0 || s.WriteErrors != 0 || s.DownlinkPackets != bursts*n {
 				t.Fatalf("drops: bridge %+v", s)
