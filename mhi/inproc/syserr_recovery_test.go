@@ -96,6 +96,21 @@ func waitRecoveries(t *testing.T, c *mhi.Controller, n uint64) {
 	}
 }
 
+// waitSysErrNoticed waits until the host has noticed a SYS_ERR after it
+// had counted before: its PM state left M0, or, if the recovery was
+// already over when we looked (a loaded machine can sleep through the
+// whole of it), its SYS_ERR count moved.
+func waitSysErrNoticed(t *testing.T, c *mhi.Controller, before uint64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for c.PMState() == "M0" && c.Stats().SysErrs == before {
+		if time.Now().After(deadline) {
+			t.Fatalf("the host did not notice the SYS_ERR within 20 s (host PM %s, %d SYS_ERRs)", c.PMState(), c.Stats().SysErrs)
+		}
+		time.Sleep(10 * time.Microsecond)
+	}
+}
+
 // TestRecoveryDeliversWhatTheDevicePosted runs the modem's generator
 // through SYS_ERRs and requires that every packet the modem wrote whole
 // into a host buffer, completion event included, reaches the receiver.
@@ -269,10 +284,9 @@ func TestDownDuringSysErrDeliversWhatTheDevicePosted(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond)
+		sysErrs := m.ctrl.Stats().SysErrs
 		m.dev.InjectSysErr()
-		for m.ctrl.PMState() == "M0" {
-			time.Sleep(10 * time.Microsecond)
-		}
+		waitSysErrNoticed(t, m.ctrl, sysErrs)
 		_ = dev.Down() // Stop refused (ErrRecovering), Reset waits for the recovery
 		waitRecoveries(t, m.ctrl, 1)
 		if err := dev.Up(); err != nil {
@@ -323,10 +337,9 @@ func TestResetRacingSysErrUnderTraffic(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond)
+		sysErrs := m.ctrl.Stats().SysErrs
 		m.dev.InjectSysErr()
-		for m.ctrl.PMState() == "M0" {
-			time.Sleep(10 * time.Microsecond)
-		}
+		waitSysErrNoticed(t, m.ctrl, sysErrs)
 		_ = dev.Down() // a host-side reset of both data channels
 		m.ipd.StopGenerator()
 		waitRecoveries(t, m.ctrl, 1)
