@@ -32,13 +32,12 @@ type qmapFraming struct {
 	parser qmap.Parser
 
 	// Transmit side (txPath.mu).
-	mode qmap.CsumMode // Config.QMAPCsum
-	cfg  qmap.Config
-	w    qmap.Writer
+	cfg qmap.Config
+	w   qmap.Writer
 }
 
 func newQMAPFraming(cfg *Config, _ *counters) framing {
-	f := &qmapFraming{mode: cfg.QMAPCsum, cfg: qmap.Config{Mux: cfg.Session, MaxPackets: cfg.TXAggMaxPackets,
+	f := &qmapFraming{cfg: qmap.Config{Mux: cfg.Session, MaxPackets: cfg.TXAggMaxPackets,
 		Csum: cfg.QMAPCsum, Uplink: true}}
 	f.parser.Csum = cfg.QMAPCsum
 	return f
@@ -77,7 +76,7 @@ func (f *qmapFraming) encode(dst, p []byte) (int, error) {
 }
 
 func (f *qmapFraming) zcHeadroom() (int, error) {
-	switch f.mode {
+	switch f.cfg.Csum {
 	case qmap.CsumV4:
 		return qmap.HeaderLen + qmap.ULHeaderLen, nil
 	case qmap.CsumV5:
