@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 BIN     := bin/mhictl
 
-.PHONY: all build test test-deps vet fmt-check lint bench run clean fuzz fuzz-long man deploy-files soak
+.PHONY: all build test host-deps test-deps vet fmt-check lint bench run clean fuzz fuzz-long man deploy-files soak
 
 # Native Go fuzz targets, each run briefly by `make test`. The budgets are
 # execution counts, not durations: with a duration, Go 1.26's fuzzing
@@ -43,10 +43,14 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/mhictl
 
-# The README's test command: formatting, vet, what the real-kernel tests
-# need, and the race-enabled tests. .ci/gotest prints what plain go test
-# prints, then the tests that skipped and why; under CI=true a skip fails
-# the run (docs/RELIABILITY.md). Never -short here: CI runs everything.
+# The README's test command: the Debian packages the tests need
+# (host-deps: installed as root, else it stops and prints the command),
+# formatting, vet, what the real-kernel tests need, and the race-enabled
+# tests. It runs with CI=true unless told otherwise: a missing requirement
+# fails the test that needs it, and .ci/gotest (which prints what plain go
+# test prints, then the tests that skipped and why) fails the run on any
+# skip (docs/RELIABILITY.md). `make test CI=false` lets tests skip, each
+# saying what it needs. Never -short here: it runs everything.
 # TESTFLAGS=-v prints every test's output.
 #
 # The ModemManager and Linux-driver tests (GUEST_PKGS) boot QEMU guests
@@ -57,7 +61,8 @@ build:
 # after its QMI port hangs up, whatever ports it has by then
 # (docs/MODEMMANAGER.md, "ModemManager's reprobe race").
 GUEST_PKGS ?= ./pcigeneric/vfiouser
-test: fmt-check vet test-deps
+test: export CI ?= true
+test: host-deps fmt-check vet test-deps
 	@all="$$($(GO) list $(PKGS))" && guest="$$($(GO) list $(GUEST_PKGS))" && \
 	rest="$$(echo "$$all" | grep -v -x -F -e "$$guest" || true)" && \
 	guest="$$(echo "$$all" | grep -x -F -e "$$guest" || true)" && rc=0 && \
@@ -79,6 +84,12 @@ SOAK_FLAGS ?=
 soak:
 	$(GO) build -o bin/mhictl-soak ./cmd/mhictl
 	./bin/mhictl-soak soak --duration $(SOAK_DURATION) $(SOAK_FLAGS)
+
+# The Debian packages of .ci/host-packages (.ci/host-deps.sh): as root with
+# apt-get, installs the missing ones; otherwise prints the command that
+# does and, under CI=true, stops.
+host-deps:
+	@bash .ci/host-deps.sh
 
 # QEMU 11.1, the guest kernel and a static busybox for the VFIO and
 # Linux-driver tests, unpacked from Debian packages without root into
