@@ -17,6 +17,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/testenv"
 	"github.com/gomhi/gomhi/mhi/testenv/logbuf"
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -269,6 +270,16 @@ func TestSystemdUnitRunsMock(t *testing.T) {
 		t.Fatal(err)
 	}
 	must("chown", fmt.Sprintf("%d:%d", uid, gid), "/run/gomhi")
+	// /dev/net/tun as a stock system has it: udev's default rules make it
+	// 0666, and the service user must open it (CAP_NET_ADMIN does not
+	// override a file mode). Some images (containers, this project's CI
+	// machines before udev is installed) leave it 0600; the unit documents
+	// the need (docs/DEPLOY.md), and this namespace gets its own node.
+	must("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", "/dev/net")
+	if err := unix.Mknod("/dev/net/tun", unix.S_IFCHR|0o666, int(unix.Mkdev(10, 200))); err != nil {
+		t.Fatal(err)
+	}
+	must("chmod", "0666", "/dev/net/tun")
 	must("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", "/usr/local/bin")
 	must("cp", os.Args[0], "/usr/local/bin/mhictl")
 	must("chmod", "0755", "/usr/local/bin/mhictl")

@@ -114,7 +114,7 @@ func OpenWith(name string, opts OpenOptions) (*Interface, error) {
 		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENODEV), errors.Is(err, unix.ENXIO):
 			return nil, fmt.Errorf("%w: open %s: %w (is the tun module loaded? modprobe tun)", ErrNoTUN, tunPath, err)
 		case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
-			return nil, fmt.Errorf("%w: open %s: %w (needs root or CAP_NET_ADMIN)", ErrNoTUN, tunPath, err)
+			return nil, fmt.Errorf("%w: open %s: %w (%s)", ErrNoTUN, tunPath, err, openDeniedHint(tunPath))
 		}
 		return nil, fmt.Errorf("tun: open %s: %w", tunPath, err)
 	}
@@ -632,4 +632,22 @@ func ipLen(p []byte) int {
 		return 40 + (int(p[4])<<8 | int(p[5]))
 	}
 	return 0
+}
+
+// openDeniedHint says why opening the TUN clone device at path was refused.
+// Opening it is a matter of the node's file mode, not of CAP_NET_ADMIN
+// (which creating the interface then needs): a stock system's udev makes
+// it 0666, some minimal or container images leave it 0600, root's alone.
+func openDeniedHint(path string) string {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return "needs root or CAP_NET_ADMIN"
+	}
+	mode := st.Mode & 0o777
+	if mode&0o006 == 0o006 {
+		// Readable and writable by anyone: a device policy (a cgroup's, a
+		// systemd unit's DevicePolicy=) refused it.
+		return fmt.Sprintf("the node is mode %04o; a device policy refuses it: allow %s rw", mode, path)
+	}
+	return fmt.Sprintf("the node is mode %04o, owner uid %d, group %d: the user needs read and write on it (stock udev rules make it 0666), or run as root", mode, st.Uid, st.Gid)
 }
