@@ -88,7 +88,9 @@ func (t *dmaTable) remove(iova, size uint64, all bool) int {
 	defer t.mu.Unlock()
 	kept, n := t.regions[:0], 0
 	for _, r := range t.regions {
-		if all || r.iova >= iova && r.iova+r.size <= iova+size {
+		// Inside [iova, iova+size), computed without iova+size, which is
+		// 2^64 (0) for an unmap to the end of the address space.
+		if all || r.iova >= iova && r.size <= size && r.iova-iova <= size-r.size {
 			if r.mem != nil {
 				_ = unix.Munmap(r.mem)
 			} else {

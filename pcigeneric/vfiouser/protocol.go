@@ -403,8 +403,12 @@ func decodeDMAUnmap(h Header, payload []byte) (any, int, error) {
 		return nil, 0, malformed(h, "%d bytes, want 24", len(payload))
 	}
 	d := DMAUnmap{Argsz: le32(payload[0:]), Flags: le32(payload[4:]), IOVA: le64(payload[8:]), Size: le64(payload[16:])}
-	if d.Argsz != 24 || d.Flags&^DMAUnmapAll != 0 || d.IOVA+d.Size < d.IOVA {
-		return nil, 0, malformed(h, "argsz %d flags 0x%x", d.Argsz, d.Flags)
+	// The range may end exactly at 2^64: QEMU unmaps "from here to the end
+	// of the address space" when a vIOMMU notifier goes away (the intel-iommu
+	// region above the interrupt window at guest power-off: iova 0xfef00000,
+	// size 2^64 - 0xfef00000). Only a range past 2^64 is malformed.
+	if d.Argsz != 24 || d.Flags&^DMAUnmapAll != 0 || d.Size != 0 && d.IOVA+(d.Size-1) < d.IOVA {
+		return nil, 0, malformed(h, "argsz %d flags 0x%x iova 0x%x size 0x%x", d.Argsz, d.Flags, d.IOVA, d.Size)
 	}
 	return d, 0, nil
 }
