@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/gomhi/gomhi/internal/atomicfile"
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/pcigeneric"
@@ -214,8 +214,10 @@ func (df *dumpFlags) runLocal(g *globalFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(df.out, dump, 0o600); err != nil {
-		return err
+	// Replaces an existing --out (the form without DEV always has), but
+	// only once the whole dump is on disk: never a truncated file.
+	if err := atomicfile.WriteFile(df.out, dump, 0o600, atomicfile.ExactPerm); err != nil {
+		return fmt.Errorf("--out: %w", err)
 	}
 	sum := sha256.Sum256(dump)
 	res := dumpResult{Device: ctrl.Name(), Model: model, File: df.out, Bytes: len(dump), SHA256: hex.EncodeToString(sum[:])}

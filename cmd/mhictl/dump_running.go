@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/gomhi/gomhi/internal/atomicfile"
 	"github.com/gomhi/gomhi/sysfs/genl"
 )
 
@@ -120,27 +120,13 @@ func runDumpRunning(cmd *cobra.Command, dev, out string, timeout time.Duration, 
 	return nil
 }
 
-// writeNewFile creates path exclusively (never following a symbolic
-// link, never truncating a file that exists), mode 0600 whatever the
-// umask, writes b and syncs it; on failure it removes what it created.
+// writeNewFile writes b to a new file at path, mode 0600 whatever the
+// umask: it refuses a path that exists (a symbolic link included, never
+// followed), and the file appears under path only complete and synced
+// (atomicfile, NoReplace); on failure nothing is left.
 func writeNewFile(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
+	if err := atomicfile.WriteFile(path, b, 0o600, atomicfile.NoReplace|atomicfile.ExactPerm); err != nil {
 		return fmt.Errorf("--out: %w", err)
-	}
-	err = f.Chmod(0o600)
-	if err == nil {
-		_, err = f.Write(b)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		_ = os.Remove(path)
-		return fmt.Errorf("--out %s: %w", path, err)
 	}
 	return nil
 }

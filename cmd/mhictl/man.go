@@ -2,11 +2,16 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
+
+	"github.com/gomhi/gomhi/internal/atomicfile"
 )
 
 // manDate is the date the manual pages carry. It is fixed, not the day
@@ -36,24 +41,37 @@ func newGenManCmd() *cobra.Command {
 
 // genMan writes a manual page for every command of a fresh command tree,
 // including cobra's completion commands, to dir and returns how many.
+// Each page is named as doc.GenManTree names it (mhictl-up.1), but
+// written with atomicfile rather than by GenManTree's os.Create, so that
+// a page is replaced only by a complete one.
 func genMan(dir string) (int, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, err
 	}
 	root := newRootCmd()
 	root.InitDefaultCompletionCmd()
-	var walk func(c *cobra.Command)
+	hdr := doc.GenManHeader{Section: "1", Date: &manDate, Source: "gomhi", Manual: "gomhi manual"}
+	var walk func(c *cobra.Command) error
 	n := 0
-	walk = func(c *cobra.Command) {
+	walk = func(c *cobra.Command) error {
 		c.DisableAutoGenTag = true
 		n++
+		page := filepath.Join(dir, strings.ReplaceAll(c.CommandPath(), " ", "-")+"."+hdr.Section)
+		err := atomicfile.Write(page, 0o666, 0, func(w io.Writer) error {
+			h := hdr // GenMan fills in the title: one copy per page
+			return doc.GenMan(c, &h, w)
+		})
+		if err != nil {
+			return err
+		}
 		for _, s := range c.Commands() {
 			if s.IsAvailableCommand() && !s.IsAdditionalHelpTopicCommand() {
-				walk(s)
+				if err := walk(s); err != nil {
+					return err
+				}
 			}
 		}
+		return nil
 	}
-	walk(root)
-	hdr := &doc.GenManHeader{Section: "1", Date: &manDate, Source: "gomhi", Manual: "gomhi manual"}
-	return n, doc.GenManTree(root, hdr, dir)
+	return n, walk(root)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gomhi/gomhi/cmd/mhictl/internal/sweep"
+	"github.com/gomhi/gomhi/internal/atomicfile"
 )
 
 func newModelCmd() *cobra.Command {
@@ -234,17 +235,9 @@ func (mf *modelFitFlags) run(ctx context.Context, rows []sweep.Row, prof *sweep.
 }
 
 // writeProfileFile writes p as JSON to a file at path, created or
-// truncated.
+// replaced once complete (atomicfile).
 func writeProfileFile(path string, p *sweep.Profile) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	werr := p.WriteJSON(f)
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	return werr
+	return atomicfile.Write(path, 0o666, 0, p.WriteJSON)
 }
 
 // writeFit prints the residuals table and the fitted parameters.

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gomhi/gomhi/cmd/mhictl/internal/soak"
+	"github.com/gomhi/gomhi/internal/atomicfile"
 	"github.com/gomhi/gomhi/mhinet"
 )
 
@@ -202,13 +204,12 @@ func writeSoakReport(path string, sum *soak.Summary, command string, rows int) e
 	if path == "-" {
 		return sum.WriteMarkdown(os.Stdout, "mhictl "+command, rows)
 	}
-	f, err := os.Create(path)
+	// Created or replaced once complete (atomicfile).
+	err := atomicfile.Write(path, 0o666, 0, func(w io.Writer) error {
+		return sum.WriteMarkdown(w, "mhictl "+command, rows)
+	})
 	if err != nil {
 		return fmt.Errorf("--report: %w", err)
 	}
-	if err := sum.WriteMarkdown(f, "mhictl "+command, rows); err != nil {
-		f.Close()
-		return fmt.Errorf("--report: %w", err)
-	}
-	return f.Close()
+	return nil
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gomhi/gomhi/internal/atomicfile"
 )
 
 // The run file: a server that owns the "mhi" family of its network
@@ -302,25 +304,9 @@ func writeRunFile(path string, r RunFile) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".genl-*.tmp")
-	if err != nil {
+	if err := atomicfile.WriteFile(path, append(b, '\n'), 0o644, atomicfile.ExactPerm); err != nil {
 		return fmt.Errorf("genl: run file: %w", err)
 	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			_ = os.Remove(tmp)
-		}
-	}()
-	_, werr := f.Write(append(b, '\n'))
-	if err := errors.Join(werr, f.Chmod(0o644), f.Sync(), f.Close()); err != nil {
-		return fmt.Errorf("genl: run file %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("genl: run file: %w", err)
-	}
-	ok = true
 	return nil
 }
 

@@ -3,12 +3,14 @@ package sweep
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/gomhi/gomhi/internal/atomicfile"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -53,7 +55,17 @@ func (r *Report) Plot(path string) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Save(plotWidth, plotHeight, path); err != nil {
+	c, err := p.WriterTo(plotWidth, plotHeight, strings.TrimPrefix(strings.ToLower(filepath.Ext(path)), "."))
+	if err != nil {
+		return fmt.Errorf("sweep: plot: %w", err)
+	}
+	// Not p.Save, which truncates path first: the file appears only
+	// complete (atomicfile).
+	err = atomicfile.Write(path, 0o666, 0, func(w io.Writer) error {
+		_, err := c.WriteTo(w)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("sweep: plot: %w", err)
 	}
 	return nil
