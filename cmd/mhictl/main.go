@@ -5,6 +5,10 @@ package main
 import (
 	"fmt"
 	"os"
+
+	// Before go-fuse's splice package, whose init panics under a low
+	// open-file limit: see the package's doc.
+	_ "github.com/gomhi/gomhi/cmd/mhictl/internal/fdlimit"
 )
 
 func main() {
