@@ -27,9 +27,10 @@ import (
 // hostileTransport joins it to a host controller like mhi/inproc does, and
 // says nothing about trust, so mhinet treats its device as untrusted.
 
-// eventHook rewrites a transfer event the device is about to write. tre is
-// the transfer element the event names as the device read it from host
-// memory (zero if the pointer is outside host memory).
+// eventHook rewrites a transfer completion the device is about to write
+// (not DB_MODE or OOB, which complete no element). tre is the transfer
+// element the event names as the device read it from host memory (zero if
+// the pointer is outside host memory).
 type eventHook func(ev *mhi.Element, tre mhi.Element)
 
 // tamperMem is the device's view of host memory with a hook on the
@@ -58,7 +59,11 @@ func (m *tamperMem) WriteAt(p []byte, iova uint64) error {
 		}
 		m.mu.Unlock()
 		if inRing {
-			if ev := mhi.ParseElement(p); ev.Type() == mhi.PktTxEvent {
+			// A DB_MODE (or OOB) event completes no TRE: it points at the
+			// device's read pointer, the slot the host fills next, which
+			// the host may be writing now. The hooks rewrite completions,
+			// so it passes untouched and its slot is not read.
+			if ev := mhi.ParseElement(p); ev.Type() == mhi.PktTxEvent && !noTRE(ev.Code()) {
 				m.events.Add(1)
 				if hook != nil {
 					var raw [mhi.ElementSize]byte
@@ -76,6 +81,9 @@ func (m *tamperMem) WriteAt(p []byte, iova uint64) error {
 	}
 	return m.slab.WriteAt(p, iova)
 }
+
+// noTRE reports whether a transfer event with code c completes no TRE.
+func noTRE(c mhi.CompletionCode) bool { return c == mhi.CCDBMode || c == mhi.CCOOB }
 
 // setHook installs (or with nil removes) the event hook.
 func (m *tamperMem) setHook(h eventHook) {
