@@ -160,8 +160,13 @@ func TestBridgeChannelLoopback(t *testing.T) {
 					t.Fatalf("%d of %d packets back; bridge %+v device %+v", got, n, r.bridge.Stats(), r.dev.Stats())
 				}
 			}
-			// The counters follow the writes a moment later.
-			s := r.waitStats(t, "downlink counter", func(s tun.BridgeStats) bool { return s.DownlinkPackets == n })
+			// The counters follow the writes a moment later: the bridge
+			// counts a batch after Transmit returns and a TUN write after
+			// it returns, either of which may be after the packets came
+			// back.
+			s := r.waitStats(t, "uplink and downlink counters", func(s tun.BridgeStats) bool {
+				return s.UplinkPackets == n && s.DownlinkPackets == n
+			})
 			ds := r.dev.Stats()
 			if s.UplinkPackets != n || s.DownlinkPackets != n || s.UplinkDropped() != 0 || s.WriteErrors != 0 {
 				t.Errorf("bridge %+v", s)
@@ -206,7 +211,11 @@ func TestBridgeBusyRetries(t *testing.T) {
 			t.Fatalf("%d of %d back; bridge %+v", got, n, r.bridge.Stats())
 		}
 	}
-	s := r.waitStats(t, "downlink counter", func(s tun.BridgeStats) bool { return s.DownlinkPackets == n })
+	// The bridge counts a batch after Transmit returns, which may be
+	// after its packets came back.
+	s := r.waitStats(t, "uplink and downlink counters", func(s tun.BridgeStats) bool {
+		return s.UplinkPackets == n && s.DownlinkPackets == n
+	})
 	if s.BusyRetries == 0 || s.DropBusy != 0 || s.UplinkPackets != n {
 		t.Fatalf("bridge %+v", s)
 	}
@@ -236,7 +245,11 @@ func TestBridgeDrops(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the IPv4 packet did not come back: %+v", r.bridge.Stats())
 	}
-	s := r.waitStats(t, "drop counters", func(s tun.BridgeStats) bool { return s.DropTooBig == 1 && s.DownlinkPackets == 1 })
+	// The bridge counts the packet it passed on after Transmit returns,
+	// which may be after it came back.
+	s := r.waitStats(t, "drop counters and one packet each way", func(s tun.BridgeStats) bool {
+		return s.DropTooBig == 1 && s.DropNotIP == 2 && s.DropIPv6 == 1 && s.UplinkPackets == 1 && s.DownlinkPackets == 1
+	})
 	if s.DropNotIP != 2 || s.DropIPv6 != 1 || s.UplinkPackets != 1 || s.DownlinkPackets != 1 {
 		t.Fatalf("bridge %+v", s)
 	}

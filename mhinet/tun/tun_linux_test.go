@@ -312,7 +312,11 @@ func TestBridgeUDPThroughMock(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := 20 + 8 + len(payload)
-	s := r.waitStats(t, "the datagram back", func(s tun.BridgeStats) bool { return s.DownlinkPackets >= 1 })
+	// The bridge counts the datagram it passed on after Transmit returns,
+	// which may be after it came back.
+	s := r.waitStats(t, "the datagram counted both ways", func(s tun.BridgeStats) bool {
+		return s.UplinkPackets >= 1 && s.DownlinkPackets >= 1
+	})
 	if s.UplinkPackets != 1 || s.DownlinkPackets != 1 || s.UplinkBytes != uint64(want) || s.DownlinkBytes != uint64(want) || s.UplinkDropped() != 0 || s.WriteErrors != 0 {
 		t.Fatalf("bridge %+v", s)
 	}
@@ -434,7 +438,9 @@ func TestPingThroughResponder(t *testing.T) {
 	if ms := r.mock.IPData.Stats(); ms.Answered != 4 {
 		t.Errorf("modem answered %d, want 4: %+v", ms.Answered, ms)
 	}
-	s := r.waitStats(t, "four packets each way", func(s tun.BridgeStats) bool { return s.DownlinkPackets >= 4 })
+	s := r.waitStats(t, "four packets each way", func(s tun.BridgeStats) bool {
+		return s.UplinkPackets >= 4 && s.DownlinkPackets >= 4
+	})
 	if s.UplinkPackets != 4 || s.DownlinkPackets != 4 {
 		t.Errorf("bridge %+v", s)
 	}
