@@ -50,6 +50,10 @@ type Options struct {
 	// RDDMSegmentSize is the size of one dump segment (0:
 	// DefaultSegmentSize).
 	RDDMSegmentSize int
+	// HealthInterval is how often the host checks, in M0, that the device
+	// still answers on the bus (health.go; default DefaultHealthInterval,
+	// negative: never). A device that reads as all ones enters LINK_DOWN.
+	HealthInterval time.Duration
 }
 
 // Defaults of the recovery options.
@@ -81,9 +85,10 @@ const (
 	pmSysErr
 	pmShutdown
 	pmFailed
+	pmLinkDown
 )
 
-var pmNames = []string{"DISABLED", "POWER_UP", "M0", "M3", "SYS_ERR_PROCESS", "SHUTDOWN", "RECOVERY_FAILED"}
+var pmNames = []string{"DISABLED", "POWER_UP", "M0", "M3", "SYS_ERR_PROCESS", "SHUTDOWN", "RECOVERY_FAILED", PMLinkDown}
 
 // PMRecoveryFailed is the name of the terminal host state PMState reports
 // once SYS_ERR recovery has given up (Options.RecoveryLimit).
@@ -131,8 +136,8 @@ type Controller struct {
 	// the controller is SHUTDOWN or RECOVERY_FAILED: after it, no such write
 	// reaches the device.
 	gate sync.RWMutex
-	// halted is set in SHUTDOWN and RECOVERY_FAILED: interrupts and event
-	// rings are ignored and nothing is written to the device.
+	// halted is set in SHUTDOWN, RECOVERY_FAILED and LINK_DOWN: interrupts
+	// and event rings are ignored and nothing is written to the device.
 	halted atomic.Bool
 
 	// mu guards the fields below and is the lock for state waits (cond).
@@ -145,7 +150,9 @@ type Controller struct {
 	rec       recoveryState
 	devState  State // last state announced by the device
 	ee        ExecEnv
-	eeSeen    bool // a mission-mode EE event arrived since the last M0 request
+	eeSeen    bool  // a mission-mode EE event arrived since the last M0 request
+	gone      error // why the device is in LINK_DOWN (health.go), until PowerDown
+	health    time.Duration
 	listeners []statusListener
 	nextID    int
 
@@ -179,6 +186,10 @@ const (
 	// controller is in RECOVERY_FAILED, the device was reset and is left
 	// alone until PowerDown. Err wraps ErrRecoveryFailed.
 	StatusFailed
+	// StatusLinkDown: the device stopped answering on the bus (health.go);
+	// the controller is in LINK_DOWN, every channel was aborted and the
+	// device is left alone until PowerDown. Err wraps ErrLinkDown.
+	StatusLinkDown
 )
 
 // StatusEvent is a notification from the controller to its clients.
@@ -230,6 +241,10 @@ func NewController(t Transport, cfg ControllerConfig, opts Options) (*Controller
 	c.recLimit = opts.RecoveryLimit
 	if c.recLimit == 0 {
 		c.recLimit = DefaultRecoveryLimit
+	}
+	c.health = opts.HealthInterval
+	if c.health == 0 {
+		c.health = DefaultHealthInterval
 	}
 	c.recWindow = opts.RecoveryWindow
 	if c.recWindow <= 0 {
@@ -333,12 +348,16 @@ func (c *Controller) Stats() ControllerStatsSnapshot {
 	if r.Failed {
 		s.RecoveryFailed = 1
 	}
+	if c.LinkDown() != nil {
+		s.LinkDown = 1
+	}
 	return s
 }
 
 // PMState returns the host's power-management state: DISABLED, POWER_UP,
-// M0, M3, SYS_ERR_PROCESS (recovering), SHUTDOWN or RECOVERY_FAILED
-// (PMRecoveryFailed, terminal until PowerDown).
+// M0, M3, SYS_ERR_PROCESS (recovering), SHUTDOWN, RECOVERY_FAILED
+// (PMRecoveryFailed) or LINK_DOWN (PMLinkDown); the last two are terminal
+// until PowerDown.
 func (c *Controller) PMState() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -365,7 +384,7 @@ func (c *Controller) barSize() uint64 {
 func (c *Controller) setPMLocked(p pmState) {
 	c.pm = p
 	c.pmNow.Store(int32(p))
-	c.halted.Store(p == pmShutdown || p == pmFailed)
+	c.halted.Store(p == pmShutdown || p == pmFailed || p == pmLinkDown)
 	c.cond.Broadcast()
 }
 
@@ -475,6 +494,10 @@ type ControllerStats struct {
 	// events left for the next pass.
 	EventPasses       atomic.Uint64
 	EventQuotaReached atomic.Uint64
+
+	// HealthChecks counts the checks that the device still answers on
+	// the bus (health.go).
+	HealthChecks atomic.Uint64
 }
 
 // ControllerStatsSnapshot is a copy of ControllerStats at one moment.
@@ -515,6 +538,9 @@ type ControllerStatsSnapshot struct {
 	RecoveryConsecutive uint64 `json:"recovery_consecutive"`
 	RecoveryBackoffMs   uint64 `json:"recovery_backoff_ms"`
 	RecoveryFailed      uint64 `json:"recovery_failed"`
+	// HealthChecks: see ControllerStats; LinkDown is 1 in LINK_DOWN.
+	HealthChecks uint64 `json:"health_checks"`
+	LinkDown     uint64 `json:"link_down"`
 
 	// EventPasses and EventQuotaReached: see ControllerStats.
 	EventPasses       uint64 `json:"event_passes"`
@@ -537,6 +563,7 @@ func (s *ControllerStats) snapshot() ControllerStatsSnapshot {
 		FirmwareImages: s.FirmwareImages.Load(), FirmwareErrors: s.FirmwareErrors.Load(),
 		Dumps: s.Dumps.Load(), DumpErrors: s.DumpErrors.Load(),
 		Suspends: s.Suspends.Load(), Resumes: s.Resumes.Load(), AutoSuspends: s.AutoSuspends.Load(),
+		HealthChecks: s.HealthChecks.Load(),
 	}
 }
 

@@ -37,6 +37,11 @@ var (
 	// recovering it; channel commands wait for the recovery to finish
 	// (StatusRecovered) and are refused meanwhile.
 	ErrRecovering = errors.New("mhi: SYS_ERR recovery in progress")
+	// ErrLinkDown: the device stopped answering on the bus (its registers
+	// read as all ones, or the transport failed): it fell off the bus or
+	// was removed. The controller stays in LINK_DOWN, leaving the device
+	// alone, until PowerDown.
+	ErrLinkDown = errors.New("mhi: device not responding (link down or removed)")
 	// ErrDoorbell: the elements were queued but the doorbell write failed
 	// (see Channel.Queue).
 	ErrDoorbell = errors.New("mhi: doorbell write failed")

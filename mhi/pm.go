@@ -42,6 +42,10 @@ func (c *Controller) PowerUp() error {
 	c.wg.Add(2)
 	go c.recoveryWorker(stop)
 	go c.pmWorker(stop)
+	if c.health > 0 {
+		c.wg.Add(1)
+		go c.healthWorker(stop, c.health)
+	}
 	c.t.SetInterruptHandler(c.onInterrupt)
 
 	if err := c.bringUp(); err != nil {
@@ -68,6 +72,8 @@ func (c *Controller) fencedLocked(what string) error {
 		return fmt.Errorf("%s: %s: %w", c.name, what, ErrPoweredDown)
 	case pmFailed:
 		return fmt.Errorf("%s: %s: %w", c.name, what, ErrRecoveryFailed)
+	case pmLinkDown:
+		return fmt.Errorf("%s: %s: %w", c.name, what, ErrLinkDown)
 	}
 	return nil
 }
@@ -507,6 +513,7 @@ func (c *Controller) teardown() error {
 	c.mu.Lock()
 	c.setPMLocked(pmShutdown)
 	c.closeStopLocked()
+	gone := c.gone
 	c.mu.Unlock()
 	c.cmd.abort()
 	c.wg.Wait() // recovery and the event goroutines are gone
@@ -514,7 +521,14 @@ func (c *Controller) teardown() error {
 	// finish now; later ones see SHUTDOWN and write nothing.
 	c.gate.Lock()
 	c.gate.Unlock() // an empty critical section on purpose: the barrier
-	err := c.quiesce()
+	var err error
+	if gone == nil {
+		err = c.quiesce()
+	} else {
+		// A device off the bus answers no reset; waiting for it would
+		// only hold the caller for the reset timeout.
+		c.log.Info("power down: the device is not responding; no reset", "cause", gone)
+	}
 	c.t.SetInterruptHandler(nil)
 	c.cmd.abort()
 	for _, ch := range c.channels {
@@ -533,6 +547,7 @@ func (c *Controller) teardown() error {
 	c.setPMLocked(pmDisabled)
 	c.devState = StateReset
 	c.stop = nil
+	c.gone = nil
 	c.mu.Unlock()
 	return err
 }

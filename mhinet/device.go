@@ -247,8 +247,9 @@ func (cfg *Config) transmitDefaults() error {
 // posted buffer came back aborted, so after recovery, when the controller
 // has restarted the channels, the ring is filled again.
 func (d *Device) onStatus(ev mhi.StatusEvent) {
-	if ev.Kind == mhi.StatusSysErr {
-		// The transfer in progress is lost with the device's state.
+	if ev.Kind == mhi.StatusSysErr || ev.Kind == mhi.StatusLinkDown {
+		// The transfer in progress is lost with the device's state (or
+		// with the device).
 		d.abandonChain()
 	}
 	if ev.Kind == mhi.StatusRecovered && d.IsUp() {

@@ -81,6 +81,8 @@ var statDocs = map[string]map[string]statDoc{
 		"suspends":                counter("M0 to M3 transitions the device acknowledged"),
 		"resumes":                 counter("M3 to M0 transitions the device acknowledged"),
 		"auto_suspends":           counter("suspends the host made by itself after autosuspend_ms without activity"),
+		"health_checks":           counter("checks that the device still answers on the bus (MHIVER, every 2 s in M0)"),
+		"link_down":               gauge("1 while the controller is in LINK_DOWN (the device reads as all ones or its accesses fail: off the bus or removed; left alone until powered down), else 0"),
 	},
 	// mhinet.Stats, with its nested GSOStats as gso_….
 	"net": {

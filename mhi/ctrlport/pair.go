@@ -259,10 +259,14 @@ func (p *Pair) postDL() error {
 
 func (p *Pair) onStatus(ev mhi.StatusEvent) {
 	switch ev.Kind {
-	case mhi.StatusSysErr:
+	case mhi.StatusSysErr, mhi.StatusLinkDown:
+		// The device is gone for now (SYS_ERR until StatusRecovered) or for
+		// good (off the bus until power-down).
 		p.mu.Lock()
 		p.down = true
-		p.stats.SysErrs++
+		if ev.Kind == mhi.StatusSysErr {
+			p.stats.SysErrs++
+		}
 		p.abandonJoinLocked()
 		p.cond.Broadcast()
 		p.mu.Unlock()

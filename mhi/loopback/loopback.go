@@ -200,7 +200,7 @@ func Open(ctrl *mhi.Controller, opts Options) (*Client, error) {
 // buffers, all returned aborted, are posted again.
 func (c *Client) onStatus(ev mhi.StatusEvent) {
 	switch ev.Kind {
-	case mhi.StatusSysErr:
+	case mhi.StatusSysErr, mhi.StatusLinkDown:
 		c.mu.Lock()
 		c.epoch++
 		c.broken = true
