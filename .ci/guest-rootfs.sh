@@ -34,7 +34,7 @@ fi
 dir=$cache/mm-rootfs
 
 # What goes in. Changing this list (or the trimming) rebuilds the image.
-packages=modemmanager,libmbim-utils,libmbim-proxy,libqmi-utils,libqmi-proxy,dbus,udev,polkitd,iproute2,kmod,iputils-ping,busybox
+packages=modemmanager,network-manager,libmbim-utils,libmbim-proxy,libqmi-utils,libqmi-proxy,dbus,udev,polkitd,iproute2,kmod,iputils-ping,busybox
 excludes=('/usr/share/doc/*' '/usr/share/man/*' '/usr/share/info/*' '/usr/share/locale/*' '/usr/share/i18n/*' '/usr/share/lintian/*')
 stamp="bookworm variant=essential include=$packages exclude=${excludes[*]} format=ext2-4k"
 

@@ -80,9 +80,16 @@ exec switch_root /newroot /bin/sh /gomhi/init.sh
 `
 
 // mmGuestInit is /gomhi/init.sh, run by Debian's /bin/sh once the root is
-// the Debian image. Parameters come from the kernel command line
-// (gomhi.iface=wwan0|mhi_hwip0, gomhi.apn=…, gomhi.shell=1).
-const mmGuestInit = `#!/bin/sh
+// the Debian image: the common boot, the wait for the modem, then
+// ModemManager's checks with mmcli. Parameters come from the kernel
+// command line (gomhi.iface=wwan0|mhi_hwip0, gomhi.apn=…, gomhi.shell=1).
+const mmGuestInit = mmGuestBoot + mmGuestListed + mmGuestSteps
+
+// mmGuestBoot begins every ModemManager guest's init.sh (the
+// NetworkManager test's too): mounts, the helpers the steps use, udev and
+// the MHI modules, D-Bus, then ModemManager logging to /dev/ttyS1. Its
+// finish stops the daemons in $nmpid and $mmpid and powers off.
+const mmGuestBoot = `#!/bin/sh
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -101,16 +108,36 @@ uptime() { cut -d' ' -f1 /proc/uptime; }
 check() { if [ "$2" = 0 ]; then echo "CHECK $1 PASS $3"; else echo "CHECK $1 FAIL $3"; fi; }
 finish() {
 	echo "INFO uptime $(uptime) s at finish"
-	# Stop ModemManager before the kernel tears the modem down at power-off.
-	if [ -n "$mmpid" ]; then
-		kill $mmpid; i=0; while kill -0 $mmpid 2>/dev/null && [ $i -lt 40 ]; do sleep 0.1; i=$((i+1)); done
-	fi
+	# Stop NetworkManager (if it runs) and ModemManager before the kernel
+	# tears the modem down at power-off.
+	for p in $nmpid $mmpid; do
+		kill $p; i=0; while kill -0 $p 2>/dev/null && [ $i -lt 40 ]; do sleep 0.1; i=$((i+1)); done
+	done
 	echo "--- kernel log ---"; dmesg | grep -iE 'mhi|wwan' | grep -vE 'insmod|Loading'
 	echo "GUEST DONE"; sync; busybox poweroff -f
 }
-# block NAME COMMAND...: run the command, its output between BEGIN and END.
+# within SECONDS COMMAND...: run the command every half second until it
+# succeeds (0) or SECONDS of uptime have passed (1).
+within() {
+	end=$(($(cut -d. -f1 /proc/uptime) + $1)); shift
+	while :; do
+		"$@" && return 0
+		[ "$(cut -d. -f1 /proc/uptime)" -ge $end ] && return 1
+		sleep 0.5
+	done
+}
+# console MESSAGE: with gomhi.shell=1, give the console to a shell.
+console() {
+	[ "$shell" = 1 ] || return 0
+	echo "$1 busybox poweroff -f (or Ctrl-A X) ends the guest."
+	exec setsid -c /bin/bash -l </dev/ttyS0 >/dev/ttyS0 2>&1
+}
+# stats IFACE: the interface's counters.
 stats() { for f in rx_packets tx_packets rx_bytes tx_bytes rx_errors tx_errors rx_dropped tx_dropped; do printf '%s=%s ' $f $(cat /sys/class/net/$1/statistics/$f); done; }
-block() { n=$1; shift; echo "BEGIN $n"; "$@" 2>&1; echo "RC $n $?"; echo "END $n"; }
+# block NAME COMMAND...: run the command, its output between BEGIN and
+# END; returns the command's status. The output goes through a file: not
+# a terminal, so nmcli neither pages nor wraps it.
+block() { n=$1; shift; echo "BEGIN $n"; "$@" >/tmp/block 2>&1; brc=$?; cat /tmp/block; echo "RC $n $brc"; echo "END $n"; return $brc; }
 # key FILE KEY: the value of one "key : value" line of mmcli -K.
 key() { sed -n "s/^$2 *: *//p" "$1" | head -n1; }
 # waitstate STATE SECONDS: until modem $mi reports STATE.
@@ -123,7 +150,40 @@ waitstate() {
 	done
 	return 1
 }
-# connect NAME: simple-connect modem $mi, check it, configure the data
+echo "MARK boot"
+echo "INFO $(uname -r), ModemManager $(ModemManager --version | head -n1)"
+/lib/systemd/systemd-udevd --daemon
+for m in mhi wwan mhi_pci_generic mhi_net mhi_wwan_ctrl mhi_wwan_mbim; do
+	insmod /gomhi/$m.ko || echo "CHECK insmod-$m FAIL"
+done
+udevadm trigger --action=add
+udevadm settle --timeout=60
+echo "INFO wwan ports: $(ls /dev | grep '^wwan' | tr '\n' ' '); net: $(ls /sys/class/net | tr '\n' ' ')"
+for p in /sys/class/wwan/*; do
+	[ -e "$p/type" ] && echo "INFO udev $(basename $p): $(udevadm info -q property -p $p | grep ID_MM | tr '\n' ' ')"
+done
+systemd-machine-id-setup >/dev/null 2>&1 || dbus-uuidgen --ensure
+dbus-daemon --system --fork
+ModemManager --debug --log-level=DEBUG --log-relative-timestamps --log-file=/dev/ttyS1 &
+mmpid=$!
+echo "MARK mm-started"
+`
+
+// mmGuestListed waits until ModemManager has created the modem.
+const mmGuestListed = `# The modem appears once ModemManager has probed every port.
+i=0; found=1
+while [ $i -lt 480 ]; do
+	if mmcli -L 2>/dev/null | grep -q '/Modem/'; then found=0; break; fi
+	sleep 0.25; i=$((i+1))
+done
+block mmcli-list mmcli -L
+check modem-listed $found "after $(uptime) s of uptime"
+[ $found = 0 ] || finish
+`
+
+// mmGuestSteps are ModemManager's checks: enable, connect, disconnect,
+// SYS_ERR and recovery, driven with mmcli.
+const mmGuestSteps = `# connect NAME: simple-connect modem $mi, check it, configure the data
 # interface from the bearer (as NetworkManager would) and ping the
 # gateway COUNT times; sets b (bearer index), dev, gw.
 connect() {
@@ -155,41 +215,12 @@ connect() {
 	out=$(ping -c $2 -W 2 "$gw" 2>&1)
 	echo "$out" | grep -q " $2 received"; check ping-gateway$1 $? "$(echo "$out" | grep transmitted)"
 }
-echo "MARK boot"
-echo "INFO $(uname -r), ModemManager $(ModemManager --version | head -n1)"
-/lib/systemd/systemd-udevd --daemon
-for m in mhi wwan mhi_pci_generic mhi_net mhi_wwan_ctrl mhi_wwan_mbim; do
-	insmod /gomhi/$m.ko || echo "CHECK insmod-$m FAIL"
-done
-udevadm trigger --action=add
-udevadm settle --timeout=60
-echo "INFO wwan ports: $(ls /dev | grep '^wwan' | tr '\n' ' '); net: $(ls /sys/class/net | tr '\n' ' ')"
-for p in /sys/class/wwan/*; do
-	[ -e "$p/type" ] && echo "INFO udev $(basename $p): $(udevadm info -q property -p $p | grep ID_MM | tr '\n' ' ')"
-done
-systemd-machine-id-setup >/dev/null 2>&1 || dbus-uuidgen --ensure
-dbus-daemon --system --fork
-ModemManager --debug --log-level=DEBUG --log-relative-timestamps --log-file=/dev/ttyS1 &
-mmpid=$!
-echo "MARK mm-started"
-# The modem appears once ModemManager has probed every port.
-i=0; found=1
-while [ $i -lt 480 ]; do
-	if mmcli -L 2>/dev/null | grep -q '/Modem/'; then found=0; break; fi
-	sleep 0.25; i=$((i+1))
-done
-block mmcli-list mmcli -L
-check modem-listed $found "after $(uptime) s of uptime"
-[ $found = 0 ] || finish
 # Initialisation ends in "disabled" (or an error state).
 waitstate disabled 90; rc=$?
 check modem-initialized $rc "state $(key /tmp/m0 modem.generic.state) at $(uptime) s"
 block mmcli-m0-k-disabled mmcli -m 0 -K
 echo "MARK probed"
-if [ "$shell" = 1 ]; then
-	echo "The modem is /org/freedesktop/ModemManager1/Modem/0 (mmcli -m 0); ModemManager logs to /dev/ttyS1 (the file the test names). busybox poweroff -f (or Ctrl-A X) ends the guest."
-	exec setsid -c /bin/bash -l </dev/ttyS0 >/dev/ttyS0 2>&1
-fi
+console "The modem is /org/freedesktop/ModemManager1/Modem/0 (mmcli -m 0); ModemManager logs to /dev/ttyS1 (the file the test names)."
 [ $rc = 0 ] || finish
 block mmcli-enable mmcli -m 0 --enable
 waitstate registered 60; rc=$?
@@ -306,6 +337,15 @@ type mmRun struct {
 	// mangleMBIM, if set, changes every MBIM message the mock sends from
 	// the guest's first MARK on (the broken-on-purpose test).
 	mangleMBIM func([]byte)
+	// script is the guest's /gomhi/init.sh: mmGuestInit if empty.
+	script string
+	// nm: NetworkManager runs in the guest too, logging to ttyS2, which
+	// the run keeps in nmLog.
+	nm bool
+	// timeout bounds QEMU's run: 6 minutes if zero.
+	timeout time.Duration
+	// cmdline is added to the guest kernel's command line.
+	cmdline string
 
 	dev *vfiouser.ServerDevice
 	// fns are the session's functions (the server forgets them when the
@@ -316,6 +356,7 @@ type mmRun struct {
 	marks   map[string]mmSnap
 	serial  string
 	mmLog   string
+	nmLog   string
 	elapsed time.Duration
 	events  *eventLog
 }
@@ -373,7 +414,11 @@ func (r *mmRun) run(t *testing.T) {
 	image := qemuguest.FindRootFS(t)
 	dir := t.TempDir()
 	initPath := filepath.Join(dir, "init.sh")
-	if err := os.WriteFile(initPath, []byte(mmGuestInit), 0o755); err != nil {
+	script := r.script
+	if script == "" {
+		script = mmGuestInit
+	}
+	if err := os.WriteFile(initPath, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	files := map[string]string{"gomhi/init.sh": initPath}
@@ -406,34 +451,48 @@ func (r *mmRun) run(t *testing.T) {
 	sock := filepath.Join(dir, "mhi.sock")
 	defer serve(t, sock, dev)()
 
-	mmLogPath := filepath.Join(dir, "modemmanager.log")
-	if *mmShell {
+	// The daemons' logs: ModemManager's on ttyS1, NetworkManager's on
+	// ttyS2.
+	logPath := func(name, what string) string {
+		if !*mmShell {
+			return filepath.Join(dir, name+".log")
+		}
 		// The log outlives the test, for reading after the session.
-		f, err := os.CreateTemp("", "gomhi-modemmanager-*.log")
+		f, err := os.CreateTemp("", "gomhi-"+name+"-*.log")
 		if err != nil {
 			t.Fatal(err)
 		}
 		f.Close()
-		mmLogPath = f.Name()
 		// On the terminal: go test holds the test's own output back.
 		out := os.Stderr
 		if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
 			defer tty.Close()
 			out = tty
 		}
-		fmt.Fprintf(out, "ModemManager's log: %s (tail -f it from another terminal)\n", mmLogPath)
+		fmt.Fprintf(out, "%s's log: %s (tail -f it from another terminal)\n", what, f.Name())
+		return f.Name()
 	}
+	mmLogPath := logPath("modemmanager", "ModemManager")
 	args := []string{"-machine", "q35,memory-backend=mem", "-accel", "tcg",
 		"-object", "memory-backend-memfd,id=mem,size=512M,share=on", "-m", "512", "-smp", "1",
 		"-device", fmt.Sprintf(`{"driver":"vfio-user-pci","id":"mhi0","socket":{"type":"unix","path":%q}}`, sock)}
 	args = append(args, qemuguest.DiskArgs(image)...)
 	args = append(args, qemuguest.SerialFileArgs(mmLogPath)...)
-	appendArgs := fmt.Sprintf("gomhi.iface=%s gomhi.apn=internet", r.model.iface)
+	var nmLogPath string
+	if r.nm {
+		nmLogPath = logPath("networkmanager", "NetworkManager")
+		args = append(args, qemuguest.SerialPortFileArgs(2, nmLogPath)...)
+	}
+	appendArgs := strings.TrimSpace(fmt.Sprintf("gomhi.iface=%s gomhi.apn=internet %s", r.model.iface, r.cmdline))
 
 	if *mmShell {
 		err := env.RunInteractive(context.Background(), qemuguest.Boot{Args: args, Initrd: initrd, Append: appendArgs + " gomhi.shell=1"})
 		t.Logf("QEMU: %v; ModemManager's log is in %s", errText(err), mmLogPath)
 		return
+	}
+	timeout := r.timeout
+	if timeout == 0 {
+		timeout = 6 * time.Minute
 	}
 
 	start := time.Now()
@@ -441,7 +500,7 @@ func (r *mmRun) run(t *testing.T) {
 		Args:    args,
 		Initrd:  initrd,
 		Append:  appendArgs,
-		Timeout: 6 * time.Minute,
+		Timeout: timeout,
 		OnLine: func(line string) {
 			step, ok := strings.CutPrefix(line, "MARK ")
 			if !ok {
@@ -463,8 +522,15 @@ func (r *mmRun) run(t *testing.T) {
 	if b, err := os.ReadFile(mmLogPath); err == nil {
 		r.mmLog = strings.ReplaceAll(string(b), "\r", "")
 	}
+	logs := map[string]string{"serial": r.serial, "modemmanager": r.mmLog}
+	if r.nm {
+		if b, err := os.ReadFile(nmLogPath); err == nil {
+			r.nmLog = strings.ReplaceAll(string(b), "\r", "")
+		}
+		logs["networkmanager"] = r.nmLog
+	}
 	if *mmLogDir != "" {
-		for name, text := range map[string]string{"serial": r.serial, "modemmanager": r.mmLog} {
+		for name, text := range logs {
 			p := filepath.Join(*mmLogDir, t.Name()+"-"+name+".log")
 			if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
 				t.Error(err)
@@ -490,14 +556,10 @@ const mmDigestMax = 80
 // of ModemManager's log, the guest's CHECK and MARK lines and msg again.
 func (r *mmRun) fatal(t *testing.T, msg string) {
 	t.Helper()
-	var digest []string
-	for _, l := range strings.Split(r.mmLog, "\n") {
-		if mmDigestLine.MatchString(l) {
-			digest = append(digest, l)
-		}
-	}
-	if len(digest) > mmDigestMax {
-		digest = append([]string{fmt.Sprintf("(%d earlier lines left out)", len(digest)-mmDigestMax)}, digest[len(digest)-mmDigestMax:]...)
+	digest := logDigest(r.mmLog, mmDigestLine)
+	var nm string
+	if r.nm {
+		nm = fmt.Sprintf("\nNetworkManager log:\n%s\n--- digest of NetworkManager's log:\n%s", r.nmLog, strings.Join(logDigest(r.nmLog, nmDigestLine), "\n"))
 	}
 	var steps []string
 	for _, l := range strings.Split(r.serial, "\n") {
@@ -505,8 +567,23 @@ func (r *mmRun) fatal(t *testing.T, msg string) {
 			steps = append(steps, l)
 		}
 	}
-	t.Fatalf("%s\nserial log:\n%s\nModemManager log:\n%s\n--- digest of ModemManager's log:\n%s\n--- the guest's steps:\n%s\n--- %s",
-		msg, r.serial, r.mmLog, strings.Join(digest, "\n"), strings.Join(steps, "\n"), msg)
+	t.Fatalf("%s\nserial log:\n%s\nModemManager log:\n%s\n--- digest of ModemManager's log:\n%s%s\n--- the guest's steps:\n%s\n--- %s",
+		msg, r.serial, r.mmLog, strings.Join(digest, "\n"), nm, strings.Join(steps, "\n"), msg)
+}
+
+// logDigest returns the lines of a daemon's log that re matches, the last
+// mmDigestMax of them.
+func logDigest(log string, re *regexp.Regexp) []string {
+	var digest []string
+	for _, l := range strings.Split(log, "\n") {
+		if re.MatchString(l) {
+			digest = append(digest, l)
+		}
+	}
+	if len(digest) > mmDigestMax {
+		digest = append([]string{fmt.Sprintf("(%d earlier lines left out)", len(digest)-mmDigestMax)}, digest[len(digest)-mmDigestMax:]...)
+	}
+	return digest
 }
 
 var (

@@ -62,8 +62,14 @@ func DiskArgs(image string) []string {
 
 // SerialFileArgs are the QEMU arguments giving the guest a second serial
 // port (ttyS1) whose output goes to the host file path.
-func SerialFileArgs(path string) []string {
-	return []string{"-chardev", "file,id=ttys1,path=" + path, "-device", "isa-serial,chardev=ttys1,index=1"}
+func SerialFileArgs(path string) []string { return SerialPortFileArgs(1, path) }
+
+// SerialPortFileArgs are the QEMU arguments giving the guest the serial
+// port ttyS<index> (1–3: ttyS0 is the console) whose output goes to the
+// host file path.
+func SerialPortFileArgs(index int, path string) []string {
+	id := fmt.Sprintf("ttys%d", index)
+	return []string{"-chardev", "file,id=" + id + ",path=" + path, "-device", fmt.Sprintf("isa-serial,chardev=%s,index=%d", id, index)}
 }
 
 // RunInteractive boots the guest with its console on the controlling
