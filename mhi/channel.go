@@ -204,6 +204,9 @@ func (ch *Channel) start(handler func(Completion)) error {
 
 // Stop stops the channel; queued buffers stay queued.
 func (ch *Channel) Stop() error {
+	if err := ch.ctrl.LinkDown(); err != nil {
+		return fmt.Errorf("stop channel %d: %w", ch.cfg.Num, err)
+	}
 	sysErr := ch.clientOp()
 	defer ch.ctrl.chanOps.RUnlock()
 	if sysErr {
@@ -244,6 +247,10 @@ func (ch *Channel) Stop() error {
 // Options.RecoveryBackoffMax) and has reset the device, or until the
 // controller gives up or is powered down.
 func (ch *Channel) Reset() error {
+	if err := ch.ctrl.LinkDown(); err != nil {
+		// Off the bus: the channel was aborted when the link went down.
+		return fmt.Errorf("reset channel %d: %w", ch.cfg.Num, err)
+	}
 	sysErr := ch.clientOp()
 	ch.mu.Lock()
 	if ch.state != ChannelEnabled && ch.state != ChannelStop && !sysErr {

@@ -86,7 +86,7 @@ func controllerAttrs(d Device) []*Attr {
 			func() string { s, _ := c.State(); return s.String() }),
 		StringAttr("ee", "execution environment (PBL, SBL, AMSS…)",
 			func() string { _, ee := c.State(); return ee.String() }),
-		StringAttr("pm_state", "host power-management state (DISABLED, POWER_UP, M0, M3, SYS_ERR_PROCESS, SHUTDOWN; RECOVERY_FAILED: SYS_ERR recovery gave up and the device is left alone until it is powered down)",
+		StringAttr("pm_state", "host power-management state (DISABLED, POWER_UP, M0, M3, SYS_ERR_PROCESS, SHUTDOWN; RECOVERY_FAILED: SYS_ERR recovery gave up and the device is left alone until it is powered down; LINK_DOWN: the device stopped answering on the bus, removed or its link down, and is left alone until it is powered down)",
 			c.PMState),
 		StringAttr("recovery", "SYS_ERR recovery: ok, recovering (consecutive attempts, limit, backoff), or failed with the last error",
 			func() string { return recoveryString(c.Recovery()) }),

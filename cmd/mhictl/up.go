@@ -340,6 +340,15 @@ func openModem(g *globalFlags, f *upFlags, s upSettings, log *slog.Logger, out u
 	if err := m.ctrl.PowerUp(); err != nil {
 		return nil, nil, err
 	}
+	// A device that falls off the bus: said once, here and to systemd;
+	// the tree (pm_state LINK_DOWN), the metrics and the controller's own
+	// error log say it too, and SIGTERM still stops up at once.
+	undo.add(m.ctrl.OnStatus(func(ev mhi.StatusEvent) {
+		if ev.Kind == mhi.StatusLinkDown {
+			out.printf("%v: its channels are stopped and it is left alone (pm_state %s); SIGTERM stops up", ev.Err, mhi.PMLinkDown)
+			_ = sdNotify("STATUS=" + ev.Err.Error())
+		}
+	}))
 	if f.autosuspend != 0 {
 		if err := m.ctrl.SetAutoSuspend(f.autosuspend); err != nil {
 			return nil, nil, fmt.Errorf("--autosuspend: %w", err)

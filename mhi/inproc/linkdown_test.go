@@ -2,7 +2,6 @@ package inproc_test
 
 import (
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,59 +9,6 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/inproc"
 )
-
-// offTheBus wraps the in-process transport as a PCI function that can fall
-// off the bus: once cut, register reads return all ones (or fail, with
-// readErr), writes vanish, no interrupt arrives and a function-level reset
-// does nothing. It counts the accesses made after the cut.
-type offTheBus struct {
-	*inproc.Transport
-	cut           atomic.Bool
-	readErr       error
-	reads, writes atomic.Uint64
-	ctrlReads     atomic.Uint64 // reads of MHICTRL: a reset handshake
-}
-
-func (d *offTheBus) Read32(off uint32) (uint32, error) {
-	if d.cut.Load() {
-		d.reads.Add(1)
-		if off == mhi.RegMHICTRL {
-			d.ctrlReads.Add(1)
-		}
-		if d.readErr != nil {
-			return 0, d.readErr
-		}
-		return 0xFFFFFFFF, nil
-	}
-	return d.Transport.Read32(off)
-}
-
-func (d *offTheBus) Write32(off, v uint32) error {
-	if d.cut.Load() {
-		d.writes.Add(1)
-		return nil
-	}
-	return d.Transport.Write32(off, v)
-}
-
-func (d *offTheBus) SetInterruptHandler(h func(int)) {
-	if h == nil {
-		d.Transport.SetInterruptHandler(nil)
-		return
-	}
-	d.Transport.SetInterruptHandler(func(v int) {
-		if !d.cut.Load() {
-			h(v)
-		}
-	})
-}
-
-func (d *offTheBus) Reset() error {
-	if d.cut.Load() {
-		return nil
-	}
-	return d.Transport.Reset()
-}
 
 // TestLinkDown: a device that falls off the bus in M0, with buffers queued
 // on the LOOPBACK channels, is noticed by the health check (all-ones reads,
@@ -87,8 +33,7 @@ func TestLinkDown(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tr.Close()
-			d := &offTheBus{Transport: tr, readErr: tc.readErr}
-			ctrl, err := mhi.NewController(d, cfg, mhi.Options{Name: "mhi0", PollInterval: 20 * time.Millisecond, HealthInterval: 10 * time.Millisecond})
+			ctrl, err := mhi.NewController(tr, cfg, mhi.Options{Name: "mhi0", PollInterval: 20 * time.Millisecond, HealthInterval: 10 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +56,7 @@ func TestLinkDown(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			d.cut.Store(true)
+			tr.Unplug(tc.readErr)
 			var ev mhi.StatusEvent
 			timeout := time.After(20 * time.Second)
 			for ev.Kind != mhi.StatusLinkDown {
@@ -160,17 +105,17 @@ func TestLinkDown(t *testing.T) {
 			if err := ctrl.Suspend(); err == nil {
 				t.Errorf("Suspend of a device off the bus succeeded")
 			}
-			if n := d.writes.Load(); n != 0 {
-				t.Errorf("%d register writes reached the device after it fell off the bus", n)
+			reads, writes := tr.Unplugged()
+			if writes != 0 {
+				t.Errorf("%d register writes reached the device after it fell off the bus", writes)
 			}
-			reads := d.reads.Load()
 			if err := ctrl.PowerDown(); err != nil {
 				t.Errorf("PowerDown: %v", err)
 			}
-			if n := d.ctrlReads.Load(); n != 0 {
-				t.Errorf("PowerDown read MHICTRL %d times: it waited for a reset the device cannot do", n)
+			if r, w := tr.Unplugged(); r != reads || w != writes {
+				t.Errorf("PowerDown made %d reads and %d writes: it waited for a reset the device cannot do", r-reads, w-writes)
 			}
-			t.Logf("after the cut: %d reads (health checks), %d writes", reads, d.writes.Load())
+			t.Logf("after the cut: %d reads (health checks), %d writes", reads, writes)
 		})
 	}
 }

@@ -3,6 +3,7 @@ package inproc
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
@@ -42,6 +43,13 @@ type Transport struct {
 
 	irq  *msi.Deliverer
 	sink func(int)
+
+	// Off the bus (Unplug): the read error (nil: all ones) is set before
+	// the flag; the counters count the accesses made since.
+	unplugged      atomic.Bool
+	unplugErr      error
+	unpluggedRead  atomic.Uint64
+	unpluggedWrite atomic.Uint64
 
 	closeOnce sync.Once
 }
@@ -93,11 +101,40 @@ func (t *Transport) Slab() *Slab { return t.slab }
 // behind the host's back (mhinet's RxCopyAuto delivers zero-copy for it).
 func (t *Transport) DeviceTrusted() bool { return true }
 
+// Unplug takes the device off the bus, as a surprise removal or a PCIe
+// link that went down after completion timeouts: from then on register
+// reads return all ones (or fail with readErr when it is not nil), writes
+// and function-level resets have no effect and no interrupt reaches the
+// host. The device runs on, unheard. Call it once.
+func (t *Transport) Unplug(readErr error) {
+	t.unplugErr = readErr
+	t.unplugged.Store(true)
+}
+
+// Unplugged returns the register reads and writes the host made since
+// Unplug.
+func (t *Transport) Unplugged() (reads, writes uint64) {
+	return t.unpluggedRead.Load(), t.unpluggedWrite.Load()
+}
+
 // Read32 implements mhi.Registers.
-func (t *Transport) Read32(off uint32) (uint32, error) { return t.dev.ReadRegister(off), nil }
+func (t *Transport) Read32(off uint32) (uint32, error) {
+	if t.unplugged.Load() {
+		t.unpluggedRead.Add(1)
+		if t.unplugErr != nil {
+			return 0, fmt.Errorf("inproc: read register 0x%x: %w", off, t.unplugErr)
+		}
+		return 0xFFFFFFFF, nil
+	}
+	return t.dev.ReadRegister(off), nil
+}
 
 // Write32 implements mhi.Registers.
 func (t *Transport) Write32(off, v uint32) error {
+	if t.unplugged.Load() {
+		t.unpluggedWrite.Add(1)
+		return nil
+	}
 	t.dev.WriteRegister(off, v)
 	return nil
 }
@@ -117,6 +154,9 @@ func (t *Transport) SetInterruptHandler(h func(int)) { t.irq.SetHandler(h) }
 
 // Reset implements mhi.Transport: a function-level reset of the mock modem.
 func (t *Transport) Reset() error {
+	if t.unplugged.Load() {
+		return nil
+	}
 	t.dev.Reset()
 	return nil
 }
@@ -137,6 +177,9 @@ type raiser struct{ t *Transport }
 func (r raiser) Raise(vector int) {
 	if vector < 0 || vector >= r.t.vectors {
 		vector = 0
+	}
+	if r.t.unplugged.Load() {
+		return // off the bus: the MSI write goes nowhere
 	}
 	if r.t.sink != nil {
 		r.t.sink(vector)
