@@ -357,8 +357,15 @@ func atAttacks() []attack {
 				if _, err := c.Write([]byte("AT+CSQ\r")); err != nil {
 					t.Fatal(err)
 				}
-				if got := readFor(c, 300*time.Millisecond); !bytes.Contains(got, []byte("+CSQ: 20,99")) {
-					t.Fatalf("the client read %q", got)
+				// Read until the answer is there (a loaded machine may take
+				// longer than any fixed read), bounded.
+				var got []byte
+				deadline := time.Now().Add(5 * time.Second)
+				for !bytes.Contains(got, []byte("+CSQ: 20,99")) {
+					if time.Now().After(deadline) {
+						t.Fatalf("waiting for the +CSQ line without OK: the client read %q", got)
+					}
+					got = append(got, readFor(c, 100*time.Millisecond)...)
 				}
 			}
 			// Nothing on the host waits for the OK: the next line, to an
