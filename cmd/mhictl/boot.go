@@ -80,7 +80,7 @@ the device by itself and resumes it when a channel has work (0 turns it
 off), as the attribute devices/DEV/autosuspend_ms does.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := d.dial()
+			c, err := d.dial(args[0])
 			if err != nil {
 				return err
 			}

@@ -24,8 +24,10 @@ func (d *dialFlags) add(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&d.json, "json", false, "print as JSON")
 }
 
-func (d *dialFlags) dial() (*genl.Client, error) {
-	return genl.Dial(genl.ClientOptions{Port: d.port, Timeout: d.timeout})
+// dial connects to the running `mhictl up` that serves dev (with one per
+// modem, each advertises its device in a run file of its own).
+func (d *dialFlags) dial(dev string) (*genl.Client, error) {
+	return genl.Dial(genl.ClientOptions{Port: d.port, Timeout: d.timeout, Device: dev})
 }
 
 func parseBytes(s, what string) (uint32, error) {
@@ -48,7 +50,7 @@ func newSetCmd(use, what string, set func(*genl.SetRequest, uint32)) *cobra.Comm
 			if err != nil {
 				return err
 			}
-			c, err := d.dial()
+			c, err := d.dial(args[0])
 			if err != nil {
 				return err
 			}
@@ -85,7 +87,7 @@ func newGetCmd() *cobra.Command {
 		Short: "Show a device of a running `mhictl up`, one attribute (mru, mtu, state, ee, model, serial, timeout_ms), its control ports or its data session",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := d.dial()
+			c, err := d.dial(args[0])
 			if err != nil {
 				return err
 			}
@@ -140,7 +142,7 @@ func newStatsCmd() *cobra.Command {
 		Short: "Show the counters of a device of a running `mhictl up`",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := d.dial()
+			c, err := d.dial(args[0])
 			if err != nil {
 				return err
 			}

@@ -41,7 +41,7 @@ is connected.`,
 			default:
 				return fmt.Errorf("--ip-type %q: want ipv4, ipv6 or ipv4v6", ipType)
 			}
-			c, err := d.dial()
+			c, err := d.dial(args[0])
 			if err != nil {
 				return err
 			}
@@ -67,7 +67,7 @@ func newDisconnectCmd() *cobra.Command {
 		Short: "Disconnect the data session of a device of a running `mhictl up` and remove its addresses (needs root or CAP_NET_ADMIN)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := d.dial()
+			c, err := d.dial(args[0])
 			if err != nil {
 				return err
 			}

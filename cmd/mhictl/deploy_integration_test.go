@@ -354,13 +354,16 @@ func TestSystemdUnitRunsMock(t *testing.T) {
 			t.Errorf("the service's /proc status lacks %q:\n%s", want, status)
 		}
 	}
+	// The namespace's run file and the device's own (genl-<ns>@mhi0.json).
 	runFiles, _ := filepath.Glob("/run/gomhi/genl-*.json")
-	if len(runFiles) != 1 {
-		t.Fatalf("run files %v in /run/gomhi", runFiles)
+	if len(runFiles) != 2 || !strings.HasSuffix(runFiles[1], "@mhi0.json") {
+		t.Fatalf("run files %v in /run/gomhi, want genl-<ns>.json and genl-<ns>@mhi0.json", runFiles)
 	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(runFiles[0], &st); err != nil || int(st.Uid) != uid {
-		t.Errorf("run file %s: owner %d, %v; want the service user %d", runFiles[0], st.Uid, err, uid)
+	for _, f := range runFiles {
+		var st syscall.Stat_t
+		if err := syscall.Stat(f, &st); err != nil || int(st.Uid) != uid {
+			t.Errorf("run file %s: owner %d, %v; want the service user %d", f, st.Uid, err, uid)
+		}
 	}
 
 	// Root's client finds the service's run file and connects; data

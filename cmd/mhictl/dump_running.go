@@ -86,7 +86,7 @@ func runDumpRunning(cmd *cobra.Command, dev, out string, timeout time.Duration, 
 	if _, err := os.Lstat(out); err == nil {
 		return fmt.Errorf("--out %s: the file exists; 'mhictl dump DEV' writes a new file only (remove it or name another)", out)
 	}
-	c, err := genl.Dial(genl.ClientOptions{Port: f.port})
+	c, err := genl.Dial(genl.ClientOptions{Port: f.port, Device: dev})
 	if err != nil {
 		return err
 	}

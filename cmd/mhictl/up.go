@@ -520,7 +520,7 @@ func serveNetlink(ctx context.Context, f *upFlags, tree *sysfs.Tree, log *slog.L
 	if f.port == 0 {
 		runFile = genl.DefaultRunFile()
 	}
-	srv, err := genl.NewServer(tree, genl.ServerOptions{Port: f.port, RunFile: runFile, Logger: log})
+	srv, err := genl.NewServer(tree, genl.ServerOptions{Port: f.port, RunFile: runFile, Device: f.name, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -536,7 +536,9 @@ func serveNetlink(ctx context.Context, f *upFlags, tree *sysfs.Tree, log *slog.L
 			out.printf("netlink: %v", err)
 		}
 	}()
-	if runFile != "" {
+	if srv.Beside() {
+		out.printf("netlink family %q for %s on port 0x%x beside another instance on 0x%x, advertised in %s", genl.FamilyName, f.name, srv.Port(), genl.DefaultPort, srv.RunFile())
+	} else if runFile != "" {
 		out.printf("netlink family %q on port 0x%x, advertised in %s", genl.FamilyName, srv.Port(), runFile)
 	} else {
 		out.printf("netlink family %q on port 0x%x", genl.FamilyName, srv.Port())

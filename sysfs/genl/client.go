@@ -130,6 +130,11 @@ type ClientOptions struct {
 	// RunFile is the run file to read ("": root's in RunDir, then, for
 	// other users, their own under $XDG_RUNTIME_DIR; see DefaultRunFile).
 	RunFile string
+	// Device, if set, is the device the client means: the server that
+	// advertises it in its own run file (DeviceRunFile, beside each run
+	// file above) is preferred, so that with one `mhictl up` per modem
+	// each request reaches the instance serving its device.
+	Device string
 	// Timeout bounds each request (0: DefaultTimeout).
 	Timeout time.Duration
 }

@@ -85,9 +85,16 @@ func (u *untrustedError) Unwrap() error { return ErrUntrustedServer }
 // port's holder is looked up in /proc (checkHolder).
 func locate(opts ClientOptions) (*expected, error) {
 	e := &expected{port: opts.Port, uids: trustedOwners()}
-	paths := runFileCandidates()
+	general := runFileCandidates()
 	if opts.RunFile != "" {
-		paths = []string{opts.RunFile}
+		general = []string{opts.RunFile}
+	}
+	var paths []string
+	for _, p := range general {
+		if d := DeviceRunFile(p, opts.Device); d != "" {
+			paths = append(paths, d)
+		}
+		paths = append(paths, p)
 	}
 	ns, _ := netnsID()
 	for _, p := range paths {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -85,6 +86,20 @@ func (r RunFile) Live() bool {
 // netlink ports are per namespace, so each has its own.
 func runFileName(ns uint64) string {
 	return "genl-" + strconv.FormatUint(ns, 10) + ".json"
+}
+
+// DeviceRunFile is the run file, beside general (a run file path such as
+// DefaultRunFile's), in which a server advertises the device dev it serves:
+// genl-<netns>@<dev>.json for genl-<netns>.json. Several servers share a
+// network namespace this way — one `mhictl up` per modem —, each found by
+// the name of its device. It is "" when general is "" or dev cannot be part
+// of a file name.
+func DeviceRunFile(general, dev string) string {
+	if general == "" || dev == "" || dev == "." || dev == ".." || strings.ContainsAny(dev, "/\x00") {
+		return ""
+	}
+	dir, base := filepath.Split(general)
+	return filepath.Join(dir, strings.TrimSuffix(base, ".json")+"@"+dev+".json")
 }
 
 // DefaultRunFile is where a server run by this user advertises itself:

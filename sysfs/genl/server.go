@@ -44,6 +44,14 @@ type ServerOptions struct {
 	// names a live server already, NewServer fails with ErrPortInUse; a
 	// stale one (its process gone) is replaced.
 	RunFile string
+	// Device, with RunFile, is the device the server's tree holds (the
+	// name `mhictl up --name` gives it). The server then also advertises
+	// it in DeviceRunFile(RunFile, Device), and when another live server
+	// already holds RunFile (or DefaultPort) — another `mhictl up`, for
+	// another modem — it serves on a kernel-assigned port advertised only
+	// there instead of failing. A live server that advertises the same
+	// device fails NewServer with ErrPortInUse.
+	Device string
 	// Logger receives diagnostics (nil: discard).
 	Logger *slog.Logger
 	// MaxInFlight bounds the requests handled concurrently (0: 8).
@@ -68,7 +76,9 @@ type Server struct {
 	sem  chan struct{}
 
 	runPath  string  // run file written, "" if none
-	run      RunFile // its content
+	devPath  string  // per-device run file written, "" if none
+	run      RunFile // their content
+	beside   bool    // another instance holds DefaultPort: served on a kernel-assigned port
 	squatted bool    // DefaultPort was held by another user
 	holders  []Peer  // who held it (empty: unidentified)
 
@@ -96,47 +106,91 @@ func NewServer(t *sysfs.Tree, opts ServerOptions) (*Server, error) {
 	if inflight <= 0 {
 		inflight = 8
 	}
-	if opts.RunFile != "" {
-		if r, err := ReadRunFile(opts.RunFile); err == nil && r.Live() {
-			return nil, fmt.Errorf("%w: %s serves the %q family on port %#x, as %s says",
-				ErrPortInUse, Peer{PID: r.PID, UID: r.UID}, FamilyName, r.Port, opts.RunFile)
+	s := &Server{tree: t, log: log, sem: make(chan struct{}, inflight)}
+	general, devFile := opts.RunFile, DeviceRunFile(opts.RunFile, opts.Device)
+	if devFile != "" {
+		if r, err := ReadRunFile(devFile); err == nil && r.Live() {
+			return nil, fmt.Errorf("%w: %s serves device %q on port %#x, as %s says",
+				ErrPortInUse, Peer{PID: r.PID, UID: r.UID}, opts.Device, r.Port, devFile)
 		}
 	}
-	s := &Server{tree: t, log: log, sem: make(chan struct{}, inflight)}
-	if err := s.bind(opts.Port, opts.RunFile); err != nil {
+	if general != "" {
+		if r, err := ReadRunFile(general); err == nil && r.Live() {
+			if devFile == "" {
+				return nil, fmt.Errorf("%w: %s serves the %q family on port %#x, as %s says",
+					ErrPortInUse, Peer{PID: r.PID, UID: r.UID}, FamilyName, r.Port, general)
+			}
+			// Another instance, for another device: serve beside it.
+			s.beside, general = true, ""
+		}
+	}
+	if err := s.bind(opts.Port, general, devFile); err != nil {
 		return nil, err
 	}
-	if opts.RunFile != "" {
-		r, err := newRunFile(s.port)
-		if err == nil {
-			err = writeRunFile(opts.RunFile, r)
-		}
-		if err != nil {
-			_ = s.conn.Close()
-			return nil, err
-		}
-		s.runPath, s.run = opts.RunFile, r
+	if s.beside {
+		general = ""
+	}
+	if err := s.advertise(general, devFile); err != nil {
+		_ = s.conn.Close()
+		return nil, err
 	}
 	return s, nil
 }
 
+// advertise writes the run files: general (unless "") and the
+// per-device one (unless ""); a failure removes what it wrote.
+func (s *Server) advertise(general, devFile string) error {
+	if general == "" && devFile == "" {
+		return nil
+	}
+	r, err := newRunFile(s.port)
+	if err != nil {
+		return err
+	}
+	if general != "" {
+		if err := writeRunFile(general, r); err != nil {
+			return err
+		}
+		s.runPath = general
+	}
+	if devFile != "" {
+		if err := writeRunFile(devFile, r); err != nil {
+			if s.runPath != "" {
+				_ = removeRunFile(s.runPath, r)
+				s.runPath = ""
+			}
+			return err
+		}
+		s.devPath = devFile
+	}
+	s.run = r
+	return nil
+}
+
 // bind binds the server's socket at port as NewServer describes (a
-// kernel-assigned port when port is 0, runFile is set and another user
-// holds DefaultPort) and asks for the senders' credentials.
-func (s *Server) bind(port uint32, runFile string) error {
-	fallback := port == 0 && runFile != ""
+// kernel-assigned port when port is 0, a run file is set and another user
+// holds DefaultPort, or when another instance does and devFile is set; at
+// once when s.beside) and asks for the senders' credentials.
+func (s *Server) bind(port uint32, runFile, devFile string) error {
+	fallback := port == 0 && (runFile != "" || devFile != "")
 	if port == 0 {
 		port = DefaultPort
 	}
 	s.port = port
-	conn, err := netlink.Dial(unix.NETLINK_USERSOCK, &netlink.Config{PID: port})
-	if errors.Is(err, unix.EADDRINUSE) {
-		conn, err = s.bindAside(err, fallback, runFile)
-		if err != nil {
-			return err
+	var conn *netlink.Conn
+	var err error
+	if s.beside && fallback {
+		conn, err = s.bindBeside(devFile)
+	} else {
+		conn, err = netlink.Dial(unix.NETLINK_USERSOCK, &netlink.Config{PID: port})
+		if errors.Is(err, unix.EADDRINUSE) {
+			conn, err = s.bindAside(err, fallback, runFile, devFile)
+		} else if err != nil {
+			err = fmt.Errorf("genl: bind NETLINK_USERSOCK port %#x: %w", port, err)
 		}
-	} else if err != nil {
-		return fmt.Errorf("genl: bind NETLINK_USERSOCK port %#x: %w", port, err)
+	}
+	if err != nil {
+		return err
 	}
 	rc, err := conn.SyscallConn()
 	if err != nil {
@@ -160,13 +214,18 @@ func (s *Server) bind(port uint32, runFile string) error {
 // it names the holders and, when fallback allows it and the holder is
 // another user (a squatter), binds a kernel-assigned port instead and
 // says so in a Warn log; otherwise it fails with ErrPortInUse.
-func (s *Server) bindAside(inUse error, fallback bool, runFile string) (*netlink.Conn, error) {
+func (s *Server) bindAside(inUse error, fallback bool, runFile, devFile string) (*netlink.Conn, error) {
 	port := s.port
 	ino, _, _ := portInode(port)
 	if ino != 0 {
 		s.holders = socketHolders(ino)
 	}
 	holder := describePeers(s.holders, ino)
+	if fallback && devFile != "" && s.holderTrusted() {
+		// Another instance (root's or ours) holds it: serve beside it.
+		s.holders, s.beside = nil, true
+		return s.bindBeside(devFile)
+	}
 	if !fallback || s.holderTrusted() {
 		return nil, fmt.Errorf("genl: bind NETLINK_USERSOCK port %#x: %w: held by %s: %w", port, ErrPortInUse, holder, inUse)
 	}
@@ -179,6 +238,24 @@ func (s *Server) bindAside(inUse error, fallback bool, runFile string) (*netlink
 		"default_port", fmt.Sprintf("%#x", DefaultPort), "holder", holder, "port", fmt.Sprintf("%#x", s.port), "run_file", runFile)
 	return conn, nil
 }
+
+// bindBeside binds a kernel-assigned port for a server whose device is
+// advertised in devFile while another instance holds DefaultPort.
+func (s *Server) bindBeside(devFile string) (*netlink.Conn, error) {
+	conn, err := netlink.Dial(unix.NETLINK_USERSOCK, nil)
+	if err != nil {
+		return nil, fmt.Errorf("genl: another instance serves port %#x, and binding a kernel-assigned port failed: %w", DefaultPort, err)
+	}
+	s.port = conn.PID()
+	s.log.Info("genl: another instance serves the default netlink port: serving this device on a kernel-assigned port, advertised in its run file",
+		"port", fmt.Sprintf("%#x", s.port), "run_file", devFile)
+	return conn, nil
+}
+
+// Beside reports whether the server serves on a kernel-assigned port
+// because another instance (for another device) holds DefaultPort; its
+// clients find it through its per-device run file.
+func (s *Server) Beside() bool { return s.beside }
 
 // holderTrusted reports whether a process found holding the port is root
 // or this server's user: another instance, not a squatter.
@@ -198,8 +275,14 @@ func (s *Server) Squatted() (holders []Peer, squatted bool) {
 	return s.holders, s.squatted
 }
 
-// RunFile returns the path of the run file the server wrote, "" if none.
-func (s *Server) RunFile() string { return s.runPath }
+// RunFile returns the path of the run file the server wrote, "" if none:
+// the general one, or the per-device one of a server beside another.
+func (s *Server) RunFile() string {
+	if s.runPath == "" {
+		return s.devPath
+	}
+	return s.runPath
+}
 
 // Port returns the port id the server is bound to.
 func (s *Server) Port() uint32 { return s.port }
@@ -213,6 +296,9 @@ func (s *Server) Close() error {
 	var rerr error
 	if s.runPath != "" {
 		rerr = removeRunFile(s.runPath, s.run)
+	}
+	if s.devPath != "" {
+		rerr = errors.Join(rerr, removeRunFile(s.devPath, s.run))
 	}
 	return errors.Join(s.conn.Close(), rerr)
 }
