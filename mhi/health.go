@@ -85,18 +85,7 @@ func (c *Controller) linkDown(cause string) {
 	c.setPMLocked(pmLinkDown)
 	c.gone = err
 	c.mu.Unlock()
-	c.gate.Lock()
-	c.gate.Unlock() // an empty critical section on purpose: no data-path write is in flight after it
-	c.cmd.abort()
-	for _, ch := range c.channels {
-		if ch == nil {
-			continue
-		}
-		ch.mu.Lock()
-		ch.state = ChannelDisabled
-		ch.mu.Unlock()
-		ch.abort()
-	}
+	c.abandonChannels()
 	c.log.Error("device not responding: link down or device removed; channels stopped, the device is left alone until power-down", "cause", cause)
 	c.notify(StatusEvent{Kind: StatusLinkDown, Err: err})
 }

@@ -193,6 +193,24 @@ func (c *Controller) giveUp() {
 	n, last := c.rec.consecutive, c.rec.lastErr
 	c.mu.Unlock()
 	c.stats.RecoveryGaveUp.Add(1)
+	c.abandonChannels()
+	err := fmt.Errorf("%s: %w: gave up after %d consecutive recoveries (last error: %v); the device is left alone until power-down", c.name, ErrRecoveryFailed, n, last)
+	c.mu.Lock()
+	c.rec.lastErr = err
+	c.mu.Unlock()
+	// Stop the device; it may still be in M0. Ended early by PowerDown.
+	if rerr := c.resetDevice(true); rerr != nil {
+		c.log.Warn("reset on giving up", "err", rerr)
+	}
+	c.log.Error("SYS_ERR recovery gave up", "consecutive", n, "last_err", last)
+	c.notify(StatusEvent{Kind: StatusFailed, Err: err})
+}
+
+// abandonChannels, once the host entered a terminal state
+// (RECOVERY_FAILED, LINK_DOWN), waits for the data-path writes in flight,
+// aborts the command waiting and disables every channel, returning its
+// queued buffers with ErrAborted.
+func (c *Controller) abandonChannels() {
 	c.gate.Lock()
 	c.gate.Unlock() // an empty critical section on purpose: no data-path write is in flight after it
 	c.cmd.abort()
@@ -205,16 +223,6 @@ func (c *Controller) giveUp() {
 		ch.mu.Unlock()
 		ch.abort()
 	}
-	err := fmt.Errorf("%s: %w: gave up after %d consecutive recoveries (last error: %v); the device is left alone until power-down", c.name, ErrRecoveryFailed, n, last)
-	c.mu.Lock()
-	c.rec.lastErr = err
-	c.mu.Unlock()
-	// Stop the device; it may still be in M0. Ended early by PowerDown.
-	if rerr := c.resetDevice(true); rerr != nil {
-		c.log.Warn("reset on giving up", "err", rerr)
-	}
-	c.log.Error("SYS_ERR recovery gave up", "consecutive", n, "last_err", last)
-	c.notify(StatusEvent{Kind: StatusFailed, Err: err})
 }
 
 // recover runs one recovery attempt. It observes PowerDown at every step.

@@ -5,18 +5,13 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
-	"github.com/gomhi/gomhi/mhi/testenv"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 )
-
-// fullFSEnv tells a re-executed TestDumpDiskFull that it runs in its own
-// mount namespace.
-const fullFSEnv = "GOMHI_IN_TEST_FULL_FS"
 
 // TestDumpDiskFull: on a 64 KiB tmpfs (its own mount namespace, as root),
 // `mhictl dump --out FILE` — the embedded mock's RAM dump, 192 KiB — fails
@@ -25,23 +20,10 @@ const fullFSEnv = "GOMHI_IN_TEST_FULL_FS"
 // running-stack form's writer (writeNewFile: new file only) leaves nothing
 // either. Before internal/atomicfile, a truncated FILE stayed.
 func TestDumpDiskFull(t *testing.T) {
-	if os.Getenv(fullFSEnv) != "1" {
-		testenv.NeedRoot(t, "a mount namespace with a small tmpfs")
-		unshare := testenv.LookPath(t, "unshare", "util-linux")
-		cmd := exec.Command(unshare, "--mount", "--propagation", "private", os.Args[0], "-test.run", "^"+t.Name()+"$", "-test.v", "-test.count=1")
-		cmd.Env = append(os.Environ(), fullFSEnv+"=1")
-		out, err := cmd.CombinedOutput()
-		t.Logf("in a new mount namespace:\n%s", out)
-		if err != nil || !bytes.Contains(out, []byte("--- PASS: "+t.Name())) {
-			t.Fatalf("the test did not pass in the mount namespace: %v", err)
-		}
+	dir, ok := reexec.InSmallTmpfs(t, "64k")
+	if !ok {
 		return
 	}
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64k"); err != nil {
-		t.Fatalf("mount -t tmpfs -o size=64k: %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
 	listDir := func() []string {
 		ents, err := os.ReadDir(dir)
 		if err != nil {

@@ -5,52 +5,21 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 
-	"github.com/gomhi/gomhi/mhi/testenv"
+	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 )
-
-// mountNSEnv tells a re-executed test that it runs in its own mount
-// namespace, where it may mount a tmpfs.
-const mountNSEnv = "GOMHI_ATOMICFILE_IN_MOUNTNS"
-
-// inSmallTmpfs runs the calling test again in a new mount namespace
-// (unshare --mount, as root) and returns "", false in the parent, which
-// checks that the child passed. In the child it mounts a tmpfs of size
-// bytes on a new directory and returns that directory, true.
-func inSmallTmpfs(t *testing.T, size string) (string, bool) {
-	t.Helper()
-	if os.Getenv(mountNSEnv) != "1" {
-		testenv.NeedRoot(t, "a mount namespace with a small tmpfs")
-		unshare := testenv.LookPath(t, "unshare", "util-linux")
-		cmd := exec.Command(unshare, "--mount", "--propagation", "private", os.Args[0], "-test.run", "^"+t.Name()+"$", "-test.v", "-test.count=1")
-		cmd.Env = append(os.Environ(), mountNSEnv+"=1")
-		out, err := cmd.CombinedOutput()
-		t.Logf("in a new mount namespace:\n%s", out)
-		if err != nil || !bytes.Contains(out, []byte("--- PASS: "+t.Name())) {
-			t.Fatalf("the test did not pass in the mount namespace: %v", err)
-		}
-		return "", false
-	}
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
-		t.Fatalf("mount -t tmpfs -o size=%s: %v", size, err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
-	return dir, true
-}
 
 // TestWriteDiskFull: on a 64 KiB tmpfs, writing 256 KiB fails with "no
 // space left on device" (matching syscall.ENOSPC); a new file does not
 // appear, an existing one keeps its content, and no temporary file is
 // left — with and without NoReplace. Then a file that fits is written.
 func TestWriteDiskFull(t *testing.T) {
-	dir, ok := inSmallTmpfs(t, "64k")
+	dir, ok := reexec.InSmallTmpfs(t, "64k")
 	if !ok {
 		return
 	}

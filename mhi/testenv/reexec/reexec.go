@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi/testenv"
@@ -121,8 +122,9 @@ func RunTestAs(tb testing.TB, u User, test string, env ...string) (string, error
 	return string(out), err
 }
 
-// netnsEnv marks the test binary InNetns re-executed.
-const netnsEnv = "GOMHI_IN_TEST_NETNS"
+// nsEnv marks a test binary re-executed in new namespaces; its value
+// names the unshare flags.
+const nsEnv = "GOMHI_IN_TEST_NS"
 
 // InNetns runs the calling test t in a new network namespace: the test
 // binary re-executed under `unshare --net` running t alone (verbosely,
@@ -133,14 +135,43 @@ const netnsEnv = "GOMHI_IN_TEST_NETNS"
 // the test's requirements (root and unshare among them: see testenv).
 func InNetns(t *testing.T, need func(*testing.T)) bool {
 	t.Helper()
-	if os.Getenv(netnsEnv) == "1" {
+	return inNamespaces(t, need, "--net")
+}
+
+// InSmallTmpfs runs the calling test t again, as InNetns does, in a new
+// mount namespace (`unshare --mount --propagation private`, as root); there
+// it mounts a tmpfs of size (mount's notation: "64k") on a new directory
+// and returns it with true. The caller returns at once on false: the
+// re-executed test passed (or t failed).
+func InSmallTmpfs(t *testing.T, size string) (dir string, in bool) {
+	t.Helper()
+	need := func(t *testing.T) {
+		testenv.NeedRoot(t, "a mount namespace with a small tmpfs")
+		testenv.LookPath(t, "unshare", "util-linux")
+	}
+	if !inNamespaces(t, need, "--mount", "--propagation", "private") {
+		return "", false
+	}
+	dir = t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
+		t.Fatalf("mount -t tmpfs -o size=%s: %v", size, err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	return dir, true
+}
+
+// inNamespaces is InNetns for any unshare flags.
+func inNamespaces(t *testing.T, need func(*testing.T), flags ...string) bool {
+	t.Helper()
+	which := strings.Join(flags, " ")
+	if os.Getenv(nsEnv) == which {
 		return true
 	}
 	need(t)
-	cmd := exec.Command("unshare", "--net", os.Args[0], "-test.run", "^"+t.Name()+"$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), netnsEnv+"=1")
+	cmd := exec.Command("unshare", append(flags, os.Args[0], "-test.run", "^"+t.Name()+"$", "-test.v", "-test.count=1")...)
+	cmd.Env = append(os.Environ(), nsEnv+"="+which)
 	out, err := cmd.CombinedOutput()
-	t.Logf("in a new network namespace:\n%s", out)
+	t.Logf("in new namespaces (unshare %s):\n%s", which, out)
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
