@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the ModemManager guest's root file system (run by
 # .ci/test-deps.sh, so by `make test-deps` and `make test`): Debian
-# bookworm's ModemManager 1.20.4, libmbim/libqmi with their proxies and
+# bookworm's ModemManager 1.20.4, NetworkManager 1.42.4 (for
+# networkmanager_test.go), libmbim/libqmi with their proxies and
 # command-line tools, D-Bus, udev, polkitd, iproute2, kmod, ping and
 # busybox, made by mmdebstrap in unshare mode (a user namespace: no root
 # needed where the user has subordinate ids, nothing mounted on the host)
