@@ -27,7 +27,8 @@ import (
 // (the connection's autoconnect). Before the connection is up, pings from
 // the address the mock will assign to its gateway must all be dropped by
 // the mock's gate. NetworkManager logs to the guest's third serial port,
-// a file the test reads. See docs/NETWORKMANAGER.md.
+// a file the test reads. See docs/MODEMMANAGER.md, "NetworkManager: the desktop
+// journey".
 
 // nmGuestInit is the NetworkManager guest's /gomhi/init.sh: the common
 // boot, NetworkManager, the wait for the modem, then the steps with
