@@ -45,9 +45,9 @@ import (
 // system image .ci/guest-rootfs.sh builds (make test-deps). See
 // docs/MODEMMANAGER.md.
 
-var mmShell = flag.Bool("mm.shell", false, "TestModemManager…: boot the guest, start ModemManager and give its console to the terminal (go test -timeout 0 -run 'TestModemManagerSDX55$' … -args -mm.shell; docs/MODEMMANAGER.md)")
+var mmShell = flag.Bool("mm.shell", false, "TestModemManager…, TestNetworkManager…: boot the guest, start ModemManager (and NetworkManager) and give its console to the terminal (go test -timeout 0 -run 'TestModemManagerSDX55$' … -args -mm.shell; docs/MODEMMANAGER.md)")
 
-var mmLogDir = flag.String("mm.logdir", "", "TestModemManager…: copy each guest's serial log and ModemManager's log into this folder")
+var mmLogDir = flag.String("mm.logdir", "", "TestModemManager…, TestNetworkManager…: copy each guest's serial log, ModemManager's log and NetworkManager's into this folder")
 
 // mmBootModules are what the initramfs loads before it switches to the
 // Debian root: the virtio disk.

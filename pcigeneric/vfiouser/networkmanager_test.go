@@ -199,7 +199,7 @@ func needNetworkManagerImage(t *testing.T) {
 // checks what NetworkManager configured against what the mock assigned.
 func testNetworkManager(t *testing.T, model string) *mmRun {
 	needNetworkManagerImage(t)
-	r := &mmRun{model: mmModels[model], script: nmGuestInit, nm: true, timeout: 10 * time.Minute,
+	r := &mmRun{model: mmModels[model], script: nmGuestInit, nm: true, timeout: 8 * time.Minute,
 		cmdline: fmt.Sprintf("gomhi.addr=%s gomhi.gw=%s", ep.DefaultIPv4, ep.DefaultGateway4)}
 	r.run(t)
 	if *mmShell {
