@@ -105,26 +105,16 @@ func TestUpWithSquatter(t *testing.T) {
 		t.Fatalf("set-mru as uid 65534: %v %q", err, out)
 	}
 
-	// A second `up` on the default port: fails at once, naming the first.
-	second := mhictl("up", "--name", "mhi1")
-	done := make(chan error, 1)
-	var secondOut []byte
-	go func() {
-		var err error
-		secondOut, err = second.CombinedOutput()
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(string(secondOut), fmt.Sprintf("pid %d", up.Process.Pid)) {
-			t.Fatalf("second up: %v\n%s", err, secondOut)
-		}
-		t.Logf("second up: %s", secondOut)
-	case <-time.After(15 * time.Second):
-		_ = second.Process.Kill()
-		<-done
-		t.Fatal("a second `mhictl up` did not fail within 15 s")
+	// A second `up` for the same device: fails at once, naming the first
+	// (one for another device would serve beside it: TestTwoModemsTwoInstances).
+	out, exited, err := exitWithin(t, mhictl("up", "--name", "mhi0", "--run-dir", t.TempDir()), 15*time.Second)
+	if !exited {
+		t.Fatalf("a second `mhictl up` for mhi0 did not fail within 15 s:\n%s", out)
 	}
+	if err == nil || !strings.Contains(out, fmt.Sprintf("pid %d", up.Process.Pid)) {
+		t.Fatalf("second up: %v\n%s", err, out)
+	}
+	t.Logf("second up: %s", out)
 
 	if out, err := runCmd(t, mhictl("get", "mhi0", "mru")); err != nil || strings.TrimSpace(out) != "4096" {
 		t.Fatalf("get mru at the end: %v %q", err, out)
