@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -156,7 +157,8 @@ type hostileRig struct {
 	dlNum  uint8
 	ulNum  uint8
 	warns  *warnCounter
-	inUse0 int // slab bytes in use before the device came up
+	inUse0 int           // slab bytes in use before the device came up
+	pushed atomic.Uint64 // downlink transfers queued on the modem by push
 }
 
 // warnCounter is a slog handler that counts Warn records by message.
@@ -268,7 +270,11 @@ func (r *hostileRig) onDL(h eventHook) {
 func (r *hostileRig) push(data []byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return r.tr.dev.QueueDL(ctx, r.dlNum, data)
+	if err := r.tr.dev.QueueDL(ctx, r.dlNum, data); err != nil {
+		return err
+	}
+	r.pushed.Add(1)
+	return nil
 }
 
 // pushAsync sends every transfer in order from another goroutine; the
@@ -297,28 +303,60 @@ func (r *hostileRig) pushAll(t testing.TB, transfers ...[]byte) {
 	}
 }
 
-// quiesce waits until the modem has written every queued downlink
-// transfer and the host has handled it: the device's downlink counter and
-// the host's completed-element counter stop moving.
+// quiesce waits until the modem has written every transfer pushed to it,
+// the host has handled every event the modem posted, and then the
+// device's counters hold still over five polls. A pause alone would not
+// do: a modem not scheduled for the pause has written nothing yet.
 func (r *hostileRig) quiesce(t testing.TB) mhinet.Stats {
 	t.Helper()
 	var last mhinet.Stats
+	var lastEvents uint64
 	stable := 0
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for stable < 5 {
 		if time.Now().After(deadline) {
-			t.Fatalf("device never settled: %+v", r.dev.Stats())
+			t.Fatalf("device never settled (the modem wrote %d of %d pushed transfers, events posted/handled %s): %+v",
+				r.tr.dev.Stats().DLTransfers, r.pushed.Load(), r.eventsString(), r.dev.Stats())
 		}
 		time.Sleep(5 * time.Millisecond)
+		events, drained := r.eventsDrained()
 		s := r.dev.Stats()
-		if s.RxElements == last.RxElements && s.RxPackets == last.RxPackets && s.RxPosted == last.RxPosted {
+		if !drained || r.tr.dev.Stats().DLTransfers < r.pushed.Load() {
+			stable = 0
+			continue
+		}
+		if s.RxElements == last.RxElements && s.RxPackets == last.RxPackets && s.RxPosted == last.RxPosted && events == lastEvents {
 			stable++
 		} else {
 			stable = 0
 		}
-		last = s
+		last, lastEvents = s, events
 	}
 	return last
+}
+
+// eventsDrained reports the events the modem posted and whether the host
+// has handled all of them: its read pointer at the modem's on every event
+// ring. Controller.Status excludes the event goroutines' passes, so a
+// handler that ran has finished.
+func (r *hostileRig) eventsDrained() (posted uint64, drained bool) {
+	for _, n := range r.tr.dev.Stats().EventsPosted {
+		posted += n
+	}
+	drained = true
+	for _, er := range r.ctrl.Status().EventRings {
+		drained = drained && er.HostRP == er.DeviceRP
+	}
+	return posted, drained
+}
+
+// eventsString names each event ring's host and device read pointers.
+func (r *hostileRig) eventsString() string {
+	var b strings.Builder
+	for _, er := range r.ctrl.Status().EventRings {
+		fmt.Fprintf(&b, "[ring %d: host rp %#x, device rp %#x, %d handled]", er.Index, er.HostRP, er.DeviceRP, er.Events)
+	}
+	return b.String()
 }
 
 // shortTransferModel is the model the receive tests impersonate: raw IP
