@@ -923,25 +923,7 @@ func TestModemManagerSDX55(t *testing.T) {
 // nothing.
 func TestModemManagerCatchesBrokenConnect(t *testing.T) {
 	var mangled atomic.Int64
-	r := &mmRun{model: mmModels["telit-fn990"], mangleMBIM: func(msg []byte) {
-		m, err := mbim.ParseMessage(msg)
-		if err != nil || m.Service != mbim.ServiceBasicConnect || m.CID != mbim.CIDConnect || m.Fragmented() {
-			return
-		}
-		var off int
-		switch {
-		case m.Type == mbim.TypeCommandDone && m.Status == mbim.StatusSuccess:
-			off = mbim.CommandHeaderLen
-		case m.Type == mbim.TypeIndicateStatus:
-			off = mbim.IndicateStatusHeaderLen
-		default:
-			return
-		}
-		if len(msg) >= off+8 {
-			binary.LittleEndian.PutUint32(msg[off+4:], mbim.ActivationStateDeactivated)
-			mangled.Add(1)
-		}
-	}}
+	r := &mmRun{model: mmModels["telit-fn990"], mangleMBIM: breakConnect(&mangled)}
 	r.run(t)
 	got := checks(r.serial)
 	for _, n := range []string{"modem-listed", "modem-initialized", "registered"} {
@@ -961,4 +943,29 @@ func TestModemManagerCatchesBrokenConnect(t *testing.T) {
 		t.Errorf("mmcli --simple-connect did not report a failed connect:\n%s", out)
 	}
 	t.Logf("mmcli --simple-connect said:\n%s", out)
+}
+
+// breakConnect returns an MBIM mangler that rewrites every CONNECT answer
+// and notification to say the session is "deactivated", counting them in
+// mangled.
+func breakConnect(mangled *atomic.Int64) func([]byte) {
+	return func(msg []byte) {
+		m, err := mbim.ParseMessage(msg)
+		if err != nil || m.Service != mbim.ServiceBasicConnect || m.CID != mbim.CIDConnect || m.Fragmented() {
+			return
+		}
+		var off int
+		switch {
+		case m.Type == mbim.TypeCommandDone && m.Status == mbim.StatusSuccess:
+			off = mbim.CommandHeaderLen
+		case m.Type == mbim.TypeIndicateStatus:
+			off = mbim.IndicateStatusHeaderLen
+		default:
+			return
+		}
+		if len(msg) >= off+8 {
+			binary.LittleEndian.PutUint32(msg[off+4:], mbim.ActivationStateDeactivated)
+			mangled.Add(1)
+		}
+	}
 }
