@@ -103,6 +103,26 @@ func TestQMIModemManagerMessages(t *testing.T) {
 	if v := tlv(t, f, 0x1C); !bytes.Equal(v, []byte{2, nasRadioLTE, nasRadioUMTS}) {
 		t.Errorf("acquisition order %x", v)
 	}
+	// SET_SYSTEM_SELECTION_PREFERENCE, as ModemManager registers
+	// automatically (mode 0, MCC and MNC 0) when a connect comes while the
+	// modem is enabling: accepted; manual selection of the mock's own
+	// network too, of another refused; a network selection of the wrong
+	// size is malformed.
+	netSel := func(mode uint8, mcc, mnc uint16) func(*qmi.Builder) {
+		return func(b *qmi.Builder) {
+			b.Begin(0x16)
+			b.Put8(mode)
+			b.Put16(mcc)
+			b.Put16(mnc)
+			b.End()
+		}
+	}
+	h.ok(qmi.NAS, nas, qmi.NASSetSystemSelectionPreference, netSel(nasNetSelAutomatic, 0, 0))
+	h.ok(qmi.NAS, nas, qmi.NASSetSystemSelectionPreference, netSel(1, 1, 1))
+	h.fails(qmi.NAS, nas, qmi.NASSetSystemSelectionPreference, netSel(1, 310, 260), qmi.ErrNoNetworkFound)
+	h.fails(qmi.NAS, nas, qmi.NASSetSystemSelectionPreference, func(b *qmi.Builder) { b.TLVU8(0x16, 0) }, qmi.ErrMalformedMessage)
+	h.ok(qmi.NAS, nas, qmi.NASSetSystemSelectionPreference, func(b *qmi.Builder) { b.TLVU16(0x11, nasRatLTE) })
+
 	f = h.ok(qmi.NAS, nas, qmi.NASGetTechnologyPreference, nil)
 	if v := tlv(t, f, 0x01); !bytes.Equal(v, []byte{0x2A, 0, 0}) {
 		t.Errorf("technology preference %x", v)

@@ -342,6 +342,8 @@ func (q *QMI) nas(r *qmiReq) {
 		r.ok() // thresholds accepted; the mock sends no signal info indications
 	case qmi.NASGetSystemSelectionPreference:
 		nasSystemSelectionPreference(r)
+	case qmi.NASSetSystemSelectionPreference:
+		setSystemSelectionPreference(r)
 	case qmi.NASGetTechnologyPreference:
 		r.ok()
 		r.b.Begin(0x01)
@@ -419,6 +421,36 @@ func (q *QMI) signalStrength(r *qmiReq) {
 	r.b.End()
 	r.b.TLVU16(0x17, uint16(int16(snr)))
 	r.b.TLVU16(0x18, uint16(int16(rsrp)))
+}
+
+// setSystemSelectionPreference answers SET_SYSTEM_SELECTION_PREFERENCE.
+// ModemManager sends it to register automatically (network selection
+// TLV 0x16: mode 0, MCC and MNC 0), as when a connect comes while the modem
+// is still enabling; a real modem takes it, and one that refuses makes
+// ModemManager hold every domain idle until the next enable. The mock
+// takes automatic selection, and a manual one of its own network (it has
+// no other): it registers by itself either way, and GET keeps answering
+// its fixed preferences. Other preferences (modes, bands) are accepted and
+// not modelled.
+func setSystemSelectionPreference(r *qmiReq) {
+	v, ok := r.f.TLVs.Find(0x16)
+	if !ok {
+		r.ok()
+		return
+	}
+	if len(v) != 5 {
+		r.fail(qmi.ErrMalformedMessage)
+		return
+	}
+	mode, mcc, mnc := v[0], uint16(v[1])|uint16(v[2])<<8, uint16(v[3])|uint16(v[4])<<8
+	if mode != nasNetSelAutomatic {
+		own, ownMNC, _, ok := plmn(r.q.m.Identity().ProviderID)
+		if !ok || mcc != own || mnc != ownMNC {
+			r.fail(qmi.ErrNoNetworkFound)
+			return
+		}
+	}
+	r.ok()
 }
 
 // nasSystemSelectionPreference answers GET_SYSTEM_SELECTION_PREFERENCE:

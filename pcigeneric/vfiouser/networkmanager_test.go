@@ -332,12 +332,14 @@ func TestNetworkManagerFN990(t *testing.T) {
 	testNetworkManager(t, "telit-fn990")
 }
 
-// There is no TestNetworkManagerSDX55 yet: on the SDX55 (QMI) the first
-// connection works, but after the crash NetworkManager asks for the
-// connection while ModemManager is still enabling the new modem, so
-// ModemManager launches a registration with NAS SET_SYSTEM_SELECTION_PREFERENCE,
-// which the mock answers InvalidQmiCommand; ModemManager then holds the
-// packet service as "idle" and every autoconnect attempt ends in "Too much
-// time waiting to get to a final packet service state" (docs/MODEMMANAGER.md,
-// "NetworkManager: the desktop journey"). testNetworkManager(t,
-// "qcom-sdx55m") runs it once the mock answers that request.
+// TestNetworkManagerSDX55: the same on the mock as a Qualcomm SDX55
+// reference (ModemManager picks QMI; data on mhi_hwip0). After the crash
+// NetworkManager asks for the connection while ModemManager is still
+// enabling the new modem, so ModemManager registers with NAS
+// SET_SYSTEM_SELECTION_PREFERENCE first; the mock answered it
+// InvalidQmiCommand until 2026-12-06, and ModemManager then held the
+// packet service idle: every autoconnect ended in "Too much time waiting
+// to get to a final packet service state" (docs/MODEMMANAGER.md).
+func TestNetworkManagerSDX55(t *testing.T) {
+	testNetworkManager(t, "qcom-sdx55m")
+}
