@@ -49,7 +49,7 @@ for t in mmdebstrap genext2fs; do
 	command -v $t >/dev/null || missing+=("$t")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-	say "needs ${missing[*]} (Debian packages mmdebstrap and genext2fs; .ci/run installs them)" >&2
+	say "needs ${missing[*]} (Debian packages mmdebstrap, genext2fs and uidmap; make test installs them as root: .ci/host-packages)" >&2
 	exit 1
 fi
 
