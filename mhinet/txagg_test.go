@@ -372,6 +372,11 @@ func TestTXQMAPChecksumFramingLoopback(t *testing.T) {
 			if !r.rx.waitFor(t, 50) {
 				t.Fatalf("%v %s: modem %+v", mode, path, r.mock.IPData.Stats())
 			}
+			// The modem counts an uplink packet after looping it back,
+			// which may be after the host delivered the echo.
+			waitStats(t, r.dev, "the modem to count the 50 uplink packets", func(mhinet.Stats) bool {
+				return r.mock.IPData.Stats().ULPackets >= 50
+			})
 			s := r.mock.IPData.Stats()
 			if s.ULPackets != 50 || s.DeaggErrors() != 0 || r.rx.bad != 0 || s.ULCsumComputed+s.ULCsumBad != 0 {
 				t.Fatalf("%v %s: modem %+v", mode, path, s)
