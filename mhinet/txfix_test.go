@@ -2,6 +2,7 @@ package mhinet_test
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -69,7 +70,7 @@ func TestZCFallbackAggregateLeavesWithNegativeTimeout(t *testing.T) {
 func TestSetMTUUnderLoadNeverTruncates(t *testing.T) {
 	r := newZCRig(t, ep.ShapeConfig{}, mhinet.Config{})
 	var stop atomic.Bool
-	var downs, sent atomic.Int64
+	var downs, sent, attempts atomic.Int64
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -82,13 +83,20 @@ func TestSetMTUUnderLoadNeverTruncates(t *testing.T) {
 			if errors.Is(err, mhinet.ErrDown) {
 				downs.Add(1)
 			}
+			attempts.Add(1)
 		}
 	}()
-	// At least 2 s, and on until both MTUs have been exercised (a loaded
-	// machine may not have run the sender at the small MTU yet), 20 s at
-	// most.
+	// At least 2 s, and on until both MTUs have been exercised, 20 s at
+	// most. Until the sender has met an MTU, it starts an attempt after
+	// each change to it before the next: a loop of changes alone could
+	// starve it (with -cpu 1 it sent 128 packets in 20 s and never one at
+	// the small MTU).
 	deadline, hard := time.Now().Add(2*time.Second), time.Now().Add(20*time.Second)
 	exercised := func() bool { s := r.dev.Stats(); return s.TxTooLong > 0 && s.TxPackets > 0 }
+	met := func(mtu int) bool {
+		s := r.dev.Stats()
+		return (mtu < 1500 && s.TxTooLong > 0) || (mtu == 1500 && s.TxPackets > 0)
+	}
 	changes := 0
 	for time.Now().Before(hard) && (time.Now().Before(deadline) || !exercised()) {
 		for _, mtu := range []int{600, 1500} {
@@ -96,6 +104,9 @@ func TestSetMTUUnderLoadNeverTruncates(t *testing.T) {
 				t.Errorf("SetMTU(%d): %v", mtu, err)
 			}
 			changes++
+			for a := attempts.Load(); !met(mtu) && attempts.Load() < a+2 && time.Now().Before(hard); {
+				runtime.Gosched()
+			}
 		}
 	}
 	stop.Store(true)
