@@ -207,7 +207,7 @@ connect() {
 	[ "$dev" = "$iface" ]; check bearer-interface$1 $? "bearer on $dev (want $iface)"
 	# The bearer is IPv4: no IPv6 link traffic (router and neighbour
 	# solicitations), so the interface's counters match the modem's.
-	sysctl -qw net.ipv6.conf.$dev.disable_ipv6=1
+	echo 1 >/proc/sys/net/ipv6/conf/$dev/disable_ipv6
 	ip link set "$dev" up
 	ip addr replace "$addr/$prefix" dev "$dev"
 	[ -n "$mtu" ] && [ "$mtu" != "--" ] && ip link set "$dev" mtu "$mtu"
@@ -263,7 +263,10 @@ while [ $i -lt 480 ]; do
 	sleep 0.25; i=$((i+1))
 done
 [ -n "$mi" ]; check syserr-modem-back $? "modem ${mi:-none} at $(uptime) s"
-[ -n "$mi" ] || finish
+[ -n "$mi" ] || {
+	echo "INFO after SYS_ERR: mhi devices: $(ls /sys/bus/mhi/devices | tr '\n' ' '); wwan ports: $(ls /dev | grep '^wwan' | tr '\n' ' '); net: $(ls /sys/class/net | tr '\n' ' ')"
+	finish
+}
 waitstate disabled 90; rc=$?
 check syserr-modem-initialized $rc "state $(key /tmp/m0 modem.generic.state) at $(uptime) s"
 [ $rc = 0 ] || finish
@@ -567,8 +570,34 @@ func (r *mmRun) fatal(t *testing.T, msg string) {
 			steps = append(steps, l)
 		}
 	}
-	t.Fatalf("%s\nserial log:\n%s\nModemManager log:\n%s\n--- digest of ModemManager's log:\n%s%s\n--- the guest's steps:\n%s\n--- %s",
-		msg, r.serial, r.mmLog, strings.Join(digest, "\n"), nm, strings.Join(steps, "\n"), msg)
+	// CI shows only the last lines of a failure: the kernel's last MHI
+	// and WWAN lines and ModemManager's last digest lines come just
+	// before msg, so that a failure there says where it stopped.
+	t.Fatalf("%s\nserial log:\n%s\nModemManager log:\n%s\n--- digest of ModemManager's log:\n%s%s\n--- the guest's steps:\n%s\n--- ModemManager, last lines of the digest:\n%s\n--- the kernel, last lines:\n%s\n--- %s",
+		msg, r.serial, r.mmLog, strings.Join(digest, "\n"), nm, strings.Join(steps, "\n"),
+		strings.Join(lastLines(digest, mmTailLines), "\n"), strings.Join(lastLines(kernelLines(r.serial), mmTailLines), "\n"), msg)
+}
+
+// mmTailLines is how many lines of each log the end of a failure repeats.
+const mmTailLines = 6
+
+// lastLines returns the last n of lines.
+func lastLines(lines []string, n int) []string {
+	if len(lines) > n {
+		return lines[len(lines)-n:]
+	}
+	return lines
+}
+
+// kernelLines returns the kernel log the guest printed as it finished
+// (between "--- kernel log ---" and "GUEST DONE").
+func kernelLines(serial string) []string {
+	_, rest, ok := strings.Cut(serial, "--- kernel log ---\n")
+	if !ok {
+		return []string{"(the guest printed no kernel log)"}
+	}
+	rest, _, _ = strings.Cut(rest, "GUEST DONE")
+	return strings.Split(strings.TrimRight(rest, "\n"), "\n")
 }
 
 // logDigest returns the lines of a daemon's log that re matches, the last
