@@ -548,8 +548,9 @@ func (r *mmRun) run(t *testing.T) {
 
 // mmDigestLine picks the lines of ModemManager's log that tell a modem's
 // life: warnings and errors, modems created, exported, invalidated,
-// reprobed or removed, SIM events, probing results and timeouts.
-var mmDigestLine = regexp.MustCompile(`(?i)^<(warn|err|error|crit|critical)>|reprob|recreat|creating modem|exported modem|no longer valid|sim (identifier|imsi) has changed|hot.?swap|slot status|timed out|timeout|probing finished|port '.*' grabbed|port .* released|(QMI|MBIM)-powered|caught signal`)
+// reprobed or removed, SIM events, probing results, failures and
+// timeouts.
+var mmDigestLine = regexp.MustCompile(`(?i)^<(warn|err|error|crit|critical)>|reprob|recreat|creating modem|exported modem|no longer valid|sim (identifier|imsi) has changed|hot.?swap|slot status|timed out|timeout|probing finished|port '.*' grabbed|port .* released|(QMI|MBIM)-powered|caught signal|couldn't|not supported|unsupported|failed`)
 
 // mmDigestMax bounds the digest's length.
 const mmDigestMax = 80
