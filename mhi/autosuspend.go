@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // autoSuspend is the host's runtime power management, as Linux's
@@ -44,7 +46,7 @@ func (c *Controller) kickPM() {
 // doorbell; 0 turns it off. Linux's mhi_pci_generic uses 2 s.
 func (c *Controller) SetAutoSuspend(idle time.Duration) error {
 	if idle < 0 || idle > time.Hour || idle > 0 && idle < time.Millisecond {
-		return fmt.Errorf("%s: auto-suspend delay %v outside 1ms..1h (0: off): %w", c.name, idle, ErrConfig)
+		return fmt.Errorf("%s: auto-suspend delay %v outside 1ms..1h (0: off): %w", c.name, idle, wire.ErrConfig)
 	}
 	c.pmAuto.idle.Store(int64(idle))
 	c.noteActivity()

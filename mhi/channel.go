@@ -1,16 +1,12 @@
 package mhi
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
-)
 
-// ErrAborted marks a completion for a buffer that the device never
-// completed: the channel was reset, the device entered SYS_ERR, or the
-// controller was powered down. The buffer is returned to its owner.
-var ErrAborted = errors.New("mhi: transfer aborted")
+	"github.com/gomhi/gomhi/mhi/wire"
+)
 
 // Flags ask for completion behaviour on a queued element.
 type Flags uint32
@@ -43,12 +39,12 @@ type Completion struct {
 	// Code is the event's code, EOT, EOB or OVERFLOW (OVERFLOW: the buffer
 	// is full and the transfer continues in the next element), for every
 	// element the event completed; INVALID when Err is set.
-	Code CompletionCode
+	Code wire.CompletionCode
 	// End is true for the element the device's event named (the end of the
 	// transfer, the block, or the filled buffer), false for earlier elements
 	// of a chain that the same event completed.
 	End bool
-	// Err is nil, or wraps ErrAborted or ErrBadDevice.
+	// Err is nil, or wraps wire.ErrAborted or ErrBadDevice.
 	Err error
 }
 
@@ -62,19 +58,19 @@ type slot struct {
 // the bookkeeping for queued buffers.
 type Channel struct {
 	ctrl *Controller
-	cfg  ChannelConfig
+	cfg  wire.ChannelConfig
 	er   *EventRing
 	bei  bool
 
 	mu      sync.Mutex
 	ring    ring
 	slots   []slot
-	state   ChannelState // host view: DISABLED, ENABLED or STOP
+	state   wire.ChannelState // host view: DISABLED, ENABLED or STOP
 	dbMode  bool
 	handler func(Completion)
 	wanted  bool         // started by a client; restarted after recovery
 	comps   []Completion // scratch for completions, used by the event goroutine
-	// errFull is Queue's ErrRingFull, made once: a sender that polls a
+	// errFull is Queue's wire.ErrRingFull, made once: a sender that polls a
 	// full ring must not allocate per try.
 	errFull error
 	// reclaimed, when not nil, is closed by the next abort: a client Reset
@@ -105,23 +101,23 @@ type ChannelStats struct {
 func (ch *Channel) Num() uint8 { return ch.cfg.Num }
 
 // Config returns the channel's configuration.
-func (ch *Channel) Config() ChannelConfig { return ch.cfg }
+func (ch *Channel) Config() wire.ChannelConfig { return ch.cfg }
 
 // Stats returns the channel's counters.
 func (ch *Channel) Stats() *ChannelStats { return &ch.stats }
 
 func (ch *Channel) ctx() []byte {
 	n := int(ch.cfg.Num)
-	return ch.ctrl.chCtx.Bytes[n*ContextSize : (n+1)*ContextSize]
+	return ch.ctrl.chCtx.Bytes[n*wire.ContextSize : (n+1)*wire.ContextSize]
 }
 
-func (ch *Channel) writeContext(st ChannelState, withRing bool) {
-	brst := uint32(BurstDisable)
+func (ch *Channel) writeContext(st wire.ChannelState, withRing bool) {
+	brst := uint32(wire.BurstDisable)
 	if ch.cfg.Burst {
-		brst = BurstEnable
+		brst = wire.BurstEnable
 	}
-	ctx := Context{
-		Cfg:   uint32(st) | brst<<ChCfgBrstShift,
+	ctx := wire.Context{
+		Cfg:   uint32(st) | brst<<wire.ChCfgBrstShift,
 		Type:  uint32(ch.cfg.Dir),
 		Index: uint32(ch.cfg.EventRing),
 	}
@@ -165,26 +161,26 @@ func (ch *Channel) start(handler func(Completion)) error {
 	}
 	ch.mu.Lock()
 	switch ch.state {
-	case ChannelDisabled:
+	case wire.ChannelDisabled:
 		ch.ring.reset()
-		ch.writeContext(ChannelEnabled, true)
-	case ChannelStop:
-		Store32(ch.ctx(), CtxCfg, Load32(ch.ctx(), CtxCfg)&^ChCfgStateMask|uint32(ChannelEnabled))
+		ch.writeContext(wire.ChannelEnabled, true)
+	case wire.ChannelStop:
+		wire.Store32(ch.ctx(), wire.CtxCfg, wire.Load32(ch.ctx(), wire.CtxCfg)&^wire.ChCfgStateMask|uint32(wire.ChannelEnabled))
 	default:
 		st := ch.state
 		ch.mu.Unlock()
-		return fmt.Errorf("%s: start channel %d in state %s: %w", ch.ctrl.name, ch.cfg.Num, st, ErrChannelState)
+		return fmt.Errorf("%s: start channel %d in state %s: %w", ch.ctrl.name, ch.cfg.Num, st, wire.ErrChannelState)
 	}
 	if handler != nil {
 		ch.handler = handler
 	}
 	ch.mu.Unlock()
 
-	if err := ch.ctrl.sendCommand(PktStartChanCmd, ch.cfg.Num); err != nil {
+	if err := ch.ctrl.sendCommand(wire.PktStartChanCmd, ch.cfg.Num); err != nil {
 		return err
 	}
 	ch.mu.Lock()
-	ch.state = ChannelEnabled
+	ch.state = wire.ChannelEnabled
 	ch.dbMode = true
 	ch.wanted = true
 	pending := ch.ring.used() > 0
@@ -213,13 +209,13 @@ func (ch *Channel) Stop() error {
 		return fmt.Errorf("%s: stop channel %d: %w", ch.ctrl.name, ch.cfg.Num, ErrRecovering)
 	}
 	ch.mu.Lock()
-	if ch.state != ChannelEnabled {
+	if ch.state != wire.ChannelEnabled {
 		st := ch.state
 		ch.mu.Unlock()
-		return fmt.Errorf("%s: stop channel %d in state %s: %w", ch.ctrl.name, ch.cfg.Num, st, ErrChannelState)
+		return fmt.Errorf("%s: stop channel %d in state %s: %w", ch.ctrl.name, ch.cfg.Num, st, wire.ErrChannelState)
 	}
 	ch.mu.Unlock()
-	if err := ch.ctrl.sendCommand(PktStopChanCmd, ch.cfg.Num); err != nil {
+	if err := ch.ctrl.sendCommand(wire.PktStopChanCmd, ch.cfg.Num); err != nil {
 		return err
 	}
 	// The device posted every completion of this channel before it
@@ -227,20 +223,20 @@ func (ch *Channel) Stop() error {
 	// now, so that nothing of this channel is left behind the stop.
 	ch.er.process(false)
 	ch.mu.Lock()
-	ch.state = ChannelStop
+	ch.state = wire.ChannelStop
 	ch.mu.Unlock()
 	return nil
 }
 
 // Reset resets the channel: the device forgets the ring and every queued
-// buffer is returned to the handler with ErrAborted.
+// buffer is returned to the handler with wire.ErrAborted.
 //
 // During SYS_ERR the device cannot reset one channel; the recovery's MHI
 // reset resets them all. Reset then marks the channel as no longer wanted
 // (the recovery will not restart it) and waits for the recovery to take
 // stock: once the device is reset, the completions it posted before reach
 // the handler as usual, and only then does every other buffer come back
-// with ErrAborted. Handing the buffers back earlier would give the client
+// with wire.ErrAborted. Handing the buffers back earlier would give the client
 // memory the device may still write, and the completions of the packets
 // in them would then find the channel reset and be dropped as stale. The
 // wait lasts until the recovery attempt starts (its backoff, up to
@@ -253,15 +249,15 @@ func (ch *Channel) Reset() error {
 	}
 	sysErr := ch.clientOp()
 	ch.mu.Lock()
-	if ch.state != ChannelEnabled && ch.state != ChannelStop && !sysErr {
+	if ch.state != wire.ChannelEnabled && ch.state != wire.ChannelStop && !sysErr {
 		st := ch.state
 		ch.mu.Unlock()
 		ch.ctrl.chanOps.RUnlock()
-		return fmt.Errorf("%s: reset channel %d in state %s: %w", ch.ctrl.name, ch.cfg.Num, st, ErrChannelState)
+		return fmt.Errorf("%s: reset channel %d in state %s: %w", ch.ctrl.name, ch.cfg.Num, st, wire.ErrChannelState)
 	}
 	ch.wanted = false
 	if sysErr {
-		if ch.state == ChannelDisabled {
+		if ch.state == wire.ChannelDisabled {
 			// A recovery attempt already took stock of the channel (it
 			// failed and the next one waits): nothing of it is on the
 			// device any more.
@@ -281,21 +277,21 @@ func (ch *Channel) Reset() error {
 		<-reclaimed
 		return nil
 	}
-	ch.state = ChannelDisabled
+	ch.state = wire.ChannelDisabled
 	ch.mu.Unlock()
 	defer ch.ctrl.chanOps.RUnlock()
-	err := ch.ctrl.sendCommand(PktResetChanCmd, ch.cfg.Num)
+	err := ch.ctrl.sendCommand(wire.PktResetChanCmd, ch.cfg.Num)
 	// Consume (as stale) whatever the device posted for the channel before
 	// the reset, so no old event meets the restarted ring.
 	ch.er.process(false)
 	ch.abort()
 	ch.mu.Lock()
-	ch.writeContext(ChannelDisabled, false)
+	ch.writeContext(wire.ChannelDisabled, false)
 	ch.mu.Unlock()
 	return err
 }
 
-// abort returns every queued buffer to the handler with ErrAborted, then
+// abort returns every queued buffer to the handler with wire.ErrAborted, then
 // releases a Reset waiting for them (reclaimed).
 func (ch *Channel) abort() {
 	ch.mu.Lock()
@@ -303,7 +299,7 @@ func (ch *Channel) abort() {
 	for ch.ring.rp != ch.ring.wp {
 		s := ch.slots[ch.ring.rp]
 		out = append(out, Completion{Cookie: s.cookie, IOVA: s.iova,
-			Err: fmt.Errorf("%s: channel %d: %w", ch.ctrl.name, ch.cfg.Num, ErrAborted)})
+			Err: fmt.Errorf("%s: channel %d: %w", ch.ctrl.name, ch.cfg.Num, wire.ErrAborted)})
 		ch.ring.rp = ch.ring.next(ch.ring.rp)
 	}
 	h := ch.handler
@@ -336,46 +332,46 @@ func (ch *Channel) Pending() int {
 }
 
 // Queue posts the elements of xs in order and rings the doorbell once. Either
-// all are queued or none (ErrRingFull when the ring lacks room, and
-// ErrChannelState, ErrTooLarge).
+// all are queued or none (wire.ErrRingFull when the ring lacks room, and
+// wire.ErrChannelState, ErrTooLarge).
 //
 // One error means the opposite: an error wrapping ErrDoorbell says that the
 // elements ARE queued but the doorbell write failed (the transport's error
 // is wrapped too; the failure is counted in DoorbellErrors). The buffers
 // then belong to the channel as after a successful Queue: their completions
-// (or ErrAborted returns on reset, SYS_ERR or power-down) reach the handler
+// (or wire.ErrAborted returns on reset, SYS_ERR or power-down) reach the handler
 // as usual, and the caller must not reuse them. Call Kick to ring the
 // doorbell again; the next successful Queue rings it too.
 func (ch *Channel) Queue(xs []Transfer) error {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	if ch.state != ChannelEnabled {
-		return fmt.Errorf("%s: queue on channel %d in state %s: %w", ch.ctrl.name, ch.cfg.Num, ch.state, ErrChannelState)
+	if ch.state != wire.ChannelEnabled {
+		return fmt.Errorf("%s: queue on channel %d in state %s: %w", ch.ctrl.name, ch.cfg.Num, ch.state, wire.ErrChannelState)
 	}
 	if len(xs) > ch.ring.free() {
 		return ch.errFull
 	}
 	for _, x := range xs {
-		if x.Len <= 0 || x.Len > MaxTRELength {
-			return fmt.Errorf("%s: channel %d: buffer of %d bytes, elements hold 1..%d: %w", ch.ctrl.name, ch.cfg.Num, x.Len, MaxTRELength, ErrTooLarge)
+		if x.Len <= 0 || x.Len > wire.MaxTRELength {
+			return fmt.Errorf("%s: channel %d: buffer of %d bytes, elements hold 1..%d: %w", ch.ctrl.name, ch.cfg.Num, x.Len, wire.MaxTRELength, ErrTooLarge)
 		}
 	}
 	for _, x := range xs {
 		var f uint32
 		if x.Flags&FlagEOT != 0 {
-			f |= TREIEOT
+			f |= wire.TREIEOT
 		}
 		if x.Flags&FlagEOB != 0 {
-			f |= TREIEOB
+			f |= wire.TREIEOB
 		}
 		if x.Flags&FlagChain != 0 {
-			f |= TREChain
+			f |= wire.TREChain
 		}
 		if ch.bei {
-			f |= TREBEI
+			f |= wire.TREBEI
 		}
 		i := ch.ring.wp
-		ch.ring.put(i, TransferTRE(x.IOVA, uint32(x.Len), f))
+		ch.ring.put(i, wire.TransferTRE(x.IOVA, uint32(x.Len), f))
 		ch.slots[i] = slot{iova: x.IOVA, n: x.Len, cookie: x.Cookie}
 		ch.ring.wp = ch.ring.next(i)
 	}
@@ -393,7 +389,7 @@ func (ch *Channel) Queue(xs []Transfer) error {
 func (ch *Channel) Kick() error {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	if ch.state != ChannelEnabled || ch.ring.used() == 0 {
+	if ch.state != wire.ChannelEnabled || ch.ring.used() == 0 {
 		return nil
 	}
 	if ch.cfg.Burst {
@@ -411,7 +407,7 @@ func (ch *Channel) Kick() error {
 func (ch *Channel) ringDoorbell() error {
 	c := ch.ctrl
 	wp := ch.ring.iova(ch.ring.wp)
-	Store64(ch.ctx(), CtxWP, wp)
+	wire.Store64(ch.ctx(), wire.CtxWP, wp)
 	c.gate.RLock()
 	defer c.gate.RUnlock()
 	c.noteActivity()
@@ -453,7 +449,7 @@ func (ch *Channel) onM0() {
 	if ch.cfg.DBModeSwitch {
 		ch.dbMode = true
 	}
-	if ch.state == ChannelEnabled && ch.ring.used() > 0 {
+	if ch.state == wire.ChannelEnabled && ch.ring.used() > 0 {
 		if err := ch.ringDoorbell(); err != nil {
 			ch.ctrl.log.Warn("channel doorbell on M0", "channel", ch.cfg.Num, "err", err)
 		}
@@ -461,21 +457,21 @@ func (ch *Channel) onM0() {
 }
 
 // onEvent handles a transfer event for this channel.
-func (ch *Channel) onEvent(ev Element) {
+func (ch *Channel) onEvent(ev wire.Element) {
 	c := ch.ctrl
 	code := ev.Code()
 	ch.mu.Lock()
-	if ch.state == ChannelDisabled {
+	if ch.state == wire.ChannelDisabled {
 		ch.mu.Unlock()
 		c.stats.StaleCompletion.Add(1)
 		return
 	}
 	switch code {
-	case CCEOT, CCEOB, CCOverflow, CCBadTRE:
-	case CCOOB, CCDBMode:
+	case wire.CCEOT, wire.CCEOB, wire.CCOverflow, wire.CCBadTRE:
+	case wire.CCOOB, wire.CCDBMode:
 		ch.stats.DBModes.Add(1)
 		ch.dbMode = true
-		if ch.state == ChannelEnabled && ch.ring.used() > 0 {
+		if ch.state == wire.ChannelEnabled && ch.ring.used() > 0 {
 			if err := ch.ringDoorbell(); err != nil {
 				c.log.Warn("channel doorbell on DB_MODE", "channel", ch.cfg.Num, "err", err)
 			}
@@ -491,7 +487,7 @@ func (ch *Channel) onEvent(ev Element) {
 	}
 	idx, err := ch.ring.index(ev.Ptr)
 	if err == nil && !ch.ring.inFlight(idx) {
-		err = fmt.Errorf("%w: element %d is not queued (rp %d, wp %d)", ErrBounds, idx, ch.ring.rp, ch.ring.wp)
+		err = fmt.Errorf("%w: element %d is not queued (rp %d, wp %d)", wire.ErrBounds, idx, ch.ring.rp, ch.ring.wp)
 	}
 	if err != nil {
 		ch.mu.Unlock()
@@ -516,10 +512,10 @@ func (ch *Channel) onEvent(ev Element) {
 				comp.Len = s.n
 			}
 		}
-		if code == CCBadTRE {
+		if code == wire.CCBadTRE {
 			// The device failed the transfer: every element the event
 			// completes comes back with the error and no data.
-			comp.Code, comp.Len = CCInvalid, 0
+			comp.Code, comp.Len = wire.CCInvalid, 0
 			comp.Err = fmt.Errorf("%s: channel %d: device reported a bad element at index %d: %w", c.name, ch.cfg.Num, idx, ErrBadDevice)
 		}
 		bytes += uint64(comp.Len)
@@ -534,7 +530,7 @@ func (ch *Channel) onEvent(ev Element) {
 	ch.mu.Unlock()
 	ch.stats.Completed.Add(uint64(len(comps)))
 	ch.stats.Bytes.Add(bytes)
-	if code == CCOverflow {
+	if code == wire.CCOverflow {
 		ch.stats.Overflows.Add(1)
 	}
 	if h != nil {
@@ -577,8 +573,8 @@ func (ch *Channel) Status() ChannelStatus {
 	if ch.ctrl.allocated {
 		st.RingBase = ch.ring.base()
 		st.HostRP, st.HostWP = ch.ring.iova(ch.ring.rp), ch.ring.iova(ch.ring.wp)
-		st.CtxState = ChannelState(Load32(ch.ctx(), CtxCfg) & ChCfgStateMask).String()
-		st.CtxRP, st.CtxWP = Load64(ch.ctx(), CtxRP), Load64(ch.ctx(), CtxWP)
+		st.CtxState = wire.ChannelState(wire.Load32(ch.ctx(), wire.CtxCfg) & wire.ChCfgStateMask).String()
+		st.CtxRP, st.CtxWP = wire.Load64(ch.ctx(), wire.CtxRP), wire.Load64(ch.ctx(), wire.CtxWP)
 	}
 	return st
 }

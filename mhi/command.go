@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // commandRing is the host's command ring. Commands are issued one at a time
@@ -14,11 +16,11 @@ type commandRing struct {
 
 	mu      sync.Mutex
 	waiting int // index of the outstanding command, -1 if none
-	done    chan CompletionCode
+	done    chan wire.CompletionCode
 }
 
 // send posts a command for channel ch and waits for its completion.
-func (c *Controller) sendCommand(t PacketType, ch uint8) error {
+func (c *Controller) sendCommand(t wire.PacketType, ch uint8) error {
 	cr := &c.cmd
 	cr.issue.Lock()
 	defer cr.issue.Unlock()
@@ -40,17 +42,17 @@ func (c *Controller) sendCommand(t PacketType, ch uint8) error {
 		c.procMu.RUnlock()
 		return fmt.Errorf("%s: %s channel %d: %w", c.name, t, ch, ErrPoweredDown)
 	}
-	done := make(chan CompletionCode, 1)
+	done := make(chan wire.CompletionCode, 1)
 	cr.mu.Lock()
 	idx := cr.wp
-	cr.put(idx, CommandElement(t, ch))
+	cr.put(idx, wire.CommandElement(t, ch))
 	cr.wp = cr.next(cr.wp)
 	cr.waiting, cr.done = idx, done
 	wp := cr.iova(cr.wp)
 	cr.mu.Unlock()
-	Store64(c.cmdCtx.Bytes, CtxWP, wp)
+	wire.Store64(c.cmdCtx.Bytes, wire.CtxWP, wp)
 	c.stats.Commands.Add(1)
-	err := c.gatedDoorbell(RegCRDBLower, wp)
+	err := c.gatedDoorbell(wire.RegCRDBLower, wp)
 	c.procMu.RUnlock()
 	if err != nil {
 		cr.abort()
@@ -64,7 +66,7 @@ func (c *Controller) sendCommand(t PacketType, ch uint8) error {
 		if !ok {
 			return fmt.Errorf("%s: %s channel %d aborted: %w", c.name, t, ch, ErrSysErr)
 		}
-		if code != CCSuccess {
+		if code != wire.CCSuccess {
 			return fmt.Errorf("%s: %s channel %d completed with %s: %w", c.name, t, ch, code, ErrCommandFailed)
 		}
 		return nil
@@ -78,7 +80,7 @@ func (c *Controller) sendCommand(t PacketType, ch uint8) error {
 }
 
 // complete handles a command completion event.
-func (cr *commandRing) complete(c *Controller, ev Element) {
+func (cr *commandRing) complete(c *Controller, ev wire.Element) {
 	idx, err := cr.index(ev.Ptr)
 	if err != nil {
 		c.stats.BadEventPtr.Add(1)

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // Options tune a Controller. The zero value gives sensible defaults.
@@ -40,7 +42,7 @@ type Options struct {
 	// DefaultRecoveryWindow).
 	RecoveryWindow time.Duration
 	// Firmware supplies the images for a device that boots in PBL or EDL
-	// (bhi.go); nil refuses such a device with ErrFirmware.
+	// (firmware.go); nil refuses such a device with ErrFirmware.
 	Firmware *Firmware
 	// RDDMSize, if non-zero, enables RAM-dump collection (rddm.go): the
 	// host keeps a receive vector table of this many bytes programmed in
@@ -101,7 +103,7 @@ func (p pmState) String() string { return pmNames[p] }
 // through the MHI state machine over a Transport.
 type Controller struct {
 	t    Transport
-	cfg  ControllerConfig
+	cfg  wire.ControllerConfig
 	name string
 	log  *slog.Logger
 	poll time.Duration
@@ -114,7 +116,7 @@ type Controller struct {
 	recBackoff, recBackoffMax, recWindow time.Duration
 	recLimit                             int
 
-	// Firmware download (bhi.go): the images, and the full image kept
+	// Firmware download (firmware.go): the images, and the full image kept
 	// for BHIe between the BHI download and the device's EE SBL.
 	fw       *Firmware
 	fbcImage []byte
@@ -127,7 +129,7 @@ type Controller struct {
 
 	cmd        commandRing
 	eventRings []*EventRing
-	channels   [MaxDoorbellChannels]*Channel
+	channels   [wire.MaxDoorbellChannels]*Channel
 
 	// life serialises PowerUp and PowerDown.
 	life sync.Mutex
@@ -148,8 +150,8 @@ type Controller struct {
 	stop      chan struct{}
 	stopped   bool // stop is closed
 	rec       recoveryState
-	devState  State // last state announced by the device
-	ee        ExecEnv
+	devState  wire.State // last state announced by the device
+	ee        wire.ExecEnv
 	eeSeen    bool  // a mission-mode EE event arrived since the last M0 request
 	gone      error // why the device is in LINK_DOWN (health.go), until PowerDown
 	health    time.Duration
@@ -195,13 +197,13 @@ const (
 // StatusEvent is a notification from the controller to its clients.
 type StatusEvent struct {
 	Kind StatusKind
-	EE   ExecEnv
+	EE   wire.ExecEnv
 	Err  error
 }
 
 // NewController builds a controller for the device behind t, configured by
 // cfg. Nothing is written to the device until PowerUp.
-func NewController(t Transport, cfg ControllerConfig, opts Options) (*Controller, error) {
+func NewController(t Transport, cfg wire.ControllerConfig, opts Options) (*Controller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -256,7 +258,7 @@ func NewController(t Transport, cfg ControllerConfig, opts Options) (*Controller
 	c.cond = sync.NewCond(&c.mu)
 	for _, chc := range cfg.Channels {
 		c.channels[chc.Num] = &Channel{ctrl: c, cfg: chc,
-			errFull: fmt.Errorf("%s: channel %d: not enough free elements in the transfer ring of %d: %w", c.name, chc.Num, chc.Elements, ErrRingFull)}
+			errFull: fmt.Errorf("%s: channel %d: not enough free elements in the transfer ring of %d: %w", c.name, chc.Num, chc.Elements, wire.ErrRingFull)}
 	}
 	return c, nil
 }
@@ -265,7 +267,7 @@ func NewController(t Transport, cfg ControllerConfig, opts Options) (*Controller
 func (c *Controller) Name() string { return c.name }
 
 // Config returns the controller's configuration.
-func (c *Controller) Config() ControllerConfig {
+func (c *Controller) Config() wire.ControllerConfig {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.cfg
@@ -313,27 +315,27 @@ func (c *Controller) notify(ev StatusEvent) {
 	}
 }
 
-// Channel returns channel num, or an error wrapping ErrNoChannel.
+// Channel returns channel num, or an error wrapping wire.ErrNoChannel.
 func (c *Controller) Channel(num uint8) (*Channel, error) {
 	if int(num) >= len(c.channels) || c.channels[num] == nil {
-		return nil, fmt.Errorf("%s: channel %d: %w", c.name, num, ErrNoChannel)
+		return nil, fmt.Errorf("%s: channel %d: %w", c.name, num, wire.ErrNoChannel)
 	}
 	return c.channels[num], nil
 }
 
 // ChannelPair returns the uplink and downlink channels with the given name.
 func (c *Controller) ChannelPair(name string) (ul, dl *Channel, err error) {
-	u, ok1 := c.cfg.ChannelByName(name, Uplink)
-	d, ok2 := c.cfg.ChannelByName(name, Downlink)
+	u, ok1 := c.cfg.ChannelByName(name, wire.Uplink)
+	d, ok2 := c.cfg.ChannelByName(name, wire.Downlink)
 	if !ok1 || !ok2 {
-		return nil, nil, fmt.Errorf("%s: channel pair %q: %w", c.name, name, ErrNoChannel)
+		return nil, nil, fmt.Errorf("%s: channel pair %q: %w", c.name, name, wire.ErrNoChannel)
 	}
 	return c.channels[u.Num], c.channels[d.Num], nil
 }
 
 // State returns the MHI state last announced by the device and the
 // execution environment.
-func (c *Controller) State() (State, ExecEnv) {
+func (c *Controller) State() (wire.State, wire.ExecEnv) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.devState, c.ee

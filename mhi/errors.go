@@ -2,29 +2,22 @@ package mhi
 
 import "errors"
 
-// Sentinel errors. Errors returned by this package wrap one of these with
-// %w and name the device, channel and values involved.
+// Sentinel errors of the host stack. Errors returned by this package wrap
+// one of these, or one of the sentinels both sides share (wire.ErrBounds,
+// wire.ErrConfig, wire.ErrNoChannel, wire.ErrChannelState, wire.ErrRingFull,
+// wire.ErrAborted), with %w and name the device, channel and values
+// involved.
 var (
 	// ErrTimeout: the device did not reach a state or answer a command in time.
 	ErrTimeout = errors.New("mhi: timeout")
 	// ErrSysErr: the device entered SYS_ERR.
 	ErrSysErr = errors.New("mhi: device in SYS_ERR")
-	// ErrConfig: a controller configuration is inconsistent.
-	ErrConfig = errors.New("mhi: invalid configuration")
 	// ErrBadDevice: the device published register values the host cannot use.
 	ErrBadDevice = errors.New("mhi: device misbehaves")
-	// ErrNoChannel: no such channel in the configuration.
-	ErrNoChannel = errors.New("mhi: no such channel")
-	// ErrChannelState: the operation is not allowed in the channel's state.
-	ErrChannelState = errors.New("mhi: channel in wrong state")
-	// ErrRingFull: the transfer ring has no free element.
-	ErrRingFull = errors.New("mhi: transfer ring full")
 	// ErrCommandFailed: the device completed a command with a code other than SUCCESS.
 	ErrCommandFailed = errors.New("mhi: command failed")
 	// ErrPoweredDown: the controller is not powered up.
 	ErrPoweredDown = errors.New("mhi: controller not powered up")
-	// ErrBounds: an address or length falls outside the memory it must lie in.
-	ErrBounds = errors.New("mhi: out of bounds")
 	// ErrWrongState: the controller is not in a state that allows the operation.
 	ErrWrongState = errors.New("mhi: wrong controller state")
 	// ErrTooLarge: a buffer is too large for the channel's ring.

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // EventRing is one of the host's event rings: the device writes events into
@@ -14,7 +16,7 @@ import (
 type EventRing struct {
 	ctrl   *Controller
 	index  int
-	cfg    EventRingConfig
+	cfg    wire.EventRingConfig
 	vector int
 	ring
 	devRP  int // last device read pointer seen, as an index
@@ -36,7 +38,7 @@ type EventRing struct {
 }
 
 func (er *EventRing) ctx() []byte {
-	return er.ctrl.erCtx.Bytes[er.index*ContextSize : (er.index+1)*ContextSize]
+	return er.ctrl.erCtx.Bytes[er.index*wire.ContextSize : (er.index+1)*wire.ContextSize]
 }
 
 // arm gives the device every slot but one and rings the ring's doorbell.
@@ -44,9 +46,9 @@ func (er *EventRing) arm() error {
 	er.ctrl.procMu.Lock()
 	er.rp, er.wp, er.devRP = 0, er.n-1, 0
 	er.forgetBadRP()
-	Store64(er.ctx(), CtxRP, er.base())
+	wire.Store64(er.ctx(), wire.CtxRP, er.base())
 	wp := er.iova(er.wp)
-	Store64(er.ctx(), CtxWP, wp)
+	wire.Store64(er.ctx(), wire.CtxWP, wp)
 	er.ctrl.procMu.Unlock()
 	return er.ctrl.gatedDoorbell(er.ctrl.erdb(er.index), wp)
 }
@@ -140,7 +142,7 @@ func (er *EventRing) pass(byPoll bool, quota int) (more bool) {
 	if !c.allocated || !er.armed() || c.halted.Load() {
 		return false
 	}
-	devRPIOVA := Load64(er.ctx(), CtxRP)
+	devRPIOVA := wire.Load64(er.ctx(), wire.CtxRP)
 	devRP, err := er.index2(devRPIOVA)
 	if err != nil {
 		er.badReadPointer(devRPIOVA, err)
@@ -165,7 +167,7 @@ func (er *EventRing) pass(byPoll bool, quota int) (more bool) {
 		er.handle(ev)
 	}
 	c.noteActivity()
-	Store64(er.ctx(), CtxWP, er.iova(er.wp))
+	wire.Store64(er.ctx(), wire.CtxWP, er.iova(er.wp))
 	if err := c.gatedDoorbell(c.erdb(er.index), er.iova(er.wp)); err != nil {
 		// Counted in DoorbellErrors; logged on the 1st, 2nd, 4th, 8th… failure.
 		if n := c.stats.DoorbellErrors.Load(); n&(n-1) == 0 {
@@ -199,17 +201,17 @@ func (er *EventRing) armed() bool { return er.wp != er.rp }
 
 func (er *EventRing) index2(iova uint64) (int, error) { return er.ring.index(iova) }
 
-func (er *EventRing) handle(ev Element) {
+func (er *EventRing) handle(ev wire.Element) {
 	c := er.ctrl
 	switch ev.Type() {
-	case PktStateChangeEvent:
+	case wire.PktStateChangeEvent:
 		c.stats.StateChanges.Add(1)
 		c.onStateChange(ev.EventState())
-	case PktEEEvent:
+	case wire.PktEEEvent:
 		c.onEE(ev.EventEE())
-	case PktCmdCompletion:
+	case wire.PktCmdCompletion:
 		c.cmd.complete(c, ev)
-	case PktTxEvent:
+	case wire.PktTxEvent:
 		num := ev.Channel()
 		if int(num) >= len(c.channels) || c.channels[num] == nil {
 			c.stats.UnknownChannel.Add(1)
@@ -282,28 +284,28 @@ func (c *Controller) acceptInterrupt(vector int) bool {
 	}
 	c.stats.Interrupts.Add(1)
 	if vector == 0 {
-		if st, err := c.t.Read32(RegMHISTATUS); err == nil && (st&MHISTATUSSysErr != 0 ||
-			State((st&MHISTATUSStateMask)>>MHISTATUSStateShift) == StateSysErr) {
-			c.onStateChange(StateSysErr)
+		if st, err := c.t.Read32(wire.RegMHISTATUS); err == nil && (st&wire.MHISTATUSSysErr != 0 ||
+			wire.State((st&wire.MHISTATUSStateMask)>>wire.MHISTATUSStateShift) == wire.StateSysErr) {
+			c.onStateChange(wire.StateSysErr)
 		}
 	}
 	return true
 }
 
-func (c *Controller) onStateChange(s State) {
+func (c *Controller) onStateChange(s wire.State) {
 	c.mu.Lock()
 	c.devState = s
 	// During a power-up (the first, or a recovery's) SYS_ERR fails the
 	// power-up's waits instead: PowerUp returns the error, a recovery
 	// attempt fails and the next one follows.
-	startRecovery := s == StateSysErr && (c.pm == pmM0 || c.pm == pmM3)
+	startRecovery := s == wire.StateSysErr && (c.pm == pmM0 || c.pm == pmM3)
 	if startRecovery {
 		c.setPMLocked(pmSysErr)
 	}
 	c.cond.Broadcast()
 	c.mu.Unlock()
 	c.log.Debug("state change", "state", s)
-	if s == StateM0 {
+	if s == wire.StateM0 {
 		c.onM0()
 	}
 	if startRecovery {
@@ -312,7 +314,7 @@ func (c *Controller) onStateChange(s State) {
 	}
 }
 
-func (c *Controller) onEE(ee ExecEnv) {
+func (c *Controller) onEE(ee wire.ExecEnv) {
 	c.mu.Lock()
 	changed := c.ee != ee
 	c.ee = ee
@@ -362,7 +364,7 @@ func (c *Controller) waitUntil(what string, timeout time.Duration, stopAtSysErr 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for !cond() {
-		if stopAtSysErr && c.devState == StateSysErr {
+		if stopAtSysErr && c.devState == wire.StateSysErr {
 			return fmt.Errorf("%s: waiting for %s: %w", c.name, what, ErrSysErr)
 		}
 		if err := c.fencedLocked("waiting for " + what); err != nil {

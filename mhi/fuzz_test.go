@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // fuzzTransport is a transport without a device: registers read 0 and
@@ -33,17 +35,17 @@ func (t *fuzzTransport) Reset() error                  { return nil }
 func (t *fuzzTransport) Close() error                  { return nil }
 
 // fuzzConfig: channels 0/1 on event ring 0, 2/3 on event ring 1.
-func fuzzConfig() ControllerConfig {
-	return ControllerConfig{
+func fuzzConfig() wire.ControllerConfig {
+	return wire.ControllerConfig{
 		MaxChannels: 8,
 		Timeout:     time.Second,
-		Channels: []ChannelConfig{
-			{Num: 0, Name: "A", Elements: 8, EventRing: 0, Dir: Uplink},
-			{Num: 1, Name: "A", Elements: 8, EventRing: 0, Dir: Downlink},
-			{Num: 2, Name: "B", Elements: 4, EventRing: 1, Dir: Uplink},
-			{Num: 3, Name: "B", Elements: 4, EventRing: 1, Dir: Downlink},
+		Channels: []wire.ChannelConfig{
+			{Num: 0, Name: "A", Elements: 8, EventRing: 0, Dir: wire.Uplink},
+			{Num: 1, Name: "A", Elements: 8, EventRing: 0, Dir: wire.Downlink},
+			{Num: 2, Name: "B", Elements: 4, EventRing: 1, Dir: wire.Uplink},
+			{Num: 3, Name: "B", Elements: 4, EventRing: 1, Dir: wire.Downlink},
 		},
-		EventRings:      []EventRingConfig{{Elements: 16, Vector: 1}, {Elements: 8, Vector: 2}},
+		EventRings:      []wire.EventRingConfig{{Elements: 16, Vector: 1}, {Elements: 8, Vector: 2}},
 		CommandElements: 4,
 	}
 }
@@ -73,7 +75,7 @@ func newFuzzHarness(t testing.TB) *fuzzHarness {
 	}
 	c.mu.Lock()
 	c.setPMLocked(pmM0)
-	c.devState = StateM0
+	c.devState = wire.StateM0
 	c.mu.Unlock()
 	for _, er := range c.eventRings {
 		if err := er.arm(); err != nil {
@@ -87,8 +89,8 @@ func newFuzzHarness(t testing.TB) *fuzzHarness {
 		}
 		ch.mu.Lock()
 		ch.ring.reset()
-		ch.writeContext(ChannelEnabled, true)
-		ch.state, ch.wanted, ch.handler = ChannelEnabled, true, h.handle
+		ch.writeContext(wire.ChannelEnabled, true)
+		ch.state, ch.wanted, ch.handler = wire.ChannelEnabled, true, h.handle
 		ch.mu.Unlock()
 		h.fill(t, ch)
 	}
@@ -120,9 +122,9 @@ func (h *fuzzHarness) handle(c Completion) {
 	}
 	delete(h.bufLen, c.Cookie)
 	switch {
-	case c.Err != nil && !errors.Is(c.Err, ErrBadDevice) && !errors.Is(c.Err, ErrAborted):
+	case c.Err != nil && !errors.Is(c.Err, ErrBadDevice) && !errors.Is(c.Err, wire.ErrAborted):
 		h.errs = append(h.errs, fmt.Sprintf("completion error %v", c.Err))
-	case c.Err == nil && c.Code != CCEOT && c.Code != CCEOB && c.Code != CCOverflow:
+	case c.Err == nil && c.Code != wire.CCEOT && c.Code != wire.CCEOB && c.Code != wire.CCOverflow:
 		h.errs = append(h.errs, fmt.Sprintf("completion with code %s and no error", c.Code))
 	case c.Len < 0 || c.Len > n:
 		h.errs = append(h.errs, fmt.Sprintf("completion of %d bytes for a %d-byte buffer", c.Len, n))
@@ -154,9 +156,9 @@ func (h *fuzzHarness) resolve(p uint64) uint64 {
 func (h *fuzzHarness) round(ring int, sel byte, rawRP uint64, events []byte) {
 	er := h.c.eventRings[ring%len(h.c.eventRings)]
 	i := er.rp
-	for len(events) >= ElementSize {
-		ev := ParseElement(events)
-		events = events[ElementSize:]
+	for len(events) >= wire.ElementSize {
+		ev := wire.ParseElement(events)
+		events = events[wire.ElementSize:]
 		ev.Ptr = h.resolve(ev.Ptr)
 		er.put(i, ev)
 		i = er.next(i)
@@ -168,7 +170,7 @@ func (h *fuzzHarness) round(ring int, sel byte, rawRP uint64, events []byte) {
 	case sel&0xC0 == 0x80:
 		rp = rawRP // anything at all
 	}
-	Store64(er.ctx(), CtxRP, rp)
+	wire.Store64(er.ctx(), wire.CtxRP, rp)
 	er.process(sel&1 == 1)
 }
 
@@ -212,8 +214,8 @@ func (h *fuzzHarness) check(t testing.TB) {
 // whose pointer starts with 0xFE name a ring element (see fuzzPtrMagic).
 func FuzzEventRing(f *testing.F) {
 	le := binary.LittleEndian
-	ev := func(e Element) []byte {
-		var b [ElementSize]byte
+	ev := func(e wire.Element) []byte {
+		var b [wire.ElementSize]byte
 		e.Put(b[:])
 		return b[:]
 	}
@@ -227,26 +229,26 @@ func FuzzEventRing(f *testing.F) {
 		}
 		return le.AppendUint32(b, 0)
 	}
-	f.Add(round(0, 0, 0, ev(TransferEvent(magic(1, 0), CCEOT, 10, 1))))
-	f.Add(round(0, 0, 0, ev(TransferEvent(magic(1, 2), CCOverflow, 0xFFFF, 1)), ev(TransferEvent(magic(0, 0), CCEOB, 1, 0))))
-	f.Add(round(1, 0, 0, ev(TransferEvent(magic(3, 1), CCEOT, 5, 3)), ev(TransferEvent(magic(3, 1), CCEOT, 5, 3))))
-	f.Add(round(0, 0, 0, ev(TransferEvent(magic(3, 0), CCEOT, 5, 3)), ev(TransferEvent(magic(1, 7), CCBadTRE, 5, 1))))
-	f.Add(round(0, 0x80, 0xdeadbeef, ev(StateChangeEvent(StateSysErr))))
-	f.Add(round(0, 0x45, 0, ev(CommandCompletionEvent(magic(0xFF, 0), CCSuccess)), ev(EEEvent(EEPBL)), ev(StateChangeEvent(StateM0))))
-	f.Add(append(round(0, 0, 0, ev(TransferEvent(magic(1, 0), CCDBMode, 0, 1))), round(1, 1, 0, ev(Element{Dword1: 0x99 << 16}))...))
+	f.Add(round(0, 0, 0, ev(wire.TransferEvent(magic(1, 0), wire.CCEOT, 10, 1))))
+	f.Add(round(0, 0, 0, ev(wire.TransferEvent(magic(1, 2), wire.CCOverflow, 0xFFFF, 1)), ev(wire.TransferEvent(magic(0, 0), wire.CCEOB, 1, 0))))
+	f.Add(round(1, 0, 0, ev(wire.TransferEvent(magic(3, 1), wire.CCEOT, 5, 3)), ev(wire.TransferEvent(magic(3, 1), wire.CCEOT, 5, 3))))
+	f.Add(round(0, 0, 0, ev(wire.TransferEvent(magic(3, 0), wire.CCEOT, 5, 3)), ev(wire.TransferEvent(magic(1, 7), wire.CCBadTRE, 5, 1))))
+	f.Add(round(0, 0x80, 0xdeadbeef, ev(wire.StateChangeEvent(wire.StateSysErr))))
+	f.Add(round(0, 0x45, 0, ev(wire.CommandCompletionEvent(magic(0xFF, 0), wire.CCSuccess)), ev(wire.EEEvent(wire.EEPBL)), ev(wire.StateChangeEvent(wire.StateM0))))
+	f.Add(append(round(0, 0, 0, ev(wire.TransferEvent(magic(1, 0), wire.CCDBMode, 0, 1))), round(1, 1, 0, ev(wire.Element{Dword1: 0x99 << 16}))...))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h := newFuzzHarness(t)
 		for r := 0; r < 8 && len(data) >= 11; r++ {
 			ring, sel, raw, n := data[0], data[1], le.Uint64(data[2:]), int(data[10])
 			data = data[11:]
-			n = min(n, 15, len(data)/ElementSize)
-			events := data[:n*ElementSize]
-			data = data[n*ElementSize:]
+			n = min(n, 15, len(data)/wire.ElementSize)
+			events := data[:n*wire.ElementSize]
+			data = data[n*wire.ElementSize:]
 			if len(data) >= 4 {
 				// A device-written channel context word: the read pointer's
 				// low half of channel ring%4 (the host must not trust it).
 				if ch := h.c.channels[ring%4]; ch != nil {
-					Store32(ch.ctx(), CtxRP, le.Uint32(data))
+					wire.Store32(ch.ctx(), wire.CtxRP, le.Uint32(data))
 				}
 				data = data[4:]
 			}
@@ -267,10 +269,10 @@ func FuzzEventRing(f *testing.F) {
 // completes nothing.
 func TestFuzzHarnessDeliversCompletions(t *testing.T) {
 	h := newFuzzHarness(t)
-	var b [2 * ElementSize]byte
-	ev := TransferEvent(fuzzPtrMagic<<56|1<<8|1, CCEOT, 10, 1) // channel 1, element 1: completes 0 and 1
+	var b [2 * wire.ElementSize]byte
+	ev := wire.TransferEvent(fuzzPtrMagic<<56|1<<8|1, wire.CCEOT, 10, 1) // channel 1, element 1: completes 0 and 1
 	ev.Put(b[:])
-	ev.Put(b[ElementSize:])
+	ev.Put(b[wire.ElementSize:])
 	h.round(0, 0, 0, b[:])
 	h.check(t)
 	if h.got != 2 || h.c.stats.BadEventPtr.Load() != 1 {

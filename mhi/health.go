@@ -3,6 +3,8 @@ package mhi
 import (
 	"fmt"
 	"time"
+
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // DefaultHealthInterval is the default Options.HealthInterval: Linux's
@@ -50,7 +52,7 @@ func (c *Controller) healthWorker(stop <-chan struct{}, interval time.Duration) 
 // returns why the device looks gone, or "" while it answers.
 func (c *Controller) deviceGone() string {
 	c.stats.HealthChecks.Add(1)
-	v, err := c.t.Read32(RegMHIVER)
+	v, err := c.t.Read32(wire.RegMHIVER)
 	if err != nil {
 		return fmt.Sprintf("reading MHIVER failed: %v", err)
 	}
@@ -59,7 +61,7 @@ func (c *Controller) deviceGone() string {
 	}
 	// One all-ones read could be a register of a device in flux; two
 	// registers that never hold all ones cannot both be.
-	st, err := c.t.Read32(RegMHISTATUS)
+	st, err := c.t.Read32(wire.RegMHISTATUS)
 	if err != nil {
 		return fmt.Sprintf("MHIVER reads 0xffffffff, and reading MHISTATUS failed: %v", err)
 	}
@@ -71,7 +73,7 @@ func (c *Controller) deviceGone() string {
 
 // linkDown enters LINK_DOWN: the device is gone, so nothing more is
 // written to it and nothing it might still post is read; every command
-// and channel is aborted (queued buffers come back with ErrAborted), and
+// and channel is aborted (queued buffers come back with wire.ErrAborted), and
 // listeners get StatusLinkDown. The host leaves the device alone until
 // PowerDown, which then skips the reset handshake a dead device cannot
 // answer.

@@ -1,6 +1,10 @@
 package mhi
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gomhi/gomhi/mhi/wire"
+)
 
 // allocate builds the context arrays and all rings in DMA memory. It runs
 // once; later power-ups reuse the memory.
@@ -13,13 +17,13 @@ func (c *Controller) allocate() error {
 		c.release()
 		return fmt.Errorf("%s: %w", c.name, e)
 	}
-	if c.chCtx, err = c.t.Alloc(ContextSize*c.cfg.MaxChannels, 64); err != nil {
+	if c.chCtx, err = c.t.Alloc(wire.ContextSize*c.cfg.MaxChannels, 64); err != nil {
 		return fail(err)
 	}
-	if c.erCtx, err = c.t.Alloc(ContextSize*len(c.cfg.EventRings), 64); err != nil {
+	if c.erCtx, err = c.t.Alloc(wire.ContextSize*len(c.cfg.EventRings), 64); err != nil {
 		return fail(err)
 	}
-	if c.cmdCtx, err = c.t.Alloc(ContextSize, 64); err != nil {
+	if c.cmdCtx, err = c.t.Alloc(wire.ContextSize, 64); err != nil {
 		return fail(err)
 	}
 	if c.cmd.ring, err = newRing(c.t, c.cfg.CommandElements); err != nil {
@@ -96,26 +100,26 @@ func (c *Controller) initContexts() {
 		// be looking at the ring (Channel.Free from a refill).
 		ch.mu.Lock()
 		ch.ring.reset()
-		ch.writeContext(ChannelDisabled, false)
+		ch.writeContext(wire.ChannelDisabled, false)
 		ch.mu.Unlock()
 	}
 	for i, er := range c.eventRings {
 		er.ring.reset()
 		er.devRP = 0
 		er.forgetBadRP()
-		ctx := Context{
-			Cfg:   uint32(er.cfg.ModerationMs) << IntModTShift,
-			Type:  ERTypeValid,
+		ctx := wire.Context{
+			Cfg:   uint32(er.cfg.ModerationMs) << wire.IntModTShift,
+			Type:  wire.ERTypeValid,
 			Index: uint32(er.vector),
 			RBase: er.base(),
 			RLen:  er.length(),
 			RP:    er.base(),
 			WP:    er.base(),
 		}
-		ctx.Put(c.erCtx.Bytes[i*ContextSize:])
+		ctx.Put(c.erCtx.Bytes[i*wire.ContextSize:])
 	}
 	c.cmd.ring.reset()
-	Context{RBase: c.cmd.base(), RLen: c.cmd.length(), RP: c.cmd.base(), WP: c.cmd.base()}.Put(c.cmdCtx.Bytes)
+	wire.Context{RBase: c.cmd.base(), RLen: c.cmd.length(), RP: c.cmd.base(), WP: c.cmd.base()}.Put(c.cmdCtx.Bytes)
 }
 
 // MinRegLen is the smallest MHIREGLEN the host accepts: the MHI control
@@ -150,43 +154,43 @@ func (c *Controller) checkBlock(name string, off uint32, size uint64, regLen uin
 // readLayout has checked MHIREGLEN and BHIOFF.
 func (c *Controller) initMMIO() error {
 	var err error
-	if c.chdbOff, err = c.read(RegCHDBOFF); err != nil {
+	if c.chdbOff, err = c.read(wire.RegCHDBOFF); err != nil {
 		return err
 	}
-	if c.erdbOff, err = c.read(RegERDBOFF); err != nil {
+	if c.erdbOff, err = c.read(wire.RegERDBOFF); err != nil {
 		return err
 	}
 	ner := uint32(len(c.cfg.EventRings))
 	bar := c.barSize()
-	if err := c.checkBlock("CHDBOFF", c.chdbOff, DoorbellStride*MaxDoorbellChannels, c.regLen, bar); err != nil {
+	if err := c.checkBlock("CHDBOFF", c.chdbOff, wire.DoorbellStride*wire.MaxDoorbellChannels, c.regLen, bar); err != nil {
 		return err
 	}
-	if err := c.checkBlock("ERDBOFF", c.erdbOff, DoorbellStride*uint64(ner), c.regLen, bar); err != nil {
+	if err := c.checkBlock("ERDBOFF", c.erdbOff, wire.DoorbellStride*uint64(ner), c.regLen, bar); err != nil {
 		return err
 	}
 	// BHIe is used only for a full-image download and RDDM, which check
 	// BHIEOFF themselves: a bad value is counted and logged here.
-	bhie, err := c.read(RegBHIEOFF)
+	bhie, err := c.read(wire.RegBHIEOFF)
 	if err != nil {
 		return err
 	}
-	if bhie != 0 && c.checkBlock("BHIEOFF", bhie, BHIESize, c.regLen, bar) != nil {
+	if bhie != 0 && c.checkBlock("BHIEOFF", bhie, wire.BHIESize, c.regLen, bar) != nil {
 		c.log.Warn("BHIEOFF outside the register space; BHIe unusable", "bhieoff", fmt.Sprintf("0x%x", bhie))
 	}
 	for _, w := range []struct {
 		off uint32
 		v   uint64
 	}{
-		{RegCCABAPLower, c.chCtx.IOVA},
-		{RegECABAPLower, c.erCtx.IOVA},
-		{RegCRCBAPLower, c.cmdCtx.IOVA},
+		{wire.RegCCABAPLower, c.chCtx.IOVA},
+		{wire.RegECABAPLower, c.erCtx.IOVA},
+		{wire.RegCRCBAPLower, c.cmdCtx.IOVA},
 	} {
 		if err := c.write64(w.off, w.v); err != nil {
 			return err
 		}
 	}
 	nhwer := uint32(c.cfg.HWEventRings())
-	if err := c.rmw(RegMHICFG, MHICFGNERMask|MHICFGNHWERMask, ner<<MHICFGNERShift|nhwer<<MHICFGNHWERShift); err != nil {
+	if err := c.rmw(wire.RegMHICFG, wire.MHICFGNERMask|wire.MHICFGNHWERMask, ner<<wire.MHICFGNERShift|nhwer<<wire.MHICFGNHWERShift); err != nil {
 		return err
 	}
 	const iovaStop = 0xFFFFFFFF // 32-bit DMA width, as every modem in Linux's table
@@ -194,10 +198,10 @@ func (c *Controller) initMMIO() error {
 		off uint32
 		v   uint64
 	}{
-		{RegMHICTRLBASELower, 0},
-		{RegMHIDATABASELower, 0},
-		{RegMHICTRLLIMITLower, iovaStop},
-		{RegMHIDATALIMITLower, iovaStop},
+		{wire.RegMHICTRLBASELower, 0},
+		{wire.RegMHIDATABASELower, 0},
+		{wire.RegMHICTRLLIMITLower, iovaStop},
+		{wire.RegMHIDATALIMITLower, iovaStop},
 	} {
 		if err := c.write64(w.off, w.v); err != nil {
 			return err
@@ -206,5 +210,5 @@ func (c *Controller) initMMIO() error {
 	return nil
 }
 
-func (c *Controller) chdb(ch uint8) uint32 { return c.chdbOff + DoorbellStride*uint32(ch) }
-func (c *Controller) erdb(i int) uint32    { return c.erdbOff + DoorbellStride*uint32(i) }
+func (c *Controller) chdb(ch uint8) uint32 { return c.chdbOff + wire.DoorbellStride*uint32(ch) }
+func (c *Controller) erdb(i int) uint32    { return c.erdbOff + wire.DoorbellStride*uint32(i) }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // PowerUp brings the device from RESET to M0 in mission mode: it allocates
@@ -21,7 +23,7 @@ func (c *Controller) PowerUp() error {
 		return fmt.Errorf("%s: power up in state %s: %w", c.name, pm, ErrWrongState)
 	}
 	c.setPMLocked(pmPowerUp)
-	c.devState = StateReset
+	c.devState = wire.StateReset
 	c.rec = recoveryState{}
 	stop := make(chan struct{})
 	c.stop, c.stopped = stop, false
@@ -106,7 +108,7 @@ func (c *Controller) promote(from, to pmState, what string) error {
 // readLayout reads MHIREGLEN and BHIOFF and checks them against the
 // register space before anything is read or written at BHIOFF.
 func (c *Controller) readLayout() error {
-	regLen, err := c.read(RegMHIREGLEN)
+	regLen, err := c.read(wire.RegMHIREGLEN)
 	if err != nil {
 		return err
 	}
@@ -114,11 +116,11 @@ func (c *Controller) readLayout() error {
 	if err := c.checkRegLen(regLen, bar); err != nil {
 		return err
 	}
-	bhi, err := c.read(RegBHIOFF)
+	bhi, err := c.read(wire.RegBHIOFF)
 	if err != nil {
 		return err
 	}
-	if err := c.checkBlock("BHIOFF", bhi, BHISize, regLen, bar); err != nil {
+	if err := c.checkBlock("BHIOFF", bhi, wire.BHISize, regLen, bar); err != nil {
 		return err
 	}
 	c.regLen, c.bhiOff = regLen, bhi
@@ -147,10 +149,10 @@ func (c *Controller) bringUp() error {
 	if err := c.fenced("power up"); err != nil {
 		return err
 	}
-	if err := c.rmw(RegMHICTRL, MHICTRLStateMask, uint32(StateM0)<<MHICTRLStateShift); err != nil {
+	if err := c.rmw(wire.RegMHICTRL, wire.MHICTRLStateMask, uint32(wire.StateM0)<<wire.MHICTRLStateShift); err != nil {
 		return err
 	}
-	if err := c.waitFor("M0", c.Timeout(), func() bool { return c.devState == StateM0 }); err != nil {
+	if err := c.waitFor("M0", c.Timeout(), func() bool { return c.devState == wire.StateM0 }); err != nil {
 		return err
 	}
 	if err := c.prepareRDDM(); err != nil {
@@ -170,28 +172,28 @@ func (c *Controller) bootToReady() error {
 	if err := c.readLayout(); err != nil {
 		return err
 	}
-	if err := c.write(c.bhiOff+BHIIntVec, 0); err != nil {
+	if err := c.write(c.bhiOff+wire.BHIIntVec, 0); err != nil {
 		return err
 	}
-	eev, err := c.read(c.bhiOff + BHIExecEnv)
+	eev, err := c.read(c.bhiOff + wire.BHIExecEnv)
 	if err != nil {
 		return err
 	}
-	ee := ExecEnv(eev)
+	ee := wire.ExecEnv(eev)
 	switch {
-	case ee == EEAMSS || ee == EEPTHRU || ee == EESBL:
-	case ee == EEPBL || ee == EEEDL:
+	case ee == wire.EEAMSS || ee == wire.EEPTHRU || ee == wire.EESBL:
+	case ee == wire.EEPBL || ee == wire.EEEDL:
 		if err := c.loadBHI(ee); err != nil {
 			return err
 		}
 	default:
 		return fmt.Errorf("%s: device in execution environment %s cannot be powered up: %w", c.name, ee, ErrWrongState)
 	}
-	st, err := c.read(RegMHISTATUS)
+	st, err := c.read(wire.RegMHISTATUS)
 	if err != nil {
 		return err
 	}
-	if st&MHISTATUSSysErr != 0 || State((st&MHISTATUSStateMask)>>MHISTATUSStateShift) == StateSysErr {
+	if st&wire.MHISTATUSSysErr != 0 || wire.State((st&wire.MHISTATUSStateMask)>>wire.MHISTATUSStateShift) == wire.StateSysErr {
 		if err := c.resetDevice(true); err != nil {
 			return err
 		}
@@ -200,7 +202,7 @@ func (c *Controller) bootToReady() error {
 		return err
 	}
 	c.mu.Lock()
-	c.devState = StateReady
+	c.devState = wire.StateReady
 	c.eeSeen = false
 	c.mu.Unlock()
 	return nil
@@ -243,18 +245,18 @@ func (c *Controller) enterMissionMode() error {
 	if err := c.waitMissionMode(); err != nil {
 		return err
 	}
-	eev, err := c.read(c.bhiOff + BHIExecEnv)
+	eev, err := c.read(c.bhiOff + wire.BHIExecEnv)
 	if err != nil {
 		return err
 	}
-	if !ExecEnv(eev).MissionMode() {
+	if !wire.ExecEnv(eev).MissionMode() {
 		c.stats.BadRegister.Add(1)
-		return fmt.Errorf("%s: EE event said mission mode but EXECENV reads %s: %w", c.name, ExecEnv(eev), ErrBadDevice)
+		return fmt.Errorf("%s: EE event said mission mode but EXECENV reads %s: %w", c.name, wire.ExecEnv(eev), ErrBadDevice)
 	}
 	if err := c.armEventRings(true); err != nil {
 		return err
 	}
-	c.log.Info("powered up", "state", StateM0, "ee", ExecEnv(eev))
+	c.log.Info("powered up", "state", wire.StateM0, "ee", wire.ExecEnv(eev))
 	return nil
 }
 
@@ -264,11 +266,11 @@ func (c *Controller) enterMissionMode() error {
 func (c *Controller) waitMissionMode() error {
 	full := c.fw != nil && c.fw.FullImage && c.fbcImage != nil
 	if full {
-		if err := c.waitFor("EE SBL", c.Timeout(), func() bool { return c.eeSeen || c.ee == EESBL }); err != nil {
+		if err := c.waitFor("EE SBL", c.Timeout(), func() bool { return c.eeSeen || c.ee == wire.EESBL }); err != nil {
 			return err
 		}
 		c.mu.Lock()
-		sbl := !c.eeSeen && c.ee == EESBL
+		sbl := !c.eeSeen && c.ee == wire.EESBL
 		c.mu.Unlock()
 		if sbl {
 			if err := c.loadBHIe(); err != nil {
@@ -329,11 +331,11 @@ func (c *Controller) readyTimeout() time.Duration {
 // waitReady waits for MHICTRL.RESET to clear and MHISTATUS.READY to be set.
 func (c *Controller) waitReady() error {
 	to := c.readyTimeout()
-	if v, err := c.pollReg(RegMHICTRL, to, true, func(v uint32) bool { return v&MHICTRLReset == 0 }); err != nil {
+	if v, err := c.pollReg(wire.RegMHICTRL, to, true, func(v uint32) bool { return v&wire.MHICTRLReset == 0 }); err != nil {
 		return fmt.Errorf("%s: MHICTRL.RESET still set after %v (MHICTRL=0x%x): %w", c.name, to, v, err)
 	}
-	v, err := c.pollReg(RegMHISTATUS, to, true, func(v uint32) bool {
-		return v&MHISTATUSReady != 0 && v&MHISTATUSSysErr == 0
+	v, err := c.pollReg(wire.RegMHISTATUS, to, true, func(v uint32) bool {
+		return v&wire.MHISTATUSReady != 0 && v&wire.MHISTATUSSysErr == 0
 	})
 	if err != nil {
 		return fmt.Errorf("%s: device not READY after %v (MHISTATUS=0x%x): %w", c.name, to, v, err)
@@ -343,21 +345,21 @@ func (c *Controller) waitReady() error {
 
 // resetDevice sets MHICTRL.RESET and waits for the device to clear it.
 func (c *Controller) resetDevice(abortable bool) error {
-	if err := c.rmw(RegMHICTRL, MHICTRLReset, MHICTRLReset); err != nil {
+	if err := c.rmw(wire.RegMHICTRL, wire.MHICTRLReset, wire.MHICTRLReset); err != nil {
 		return err
 	}
 	to := c.Timeout()
-	if v, err := c.pollReg(RegMHICTRL, to, abortable, func(v uint32) bool { return v&MHICTRLReset == 0 }); err != nil {
+	if v, err := c.pollReg(wire.RegMHICTRL, to, abortable, func(v uint32) bool { return v&wire.MHICTRLReset == 0 }); err != nil {
 		return fmt.Errorf("%s: device did not finish MHI reset within %v (MHICTRL=0x%x): %w", c.name, to, v, err)
 	}
 	c.mu.Lock()
-	c.devState = StateReset
+	c.devState = wire.StateReset
 	c.mu.Unlock()
 	// The device clears INTVEC on reset.
 	if c.bhiOff == 0 {
 		return nil // BHIOFF never passed its checks
 	}
-	return c.write(c.bhiOff+BHIIntVec, 0)
+	return c.write(c.bhiOff+wire.BHIIntVec, 0)
 }
 
 // Suspend moves the device from M0 to M3. Channels keep their state. When
@@ -374,14 +376,14 @@ func (c *Controller) Suspend() error {
 	}
 	c.setPMLocked(pmM3)
 	c.mu.Unlock()
-	if err := c.rmw(RegMHICTRL, MHICTRLStateMask, uint32(StateM3)<<MHICTRLStateShift); err != nil {
+	if err := c.rmw(wire.RegMHICTRL, wire.MHICTRLStateMask, uint32(wire.StateM3)<<wire.MHICTRLStateShift); err != nil {
 		// The request did not reach the device: the host stays in M0.
 		if perr := c.promote(pmM3, pmM0, "suspend"); perr == nil {
 			c.onM0()
 		}
 		return err
 	}
-	err := c.waitFor("M3", c.Timeout(), func() bool { return c.devState == StateM3 })
+	err := c.waitFor("M3", c.Timeout(), func() bool { return c.devState == wire.StateM3 })
 	if err == nil {
 		c.stats.Suspends.Add(1)
 		return nil
@@ -398,11 +400,11 @@ func (c *Controller) Suspend() error {
 // in M0; otherwise it starts a recovery.
 func (c *Controller) abandonSuspend(cause error) error {
 	to := c.Timeout()
-	werr := c.rmw(RegMHICTRL, MHICTRLStateMask, uint32(StateM0)<<MHICTRLStateShift)
+	werr := c.rmw(wire.RegMHICTRL, wire.MHICTRLStateMask, uint32(wire.StateM0)<<wire.MHICTRLStateShift)
 	var st uint32
 	if werr == nil {
-		st, werr = c.pollReg(RegMHISTATUS, to, true, func(v uint32) bool {
-			return v&MHISTATUSSysErr == 0 && State((v&MHISTATUSStateMask)>>MHISTATUSStateShift) == StateM0
+		st, werr = c.pollReg(wire.RegMHISTATUS, to, true, func(v uint32) bool {
+			return v&wire.MHISTATUSSysErr == 0 && wire.State((v&wire.MHISTATUSStateMask)>>wire.MHISTATUSStateShift) == wire.StateM0
 		})
 	}
 	if werr == nil {
@@ -410,7 +412,7 @@ func (c *Controller) abandonSuspend(cause error) error {
 		back := c.pm == pmM3
 		if back {
 			c.setPMLocked(pmM0)
-			c.devState = StateM0
+			c.devState = wire.StateM0
 		}
 		c.mu.Unlock()
 		if back {
@@ -419,7 +421,7 @@ func (c *Controller) abandonSuspend(cause error) error {
 			return fmt.Errorf("%s: suspend: device did not acknowledge M3 within %v; suspend withdrawn, host and device back in M0: %w", c.name, to, cause)
 		}
 	}
-	devState := State((st & MHISTATUSStateMask) >> MHISTATUSStateShift)
+	devState := wire.State((st & wire.MHISTATUSStateMask) >> wire.MHISTATUSStateShift)
 	c.requestRecovery(fmt.Sprintf("M3 not acknowledged, device reports %s (MHISTATUS=0x%x)", devState, st))
 	return fmt.Errorf("%s: suspend: device did not acknowledge M3 within %v and reports %s (MHISTATUS=0x%x); recovering it: %w", c.name, to, devState, st, cause)
 }
@@ -436,14 +438,14 @@ func (c *Controller) Resume() error {
 		return fmt.Errorf("%s: resume in state %s: %w", c.name, pm, ErrWrongState)
 	}
 	c.mu.Unlock()
-	st, err := c.read(RegMHISTATUS)
+	st, err := c.read(wire.RegMHISTATUS)
 	if err != nil {
 		return err
 	}
-	if s := State((st & MHISTATUSStateMask) >> MHISTATUSStateShift); s != StateM3 {
+	if s := wire.State((st & wire.MHISTATUSStateMask) >> wire.MHISTATUSStateShift); s != wire.StateM3 {
 		return fmt.Errorf("%s: resume: device reports %s, not M3: %w", c.name, s, ErrWrongState)
 	}
-	if err := c.rmw(RegMHICTRL, MHICTRLStateMask, uint32(StateM0)<<MHICTRLStateShift); err != nil {
+	if err := c.rmw(wire.RegMHICTRL, wire.MHICTRLStateMask, uint32(wire.StateM0)<<wire.MHICTRLStateShift); err != nil {
 		return err
 	}
 	// pm becomes M0 before the M0 event is handled so held doorbells ring.
@@ -451,7 +453,7 @@ func (c *Controller) Resume() error {
 		return err
 	}
 	to := c.Timeout()
-	err = c.waitFor("M0", to, func() bool { return c.devState == StateM0 })
+	err = c.waitFor("M0", to, func() bool { return c.devState == wire.StateM0 })
 	if err == nil {
 		c.stats.Resumes.Add(1)
 		c.onM0() // in case the M0 event was handled before the host left M3
@@ -461,23 +463,23 @@ func (c *Controller) Resume() error {
 		return err
 	}
 	c.stats.StateTimeouts.Add(1)
-	st, rerr := c.read(RegMHISTATUS)
-	if rerr == nil && st&MHISTATUSSysErr == 0 && State((st&MHISTATUSStateMask)>>MHISTATUSStateShift) == StateM0 {
+	st, rerr := c.read(wire.RegMHISTATUS)
+	if rerr == nil && st&wire.MHISTATUSSysErr == 0 && wire.State((st&wire.MHISTATUSStateMask)>>wire.MHISTATUSStateShift) == wire.StateM0 {
 		c.mu.Lock()
-		if c.devState == StateM3 {
-			c.devState = StateM0
+		if c.devState == wire.StateM3 {
+			c.devState = wire.StateM0
 		}
 		c.mu.Unlock()
 		c.onM0()
 		c.log.Warn("device reports M0 but never announced it", "timeout", to)
 		return nil
 	}
-	s := State((st & MHISTATUSStateMask) >> MHISTATUSStateShift)
+	s := wire.State((st & wire.MHISTATUSStateMask) >> wire.MHISTATUSStateShift)
 	c.requestRecovery(fmt.Sprintf("M0 not acknowledged after M3, device reports %s (MHISTATUS=0x%x)", s, st))
 	return fmt.Errorf("%s: resume: device did not announce M0 within %v and reports %s; recovering it: %w", c.name, to, s, err)
 }
 
-// PowerDown resets the device, returns every queued buffer with ErrAborted,
+// PowerDown resets the device, returns every queued buffer with wire.ErrAborted,
 // stops the controller's goroutines and frees its memory. It first fences
 // SYS_ERR recovery and any power-up in progress, so that the last thing the
 // device sees before the memory is freed is a reset (and its context base
@@ -534,7 +536,7 @@ func (c *Controller) teardown() error {
 	for _, ch := range c.channels {
 		if ch != nil {
 			ch.mu.Lock()
-			ch.state = ChannelDisabled
+			ch.state = wire.ChannelDisabled
 			ch.wanted = false
 			ch.mu.Unlock()
 			ch.abort()
@@ -545,7 +547,7 @@ func (c *Controller) teardown() error {
 	c.procMu.Unlock()
 	c.mu.Lock()
 	c.setPMLocked(pmDisabled)
-	c.devState = StateReset
+	c.devState = wire.StateReset
 	c.stop = nil
 	c.gone = nil
 	c.mu.Unlock()
@@ -564,7 +566,7 @@ func (c *Controller) quiesce() error {
 			err = errors.Join(err, fmt.Errorf("%s: function-level reset: %w", c.name, rerr))
 		}
 	}
-	for _, off := range []uint32{RegCCABAPLower, RegECABAPLower, RegCRCBAPLower} {
+	for _, off := range []uint32{wire.RegCCABAPLower, wire.RegECABAPLower, wire.RegCRCBAPLower} {
 		if werr := c.write64(off, 0); werr != nil {
 			return errors.Join(err, werr)
 		}
@@ -597,11 +599,11 @@ func (c *Controller) SoCReset() error {
 	// controller would stay in SYS_ERR for good, refusing its clients and
 	// keeping a client's Reset waiting.
 	defer c.kickRecovery()
-	if err := c.write(RegSOCRESETREQ, SOCResetReqBit); err != nil {
+	if err := c.write(wire.RegSOCRESETREQ, wire.SOCResetReqBit); err != nil {
 		return err
 	}
 	// Read back to flush the posted write, as Linux does.
-	if _, err := c.read(RegSOCRESETREQ); err != nil {
+	if _, err := c.read(wire.RegSOCRESETREQ); err != nil {
 		return err
 	}
 	c.stats.SoCResets.Add(1)
@@ -618,7 +620,7 @@ func (c *Controller) Timeout() time.Duration {
 // SetTimeout changes the command and state-change timeout.
 func (c *Controller) SetTimeout(d time.Duration) error {
 	if d < time.Millisecond || d > 10*time.Minute {
-		return fmt.Errorf("%s: timeout %v outside 1ms..10m: %w", c.name, d, ErrConfig)
+		return fmt.Errorf("%s: timeout %v outside 1ms..10m: %w", c.name, d, wire.ErrConfig)
 	}
 	c.mu.Lock()
 	c.cfg.Timeout = d

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // ErrNoDump: the device crashed without entering RDDM, or RAM-dump
@@ -42,7 +44,7 @@ func (c *Controller) armRDDM() error {
 	// Each power-up starts with every entry at its full size: the device
 	// rewrites them with what it used.
 	for i, s := range r.vt.segs {
-		binary.LittleEndian.PutUint64(r.vt.table.Bytes[i*VectorEntrySize+8:], uint64(len(s.Bytes)))
+		binary.LittleEndian.PutUint64(r.vt.table.Bytes[i*wire.VectorEntrySize+8:], uint64(len(s.Bytes)))
 	}
 	bhie, err := c.bhieBlock()
 	if err != nil {
@@ -50,10 +52,10 @@ func (c *Controller) armRDDM() error {
 	}
 	r.seq = randomSeq()
 	return c.bhiWrites([]regWrite{
-		{bhie + BHIERxVecAddrHigh, uint32(r.vt.table.IOVA >> 32)},
-		{bhie + BHIERxVecAddrLow, uint32(r.vt.table.IOVA)},
-		{bhie + BHIERxVecSize, uint32(len(r.vt.table.Bytes))},
-		{bhie + BHIERxVecDB, r.seq},
+		{bhie + wire.BHIERxVecAddrHigh, uint32(r.vt.table.IOVA >> 32)},
+		{bhie + wire.BHIERxVecAddrLow, uint32(r.vt.table.IOVA)},
+		{bhie + wire.BHIERxVecSize, uint32(len(r.vt.table.Bytes))},
+		{bhie + wire.BHIERxVecDB, r.seq},
 	})
 }
 
@@ -77,9 +79,9 @@ func (c *Controller) collectRDDM() {
 		c.finishDump(nil, fmt.Errorf("%s: no dump table in BHIe this power cycle: %w", c.name, ErrNoDump))
 		return
 	}
-	ee, err := c.read(c.bhiOff + BHIExecEnv)
-	if err != nil || ExecEnv(ee) != EERDDM {
-		c.finishDump(nil, fmt.Errorf("%s: device crashed in EE %s, not RDDM: %w", c.name, ExecEnv(ee), ErrNoDump))
+	ee, err := c.read(c.bhiOff + wire.BHIExecEnv)
+	if err != nil || wire.ExecEnv(ee) != wire.EERDDM {
+		c.finishDump(nil, fmt.Errorf("%s: device crashed in EE %s, not RDDM: %w", c.name, wire.ExecEnv(ee), ErrNoDump))
 		return
 	}
 	bhie, err := c.bhieBlock()
@@ -87,8 +89,8 @@ func (c *Controller) collectRDDM() {
 		c.finishDump(nil, err)
 		return
 	}
-	st, err := c.vecStatus(bhie+BHIERxVecStatus, r.seq, c.Timeout())
-	if err == nil && st != BHIStatusSuccess {
+	st, err := c.vecStatus(bhie+wire.BHIERxVecStatus, r.seq, c.Timeout())
+	if err == nil && st != wire.BHIStatusSuccess {
 		err = fmt.Errorf("%s: RAM dump failed (RXVECSTATUS status %d): %s: %w", c.name, st, c.bhiErrors(), ErrNoDump)
 	}
 	if err != nil {
@@ -97,7 +99,7 @@ func (c *Controller) collectRDDM() {
 	}
 	var out []byte
 	for i, s := range r.vt.segs {
-		n := binary.LittleEndian.Uint64(r.vt.table.Bytes[i*VectorEntrySize+8:])
+		n := binary.LittleEndian.Uint64(r.vt.table.Bytes[i*wire.VectorEntrySize+8:])
 		if n > uint64(len(s.Bytes)) {
 			c.stats.BadRegister.Add(1)
 			c.log.Warn("RAM dump segment length beyond its segment; clamped", "segment", i, "length", n, "segment_size", len(s.Bytes))
@@ -162,7 +164,7 @@ func (c *Controller) CollectDump(timeout time.Duration) ([]byte, error) {
 	gen := c.rddm.gen
 	c.mu.Unlock()
 	c.gate.RLock()
-	err := c.rmw(RegMHICTRL, MHICTRLStateMask, uint32(StateSysErr)<<MHICTRLStateShift)
+	err := c.rmw(wire.RegMHICTRL, wire.MHICTRLStateMask, uint32(wire.StateSysErr)<<wire.MHICTRLStateShift)
 	c.gate.RUnlock()
 	if err != nil {
 		return nil, err

@@ -3,6 +3,8 @@ package mhi
 import (
 	"fmt"
 	"time"
+
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // recoveryState is the bookkeeping of SYS_ERR recovery. Guarded by
@@ -209,7 +211,7 @@ func (c *Controller) giveUp() {
 // abandonChannels, once the host entered a terminal state
 // (RECOVERY_FAILED, LINK_DOWN), waits for the data-path writes in flight,
 // aborts the command waiting and disables every channel, returning its
-// queued buffers with ErrAborted.
+// queued buffers with wire.ErrAborted.
 func (c *Controller) abandonChannels() {
 	c.gate.Lock()
 	c.gate.Unlock() // an empty critical section on purpose: no data-path write is in flight after it
@@ -219,7 +221,7 @@ func (c *Controller) abandonChannels() {
 			continue
 		}
 		ch.mu.Lock()
-		ch.state = ChannelDisabled
+		ch.state = wire.ChannelDisabled
 		ch.mu.Unlock()
 		ch.abort()
 	}
@@ -257,7 +259,7 @@ func (c *Controller) recover() error {
 		if ch.wanted {
 			restart = append(restart, ch)
 		}
-		ch.state = ChannelDisabled
+		ch.state = wire.ChannelDisabled
 		ch.mu.Unlock()
 		ch.abort()
 	}

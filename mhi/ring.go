@@ -1,6 +1,10 @@
 package mhi
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gomhi/gomhi/mhi/wire"
+)
 
 // ring is the host's view of a ring of 16-byte elements in DMA memory.
 // Indices are element numbers; the device sees IOVAs.
@@ -12,7 +16,7 @@ type ring struct {
 }
 
 func newRing(dma DMAMemory, elements int) (ring, error) {
-	size := elements * ElementSize
+	size := elements * wire.ElementSize
 	// Rings are aligned to their length, as Linux allocates them.
 	mem, err := dma.Alloc(size, size)
 	if err != nil {
@@ -26,26 +30,26 @@ func (r *ring) reset() {
 	clear(r.mem.Bytes)
 }
 
-func (r *ring) base() uint64         { return r.mem.IOVA }
-func (r *ring) length() uint64       { return uint64(r.n * ElementSize) }
-func (r *ring) iova(i int) uint64    { return r.mem.IOVA + uint64(i*ElementSize) }
-func (r *ring) next(i int) int       { return (i + 1) & (r.n - 1) }
-func (r *ring) elem(i int) []byte    { return r.mem.Bytes[i*ElementSize : (i+1)*ElementSize] }
-func (r *ring) put(i int, e Element) { e.Put(r.elem(i)) }
-func (r *ring) get(i int) Element    { return ParseElement(r.elem(i)) }
-func (r *ring) used() int            { return (r.wp - r.rp) & (r.n - 1) }
-func (r *ring) free() int            { return r.n - 1 - r.used() }
-func (r *ring) inFlight(i int) bool  { return (i-r.rp)&(r.n-1) < r.used() }
+func (r *ring) base() uint64              { return r.mem.IOVA }
+func (r *ring) length() uint64            { return uint64(r.n * wire.ElementSize) }
+func (r *ring) iova(i int) uint64         { return r.mem.IOVA + uint64(i*wire.ElementSize) }
+func (r *ring) next(i int) int            { return (i + 1) & (r.n - 1) }
+func (r *ring) elem(i int) []byte         { return r.mem.Bytes[i*wire.ElementSize : (i+1)*wire.ElementSize] }
+func (r *ring) put(i int, e wire.Element) { e.Put(r.elem(i)) }
+func (r *ring) get(i int) wire.Element    { return wire.ParseElement(r.elem(i)) }
+func (r *ring) used() int                 { return (r.wp - r.rp) & (r.n - 1) }
+func (r *ring) free() int                 { return r.n - 1 - r.used() }
+func (r *ring) inFlight(i int) bool       { return (i-r.rp)&(r.n-1) < r.used() }
 
 // index converts a device-supplied IOVA into an element index, checking that
 // it lies inside the ring and on an element boundary.
 func (r *ring) index(iova uint64) (int, error) {
 	if iova < r.mem.IOVA || iova >= r.mem.IOVA+r.length() {
-		return 0, fmt.Errorf("%w: 0x%x outside ring [0x%x, 0x%x)", ErrBounds, iova, r.mem.IOVA, r.mem.IOVA+r.length())
+		return 0, fmt.Errorf("%w: 0x%x outside ring [0x%x, 0x%x)", wire.ErrBounds, iova, r.mem.IOVA, r.mem.IOVA+r.length())
 	}
 	off := iova - r.mem.IOVA
-	if off%ElementSize != 0 {
-		return 0, fmt.Errorf("%w: 0x%x not on an element boundary of ring at 0x%x", ErrBounds, iova, r.mem.IOVA)
+	if off%wire.ElementSize != 0 {
+		return 0, fmt.Errorf("%w: 0x%x not on an element boundary of ring at 0x%x", wire.ErrBounds, iova, r.mem.IOVA)
 	}
-	return int(off / ElementSize), nil
+	return int(off / wire.ElementSize), nil
 }

@@ -1,5 +1,7 @@
 package mhi
 
+import "github.com/gomhi/gomhi/mhi/wire"
+
 // EventRingStatus describes an event ring for status displays.
 type EventRingStatus struct {
 	Index    int    `json:"index"`
@@ -44,7 +46,7 @@ func (c *Controller) Status() Status {
 			st.EventRings = append(st.EventRings, EventRingStatus{
 				Index: er.index, Kind: er.cfg.Kind.String(), Elements: er.n, Vector: er.vector,
 				ModMs: er.cfg.ModerationMs, Hardware: er.cfg.Hardware, RingBase: er.base(),
-				HostRP: er.iova(er.rp), HostWP: er.iova(er.wp), DeviceRP: Load64(er.ctx(), CtxRP),
+				HostRP: er.iova(er.rp), HostWP: er.iova(er.wp), DeviceRP: wire.Load64(er.ctx(), wire.CtxRP),
 				Events: er.events.Load(),
 			})
 		}

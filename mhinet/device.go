@@ -13,6 +13,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // ErrDown: the device is not up.
@@ -47,7 +48,7 @@ type Config struct {
 	// MaxReassembly-byte aggregate, ceil(MaxReassembly/MRU) + 2, and never
 	// more than half of PoolBuffers (at least 1), so a chain can never hold
 	// the buffers the refill needs. A value set here must be within
-	// 1…max(1, PoolBuffers/2) (mhi.ErrConfig otherwise); the half-pool
+	// 1…max(1, PoolBuffers/2) (wire.ErrConfig otherwise); the half-pool
 	// bound also caps it after an MRU change.
 	MaxChainElements int
 	// RxCopy says whether received transfers are copied out of DMA memory
@@ -73,7 +74,7 @@ type Config struct {
 	// the format's header, or TXAggMaxBytes with TXAggregate if larger).
 	// A size set here must hold an MTU-sized packet with its framing and,
 	// with TXAggregate, TXAggMaxBytes; New and SetMTU fail otherwise
-	// (mhi.ErrConfig).
+	// (wire.ErrConfig).
 	TXBufferSize int
 	// TXZeroCopy provides pinned zero-copy transmit slots (TXBuffer,
 	// TransmitZC), one per usable uplink element.
@@ -190,14 +191,14 @@ func New(ctrl *mhi.Controller, cfg Config, rx Receiver) (*Device, error) {
 		cfg.MaxReassembly = 256 << 10
 	}
 	if cfg.MaxReassembly < 0 {
-		return nil, fmt.Errorf("mhinet: MaxReassembly %d bytes: %w", cfg.MaxReassembly, mhi.ErrConfig)
+		return nil, fmt.Errorf("mhinet: MaxReassembly %d bytes: %w", cfg.MaxReassembly, wire.ErrConfig)
 	}
 	if limit := max(1, cfg.PoolBuffers/2); cfg.MaxChainElements < 0 || cfg.MaxChainElements > limit {
 		return nil, fmt.Errorf("mhinet: MaxChainElements %d: want 0 (derived) or 1…%d (half of %d receive buffers): %w",
-			cfg.MaxChainElements, limit, cfg.PoolBuffers, mhi.ErrConfig)
+			cfg.MaxChainElements, limit, cfg.PoolBuffers, wire.ErrConfig)
 	}
 	if cfg.RxCopy > RxCopyOff {
-		return nil, fmt.Errorf("mhinet: receive copy mode %d: %w", cfg.RxCopy, mhi.ErrConfig)
+		return nil, fmt.Errorf("mhinet: receive copy mode %d: %w", cfg.RxCopy, wire.ErrConfig)
 	}
 	d := &Device{ctrl: ctrl, ul: ul, dl: dl, cfg: cfg, rx: rx, mru: cfg.MRU, mtu: cfg.MTU, log: cfg.Logger}
 	if d.log == nil {
@@ -221,7 +222,7 @@ func New(ctrl *mhi.Controller, cfg Config, rx Receiver) (*Device, error) {
 }
 
 // transmitDefaults fills in and checks the transmit buffer and
-// aggregation settings; the error wraps mhi.ErrConfig.
+// aggregation settings; the error wraps wire.ErrConfig.
 func (cfg *Config) transmitDefaults() error {
 	if cfg.TXAggMaxBytes == 0 {
 		cfg.TXAggMaxBytes = DefaultTXAggMaxBytes
@@ -232,13 +233,13 @@ func (cfg *Config) transmitDefaults() error {
 	if cfg.TXAggTimeout == 0 {
 		cfg.TXAggTimeout = DefaultTXAggTimeout
 	}
-	if cfg.TXAggMaxBytes < 64 || cfg.TXAggMaxBytes > mhi.MaxTRELength || cfg.TXAggMaxPackets < 1 || cfg.TXAggMaxPackets > 0xFFFF {
+	if cfg.TXAggMaxBytes < 64 || cfg.TXAggMaxBytes > wire.MaxTRELength || cfg.TXAggMaxPackets < 1 || cfg.TXAggMaxPackets > 0xFFFF {
 		return fmt.Errorf("mhinet: TXAggMaxBytes %d (64…%d), TXAggMaxPackets %d (1…65535): %w",
-			cfg.TXAggMaxBytes, mhi.MaxTRELength, cfg.TXAggMaxPackets, mhi.ErrConfig)
+			cfg.TXAggMaxBytes, wire.MaxTRELength, cfg.TXAggMaxPackets, wire.ErrConfig)
 	}
-	if cfg.TXBufferSize < 0 || cfg.TXBufferSize > mhi.MaxTRELength {
+	if cfg.TXBufferSize < 0 || cfg.TXBufferSize > wire.MaxTRELength {
 		return fmt.Errorf("mhinet: TXBufferSize %d (0: default, or up to %d): %w",
-			cfg.TXBufferSize, mhi.MaxTRELength, mhi.ErrConfig)
+			cfg.TXBufferSize, wire.MaxTRELength, wire.ErrConfig)
 	}
 	return nil
 }
@@ -511,7 +512,7 @@ func (d *Device) SetMRU(n int) error {
 // MTU takes effect with them. The uplink channel is reset and restarted
 // around the rebuild, so the modem forgets the zero-copy lend region:
 // with TXZeroCopy, forward the new ZeroCopyRegion to the modem again, as
-// after Up. It fails with an error wrapping mhi.ErrConfig when a fixed
+// after Up. It fails with an error wrapping wire.ErrConfig when a fixed
 // TXBufferSize cannot hold a packet of n bytes.
 func (d *Device) SetMTU(n int) error {
 	if err := ValidateMTU(n); err != nil {

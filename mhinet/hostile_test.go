@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
 )
 
@@ -24,16 +24,16 @@ import (
 const chainDropMsg = "receive chain too long: dropped, buffers back to the pool"
 
 // setLen sets an event's transfer length.
-func setLen(ev *mhi.Element, n uint32) { ev.Dword0 = ev.Dword0&^0xFFFF | n&0xFFFF }
+func setLen(ev *wire.Element, n uint32) { ev.Dword0 = ev.Dword0&^0xFFFF | n&0xFFFF }
 
 // setCode sets an event's completion code.
-func setCode(ev *mhi.Element, c mhi.CompletionCode) {
+func setCode(ev *wire.Element, c wire.CompletionCode) {
 	ev.Dword0 = ev.Dword0&^0xFF000000 | uint32(c)<<24
 }
 
 // tinyOverflows makes every OVERFLOW event claim 1 byte.
-func tinyOverflows(ev *mhi.Element, _ mhi.Element) {
-	if ev.Code() == mhi.CCOverflow {
+func tinyOverflows(ev *wire.Element, _ wire.Element) {
+	if ev.Code() == wire.CCOverflow {
 		setLen(ev, 1)
 	}
 }
@@ -187,8 +187,8 @@ func testChainNeverEnds(t *testing.T) {
 	r.rx.mu.Unlock()
 	r.pushAll(t, rawPackets(5, 100, 0)...)
 	r.rx.waitFor(t, 5)
-	r.onDL(func(ev *mhi.Element, _ mhi.Element) {
-		setCode(ev, mhi.CCOverflow) // even the last element: the transfer never ends
+	r.onDL(func(ev *wire.Element, _ wire.Element) {
+		setCode(ev, wire.CCOverflow) // even the last element: the transfer never ends
 		setLen(ev, 1)
 	})
 	r.pushAll(t, make([]byte, 3*1024))
@@ -248,8 +248,8 @@ func testEmptyTransfers(t *testing.T) {
 		t.Run(f.name, func(t *testing.T) {
 			r := newHostileRig(t, f.model, f.ipd, mhinet.Config{Format: f.format, MRU: 4096})
 			var n atomic.Int32
-			r.onDL(func(ev *mhi.Element, _ mhi.Element) {
-				if ev.Code() == mhi.CCEOT && n.Add(1)%4 == 0 {
+			r.onDL(func(ev *wire.Element, _ wire.Element) {
+				if ev.Code() == wire.CCEOT && n.Add(1)%4 == 0 {
 					setLen(ev, 0) // every fourth transfer claims 0 bytes
 				}
 			})
@@ -296,7 +296,7 @@ func testEmptyTransfers(t *testing.T) {
 // then bounds the parse, and every packet arrives intact.
 func testLengthPastBuffer(t *testing.T) {
 	r := newHostileRig(t, "telit-fn990", ep.IPDataConfig{Format: ep.FormatNTB16}, mhinet.Config{Format: mhinet.FormatMBIM, MRU: 4096})
-	r.onDL(func(ev *mhi.Element, _ mhi.Element) { setLen(ev, 0xFFFF) })
+	r.onDL(func(ev *wire.Element, _ wire.Element) { setLen(ev, 0xFFFF) })
 	pkts := rawPackets(60, 300, 0)
 	aggs := aggregate(t, mhinet.FormatMBIM, 4000, pkts)
 	r.pushAll(t, aggs...)
@@ -489,8 +489,8 @@ func testBadPointer(t *testing.T, replay bool) {
 	}
 	var n atomic.Int32
 	var prev uint64
-	r.onDL(func(ev *mhi.Element, _ mhi.Element) {
-		if ev.Code() != mhi.CCEOT {
+	r.onDL(func(ev *wire.Element, _ wire.Element) {
+		if ev.Code() != wire.CCEOT {
 			return
 		}
 		if n.Add(1) == 10 {
@@ -535,8 +535,8 @@ func testTXBadPointer(t *testing.T, replay bool) {
 	}
 	var n atomic.Int32
 	var prev uint64
-	r.tr.mem.setHook(func(ev *mhi.Element, _ mhi.Element) {
-		if ev.Channel() != r.ulNum || ev.Code() != mhi.CCEOT {
+	r.tr.mem.setHook(func(ev *wire.Element, _ wire.Element) {
+		if ev.Channel() != r.ulNum || ev.Code() != wire.CCEOT {
 			return
 		}
 		k := n.Add(1)

@@ -15,6 +15,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/mhi/msi"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
@@ -32,7 +33,7 @@ import (
 // (not DB_MODE or OOB, which complete no element). tre is the transfer
 // element the event names as the device read it from host memory (zero if
 // the pointer is outside host memory).
-type eventHook func(ev *mhi.Element, tre mhi.Element)
+type eventHook func(ev *wire.Element, tre wire.Element)
 
 // tamperMem is the device's view of host memory with a hook on the
 // transfer events it writes.
@@ -52,7 +53,7 @@ func (m *tamperMem) Store32(iova uint64, v uint32) error {
 }
 
 func (m *tamperMem) WriteAt(p []byte, iova uint64) error {
-	if len(p) == mhi.ElementSize {
+	if len(p) == wire.ElementSize {
 		m.mu.Lock()
 		hook, inRing := m.hook, false
 		for _, r := range m.rings {
@@ -64,16 +65,16 @@ func (m *tamperMem) WriteAt(p []byte, iova uint64) error {
 			// device's read pointer, the slot the host fills next, which
 			// the host may be writing now. The hooks rewrite completions,
 			// so it passes untouched and its slot is not read.
-			if ev := mhi.ParseElement(p); ev.Type() == mhi.PktTxEvent && !noTRE(ev.Code()) {
+			if ev := wire.ParseElement(p); ev.Type() == wire.PktTxEvent && !noTRE(ev.Code()) {
 				m.events.Add(1)
 				if hook != nil {
-					var raw [mhi.ElementSize]byte
-					var tre mhi.Element
+					var raw [wire.ElementSize]byte
+					var tre wire.Element
 					if m.slab.ReadAt(raw[:], ev.Ptr) == nil {
-						tre = mhi.ParseElement(raw[:])
+						tre = wire.ParseElement(raw[:])
 					}
 					hook(&ev, tre)
-					var out [mhi.ElementSize]byte
+					var out [wire.ElementSize]byte
 					ev.Put(out[:])
 					return m.slab.WriteAt(out[:], iova)
 				}
@@ -84,7 +85,7 @@ func (m *tamperMem) WriteAt(p []byte, iova uint64) error {
 }
 
 // noTRE reports whether a transfer event with code c completes no TRE.
-func noTRE(c mhi.CompletionCode) bool { return c == mhi.CCDBMode || c == mhi.CCOOB }
+func noTRE(c wire.CompletionCode) bool { return c == wire.CCDBMode || c == wire.CCOOB }
 
 // setHook installs (or with nil removes) the event hook.
 func (m *tamperMem) setHook(h eventHook) {
@@ -227,7 +228,7 @@ func newHostileRigRx(t testing.TB, model string, ipd ep.IPDataConfig, cfg mhinet
 	}
 	var rings [][2]uint64
 	for _, er := range ctrl.Status().EventRings {
-		rings = append(rings, [2]uint64{er.RingBase, er.RingBase + uint64(er.Elements*mhi.ElementSize)})
+		rings = append(rings, [2]uint64{er.RingBase, er.RingBase + uint64(er.Elements*wire.ElementSize)})
 	}
 	tr.mem.mu.Lock()
 	tr.mem.rings = rings
@@ -259,7 +260,7 @@ func (r *hostileRig) onDL(h eventHook) {
 		r.tr.mem.setHook(nil)
 		return
 	}
-	r.tr.mem.setHook(func(ev *mhi.Element, tre mhi.Element) {
+	r.tr.mem.setHook(func(ev *wire.Element, tre wire.Element) {
 		if ev.Channel() == r.dlNum {
 			h(ev, tre)
 		}

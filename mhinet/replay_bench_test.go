@@ -14,6 +14,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/simclock"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -153,7 +154,7 @@ func replaySetup(b testing.TB, mru, size int) (run func(n uint64) (time.Duration
 	pipe, _ := m.Transport.Device().Pipe(m.DataPair)
 	// The modem lets the channel move data once it has posted the START
 	// completion (on its control goroutine): wait for that.
-	for deadline := time.Now().Add(5 * time.Second); pipe.DownlinkState() != mhi.ChannelRunning; {
+	for deadline := time.Now().Add(5 * time.Second); pipe.DownlinkState() != wire.ChannelRunning; {
 		if time.Now().After(deadline) {
 			b.Fatalf("downlink %s after 5s", pipe.DownlinkState())
 		}
@@ -169,7 +170,7 @@ func replaySetup(b testing.TB, mru, size int) (run func(n uint64) (time.Duration
 	fill := func() {
 		for queued < target {
 			err := pipe.TrySend(agg)
-			if errors.Is(err, mhi.ErrRingFull) {
+			if errors.Is(err, wire.ErrRingFull) {
 				feed.Reset(50 * time.Microsecond) // look again later
 				return
 			}

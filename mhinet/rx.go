@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // fragment is one filled element of a transfer that arrived over several.
@@ -132,12 +133,12 @@ func (d *Device) onDL(c mhi.Completion) {
 		return
 	}
 	d.c.rxElements.Add(1)
-	last := c.End && c.Code != mhi.CCOverflow
-	if c.Code == mhi.CCOverflow {
+	last := c.End && c.Code != wire.CCOverflow
+	if c.Code == wire.CCOverflow {
 		d.c.rxOverflows.Add(1)
 	}
 	switch {
-	case !c.End && c.Code != mhi.CCOverflow:
+	case !c.End && c.Code != wire.CCOverflow:
 		// The device's event named a later element, so this one was
 		// completed without an event of its own: the buffers are posted
 		// with IEOT and without CHAIN, so it ended a transfer, of a

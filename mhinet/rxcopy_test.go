@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -28,8 +28,8 @@ type rewritingRx struct {
 
 // record is the modem-side hook: it notes the buffer each downlink EOT
 // event names (the transfer element's pointer and the event's length).
-func (x *rewritingRx) record(ev *mhi.Element, tre mhi.Element) {
-	if ev.Code() != mhi.CCEOT || ev.Length() == 0 {
+func (x *rewritingRx) record(ev *wire.Element, tre wire.Element) {
+	if ev.Code() != wire.CCEOT || ev.Length() == 0 {
 		return
 	}
 	x.mu.Lock()
@@ -183,7 +183,7 @@ func TestParseRxCopyMode(t *testing.T) {
 
 // The receive bounds are validated: an element bound above half the pool
 // (or negative), a negative byte bound and an unknown copy mode fail with
-// mhi.ErrConfig.
+// wire.ErrConfig.
 func TestReceiveBoundsValidated(t *testing.T) {
 	m, err := mock.Open(mock.Options{})
 	if err != nil {
@@ -205,7 +205,7 @@ func TestReceiveBoundsValidated(t *testing.T) {
 	} {
 		tc.cfg.Pair = m.DataPair
 		_, err := mhinet.New(m.Controller, tc.cfg, newCollector())
-		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, mhi.ErrConfig)) {
+		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, wire.ErrConfig)) {
 			t.Errorf("%s: New: %v", tc.name, err)
 		}
 	}

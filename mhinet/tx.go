@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // Defaults of the transmit aggregation limits (rmnet's egress defaults).
@@ -80,7 +81,7 @@ func (t *txPath) bufferSize(mtu int) int {
 			size = max(size, t.agg.maxBytes)
 		}
 	}
-	return min(size, mhi.MaxTRELength)
+	return min(size, wire.MaxTRELength)
 }
 
 // framedLen is the length of the element that carries one mtu-byte packet
@@ -94,19 +95,19 @@ func (t *txPath) framedLen(mtu int) (int, error) {
 
 // checkSize checks that the transmit buffers for mtu hold an mtu-byte
 // packet with its framing, and (with TXAggregate) an aggregate of
-// TXAggMaxBytes. The error wraps mhi.ErrConfig.
+// TXAggMaxBytes. The error wraps wire.ErrConfig.
 func (t *txPath) checkSize(mtu int) error {
 	size := t.bufferSize(mtu)
 	need, err := t.framedLen(mtu)
 	if err != nil {
-		return fmt.Errorf("mhinet: a %d-byte packet cannot be framed as %v: %v: %w", mtu, t.d.cfg.Format, err, mhi.ErrConfig)
+		return fmt.Errorf("mhinet: a %d-byte packet cannot be framed as %v: %v: %w", mtu, t.d.cfg.Format, err, wire.ErrConfig)
 	}
 	if size < need {
 		return fmt.Errorf("mhinet: transmit buffers of %d bytes cannot hold a %d-byte packet (%d bytes framed as %v): %w",
-			size, mtu, need, t.d.cfg.Format, mhi.ErrConfig)
+			size, mtu, need, t.d.cfg.Format, wire.ErrConfig)
 	}
 	if t.agg.on() && t.agg.maxBytes > size {
-		return fmt.Errorf("mhinet: TXAggMaxBytes %d exceeds the transmit buffer size %d: %w", t.agg.maxBytes, size, mhi.ErrConfig)
+		return fmt.Errorf("mhinet: TXAggMaxBytes %d exceeds the transmit buffer size %d: %w", t.agg.maxBytes, size, wire.ErrConfig)
 	}
 	return nil
 }

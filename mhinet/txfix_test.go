@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -278,18 +278,18 @@ func TestTXBufferSizeValidated(t *testing.T) {
 		{"aggregate within buffer", mhinet.Config{Format: mhinet.FormatMBIM, TXAggregate: true, TXAggMaxBytes: 4096,
 			TXBufferSize: 4096}, true},
 		{"negative", mhinet.Config{TXBufferSize: -1}, false},
-		{"over a TRE", mhinet.Config{TXBufferSize: mhi.MaxTRELength + 1}, false},
+		{"over a TRE", mhinet.Config{TXBufferSize: wire.MaxTRELength + 1}, false},
 	} {
 		tc.cfg.Pair = m.DataPair
 		d, err := mhinet.New(m.Controller, tc.cfg, newUDPCollector())
 		if tc.ok && err != nil {
 			t.Errorf("%s: %v", tc.name, err)
 		}
-		if !tc.ok && !errors.Is(err, mhi.ErrConfig) {
+		if !tc.ok && !errors.Is(err, wire.ErrConfig) {
 			t.Errorf("%s: New: %v, want mhi.ErrConfig", tc.name, err)
 		}
 		if tc.name == "raw fits" && d != nil {
-			if err := d.SetMTU(1501); !errors.Is(err, mhi.ErrConfig) {
+			if err := d.SetMTU(1501); !errors.Is(err, wire.ErrConfig) {
 				t.Errorf("SetMTU past a fixed TXBufferSize: %v, want mhi.ErrConfig", err)
 			}
 			if d.MTU() != 1500 {

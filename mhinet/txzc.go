@@ -7,6 +7,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/proto/lend"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // Zero-copy transmit.
@@ -392,7 +393,7 @@ func (z *zcPath) lend(b *ZCBuffer) {
 	if b.tag == 0 {
 		b.tag = 1
 	}
-	mhi.Store32(z.ctl.Bytes, zcTagOff+4*b.slot, uint32(b.tag))
+	wire.Store32(z.ctl.Bytes, zcTagOff+4*b.slot, uint32(b.tag))
 	z.state[b.slot] = zcDevice
 	z.pending++
 	d := z.d
@@ -445,7 +446,7 @@ func (z *zcPath) reapLocked() {
 		return
 	}
 	defer z.armPollLocked()
-	prod := mhi.Load32(z.ctl.Bytes, zcProdOff)
+	prod := wire.Load32(z.ctl.Bytes, zcProdOff)
 	avail := prod - z.cons
 	if avail == 0 {
 		return
@@ -457,7 +458,7 @@ func (z *zcPath) reapLocked() {
 		avail = uint32(z.ringN)
 	}
 	for range avail {
-		e := mhi.Load32(z.ctl.Bytes, z.ringOff+4*int(z.cons&uint32(z.ringN-1)))
+		e := wire.Load32(z.ctl.Bytes, z.ringOff+4*int(z.cons&uint32(z.ringN-1)))
 		z.cons++
 		slot, tag := int(e&0xFFFF), uint16(e>>16)
 		if slot >= len(z.slots) || z.state[slot] != zcDevice || z.slots[slot].tag != tag {
@@ -467,7 +468,7 @@ func (z *zcPath) reapLocked() {
 		z.d.c.txZCReleased.Add(1)
 		z.releaseLocked(slot)
 	}
-	mhi.Store32(z.ctl.Bytes, zcConsOff, z.cons)
+	wire.Store32(z.ctl.Bytes, zcConsOff, z.cons)
 }
 
 // onComplete accounts for a completed zero-copy element; the slot itself

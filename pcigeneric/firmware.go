@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // ErrNoFirmware: the model names no image for the execution environment
@@ -25,9 +26,9 @@ func FirmwareFromDir(info *ModemInfo, dir string) *mhi.Firmware {
 	if dir == "" {
 		return nil
 	}
-	return &mhi.Firmware{Load: func(ee mhi.ExecEnv) (string, []byte, error) {
+	return &mhi.Firmware{Load: func(ee wire.ExecEnv) (string, []byte, error) {
 		name := info.Firmware
-		if ee == mhi.EEEDL {
+		if ee == wire.EEEDL {
 			name = info.EDLImage
 		}
 		if name == "" {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // This file holds the data: the channel/event-ring configurations, the
@@ -39,41 +39,41 @@ const (
 // channels burst mode with a doorbell-mode switch; event rings get vector
 // index+1 and the moderation of their kind.
 
-func chanPair(num uint8, name string, elems, evUL, evDL int, ee mhi.ExecEnv, hw bool) []mhi.ChannelConfig {
-	mk := func(n uint8, d mhi.Direction, ev int) mhi.ChannelConfig {
-		return mhi.ChannelConfig{Num: n, Name: name, Elements: elems, EventRing: ev,
+func chanPair(num uint8, name string, elems, evUL, evDL int, ee wire.ExecEnv, hw bool) []wire.ChannelConfig {
+	mk := func(n uint8, d wire.Direction, ev int) wire.ChannelConfig {
+		return wire.ChannelConfig{Num: n, Name: name, Elements: elems, EventRing: ev,
 			Dir: d, EE: ee, Burst: hw, DBModeSwitch: hw}
 	}
-	return []mhi.ChannelConfig{mk(num, mhi.Uplink, evUL), mk(num+1, mhi.Downlink, evDL)}
+	return []wire.ChannelConfig{mk(num, wire.Uplink, evUL), mk(num+1, wire.Downlink, evDL)}
 }
 
 // pair is an AMSS channel pair on one event ring.
-func pair(num uint8, name string, elems, ev int) []mhi.ChannelConfig {
-	return chanPair(num, name, elems, ev, ev, mhi.EEAMSS, false)
+func pair(num uint8, name string, elems, ev int) []wire.ChannelConfig {
+	return chanPair(num, name, elems, ev, ev, wire.EEAMSS, false)
 }
 
 // pairEE is a channel pair that exists in another EE (SBL, FP).
-func pairEE(num uint8, name string, elems, ev int, ee mhi.ExecEnv) []mhi.ChannelConfig {
+func pairEE(num uint8, name string, elems, ev int, ee wire.ExecEnv) []wire.ChannelConfig {
 	return chanPair(num, name, elems, ev, ev, ee, false)
 }
 
 // swPair is an AMSS software data pair with one event ring per direction.
-func swPair(num uint8, name string, elems, evUL, evDL int) []mhi.ChannelConfig {
-	return chanPair(num, name, elems, evUL, evDL, mhi.EEAMSS, false)
+func swPair(num uint8, name string, elems, evUL, evDL int) []wire.ChannelConfig {
+	return chanPair(num, name, elems, evUL, evDL, wire.EEAMSS, false)
 }
 
 // hwPair is a hardware (burst mode) data pair, one event ring per direction.
-func hwPair(num uint8, name string, elems, evUL, evDL int) []mhi.ChannelConfig {
-	return chanPair(num, name, elems, evUL, evDL, mhi.EEAMSS, true)
+func hwPair(num uint8, name string, elems, evUL, evDL int) []wire.ChannelConfig {
+	return chanPair(num, name, elems, evUL, evDL, wire.EEAMSS, true)
 }
 
 // single is a channel without a partner in the other direction.
-func single(num uint8, name string, elems, ev int, d mhi.Direction, ee mhi.ExecEnv) []mhi.ChannelConfig {
-	return []mhi.ChannelConfig{{Num: num, Name: name, Elements: elems, EventRing: ev, Dir: d, EE: ee}}
+func single(num uint8, name string, elems, ev int, d wire.Direction, ee wire.ExecEnv) []wire.ChannelConfig {
+	return []wire.ChannelConfig{{Num: num, Name: name, Elements: elems, EventRing: ev, Dir: d, EE: ee}}
 }
 
-func channels(groups ...[]mhi.ChannelConfig) []mhi.ChannelConfig {
-	var out []mhi.ChannelConfig
+func channels(groups ...[]wire.ChannelConfig) []wire.ChannelConfig {
+	var out []wire.ChannelConfig
 	for _, g := range groups {
 		out = append(out, g...)
 	}
@@ -82,42 +82,42 @@ func channels(groups ...[]mhi.ChannelConfig) []mhi.ChannelConfig {
 
 // ring describes an event ring before its vector is assigned.
 type ring struct {
-	kind  mhi.EventRingKind
+	kind  wire.EventRingKind
 	elems int
 	ch    int
 }
 
-func ctrlRing(n int) ring         { return ring{mhi.EventCtrl, n, -1} }
-func dataRing(n int) ring         { return ring{mhi.EventData, n, -1} }
-func swRing(n int) ring           { return ring{mhi.EventSWData, n, -1} }
-func hwRing(n int, ch uint8) ring { return ring{mhi.EventHWData, n, int(ch)} }
-func moderation(k mhi.EventRingKind) int {
+func ctrlRing(n int) ring         { return ring{wire.EventCtrl, n, -1} }
+func dataRing(n int) ring         { return ring{wire.EventData, n, -1} }
+func swRing(n int) ring           { return ring{wire.EventSWData, n, -1} }
+func hwRing(n int, ch uint8) ring { return ring{wire.EventHWData, n, int(ch)} }
+func moderation(k wire.EventRingKind) int {
 	switch k {
-	case mhi.EventData:
+	case wire.EventData:
 		return 5
-	case mhi.EventHWData:
+	case wire.EventHWData:
 		return 1
 	}
 	return 0
 }
 
-func rings(rs ...ring) []mhi.EventRingConfig {
-	out := make([]mhi.EventRingConfig, len(rs))
+func rings(rs ...ring) []wire.EventRingConfig {
+	out := make([]wire.EventRingConfig, len(rs))
 	for i, r := range rs {
-		out[i] = mhi.EventRingConfig{
+		out[i] = wire.EventRingConfig{
 			Elements:     r.elems,
 			Kind:         r.kind,
 			ModerationMs: moderation(r.kind),
 			Vector:       i + 1,
-			Hardware:     r.kind == mhi.EventHWData,
+			Hardware:     r.kind == wire.EventHWData,
 			Channel:      r.ch,
 		}
 	}
 	return out
 }
 
-func config(timeoutMs, readyMs int, chs []mhi.ChannelConfig, ers []mhi.EventRingConfig) mhi.ControllerConfig {
-	return mhi.ControllerConfig{
+func config(timeoutMs, readyMs int, chs []wire.ChannelConfig, ers []wire.EventRingConfig) wire.ControllerConfig {
+	return wire.ControllerConfig{
 		MaxChannels:     defaultMaxChannels,
 		Timeout:         time.Duration(timeoutMs) * time.Millisecond,
 		ReadyTimeout:    time.Duration(readyMs) * time.Millisecond,
@@ -134,7 +134,7 @@ var (
 		pair(12, "MBIM", 4, 0),
 		pair(14, "QMI", 4, 0),
 		pair(20, "IPCR", 8, 0),
-		pairEE(34, "FIREHOSE", 32, 0, mhi.EEFP),
+		pairEE(34, "FIREHOSE", 32, 0, wire.EEFP),
 		swPair(46, "IP_SW0", 64, 2, 3),
 		hwPair(100, "IP_HW0", 128, 4, 5),
 	)
@@ -149,7 +149,7 @@ var (
 		pair(4, "DIAG", 32, 1),
 		pair(12, "MBIM", 32, 0),
 		pair(32, "DUN", 32, 0),
-		pairEE(34, "FIREHOSE", 32, 0, mhi.EEFP),
+		pairEE(34, "FIREHOSE", 32, 0, wire.EEFP),
 		hwPair(100, "IP_HW0_MBIM", 128, 2, 3),
 	)
 
@@ -157,16 +157,16 @@ var (
 )
 
 // configs are the named MHI configurations.
-var configs = map[string]mhi.ControllerConfig{
+var configs = map[string]wire.ControllerConfig{
 	"modem_qcom_v1": config(8000, 0, qcomChannels, qcomRings),
 	"modem_qcom_v2": config(8000, 50000, qcomChannels, qcomRings),
 	"quectel_em1xx": config(20000, 0, channels(
 		pair(0, "NMEA", 32, 0),
-		pairEE(2, "SAHARA", 32, 0, mhi.EESBL),
+		pairEE(2, "SAHARA", 32, 0, wire.EESBL),
 		pair(4, "DIAG", 32, 1),
 		pair(12, "MBIM", 32, 0),
 		pair(32, "DUN", 32, 0),
-		pairEE(34, "FIREHOSE", 32, 0, mhi.EEFP),
+		pairEE(34, "FIREHOSE", 32, 0, wire.EEFP),
 		hwPair(100, "IP_HW0_MBIM", 128, 2, 3),
 	), quectelRings),
 	"foxconn_sdx55": config(20000, 0, foxconnChannels, quectelRings),
@@ -179,8 +179,8 @@ var configs = map[string]mhi.ControllerConfig{
 		hwPair(100, "IP_HW0_MBIM", 512, 2, 3),
 	), rings(ctrlRing(256), dataRing(256), hwRing(1024, 100), hwRing(1024, 101))),
 	"sierra_em919x": config(24000, 0, channels(
-		single(2, "SAHARA", 32, 0, mhi.Uplink, mhi.EESBL),
-		single(3, "SAHARA", 256, 0, mhi.Downlink, mhi.EESBL),
+		single(2, "SAHARA", 32, 0, wire.Uplink, wire.EESBL),
+		single(3, "SAHARA", 256, 0, wire.Downlink, wire.EESBL),
 		pair(4, "DIAG", 32, 0),
 		pair(12, "MBIM", 128, 0),
 		pair(14, "QMI", 32, 0),
@@ -193,7 +193,7 @@ var configs = map[string]mhi.ControllerConfig{
 		hwPair(100, "IP_HW0", 128, 1, 2),
 	), rings(ctrlRing(128), hwRing(1024, 100), hwRing(2048, 101))),
 	"telit_fn990": config(20000, 0, channels(
-		pairEE(2, "SAHARA", 32, 0, mhi.EESBL),
+		pairEE(2, "SAHARA", 32, 0, wire.EESBL),
 		pair(4, "DIAG", 64, 1),
 		pair(12, "MBIM", 32, 0),
 		pair(32, "DUN", 32, 0),
@@ -201,24 +201,24 @@ var configs = map[string]mhi.ControllerConfig{
 		hwPair(100, "IP_HW0_MBIM", 128, 2, 3),
 	), telitFN990Rings),
 	"telit_fn920c04": config(50000, 0, channels(
-		pairEE(2, "SAHARA", 32, 0, mhi.EESBL),
+		pairEE(2, "SAHARA", 32, 0, wire.EESBL),
 		pair(4, "DIAG", 64, 1),
 		pair(14, "QMI", 32, 0),
 		pair(32, "DUN", 32, 0),
-		pairEE(34, "FIREHOSE", 32, 0, mhi.EEFP),
+		pairEE(34, "FIREHOSE", 32, 0, wire.EEFP),
 		pair(92, "DUN2", 32, 1),
 		hwPair(100, "IP_HW0", 128, 2, 3),
 	), telitFN990Rings),
 	"qdu100": config(120000, 0, channels(
 		pair(0, "LOOPBACK", 32, 2),
-		pairEE(2, "SAHARA", 128, 1, mhi.EESBL),
+		pairEE(2, "SAHARA", 128, 1, wire.EESBL),
 		pair(4, "DIAG", 64, 3),
 		// Linux declares QDSS as an uplink channel numbered 9. MHI numbers
 		// uplink channels even and downlink odd, and ControllerConfig
 		// enforces that, so the model keeps the number and makes it the
 		// downlink (device → host) channel, which is what a trace channel
 		// carries.
-		single(9, "QDSS", 64, 3, mhi.Downlink, mhi.EEAMSS),
+		single(9, "QDSS", 64, 3, wire.Downlink, wire.EEAMSS),
 		pair(14, "NMEA", 32, 4),
 		pair(16, "CSM_CTRL", 32, 4),
 		pair(40, "MHI_PHC", 32, 4),

@@ -1,6 +1,6 @@
 package pcigeneric
 
-import "github.com/gomhi/gomhi/mhi"
+import "github.com/gomhi/gomhi/mhi/wire"
 
 // The channel pairs a host gives a job by name, as Linux's device table
 // names them. The mock modem (pcigeneric/mock, mhi/ep) serves the same
@@ -13,9 +13,9 @@ var dataPairNames = []string{"IP_HW0_MBIM", "IP_HW0"}
 
 // DataPair returns the name of a configuration's IP data channel pair:
 // IP_HW0_MBIM or IP_HW0, or "" when it has neither.
-func DataPair(cfg mhi.ControllerConfig) string {
+func DataPair(cfg wire.ControllerConfig) string {
 	for _, name := range dataPairNames {
-		if _, ok := cfg.ChannelByName(name, mhi.Uplink); ok {
+		if _, ok := cfg.ChannelByName(name, wire.Uplink); ok {
 			return name
 		}
 	}
@@ -30,15 +30,15 @@ var controlPairNames = []string{"MBIM", "QMI", "DUN", "DUN2"}
 // ControlPairs returns the control channel pairs of cfg a host exposes
 // as ports — MBIM, QMI, DUN, DUN2 (AT) — in channel order. DIAG, SAHARA,
 // FIREHOSE, IPCR and NMEA are left out.
-func ControlPairs(cfg mhi.ControllerConfig) []string {
+func ControlPairs(cfg wire.ControllerConfig) []string {
 	var out []string
 	for _, ch := range cfg.Channels {
-		if ch.Dir != mhi.Uplink {
+		if ch.Dir != wire.Uplink {
 			continue
 		}
 		for _, n := range controlPairNames {
 			if ch.Name == n {
-				if _, ok := cfg.ChannelByName(n, mhi.Downlink); ok {
+				if _, ok := cfg.ChannelByName(n, wire.Downlink); ok {
 					out = append(out, n)
 				}
 			}

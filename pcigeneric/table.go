@@ -16,7 +16,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // AnyID in Match.SubVendor or Match.SubDevice matches any subsystem ID.
@@ -104,7 +104,7 @@ type ModemInfo struct {
 	// releases it.
 	ResetOnRemove bool
 	// Config is the MHI configuration: channels, event rings, timeouts.
-	Config mhi.ControllerConfig
+	Config wire.ControllerConfig
 }
 
 // Clone returns a deep copy of m.

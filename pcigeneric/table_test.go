@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 func TestConfigsValidate(t *testing.T) {
@@ -40,7 +40,7 @@ func TestConfigsValidate(t *testing.T) {
 // channel and event macros: vectors, moderation, hardware rings dedicated to
 // the channel that uses them, burst mode exactly on hardware channels.
 func TestEventMacroSemantics(t *testing.T) {
-	wantMod := map[mhi.EventRingKind]int{mhi.EventCtrl: 0, mhi.EventData: 5, mhi.EventSWData: 0, mhi.EventHWData: 1}
+	wantMod := map[wire.EventRingKind]int{wire.EventCtrl: 0, wire.EventData: 5, wire.EventSWData: 0, wire.EventHWData: 1}
 	for name, cfg := range configs {
 		t.Run(name, func(t *testing.T) {
 			for i, er := range cfg.EventRings {
@@ -50,7 +50,7 @@ func TestEventMacroSemantics(t *testing.T) {
 				if er.ModerationMs != wantMod[er.Kind] {
 					t.Errorf("ring %d (%s): moderation %d ms, want %d", i, er.Kind, er.ModerationMs, wantMod[er.Kind])
 				}
-				if er.Hardware != (er.Kind == mhi.EventHWData) {
+				if er.Hardware != (er.Kind == wire.EventHWData) {
 					t.Errorf("ring %d (%s): hardware=%v", i, er.Kind, er.Hardware)
 				}
 				if !er.Hardware && er.Channel != -1 {
@@ -227,21 +227,21 @@ func TestChannelDetails(t *testing.T) {
 	tests := []struct {
 		model string
 		num   uint8
-		want  mhi.ChannelConfig
+		want  wire.ChannelConfig
 	}{
-		{"qcom-sdx55m", 101, mhi.ChannelConfig{Num: 101, Name: "IP_HW0", Elements: 128, EventRing: 5, Dir: mhi.Downlink, EE: mhi.EEAMSS, Burst: true, DBModeSwitch: true}},
-		{"qcom-sdx55m", 46, mhi.ChannelConfig{Num: 46, Name: "IP_SW0", Elements: 64, EventRing: 2, Dir: mhi.Uplink, EE: mhi.EEAMSS}},
-		{"qcom-sdx55m", 35, mhi.ChannelConfig{Num: 35, Name: "FIREHOSE", Elements: 32, EventRing: 0, Dir: mhi.Downlink, EE: mhi.EEFP}},
-		{"quectel-em1xx", 2, mhi.ChannelConfig{Num: 2, Name: "SAHARA", Elements: 32, EventRing: 0, Dir: mhi.Uplink, EE: mhi.EESBL}},
-		{"sierra-em919x", 3, mhi.ChannelConfig{Num: 3, Name: "SAHARA", Elements: 256, EventRing: 0, Dir: mhi.Downlink, EE: mhi.EESBL}},
-		{"sierra-em919x", 100, mhi.ChannelConfig{Num: 100, Name: "IP_HW0", Elements: 512, EventRing: 1, Dir: mhi.Uplink, EE: mhi.EEAMSS, Burst: true, DBModeSwitch: true}},
-		{"telit-fn990", 93, mhi.ChannelConfig{Num: 93, Name: "DUN2", Elements: 32, EventRing: 1, Dir: mhi.Downlink, EE: mhi.EEAMSS}},
-		{"telit-fn980-hwv1", 101, mhi.ChannelConfig{Num: 101, Name: "IP_HW0", Elements: 128, EventRing: 2, Dir: mhi.Downlink, EE: mhi.EEAMSS, Burst: true, DBModeSwitch: true}},
-		{"foxconn-t99w696", 51, mhi.ChannelConfig{Num: 51, Name: "NMEA", Elements: 32, EventRing: 0, Dir: mhi.Downlink, EE: mhi.EEAMSS}},
-		{"cinterion-mv31", 100, mhi.ChannelConfig{Num: 100, Name: "IP_HW0_MBIM", Elements: 512, EventRing: 2, Dir: mhi.Uplink, EE: mhi.EEAMSS, Burst: true, DBModeSwitch: true}},
-		{"qcom-qdu100", 9, mhi.ChannelConfig{Num: 9, Name: "QDSS", Elements: 64, EventRing: 3, Dir: mhi.Downlink, EE: mhi.EEAMSS}},
-		{"qcom-qdu100", 47, mhi.ChannelConfig{Num: 47, Name: "IP_SW0", Elements: 256, EventRing: 5, Dir: mhi.Downlink, EE: mhi.EEAMSS}},
-		{"qcom-sa8775p", 47, mhi.ChannelConfig{Num: 47, Name: "IP_SW0", Elements: 2048, EventRing: 2, Dir: mhi.Downlink, EE: mhi.EEAMSS}},
+		{"qcom-sdx55m", 101, wire.ChannelConfig{Num: 101, Name: "IP_HW0", Elements: 128, EventRing: 5, Dir: wire.Downlink, EE: wire.EEAMSS, Burst: true, DBModeSwitch: true}},
+		{"qcom-sdx55m", 46, wire.ChannelConfig{Num: 46, Name: "IP_SW0", Elements: 64, EventRing: 2, Dir: wire.Uplink, EE: wire.EEAMSS}},
+		{"qcom-sdx55m", 35, wire.ChannelConfig{Num: 35, Name: "FIREHOSE", Elements: 32, EventRing: 0, Dir: wire.Downlink, EE: wire.EEFP}},
+		{"quectel-em1xx", 2, wire.ChannelConfig{Num: 2, Name: "SAHARA", Elements: 32, EventRing: 0, Dir: wire.Uplink, EE: wire.EESBL}},
+		{"sierra-em919x", 3, wire.ChannelConfig{Num: 3, Name: "SAHARA", Elements: 256, EventRing: 0, Dir: wire.Downlink, EE: wire.EESBL}},
+		{"sierra-em919x", 100, wire.ChannelConfig{Num: 100, Name: "IP_HW0", Elements: 512, EventRing: 1, Dir: wire.Uplink, EE: wire.EEAMSS, Burst: true, DBModeSwitch: true}},
+		{"telit-fn990", 93, wire.ChannelConfig{Num: 93, Name: "DUN2", Elements: 32, EventRing: 1, Dir: wire.Downlink, EE: wire.EEAMSS}},
+		{"telit-fn980-hwv1", 101, wire.ChannelConfig{Num: 101, Name: "IP_HW0", Elements: 128, EventRing: 2, Dir: wire.Downlink, EE: wire.EEAMSS, Burst: true, DBModeSwitch: true}},
+		{"foxconn-t99w696", 51, wire.ChannelConfig{Num: 51, Name: "NMEA", Elements: 32, EventRing: 0, Dir: wire.Downlink, EE: wire.EEAMSS}},
+		{"cinterion-mv31", 100, wire.ChannelConfig{Num: 100, Name: "IP_HW0_MBIM", Elements: 512, EventRing: 2, Dir: wire.Uplink, EE: wire.EEAMSS, Burst: true, DBModeSwitch: true}},
+		{"qcom-qdu100", 9, wire.ChannelConfig{Num: 9, Name: "QDSS", Elements: 64, EventRing: 3, Dir: wire.Downlink, EE: wire.EEAMSS}},
+		{"qcom-qdu100", 47, wire.ChannelConfig{Num: 47, Name: "IP_SW0", Elements: 256, EventRing: 5, Dir: wire.Downlink, EE: wire.EEAMSS}},
+		{"qcom-sa8775p", 47, wire.ChannelConfig{Num: 47, Name: "IP_SW0", Elements: 2048, EventRing: 2, Dir: wire.Downlink, EE: wire.EEAMSS}},
 	}
 	for _, tt := range tests {
 		m, _ := Model(tt.model)
@@ -254,7 +254,7 @@ func TestChannelDetails(t *testing.T) {
 	if er := m.Config.EventRings[5]; er.Elements != 2048 || er.Channel != 101 || er.Vector != 6 || er.ModerationMs != 1 {
 		t.Errorf("sdx55 event ring 5 = %+v", er)
 	}
-	if er := m.Config.EventRings[1]; er.Kind != mhi.EventData || er.ModerationMs != 5 || er.Elements != 128 {
+	if er := m.Config.EventRings[1]; er.Kind != wire.EventData || er.ModerationMs != 5 || er.Elements != 128 {
 		t.Errorf("sdx55 event ring 1 = %+v", er)
 	}
 }

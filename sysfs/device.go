@@ -11,6 +11,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ctrlport"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
 )
 
@@ -260,7 +261,7 @@ func invalid(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, mhinet.ErrInvalidMRU) || errors.Is(err, mhinet.ErrInvalidMTU) || errors.Is(err, mhi.ErrConfig) {
+	if errors.Is(err, mhinet.ErrInvalidMRU) || errors.Is(err, mhinet.ErrInvalidMTU) || errors.Is(err, wire.ErrConfig) {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return fmt.Errorf("%w: %w", ErrBusy, err)

@@ -19,6 +19,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/hostile"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 	"github.com/gomhi/gomhi/mhi/testenv/fuzzcheck"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"golang.org/x/sys/unix"
 )
@@ -80,20 +81,20 @@ const (
 	hRingElements    = 8
 )
 
-func hrigConfig() mhi.ControllerConfig {
-	ch := func(num uint8, name string, dir mhi.Direction) mhi.ChannelConfig {
-		return mhi.ChannelConfig{Num: num, Name: name, Elements: hRingElements, EventRing: 1, Dir: dir, EE: mhi.EEAMSS}
+func hrigConfig() wire.ControllerConfig {
+	ch := func(num uint8, name string, dir wire.Direction) wire.ChannelConfig {
+		return wire.ChannelConfig{Num: num, Name: name, Elements: hRingElements, EventRing: 1, Dir: dir, EE: wire.EEAMSS}
 	}
-	return mhi.ControllerConfig{
+	return wire.ControllerConfig{
 		MaxChannels: 128,
 		Timeout:     2 * time.Second,
-		Channels: []mhi.ChannelConfig{
-			ch(hMBIMUL, "MBIM", mhi.Uplink), ch(hMBIMDL, "MBIM", mhi.Downlink),
-			ch(hDUNUL, "DUN", mhi.Uplink), ch(hDUNDL, "DUN", mhi.Downlink),
+		Channels: []wire.ChannelConfig{
+			ch(hMBIMUL, "MBIM", wire.Uplink), ch(hMBIMDL, "MBIM", wire.Downlink),
+			ch(hDUNUL, "DUN", wire.Uplink), ch(hDUNDL, "DUN", wire.Downlink),
 		},
-		EventRings: []mhi.EventRingConfig{
-			{Elements: 32, Kind: mhi.EventCtrl, Vector: 1, Channel: -1},
-			{Elements: 64, Kind: mhi.EventSWData, Vector: 2, Channel: -1},
+		EventRings: []wire.EventRingConfig{
+			{Elements: 32, Kind: wire.EventCtrl, Vector: 1, Channel: -1},
+			{Elements: 64, Kind: wire.EventSWData, Vector: 2, Channel: -1},
 		},
 		CommandElements: 16,
 	}
@@ -106,8 +107,8 @@ type hrig struct {
 	ctrl *mhi.Controller
 
 	mu     sync.Mutex
-	dlHook func(ev *mhi.Element) bool // sees every downlink transfer event; false drops it
-	ul     chan []byte                // uplink transfers the host queued, in order
+	dlHook func(ev *wire.Element) bool // sees every downlink transfer event; false drops it
+	ul     chan []byte                 // uplink transfers the host queued, in order
 }
 
 func newHRig(t *testing.T) *hrig {
@@ -146,13 +147,13 @@ func newHRig(t *testing.T) *hrig {
 
 // event is the device's hook on every event it posts (called with the
 // device's lock held: it may only touch the device's memory).
-func (r *hrig) event(_ int, ev *mhi.Element) bool {
-	if ev.Type() != mhi.PktTxEvent {
+func (r *hrig) event(_ int, ev *wire.Element) bool {
+	if ev.Type() != wire.PktTxEvent {
 		return true
 	}
 	if ev.Channel()%2 == 0 { // uplink: record what the host sent
-		if raw, err := r.dev.Memory().Slice(ev.Ptr, mhi.ElementSize); err == nil {
-			tre := mhi.ParseElement(raw)
+		if raw, err := r.dev.Memory().Slice(ev.Ptr, wire.ElementSize); err == nil {
+			tre := wire.ParseElement(raw)
 			if data, err := r.dev.Memory().Slice(tre.Ptr, int(tre.Length())); err == nil {
 				select {
 				case r.ul <- append([]byte(nil), data...):
@@ -172,7 +173,7 @@ func (r *hrig) event(_ int, ev *mhi.Element) bool {
 }
 
 // setDLHook installs (nil: removes) the hook on downlink transfer events.
-func (r *hrig) setDLHook(f func(ev *mhi.Element) bool) {
+func (r *hrig) setDLHook(f func(ev *wire.Element) bool) {
 	r.mu.Lock()
 	r.dlHook = f
 	r.mu.Unlock()
@@ -181,7 +182,7 @@ func (r *hrig) setDLHook(f func(ev *mhi.Element) bool) {
 // complete fills the next downlink element of channel num with data and
 // posts an event with code, waiting (up to 2 s) for the host to have an
 // element queued. It returns the element's length.
-func (r *hrig) complete(t *testing.T, num uint8, data []byte, code mhi.CompletionCode) int {
+func (r *hrig) complete(t *testing.T, num uint8, data []byte, code wire.CompletionCode) int {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Second)
 	for {
@@ -218,10 +219,10 @@ func (r *hrig) send(t *testing.T, num uint8, msg []byte) {
 			time.Sleep(time.Millisecond)
 		}
 		if len(msg) <= size {
-			r.complete(t, num, msg, mhi.CCEOT)
+			r.complete(t, num, msg, wire.CCEOT)
 			return
 		}
-		r.complete(t, num, msg[:size], mhi.CCOverflow)
+		r.complete(t, num, msg[:size], wire.CCOverflow)
 		msg = msg[size:]
 	}
 }
@@ -323,7 +324,7 @@ func (s *scriptFn) Attach(p *ep.Pipe) {
 }
 
 // PipeStateChanged implements ep.PipeObserver.
-func (s *scriptFn) PipeStateChanged(p *ep.Pipe, dir mhi.Direction, st mhi.ChannelState) {
+func (s *scriptFn) PipeStateChanged(p *ep.Pipe, dir wire.Direction, st wire.ChannelState) {
 	s.mu.Lock()
 	s.pipe = p
 	s.mu.Unlock()

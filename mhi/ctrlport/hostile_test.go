@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -110,9 +110,9 @@ func pairAttacks() []attack {
 			p := openHPort(t, r, "MBIM", ctrlport.Options{Pair: ctrlport.PairOptions{DLBufferSize: 1024, MaxDownlink: 8 << 10}})
 			c := openClient(t, p)
 			for range 40 {
-				r.complete(t, hMBIMDL, bytes.Repeat([]byte{0x55}, 1024), mhi.CCOverflow)
+				r.complete(t, hMBIMDL, bytes.Repeat([]byte{0x55}, 1024), wire.CCOverflow)
 			}
-			r.complete(t, hMBIMDL, []byte("end"), mhi.CCEOT)
+			r.complete(t, hMBIMDL, []byte("end"), wire.CCEOT)
 			hExchange(t, r, c, 1)
 			st := p.Stats()
 			wantCounter(t, st.Pair, "dl_too_large", 1)
@@ -127,14 +127,14 @@ func pairAttacks() []attack {
 			// Within the limit, then silence: the next honest answer must
 			// not be glued to it.
 			for range 5 {
-				r.complete(t, hMBIMDL, bytes.Repeat([]byte{0x55}, 1024), mhi.CCOverflow)
+				r.complete(t, hMBIMDL, bytes.Repeat([]byte{0x55}, 1024), wire.CCOverflow)
 			}
 			time.Sleep(500 * time.Millisecond)
 			hExchange(t, r, c, 1)
 			// Past the limit, then silence: the next honest answer must
 			// not be dropped as the rest of it.
 			for range 20 {
-				r.complete(t, hMBIMDL, bytes.Repeat([]byte{0x55}, 1024), mhi.CCOverflow)
+				r.complete(t, hMBIMDL, bytes.Repeat([]byte{0x55}, 1024), wire.CCOverflow)
 			}
 			time.Sleep(500 * time.Millisecond)
 			hExchange(t, r, c, 2)
@@ -149,9 +149,9 @@ func pairAttacks() []attack {
 			c := openClient(t, p)
 			msg := mbim.AppendCommandDone(nil, 5, mbim.ServiceBasicConnect, mbim.CIDDeviceCaps, mbim.StatusSuccess, make([]byte, 300))
 			for _, b := range msg[:len(msg)-1] {
-				r.complete(t, hMBIMDL, []byte{b}, mhi.CCOverflow)
+				r.complete(t, hMBIMDL, []byte{b}, wire.CCOverflow)
 			}
-			r.complete(t, hMBIMDL, msg[len(msg)-1:], mhi.CCEOT)
+			r.complete(t, hMBIMDL, msg[len(msg)-1:], wire.CCEOT)
 			// Joined by bytes; every element was posted again at once, so
 			// the ring never ran dry.
 			if m := readMessage(t, c); m.TID != 5 || len(m.Raw) != len(msg) {
@@ -165,7 +165,7 @@ func pairAttacks() []attack {
 			p := openHPort(t, r, "MBIM", ctrlport.Options{})
 			c := openClient(t, p)
 			for range 3 {
-				r.complete(t, hMBIMDL, nil, mhi.CCEOT)
+				r.complete(t, hMBIMDL, nil, wire.CCEOT)
 			}
 			hExchange(t, r, c, 1)
 			// The port counts a message after its write to the
@@ -181,11 +181,11 @@ func pairAttacks() []attack {
 			r := newHRig(t)
 			p := openHPort(t, r, "MBIM", ctrlport.Options{Pair: ctrlport.PairOptions{DLBufferSize: 1024}})
 			c := openClient(t, p)
-			r.setDLHook(func(ev *mhi.Element) bool {
-				*ev = mhi.TransferEvent(ev.Ptr, ev.Code(), 0xFFFF, ev.Channel())
+			r.setDLHook(func(ev *wire.Element) bool {
+				*ev = wire.TransferEvent(ev.Ptr, ev.Code(), 0xFFFF, ev.Channel())
 				return true
 			})
-			r.complete(t, hMBIMDL, []byte("0123456789"), mhi.CCEOT)
+			r.complete(t, hMBIMDL, []byte("0123456789"), wire.CCEOT)
 			r.setDLHook(nil)
 			// The core clamps to the buffer: the client gets the buffer.
 			got := make([]byte, 1024)
@@ -202,13 +202,13 @@ func pairAttacks() []attack {
 			r := newHRig(t)
 			p := openHPort(t, r, "MBIM", ctrlport.Options{})
 			c := openClient(t, p)
-			r.setDLHook(func(ev *mhi.Element) bool {
-				*ev = mhi.TransferEvent(ev.Ptr, mhi.CCBadTRE, ev.Length(), ev.Channel())
+			r.setDLHook(func(ev *wire.Element) bool {
+				*ev = wire.TransferEvent(ev.Ptr, wire.CCBadTRE, ev.Length(), ev.Channel())
 				return true
 			})
 			n := 2 * hRingElements // more than the ring holds
 			for range n {
-				r.complete(t, hMBIMDL, []byte("bad"), mhi.CCEOT)
+				r.complete(t, hMBIMDL, []byte("bad"), wire.CCEOT)
 			}
 			r.setDLHook(nil)
 			hExchange(t, r, c, 1)
@@ -218,13 +218,13 @@ func pairAttacks() []attack {
 			r := newHRig(t)
 			p := openHPort(t, r, "MBIM", ctrlport.Options{Pair: ctrlport.PairOptions{DLBufferSize: 1024}})
 			c := openClient(t, p)
-			codes := []mhi.CompletionCode{0x7F, mhi.CCSuccess, mhi.CCOOB, mhi.CCDBMode}
+			codes := []wire.CompletionCode{0x7F, wire.CCSuccess, wire.CCOOB, wire.CCDBMode}
 			for i, code := range codes {
-				r.setDLHook(func(ev *mhi.Element) bool {
-					*ev = mhi.TransferEvent(ev.Ptr, code, ev.Length(), ev.Channel())
+				r.setDLHook(func(ev *wire.Element) bool {
+					*ev = wire.TransferEvent(ev.Ptr, code, ev.Length(), ev.Channel())
 					return true
 				})
-				r.complete(t, hMBIMDL, []byte("stale data the modem never reported"), mhi.CCEOT)
+				r.complete(t, hMBIMDL, []byte("stale data the modem never reported"), wire.CCEOT)
 				r.setDLHook(nil)
 				// The element the code left pending is completed by the
 				// next event without an event of its own: not a message.
@@ -241,8 +241,8 @@ func pairAttacks() []attack {
 			r := newHRig(t)
 			p := openHPort(t, r, "MBIM", ctrlport.Options{Pair: ctrlport.PairOptions{DLBufferSize: 1024}})
 			c := openClient(t, p)
-			r.setDLHook(func(*mhi.Element) bool { return false })
-			r.complete(t, hMBIMDL, []byte("never reported"), mhi.CCEOT)
+			r.setDLHook(func(*wire.Element) bool { return false })
+			r.complete(t, hMBIMDL, []byte("never reported"), wire.CCEOT)
 			r.setDLHook(nil)
 			hExchange(t, r, c, 1)
 			wantCounter(t, p.Stats().Pair, "dl_unreported", 1)

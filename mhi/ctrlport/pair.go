@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // Limits and defaults.
@@ -65,7 +66,7 @@ var (
 // PairOptions configure a Pair.
 type PairOptions struct {
 	// DLBufferSize is the size of each downlink buffer (default
-	// DefaultDLBufferSize, at most mhi.MaxTRELength).
+	// DefaultDLBufferSize, at most wire.MaxTRELength).
 	DLBufferSize int
 	// DLBuffers is the number of downlink buffers kept posted (default:
 	// as many as the ring holds).
@@ -157,8 +158,8 @@ func OpenPair(ctrl *mhi.Controller, name string, opts PairOptions) (*Pair, error
 	if opts.DLBufferSize == 0 {
 		opts.DLBufferSize = DefaultDLBufferSize
 	}
-	if opts.DLBufferSize < 1 || opts.DLBufferSize > mhi.MaxTRELength {
-		return nil, fmt.Errorf("ctrlport: %s %s: downlink buffers of %d bytes, want 1..%d", ctrl.Name(), name, opts.DLBufferSize, mhi.MaxTRELength)
+	if opts.DLBufferSize < 1 || opts.DLBufferSize > wire.MaxTRELength {
+		return nil, fmt.Errorf("ctrlport: %s %s: downlink buffers of %d bytes, want 1..%d", ctrl.Name(), name, opts.DLBufferSize, wire.MaxTRELength)
 	}
 	if n := dl.Config().Elements - 1; opts.DLBuffers <= 0 || opts.DLBuffers > n {
 		opts.DLBuffers = n
@@ -332,7 +333,7 @@ func (p *Pair) onDL(c mhi.Completion) {
 		p.warnLocked("stalled", "control channel: downlink transfer whose next piece never came; dropped", "timeout", p.opts.ChainTimeout)
 	}
 	p.lastDL = now
-	if !c.End && c.Code != mhi.CCOverflow {
+	if !c.End && c.Code != wire.CCOverflow {
 		// Completed by an event that named a later element: the buffers
 		// are posted with IEOT and without CHAIN, so this one ended a
 		// transfer whose length the device never said (Len is the whole
@@ -344,7 +345,7 @@ func (p *Pair) onDL(c mhi.Completion) {
 		p.repost(i)
 		return
 	}
-	last := c.Code != mhi.CCOverflow
+	last := c.Code != wire.CCOverflow
 	msg := p.joinPieceLocked(p.dlBufs[i].Bytes[:c.Len], last)
 	fs := p.deliveryLocked(msg)
 	p.mu.Unlock()
@@ -518,7 +519,7 @@ func (p *Pair) Send(msg []byte) error {
 				p.stats.ULBytes += uint64(len(msg))
 				return nil
 			}
-			if !errors.Is(err, mhi.ErrRingFull) && !errors.Is(err, mhi.ErrChannelState) {
+			if !errors.Is(err, wire.ErrRingFull) && !errors.Is(err, wire.ErrChannelState) {
 				p.stats.ULDropped++
 				return err
 			}
@@ -563,7 +564,7 @@ func (p *Pair) Close() error {
 		err = e
 	}
 	p.free()
-	if errors.Is(err, mhi.ErrChannelState) || errors.Is(err, mhi.ErrPoweredDown) {
+	if errors.Is(err, wire.ErrChannelState) || errors.Is(err, mhi.ErrPoweredDown) {
 		err = nil // already reset by a power-down
 	}
 	return err

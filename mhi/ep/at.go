@@ -10,8 +10,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/proto/at"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // Names of the AT (DUN) channel pairs: DUN 32/33 and DUN2 92/93 in the
@@ -158,8 +158,8 @@ func (a *AT) portLocked(p *Pipe) *atPort {
 
 // PipeStateChanged implements PipeObserver: a reset uplink channel (the
 // terminal closed the port) drops the partly typed line.
-func (a *AT) PipeStateChanged(p *Pipe, dir mhi.Direction, state mhi.ChannelState) {
-	if dir != mhi.Uplink || state != mhi.ChannelDisabled {
+func (a *AT) PipeStateChanged(p *Pipe, dir wire.Direction, state wire.ChannelState) {
+	if dir != wire.Uplink || state != wire.ChannelDisabled {
 		return
 	}
 	a.mu.Lock()

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // This file is the mock modem's boot ROM: the primary boot loader (PBL)
@@ -53,18 +53,18 @@ func ParseBootStart(s string) (BootStart, error) {
 			return BootStart(i), nil
 		}
 	}
-	return 0, fmt.Errorf("ep: %w: boot EE %q: want pbl, sbl or amss", mhi.ErrConfig, s)
+	return 0, fmt.Errorf("ep: %w: boot EE %q: want pbl, sbl or amss", wire.ErrConfig, s)
 }
 
 // ee returns the execution environment the start stands for.
-func (b BootStart) ee() mhi.ExecEnv {
+func (b BootStart) ee() wire.ExecEnv {
 	switch b {
 	case BootPBL:
-		return mhi.EEPBL
+		return wire.EEPBL
 	case BootSBL:
-		return mhi.EESBL
+		return wire.EESBL
 	}
-	return mhi.EEAMSS
+	return wire.EEAMSS
 }
 
 // Defaults of BootConfig.
@@ -158,8 +158,8 @@ func DumpPattern(size int) []byte {
 // edlCookie is the value a host writes to channel doorbell 91 before a SoC
 // reset to make the modem's PBL enter EDL (Linux's edl_trigger).
 const (
-	edlCookie       = mhi.EDLCookie
-	edlDoorbellSlot = mhi.EDLDoorbellSlot
+	edlCookie       = wire.EDLCookie
+	edlDoorbellSlot = wire.EDLDoorbellSlot
 )
 
 // bootState is the boot ROM's state. Guarded by Device.regMu.
@@ -183,10 +183,10 @@ func (d *Device) startEELocked() {
 	b := &d.boot
 	ee := d.cfg.Boot.Start.ee()
 	if b.edlArmed {
-		ee, b.edlArmed = mhi.EEEDL, false
+		ee, b.edlArmed = wire.EEEDL, false
 	}
 	d.ee = ee
-	b.awaitImage = ee == mhi.EEPBL || ee == mhi.EEEDL
+	b.awaitImage = ee == wire.EEPBL || ee == wire.EEEDL
 	b.edlLoaded, b.amssDue, b.dumped = false, false, false
 	b.errCode, b.errDbg = 0, [3]uint32{}
 	b.txStatus, b.rxStatus, b.rxArmed = 0, 0, false
@@ -196,10 +196,10 @@ func (d *Device) startEELocked() {
 // is not one.
 func (d *Device) bhiOwnedLocked(rel uint32) (uint32, bool) {
 	switch rel {
-	case mhi.BHIErrCode:
+	case wire.BHIErrCode:
 		return d.boot.errCode, true
-	case mhi.BHIErrDbg1, mhi.BHIErrDbg2, mhi.BHIErrDbg3:
-		return d.boot.errDbg[(rel-mhi.BHIErrDbg1)/4], true
+	case wire.BHIErrDbg1, wire.BHIErrDbg2, wire.BHIErrDbg3:
+		return d.boot.errDbg[(rel-wire.BHIErrDbg1)/4], true
 	}
 	return 0, false
 }
@@ -226,9 +226,9 @@ func (d *Device) failTransferLocked(err error, addr uint64, size uint32) *imageE
 // status field (success, or error when failed) with the host's sequence.
 func transferStatus(failed bool, seq uint32) uint32 {
 	if failed {
-		return uint32(mhi.BHIStatusError)<<mhi.BHIStatusShift | seq
+		return uint32(wire.BHIStatusError)<<wire.BHIStatusShift | seq
 	}
-	return uint32(mhi.BHIStatusSuccess)<<mhi.BHIStatusShift | seq
+	return uint32(wire.BHIStatusSuccess)<<wire.BHIStatusShift | seq
 }
 
 // imageError is a refused image with its BHI error code.
@@ -286,13 +286,13 @@ func (d *Device) hashHost(h hash.Hash, iova, n uint64, buf []byte) error {
 // goroutine.
 func (d *Device) bhiTransfer() {
 	d.regMu.Lock()
-	addr := uint64(d.regs.bhi[mhi.BHIImgAddrHigh/4])<<32 | uint64(d.regs.bhi[mhi.BHIImgAddrLow/4])
-	size := d.regs.bhi[mhi.BHIImgSize/4]
+	addr := uint64(d.regs.bhi[wire.BHIImgAddrHigh/4])<<32 | uint64(d.regs.bhi[wire.BHIImgAddrLow/4])
+	size := d.regs.bhi[wire.BHIImgSize/4]
 	ee, await := d.ee, d.boot.awaitImage
 	d.regMu.Unlock()
 
 	stage, check := "sbl", d.cfg.Boot.SBL
-	if ee == mhi.EEEDL {
+	if ee == wire.EEEDL {
 		stage, check = "edl", d.cfg.Boot.EDL
 	}
 	rec := BootImage{Stage: stage, Bytes: int(size)}
@@ -317,16 +317,16 @@ func (d *Device) bhiTransfer() {
 		rec.Err = fmt.Errorf("%w: %s (BHI error %d)", ErrBootImage, ie.msg, ie.code)
 	} else {
 		d.boot.awaitImage = false
-		if ee == mhi.EEEDL {
+		if ee == wire.EEEDL {
 			d.boot.edlLoaded = true
 		} else {
-			d.ee = mhi.EESBL
+			d.ee = wire.EESBL
 		}
 		d.readyPending = true
 		d.readyAt = time.Now().Add(d.cfg.ReadyDelay)
 	}
-	d.regs.bhi[mhi.BHIStatus/4] = status
-	vector := int(d.regs.bhi[mhi.BHIIntVec/4])
+	d.regs.bhi[wire.BHIStatus/4] = status
+	vector := int(d.regs.bhi[wire.BHIIntVec/4])
 	d.regMu.Unlock()
 	d.imageDone(rec, addr)
 	d.raise(vector)
@@ -354,16 +354,17 @@ type vecEntry struct{ addr, size uint64 }
 // readVectorTable reads and checks a BHIe vector table: its size a
 // multiple of 16, 1..MaxVectorEntries entries, all in host memory.
 func (d *Device) readVectorTable(addr uint64, size uint32) ([]vecEntry, error) {
-	if size == 0 || size%16 != 0 || size/16 > MaxVectorEntries {
-		return nil, &imageError{BHIErrVecTable, fmt.Sprintf("vector table of %d bytes: want a multiple of 16 up to %d entries", size, MaxVectorEntries)}
+	const n = wire.VectorEntrySize
+	if size == 0 || size%n != 0 || size/n > MaxVectorEntries {
+		return nil, &imageError{BHIErrVecTable, fmt.Sprintf("vector table of %d bytes: want a multiple of %d up to %d entries", size, n, MaxVectorEntries)}
 	}
 	raw := make([]byte, size)
 	if err := d.mem.ReadAt(raw, addr); err != nil {
 		return nil, &imageError{BHIErrDMA, fmt.Sprintf("vector table at 0x%x (%d bytes) not readable: %v", addr, size, err)}
 	}
-	out := make([]vecEntry, size/16)
+	out := make([]vecEntry, size/n)
 	for i := range out {
-		out[i] = vecEntry{binary.LittleEndian.Uint64(raw[16*i:]), binary.LittleEndian.Uint64(raw[16*i+8:])}
+		out[i] = vecEntry{binary.LittleEndian.Uint64(raw[n*i:]), binary.LittleEndian.Uint64(raw[n*i+8:])}
 	}
 	return out, nil
 }
@@ -375,15 +376,15 @@ func (d *Device) readVectorTable(addr uint64, size uint32) ([]vecEntry, error) {
 func (d *Device) bhieTransfer() {
 	d.regMu.Lock()
 	r := &d.regs.bhie
-	addr := uint64(r[mhi.BHIETxVecAddrHigh/4])<<32 | uint64(r[mhi.BHIETxVecAddrLow/4])
-	size := r[mhi.BHIETxVecSize/4]
-	seq := r[mhi.BHIETxVecDB/4] & mhi.BHITxDBSeqMask
+	addr := uint64(r[wire.BHIETxVecAddrHigh/4])<<32 | uint64(r[wire.BHIETxVecAddrLow/4])
+	size := r[wire.BHIETxVecSize/4]
+	seq := r[wire.BHIETxVecDB/4] & wire.BHITxDBSeqMask
 	ee := d.ee
 	d.regMu.Unlock()
 
 	rec := BootImage{Stage: "amss"}
 	var err error
-	if ee != mhi.EESBL || !d.cfg.Boot.FullImage {
+	if ee != wire.EESBL || !d.cfg.Boot.FullImage {
 		err = &imageError{BHIErrSequence, fmt.Sprintf("BHIe image offered in EE %s, which takes none", ee)}
 	}
 	var table []vecEntry
@@ -426,7 +427,7 @@ func (d *Device) bhieTransfer() {
 		d.boot.amssDue, d.boot.amssAt = true, time.Now()
 	}
 	d.boot.txStatus = status
-	vector := int(d.regs.bhi[mhi.BHIIntVec/4])
+	vector := int(d.regs.bhi[wire.BHIIntVec/4])
 	d.regMu.Unlock()
 	d.imageDone(rec, addr)
 	d.raise(vector)
@@ -435,14 +436,14 @@ func (d *Device) bhieTransfer() {
 // bootEEAtM0 is called when the host brings the device to M0 from READY:
 // it returns the EE to announce and schedules the SBL's move to AMSS.
 // regMu must be held.
-func (d *Device) bootEEAtM0Locked() mhi.ExecEnv {
+func (d *Device) bootEEAtM0Locked() wire.ExecEnv {
 	b := &d.boot
 	switch {
-	case d.ee == mhi.EESBL && !d.cfg.Boot.FullImage:
+	case d.ee == wire.EESBL && !d.cfg.Boot.FullImage:
 		b.amssDue = true
 		b.amssAt = time.Now().Add(d.sblTime())
-	case d.ee == mhi.EEEDL && b.edlLoaded:
-		d.ee = mhi.EEFP
+	case d.ee == wire.EEEDL && b.edlLoaded:
+		d.ee = wire.EEFP
 	}
 	return d.ee
 }
@@ -459,7 +460,7 @@ func (d *Device) sblTime() time.Duration {
 func (d *Device) advanceBoot() time.Duration {
 	d.regMu.Lock()
 	b := &d.boot
-	if !b.amssDue || d.ee != mhi.EESBL {
+	if !b.amssDue || d.ee != wire.EESBL {
 		b.amssDue = false
 		d.regMu.Unlock()
 		return -1
@@ -469,12 +470,12 @@ func (d *Device) advanceBoot() time.Duration {
 		return wait
 	}
 	b.amssDue = false
-	d.ee = mhi.EEAMSS
+	d.ee = wire.EEAMSS
 	s := d.sess
 	d.regMu.Unlock()
 	d.log.Debug("mhi-ep: SBL -> AMSS")
 	if s != nil {
-		d.postControlEvent(s, mhi.EEEvent(mhi.EEAMSS))
+		d.postControlEvent(s, wire.EEEvent(wire.EEAMSS))
 	}
 	return -1
 }
@@ -485,7 +486,7 @@ func (d *Device) enterRDDMLocked() bool {
 	if !d.cfg.Boot.RDDM {
 		return false
 	}
-	d.ee = mhi.EERDDM
+	d.ee = wire.EERDDM
 	d.boot.dumped = false
 	return true
 }
@@ -508,10 +509,10 @@ func (d *Device) dump() []byte {
 func (d *Device) rddmTransfer() {
 	d.regMu.Lock()
 	r := &d.regs.bhie
-	addr := uint64(r[mhi.BHIERxVecAddrHigh/4])<<32 | uint64(r[mhi.BHIERxVecAddrLow/4])
-	size := r[mhi.BHIERxVecSize/4]
-	seq := r[mhi.BHIERxVecDB/4] & mhi.BHITxDBSeqMask
-	ready := d.ee == mhi.EERDDM && d.boot.rxArmed && !d.boot.dumped
+	addr := uint64(r[wire.BHIERxVecAddrHigh/4])<<32 | uint64(r[wire.BHIERxVecAddrLow/4])
+	size := r[wire.BHIERxVecSize/4]
+	seq := r[wire.BHIERxVecDB/4] & wire.BHITxDBSeqMask
+	ready := d.ee == wire.EERDDM && d.boot.rxArmed && !d.boot.dumped
 	if ready {
 		d.boot.dumped = true
 	}
@@ -530,7 +531,7 @@ func (d *Device) rddmTransfer() {
 		d.failTransferLocked(err, addr, size)
 	}
 	d.boot.rxStatus = status
-	vector := int(d.regs.bhi[mhi.BHIIntVec/4])
+	vector := int(d.regs.bhi[wire.BHIIntVec/4])
 	d.regMu.Unlock()
 	if err != nil {
 		d.stats.dumpsFailed.Add(1)
@@ -569,7 +570,7 @@ func (d *Device) writeDump(table []vecEntry, tableAddr uint64, img []byte) error
 			}
 		}
 		binary.LittleEndian.PutUint64(used[:], k)
-		if err := d.mem.WriteAt(used[:], tableAddr+uint64(16*i)+8); err != nil {
+		if err := d.mem.WriteAt(used[:], tableAddr+uint64(wire.VectorEntrySize*i)+8); err != nil {
 			return &imageError{BHIErrDMA, fmt.Sprintf("vector table entry %d not writable: %v", i, err)}
 		}
 		rest = rest[k:]
@@ -592,7 +593,7 @@ func (d *Device) EnterEDL() {
 
 // BootStatus is the boot ROM's view for status displays and tests.
 type BootStatus struct {
-	EE          mhi.ExecEnv
+	EE          wire.ExecEnv
 	AwaitImage  bool   // in PBL or EDL, waiting for an image over BHI
 	ErrCode     uint32 // BHI_ERRCODE
 	TxVecStatus uint32 // BHIe TXVECSTATUS

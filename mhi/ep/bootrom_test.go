@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // The boot ROM against a host that lies: images and vector tables outside
@@ -44,14 +44,14 @@ func waitReg(t *testing.T, d *Device, off uint32, done func(uint32) bool) uint32
 
 // offerImage writes an image doorbell as Linux does.
 func offerImage(d *Device, addr uint64, size uint32) {
-	d.WriteRegister(BHIOffset+mhi.BHIStatus, 0)
-	d.WriteRegister(BHIOffset+mhi.BHIImgAddrHigh, uint32(addr>>32))
-	d.WriteRegister(BHIOffset+mhi.BHIImgAddrLow, uint32(addr))
-	d.WriteRegister(BHIOffset+mhi.BHIImgSize, size)
-	d.WriteRegister(BHIOffset+mhi.BHIImgTxDB, 0x1234)
+	d.WriteRegister(BHIOffset+wire.BHIStatus, 0)
+	d.WriteRegister(BHIOffset+wire.BHIImgAddrHigh, uint32(addr>>32))
+	d.WriteRegister(BHIOffset+wire.BHIImgAddrLow, uint32(addr))
+	d.WriteRegister(BHIOffset+wire.BHIImgSize, size)
+	d.WriteRegister(BHIOffset+wire.BHIImgTxDB, 0x1234)
 }
 
-func bhiDone(v uint32) bool { return v&mhi.BHIStatusMask != 0 }
+func bhiDone(v uint32) bool { return v&wire.BHIStatusMask != 0 }
 
 func TestBootROMRefusesBadBHI(t *testing.T) {
 	good := make([]byte, 4096)
@@ -81,14 +81,14 @@ func TestBootROMRefusesBadBHI(t *testing.T) {
 			}
 			before := len(irq.raised(0))
 			offerImage(d, tc.addr(mem), tc.size)
-			st := waitReg(t, d, BHIOffset+mhi.BHIStatus, bhiDone)
-			if st>>mhi.BHIStatusShift != mhi.BHIStatusError {
+			st := waitReg(t, d, BHIOffset+wire.BHIStatus, bhiDone)
+			if st>>wire.BHIStatusShift != wire.BHIStatusError {
 				t.Fatalf("BHI_STATUS 0x%x, want error", st)
 			}
-			if code := d.ReadRegister(BHIOffset + mhi.BHIErrCode); code != tc.code {
+			if code := d.ReadRegister(BHIOffset + wire.BHIErrCode); code != tc.code {
 				t.Fatalf("ERRCODE %d, want %d", code, tc.code)
 			}
-			if dbg3 := d.ReadRegister(BHIOffset + mhi.BHIErrDbg3); dbg3 != tc.size {
+			if dbg3 := d.ReadRegister(BHIOffset + wire.BHIErrDbg3); dbg3 != tc.size {
 				t.Fatalf("ERRDBG3 %d, want the size %d", dbg3, tc.size)
 			}
 			waitUntil(t, "boot ROM state", func() bool { return len(irq.raised(0)) > before })
@@ -120,10 +120,10 @@ func putTable(t *testing.T, m *fakeMem, iova uint64, entries [][2]uint64) {
 func toSBL(t *testing.T, d *Device, m *fakeMem) {
 	t.Helper()
 	offerImage(d, m.alloc(t, 1024, 4096), 1024)
-	if st := waitReg(t, d, BHIOffset+mhi.BHIStatus, bhiDone); st>>mhi.BHIStatusShift != mhi.BHIStatusSuccess {
+	if st := waitReg(t, d, BHIOffset+wire.BHIStatus, bhiDone); st>>wire.BHIStatusShift != wire.BHIStatusSuccess {
 		t.Fatalf("SBL download: BHI_STATUS 0x%x", st)
 	}
-	if bs := d.BootStatus(); bs.EE != mhi.EESBL {
+	if bs := d.BootStatus(); bs.EE != wire.EESBL {
 		t.Fatalf("after the SBL image: %+v", bs)
 	}
 }
@@ -157,19 +157,19 @@ func TestBootROMRefusesBadBHIeTables(t *testing.T) {
 			toSBL(t, d, mem)
 			addr, size := tc.table(t, mem)
 			before := len(irq.raised(0))
-			d.WriteRegister(BHIEOffset+mhi.BHIETxVecAddrHigh, uint32(addr>>32))
-			d.WriteRegister(BHIEOffset+mhi.BHIETxVecAddrLow, uint32(addr))
-			d.WriteRegister(BHIEOffset+mhi.BHIETxVecSize, size)
-			d.WriteRegister(BHIEOffset+mhi.BHIETxVecDB, 77)
-			st := waitReg(t, d, BHIEOffset+mhi.BHIETxVecStatus, bhiDone)
-			if st>>mhi.BHIStatusShift != mhi.BHIStatusError || st&mhi.BHITxDBSeqMask != 77 {
+			d.WriteRegister(BHIEOffset+wire.BHIETxVecAddrHigh, uint32(addr>>32))
+			d.WriteRegister(BHIEOffset+wire.BHIETxVecAddrLow, uint32(addr))
+			d.WriteRegister(BHIEOffset+wire.BHIETxVecSize, size)
+			d.WriteRegister(BHIEOffset+wire.BHIETxVecDB, 77)
+			st := waitReg(t, d, BHIEOffset+wire.BHIETxVecStatus, bhiDone)
+			if st>>wire.BHIStatusShift != wire.BHIStatusError || st&wire.BHITxDBSeqMask != 77 {
 				t.Fatalf("TXVECSTATUS 0x%x, want error for sequence 77", st)
 			}
-			if code := d.ReadRegister(BHIOffset + mhi.BHIErrCode); code != tc.code {
+			if code := d.ReadRegister(BHIOffset + wire.BHIErrCode); code != tc.code {
 				t.Fatalf("ERRCODE %d, want %d", code, tc.code)
 			}
 			waitUntil(t, "boot ROM state", func() bool { return len(irq.raised(0)) > before })
-			if bs := d.BootStatus(); bs.EE != mhi.EESBL {
+			if bs := d.BootStatus(); bs.EE != wire.EESBL {
 				t.Fatalf("SBL moved on after a refused image: %+v", bs)
 			}
 		})
@@ -177,10 +177,10 @@ func TestBootROMRefusesBadBHIeTables(t *testing.T) {
 	// Without a full-image configuration the SBL takes no BHIe image.
 	d, mem, _ := bootDevice(t, BootConfig{Start: BootPBL})
 	toSBL(t, d, mem)
-	d.WriteRegister(BHIEOffset+mhi.BHIETxVecDB, 5)
-	if st := waitReg(t, d, BHIEOffset+mhi.BHIETxVecStatus, bhiDone); st>>mhi.BHIStatusShift != mhi.BHIStatusError ||
-		d.ReadRegister(BHIOffset+mhi.BHIErrCode) != BHIErrSequence {
-		t.Fatalf("BHIe image without FullImage: TXVECSTATUS 0x%x, ERRCODE %d", st, d.ReadRegister(BHIOffset+mhi.BHIErrCode))
+	d.WriteRegister(BHIEOffset+wire.BHIETxVecDB, 5)
+	if st := waitReg(t, d, BHIEOffset+wire.BHIETxVecStatus, bhiDone); st>>wire.BHIStatusShift != wire.BHIStatusError ||
+		d.ReadRegister(BHIOffset+wire.BHIErrCode) != BHIErrSequence {
+		t.Fatalf("BHIe image without FullImage: TXVECSTATUS 0x%x, ERRCODE %d", st, d.ReadRegister(BHIOffset+wire.BHIErrCode))
 	}
 }
 
@@ -217,25 +217,25 @@ func TestBootROMDumpTables(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d, mem, _ := bootDevice(t, BootConfig{RDDM: true, Dump: dump})
 			addr, size := tc.table(t, mem)
-			d.WriteRegister(BHIEOffset+mhi.BHIERxVecAddrHigh, uint32(addr>>32))
-			d.WriteRegister(BHIEOffset+mhi.BHIERxVecAddrLow, uint32(addr))
-			d.WriteRegister(BHIEOffset+mhi.BHIERxVecSize, size)
-			d.WriteRegister(BHIEOffset+mhi.BHIERxVecDB, 9)
+			d.WriteRegister(BHIEOffset+wire.BHIERxVecAddrHigh, uint32(addr>>32))
+			d.WriteRegister(BHIEOffset+wire.BHIERxVecAddrLow, uint32(addr))
+			d.WriteRegister(BHIEOffset+wire.BHIERxVecSize, size)
+			d.WriteRegister(BHIEOffset+wire.BHIERxVecDB, 9)
 			d.InjectSysErr()
-			st := waitReg(t, d, BHIEOffset+mhi.BHIERxVecStatus, bhiDone)
-			if bs := d.BootStatus(); bs.EE != mhi.EERDDM {
+			st := waitReg(t, d, BHIEOffset+wire.BHIERxVecStatus, bhiDone)
+			if bs := d.BootStatus(); bs.EE != wire.EERDDM {
 				t.Fatalf("EE %s after the crash, want RDDM", bs.EE)
 			}
 			if tc.code != 0 {
-				if st>>mhi.BHIStatusShift != mhi.BHIStatusError || d.ReadRegister(BHIOffset+mhi.BHIErrCode) != tc.code {
-					t.Fatalf("RXVECSTATUS 0x%x ERRCODE %d, want error %d", st, d.ReadRegister(BHIOffset+mhi.BHIErrCode), tc.code)
+				if st>>wire.BHIStatusShift != wire.BHIStatusError || d.ReadRegister(BHIOffset+wire.BHIErrCode) != tc.code {
+					t.Fatalf("RXVECSTATUS 0x%x ERRCODE %d, want error %d", st, d.ReadRegister(BHIOffset+wire.BHIErrCode), tc.code)
 				}
 				if d.Stats().DumpsFailed != 1 {
 					t.Fatalf("failed dump not counted")
 				}
 				return
 			}
-			if st != mhi.BHIStatusSuccess<<mhi.BHIStatusShift|9 {
+			if st != wire.BHIStatusSuccess<<wire.BHIStatusShift|9 {
 				t.Fatalf("RXVECSTATUS 0x%x", st)
 			}
 			// The segments hold the dump; the entries say how much.
@@ -256,22 +256,22 @@ func TestBootROMDumpTables(t *testing.T) {
 				t.Fatalf("host memory holds %d bytes, not the %d-byte dump", len(got), len(dump))
 			}
 			// An MHI reset reboots the crashed modem into its boot start.
-			d.WriteRegister(mhi.RegMHICTRL, mhi.MHICTRLReset)
-			waitUntil(t, "boot ROM state", func() bool { return d.BootStatus().EE == mhi.EEAMSS && d.State() == mhi.StateReady })
+			d.WriteRegister(wire.RegMHICTRL, wire.MHICTRLReset)
+			waitUntil(t, "boot ROM state", func() bool { return d.BootStatus().EE == wire.EEAMSS && d.State() == wire.StateReady })
 		})
 	}
 }
 
 func TestEDLCookie(t *testing.T) {
 	d, _, _ := bootDevice(t, BootConfig{})
-	d.WriteRegister(ChannelDoorbellOffset+edlDoorbellSlot*mhi.DoorbellStride+4, 0)
-	d.WriteRegister(ChannelDoorbellOffset+edlDoorbellSlot*mhi.DoorbellStride, edlCookie)
-	d.WriteRegister(mhi.RegSOCRESETREQ, mhi.SOCResetReqBit)
-	waitUntil(t, "boot ROM state", func() bool { return d.BootStatus().EE == mhi.EEEDL })
-	if bs := d.BootStatus(); !bs.AwaitImage || d.State() == mhi.StateReady {
+	d.WriteRegister(ChannelDoorbellOffset+edlDoorbellSlot*wire.DoorbellStride+4, 0)
+	d.WriteRegister(ChannelDoorbellOffset+edlDoorbellSlot*wire.DoorbellStride, edlCookie)
+	d.WriteRegister(wire.RegSOCRESETREQ, wire.SOCResetReqBit)
+	waitUntil(t, "boot ROM state", func() bool { return d.BootStatus().EE == wire.EEEDL })
+	if bs := d.BootStatus(); !bs.AwaitImage || d.State() == wire.StateReady {
 		t.Fatalf("EDL after the cookie and a SoC reset: %+v, state %s", bs, d.State())
 	}
 	// The next SoC reset boots normally again.
-	d.WriteRegister(mhi.RegSOCRESETREQ, mhi.SOCResetReqBit)
-	waitUntil(t, "boot ROM state", func() bool { return d.BootStatus().EE == mhi.EEAMSS })
+	d.WriteRegister(wire.RegSOCRESETREQ, wire.SOCResetReqBit)
+	waitUntil(t, "boot ROM state", func() bool { return d.BootStatus().EE == wire.EEAMSS })
 }

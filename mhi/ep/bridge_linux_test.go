@@ -17,6 +17,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/proto/qmi"
 	"github.com/gomhi/gomhi/mhi/testenv"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
@@ -205,7 +206,7 @@ func (b *bridge) onDL(c mhi.Completion) {
 	}
 	buf := b.dlBufs[c.Cookie]
 	b.cur = append(b.cur, buf.Bytes[:c.Len]...)
-	if c.End && c.Code != mhi.CCOverflow {
+	if c.End && c.Code != wire.CCOverflow {
 		out := b.cur
 		b.cur = nil
 		if b.corrupt != nil {

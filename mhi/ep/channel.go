@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // channel is the device's side of one transfer channel. Each has a worker
@@ -33,14 +33,14 @@ import (
 type channel struct {
 	// Fixed once the device is built (newChannel, buildChannels, vinit).
 	d    *Device
-	cfg  mhi.ChannelConfig
+	cfg  wire.ChannelConfig
 	num  uint8
 	pipe *Pipe
 	kick chan struct{} // wakes the real-time worker (run)
 	v    *vworker      // the worker in virtual time (Config.Clock); nil in real time
 
 	// Atomics, read by any goroutine.
-	state        atomic.Uint32 // mhi.ChannelState; written with mu held
+	state        atomic.Uint32 // wire.ChannelState; written with mu held
 	rdIOVA       atomic.Uint64 // device read pointer, for status displays; written with work held
 	dbModeResync atomic.Bool   // M0 re-entry: host is in doorbell mode again
 	// stopReq asks the downlink worker to stop at the next transfer
@@ -79,7 +79,7 @@ type channel struct {
 	badWP     uint64 // last write pointer rejected, logged once
 	polling   bool   // burst mode: the host only updates the context wp
 	idlePolls int
-	elem      [mhi.ElementSize]byte // scratch for readTRE
+	elem      [wire.ElementSize]byte // scratch for readTRE
 	// Downlink: bytes of the head queued transfer already written.
 	dlOff int
 	// Uplink: the transfer being gathered and whether the Function has
@@ -89,14 +89,14 @@ type channel struct {
 	ulBusy bool // uplink transfers delivered since the last Idle call
 }
 
-func newChannel(d *Device, cc mhi.ChannelConfig) *channel {
+func newChannel(d *Device, cc wire.ChannelConfig) *channel {
 	c := &channel{
 		d:    d,
 		cfg:  cc,
 		num:  cc.Num,
 		kick: make(chan struct{}, 1),
 	}
-	if cc.Dir == mhi.Downlink {
+	if cc.Dir == wire.Downlink {
 		c.dlQueue = newDLQueue(d.cfg.DLQueueDepth)
 	}
 	return c
@@ -115,7 +115,7 @@ func (c *channel) poke() {
 	}
 }
 
-func (c *channel) channelState() mhi.ChannelState { return mhi.ChannelState(c.state.Load()) }
+func (c *channel) channelState() wire.ChannelState { return wire.ChannelState(c.state.Load()) }
 
 // run is the worker goroutine.
 func (c *channel) run() {
@@ -144,7 +144,7 @@ func (c *channel) run() {
 // canRun reports whether the channel may move data now. work must be held.
 func (c *channel) canRun() bool {
 	return c.started && c.runCtx.Err() == nil &&
-		c.channelState() == mhi.ChannelRunning && c.d.State() == mhi.StateM0
+		c.channelState() == wire.ChannelRunning && c.d.State() == wire.StateM0
 }
 
 // service moves as much data as the ring allows and reports whether the
@@ -160,7 +160,7 @@ func (c *channel) service() (poll bool) {
 	}
 	c.refreshWrite()
 	var progressed, wantWork bool
-	if c.cfg.Dir == mhi.Uplink {
+	if c.cfg.Dir == wire.Uplink {
 		progressed, wantWork = c.serviceUL()
 	} else {
 		progressed, wantWork = c.serviceDL()
@@ -209,7 +209,7 @@ func (c *channel) refreshWrite() (rung bool) {
 		}
 	}
 	if c.burst {
-		wp, err := c.d.load64(c.ctxIOVA + mhi.CtxWP)
+		wp, err := c.d.load64(c.ctxIOVA + wire.CtxWP)
 		if err != nil {
 			c.d.boundsViolation("channel context wp unreadable", "channel", c.num, "err", err)
 			return rung
@@ -239,7 +239,7 @@ func (c *channel) applyWritePointer(wp uint64, source string) {
 func (c *channel) publishReadPointer() {
 	rp := c.ring.addr(c.rd)
 	c.rdIOVA.Store(rp)
-	if err := c.d.store64(c.ctxIOVA+mhi.CtxRP, rp); err != nil {
+	if err := c.d.store64(c.ctxIOVA+wire.CtxRP, rp); err != nil {
 		c.d.boundsViolation("channel context rp not writable", "channel", c.num, "err", err)
 	}
 }
@@ -256,31 +256,31 @@ func (c *channel) available() uint64 { return c.ring.pending(c.rd, c.wr) }
 
 // readTRE reads and validates the TRE at addr: type TRANSFER, length field
 // within 16 bits. work must be held (it reads into c.elem).
-func (c *channel) readTRE(addr uint64) (mhi.Element, error) {
+func (c *channel) readTRE(addr uint64) (wire.Element, error) {
 	el, err := c.d.readElement(addr, &c.elem)
 	if err != nil {
 		return el, err
 	}
-	if el.Type() != mhi.PktTransfer {
+	if el.Type() != wire.PktTransfer {
 		return el, fmt.Errorf("element at 0x%x is %s, not a transfer TRE", addr, el.Type())
 	}
-	if el.Dword0 > mhi.MaxTRELength {
-		return el, fmt.Errorf("TRE at 0x%x: length word 0x%x exceeds 0x%x", addr, el.Dword0, mhi.MaxTRELength)
+	if el.Dword0 > wire.MaxTRELength {
+		return el, fmt.Errorf("TRE at 0x%x: length word 0x%x exceeds 0x%x", addr, el.Dword0, wire.MaxTRELength)
 	}
 	return el, nil
 }
 
 // rejectTRE completes a bad TRE with BAD_TRE and counts it. work must be
 // held.
-func (c *channel) rejectTRE(addr uint64, el mhi.Element, err error) {
+func (c *channel) rejectTRE(addr uint64, el wire.Element, err error) {
 	c.d.stats.badTREs.Add(1)
-	if errors.Is(err, mhi.ErrBounds) {
+	if errors.Is(err, wire.ErrBounds) {
 		c.d.boundsViolation("bad TRE", "channel", c.num, "tre", addr, "element", el, "err", err)
 	} else {
 		c.d.log.Warn("mhi-ep: bad TRE", "channel", c.num, "tre", addr, "element", el, "err", err)
 	}
 	c.advance()
-	c.postTransfer(addr, mhi.CCBadTRE, 0, el.Length(), false)
+	c.postTransfer(addr, wire.CCBadTRE, 0, el.Length(), false)
 }
 
 // enterDoorbellMode tells the host, with a DB_MODE completion pointing at
@@ -289,14 +289,14 @@ func (c *channel) rejectTRE(addr uint64, el mhi.Element, err error) {
 func (c *channel) enterDoorbellMode() {
 	c.polling, c.idlePolls = false, 0
 	c.d.stats.dbModeEvents.Add(1)
-	c.postTransfer(c.ring.addr(c.rd), mhi.CCDBMode, 0, 0, false)
+	c.postTransfer(c.ring.addr(c.rd), wire.CCDBMode, 0, 0, false)
 }
 
 // postTransfer posts a transfer completion event for the TRE at addr on
 // the channel's event ring, applying an injected corruption if one is due.
 // work must be held.
-func (c *channel) postTransfer(addr uint64, code mhi.CompletionCode, n, treLen uint32, bei bool) {
-	ev := mhi.TransferEvent(addr, code, n, c.num)
+func (c *channel) postTransfer(addr uint64, code wire.CompletionCode, n, treLen uint32, bei bool) {
+	ev := wire.TransferEvent(addr, code, n, c.num)
 	opt := eventOptions{bei: bei, until: c.sess.active}
 	c.d.corruptTransferEvent(&ev, &opt, c.ring, treLen)
 	if err := c.d.postEvent(c.sess, c.erIndex, ev, opt); err != nil && c.sess.active.Err() == nil {

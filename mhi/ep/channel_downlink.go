@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // The downlink worker: write the head transfer of the downlink queue
@@ -59,7 +59,7 @@ func (c *channel) stepDL() (stepped, wantWork bool) {
 
 // writeDLPiece reads the TRE at addr and writes the next piece of data
 // (from dlOff) into its buffer. It returns the TRE and the bytes written.
-func (c *channel) writeDLPiece(addr uint64, data []byte) (el mhi.Element, n int, err error) {
+func (c *channel) writeDLPiece(addr uint64, data []byte) (el wire.Element, n int, err error) {
 	el, err = c.readTRE(addr)
 	if err != nil {
 		return el, 0, err
@@ -78,17 +78,17 @@ func (c *channel) writeDLPiece(addr uint64, data []byte) (el mhi.Element, n int,
 // head transfer data, and posts its completion: EOT for the last piece,
 // OVERFLOW for the others. The last piece takes the transfer off the
 // queue.
-func (c *channel) completeDLPiece(addr uint64, el mhi.Element, n int, data []byte) {
+func (c *channel) completeDLPiece(addr uint64, el wire.Element, n int, data []byte) {
 	c.dlOff += n
 	last := c.dlOff == len(data)
 	c.advance()
-	code := mhi.CCOverflow
+	code := wire.CCOverflow
 	if last {
-		code = mhi.CCEOT
+		code = wire.CCEOT
 		c.d.stats.dlTransfers.Add(1)
 		c.d.stats.dlBytes.Add(uint64(len(data)))
 	}
-	c.postTransfer(addr, code, uint32(n), el.Length(), el.Flags()&mhi.TREBEI != 0)
+	c.postTransfer(addr, code, uint32(n), el.Length(), el.Flags()&wire.TREBEI != 0)
 	if last {
 		c.popDL()
 		if c.d.debug {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // A channel's life, driven by the device's control goroutine: START_CHAN
@@ -24,7 +24,7 @@ func (c *channel) cancelRun() {
 }
 
 // setState changes the channel state and wakes Send callers.
-func (c *channel) setState(st mhi.ChannelState) {
+func (c *channel) setState(st wire.ChannelState) {
 	c.mu.Lock()
 	c.state.Store(uint32(st))
 	c.space.broadcast()
@@ -34,7 +34,7 @@ func (c *channel) setState(st mhi.ChannelState) {
 // loadedRing is what START_CHAN reads from a channel context and checks:
 // the ring, the host's read and write indexes in it, and its event ring.
 type loadedRing struct {
-	ctx     mhi.Context
+	ctx     wire.Context
 	ctxIOVA uint64
 	ring    ringGeometry
 	rd, wr  uint64
@@ -44,8 +44,8 @@ type loadedRing struct {
 // ring, pointers and event ring index are usable. It touches no channel
 // state.
 func (c *channel) loadRing(s *session) (loadedRing, error) {
-	lr := loadedRing{ctxIOVA: s.chCtxBase + uint64(c.num)*mhi.ContextSize}
-	var scratch [mhi.ContextSize]byte
+	lr := loadedRing{ctxIOVA: s.chCtxBase + uint64(c.num)*wire.ContextSize}
+	var scratch [wire.ContextSize]byte
 	ctx, err := c.d.readContext(lr.ctxIOVA, &scratch)
 	if err != nil {
 		return lr, err
@@ -59,10 +59,10 @@ func (c *channel) loadRing(s *session) (loadedRing, error) {
 	lr.wr, okWP = lr.ring.index(ctx.WP)
 	if !okRP || !okWP {
 		return lr, fmt.Errorf("%w: rp 0x%x / wp 0x%x outside ring 0x%x..0x%x",
-			mhi.ErrBounds, ctx.RP, ctx.WP, lr.ring.base, lr.ring.end())
+			wire.ErrBounds, ctx.RP, ctx.WP, lr.ring.base, lr.ring.end())
 	}
 	if int(ctx.Index) >= len(s.events) {
-		return lr, fmt.Errorf("%w: event ring index %d, the host set up %d", mhi.ErrBounds, ctx.Index, len(s.events))
+		return lr, fmt.Errorf("%w: event ring index %d, the host set up %d", wire.ErrBounds, ctx.Index, len(s.events))
 	}
 	return lr, nil
 }
@@ -76,7 +76,7 @@ func (c *channel) start(s *session) error {
 	}
 	c.cancelRun()
 	c.work.Lock()
-	if err := c.d.setChannelStateInContext(lr.ctxIOVA, mhi.ChannelRunning); err != nil {
+	if err := c.d.setChannelStateInContext(lr.ctxIOVA, wire.ChannelRunning); err != nil {
 		c.work.Unlock()
 		return err
 	}
@@ -84,7 +84,7 @@ func (c *channel) start(s *session) error {
 	c.sess = s
 	c.ring, c.ctxIOVA, c.erIndex = lr.ring, lr.ctxIOVA, int(lr.ctx.Index)
 	c.rd, c.wr = lr.rd, lr.wr
-	c.burst = lr.ctx.BurstMode() == mhi.BurstEnable
+	c.burst = lr.ctx.BurstMode() == wire.BurstEnable
 	c.polling, c.idlePolls, c.badWP = false, 0, 0
 	c.stopReq.Store(false)
 	c.started = true
@@ -105,7 +105,7 @@ func (c *channel) start(s *session) error {
 // completion is posted: a host (Linux included) ignores transfer events for
 // a channel whose START it has not seen complete.
 func (c *channel) activate() {
-	c.setState(mhi.ChannelRunning)
+	c.setState(wire.ChannelRunning)
 	c.poke()
 	c.notifyState()
 }
@@ -116,17 +116,17 @@ func (c *channel) activate() {
 // host does not hold a fragment of a transfer while the channel is stopped;
 // transfers not yet begun stay queued.
 func (c *channel) stop() {
-	if c.cfg.Dir == mhi.Downlink {
+	if c.cfg.Dir == wire.Downlink {
 		c.finishForStop()
 	}
 	c.cancelRun()
 	c.work.Lock()
 	if c.started {
-		if err := c.d.setChannelStateInContext(c.ctxIOVA, mhi.ChannelStop); err != nil {
+		if err := c.d.setChannelStateInContext(c.ctxIOVA, wire.ChannelStop); err != nil {
 			c.d.boundsViolation("channel context not writable", "channel", c.num, "err", err)
 		}
 		c.polling, c.idlePolls = false, 0
-		c.setState(mhi.ChannelStop)
+		c.setState(wire.ChannelStop)
 	}
 	c.work.Unlock()
 	c.notifyState()
@@ -140,7 +140,7 @@ func (c *channel) reset() {
 	c.cancelRun()
 	c.work.Lock()
 	if c.started {
-		if err := c.d.setChannelStateInContext(c.ctxIOVA, mhi.ChannelDisabled); err != nil {
+		if err := c.d.setChannelStateInContext(c.ctxIOVA, wire.ChannelDisabled); err != nil {
 			c.d.boundsViolation("channel context not writable", "channel", c.num, "err", err)
 		}
 	}
@@ -175,7 +175,7 @@ func (c *channel) forgetLocked(dropAll bool) {
 			c.dropPartialLocked()
 		}
 	}
-	c.state.Store(uint32(mhi.ChannelDisabled))
+	c.state.Store(uint32(wire.ChannelDisabled))
 	c.space.broadcast()
 	c.mu.Unlock()
 }

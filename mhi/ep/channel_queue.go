@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // The downlink queue: transfers a Function has committed (Pipe.Send,
@@ -124,7 +124,7 @@ func (c *channel) reserve(ctx context.Context, size int, block bool) (DLBuffer, 
 	defer c.mu.Unlock()
 	for waited := false; ; waited = true {
 		st := c.channelState()
-		accepting := st == mhi.ChannelRunning || st == mhi.ChannelStop
+		accepting := st == wire.ChannelRunning || st == wire.ChannelStop
 		if accepting && c.hasRoomLocked() {
 			c.reserved++
 			return DLBuffer{Buf: c.takeBufferLocked(size), gen: c.qGen, c: c}, nil
@@ -147,14 +147,14 @@ func (c *channel) reserve(ctx context.Context, size int, block bool) (DLBuffer, 
 // refusalLocked is the error of a non-blocking reservation that cannot be
 // had now: the channel is not accepting (in state st) or the queue is
 // full. mu must be held.
-func (c *channel) refusalLocked(st mhi.ChannelState, accepting bool) error {
+func (c *channel) refusalLocked(st wire.ChannelState, accepting bool) error {
 	if !accepting {
-		return fmt.Errorf("ep: channel %d (%s) is %s: %w", c.num, c.cfg.Name, st, mhi.ErrChannelState)
+		return fmt.Errorf("ep: channel %d (%s) is %s: %w", c.num, c.cfg.Name, st, wire.ErrChannelState)
 	}
 	// The same every time: made once, so that a producer that tries again
 	// and again does not allocate.
 	if c.errFull == nil {
-		c.errFull = fmt.Errorf("ep: channel %d (%s): %d transfers queued: %w", c.num, c.cfg.Name, len(c.q), mhi.ErrRingFull)
+		c.errFull = fmt.Errorf("ep: channel %d (%s): %d transfers queued: %w", c.num, c.cfg.Name, len(c.q), wire.ErrRingFull)
 	}
 	return c.errFull
 }
@@ -167,7 +167,7 @@ func (c *channel) commit(b DLBuffer, n int, empty bool) error {
 	if n < 0 || n > len(b.Buf) {
 		c.release(b)
 		return fmt.Errorf("ep: channel %d (%s): commit of %d bytes in a %d-byte reservation: %w",
-			c.num, c.cfg.Name, n, len(b.Buf), mhi.ErrBounds)
+			c.num, c.cfg.Name, n, len(b.Buf), wire.ErrBounds)
 	}
 	c.mu.Lock()
 	switch {
@@ -181,7 +181,7 @@ func (c *channel) commit(b DLBuffer, n int, empty bool) error {
 		c.unreserveLocked(b.Buf)
 		c.mu.Unlock()
 		return fmt.Errorf("ep: channel %d (%s): queue dropped by a reset while the transfer was built: %w",
-			c.num, c.cfg.Name, mhi.ErrAborted)
+			c.num, c.cfg.Name, wire.ErrAborted)
 	}
 	c.reserved--
 	c.pushLocked(b.Buf[:n], b.units, b.headerBytes)

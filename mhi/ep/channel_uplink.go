@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // The uplink worker: read a chain of TREs (one transfer) from the host's
@@ -14,7 +14,7 @@ import (
 // pendingTRE is a TRE read from the ring and not yet completed.
 type pendingTRE struct {
 	addr uint64
-	el   mhi.Element
+	el   wire.Element
 }
 
 // gatherResult says what gatherUL found.
@@ -82,7 +82,7 @@ func (c *channel) gatherUL(avail uint64) gatherResult {
 		}
 		c.ulTREs = append(c.ulTREs, pendingTRE{addr: addr, el: el})
 		idx = c.ring.next(idx)
-		if el.Flags()&mhi.TREChain == 0 {
+		if el.Flags()&wire.TREChain == 0 {
 			return gatherComplete
 		}
 	}
@@ -90,7 +90,7 @@ func (c *channel) gatherUL(avail uint64) gatherResult {
 }
 
 // appendULBuffer appends the buffer of the TRE at addr to ulData.
-func (c *channel) appendULBuffer(addr uint64, el mhi.Element) error {
+func (c *channel) appendULBuffer(addr uint64, el wire.Element) error {
 	n := int(el.Length())
 	off := len(c.ulData)
 	c.ulData = slices.Grow(c.ulData, n)[:off+n]
@@ -146,17 +146,17 @@ func (c *channel) completeUL() {
 	for _, t := range c.ulTREs {
 		c.advance()
 		flags, n := t.el.Flags(), t.el.Length()
-		chained := flags&mhi.TREChain != 0
-		var code mhi.CompletionCode
+		chained := flags&wire.TREChain != 0
+		var code wire.CompletionCode
 		switch {
-		case chained && flags&mhi.TREIEOB != 0:
-			code = mhi.CCEOB
-		case !chained && flags&mhi.TREIEOT != 0:
-			code = mhi.CCEOT
+		case chained && flags&wire.TREIEOB != 0:
+			code = wire.CCEOB
+		case !chained && flags&wire.TREIEOT != 0:
+			code = wire.CCEOT
 		default:
 			continue
 		}
-		c.postTransfer(t.addr, code, n, n, flags&mhi.TREBEI != 0)
+		c.postTransfer(t.addr, code, n, n, flags&wire.TREBEI != 0)
 	}
 	if c.d.debug {
 		c.d.log.Debug("mhi-ep: uplink transfer", "channel", c.num, "bytes", len(c.ulData), "tres", len(c.ulTREs))

@@ -1,7 +1,7 @@
 package ep
 
 import (
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // commandRing is the device's side of the command ring. Only the control
@@ -12,8 +12,8 @@ type commandRing struct {
 	rd, wr  uint64
 	dbSeq   uint32 // CRDB latch count already applied
 	badDB   uint64 // last invalid doorbell value logged
-	elem    [mhi.ElementSize]byte
-	ctxBuf  [mhi.ContextSize]byte
+	elem    [wire.ElementSize]byte
+	ctxBuf  [wire.ContextSize]byte
 	ctxIOVA uint64
 }
 
@@ -65,7 +65,7 @@ func (d *Device) processCommands(s *session) {
 	for cr.rd != cr.wr && s.active.Err() == nil {
 		addr := cr.ring.addr(cr.rd)
 		el, err := d.readElement(addr, &cr.elem)
-		code := mhi.CCUndefinedErr
+		code := wire.CCUndefinedErr
 		var started *channel
 		if err != nil {
 			d.boundsViolation("command element unreadable", "addr", addr, "err", err)
@@ -73,14 +73,14 @@ func (d *Device) processCommands(s *session) {
 			code, started = d.executeCommand(s, el)
 		}
 		cr.rd = cr.ring.next(cr.rd)
-		if err := d.store64(cr.ctxIOVA+mhi.CtxRP, cr.ring.addr(cr.rd)); err != nil {
+		if err := d.store64(cr.ctxIOVA+wire.CtxRP, cr.ring.addr(cr.rd)); err != nil {
 			d.boundsViolation("command context rp not writable", "err", err)
 		}
 		d.stats.commands.Add(1)
-		if code != mhi.CCSuccess {
+		if code != wire.CCSuccess {
 			d.stats.commandErrors.Add(1)
 		}
-		d.postControlEvent(s, mhi.CommandCompletionEvent(addr, code))
+		d.postControlEvent(s, wire.CommandCompletionEvent(addr, code))
 		if started != nil {
 			started.activate()
 		}
@@ -90,14 +90,14 @@ func (d *Device) processCommands(s *session) {
 // executeCommand carries out one command element and returns the
 // completion code to reply with and, for a successful START, the channel to
 // activate once the completion is posted.
-func (d *Device) executeCommand(s *session, el mhi.Element) (mhi.CompletionCode, *channel) {
+func (d *Device) executeCommand(s *session, el wire.Element) (wire.CompletionCode, *channel) {
 	t := el.Type()
-	if t == mhi.PktNoopCmd {
-		return mhi.CCSuccess, nil
+	if t == wire.PktNoopCmd {
+		return wire.CCSuccess, nil
 	}
-	if t != mhi.PktStartChanCmd && t != mhi.PktStopChanCmd && t != mhi.PktResetChanCmd {
+	if t != wire.PktStartChanCmd && t != wire.PktStopChanCmd && t != wire.PktResetChanCmd {
 		d.log.Warn("mhi-ep: unknown command", "element", el)
-		return mhi.CCUndefinedErr, nil
+		return wire.CCUndefinedErr, nil
 	}
 	num := el.Channel()
 	c := d.channelByNum(num)
@@ -106,20 +106,20 @@ func (d *Device) executeCommand(s *session, el mhi.Element) (mhi.CompletionCode,
 		// never replies, which leaves the host waiting for a timeout. We
 		// reply UNDEFINED_ERR so that the host fails the request cleanly.
 		d.log.Warn("mhi-ep: command for a channel the device does not offer", "command", t, "channel", num)
-		return mhi.CCUndefinedErr, nil
+		return wire.CCUndefinedErr, nil
 	}
 	d.log.Debug("mhi-ep: command", "command", t, "channel", num)
 	switch t {
-	case mhi.PktStartChanCmd:
+	case wire.PktStartChanCmd:
 		if err := c.start(s); err != nil {
 			d.boundsViolation("START_CHAN refused: bad channel context", "channel", num, "err", err)
-			return mhi.CCUndefinedErr, nil
+			return wire.CCUndefinedErr, nil
 		}
-		return mhi.CCSuccess, c
-	case mhi.PktStopChanCmd:
+		return wire.CCSuccess, c
+	case wire.PktStopChanCmd:
 		c.stop()
-	case mhi.PktResetChanCmd:
+	case wire.PktResetChanCmd:
 		c.reset()
 	}
-	return mhi.CCSuccess, nil
+	return wire.CCSuccess, nil
 }

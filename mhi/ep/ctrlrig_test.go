@@ -6,7 +6,7 @@ import (
 
 	"testing"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // ctrlRig is a host driving the control channel pairs the way
@@ -18,7 +18,7 @@ type ctrlRig struct {
 	*testHost
 	pairs  map[string]*ctrlPair
 	byChan map[uint8]*ctrlPair
-	cmdEv  *mhi.Element
+	cmdEv  *wire.Element
 }
 
 type ctrlPair struct {
@@ -53,8 +53,8 @@ func newCtrlRig(tb testing.TB, fns map[string]Function) *ctrlRig {
 		c.MHI.EventRings[0].Elements = 64
 		for _, cc := range ctrlChannels {
 			c.MHI.Channels = append(c.MHI.Channels,
-				mhi.ChannelConfig{Num: cc.ul, Name: cc.name, Elements: ctrlRing, EventRing: 0, Dir: mhi.Uplink, EE: mhi.EEAMSS},
-				mhi.ChannelConfig{Num: cc.ul + 1, Name: cc.name, Elements: ctrlRing, EventRing: 0, Dir: mhi.Downlink, EE: mhi.EEAMSS})
+				wire.ChannelConfig{Num: cc.ul, Name: cc.name, Elements: ctrlRing, EventRing: 0, Dir: wire.Uplink, EE: wire.EEAMSS},
+				wire.ChannelConfig{Num: cc.ul + 1, Name: cc.name, Elements: ctrlRing, EventRing: 0, Dir: wire.Downlink, EE: wire.EEAMSS})
 		}
 		c.Functions = fns
 	})
@@ -74,7 +74,7 @@ func (r *ctrlRig) open(name string) *ctrlPair {
 	p := r.pairs[name]
 	for _, ch := range []uint8{p.ul, p.dl} {
 		r.initChannel(ch, ctrlRing)
-		if ev := r.cmd(mhi.PktStartChanCmd, ch); ev.Code() != mhi.CCSuccess {
+		if ev := r.cmd(wire.PktStartChanCmd, ch); ev.Code() != wire.CCSuccess {
 			r.t.Fatalf("START(%d) = %s", ch, ev.Code())
 		}
 	}
@@ -95,7 +95,7 @@ func (r *ctrlRig) close(name string) {
 	r.t.Helper()
 	p := r.pairs[name]
 	for _, ch := range []uint8{p.ul, p.dl} {
-		if ev := r.cmd(mhi.PktResetChanCmd, ch); ev.Code() != mhi.CCSuccess {
+		if ev := r.cmd(wire.PktResetChanCmd, ch); ev.Code() != wire.CCSuccess {
 			r.t.Fatalf("RESET(%d) = %s", ch, ev.Code())
 		}
 	}
@@ -105,20 +105,20 @@ func (r *ctrlRig) post(p *ctrlPair, n int) {
 	for ; n > 0 && len(p.dlPool) > 0; n-- {
 		buf := p.dlPool[len(p.dlPool)-1]
 		p.dlPool = p.dlPool[:len(p.dlPool)-1]
-		tre := r.queue(p.dl, buf, uint32(p.bufSize), mhi.TREIEOT)
+		tre := r.queue(p.dl, buf, uint32(p.bufSize), wire.TREIEOT)
 		p.dlBuf[tre] = buf
 	}
 	r.ring(p.dl)
 }
 
 // cmd posts a command and returns its completion, pumping ring 0.
-func (r *ctrlRig) cmd(t mhi.PacketType, ch uint8) mhi.Element {
+func (r *ctrlRig) cmd(t wire.PacketType, ch uint8) wire.Element {
 	r.t.Helper()
 	addr := r.testHost.cmd.addr(r.testHost.cmd.wp)
-	r.writeElement(addr, mhi.CommandElement(t, ch))
+	r.writeElement(addr, wire.CommandElement(t, ch))
 	r.testHost.cmd.wp = (r.testHost.cmd.wp + 1) % r.testHost.cmd.n
-	r.store64(r.cmdCtx+mhi.CtxWP, r.testHost.cmd.addr(r.testHost.cmd.wp))
-	r.setReg64(mhi.RegCRDBLower, r.testHost.cmd.addr(r.testHost.cmd.wp))
+	r.store64(r.cmdCtx+wire.CtxWP, r.testHost.cmd.addr(r.testHost.cmd.wp))
+	r.setReg64(wire.RegCRDBLower, r.testHost.cmd.addr(r.testHost.cmd.wp))
 	r.pumpUntil(fmt.Sprintf("completion of %s(%d)", t, ch), func() bool { return r.cmdEv != nil })
 	ev := *r.cmdEv
 	r.cmdEv = nil
@@ -134,11 +134,11 @@ func (r *ctrlRig) step() bool {
 		return false
 	}
 	ev := r.nextEvent(0)
-	if ev.Type() == mhi.PktCmdCompletion {
+	if ev.Type() == wire.PktCmdCompletion {
 		r.cmdEv = &ev
 		return true
 	}
-	if ev.Type() != mhi.PktTxEvent {
+	if ev.Type() != wire.PktTxEvent {
 		r.t.Fatalf("unexpected event %v", ev)
 	}
 	p := r.byChan[ev.Channel()]
@@ -156,8 +156,8 @@ func (r *ctrlRig) step() bool {
 	delete(p.dlBuf, ev.Ptr)
 	p.cur = append(p.cur, r.read(buf, int(ev.Length()))...)
 	switch ev.Code() {
-	case mhi.CCOverflow:
-	case mhi.CCEOT:
+	case wire.CCOverflow:
+	case wire.CCEOT:
 		p.rx = append(p.rx, p.cur)
 		p.cur = nil
 	default:
@@ -205,7 +205,7 @@ func (r *ctrlRig) write(name string, data []byte) {
 	if len(data) > 0 {
 		r.testHost.write(buf, data)
 	}
-	r.queue(p.ul, buf, uint32(len(data)), mhi.TREIEOT)
+	r.queue(p.ul, buf, uint32(len(data)), wire.TREIEOT)
 	p.ulOut++
 	r.ring(p.ul)
 }

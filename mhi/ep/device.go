@@ -6,6 +6,10 @@
 // through a bounds-checked HostMemory, writes completions and events back,
 // and raises MSI vectors through an Interrupter. It runs concurrently with
 // the host, like hardware: New starts its goroutines and Close stops them.
+//
+// It speaks the wire formats of mhi/wire, which the host stack (mhi) shares,
+// and links nothing of the host: as in Linux, where drivers/bus/mhi/ep and
+// drivers/bus/mhi/host share only common.h.
 package ep
 
 import (
@@ -17,8 +21,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/simclock"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // Default values applied by New to zero fields of Config.
@@ -48,14 +52,14 @@ var ErrClosed = errors.New("ep: device closed")
 // Config configures a mock modem.
 type Config struct {
 	// MHI lists the channels and event rings the device offers.
-	MHI mhi.ControllerConfig
+	MHI wire.ControllerConfig
 	// RegLen is the size of the MHI register space (default 0x1000, at
 	// least 0x1000 so that all doorbell arrays fit).
 	RegLen uint32
 	// SerialNumber is published in BHI SERIALNU.
 	SerialNumber uint32
 	// OEMPKHash is published in BHI OEMPKHASH[0..15].
-	OEMPKHash [mhi.BHIOEMPKHashRegs]uint32
+	OEMPKHash [wire.BHIOEMPKHashRegs]uint32
 	// SoCHWVersion is published in SOC_HW_VERSION.
 	SoCHWVersion uint32
 	// ReadyDelay is the time from a reset to READY (zero means
@@ -123,11 +127,11 @@ func (cfg *Config) validate() error {
 		return fmt.Errorf("ep: %w", err)
 	}
 	if cfg.Boot.Start < BootAMSS || cfg.Boot.Start > BootPBL {
-		return fmt.Errorf("ep: %w: boot start %d", mhi.ErrConfig, int(cfg.Boot.Start))
+		return fmt.Errorf("ep: %w: boot start %d", wire.ErrConfig, int(cfg.Boot.Start))
 	}
 	if cfg.RegLen < DefaultRegLen || cfg.RegLen%4 != 0 {
 		return fmt.Errorf("ep: %w: register length 0x%x, want a multiple of 4 >= 0x%x",
-			mhi.ErrConfig, cfg.RegLen, DefaultRegLen)
+			wire.ErrConfig, cfg.RegLen, DefaultRegLen)
 	}
 	return nil
 }
@@ -163,8 +167,8 @@ type Device struct {
 	// next blank line.
 	regMu        sync.Mutex
 	regs         registerFile
-	state        mhi.State
-	ee           mhi.ExecEnv
+	state        wire.State
+	ee           wire.ExecEnv
 	sess         *session
 	readyPending bool
 	readyAt      time.Time
@@ -175,7 +179,7 @@ type Device struct {
 
 	stateNow atomic.Uint32 // mirror of state for lock-free checks
 
-	channels [mhi.MaxDoorbellChannels]*channel // by channel number; nil = not offered
+	channels [wire.MaxDoorbellChannels]*channel // by channel number; nil = not offered
 	chanList []*channel
 	pipes    map[string]*Pipe
 
@@ -195,7 +199,7 @@ type Device struct {
 // after cfg.ReadyDelay.
 func New(cfg Config, mem HostMemory, irq Interrupter) (*Device, error) {
 	if mem == nil || irq == nil {
-		return nil, fmt.Errorf("ep: %w: host memory and interrupter are required", mhi.ErrConfig)
+		return nil, fmt.Errorf("ep: %w: host memory and interrupter are required", wire.ErrConfig)
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -221,7 +225,7 @@ func New(cfg Config, mem HostMemory, irq Interrupter) (*Device, error) {
 	d.erSignals = make([]signal, nER)
 	d.stats.eventsPosted = make([]atomic.Uint64, nER)
 	d.buildChannels()
-	d.setStateLocked(mhi.StateReset)
+	d.setStateLocked(wire.StateReset)
 	d.readyPending = true
 	d.readyAt = time.Now().Add(cfg.ReadyDelay)
 
@@ -251,7 +255,7 @@ func (d *Device) buildChannels() {
 			p = &Pipe{d: d, name: cc.Name}
 			d.pipes[cc.Name] = p
 		}
-		if cc.Dir == mhi.Uplink {
+		if cc.Dir == wire.Uplink {
 			p.ul = c
 		} else {
 			p.dl = c
@@ -330,7 +334,7 @@ func (d *Device) Reset() {
 }
 
 // State returns the device's current MHI state.
-func (d *Device) State() mhi.State { return mhi.State(d.stateNow.Load()) }
+func (d *Device) State() wire.State { return wire.State(d.stateNow.Load()) }
 
 // Pipe returns the channel pair with the given name.
 func (d *Device) Pipe(name string) (*Pipe, bool) {
@@ -343,8 +347,8 @@ func (d *Device) Pipe(name string) (*Pipe, bool) {
 // done. The data is copied.
 func (d *Device) QueueDL(ctx context.Context, ch uint8, data []byte) error {
 	c := d.channelByNum(ch)
-	if c == nil || c.cfg.Dir != mhi.Downlink {
-		return fmt.Errorf("ep: %w: channel %d is not a downlink channel of this device", mhi.ErrNoChannel, ch)
+	if c == nil || c.cfg.Dir != wire.Downlink {
+		return fmt.Errorf("ep: %w: channel %d is not a downlink channel of this device", wire.ErrNoChannel, ch)
 	}
 	return c.enqueue(ctx, data, true)
 }
@@ -366,7 +370,7 @@ func (d *Device) kickControl() {
 }
 
 // setStateLocked records the device state; regMu must be held.
-func (d *Device) setStateLocked(s mhi.State) {
+func (d *Device) setStateLocked(s wire.State) {
 	d.state = s
 	d.stateNow.Store(uint32(s))
 }

@@ -3,7 +3,7 @@ package ep
 import (
 	"testing"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // The packets of aggregates the device drops from its downlink queue are
@@ -17,11 +17,11 @@ func TestDLDroppedQueuedCountsPackets(t *testing.T) {
 		wantDropped func(queued int) int // aggregates dropped, of those queued
 	}{
 		{"MHI reset", func(r *ipRig) {
-			r.setReg(mhi.RegMHICTRL, uint32(mhi.StateM0)<<mhi.MHICTRLStateShift|mhi.MHICTRLReset)
+			r.setReg(wire.RegMHICTRL, uint32(wire.StateM0)<<wire.MHICTRLStateShift|wire.MHICTRLReset)
 			r.waitReady()
 		}, func(q int) int { return q }},
 		{"channel reset", func(r *ipRig) {
-			if ev := r.commandPumping(mhi.PktResetChanCmd, dlChan); ev.Code() != mhi.CCSuccess {
+			if ev := r.commandPumping(wire.PktResetChanCmd, dlChan); ev.Code() != wire.CCSuccess {
 				r.t.Fatalf("RESET = %s", ev.Code())
 			}
 		}, func(int) int { return 1 }},

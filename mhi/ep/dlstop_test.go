@@ -6,17 +6,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // postCommand writes a command and rings the command doorbell without
 // waiting for the completion; it returns the command's IOVA.
-func (h *testHost) postCommand(t mhi.PacketType, ch uint8) uint64 {
+func (h *testHost) postCommand(t wire.PacketType, ch uint8) uint64 {
 	addr := h.cmd.addr(h.cmd.wp)
-	h.writeElement(addr, mhi.CommandElement(t, ch))
+	h.writeElement(addr, wire.CommandElement(t, ch))
 	h.cmd.wp = (h.cmd.wp + 1) % h.cmd.n
-	h.store64(h.cmdCtx+mhi.CtxWP, h.cmd.addr(h.cmd.wp))
-	h.setReg64(mhi.RegCRDBLower, h.cmd.addr(h.cmd.wp))
+	h.store64(h.cmdCtx+wire.CtxWP, h.cmd.addr(h.cmd.wp))
+	h.setReg64(wire.RegCRDBLower, h.cmd.addr(h.cmd.wp))
 	return addr
 }
 
@@ -39,7 +39,7 @@ func dlSetup(t *testing.T) (h *testHost, first, second []byte, bufs []uint64) {
 	for range 4 {
 		bufs = append(bufs, h.mem.alloc(t, 128, 8))
 	}
-	tre := h.queue(1, bufs[0], 128, mhi.TREIEOT)
+	tre := h.queue(1, bufs[0], 128, wire.TREIEOT)
 	h.ring(1)
 	first, second = pattern(300, 1), pattern(50, 99)
 	for _, d := range [][]byte{first, second} {
@@ -47,7 +47,7 @@ func dlSetup(t *testing.T) (h *testHost, first, second []byte, bufs []uint64) {
 			t.Fatal(err)
 		}
 	}
-	expectTransfer(t, h.nextEvent(0), 1, tre, mhi.CCOverflow, 128)
+	expectTransfer(t, h.nextEvent(0), 1, tre, wire.CCOverflow, 128)
 	if !bytes.Equal(h.read(bufs[0], 128), first[:128]) {
 		t.Fatal("first piece differs")
 	}
@@ -65,13 +65,13 @@ func pendingDL(h *testHost, ch uint8) int {
 
 func TestDLStopWithoutBuffersPausesMidTransfer(t *testing.T) {
 	h, first, second, bufs := dlSetup(t)
-	if ev := h.command(mhi.PktStopChanCmd, 1); ev.Code() != mhi.CCSuccess {
+	if ev := h.command(wire.PktStopChanCmd, 1); ev.Code() != wire.CCSuccess {
 		t.Fatalf("STOP = %s", ev.Code())
 	}
 	// Buffers posted while stopped are not used.
 	var tres []uint64
 	for _, b := range bufs[1:] {
-		tres = append(tres, h.queue(1, b, 128, mhi.TREIEOT))
+		tres = append(tres, h.queue(1, b, 128, wire.TREIEOT))
 	}
 	h.ring(1)
 	h.stayFor(10*time.Millisecond, "nothing moves while stopped", func() bool { return h.pendingEvents(0) == 0 })
@@ -79,12 +79,12 @@ func TestDLStopWithoutBuffersPausesMidTransfer(t *testing.T) {
 		t.Fatalf("%d transfers queued, want 2", n)
 	}
 	// START resumes the transfer where it stopped.
-	if ev := h.command(mhi.PktStartChanCmd, 1); ev.Code() != mhi.CCSuccess {
+	if ev := h.command(wire.PktStartChanCmd, 1); ev.Code() != wire.CCSuccess {
 		t.Fatalf("START = %s", ev.Code())
 	}
-	expectTransfer(t, h.nextEvent(0), 1, tres[0], mhi.CCOverflow, 128)
-	expectTransfer(t, h.nextEvent(0), 1, tres[1], mhi.CCEOT, 44)
-	expectTransfer(t, h.nextEvent(0), 1, tres[2], mhi.CCEOT, 50)
+	expectTransfer(t, h.nextEvent(0), 1, tres[0], wire.CCOverflow, 128)
+	expectTransfer(t, h.nextEvent(0), 1, tres[1], wire.CCEOT, 44)
+	expectTransfer(t, h.nextEvent(0), 1, tres[2], wire.CCEOT, 50)
 	got := append(h.read(bufs[0], 128), h.read(bufs[1], 128)...)
 	got = append(got, h.read(bufs[2], 44)...)
 	if !bytes.Equal(got, first) || !bytes.Equal(h.read(bufs[3], 50), second) {
@@ -104,18 +104,18 @@ func TestDLStopFinishesTransferInProgress(t *testing.T) {
 	c.work.Lock()
 	var tres []uint64
 	for _, b := range bufs[1:] {
-		tres = append(tres, h.queue(1, b, 128, mhi.TREIEOT))
+		tres = append(tres, h.queue(1, b, 128, wire.TREIEOT))
 	}
 	h.ring(1)
-	cmd := h.postCommand(mhi.PktStopChanCmd, 1)
+	cmd := h.postCommand(wire.PktStopChanCmd, 1)
 	h.waitFor("STOP pending", func() bool { return c.stopReq.Load() })
 	c.work.Unlock()
-	expectTransfer(t, h.nextEvent(0), 1, tres[0], mhi.CCOverflow, 128)
-	expectTransfer(t, h.nextEvent(0), 1, tres[1], mhi.CCEOT, 44)
-	if ev := h.nextEvent(0); ev.Type() != mhi.PktCmdCompletion || ev.Ptr != cmd || ev.Code() != mhi.CCSuccess {
+	expectTransfer(t, h.nextEvent(0), 1, tres[0], wire.CCOverflow, 128)
+	expectTransfer(t, h.nextEvent(0), 1, tres[1], wire.CCEOT, 44)
+	if ev := h.nextEvent(0); ev.Type() != wire.PktCmdCompletion || ev.Ptr != cmd || ev.Code() != wire.CCSuccess {
 		t.Fatalf("event %v, want the STOP completion", ev)
 	}
-	if st := h.chState(1); st != mhi.ChannelStop {
+	if st := h.chState(1); st != wire.ChannelStop {
 		t.Fatalf("context state %s", st)
 	}
 	h.stayFor(10*time.Millisecond, "second transfer not started", func() bool { return h.pendingEvents(0) == 0 })
@@ -128,7 +128,7 @@ func TestDLStopFinishesTransferInProgress(t *testing.T) {
 	}
 
 	// RESET keeps the whole queued transfer for the next START.
-	if ev := h.command(mhi.PktResetChanCmd, 1); ev.Code() != mhi.CCSuccess {
+	if ev := h.command(wire.PktResetChanCmd, 1); ev.Code() != wire.CCSuccess {
 		t.Fatalf("RESET = %s", ev.Code())
 	}
 	if n := pendingDL(h, 1); n != 1 {
@@ -136,9 +136,9 @@ func TestDLStopFinishesTransferInProgress(t *testing.T) {
 	}
 	h.startChannel(1)
 	buf := h.mem.alloc(t, 64, 8)
-	tre := h.queue(1, buf, 64, mhi.TREIEOT)
+	tre := h.queue(1, buf, 64, wire.TREIEOT)
 	h.ring(1)
-	expectTransfer(t, h.nextEvent(0), 1, tre, mhi.CCEOT, 50)
+	expectTransfer(t, h.nextEvent(0), 1, tre, wire.CCEOT, 50)
 	if !bytes.Equal(h.read(buf, 50), second) {
 		t.Fatal("second transfer differs")
 	}
@@ -159,9 +159,9 @@ func TestDLResetDropsOnlyPartialTransfer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h, _, second, _ := dlSetup(t)
 			if tc.stop {
-				h.command(mhi.PktStopChanCmd, 1)
+				h.command(wire.PktStopChanCmd, 1)
 			}
-			if ev := h.command(mhi.PktResetChanCmd, 1); ev.Code() != mhi.CCSuccess {
+			if ev := h.command(wire.PktResetChanCmd, 1); ev.Code() != wire.CCSuccess {
 				t.Fatalf("RESET = %s", ev.Code())
 			}
 			s := h.dev.Stats()
@@ -173,9 +173,9 @@ func TestDLResetDropsOnlyPartialTransfer(t *testing.T) {
 			}
 			h.startChannel(1)
 			buf := h.mem.alloc(t, 64, 8)
-			tre := h.queue(1, buf, 64, mhi.TREIEOT)
+			tre := h.queue(1, buf, 64, wire.TREIEOT)
 			h.ring(1)
-			expectTransfer(t, h.nextEvent(0), 1, tre, mhi.CCEOT, 50)
+			expectTransfer(t, h.nextEvent(0), 1, tre, wire.CCEOT, 50)
 			if !bytes.Equal(h.read(buf, 50), second) {
 				t.Fatal("kept transfer differs")
 			}
@@ -195,7 +195,7 @@ func TestReservationAcrossResets(t *testing.T) {
 		t.Fatal(err)
 	}
 	copy(b.Buf, "kept over RESET")
-	h.command(mhi.PktResetChanCmd, 1)
+	h.command(wire.PktResetChanCmd, 1)
 	if err := p.Commit(b, 15); err != nil {
 		t.Fatal(err)
 	}
@@ -204,15 +204,15 @@ func TestReservationAcrossResets(t *testing.T) {
 	}
 	h.startChannel(1)
 	buf := h.mem.alloc(t, 64, 8)
-	tre := h.queue(1, buf, 64, mhi.TREIEOT)
+	tre := h.queue(1, buf, 64, wire.TREIEOT)
 	h.ring(1)
-	expectTransfer(t, h.nextEvent(0), 1, tre, mhi.CCEOT, 15)
+	expectTransfer(t, h.nextEvent(0), 1, tre, wire.CCEOT, 15)
 
 	b, err = p.Reserve(context.Background(), 8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.setReg(mhi.RegMHICTRL, uint32(mhi.StateM0)<<mhi.MHICTRLStateShift|mhi.MHICTRLReset)
+	h.setReg(wire.RegMHICTRL, uint32(wire.StateM0)<<wire.MHICTRLStateShift|wire.MHICTRLReset)
 	h.waitReady()
 	if err := p.Commit(b, 8); err == nil {
 		t.Fatal("reservation survived an MHI reset")
@@ -240,9 +240,9 @@ func TestReservationAcrossResets(t *testing.T) {
 	if err := p.SendFunc(context.Background(), 32, func(buf []byte) int { return copy(buf, "in place") }); err != nil {
 		t.Fatal(err)
 	}
-	tre = h.queue(1, buf, 64, mhi.TREIEOT)
+	tre = h.queue(1, buf, 64, wire.TREIEOT)
 	h.ring(1)
-	expectTransfer(t, h.nextEvent(0), 1, tre, mhi.CCEOT, 8)
+	expectTransfer(t, h.nextEvent(0), 1, tre, wire.CCEOT, 8)
 	if string(h.read(buf, 8)) != "in place" {
 		t.Fatal("SendFunc data differs")
 	}
@@ -300,7 +300,7 @@ func TestIPDataDLRestartMidStream(t *testing.T) {
 // completion, so the host sees RUNNING a moment before the pipe does.
 func waitDownlinkRunning(t *testing.T, p *Pipe) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); p.DownlinkState() != mhi.ChannelRunning; {
+	for deadline := time.Now().Add(5 * time.Second); p.DownlinkState() != wire.ChannelRunning; {
 		if time.Now().After(deadline) {
 			t.Fatalf("downlink %s after 5 s, want RUNNING", p.DownlinkState())
 		}

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/simclock"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // eventRing is the device's side of one event ring: its write index and
@@ -25,8 +25,8 @@ type eventRing struct {
 	msiVec   int
 	modDelay time.Duration // INTMODT
 	badDB    uint64        // last invalid doorbell value logged
-	elem     [mhi.ElementSize]byte
-	ctxBuf   [mhi.ContextSize]byte
+	elem     [wire.ElementSize]byte
+	ctxBuf   [wire.ContextSize]byte
 
 	modPending bool
 	modGen     uint64
@@ -49,7 +49,7 @@ type eventOptions struct {
 
 // postControlEvent posts a command completion, state-change or EE event on
 // event ring 0; these always interrupt at once.
-func (d *Device) postControlEvent(s *session, ev mhi.Element) {
+func (d *Device) postControlEvent(s *session, ev wire.Element) {
 	if err := d.postEvent(s, 0, ev, eventOptions{}); err != nil && s.ctx.Err() == nil {
 		d.log.Warn("mhi-ep: control event not posted", "event", ev, "err", err)
 	}
@@ -59,10 +59,10 @@ func (d *Device) postControlEvent(s *session, ev mhi.Element) {
 // device a free slot (waiting for an event doorbell while the ring is full),
 // stores the new rp in the event context, and raises or schedules the
 // interrupt. It fails when the session ends or the ring is unusable.
-func (d *Device) postEvent(s *session, ringIdx int, ev mhi.Element, opt eventOptions) error {
+func (d *Device) postEvent(s *session, ringIdx int, ev wire.Element, opt eventOptions) error {
 	if ringIdx < 0 || ringIdx >= len(s.events) {
 		d.boundsViolation("event for a ring the host did not set up", "ring", ringIdx, "ner", len(s.events))
-		return fmt.Errorf("%w: event ring %d of %d", mhi.ErrBounds, ringIdx, len(s.events))
+		return fmt.Errorf("%w: event ring %d of %d", wire.ErrBounds, ringIdx, len(s.events))
 	}
 	er := s.events[ringIdx]
 	er.mu.Lock()
@@ -92,7 +92,7 @@ func (d *Device) postEvent(s *session, ringIdx int, ev mhi.Element, opt eventOpt
 	}
 	// The element is written before the rp that publishes it: the host
 	// reads rp, then the elements before it.
-	if err := d.store64(er.ctxIOVA+mhi.CtxRP, rp); err != nil {
+	if err := d.store64(er.ctxIOVA+wire.CtxRP, rp); err != nil {
 		d.boundsViolation("event context rp not writable", "ring", ringIdx, "err", err)
 		return err
 	}
@@ -114,7 +114,7 @@ func (d *Device) loadEventRing(er *eventRing) error {
 	if err == nil {
 		var ok bool
 		if er.wr, ok = er.ring.index(ctx.RP); !ok {
-			err = fmt.Errorf("%w: rp 0x%x outside ring 0x%x..0x%x", mhi.ErrBounds, ctx.RP, er.ring.base, er.ring.end())
+			err = fmt.Errorf("%w: rp 0x%x outside ring 0x%x..0x%x", wire.ErrBounds, ctx.RP, er.ring.base, er.ring.end())
 		}
 	}
 	if err != nil {
@@ -154,7 +154,7 @@ func (d *Device) waitEventSlot(until context.Context, er *eventRing) error {
 			// would stop the clock. The event is lost and counted.
 			d.stats.eventRingFullWaits.Add(1)
 			d.stats.eventsLostFull.Add(1)
-			return fmt.Errorf("event ring %d: full in virtual time: %w", er.index, mhi.ErrRingFull)
+			return fmt.Errorf("event ring %d: full in virtual time: %w", er.index, wire.ErrRingFull)
 		}
 		if !valid && value != 0 && value != er.badDB {
 			er.badDB = value

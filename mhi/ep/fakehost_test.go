@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // testBase is the IOVA of the fake host memory: non-zero, so that a zero
@@ -38,7 +38,7 @@ func newFakeMem() *fakeMem {
 func (m *fakeMem) offset(iova uint64, n int) (int, error) {
 	size := uint64(len(m.buf))
 	if iova < m.base || iova-m.base > size || uint64(n) > size-(iova-m.base) {
-		return 0, fmt.Errorf("fake host: %w: 0x%x+%d outside 0x%x..0x%x", mhi.ErrBounds, iova, n, m.base, m.base+size)
+		return 0, fmt.Errorf("fake host: %w: 0x%x+%d outside 0x%x..0x%x", wire.ErrBounds, iova, n, m.base, m.base+size)
 	}
 	return int(iova - m.base), nil
 }
@@ -69,7 +69,7 @@ func (m *fakeMem) Load32(iova uint64) (uint32, error) {
 	if off%4 != 0 {
 		return 0, fmt.Errorf("fake host: unaligned load at 0x%x", iova)
 	}
-	return mhi.Load32(m.buf, off), nil
+	return wire.Load32(m.buf, off), nil
 }
 
 func (m *fakeMem) Store32(iova uint64, v uint32) error {
@@ -80,7 +80,7 @@ func (m *fakeMem) Store32(iova uint64, v uint32) error {
 	if off%4 != 0 {
 		return fmt.Errorf("fake host: unaligned store at 0x%x", iova)
 	}
-	mhi.Store32(m.buf, off, v)
+	wire.Store32(m.buf, off, v)
 	return nil
 }
 
@@ -136,7 +136,7 @@ type hostRing struct {
 	ctxIOVA uint64
 }
 
-func (r *hostRing) addr(i uint64) uint64 { return r.base + i*mhi.ElementSize }
+func (r *hostRing) addr(i uint64) uint64 { return r.base + i*wire.ElementSize }
 
 // hostEventRing is an event ring as the host sees it.
 type hostEventRing struct {
@@ -148,7 +148,7 @@ type hostEventRing struct {
 	recycle bool // hand each consumed slot back at once
 }
 
-func (r *hostEventRing) addr(i uint64) uint64 { return r.base + i*mhi.ElementSize }
+func (r *hostEventRing) addr(i uint64) uint64 { return r.base + i*wire.ElementSize }
 
 // testHost drives a Device the way Linux's MHI host does, directly through
 // registers and memory.
@@ -167,20 +167,20 @@ type testHost struct {
 
 // testControllerConfig offers LOOPBACK 0/1 on control ring 0 and one burst
 // pair, IP_HW0 100/101, on a moderated hardware ring 1.
-func testControllerConfig() mhi.ControllerConfig {
-	return mhi.ControllerConfig{
+func testControllerConfig() wire.ControllerConfig {
+	return wire.ControllerConfig{
 		MaxChannels:     128,
 		Timeout:         time.Second,
 		CommandElements: 16,
-		Channels: []mhi.ChannelConfig{
-			{Num: 0, Name: "LOOPBACK", Elements: 16, EventRing: 0, Dir: mhi.Uplink, EE: mhi.EEAMSS},
-			{Num: 1, Name: "LOOPBACK", Elements: 16, EventRing: 0, Dir: mhi.Downlink, EE: mhi.EEAMSS},
-			{Num: 100, Name: "IP_HW0", Elements: 16, EventRing: 1, Dir: mhi.Uplink, EE: mhi.EEAMSS, Burst: true, DBModeSwitch: true},
-			{Num: 101, Name: "IP_HW0", Elements: 16, EventRing: 1, Dir: mhi.Downlink, EE: mhi.EEAMSS, Burst: true, DBModeSwitch: true},
+		Channels: []wire.ChannelConfig{
+			{Num: 0, Name: "LOOPBACK", Elements: 16, EventRing: 0, Dir: wire.Uplink, EE: wire.EEAMSS},
+			{Num: 1, Name: "LOOPBACK", Elements: 16, EventRing: 0, Dir: wire.Downlink, EE: wire.EEAMSS},
+			{Num: 100, Name: "IP_HW0", Elements: 16, EventRing: 1, Dir: wire.Uplink, EE: wire.EEAMSS, Burst: true, DBModeSwitch: true},
+			{Num: 101, Name: "IP_HW0", Elements: 16, EventRing: 1, Dir: wire.Downlink, EE: wire.EEAMSS, Burst: true, DBModeSwitch: true},
 		},
-		EventRings: []mhi.EventRingConfig{
-			{Elements: 16, Kind: mhi.EventCtrl, Vector: 1, Channel: -1},
-			{Elements: 16, Kind: mhi.EventHWData, ModerationMs: 20, Vector: 2, Hardware: true, Channel: -1},
+		EventRings: []wire.EventRingConfig{
+			{Elements: 16, Kind: wire.EventCtrl, Vector: 1, Channel: -1},
+			{Elements: 16, Kind: wire.EventHWData, ModerationMs: 20, Vector: 2, Hardware: true, Channel: -1},
 		},
 	}
 }
@@ -280,32 +280,32 @@ func (h *testHost) read(iova uint64, n int) []byte {
 	return p
 }
 
-func (h *testHost) writeContext(iova uint64, c mhi.Context) {
-	var b [mhi.ContextSize]byte
+func (h *testHost) writeContext(iova uint64, c wire.Context) {
+	var b [wire.ContextSize]byte
 	c.Put(b[:])
 	h.write(iova, b[:])
 }
 
-func (h *testHost) writeElement(iova uint64, e mhi.Element) {
-	var b [mhi.ElementSize]byte
+func (h *testHost) writeElement(iova uint64, e wire.Element) {
+	var b [wire.ElementSize]byte
 	e.Put(b[:])
 	h.write(iova, b[:])
 }
 
-func (h *testHost) readElement(iova uint64) mhi.Element {
-	return mhi.ParseElement(h.read(iova, mhi.ElementSize))
+func (h *testHost) readElement(iova uint64) wire.Element {
+	return wire.ParseElement(h.read(iova, wire.ElementSize))
 }
 
-func (h *testHost) state() mhi.State {
-	return mhi.State((h.reg(mhi.RegMHISTATUS) & mhi.MHISTATUSStateMask) >> mhi.MHISTATUSStateShift)
+func (h *testHost) state() wire.State {
+	return wire.State((h.reg(wire.RegMHISTATUS) & wire.MHISTATUSStateMask) >> wire.MHISTATUSStateShift)
 }
 
 // waitReady waits for MHISTATUS to show READY with the READY bit.
 func (h *testHost) waitReady() {
 	h.t.Helper()
 	h.waitFor("READY", func() bool {
-		st := h.reg(mhi.RegMHISTATUS)
-		return st&mhi.MHISTATUSReady != 0 && h.state() == mhi.StateReady && h.reg(mhi.RegMHICTRL)&mhi.MHICTRLReset == 0
+		st := h.reg(wire.RegMHISTATUS)
+		return st&wire.MHISTATUSReady != 0 && h.state() == wire.StateReady && h.reg(wire.RegMHICTRL)&wire.MHICTRLReset == 0
 	})
 }
 
@@ -313,31 +313,31 @@ func (h *testHost) waitReady() {
 // and every event ring, as mhi_init_dev_ctxt does, and programs the bases.
 func (h *testHost) setupContexts() {
 	mc := h.cfg.MHI
-	h.chCtx = h.mem.alloc(h.t, mhi.ContextSize*mc.MaxChannels, 64)
-	h.erCtx = h.mem.alloc(h.t, mhi.ContextSize*len(mc.EventRings), 64)
-	h.cmdCtx = h.mem.alloc(h.t, mhi.ContextSize, 64)
+	h.chCtx = h.mem.alloc(h.t, wire.ContextSize*mc.MaxChannels, 64)
+	h.erCtx = h.mem.alloc(h.t, wire.ContextSize*len(mc.EventRings), 64)
+	h.cmdCtx = h.mem.alloc(h.t, wire.ContextSize, 64)
 	h.ev = nil
 	for i, er := range mc.EventRings {
-		size := er.Elements * mhi.ElementSize
+		size := er.Elements * wire.ElementSize
 		base := h.mem.alloc(h.t, size, size)
-		h.writeContext(h.erCtx+uint64(i)*mhi.ContextSize, mhi.Context{
-			Cfg: uint32(er.ModerationMs) << mhi.IntModTShift, Type: mhi.ERTypeValid, Index: uint32(er.Vector),
+		h.writeContext(h.erCtx+uint64(i)*wire.ContextSize, wire.Context{
+			Cfg: uint32(er.ModerationMs) << wire.IntModTShift, Type: wire.ERTypeValid, Index: uint32(er.Vector),
 			RBase: base, RLen: uint64(size), RP: base, WP: base,
 		})
 		h.ev = append(h.ev, &hostEventRing{base: base, n: uint64(er.Elements),
-			ctxIOVA: h.erCtx + uint64(i)*mhi.ContextSize, recycle: true})
+			ctxIOVA: h.erCtx + uint64(i)*wire.ContextSize, recycle: true})
 	}
 	n := mc.CommandElements
-	base := h.mem.alloc(h.t, n*mhi.ElementSize, n*mhi.ElementSize)
+	base := h.mem.alloc(h.t, n*wire.ElementSize, n*wire.ElementSize)
 	h.cmd = hostRing{base: base, n: uint64(n), ctxIOVA: h.cmdCtx}
-	h.writeContext(h.cmdCtx, mhi.Context{RBase: base, RLen: uint64(n * mhi.ElementSize), RP: base, WP: base})
-	h.setReg64(mhi.RegCCABAPLower, h.chCtx)
-	h.setReg64(mhi.RegECABAPLower, h.erCtx)
-	h.setReg64(mhi.RegCRCBAPLower, h.cmdCtx)
-	cfgReg := h.reg(mhi.RegMHICFG)
-	cfgReg = cfgReg&^(mhi.MHICFGNERMask|mhi.MHICFGNHWERMask) |
-		uint32(len(mc.EventRings))<<mhi.MHICFGNERShift | uint32(mc.HWEventRings())<<mhi.MHICFGNHWERShift
-	h.setReg(mhi.RegMHICFG, cfgReg)
+	h.writeContext(h.cmdCtx, wire.Context{RBase: base, RLen: uint64(n * wire.ElementSize), RP: base, WP: base})
+	h.setReg64(wire.RegCCABAPLower, h.chCtx)
+	h.setReg64(wire.RegECABAPLower, h.erCtx)
+	h.setReg64(wire.RegCRCBAPLower, h.cmdCtx)
+	cfgReg := h.reg(wire.RegMHICFG)
+	cfgReg = cfgReg&^(wire.MHICFGNERMask|wire.MHICFGNHWERMask) |
+		uint32(len(mc.EventRings))<<wire.MHICFGNERShift | uint32(mc.HWEventRings())<<wire.MHICFGNHWERShift
+	h.setReg(wire.RegMHICFG, cfgReg)
 }
 
 // handEventRing gives the device every slot but one of event ring i.
@@ -349,8 +349,8 @@ func (h *testHost) handEventRing(i int) {
 
 func (h *testHost) ringEventDoorbell(i int) {
 	r := h.ev[i]
-	h.store64(r.ctxIOVA+mhi.CtxWP, r.addr(r.wp))
-	h.setReg64(EventDoorbellOffset+uint32(i)*mhi.DoorbellStride, r.addr(r.wp))
+	h.store64(r.ctxIOVA+wire.CtxWP, r.addr(r.wp))
+	h.setReg64(EventDoorbellOffset+uint32(i)*wire.DoorbellStride, r.addr(r.wp))
 }
 
 // powerUp brings the device from READY to M0 like the Linux host and
@@ -359,18 +359,18 @@ func (h *testHost) ringEventDoorbell(i int) {
 func (h *testHost) powerUp() {
 	h.t.Helper()
 	h.waitReady()
-	h.setReg(BHIOffset+mhi.BHIIntVec, 0)
+	h.setReg(BHIOffset+wire.BHIIntVec, 0)
 	h.setupContexts()
 	for i, er := range h.cfg.MHI.EventRings {
 		if !er.Hardware {
 			h.handEventRing(i)
 		}
 	}
-	h.setReg(mhi.RegMHICTRL, uint32(mhi.StateM0)<<mhi.MHICTRLStateShift)
-	if ev := h.nextEvent(0); ev.Type() != mhi.PktStateChangeEvent || ev.EventState() != mhi.StateM0 {
+	h.setReg(wire.RegMHICTRL, uint32(wire.StateM0)<<wire.MHICTRLStateShift)
+	if ev := h.nextEvent(0); ev.Type() != wire.PktStateChangeEvent || ev.EventState() != wire.StateM0 {
 		h.t.Fatalf("first event %v, want STATE_CHANGE(M0)", ev)
 	}
-	if ev := h.nextEvent(0); ev.Type() != mhi.PktEEEvent || ev.EventEE() != mhi.EEAMSS {
+	if ev := h.nextEvent(0); ev.Type() != wire.PktEEEvent || ev.EventEE() != wire.EEAMSS {
 		h.t.Fatalf("second event %v, want EE(AMSS)", ev)
 	}
 	for i, er := range h.cfg.MHI.EventRings {
@@ -381,10 +381,10 @@ func (h *testHost) powerUp() {
 }
 
 // eventRP reads the device's rp from event context i.
-func (h *testHost) eventRP(i int) uint64 { return h.load64(h.ev[i].ctxIOVA + mhi.CtxRP) }
+func (h *testHost) eventRP(i int) uint64 { return h.load64(h.ev[i].ctxIOVA + wire.CtxRP) }
 
 // nextEvent waits for the next event on ring i and consumes it.
-func (h *testHost) nextEvent(i int) mhi.Element {
+func (h *testHost) nextEvent(i int) wire.Element {
 	h.t.Helper()
 	r := h.ev[i]
 	h.waitFor(fmt.Sprintf("event on ring %d", i), func() bool { return h.eventRP(i) != r.addr(r.rp) })
@@ -401,21 +401,21 @@ func (h *testHost) nextEvent(i int) mhi.Element {
 // that the host has not read.
 func (h *testHost) pendingEvents(i int) uint64 {
 	r := h.ev[i]
-	idx := (h.eventRP(i) - r.base) / mhi.ElementSize
+	idx := (h.eventRP(i) - r.base) / wire.ElementSize
 	return (idx + r.n - r.rp) % r.n
 }
 
 // command posts a command and returns its completion event, checking that
 // it points at the command.
-func (h *testHost) command(t mhi.PacketType, ch uint8) mhi.Element {
+func (h *testHost) command(t wire.PacketType, ch uint8) wire.Element {
 	h.t.Helper()
 	addr := h.cmd.addr(h.cmd.wp)
-	h.writeElement(addr, mhi.CommandElement(t, ch))
+	h.writeElement(addr, wire.CommandElement(t, ch))
 	h.cmd.wp = (h.cmd.wp + 1) % h.cmd.n
-	h.store64(h.cmdCtx+mhi.CtxWP, h.cmd.addr(h.cmd.wp))
-	h.setReg64(mhi.RegCRDBLower, h.cmd.addr(h.cmd.wp))
+	h.store64(h.cmdCtx+wire.CtxWP, h.cmd.addr(h.cmd.wp))
+	h.setReg64(wire.RegCRDBLower, h.cmd.addr(h.cmd.wp))
 	ev := h.nextEvent(0)
-	if ev.Type() != mhi.PktCmdCompletion || ev.Ptr != addr {
+	if ev.Type() != wire.PktCmdCompletion || ev.Ptr != addr {
 		h.t.Fatalf("reply to %s(%d): %v, want CMD_COMPLETION for 0x%x", t, ch, ev, addr)
 	}
 	return ev
@@ -427,17 +427,17 @@ func (h *testHost) initChannel(ch uint8, n int) *hostRing {
 	h.t.Helper()
 	cc, ok := h.cfg.MHI.Channel(ch)
 	if !ok {
-		cc = mhi.ChannelConfig{Num: ch, Dir: mhi.Uplink}
+		cc = wire.ChannelConfig{Num: ch, Dir: wire.Uplink}
 	}
-	size := n * mhi.ElementSize
+	size := n * wire.ElementSize
 	base := h.mem.alloc(h.t, size, size)
-	ctxIOVA := h.chCtx + uint64(ch)*mhi.ContextSize
-	brst := uint32(mhi.BurstDisable)
+	ctxIOVA := h.chCtx + uint64(ch)*wire.ContextSize
+	brst := uint32(wire.BurstDisable)
 	if cc.Burst {
-		brst = mhi.BurstEnable
+		brst = wire.BurstEnable
 	}
-	h.writeContext(ctxIOVA, mhi.Context{
-		Cfg: uint32(mhi.ChannelEnabled) | brst<<mhi.ChCfgBrstShift, Type: uint32(cc.Dir),
+	h.writeContext(ctxIOVA, wire.Context{
+		Cfg: uint32(wire.ChannelEnabled) | brst<<wire.ChCfgBrstShift, Type: uint32(cc.Dir),
 		Index: uint32(cc.EventRing), RBase: base, RLen: uint64(size), RP: base, WP: base,
 	})
 	r := &hostRing{base: base, n: uint64(n), ctxIOVA: ctxIOVA}
@@ -449,44 +449,44 @@ func (h *testHost) initChannel(ch uint8, n int) *hostRing {
 func (h *testHost) startChannel(ch uint8) *hostRing {
 	h.t.Helper()
 	r := h.initChannel(ch, 16)
-	if ev := h.command(mhi.PktStartChanCmd, ch); ev.Code() != mhi.CCSuccess {
+	if ev := h.command(wire.PktStartChanCmd, ch); ev.Code() != wire.CCSuccess {
 		h.t.Fatalf("START(%d) = %s", ch, ev.Code())
 	}
-	if st := h.chState(ch); st != mhi.ChannelRunning {
+	if st := h.chState(ch); st != wire.ChannelRunning {
 		h.t.Fatalf("channel %d context state %s after START, want RUNNING", ch, st)
 	}
 	return r
 }
 
-func (h *testHost) chState(ch uint8) mhi.ChannelState {
+func (h *testHost) chState(ch uint8) wire.ChannelState {
 	h.t.Helper()
-	v, err := h.mem.Load32(h.chCtx + uint64(ch)*mhi.ContextSize + mhi.CtxCfg)
+	v, err := h.mem.Load32(h.chCtx + uint64(ch)*wire.ContextSize + wire.CtxCfg)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return mhi.ChannelState(v & mhi.ChCfgStateMask)
+	return wire.ChannelState(v & wire.ChCfgStateMask)
 }
 
 // queue writes a TRE for buf on channel ch and publishes the new wp in the
 // context (no doorbell). It returns the TRE's IOVA.
 func (h *testHost) queue(ch uint8, buf uint64, n uint32, flags uint32) uint64 {
-	return h.queueElement(ch, mhi.TransferTRE(buf, n, flags))
+	return h.queueElement(ch, wire.TransferTRE(buf, n, flags))
 }
 
-func (h *testHost) queueElement(ch uint8, el mhi.Element) uint64 {
+func (h *testHost) queueElement(ch uint8, el wire.Element) uint64 {
 	h.t.Helper()
 	r := h.ch[ch]
 	addr := r.addr(r.wp)
 	h.writeElement(addr, el)
 	r.wp = (r.wp + 1) % r.n
-	h.store64(r.ctxIOVA+mhi.CtxWP, r.addr(r.wp))
+	h.store64(r.ctxIOVA+wire.CtxWP, r.addr(r.wp))
 	return addr
 }
 
 // ring rings channel ch's doorbell with its current wp.
 func (h *testHost) ring(ch uint8) {
 	r := h.ch[ch]
-	h.setReg64(ChannelDoorbellOffset+uint32(ch)*mhi.DoorbellStride, r.addr(r.wp))
+	h.setReg64(ChannelDoorbellOffset+uint32(ch)*wire.DoorbellStride, r.addr(r.wp))
 }
 
 // buffer allocates a data buffer filled with a pattern.
@@ -502,9 +502,9 @@ func (h *testHost) buffer(n int, seed byte) (uint64, []byte) {
 }
 
 // expectTransfer checks a transfer completion event.
-func expectTransfer(tb testing.TB, ev mhi.Element, ch uint8, ptr uint64, code mhi.CompletionCode, n uint32) {
+func expectTransfer(tb testing.TB, ev wire.Element, ch uint8, ptr uint64, code wire.CompletionCode, n uint32) {
 	tb.Helper()
-	if ev.Type() != mhi.PktTxEvent || ev.Channel() != ch || ev.Ptr != ptr || ev.Code() != code || ev.Length() != n {
+	if ev.Type() != wire.PktTxEvent || ev.Channel() != ch || ev.Ptr != ptr || ev.Code() != code || ev.Length() != n {
 		tb.Fatalf("event %v (ch %d %s len %d), want TX_EVENT ch %d ptr 0x%x %s len %d",
 			ev, ev.Channel(), ev.Code(), ev.Length(), ch, ptr, code, n)
 	}

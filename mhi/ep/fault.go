@@ -5,7 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // Corruption is a kind of damage CorruptNextEvent does to a transfer
@@ -30,7 +30,7 @@ const (
 )
 
 // BogusCompletionCode is the completion code CorruptCompletionCode writes.
-const BogusCompletionCode mhi.CompletionCode = 0x7F
+const BogusCompletionCode wire.CompletionCode = 0x7F
 
 var corruptionNames = map[Corruption]string{
 	CorruptEventPointer:   "event-pointer",
@@ -114,7 +114,7 @@ func (d *Device) DropInterrupts(n int) {
 // to one event.
 func (d *Device) CorruptNextEvent(k Corruption) error {
 	if _, ok := corruptionNames[k]; !ok {
-		return fmt.Errorf("ep: %w: unknown corruption %d", mhi.ErrConfig, int(k))
+		return fmt.Errorf("ep: %w: unknown corruption %d", wire.ErrConfig, int(k))
 	}
 	d.faults.mu.Lock()
 	d.faults.corruptions = append(d.faults.corruptions, k)
@@ -125,7 +125,7 @@ func (d *Device) CorruptNextEvent(k Corruption) error {
 
 // corruptTransferEvent applies the next queued corruption to a transfer
 // event about to be posted for a TRE in ring.
-func (d *Device) corruptTransferEvent(ev *mhi.Element, opt *eventOptions, ring ringGeometry, treLen uint32) {
+func (d *Device) corruptTransferEvent(ev *wire.Element, opt *eventOptions, ring ringGeometry, treLen uint32) {
 	k, ok := d.faults.takeCorruption()
 	if !ok {
 		return
@@ -138,7 +138,7 @@ func (d *Device) corruptTransferEvent(ev *mhi.Element, opt *eventOptions, ring r
 	case CorruptCompletionCode:
 		ev.Dword0 = uint32(BogusCompletionCode)<<24 | ev.Dword0&0x00FFFFFF
 	case CorruptLength:
-		ev.Dword0 = ev.Dword0&0xFF000000 | min(treLen+1, mhi.MaxTRELength)
+		ev.Dword0 = ev.Dword0&0xFF000000 | min(treLen+1, wire.MaxTRELength)
 	case CorruptEventRP:
 		opt.corruptRP = true
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // Function is the service behind a channel pair: LOOPBACK, an IP data
@@ -26,7 +26,7 @@ type Function interface {
 // channels of its pair change state (to start or stop a generator, say).
 // It is called from the device's control goroutine and must not block.
 type PipeObserver interface {
-	PipeStateChanged(p *Pipe, dir mhi.Direction, state mhi.ChannelState)
+	PipeStateChanged(p *Pipe, dir wire.Direction, state wire.ChannelState)
 }
 
 // Pipe is a Function's handle on its channel pair: the uplink and downlink
@@ -49,33 +49,33 @@ func (p *Pipe) Name() string { return p.name }
 // with OVERFLOW completions for all but the last piece and EOT for it.
 func (p *Pipe) Send(ctx context.Context, data []byte) error {
 	if p.dl == nil {
-		return fmt.Errorf("ep: pipe %s: %w: no downlink channel", p.name, mhi.ErrNoChannel)
+		return fmt.Errorf("ep: pipe %s: %w: no downlink channel", p.name, wire.ErrNoChannel)
 	}
 	return p.dl.enqueue(ctx, data, true)
 }
 
 // TrySend is Send without blocking: it fails with an error wrapping
-// mhi.ErrRingFull when the downlink queue is full, or mhi.ErrChannelState
+// wire.ErrRingFull when the downlink queue is full, or wire.ErrChannelState
 // when the downlink channel is not started.
 func (p *Pipe) TrySend(data []byte) error {
 	if p.dl == nil {
-		return fmt.Errorf("ep: pipe %s: %w: no downlink channel", p.name, mhi.ErrNoChannel)
+		return fmt.Errorf("ep: pipe %s: %w: no downlink channel", p.name, wire.ErrNoChannel)
 	}
 	return p.dl.enqueue(context.Background(), data, false)
 }
 
 // DownlinkState returns the state of the pair's downlink channel.
-func (p *Pipe) DownlinkState() mhi.ChannelState {
+func (p *Pipe) DownlinkState() wire.ChannelState {
 	if p.dl == nil {
-		return mhi.ChannelDisabled
+		return wire.ChannelDisabled
 	}
 	return p.dl.channelState()
 }
 
 // UplinkState returns the state of the pair's uplink channel.
-func (p *Pipe) UplinkState() mhi.ChannelState {
+func (p *Pipe) UplinkState() wire.ChannelState {
 	if p.ul == nil {
-		return mhi.ChannelDisabled
+		return wire.ChannelDisabled
 	}
 	return p.ul.channelState()
 }
@@ -123,7 +123,7 @@ type DLBuffer struct {
 // downlink channel is not started, until ctx is done or the device closes.
 func (p *Pipe) Reserve(ctx context.Context, size int) (DLBuffer, error) {
 	if p.dl == nil {
-		return DLBuffer{}, fmt.Errorf("ep: pipe %s: %w: no downlink channel", p.name, mhi.ErrNoChannel)
+		return DLBuffer{}, fmt.Errorf("ep: pipe %s: %w: no downlink channel", p.name, wire.ErrNoChannel)
 	}
 	return p.dl.reserve(ctx, size, true)
 }
@@ -131,19 +131,19 @@ func (p *Pipe) Reserve(ctx context.Context, size int) (DLBuffer, error) {
 // TryReserve is Reserve without blocking; it fails as TrySend does.
 func (p *Pipe) TryReserve(size int) (DLBuffer, error) {
 	if p.dl == nil {
-		return DLBuffer{}, fmt.Errorf("ep: pipe %s: %w: no downlink channel", p.name, mhi.ErrNoChannel)
+		return DLBuffer{}, fmt.Errorf("ep: pipe %s: %w: no downlink channel", p.name, wire.ErrNoChannel)
 	}
 	return p.dl.reserve(context.Background(), size, false)
 }
 
 // Commit queues b.Buf[:n] as one downlink transfer; n == 0 releases b. It
-// never blocks. It fails with an error wrapping mhi.ErrAborted when an MHI
+// never blocks. It fails with an error wrapping wire.ErrAborted when an MHI
 // reset dropped the downlink queue after b was reserved (the transfer is
-// dropped and counted in Stats.DLDroppedOnReset), and with mhi.ErrBounds
+// dropped and counted in Stats.DLDroppedOnReset), and with wire.ErrBounds
 // when n exceeds len(b.Buf) (b is released).
 func (p *Pipe) Commit(b DLBuffer, n int) error {
 	if b.c == nil {
-		return fmt.Errorf("ep: pipe %s: commit of an empty reservation: %w", p.name, mhi.ErrChannelState)
+		return fmt.Errorf("ep: pipe %s: commit of an empty reservation: %w", p.name, wire.ErrChannelState)
 	}
 	return b.c.commit(b, n, false)
 }

@@ -8,10 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhi/simclock"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // Sizes of the packets the generator builds.
@@ -196,7 +196,7 @@ func (f *IPData) StartGenerator(cfg GeneratorConfig) error {
 // checkGenerator applies defaults and validates cfg.
 func (f *IPData) checkGenerator(cfg *GeneratorConfig) error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("ep: generator: %w: "+format, append([]any{mhi.ErrConfig}, args...)...)
+		return fmt.Errorf("ep: generator: %w: "+format, append([]any{wire.ErrConfig}, args...)...)
 	}
 	if cfg.Count < 0 || cfg.Rate < 0 {
 		return bad("count %d, rate %g", cfg.Count, cfg.Rate)

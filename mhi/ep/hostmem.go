@@ -2,7 +2,7 @@ package ep
 
 // HostMemory is the device's view of host memory: every access names an IOVA
 // and is checked against the memory the host has made visible. An access
-// that falls outside it returns an error wrapping mhi.ErrBounds and touches
+// that falls outside it returns an error wrapping wire.ErrBounds and touches
 // nothing.
 type HostMemory interface {
 	// ReadAt copies len(p) bytes at iova into p.

@@ -8,9 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // IPDataName and IPDataMBIMName are the channel pair names (100/101) an
@@ -333,7 +333,7 @@ func NewIPData(cfg IPDataConfig) (*IPData, error) {
 		cfg.FlushTimer = DefaultFlushTimer
 	}
 	bad := func(format string, args ...any) (*IPData, error) {
-		return nil, fmt.Errorf("ep: IP data: %w: "+format, append([]any{mhi.ErrConfig}, args...)...)
+		return nil, fmt.Errorf("ep: IP data: %w: "+format, append([]any{wire.ErrConfig}, args...)...)
 	}
 	if cfg.MaxDatagrams < 1 || cfg.MaxAggregate < 1 || cfg.MaxAggregate > MaxIPAggregate {
 		return bad("MaxDatagrams %d, MaxAggregate %d (want ≥ 1 and 1…%d)", cfg.MaxDatagrams, cfg.MaxAggregate, MaxIPAggregate)
@@ -736,7 +736,7 @@ func (f *IPData) reserveAggregate(ctx context.Context, p *Pipe, n int, block boo
 		return p.Reserve(ctx, f.bufSize(n))
 	}
 	b, err := p.TryReserve(f.bufSize(n))
-	if errors.Is(err, mhi.ErrRingFull) {
+	if errors.Is(err, wire.ErrRingFull) {
 		err = errNoBuffer
 	}
 	return b, err

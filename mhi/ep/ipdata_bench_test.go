@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // benchPipe returns ipd's pipe on a device whose downlink channel (101)
@@ -16,7 +16,7 @@ func benchPipe(b *testing.B, ipd *IPData) (*Pipe, *channel) {
 	h := newHost(b, func(c *Config) { c.Functions = map[string]Function{IPDataName: ipd} })
 	p, _ := h.dev.Pipe(IPDataName)
 	dl := h.dev.channelByNum(dlChan)
-	dl.setState(mhi.ChannelRunning)
+	dl.setState(wire.ChannelRunning)
 	return p, dl
 }
 

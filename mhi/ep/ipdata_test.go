@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // testPacket returns a valid IPv4/UDP packet of size bytes carrying seq.
@@ -538,7 +538,7 @@ func TestIPDataGeneratorControl(t *testing.T) {
 		{Sizes: []int{100}, Weights: []int{0}},
 	}
 	for _, g := range bad {
-		if err := ipd.StartGenerator(g); !errors.Is(err, mhi.ErrConfig) {
+		if err := ipd.StartGenerator(g); !errors.Is(err, wire.ErrConfig) {
 			t.Fatalf("StartGenerator(%+v) = %v", g, err)
 		}
 	}
@@ -581,7 +581,7 @@ func TestNewIPDataRejectsBadConfig(t *testing.T) {
 		{Format: FormatQMAP, QMAPCsum: 7},
 	}
 	for _, cfg := range bad {
-		if _, err := NewIPData(cfg); !errors.Is(err, mhi.ErrConfig) {
+		if _, err := NewIPData(cfg); !errors.Is(err, wire.ErrConfig) {
 			t.Errorf("NewIPData(%+v) = %v", cfg, err)
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // ipRig is a host driving the IP_HW0 pair (100 up, 101 down) the way
@@ -93,7 +93,7 @@ func newIPRig(tb testing.TB, rc ipRigConfig) *ipRig {
 func (r *ipRig) startIP(ch uint8) {
 	r.t.Helper()
 	r.initChannel(ch, r.ulN)
-	if ev := r.commandPumping(mhi.PktStartChanCmd, ch); ev.Code() != mhi.CCSuccess {
+	if ev := r.commandPumping(wire.PktStartChanCmd, ch); ev.Code() != wire.CCSuccess {
 		r.t.Fatalf("START(%d) = %s", ch, ev.Code())
 	}
 }
@@ -103,7 +103,7 @@ func (r *ipRig) post(n int) {
 	for ; n > 0 && len(r.dlPool) > 0; n-- {
 		buf := r.dlPool[len(r.dlPool)-1]
 		r.dlPool = r.dlPool[:len(r.dlPool)-1]
-		tre := r.queue(dlChan, buf, uint32(r.mru), mhi.TREIEOT|mhi.TREBEI)
+		tre := r.queue(dlChan, buf, uint32(r.mru), wire.TREIEOT|wire.TREBEI)
 		r.dlBuf[tre] = buf
 	}
 	r.ring(dlChan)
@@ -116,7 +116,7 @@ func (r *ipRig) step() bool {
 	}
 	ev := r.nextEvent(1)
 	switch {
-	case ev.Code() == mhi.CCDBMode:
+	case ev.Code() == wire.CCDBMode:
 		r.ring(ev.Channel())
 	case ev.Channel() == ulChan:
 		r.ulOut--
@@ -129,9 +129,9 @@ func (r *ipRig) step() bool {
 		delete(r.dlBuf, ev.Ptr)
 		r.cur = append(r.cur, r.read(buf, int(ev.Length()))...)
 		switch ev.Code() {
-		case mhi.CCOverflow:
+		case wire.CCOverflow:
 			r.overflows++
-		case mhi.CCEOT:
+		case wire.CCEOT:
 			r.transfers = append(r.transfers, r.cur)
 			r.cur = nil
 		default:
@@ -180,23 +180,23 @@ func (r *ipRig) sendUL(data []byte) {
 	ring := r.ch[ulChan]
 	buf := r.ulBufs[ring.wp]
 	r.write(buf, data)
-	r.queue(ulChan, buf, uint32(len(data)), mhi.TREIEOT|mhi.TREBEI)
+	r.queue(ulChan, buf, uint32(len(data)), wire.TREIEOT|wire.TREBEI)
 	r.ulOut++
 	r.ring(ulChan)
 }
 
 // commandPumping posts a command and waits for its completion on ring 0
 // while handling ring 1, as a host whose event processing runs on its own.
-func (r *ipRig) commandPumping(t mhi.PacketType, ch uint8) mhi.Element {
+func (r *ipRig) commandPumping(t wire.PacketType, ch uint8) wire.Element {
 	r.t.Helper()
 	addr := r.cmd.addr(r.cmd.wp)
-	r.writeElement(addr, mhi.CommandElement(t, ch))
+	r.writeElement(addr, wire.CommandElement(t, ch))
 	r.cmd.wp = (r.cmd.wp + 1) % r.cmd.n
-	r.store64(r.cmdCtx+mhi.CtxWP, r.cmd.addr(r.cmd.wp))
-	r.setReg64(mhi.RegCRDBLower, r.cmd.addr(r.cmd.wp))
+	r.store64(r.cmdCtx+wire.CtxWP, r.cmd.addr(r.cmd.wp))
+	r.setReg64(wire.RegCRDBLower, r.cmd.addr(r.cmd.wp))
 	r.pumpUntil(fmt.Sprintf("completion of %s(%d)", t, ch), func() bool { return r.pendingEvents(0) > 0 })
 	ev := r.nextEvent(0)
-	if ev.Type() != mhi.PktCmdCompletion || ev.Ptr != addr {
+	if ev.Type() != wire.PktCmdCompletion || ev.Ptr != addr {
 		r.t.Fatalf("reply to %s(%d): %v", t, ch, ev)
 	}
 	return ev
@@ -207,13 +207,13 @@ func (r *ipRig) commandPumping(t mhi.PacketType, ch uint8) mhi.Element {
 // new size.
 func (r *ipRig) restartDL(mru, buffers int) {
 	r.t.Helper()
-	if ev := r.commandPumping(mhi.PktStopChanCmd, dlChan); ev.Code() != mhi.CCSuccess {
+	if ev := r.commandPumping(wire.PktStopChanCmd, dlChan); ev.Code() != wire.CCSuccess {
 		r.t.Fatalf("STOP = %s", ev.Code())
 	}
 	// Completions posted before the STOP finished are still on ring 1.
 	for r.step() {
 	}
-	if ev := r.commandPumping(mhi.PktResetChanCmd, dlChan); ev.Code() != mhi.CCSuccess {
+	if ev := r.commandPumping(wire.PktResetChanCmd, dlChan); ev.Code() != wire.CCSuccess {
 		r.t.Fatalf("RESET = %s", ev.Code())
 	}
 	if len(r.cur) != 0 {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // mbimRecorder stands in for the Pipe: it records what the function sends.
@@ -31,7 +31,7 @@ func (r *mbimRecorder) TrySend(b []byte) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.full {
-		return mhi.ErrRingFull
+		return wire.ErrRingFull
 	}
 	r.msgs = append(r.msgs, append([]byte(nil), b...))
 	return nil

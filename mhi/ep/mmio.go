@@ -1,7 +1,7 @@
 package ep
 
 import (
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // doorbell is one 64-bit doorbell register: the host writes the high half
@@ -31,10 +31,10 @@ type registerFile struct {
 	dataBase  [2]uint32
 	dataLimit [2]uint32
 	crdb      doorbell
-	chdb      [mhi.MaxDoorbellChannels]doorbell
+	chdb      [wire.MaxDoorbellChannels]doorbell
 	erdb      []doorbell
-	bhi       [mhi.BHISize / 4]uint32  // host-writable BHI words
-	bhie      [mhi.BHIESize / 4]uint32 // host-writable BHIe words
+	bhi       [wire.BHISize / 4]uint32  // host-writable BHI words
+	bhie      [wire.BHIESize / 4]uint32 // host-writable BHIe words
 }
 
 // init sets the power-on values.
@@ -43,8 +43,8 @@ func (r *registerFile) init(cfg *Config, nER int) {
 	r.mhiCtrl, r.mhiStatus = 0, 0
 	r.ccabap, r.ecabap, r.crcbap = [2]uint32{}, [2]uint32{}, [2]uint32{}
 	r.ctrlBase, r.ctrlLimit, r.dataBase, r.dataLimit = [2]uint32{}, [2]uint32{}, [2]uint32{}, [2]uint32{}
-	r.bhi = [mhi.BHISize / 4]uint32{}
-	r.bhie = [mhi.BHIESize / 4]uint32{}
+	r.bhi = [wire.BHISize / 4]uint32{}
+	r.bhie = [wire.BHIESize / 4]uint32{}
 	if r.erdb == nil {
 		r.erdb = make([]doorbell, nER)
 	}
@@ -71,10 +71,10 @@ func powerOnMHICfg(cfg *Config) uint32 {
 			nhwch++
 		}
 	}
-	v := uint32(cfg.MHI.MaxChannels) & mhi.MHICFGNCHMask
-	v |= uint32(nhwch) << mhi.MHICFGNHWCHShift & mhi.MHICFGNHWCHMask
-	v |= uint32(len(cfg.MHI.EventRings)) << mhi.MHICFGNERShift & mhi.MHICFGNERMask
-	v |= uint32(cfg.MHI.HWEventRings()) << mhi.MHICFGNHWERShift & mhi.MHICFGNHWERMask
+	v := uint32(cfg.MHI.MaxChannels) & wire.MHICFGNCHMask
+	v |= uint32(nhwch) << wire.MHICFGNHWCHShift & wire.MHICFGNHWCHMask
+	v |= uint32(len(cfg.MHI.EventRings)) << wire.MHICFGNERShift & wire.MHICFGNERMask
+	v |= uint32(cfg.MHI.HWEventRings()) << wire.MHICFGNHWERShift & wire.MHICFGNHWERMask
 	return v
 }
 
@@ -106,36 +106,36 @@ func (d *Device) readRegisterLocked(off uint32) (uint32, bool) {
 		}
 		return db.lo, true
 	}
-	if off >= BHIOffset && off < BHIOffset+mhi.BHISize {
+	if off >= BHIOffset && off < BHIOffset+wire.BHISize {
 		return d.readBHILocked(off - BHIOffset)
 	}
-	if off >= BHIEOffset && off < BHIEOffset+mhi.BHIESize {
+	if off >= BHIEOffset && off < BHIEOffset+wire.BHIESize {
 		return d.readBHIELocked(off - BHIEOffset)
 	}
 	switch off {
-	case mhi.RegMHIREGLEN:
+	case wire.RegMHIREGLEN:
 		return d.cfg.RegLen, true
-	case mhi.RegMHIVER:
-		return mhi.MHIVersion1, true
-	case mhi.RegMHICFG:
+	case wire.RegMHIVER:
+		return wire.MHIVersion1, true
+	case wire.RegMHICFG:
 		return r.mhiCfg, true
-	case mhi.RegCHDBOFF:
+	case wire.RegCHDBOFF:
 		return ChannelDoorbellOffset, true
-	case mhi.RegERDBOFF:
+	case wire.RegERDBOFF:
 		return EventDoorbellOffset, true
-	case mhi.RegBHIOFF:
+	case wire.RegBHIOFF:
 		return BHIOffset, true
-	case mhi.RegBHIEOFF:
+	case wire.RegBHIEOFF:
 		return BHIEOffset, true
-	case mhi.RegDEBUGOFF:
+	case wire.RegDEBUGOFF:
 		return DebugOffset, true
-	case mhi.RegMHICTRL:
+	case wire.RegMHICTRL:
 		return r.mhiCtrl, true
-	case mhi.RegMHISTATUS:
+	case wire.RegMHISTATUS:
 		return r.mhiStatus, true
-	case mhi.RegSOCRESETREQ:
+	case wire.RegSOCRESETREQ:
 		return 0, true
-	case mhi.RegSOCHWVERSION:
+	case wire.RegSOCHWVERSION:
 		return d.cfg.SoCHWVersion, true
 	}
 	if p := r.pairAt(off); p != nil {
@@ -147,19 +147,19 @@ func (d *Device) readRegisterLocked(off uint32) (uint32, bool) {
 // pairAt returns the host-programmed 64-bit register pair containing off.
 func (r *registerFile) pairAt(off uint32) *[2]uint32 {
 	switch off &^ 4 {
-	case mhi.RegCCABAPLower:
+	case wire.RegCCABAPLower:
 		return &r.ccabap
-	case mhi.RegECABAPLower:
+	case wire.RegECABAPLower:
 		return &r.ecabap
-	case mhi.RegCRCBAPLower:
+	case wire.RegCRCBAPLower:
 		return &r.crcbap
-	case mhi.RegMHICTRLBASELower:
+	case wire.RegMHICTRLBASELower:
 		return &r.ctrlBase
-	case mhi.RegMHICTRLLIMITLower:
+	case wire.RegMHICTRLLIMITLower:
 		return &r.ctrlLimit
-	case mhi.RegMHIDATABASELower:
+	case wire.RegMHIDATABASELower:
 		return &r.dataBase
-	case mhi.RegMHIDATALIMITLower:
+	case wire.RegMHIDATALIMITLower:
 		return &r.dataLimit
 	}
 	return nil
@@ -170,14 +170,14 @@ func (r *registerFile) pairAt(off uint32) *[2]uint32 {
 func (d *Device) doorbellAt(off uint32) (db *doorbell, high bool, ok bool) {
 	r := &d.regs
 	switch {
-	case off == mhi.RegCRDBLower || off == mhi.RegCRDBHigher:
-		return &r.crdb, off == mhi.RegCRDBHigher, true
-	case off >= ChannelDoorbellOffset && off < ChannelDoorbellOffset+mhi.DoorbellStride*mhi.MaxDoorbellChannels:
+	case off == wire.RegCRDBLower || off == wire.RegCRDBHigher:
+		return &r.crdb, off == wire.RegCRDBHigher, true
+	case off >= ChannelDoorbellOffset && off < ChannelDoorbellOffset+wire.DoorbellStride*wire.MaxDoorbellChannels:
 		rel := off - ChannelDoorbellOffset
-		return &r.chdb[rel/mhi.DoorbellStride], rel%mhi.DoorbellStride == 4, true
-	case off >= EventDoorbellOffset && off < EventDoorbellOffset+mhi.DoorbellStride*uint32(len(r.erdb)):
+		return &r.chdb[rel/wire.DoorbellStride], rel%wire.DoorbellStride == 4, true
+	case off >= EventDoorbellOffset && off < EventDoorbellOffset+wire.DoorbellStride*uint32(len(r.erdb)):
 		rel := off - EventDoorbellOffset
-		return &r.erdb[rel/mhi.DoorbellStride], rel%mhi.DoorbellStride == 4, true
+		return &r.erdb[rel/wire.DoorbellStride], rel%wire.DoorbellStride == 4, true
 	}
 	return nil, false, false
 }
@@ -185,8 +185,8 @@ func (d *Device) doorbellAt(off uint32) (db *doorbell, high bool, ok bool) {
 // bhiWritable reports whether the host may write the BHI register at rel.
 func bhiWritable(rel uint32) bool {
 	switch rel {
-	case mhi.BHIImgAddrLow, mhi.BHIImgAddrHigh, mhi.BHIImgSize, mhi.BHIImgTxDB,
-		mhi.BHIIntVec, mhi.BHIStatus:
+	case wire.BHIImgAddrLow, wire.BHIImgAddrHigh, wire.BHIImgSize, wire.BHIImgTxDB,
+		wire.BHIIntVec, wire.BHIStatus:
 		return true
 	}
 	return false
@@ -197,22 +197,22 @@ func (d *Device) readBHILocked(rel uint32) (uint32, bool) {
 	switch {
 	case bhiWritable(rel):
 		return d.regs.bhi[rel/4], true
-	case rel == mhi.BHIVersionMinor:
+	case rel == wire.BHIVersionMinor:
 		return 0, true
-	case rel == mhi.BHIVersionMajor:
+	case rel == wire.BHIVersionMajor:
 		return 1, true
-	case rel == mhi.BHIExecEnv:
+	case rel == wire.BHIExecEnv:
 		return uint32(d.ee), true
-	case rel == mhi.BHISerialNum:
+	case rel == wire.BHISerialNum:
 		return d.cfg.SerialNumber, true
-	case rel == mhi.BHIErrCode, rel == mhi.BHIErrDbg1, rel == mhi.BHIErrDbg2, rel == mhi.BHIErrDbg3:
+	case rel == wire.BHIErrCode, rel == wire.BHIErrDbg1, rel == wire.BHIErrDbg2, rel == wire.BHIErrDbg3:
 		return d.bhiOwnedLocked(rel)
-	case rel == mhi.BHISBLAntiRollV, rel == mhi.BHINumSeg:
+	case rel == wire.BHISBLAntiRollV, rel == wire.BHINumSeg:
 		return 0, true
-	case rel >= mhi.BHIMSMHWID0 && rel < mhi.BHIMSMHWID0+4*mhi.BHIMSMHWIDCount:
+	case rel >= wire.BHIMSMHWID0 && rel < wire.BHIMSMHWID0+4*wire.BHIMSMHWIDCount:
 		return 0, true
-	case rel >= mhi.BHIOEMPKHash0 && rel < mhi.BHIOEMPKHash0+4*mhi.BHIOEMPKHashRegs:
-		return d.cfg.OEMPKHash[(rel-mhi.BHIOEMPKHash0)/4], true
+	case rel >= wire.BHIOEMPKHash0 && rel < wire.BHIOEMPKHash0+4*wire.BHIOEMPKHashRegs:
+		return d.cfg.OEMPKHash[(rel-wire.BHIOEMPKHash0)/4], true
 	}
 	return 0, false
 }
@@ -220,8 +220,8 @@ func (d *Device) readBHILocked(rel uint32) (uint32, bool) {
 // bhieWritable reports whether the host may write the BHIe register at rel.
 func bhieWritable(rel uint32) bool {
 	switch rel {
-	case mhi.BHIETxVecAddrLow, mhi.BHIETxVecAddrHigh, mhi.BHIETxVecSize, mhi.BHIETxVecDB,
-		mhi.BHIERxVecAddrLow, mhi.BHIERxVecAddrHigh, mhi.BHIERxVecSize, mhi.BHIERxVecDB:
+	case wire.BHIETxVecAddrLow, wire.BHIETxVecAddrHigh, wire.BHIETxVecSize, wire.BHIETxVecDB,
+		wire.BHIERxVecAddrLow, wire.BHIERxVecAddrHigh, wire.BHIERxVecSize, wire.BHIERxVecDB:
 		return true
 	}
 	return false
@@ -232,11 +232,11 @@ func (d *Device) readBHIELocked(rel uint32) (uint32, bool) {
 	switch {
 	case bhieWritable(rel):
 		return d.regs.bhie[rel/4], true
-	case rel == mhi.BHIEMSMSOCID:
+	case rel == wire.BHIEMSMSOCID:
 		return 0, true
-	case rel == mhi.BHIETxVecStatus:
+	case rel == wire.BHIETxVecStatus:
 		return d.boot.txStatus, true
-	case rel == mhi.BHIERxVecStatus:
+	case rel == wire.BHIERxVecStatus:
 		return d.boot.rxStatus, true
 	}
 	return 0, false
@@ -272,29 +272,29 @@ func (d *Device) writeRegisterLocked(off, v uint32) bool {
 		d.doorbellLatchedLocked(db, off)
 		return true
 	}
-	if off >= BHIOffset && off < BHIOffset+mhi.BHISize {
+	if off >= BHIOffset && off < BHIOffset+wire.BHISize {
 		rel := off - BHIOffset
 		if !bhiWritable(rel) {
 			return false
 		}
 		r.bhi[rel/4] = v
-		if rel == mhi.BHIImgTxDB {
+		if rel == wire.BHIImgTxDB {
 			d.pending.bhiTx = true
 			d.kickControl()
 		}
 		return true
 	}
-	if off >= BHIEOffset && off < BHIEOffset+mhi.BHIESize {
+	if off >= BHIEOffset && off < BHIEOffset+wire.BHIESize {
 		rel := off - BHIEOffset
 		if !bhieWritable(rel) {
 			return false
 		}
 		r.bhie[rel/4] = v
 		switch rel {
-		case mhi.BHIETxVecDB:
+		case wire.BHIETxVecDB:
 			d.pending.bhieTx = true
 			d.kickControl()
-		case mhi.BHIERxVecDB:
+		case wire.BHIERxVecDB:
 			d.boot.rxArmed, d.boot.dumped = true, false
 			d.pending.rddm = true
 			d.kickControl()
@@ -302,13 +302,13 @@ func (d *Device) writeRegisterLocked(off, v uint32) bool {
 		return true
 	}
 	switch off {
-	case mhi.RegMHICFG:
-		const hostFields = mhi.MHICFGNERMask | mhi.MHICFGNHWERMask
+	case wire.RegMHICFG:
+		const hostFields = wire.MHICFGNERMask | wire.MHICFGNHWERMask
 		r.mhiCfg = r.mhiCfg&^hostFields | v&hostFields
 		return true
-	case mhi.RegMHICTRL:
-		r.mhiCtrl = v & (mhi.MHICTRLStateMask | mhi.MHICTRLReset)
-		if v&mhi.MHICTRLReset != 0 {
+	case wire.RegMHICTRL:
+		r.mhiCtrl = v & (wire.MHICTRLStateMask | wire.MHICTRLReset)
+		if v&wire.MHICTRLReset != 0 {
 			// Abort now, so that nothing in flight keeps the reset waiting.
 			d.abortSessionLocked()
 			d.pending.reset = true
@@ -317,8 +317,8 @@ func (d *Device) writeRegisterLocked(off, v uint32) bool {
 		}
 		d.kickControl()
 		return true
-	case mhi.RegSOCRESETREQ:
-		if v&mhi.SOCResetReqBit != 0 {
+	case wire.RegSOCRESETREQ:
+		if v&wire.SOCResetReqBit != 0 {
 			d.abortSessionLocked()
 			d.pending.reset = true
 			d.pending.functionReset = true
@@ -342,15 +342,15 @@ func (d *Device) doorbellLatchedLocked(db *doorbell, off uint32) {
 		d.pending.crdb = true
 		d.kickControl()
 	case off >= EventDoorbellOffset:
-		n := (off - EventDoorbellOffset) / mhi.DoorbellStride
+		n := (off - EventDoorbellOffset) / wire.DoorbellStride
 		d.stats.eventDoorbells.Add(1)
 		d.erSignals[n].broadcast()
 	default:
-		n := (off - ChannelDoorbellOffset) / mhi.DoorbellStride
+		n := (off - ChannelDoorbellOffset) / wire.DoorbellStride
 		if n == edlDoorbellSlot && db.lo == edlCookie {
 			d.boot.edlArmed = true // the next SoC reset enters EDL
 		}
-		if n == mhi.WakeDoorbellChannel {
+		if n == wire.WakeDoorbellChannel {
 			return // device wake: nothing to do for a mock
 		}
 		d.stats.channelDoorbells.Add(1)

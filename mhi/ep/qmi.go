@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/proto/qmi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // QMIName is the name of the channel pair a modem's QMI control port uses
@@ -629,7 +629,7 @@ func (q *QMI) indicationLoop(port *qmiPort, cancel func()) {
 		case <-port.wake:
 		}
 		for _, ind := range q.reconcile(port) {
-			if port.pipe.DownlinkState() != mhi.ChannelRunning {
+			if port.pipe.DownlinkState() != wire.ChannelRunning {
 				q.count(func(s *QMIStats) { s.IndicationsDropped++ })
 				continue
 			}

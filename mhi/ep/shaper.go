@@ -8,8 +8,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/proto/lend"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // A slow consumer in the modem: one flow shaped to a rate (like an htb
@@ -111,12 +111,12 @@ func validShape(c *ShapeConfig) error {
 // SetLendRegion tells the modem which host buffers are lent zero-copy
 // slots and where their release ring is (the harness forwards the host's
 // mhinet.Device.ZeroCopyRegion). Releases start at index 0 of the ring. It fails with
-// mhi.ErrConfig for an inconsistent region.
+// wire.ErrConfig for an inconsistent region.
 func (f *IPData) SetLendRegion(r lend.Region) error {
 	if r.Slots < 1 || r.Slots > 0xFFFF || r.SlotSize < 1 || r.Headroom < 0 || r.Headroom >= r.SlotSize ||
 		r.RingEntries < r.Slots || r.RingEntries&(r.RingEntries-1) != 0 ||
 		r.TagIOVA%4 != 0 || r.ProdIOVA%4 != 0 || r.ConsIOVA%4 != 0 || r.RingIOVA%4 != 0 {
-		return fmt.Errorf("ep: lend region %+v: %w", r, mhi.ErrConfig)
+		return fmt.Errorf("ep: lend region %+v: %w", r, wire.ErrConfig)
 	}
 	s := &f.shp
 	s.mu.Lock()
@@ -142,8 +142,8 @@ func (f *IPData) ClearLendRegion() {
 // still in its queue without reading them (DroppedShaped). Lent packets
 // queued before a ClearLendRegion or SetLendRegion are dropped the same
 // way.
-func (f *IPData) PipeStateChanged(_ *Pipe, dir mhi.Direction, st mhi.ChannelState) {
-	if dir == mhi.Uplink && st == mhi.ChannelDisabled {
+func (f *IPData) PipeStateChanged(_ *Pipe, dir wire.Direction, st wire.ChannelState) {
+	if dir == wire.Uplink && st == wire.ChannelDisabled {
 		f.ClearLendRegion()
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 func (s *shaper) isRunning() bool {
@@ -78,7 +78,7 @@ func TestShapeBounds(t *testing.T) {
 		if tc.ok && err != nil {
 			t.Errorf("%+v: %v", tc.sc, err)
 		}
-		if !tc.ok && !errors.Is(err, mhi.ErrConfig) {
+		if !tc.ok && !errors.Is(err, wire.ErrConfig) {
 			t.Errorf("%+v: %v, want mhi.ErrConfig", tc.sc, err)
 		}
 	}

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/proto/lend"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // udpTo builds an IPv4 or IPv6 UDP packet to port.
@@ -60,7 +60,7 @@ func TestShapedFlowMatch(t *testing.T) {
 
 func TestShapeAndLendRegionValidation(t *testing.T) {
 	for _, sc := range []ShapeConfig{{UDPPort: 9}, {UDPPort: 9, Rate: -1}, {UDPPort: 9, Rate: 1, Queue: -1}} {
-		if _, err := NewIPData(IPDataConfig{Format: FormatRaw, Shape: sc}); !errors.Is(err, mhi.ErrConfig) {
+		if _, err := NewIPData(IPDataConfig{Format: FormatRaw, Shape: sc}); !errors.Is(err, wire.ErrConfig) {
 			t.Errorf("shape %+v: %v", sc, err)
 		}
 	}
@@ -83,7 +83,7 @@ func TestShapeAndLendRegionValidation(t *testing.T) {
 	} {
 		r := good
 		mut(&r)
-		if err := f.SetLendRegion(r); !errors.Is(err, mhi.ErrConfig) {
+		if err := f.SetLendRegion(r); !errors.Is(err, wire.ErrConfig) {
 			t.Errorf("region %+v: %v", r, err)
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // controlRequests are the requests the register file and the fault methods
@@ -104,7 +104,7 @@ func (d *Device) runControl() time.Duration {
 	boot := d.advanceBoot()
 	d.regMu.Lock()
 	defer d.regMu.Unlock()
-	if d.state != mhi.StateReset || !d.readyPending || d.neverReady || d.boot.awaitImage {
+	if d.state != wire.StateReset || !d.readyPending || d.neverReady || d.boot.awaitImage {
 		return boot
 	}
 	ready := max(time.Until(d.readyAt), 0)
@@ -119,12 +119,12 @@ func (d *Device) runControl() time.Duration {
 func (d *Device) becomeReadyIfDue() {
 	d.regMu.Lock()
 	defer d.regMu.Unlock()
-	if d.state != mhi.StateReset || !d.readyPending || d.neverReady || d.boot.awaitImage || time.Now().Before(d.readyAt) {
+	if d.state != wire.StateReset || !d.readyPending || d.neverReady || d.boot.awaitImage || time.Now().Before(d.readyAt) {
 		return
 	}
 	d.readyPending = false
-	d.setStateLocked(mhi.StateReady)
-	d.regs.mhiStatus = uint32(mhi.StateReady)<<mhi.MHISTATUSStateShift | mhi.MHISTATUSReady
+	d.setStateLocked(wire.StateReady)
+	d.regs.mhiStatus = uint32(wire.StateReady)<<wire.MHISTATUSStateShift | wire.MHISTATUSReady
 	d.stats.stateChanges.Add(1)
 	d.log.Debug("mhi-ep: READY")
 }
@@ -135,20 +135,20 @@ func (d *Device) becomeReadyIfDue() {
 // that refused transitions are logged once.
 func (d *Device) followRequestedState(written bool) {
 	d.regMu.Lock()
-	req := mhi.State((d.regs.mhiCtrl & mhi.MHICTRLStateMask) >> mhi.MHICTRLStateShift)
+	req := wire.State((d.regs.mhiCtrl & wire.MHICTRLStateMask) >> wire.MHICTRLStateShift)
 	cur := d.state
 	d.regMu.Unlock()
 	switch {
 	case req == cur:
-	case req == mhi.StateM0 && cur == mhi.StateReady:
+	case req == wire.StateM0 && cur == wire.StateReady:
 		d.enterM0FromReady()
-	case req == mhi.StateM0 && cur == mhi.StateM3:
+	case req == wire.StateM0 && cur == wire.StateM3:
 		d.resumeM0()
-	case req == mhi.StateM3 && cur == mhi.StateM0:
+	case req == wire.StateM3 && cur == wire.StateM0:
 		d.enterM3()
-	case req == mhi.StateSysErr:
+	case req == wire.StateSysErr:
 		d.enterSysErr(false)
-	case req == mhi.StateM0 && cur == mhi.StateReset:
+	case req == wire.StateM0 && cur == wire.StateReset:
 		// Early M0 request: honoured once the device is READY.
 	default:
 		if written {
@@ -161,7 +161,7 @@ func (d *Device) followRequestedState(written bool) {
 // M0 and the AMSS execution environment on event ring 0.
 func (d *Device) enterM0FromReady() {
 	d.regMu.Lock()
-	ner := int((d.regs.mhiCfg & mhi.MHICFGNERMask) >> mhi.MHICFGNERShift)
+	ner := int((d.regs.mhiCfg & wire.MHICFGNERMask) >> wire.MHICFGNERShift)
 	if ner == 0 || ner > len(d.regs.erdb) {
 		d.log.Warn("mhi-ep: host NER unusable, using the configured count",
 			"ner", ner, "configured", len(d.regs.erdb))
@@ -176,20 +176,20 @@ func (d *Device) enterM0FromReady() {
 	s.ctx, s.cancel = context.WithCancel(d.ctx)
 	s.active, s.deactivate = context.WithCancel(s.ctx)
 	for i := range s.events {
-		s.events[i] = &eventRing{index: i, ctxIOVA: s.erCtxBase + uint64(i)*mhi.ContextSize}
+		s.events[i] = &eventRing{index: i, ctxIOVA: s.erCtxBase + uint64(i)*wire.ContextSize}
 	}
 	crdbSeq := d.regs.crdb.seq
 	d.sess = s
-	d.setStateLocked(mhi.StateM0)
-	d.regs.mhiStatus = uint32(mhi.StateM0)<<mhi.MHISTATUSStateShift | mhi.MHISTATUSReady
+	d.setStateLocked(wire.StateM0)
+	d.regs.mhiStatus = uint32(wire.StateM0)<<wire.MHISTATUSStateShift | wire.MHISTATUSReady
 	d.stats.stateChanges.Add(1)
 	ee := d.bootEEAtM0Locked()
 	d.regMu.Unlock()
 
 	d.log.Debug("mhi-ep: M0", "ccabap", s.chCtxBase, "ecabap", s.erCtxBase, "crcbap", s.cmdCtxBase, "ner", ner, "ee", ee)
 	d.startCommandRing(s, crdbSeq)
-	d.postControlEvent(s, mhi.StateChangeEvent(mhi.StateM0))
-	d.postControlEvent(s, mhi.EEEvent(ee))
+	d.postControlEvent(s, wire.StateChangeEvent(wire.StateM0))
+	d.postControlEvent(s, wire.EEEvent(ee))
 	d.kickControl() // the SBL's boot of AMSS may be due
 }
 
@@ -204,7 +204,7 @@ func (d *Device) resumeM0() {
 	for _, c := range d.chanList {
 		c.resyncDoorbellMode()
 	}
-	d.changePowerState(mhi.StateM0, &d.stats.m3Exits, "mhi-ep: M3 -> M0")
+	d.changePowerState(wire.StateM0, &d.stats.m3Exits, "mhi-ep: M3 -> M0")
 	if hook := d.afterResumeEvent.Load(); hook != nil {
 		(*hook)()
 	}
@@ -215,23 +215,23 @@ func (d *Device) resumeM0() {
 
 // enterM3 suspends: channel processing pauses until M0.
 func (d *Device) enterM3() {
-	d.changePowerState(mhi.StateM3, &d.stats.m3Entries, "mhi-ep: M0 -> M3")
+	d.changePowerState(wire.StateM3, &d.stats.m3Entries, "mhi-ep: M0 -> M3")
 }
 
 // changePowerState moves between M0 and M3: the state and MHISTATUS
 // change, the change is counted (in counter too) and logged (msg), and
 // the host gets a state change event.
-func (d *Device) changePowerState(st mhi.State, counter *atomic.Uint64, msg string) {
+func (d *Device) changePowerState(st wire.State, counter *atomic.Uint64, msg string) {
 	d.regMu.Lock()
 	s := d.sess
 	d.setStateLocked(st)
-	d.regs.mhiStatus = uint32(st)<<mhi.MHISTATUSStateShift | mhi.MHISTATUSReady
+	d.regs.mhiStatus = uint32(st)<<wire.MHISTATUSStateShift | wire.MHISTATUSReady
 	d.stats.stateChanges.Add(1)
 	counter.Add(1)
 	d.regMu.Unlock()
 	d.log.Debug(msg)
 	if s != nil {
-		d.postControlEvent(s, mhi.StateChangeEvent(st))
+		d.postControlEvent(s, wire.StateChangeEvent(st))
 	}
 }
 
@@ -240,14 +240,14 @@ func (d *Device) changePowerState(st mhi.State, counter *atomic.Uint64, msg stri
 // goroutine. fault tells whether it was injected.
 func (d *Device) enterSysErr(fault bool) {
 	d.regMu.Lock()
-	if d.state == mhi.StateSysErr {
+	if d.state == wire.StateSysErr {
 		d.regMu.Unlock()
 		return
 	}
 	from := d.state
-	d.setStateLocked(mhi.StateSysErr)
-	d.regs.mhiStatus = d.regs.mhiStatus&mhi.MHISTATUSReady |
-		uint32(mhi.StateSysErr)<<mhi.MHISTATUSStateShift | mhi.MHISTATUSSysErr
+	d.setStateLocked(wire.StateSysErr)
+	d.regs.mhiStatus = d.regs.mhiStatus&wire.MHISTATUSReady |
+		uint32(wire.StateSysErr)<<wire.MHISTATUSStateShift | wire.MHISTATUSSysErr
 	if d.sess != nil {
 		d.sess.deactivate()
 	}
@@ -266,13 +266,13 @@ func (d *Device) enterSysErr(fault bool) {
 // on event ring 0 when the host has set one up.
 func (d *Device) announceSysErr() {
 	d.regMu.Lock()
-	if d.state != mhi.StateSysErr {
+	if d.state != wire.StateSysErr {
 		d.regMu.Unlock()
 		return // a reset overtook the error
 	}
 	s := d.sess
-	vector := int(d.regs.bhi[mhi.BHIIntVec/4])
-	rddm := d.ee == mhi.EERDDM
+	vector := int(d.regs.bhi[wire.BHIIntVec/4])
+	rddm := d.ee == wire.EERDDM
 	d.regMu.Unlock()
 	// INTVEC first: the host learns of the error from MHISTATUS even if
 	// event ring 0 happens to be full.
@@ -280,9 +280,9 @@ func (d *Device) announceSysErr() {
 	if s != nil {
 		if rddm {
 			// EXECENV already reads RDDM; the EE event says so on the ring.
-			d.postControlEvent(s, mhi.EEEvent(mhi.EERDDM))
+			d.postControlEvent(s, wire.EEEvent(wire.EERDDM))
 		}
-		d.postControlEvent(s, mhi.StateChangeEvent(mhi.StateSysErr))
+		d.postControlEvent(s, wire.StateChangeEvent(wire.StateSysErr))
 	}
 }
 
@@ -319,17 +319,17 @@ func (d *Device) doReset(functionReset bool) {
 	if functionReset {
 		d.regs.init(&d.cfg, len(d.regs.erdb))
 	}
-	if functionReset || d.ee == mhi.EERDDM {
+	if functionReset || d.ee == wire.EERDDM {
 		// A SoC reset reboots the modem, and so does an MHI reset of a
 		// crashed one (RDDM): back to the boot start, or EDL when the
 		// host armed it.
 		d.startEELocked()
 	}
 	d.regs.clearDoorbells()
-	d.regs.bhi[mhi.BHIIntVec/4] = 0
+	d.regs.bhi[wire.BHIIntVec/4] = 0
 	d.regs.mhiCtrl = 0
 	d.regs.mhiStatus = 0
-	d.setStateLocked(mhi.StateReset)
+	d.setStateLocked(wire.StateReset)
 	d.stats.stateChanges.Add(1)
 	d.pending.sysErr = false
 	d.readyPending = true

@@ -3,7 +3,7 @@ package ep
 import (
 	"sync/atomic"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // counters are the device's statistics, kept as atomics in the data path.
@@ -131,8 +131,8 @@ func (d *Device) Stats() Stats {
 type ChannelStatus struct {
 	Num         uint8
 	Name        string
-	Dir         mhi.Direction
-	State       mhi.ChannelState
+	Dir         wire.Direction
+	State       wire.ChannelState
 	ReadPointer uint64 // IOVA of the next element the device reads; 0 when not started
 	PendingDL   int    // downlink transfers queued, not yet written
 	// HostBufferLen is the length of the last downlink buffer the host
@@ -153,8 +153,8 @@ type EventRingStatus struct {
 
 // Status is a snapshot of the device's state for status displays.
 type Status struct {
-	State      mhi.State
-	EE         mhi.ExecEnv
+	State      wire.State
+	EE         wire.ExecEnv
 	Channels   []ChannelStatus   // in configuration order
 	EventRings []EventRingStatus // of the current MHI session, by index
 }

@@ -5,8 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/simclock"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // Timing is what the modem's downlink data path takes in virtual time
@@ -132,7 +132,7 @@ func (c *channel) vrun() {
 		c.polling, c.idlePolls = false, 0
 	}
 	c.refreshWrite()
-	if c.cfg.Dir == mhi.Uplink {
+	if c.cfg.Dir == wire.Uplink {
 		progressed, wantWork := c.serviceUL()
 		if c.pollAgain(progressed, wantWork) {
 			c.v.timer.Reset(c.d.cfg.BurstPollInterval)

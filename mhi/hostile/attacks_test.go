@@ -9,6 +9,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/hostile"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // attackBudget bounds the time of one attack, power-down included.
@@ -126,7 +127,7 @@ func treIOVA(t *testing.T, r *scriptRig, num uint8, i int) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ch.Status().RingBase + uint64(i)*mhi.ElementSize
+	return ch.Status().RingBase + uint64(i)*wire.ElementSize
 }
 
 // expectCounter waits up to a second for counter to reach want.
@@ -190,40 +191,40 @@ func TestMaliciousDevice(t *testing.T) {
 			run: powerUpFails(mhi.ErrTimeout, nil)},
 		{name: "no-mission-mode-event", dev: hostile.DeviceConfig{Behaviour: hostile.Behaviour{NoEEEvent: true}},
 			run: powerUpFails(mhi.ErrTimeout, nil)},
-		{name: "execenv-pbl", run: seq(pinAfter(hostile.BHIOffset+mhi.BHIExecEnv, uint32(mhi.EEPBL)),
+		{name: "execenv-pbl", run: seq(pinAfter(hostile.BHIOffset+wire.BHIExecEnv, uint32(wire.EEPBL)),
 			powerUpFails(mhi.ErrWrongState, nil))},
-		{name: "execenv-garbage", run: seq(pinAfter(hostile.BHIOffset+mhi.BHIExecEnv, 0xDEADBEEF),
+		{name: "execenv-garbage", run: seq(pinAfter(hostile.BHIOffset+wire.BHIExecEnv, 0xDEADBEEF),
 			powerUpFails(mhi.ErrWrongState, nil))},
-		{name: "execenv-not-mission-mode-after-m0", run: seq(pinAfter(hostile.BHIOffset+mhi.BHIExecEnv, uint32(mhi.EEPTHRU)),
+		{name: "execenv-not-mission-mode-after-m0", run: seq(pinAfter(hostile.BHIOffset+wire.BHIExecEnv, uint32(wire.EEPTHRU)),
 			powerUpFails(mhi.ErrBadDevice, badRegister))},
-		{name: "mhireglen-too-small", run: seq(pinAfter(mhi.RegMHIREGLEN, 0x10),
+		{name: "mhireglen-too-small", run: seq(pinAfter(wire.RegMHIREGLEN, 0x10),
 			powerUpFails(mhi.ErrBadDevice, badRegister))},
-		{name: "mhireglen-beyond-bar", run: seq(pinAfter(mhi.RegMHIREGLEN, 0x10000), pinAfter(mhi.RegCHDBOFF, 0x8000),
+		{name: "mhireglen-beyond-bar", run: seq(pinAfter(wire.RegMHIREGLEN, 0x10000), pinAfter(wire.RegCHDBOFF, 0x8000),
 			powerUpFails(mhi.ErrBadDevice, badRegister))},
-		{name: "chdboff-no-room-for-doorbells", run: seq(pinAfter(mhi.RegCHDBOFF, 0xE00),
+		{name: "chdboff-no-room-for-doorbells", run: seq(pinAfter(wire.RegCHDBOFF, 0xE00),
 			powerUpFails(mhi.ErrBadDevice, badRegister))},
-		{name: "chdboff-wraps", run: seq(pinAfter(mhi.RegCHDBOFF, 0xFFFFFF00),
+		{name: "chdboff-wraps", run: seq(pinAfter(wire.RegCHDBOFF, 0xFFFFFF00),
 			powerUpFails(mhi.ErrBadDevice, badRegister))},
-		{name: "chdboff-misaligned", run: seq(pinAfter(mhi.RegCHDBOFF, 0x402),
+		{name: "chdboff-misaligned", run: seq(pinAfter(wire.RegCHDBOFF, 0x402),
 			powerUpFails(mhi.ErrBadDevice, badRegister))},
-		{name: "chdboff-on-control-registers", run: seq(pinAfter(mhi.RegCHDBOFF, 0x30),
+		{name: "chdboff-on-control-registers", run: seq(pinAfter(wire.RegCHDBOFF, 0x30),
 			powerUpFails(mhi.ErrBadDevice, badRegister))},
-		{name: "erdboff-wraps", run: seq(pinAfter(mhi.RegERDBOFF, 0xFFFFFFF8),
+		{name: "erdboff-wraps", run: seq(pinAfter(wire.RegERDBOFF, 0xFFFFFFF8),
 			powerUpFails(mhi.ErrBadDevice, badRegister))},
 		{name: "bhioff-wraps-onto-mhicfg", run: func(t *testing.T, r *scriptRig) {
 			// BHIOFF+INTVEC (0x20) wraps to 0x10, MHICFG.
-			r.dev.SetRegister(mhi.RegBHIOFF, 0xFFFFFFF0)
+			r.dev.SetRegister(wire.RegBHIOFF, 0xFFFFFFF0)
 			powerUpFails(mhi.ErrBadDevice, badRegister)(t, r)
 			for _, rec := range r.h.Log() {
-				if rec.Op == hostile.OpWrite && rec.Off == mhi.RegMHICFG {
+				if rec.Op == hostile.OpWrite && rec.Off == wire.RegMHICFG {
 					t.Fatalf("the host wrote MHICFG through the wrapped BHIOFF: %v", rec)
 				}
 			}
 		}},
-		{name: "bhioff-block-past-reglen", run: seq(pinAfter(mhi.RegBHIOFF, 0xF80),
+		{name: "bhioff-block-past-reglen", run: seq(pinAfter(wire.RegBHIOFF, 0xF80),
 			powerUpFails(mhi.ErrBadDevice, badRegister))},
 		{name: "bhieoff-garbage", run: func(t *testing.T, r *scriptRig) {
-			r.dev.SetRegister(mhi.RegBHIEOFF, 0xFFFFFFFF)
+			r.dev.SetRegister(wire.RegBHIEOFF, 0xFFFFFFFF)
 			mustPowerUp(t, r) // BHIe is not used: counted, not fatal
 			if n := r.ctrl.Stats().BadRegister; n != 1 {
 				t.Fatalf("bad_register = %d, want 1", n)
@@ -233,7 +234,7 @@ func TestMaliciousDevice(t *testing.T) {
 		{name: "register-reads-fail", run: func(t *testing.T, r *scriptRig) {
 			errDead := errors.New("link down")
 			r.h.SetHooks(hostile.Hooks{Read: func(off, v uint32, err error) (uint32, error) {
-				if off == mhi.RegMHISTATUS {
+				if off == wire.RegMHISTATUS {
 					return 0xFFFFFFFF, errDead
 				}
 				return v, err
@@ -262,11 +263,11 @@ func TestMaliciousDevice(t *testing.T) {
 		}},
 		{name: "regdump-bhioff-lie", run: func(t *testing.T, r *scriptRig) {
 			mustPowerUp(t, r)
-			r.dev.SetRegister(mhi.RegBHIOFF, 0xFFFFFF00)
+			r.dev.SetRegister(wire.RegBHIOFF, 0xFFFFFF00)
 			r.h.ClearLog()
 			regs, err := r.ctrl.RegDump()
-			if !errors.Is(err, mhi.ErrBadDevice) || len(regs) != len(mhi.MHIRegisters) {
-				t.Fatalf("RegDump = %d registers, %v; want the %d MHI registers and ErrBadDevice", len(regs), err, len(mhi.MHIRegisters))
+			if !errors.Is(err, mhi.ErrBadDevice) || len(regs) != len(wire.MHIRegisters) {
+				t.Fatalf("RegDump = %d registers, %v; want the %d MHI registers and ErrBadDevice", len(regs), err, len(wire.MHIRegisters))
 			}
 			if _, err := r.ctrl.ReadBHI(); !errors.Is(err, mhi.ErrBadDevice) {
 				t.Fatalf("ReadBHI = %v, want ErrBadDevice", err)
@@ -290,7 +291,7 @@ func TestMaliciousDevice(t *testing.T) {
 				t.Fatal(err)
 			}
 			errDB := errors.New("doorbell write lost")
-			db := uint32(hostile.CHDBOffset + mhi.DoorbellStride*hostile.LoopbackUL)
+			db := uint32(hostile.CHDBOffset + wire.DoorbellStride*hostile.LoopbackUL)
 			r.h.SetHooks(hostile.Hooks{Write: func(off, v uint32) (bool, error) {
 				if off == db || off == db+4 {
 					return false, errDB
@@ -381,11 +382,11 @@ func TestMaliciousDevice(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if c.WP == base+length-mhi.ElementSize {
+				if c.WP == base+length-wire.ElementSize {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("the host did not consume the repaired ring: wp 0x%x, want 0x%x", c.WP, base+length-mhi.ElementSize)
+					t.Fatalf("the host did not consume the repaired ring: wp 0x%x, want 0x%x", c.WP, base+length-wire.ElementSize)
 				}
 				time.Sleep(time.Millisecond)
 			}
@@ -396,7 +397,7 @@ func TestMaliciousDevice(t *testing.T) {
 		{name: "event-unknown-channel", run: func(t *testing.T, r *scriptRig) {
 			mustPowerUp(t, r)
 			_, k, _ := startDL(t, r, hostile.LoopbackDL, 2, 256)
-			if err := r.dev.Post(0, mhi.TransferEvent(treIOVA(t, r, hostile.LoopbackDL, 0), mhi.CCEOT, 10, 77)); err != nil {
+			if err := r.dev.Post(0, wire.TransferEvent(treIOVA(t, r, hostile.LoopbackDL, 0), wire.CCEOT, 10, 77)); err != nil {
 				t.Fatal(err)
 			}
 			expectCounter(t, r, "unknown_channel", 1, func(s mhi.ControllerStatsSnapshot) uint64 { return s.UnknownChannel })
@@ -405,7 +406,7 @@ func TestMaliciousDevice(t *testing.T) {
 		{name: "event-on-wrong-ring", run: func(t *testing.T, r *scriptRig) {
 			mustPowerUp(t, r)
 			_, k, _ := startDL(t, r, hostile.DataDL, 2, 256) // completions belong on ring 1
-			if err := r.dev.Post(0, mhi.TransferEvent(treIOVA(t, r, hostile.DataDL, 0), mhi.CCEOT, 10, hostile.DataDL)); err != nil {
+			if err := r.dev.Post(0, wire.TransferEvent(treIOVA(t, r, hostile.DataDL, 0), wire.CCEOT, 10, hostile.DataDL)); err != nil {
 				t.Fatal(err)
 			}
 			expectCounter(t, r, "unknown_channel", 1, func(s mhi.ControllerStatsSnapshot) uint64 { return s.UnknownChannel })
@@ -414,7 +415,7 @@ func TestMaliciousDevice(t *testing.T) {
 		{name: "event-names-unqueued-element", run: func(t *testing.T, r *scriptRig) {
 			mustPowerUp(t, r)
 			_, k, _ := startDL(t, r, hostile.LoopbackDL, 2, 256)
-			if err := r.dev.Post(0, mhi.TransferEvent(treIOVA(t, r, hostile.LoopbackDL, 5), mhi.CCEOT, 10, hostile.LoopbackDL)); err != nil {
+			if err := r.dev.Post(0, wire.TransferEvent(treIOVA(t, r, hostile.LoopbackDL, 5), wire.CCEOT, 10, hostile.LoopbackDL)); err != nil {
 				t.Fatal(err)
 			}
 			expectCounter(t, r, "bad_event_ptr", 1, func(s mhi.ControllerStatsSnapshot) uint64 { return s.BadEventPtr })
@@ -423,9 +424,9 @@ func TestMaliciousDevice(t *testing.T) {
 		{name: "event-pointer-outside-ring", run: func(t *testing.T, r *scriptRig) {
 			mustPowerUp(t, r)
 			_, k, _ := startDL(t, r, hostile.LoopbackDL, 2, 256)
-			if err := r.dev.Post(0, mhi.TransferEvent(treIOVA(t, r, hostile.LoopbackDL, 16), mhi.CCEOT, 10, hostile.LoopbackDL),
-				mhi.TransferEvent(0, mhi.CCEOT, 10, hostile.LoopbackDL),
-				mhi.TransferEvent(^uint64(0)-7, mhi.CCEOT, 10, hostile.LoopbackDL)); err != nil {
+			if err := r.dev.Post(0, wire.TransferEvent(treIOVA(t, r, hostile.LoopbackDL, 16), wire.CCEOT, 10, hostile.LoopbackDL),
+				wire.TransferEvent(0, wire.CCEOT, 10, hostile.LoopbackDL),
+				wire.TransferEvent(^uint64(0)-7, wire.CCEOT, 10, hostile.LoopbackDL)); err != nil {
 				t.Fatal(err)
 			}
 			expectCounter(t, r, "bad_event_ptr", 3, func(s mhi.ControllerStatsSnapshot) uint64 { return s.BadEventPtr })
@@ -434,7 +435,7 @@ func TestMaliciousDevice(t *testing.T) {
 		{name: "event-pointer-misaligned", run: func(t *testing.T, r *scriptRig) {
 			mustPowerUp(t, r)
 			_, k, _ := startDL(t, r, hostile.LoopbackDL, 2, 256)
-			if err := r.dev.Post(0, mhi.TransferEvent(treIOVA(t, r, hostile.LoopbackDL, 0)+4, mhi.CCEOT, 10, hostile.LoopbackDL)); err != nil {
+			if err := r.dev.Post(0, wire.TransferEvent(treIOVA(t, r, hostile.LoopbackDL, 0)+4, wire.CCEOT, 10, hostile.LoopbackDL)); err != nil {
 				t.Fatal(err)
 			}
 			expectCounter(t, r, "bad_event_ptr", 1, func(s mhi.ControllerStatsSnapshot) uint64 { return s.BadEventPtr })
@@ -443,13 +444,13 @@ func TestMaliciousDevice(t *testing.T) {
 		{name: "event-length-beyond-buffer", run: func(t *testing.T, r *scriptRig) {
 			mustPowerUp(t, r)
 			_, k, _ := startDL(t, r, hostile.LoopbackDL, 2, 256)
-			r.dev.SetBehaviour(hostile.Behaviour{Event: func(_ int, ev *mhi.Element) bool {
-				if ev.Type() == mhi.PktTxEvent {
+			r.dev.SetBehaviour(hostile.Behaviour{Event: func(_ int, ev *wire.Element) bool {
+				if ev.Type() == wire.PktTxEvent {
 					ev.Dword0 |= 0xFFFF
 				}
 				return true
 			}})
-			if _, err := r.dev.CompleteDL(hostile.LoopbackDL, make([]byte, 100), mhi.CCEOT); err != nil {
+			if _, err := r.dev.CompleteDL(hostile.LoopbackDL, make([]byte, 100), wire.CCEOT); err != nil {
 				t.Fatal(err)
 			}
 			if !waitUntil(time.Second, func() bool { return len(k.completions()) == 1 }) {
@@ -475,7 +476,7 @@ func TestMaliciousDevice(t *testing.T) {
 		{name: "event-bad-tre-code", run: func(t *testing.T, r *scriptRig) {
 			mustPowerUp(t, r)
 			_, k, _ := startDL(t, r, hostile.LoopbackDL, 2, 256)
-			if _, err := r.dev.CompleteDL(hostile.LoopbackDL, []byte("x"), mhi.CCBadTRE); err != nil {
+			if _, err := r.dev.CompleteDL(hostile.LoopbackDL, []byte("x"), wire.CCBadTRE); err != nil {
 				t.Fatal(err)
 			}
 			if !waitUntil(time.Second, func() bool { return len(k.completions()) == 1 }) {
@@ -488,7 +489,7 @@ func TestMaliciousDevice(t *testing.T) {
 		}},
 		{name: "event-unknown-type", run: func(t *testing.T, r *scriptRig) {
 			mustPowerUp(t, r)
-			if err := r.dev.Post(0, mhi.Element{Ptr: 0xdead, Dword0: 0xffffffff, Dword1: 0x99 << 16}, mhi.Element{}); err != nil {
+			if err := r.dev.Post(0, wire.Element{Ptr: 0xdead, Dword0: 0xffffffff, Dword1: 0x99 << 16}, wire.Element{}); err != nil {
 				t.Fatal(err)
 			}
 			expectCounter(t, r, "unknown_event", 2, func(s mhi.ControllerStatsSnapshot) uint64 { return s.UnknownEvent })
@@ -497,11 +498,11 @@ func TestMaliciousDevice(t *testing.T) {
 		{name: "event-completes-element-twice", run: func(t *testing.T, r *scriptRig) {
 			mustPowerUp(t, r)
 			_, k, _ := startDL(t, r, hostile.LoopbackDL, 2, 256)
-			at, err := r.dev.CompleteDL(hostile.LoopbackDL, []byte("once"), mhi.CCEOT)
+			at, err := r.dev.CompleteDL(hostile.LoopbackDL, []byte("once"), wire.CCEOT)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := r.dev.Post(0, mhi.TransferEvent(at, mhi.CCEOT, 4, hostile.LoopbackDL)); err != nil {
+			if err := r.dev.Post(0, wire.TransferEvent(at, wire.CCEOT, 4, hostile.LoopbackDL)); err != nil {
 				t.Fatal(err)
 			}
 			expectCounter(t, r, "bad_event_ptr", 1, func(s mhi.ControllerStatsSnapshot) uint64 { return s.BadEventPtr })
@@ -516,7 +517,7 @@ func TestMaliciousDevice(t *testing.T) {
 			if err := ch.Reset(); err != nil {
 				t.Fatal(err)
 			}
-			if err := r.dev.Post(0, mhi.TransferEvent(treIOVA(t, r, hostile.LoopbackDL, 0), mhi.CCEOT, 10, hostile.LoopbackDL)); err != nil {
+			if err := r.dev.Post(0, wire.TransferEvent(treIOVA(t, r, hostile.LoopbackDL, 0), wire.CCEOT, 10, hostile.LoopbackDL)); err != nil {
 				t.Fatal(err)
 			}
 			expectCounter(t, r, "stale_completion", 1, func(s mhi.ControllerStatsSnapshot) uint64 { return s.StaleCompletion })
@@ -531,7 +532,7 @@ func TestMaliciousDevice(t *testing.T) {
 			const storm = 5000
 			start := time.Now()
 			for posted := 0; posted < storm; {
-				if err := r.dev.Post(0, mhi.StateChangeEvent(mhi.StateM0)); err != nil {
+				if err := r.dev.Post(0, wire.StateChangeEvent(wire.StateM0)); err != nil {
 					time.Sleep(50 * time.Microsecond) // ring full: the host drains it
 					if time.Since(start) > 2*time.Second {
 						t.Fatalf("the host stopped draining after %d events: %v", posted, err)
@@ -560,8 +561,8 @@ func TestMaliciousDevice(t *testing.T) {
 		// --- state and EE events ---
 		{name: "state-events-out-of-order", run: func(t *testing.T, r *scriptRig) {
 			mustPowerUp(t, r)
-			if err := r.dev.Post(0, mhi.StateChangeEvent(mhi.StateReady), mhi.StateChangeEvent(mhi.StateM3),
-				mhi.StateChangeEvent(mhi.StateReset), mhi.StateChangeEvent(0x42), mhi.StateChangeEvent(mhi.StateM0)); err != nil {
+			if err := r.dev.Post(0, wire.StateChangeEvent(wire.StateReady), wire.StateChangeEvent(wire.StateM3),
+				wire.StateChangeEvent(wire.StateReset), wire.StateChangeEvent(0x42), wire.StateChangeEvent(wire.StateM0)); err != nil {
 				t.Fatal(err)
 			}
 			expectCounter(t, r, "state_changes", 6, func(s mhi.ControllerStatsSnapshot) uint64 { return s.StateChanges })
@@ -569,7 +570,7 @@ func TestMaliciousDevice(t *testing.T) {
 		}},
 		{name: "ee-event-lies", run: func(t *testing.T, r *scriptRig) {
 			mustPowerUp(t, r)
-			if err := r.dev.Post(0, mhi.EEEvent(mhi.EEPBL), mhi.EEEvent(0x77), mhi.EEEvent(mhi.EEAMSS)); err != nil {
+			if err := r.dev.Post(0, wire.EEEvent(wire.EEPBL), wire.EEEvent(0x77), wire.EEEvent(wire.EEAMSS)); err != nil {
 				t.Fatal(err)
 			}
 			if !waitUntil(time.Second, func() bool {
@@ -593,8 +594,8 @@ func TestMaliciousDevice(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := r.dev.Post(0, mhi.CommandCompletionEvent(c.RBase+3*mhi.ElementSize, mhi.CCSuccess),
-				mhi.CommandCompletionEvent(c.RBase+c.RLen, mhi.CCSuccess)); err != nil {
+			if err := r.dev.Post(0, wire.CommandCompletionEvent(c.RBase+3*wire.ElementSize, wire.CCSuccess),
+				wire.CommandCompletionEvent(c.RBase+c.RLen, wire.CCSuccess)); err != nil {
 				t.Fatal(err)
 			}
 			expectCounter(t, r, "stale_completion", 1, func(s mhi.ControllerStatsSnapshot) uint64 { return s.StaleCompletion })
@@ -619,7 +620,7 @@ func TestMaliciousDevice(t *testing.T) {
 		}},
 		{name: "command-fails", run: func(t *testing.T, r *scriptRig) {
 			mustPowerUp(t, r)
-			r.dev.SetBehaviour(hostile.Behaviour{CommandCode: mhi.CCUndefinedErr})
+			r.dev.SetBehaviour(hostile.Behaviour{CommandCode: wire.CCUndefinedErr})
 			ch, _ := r.ctrl.Channel(hostile.LoopbackUL)
 			if err := ch.Start(nil); !errors.Is(err, mhi.ErrCommandFailed) {
 				t.Fatalf("Start = %v, want ErrCommandFailed", err)
@@ -635,7 +636,7 @@ func TestMaliciousDevice(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			junk := make([]byte, mhi.ContextSize)
+			junk := make([]byte, wire.ContextSize)
 			for i := range junk {
 				junk[i] = 0xEE
 			}
@@ -698,7 +699,7 @@ func TestMaliciousDevice(t *testing.T) {
 		}},
 		{name: "mhistatus-claims-sys-err", opts: mhi.Options{RecoveryLimit: 2}, run: func(t *testing.T, r *scriptRig) {
 			mustPowerUp(t, r)
-			r.dev.SetRegister(mhi.RegMHISTATUS, mhi.MHISTATUSSysErr|mhi.MHISTATUSReady|0xFF00)
+			r.dev.SetRegister(wire.RegMHISTATUS, wire.MHISTATUSSysErr|wire.MHISTATUSReady|0xFF00)
 			r.h.Raise(0)
 			if !waitUntil(2*time.Second, func() bool { return r.ctrl.PMState() == mhi.PMRecoveryFailed }) {
 				t.Fatalf("host state %s (recovery %+v)", r.ctrl.PMState(), r.ctrl.Recovery())
@@ -769,7 +770,7 @@ func TestUseAfterFreeDetectors(t *testing.T) {
 	if err := m.Free(b); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Slice(b.IOVA+8, 4); !errors.Is(err, mhi.ErrBounds) {
+	if _, err := m.Slice(b.IOVA+8, 4); !errors.Is(err, wire.ErrBounds) {
 		t.Fatalf("device access to freed memory: %v", err)
 	}
 	b.Bytes[3] = 1 // the host writes after free

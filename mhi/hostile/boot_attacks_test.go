@@ -9,6 +9,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/hostile"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // The boot, RAM-dump and power-management paths against a lying device:
@@ -26,15 +27,15 @@ func testFirmware(full bool) *mhi.Firmware {
 		img[i] = byte(i)
 	}
 	return &mhi.Firmware{FullImage: full, SBLSize: 16 << 10, SegmentSize: 16 << 10,
-		Load: func(mhi.ExecEnv) (string, []byte, error) { return "test.mbn", img, nil }}
+		Load: func(wire.ExecEnv) (string, []byte, error) { return "test.mbn", img, nil }}
 }
 
 // inPBL pins EXECENV to PBL before power-up.
-var inPBL = pinAfter(hostile.BHIOffset+mhi.BHIExecEnv, uint32(mhi.EEPBL))
+var inPBL = pinAfter(hostile.BHIOffset+wire.BHIExecEnv, uint32(wire.EEPBL))
 
 // bhiStatus pins BHI_STATUS.
 func bhiStatus(v uint32) func(*testing.T, *scriptRig) {
-	return pinAfter(hostile.BHIOffset+mhi.BHIStatus, v)
+	return pinAfter(hostile.BHIOffset+wire.BHIStatus, v)
 }
 
 // firmwareErrors is the counter of failed downloads.
@@ -48,7 +49,7 @@ func resetBeforeFree(t *testing.T, r *scriptRig) {
 	db := -1
 	log := r.h.Log()
 	for i, rec := range log {
-		if rec.Op == hostile.OpWrite && rec.Off == hostile.BHIOffset+mhi.BHIImgTxDB {
+		if rec.Op == hostile.OpWrite && rec.Off == hostile.BHIOffset+wire.BHIImgTxDB {
 			db = i
 		}
 	}
@@ -77,11 +78,11 @@ func rxSeq(t *testing.T, r *scriptRig) (uint32, uint64) {
 			continue
 		}
 		switch rec.Off {
-		case hostile.BHIEOffset + mhi.BHIERxVecDB:
+		case hostile.BHIEOffset + wire.BHIERxVecDB:
 			seq = rec.Value
-		case hostile.BHIEOffset + mhi.BHIERxVecAddrLow:
+		case hostile.BHIEOffset + wire.BHIERxVecAddrLow:
 			lo = rec.Value
-		case hostile.BHIEOffset + mhi.BHIERxVecAddrHigh:
+		case hostile.BHIEOffset + wire.BHIERxVecAddrHigh:
 			hi = rec.Value
 		}
 	}
@@ -97,7 +98,7 @@ func rxSeq(t *testing.T, r *scriptRig) (uint32, uint64) {
 func crashIntoRDDM(t *testing.T, r *scriptRig, fix func()) {
 	t.Helper()
 	before := r.ctrl.Stats()
-	r.dev.SetRegister(hostile.BHIOffset+mhi.BHIExecEnv, uint32(mhi.EERDDM))
+	r.dev.SetRegister(hostile.BHIOffset+wire.BHIExecEnv, uint32(wire.EERDDM))
 	r.dev.EnterSysErr()
 	if !waitUntil(2*time.Second, func() bool {
 		s := r.ctrl.Stats()
@@ -108,7 +109,7 @@ func crashIntoRDDM(t *testing.T, r *scriptRig, fix func()) {
 	if fix != nil {
 		fix()
 	}
-	r.dev.UnpinRegister(hostile.BHIOffset + mhi.BHIExecEnv)
+	r.dev.UnpinRegister(hostile.BHIOffset + wire.BHIExecEnv)
 	if !waitUntil(2*time.Second, func() bool { return r.ctrl.PMState() == "M0" }) {
 		t.Fatalf("not recovered after the dump: %s", r.ctrl.PMState())
 	}
@@ -128,25 +129,25 @@ func TestMaliciousBoot(t *testing.T) {
 		// --- BHI download ---
 		{name: "pbl-no-firmware", run: seq(inPBL, powerUpFails(mhi.ErrFirmware, nil))},
 		{name: "pbl-never-answers", opts: fw, run: seq(inPBL, powerUpFails(mhi.ErrFirmware, firmwareErrors), resetBeforeFree)},
-		{name: "bhi-status-error", opts: fw, run: seq(inPBL, bhiStatus(mhi.BHIStatusError<<mhi.BHIStatusShift),
+		{name: "bhi-status-error", opts: fw, run: seq(inPBL, bhiStatus(wire.BHIStatusError<<wire.BHIStatusShift),
 			powerUpFails(mhi.ErrFirmware, firmwareErrors))},
-		{name: "bhi-status-garbage", opts: fw, run: seq(inPBL, bhiStatus(1<<mhi.BHIStatusShift),
+		{name: "bhi-status-garbage", opts: fw, run: seq(inPBL, bhiStatus(1<<wire.BHIStatusShift),
 			powerUpFails(mhi.ErrBadDevice, badRegister))},
 		// The image is accepted, yet the device never leaves PBL: READY never comes.
 		{name: "never-leaves-pbl", opts: fw, dev: hostile.DeviceConfig{Behaviour: hostile.Behaviour{NeverReady: true}},
-			run: seq(inPBL, bhiStatus(mhi.BHIStatusSuccess<<mhi.BHIStatusShift), powerUpFails(mhi.ErrTimeout, nil))},
+			run: seq(inPBL, bhiStatus(wire.BHIStatusSuccess<<wire.BHIStatusShift), powerUpFails(mhi.ErrTimeout, nil))},
 		// --- EE events out of order ---
 		// The device says AMSS before SBL although the host holds a full
 		// image for BHIe, while EXECENV still reads PBL.
 		{name: "amss-event-while-execenv-pbl", opts: mhi.Options{Firmware: testFirmware(true)},
-			run: seq(inPBL, bhiStatus(mhi.BHIStatusSuccess<<mhi.BHIStatusShift), powerUpFails(mhi.ErrBadDevice, badRegister))},
+			run: seq(inPBL, bhiStatus(wire.BHIStatusSuccess<<wire.BHIStatusShift), powerUpFails(mhi.ErrBadDevice, badRegister))},
 		// After M0 the device announces RDDM, SBL and PBL but never mission mode.
 		{name: "ee-events-out-of-order", dev: hostile.DeviceConfig{Behaviour: hostile.Behaviour{NoEEEvent: true}},
 			run: func(t *testing.T, r *scriptRig) {
 				var posted atomic.Bool
 				go func() {
-					if waitUntil(time.Second, func() bool { return r.dev.State() == mhi.StateM0 }) {
-						_ = r.dev.Post(0, mhi.EEEvent(mhi.EERDDM), mhi.EEEvent(mhi.EESBL), mhi.EEEvent(mhi.EEPBL), mhi.EEEvent(0xEE))
+					if waitUntil(time.Second, func() bool { return r.dev.State() == wire.StateM0 }) {
+						_ = r.dev.Post(0, wire.EEEvent(wire.EERDDM), wire.EEEvent(wire.EESBL), wire.EEEvent(wire.EEPBL), wire.EEEvent(0xEE))
 						posted.Store(true)
 					}
 				}()
@@ -158,11 +159,11 @@ func TestMaliciousBoot(t *testing.T) {
 		// The full-image download over BHIe is never answered.
 		{name: "bhie-never-answers", opts: mhi.Options{Firmware: testFirmware(true)}, dev: hostile.DeviceConfig{Behaviour: hostile.Behaviour{NoEEEvent: true}},
 			run: func(t *testing.T, r *scriptRig) {
-				r.dev.SetRegister(hostile.BHIOffset+mhi.BHIExecEnv, uint32(mhi.EEPBL))
-				r.dev.SetRegister(hostile.BHIOffset+mhi.BHIStatus, mhi.BHIStatusSuccess<<mhi.BHIStatusShift)
+				r.dev.SetRegister(hostile.BHIOffset+wire.BHIExecEnv, uint32(wire.EEPBL))
+				r.dev.SetRegister(hostile.BHIOffset+wire.BHIStatus, wire.BHIStatusSuccess<<wire.BHIStatusShift)
 				go func() {
-					if waitUntil(time.Second, func() bool { return r.dev.State() == mhi.StateM0 }) {
-						_ = r.dev.Post(0, mhi.EEEvent(mhi.EESBL))
+					if waitUntil(time.Second, func() bool { return r.dev.State() == wire.StateM0 }) {
+						_ = r.dev.Post(0, wire.EEEvent(wire.EESBL))
 					}
 				}()
 				powerUpFails(mhi.ErrFirmware, firmwareErrors)(t, r)
@@ -180,7 +181,7 @@ func TestMaliciousBoot(t *testing.T) {
 		{name: "rddm-stale-sequence", opts: rddm, run: func(t *testing.T, r *scriptRig) {
 			powerUp(t, r)
 			seq, _ := rxSeq(t, r)
-			r.dev.SetRegister(hostile.BHIEOffset+mhi.BHIERxVecStatus, mhi.BHIStatusSuccess<<mhi.BHIStatusShift|(seq^1)&mhi.BHITxDBSeqMask)
+			r.dev.SetRegister(hostile.BHIEOffset+wire.BHIERxVecStatus, wire.BHIStatusSuccess<<wire.BHIStatusShift|(seq^1)&wire.BHITxDBSeqMask)
 			crashIntoRDDM(t, r, nil)
 			if s := r.ctrl.Stats(); s.DumpErrors == 0 || s.Dumps != 0 {
 				t.Fatalf("a status for another sequence was taken: dumps %d, errors %d", s.Dumps, s.DumpErrors)
@@ -196,7 +197,7 @@ func TestMaliciousBoot(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			r.dev.SetRegister(hostile.BHIEOffset+mhi.BHIERxVecStatus, mhi.BHIStatusSuccess<<mhi.BHIStatusShift|seq)
+			r.dev.SetRegister(hostile.BHIEOffset+wire.BHIERxVecStatus, wire.BHIStatusSuccess<<wire.BHIStatusShift|seq)
 			bad := r.ctrl.Stats().BadRegister
 			crashIntoRDDM(t, r, nil)
 			dump, _ := r.ctrl.LastDump()
@@ -204,7 +205,7 @@ func TestMaliciousBoot(t *testing.T) {
 				t.Fatalf("dump of %d bytes (want the 64 KiB the host gave), dumps %d, bad registers %d→%d", len(dump), s.Dumps, bad, s.BadRegister)
 			}
 		}},
-		{name: "rddm-bhieoff-outside", opts: rddm, run: seq(pinAfter(mhi.RegBHIEOFF, 0xFFFFFF00), func(t *testing.T, r *scriptRig) {
+		{name: "rddm-bhieoff-outside", opts: rddm, run: seq(pinAfter(wire.RegBHIEOFF, 0xFFFFFF00), func(t *testing.T, r *scriptRig) {
 			powerUp(t, r) // runs, without dumps
 			crashIntoRDDM(t, r, nil)
 			if _, err := r.ctrl.CollectDump(time.Second); !errors.Is(err, mhi.ErrNoDump) {
@@ -223,7 +224,7 @@ func TestMaliciousBoot(t *testing.T) {
 			// the device's STATE_CHANGE and finished its suspend (until
 			// then a Resume finds nothing to resume).
 			if !waitUntil(time.Second, func() bool {
-				return r.dev.State() == mhi.StateM3 && r.ctrl.PMState() == "M3" && r.ctrl.Stats().AutoSuspends == 1
+				return r.dev.State() == wire.StateM3 && r.ctrl.PMState() == "M3" && r.ctrl.Stats().AutoSuspends == 1
 			}) {
 				t.Fatalf("no auto-suspend: device %s, host %s, %d auto-suspends", r.dev.State(), r.ctrl.PMState(), r.ctrl.Stats().AutoSuspends)
 			}

@@ -3,7 +3,7 @@ package hostile
 import (
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // Channel numbers of Config.
@@ -19,19 +19,19 @@ const (
 // 0, a DATA pair (14/15, 8 elements) on event ring 1, two software event
 // rings of 32 elements on vectors 1 and 2, a command ring of 16 elements and
 // a 500 ms timeout, so that an attack that makes the host wait ends soon.
-func Config() mhi.ControllerConfig {
-	return mhi.ControllerConfig{
+func Config() wire.ControllerConfig {
+	return wire.ControllerConfig{
 		MaxChannels: 128,
 		Timeout:     500 * time.Millisecond,
-		Channels: []mhi.ChannelConfig{
-			{Num: LoopbackUL, Name: "LOOPBACK", Elements: 16, EventRing: 0, Dir: mhi.Uplink, EE: mhi.EEAMSS},
-			{Num: LoopbackDL, Name: "LOOPBACK", Elements: 16, EventRing: 0, Dir: mhi.Downlink, EE: mhi.EEAMSS},
-			{Num: DataUL, Name: "DATA", Elements: 8, EventRing: 1, Dir: mhi.Uplink, EE: mhi.EEAMSS},
-			{Num: DataDL, Name: "DATA", Elements: 8, EventRing: 1, Dir: mhi.Downlink, EE: mhi.EEAMSS},
+		Channels: []wire.ChannelConfig{
+			{Num: LoopbackUL, Name: "LOOPBACK", Elements: 16, EventRing: 0, Dir: wire.Uplink, EE: wire.EEAMSS},
+			{Num: LoopbackDL, Name: "LOOPBACK", Elements: 16, EventRing: 0, Dir: wire.Downlink, EE: wire.EEAMSS},
+			{Num: DataUL, Name: "DATA", Elements: 8, EventRing: 1, Dir: wire.Uplink, EE: wire.EEAMSS},
+			{Num: DataDL, Name: "DATA", Elements: 8, EventRing: 1, Dir: wire.Downlink, EE: wire.EEAMSS},
 		},
-		EventRings: []mhi.EventRingConfig{
-			{Elements: 32, Kind: mhi.EventCtrl, Vector: 1, Channel: -1},
-			{Elements: 32, Kind: mhi.EventSWData, Vector: 2, Channel: -1},
+		EventRings: []wire.EventRingConfig{
+			{Elements: 32, Kind: wire.EventCtrl, Vector: 1, Channel: -1},
+			{Elements: 32, Kind: wire.EventSWData, Vector: 2, Channel: -1},
 		},
 		CommandElements: 16,
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/msi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // Register layout the scripted Device publishes (the same as the mock
@@ -37,16 +38,16 @@ type Behaviour struct {
 	// IgnoreCommands: command ring doorbells are not answered.
 	IgnoreCommands bool
 	// CommandCode is the code of command completions (zero: SUCCESS).
-	CommandCode mhi.CompletionCode
+	CommandCode wire.CompletionCode
 	// Event, when set, sees every event the device posts and may change
 	// it; returning false drops it.
-	Event func(ring int, ev *mhi.Element) bool
+	Event func(ring int, ev *wire.Element) bool
 }
 
 // DeviceConfig configures a scripted Device.
 type DeviceConfig struct {
 	// MHI is the configuration the device offers (default Config()).
-	MHI mhi.ControllerConfig
+	MHI wire.ControllerConfig
 	// RegLen is the MHIREGLEN the device publishes (default
 	// DefaultRegLen).
 	RegLen uint32
@@ -85,7 +86,7 @@ type Device struct {
 	mu       sync.Mutex
 	regs     []uint32          // by offset/4, BARSize bytes
 	pinned   map[uint32]uint32 // registers that read a fixed value
-	state    mhi.State
+	state    wire.State
 	beh      Behaviour
 	sess     *session
 	work     []func()
@@ -154,30 +155,30 @@ func (d *Device) reg(off uint32) uint32 {
 
 // initRegsLocked sets the published registers.
 func (d *Device) initRegsLocked() {
-	d.setReg(mhi.RegMHIREGLEN, d.cfg.RegLen)
-	d.setReg(mhi.RegMHIVER, mhi.MHIVersion1)
-	d.setReg(mhi.RegMHICFG, uint32(d.cfg.MHI.MaxChannels)|uint32(len(d.cfg.MHI.EventRings))<<mhi.MHICFGNERShift)
-	d.setReg(mhi.RegCHDBOFF, CHDBOffset)
-	d.setReg(mhi.RegERDBOFF, ERDBOffset)
-	d.setReg(mhi.RegBHIOFF, BHIOffset)
-	d.setReg(mhi.RegBHIEOFF, BHIEOffset)
-	d.setReg(BHIOffset+mhi.BHIExecEnv, uint32(mhi.EEAMSS))
-	d.setReg(BHIOffset+mhi.BHISerialNum, SerialNumber)
+	d.setReg(wire.RegMHIREGLEN, d.cfg.RegLen)
+	d.setReg(wire.RegMHIVER, wire.MHIVersion1)
+	d.setReg(wire.RegMHICFG, uint32(d.cfg.MHI.MaxChannels)|uint32(len(d.cfg.MHI.EventRings))<<wire.MHICFGNERShift)
+	d.setReg(wire.RegCHDBOFF, CHDBOffset)
+	d.setReg(wire.RegERDBOFF, ERDBOffset)
+	d.setReg(wire.RegBHIOFF, BHIOffset)
+	d.setReg(wire.RegBHIEOFF, BHIEOffset)
+	d.setReg(BHIOffset+wire.BHIExecEnv, uint32(wire.EEAMSS))
+	d.setReg(BHIOffset+wire.BHISerialNum, SerialNumber)
 }
 
 // resetLocked performs an MHI reset as the behaviour allows.
 func (d *Device) resetLocked() {
 	d.sess = nil
 	d.stats.Resets++
-	d.state = mhi.StateReset
-	d.setReg(mhi.RegMHISTATUS, 0)
-	d.setReg(BHIOffset+mhi.BHIIntVec, 0)
+	d.state = wire.StateReset
+	d.setReg(wire.RegMHISTATUS, 0)
+	d.setReg(BHIOffset+wire.BHIIntVec, 0)
 	if !d.beh.ResetStuck {
-		d.setReg(mhi.RegMHICTRL, 0)
+		d.setReg(wire.RegMHICTRL, 0)
 	}
 	if !d.beh.NeverReady {
-		d.state = mhi.StateReady
-		d.setReg(mhi.RegMHISTATUS, uint32(mhi.StateReady)<<mhi.MHISTATUSStateShift|mhi.MHISTATUSReady)
+		d.state = wire.StateReady
+		d.setReg(wire.RegMHISTATUS, uint32(wire.StateReady)<<wire.MHISTATUSStateShift|wire.MHISTATUSReady)
 	}
 }
 
@@ -207,7 +208,7 @@ func (d *Device) UnpinRegister(off uint32) {
 }
 
 // State returns the device's MHI state.
-func (d *Device) State() mhi.State {
+func (d *Device) State() wire.State {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.state
@@ -227,7 +228,7 @@ func (d *Device) Violations() []string { return d.mem.Violations() }
 
 func (d *Device) checkOff(op string, off uint32) error {
 	if off%4 != 0 || uint64(off)+4 > d.cfg.BARSize {
-		return fmt.Errorf("hostile: register %s at 0x%x outside the BAR of 0x%x bytes: %w", op, off, d.cfg.BARSize, mhi.ErrBounds)
+		return fmt.Errorf("hostile: register %s at 0x%x outside the BAR of 0x%x bytes: %w", op, off, d.cfg.BARSize, wire.ErrBounds)
 	}
 	return nil
 }
@@ -254,27 +255,27 @@ func (d *Device) Write32(off, v uint32) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {
-	case off == mhi.RegMHISTATUS:
+	case off == wire.RegMHISTATUS:
 		return nil // read-only
-	case off == mhi.RegMHICTRL:
-		d.setReg(off, v&(mhi.MHICTRLStateMask|mhi.MHICTRLReset))
-		if v&mhi.MHICTRLReset != 0 {
+	case off == wire.RegMHICTRL:
+		d.setReg(off, v&(wire.MHICTRLStateMask|wire.MHICTRLReset))
+		if v&wire.MHICTRLReset != 0 {
 			d.sess = nil // stop using host memory at once
 			d.queueLocked(d.resetLocked)
 		} else {
 			d.queueLocked(d.followStateLocked)
 		}
 		return nil
-	case off == mhi.RegSOCRESETREQ:
-		if v&mhi.SOCResetReqBit != 0 {
+	case off == wire.RegSOCRESETREQ:
+		if v&wire.SOCResetReqBit != 0 {
 			d.sess = nil
 			d.queueLocked(d.resetLocked)
 		}
 		return nil
-	case off == mhi.RegCRDBLower:
+	case off == wire.RegCRDBLower:
 		d.queueLocked(d.processCommandsLocked)
-	case off >= CHDBOffset && off < CHDBOffset+mhi.DoorbellStride*mhi.MaxDoorbellChannels && off%8 == 0:
-		ch := uint8((off - CHDBOffset) / mhi.DoorbellStride)
+	case off >= CHDBOffset && off < CHDBOffset+wire.DoorbellStride*wire.MaxDoorbellChannels && off%8 == 0:
+		ch := uint8((off - CHDBOffset) / wire.DoorbellStride)
 		d.queueLocked(func() { d.processChannelLocked(ch) })
 	}
 	d.setReg(off, v)
@@ -311,39 +312,39 @@ func (d *Device) loop() {
 
 // followStateLocked acts on the state the host requests in MHICTRL.
 func (d *Device) followStateLocked() {
-	req := mhi.State((d.reg(mhi.RegMHICTRL) & mhi.MHICTRLStateMask) >> mhi.MHICTRLStateShift)
+	req := wire.State((d.reg(wire.RegMHICTRL) & wire.MHICTRLStateMask) >> wire.MHICTRLStateShift)
 	switch {
-	case req == mhi.StateM0 && d.state == mhi.StateReady && !d.beh.IgnoreM0:
+	case req == wire.StateM0 && d.state == wire.StateReady && !d.beh.IgnoreM0:
 		d.sess = &session{
-			chCtx:  uint64(d.reg(mhi.RegCCABAPHigher))<<32 | uint64(d.reg(mhi.RegCCABAPLower)),
-			erCtx:  uint64(d.reg(mhi.RegECABAPHigher))<<32 | uint64(d.reg(mhi.RegECABAPLower)),
-			cmdCtx: uint64(d.reg(mhi.RegCRCBAPHigher))<<32 | uint64(d.reg(mhi.RegCRCBAPLower)),
+			chCtx:  uint64(d.reg(wire.RegCCABAPHigher))<<32 | uint64(d.reg(wire.RegCCABAPLower)),
+			erCtx:  uint64(d.reg(wire.RegECABAPHigher))<<32 | uint64(d.reg(wire.RegECABAPLower)),
+			cmdCtx: uint64(d.reg(wire.RegCRCBAPHigher))<<32 | uint64(d.reg(wire.RegCRCBAPLower)),
 			chRP:   map[uint8]uint64{},
 		}
 		if c, err := d.contextLocked(d.sess.cmdCtx); err == nil {
 			d.sess.cmdRP = c.RBase
 		}
-		d.setStateLocked(mhi.StateM0)
+		d.setStateLocked(wire.StateM0)
 		d.stats.M0Entries++
-		d.postLocked(0, mhi.StateChangeEvent(mhi.StateM0))
+		d.postLocked(0, wire.StateChangeEvent(wire.StateM0))
 		if !d.beh.NoEEEvent {
-			d.postLocked(0, mhi.EEEvent(mhi.EEAMSS))
+			d.postLocked(0, wire.EEEvent(wire.EEAMSS))
 		}
 		if d.beh.SysErrAtM0 {
 			d.enterSysErrLocked()
 		}
-	case req == mhi.StateM0 && d.state == mhi.StateM3 && !d.beh.IgnoreM0:
-		d.setStateLocked(mhi.StateM0)
-		d.postLocked(0, mhi.StateChangeEvent(mhi.StateM0))
-	case req == mhi.StateM3 && d.state == mhi.StateM0 && !d.beh.IgnoreM3:
-		d.setStateLocked(mhi.StateM3)
-		d.postLocked(0, mhi.StateChangeEvent(mhi.StateM3))
+	case req == wire.StateM0 && d.state == wire.StateM3 && !d.beh.IgnoreM0:
+		d.setStateLocked(wire.StateM0)
+		d.postLocked(0, wire.StateChangeEvent(wire.StateM0))
+	case req == wire.StateM3 && d.state == wire.StateM0 && !d.beh.IgnoreM3:
+		d.setStateLocked(wire.StateM3)
+		d.postLocked(0, wire.StateChangeEvent(wire.StateM3))
 	}
 }
 
-func (d *Device) setStateLocked(s mhi.State) {
+func (d *Device) setStateLocked(s wire.State) {
 	d.state = s
-	d.setReg(mhi.RegMHISTATUS, uint32(s)<<mhi.MHISTATUSStateShift|mhi.MHISTATUSReady)
+	d.setReg(wire.RegMHISTATUS, uint32(s)<<wire.MHISTATUSStateShift|wire.MHISTATUSReady)
 }
 
 // EnterSysErr puts the device in SYS_ERR: MHISTATUS shows it, the BHI
@@ -357,24 +358,24 @@ func (d *Device) EnterSysErr() {
 
 func (d *Device) enterSysErrLocked() {
 	d.stats.SysErrs++
-	d.state = mhi.StateSysErr
-	d.setReg(mhi.RegMHISTATUS, uint32(mhi.StateSysErr)<<mhi.MHISTATUSStateShift|mhi.MHISTATUSSysErr|mhi.MHISTATUSReady)
-	d.raiseLocked(int(d.reg(BHIOffset + mhi.BHIIntVec)))
+	d.state = wire.StateSysErr
+	d.setReg(wire.RegMHISTATUS, uint32(wire.StateSysErr)<<wire.MHISTATUSStateShift|wire.MHISTATUSSysErr|wire.MHISTATUSReady)
+	d.raiseLocked(int(d.reg(BHIOffset + wire.BHIIntVec)))
 	if d.sess != nil {
-		d.postLocked(0, mhi.StateChangeEvent(mhi.StateSysErr))
+		d.postLocked(0, wire.StateChangeEvent(wire.StateSysErr))
 	}
 }
 
 // contextLocked reads the 44-byte context at iova.
-func (d *Device) contextLocked(iova uint64) (mhi.Context, error) {
-	b, err := d.mem.Slice(iova, mhi.ContextSize)
+func (d *Device) contextLocked(iova uint64) (wire.Context, error) {
+	b, err := d.mem.Slice(iova, wire.ContextSize)
 	if err != nil {
-		return mhi.Context{}, err
+		return wire.Context{}, err
 	}
-	return mhi.Context{
-		Cfg: mhi.Load32(b, mhi.CtxCfg), Type: mhi.Load32(b, mhi.CtxType), Index: mhi.Load32(b, mhi.CtxIndex),
-		RBase: mhi.Load64(b, mhi.CtxRBase), RLen: mhi.Load64(b, mhi.CtxRLen),
-		RP: mhi.Load64(b, mhi.CtxRP), WP: mhi.Load64(b, mhi.CtxWP),
+	return wire.Context{
+		Cfg: wire.Load32(b, wire.CtxCfg), Type: wire.Load32(b, wire.CtxType), Index: wire.Load32(b, wire.CtxIndex),
+		RBase: wire.Load64(b, wire.CtxRBase), RLen: wire.Load64(b, wire.CtxRLen),
+		RP: wire.Load64(b, wire.CtxRP), WP: wire.Load64(b, wire.CtxWP),
 	}, nil
 }
 
@@ -402,20 +403,20 @@ func (d *Device) contextAddrLocked(kind ContextKind, i int) (uint64, error) {
 	}
 	switch kind {
 	case ChannelContext:
-		return d.sess.chCtx + uint64(i)*mhi.ContextSize, nil
+		return d.sess.chCtx + uint64(i)*wire.ContextSize, nil
 	case EventContext:
-		return d.sess.erCtx + uint64(i)*mhi.ContextSize, nil
+		return d.sess.erCtx + uint64(i)*wire.ContextSize, nil
 	}
 	return d.sess.cmdCtx, nil
 }
 
 // Context returns context i of the given kind as the host wrote it.
-func (d *Device) Context(kind ContextKind, i int) (mhi.Context, error) {
+func (d *Device) Context(kind ContextKind, i int) (wire.Context, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	a, err := d.contextAddrLocked(kind, i)
 	if err != nil {
-		return mhi.Context{}, err
+		return wire.Context{}, err
 	}
 	return d.contextLocked(a)
 }
@@ -423,7 +424,7 @@ func (d *Device) Context(kind ContextKind, i int) (mhi.Context, error) {
 // Post writes evs on event ring ring at the device's read pointer, moves
 // the read pointer on and raises the ring's vector once. Events that do not
 // fit are dropped and counted.
-func (d *Device) Post(ring int, evs ...mhi.Element) error {
+func (d *Device) Post(ring int, evs ...wire.Element) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, ev := range evs {
@@ -436,7 +437,7 @@ func (d *Device) Post(ring int, evs ...mhi.Element) error {
 
 // postLocked posts one event as the honest device does (Behaviour.Event
 // may change or drop it) and raises the ring's vector.
-func (d *Device) postLocked(ring int, ev mhi.Element) {
+func (d *Device) postLocked(ring int, ev wire.Element) {
 	if d.beh.Event != nil && !d.beh.Event(ring, &ev) {
 		d.stats.EventsDropped++
 		return
@@ -446,7 +447,7 @@ func (d *Device) postLocked(ring int, ev mhi.Element) {
 	}
 }
 
-func (d *Device) writeEventLocked(ring int, ev mhi.Element) error {
+func (d *Device) writeEventLocked(ring int, ev wire.Element) error {
 	a, err := d.contextAddrLocked(EventContext, ring)
 	if err != nil {
 		d.stats.EventsDropped++
@@ -457,7 +458,7 @@ func (d *Device) writeEventLocked(ring int, ev mhi.Element) error {
 		d.stats.EventsDropped++
 		return err
 	}
-	if c.RLen == 0 || c.RP < c.RBase || c.RP >= c.RBase+c.RLen || (c.RP-c.RBase)%mhi.ElementSize != 0 {
+	if c.RLen == 0 || c.RP < c.RBase || c.RP >= c.RBase+c.RLen || (c.RP-c.RBase)%wire.ElementSize != 0 {
 		d.stats.EventsDropped++
 		return fmt.Errorf("hostile: event ring %d: rp 0x%x outside [0x%x, +0x%x)", ring, c.RP, c.RBase, c.RLen)
 	}
@@ -465,18 +466,18 @@ func (d *Device) writeEventLocked(ring int, ev mhi.Element) error {
 		d.stats.EventsDropped++
 		return fmt.Errorf("hostile: event ring %d full (rp = wp = 0x%x)", ring, c.RP)
 	}
-	b, err := d.mem.Slice(c.RP, mhi.ElementSize)
+	b, err := d.mem.Slice(c.RP, wire.ElementSize)
 	if err != nil {
 		d.stats.EventsDropped++
 		return err
 	}
 	ev.Put(b)
-	next := c.RP + mhi.ElementSize
+	next := c.RP + wire.ElementSize
 	if next == c.RBase+c.RLen {
 		next = c.RBase
 	}
-	ctx, _ := d.mem.Slice(a, mhi.ContextSize)
-	mhi.Store64(ctx, mhi.CtxRP, next) // after the element: the host reads rp, then the element
+	ctx, _ := d.mem.Slice(a, wire.ContextSize)
+	wire.Store64(ctx, wire.CtxRP, next) // after the element: the host reads rp, then the element
 	d.stats.EventsPosted++
 	return nil
 }
@@ -503,11 +504,11 @@ func (d *Device) SetEventRP(ring int, iova uint64) error {
 	if err != nil {
 		return err
 	}
-	ctx, err := d.mem.Slice(a, mhi.ContextSize)
+	ctx, err := d.mem.Slice(a, wire.ContextSize)
 	if err != nil {
 		return err
 	}
-	mhi.Store64(ctx, mhi.CtxRP, iova)
+	wire.Store64(ctx, wire.CtxRP, iova)
 	return d.raiseRingLocked(ring)
 }
 
@@ -538,70 +539,70 @@ func (d *Device) ReadHost(iova uint64, p []byte) error {
 // processCommandsLocked executes the commands between the device's command
 // read pointer and the host's write pointer.
 func (d *Device) processCommandsLocked() {
-	if d.sess == nil || d.beh.IgnoreCommands || d.state != mhi.StateM0 {
+	if d.sess == nil || d.beh.IgnoreCommands || d.state != wire.StateM0 {
 		return
 	}
 	c, err := d.contextLocked(d.sess.cmdCtx)
 	if err != nil || c.RLen == 0 {
 		return
 	}
-	for n := 0; d.sess.cmdRP != c.WP && n < int(c.RLen/mhi.ElementSize); n++ {
-		b, err := d.mem.Slice(d.sess.cmdRP, mhi.ElementSize)
+	for n := 0; d.sess.cmdRP != c.WP && n < int(c.RLen/wire.ElementSize); n++ {
+		b, err := d.mem.Slice(d.sess.cmdRP, wire.ElementSize)
 		if err != nil {
 			return
 		}
-		el := mhi.ParseElement(b)
+		el := wire.ParseElement(b)
 		code := d.beh.CommandCode
 		if code == 0 {
 			code = d.executeLocked(el)
 		}
 		d.stats.Commands++
 		at := d.sess.cmdRP
-		d.sess.cmdRP += mhi.ElementSize
+		d.sess.cmdRP += wire.ElementSize
 		if d.sess.cmdRP >= c.RBase+c.RLen {
 			d.sess.cmdRP = c.RBase
 		}
-		if ctx, err := d.mem.Slice(d.sess.cmdCtx, mhi.ContextSize); err == nil {
-			mhi.Store64(ctx, mhi.CtxRP, d.sess.cmdRP)
+		if ctx, err := d.mem.Slice(d.sess.cmdCtx, wire.ContextSize); err == nil {
+			wire.Store64(ctx, wire.CtxRP, d.sess.cmdRP)
 		}
-		d.postLocked(0, mhi.CommandCompletionEvent(at, code))
+		d.postLocked(0, wire.CommandCompletionEvent(at, code))
 	}
 }
 
 // executeLocked runs one channel command and returns its completion code.
-func (d *Device) executeLocked(el mhi.Element) mhi.CompletionCode {
+func (d *Device) executeLocked(el wire.Element) wire.CompletionCode {
 	num := el.Channel()
 	if _, ok := d.cfg.MHI.Channel(num); !ok {
-		return mhi.CCUndefinedErr
+		return wire.CCUndefinedErr
 	}
 	a, _ := d.contextAddrLocked(ChannelContext, int(num))
-	ctx, err := d.mem.Slice(a, mhi.ContextSize)
+	ctx, err := d.mem.Slice(a, wire.ContextSize)
 	if err != nil {
-		return mhi.CCUndefinedErr
+		return wire.CCUndefinedErr
 	}
-	var st mhi.ChannelState
+	var st wire.ChannelState
 	switch el.Type() {
-	case mhi.PktStartChanCmd:
-		st = mhi.ChannelRunning
+	case wire.PktStartChanCmd:
+		st = wire.ChannelRunning
 		if _, running := d.sess.chRP[num]; !running {
-			d.sess.chRP[num] = mhi.Load64(ctx, mhi.CtxRP)
+			d.sess.chRP[num] = wire.Load64(ctx, wire.CtxRP)
 		}
-	case mhi.PktStopChanCmd:
-		st = mhi.ChannelStop
-	case mhi.PktResetChanCmd:
-		st = mhi.ChannelDisabled
+	case wire.PktStopChanCmd:
+		st = wire.ChannelStop
+	case wire.PktResetChanCmd:
+		st = wire.ChannelDisabled
 		delete(d.sess.chRP, num)
 	default:
-		return mhi.CCUndefinedErr
+		return wire.CCUndefinedErr
 	}
-	mhi.Store32(ctx, mhi.CtxCfg, mhi.Load32(ctx, mhi.CtxCfg)&^mhi.ChCfgStateMask|uint32(st))
-	return mhi.CCSuccess
+	wire.Store32(ctx, wire.CtxCfg, wire.Load32(ctx, wire.CtxCfg)&^wire.ChCfgStateMask|uint32(st))
+	return wire.CCSuccess
 }
 
 // processChannelLocked completes the uplink elements the host queued on
 // channel num (downlink buffers wait for CompleteDL).
 func (d *Device) processChannelLocked(num uint8) {
-	if d.sess == nil || d.state != mhi.StateM0 || num%2 == 1 {
+	if d.sess == nil || d.state != wire.StateM0 || num%2 == 1 {
 		return
 	}
 	rp, running := d.sess.chRP[num]
@@ -613,62 +614,62 @@ func (d *Device) processChannelLocked(num uint8) {
 	if err != nil || c.RLen == 0 {
 		return
 	}
-	for n := 0; rp != c.WP && n < int(c.RLen/mhi.ElementSize); n++ {
-		b, err := d.mem.Slice(rp, mhi.ElementSize)
+	for n := 0; rp != c.WP && n < int(c.RLen/wire.ElementSize); n++ {
+		b, err := d.mem.Slice(rp, wire.ElementSize)
 		if err != nil {
 			return
 		}
-		tre := mhi.ParseElement(b)
+		tre := wire.ParseElement(b)
 		at := rp
-		rp += mhi.ElementSize
+		rp += wire.ElementSize
 		if rp >= c.RBase+c.RLen {
 			rp = c.RBase
 		}
 		d.sess.chRP[num] = rp
-		if ctx, err := d.mem.Slice(a, mhi.ContextSize); err == nil {
-			mhi.Store64(ctx, mhi.CtxRP, rp)
+		if ctx, err := d.mem.Slice(a, wire.ContextSize); err == nil {
+			wire.Store64(ctx, wire.CtxRP, rp)
 		}
-		if tre.Flags()&(mhi.TREIEOT|mhi.TREIEOB) != 0 {
-			d.postLocked(int(c.Index), mhi.TransferEvent(at, mhi.CCEOT, tre.Length(), num))
+		if tre.Flags()&(wire.TREIEOT|wire.TREIEOB) != 0 {
+			d.postLocked(int(c.Index), wire.TransferEvent(at, wire.CCEOT, tre.Length(), num))
 		}
 	}
 }
 
 // NextTRE returns the IOVA and the element of the next element the host
 // queued on channel num that the device has not consumed.
-func (d *Device) NextTRE(num uint8) (uint64, mhi.Element, error) {
+func (d *Device) NextTRE(num uint8) (uint64, wire.Element, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.nextTRELocked(num)
 }
 
-func (d *Device) nextTRELocked(num uint8) (uint64, mhi.Element, error) {
+func (d *Device) nextTRELocked(num uint8) (uint64, wire.Element, error) {
 	if d.sess == nil {
-		return 0, mhi.Element{}, fmt.Errorf("hostile: no session")
+		return 0, wire.Element{}, fmt.Errorf("hostile: no session")
 	}
 	rp, running := d.sess.chRP[num]
 	if !running {
-		return 0, mhi.Element{}, fmt.Errorf("hostile: channel %d not started", num)
+		return 0, wire.Element{}, fmt.Errorf("hostile: channel %d not started", num)
 	}
 	a, _ := d.contextAddrLocked(ChannelContext, int(num))
 	c, err := d.contextLocked(a)
 	if err != nil {
-		return 0, mhi.Element{}, err
+		return 0, wire.Element{}, err
 	}
 	if rp == c.WP {
-		return 0, mhi.Element{}, fmt.Errorf("hostile: channel %d: no element queued", num)
+		return 0, wire.Element{}, fmt.Errorf("hostile: channel %d: no element queued", num)
 	}
-	b, err := d.mem.Slice(rp, mhi.ElementSize)
+	b, err := d.mem.Slice(rp, wire.ElementSize)
 	if err != nil {
-		return 0, mhi.Element{}, err
+		return 0, wire.Element{}, err
 	}
-	return rp, mhi.ParseElement(b), nil
+	return rp, wire.ParseElement(b), nil
 }
 
 // CompleteDL fills the next downlink element of channel num with data (at
 // most the element's length) and posts a transfer event with code and the
 // length written; it returns the element's IOVA.
-func (d *Device) CompleteDL(num uint8, data []byte, code mhi.CompletionCode) (uint64, error) {
+func (d *Device) CompleteDL(num uint8, data []byte, code wire.CompletionCode) (uint64, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	at, tre, err := d.nextTRELocked(num)
@@ -683,15 +684,15 @@ func (d *Device) CompleteDL(num uint8, data []byte, code mhi.CompletionCode) (ui
 	copy(buf, data)
 	a, _ := d.contextAddrLocked(ChannelContext, int(num))
 	c, _ := d.contextLocked(a)
-	rp := at + mhi.ElementSize
+	rp := at + wire.ElementSize
 	if rp >= c.RBase+c.RLen {
 		rp = c.RBase
 	}
 	d.sess.chRP[num] = rp
-	if ctx, err := d.mem.Slice(a, mhi.ContextSize); err == nil {
-		mhi.Store64(ctx, mhi.CtxRP, rp)
+	if ctx, err := d.mem.Slice(a, wire.ContextSize); err == nil {
+		wire.Store64(ctx, wire.CtxRP, rp)
 	}
-	d.postLocked(int(c.Index), mhi.TransferEvent(at, code, uint32(n), num))
+	d.postLocked(int(c.Index), wire.TransferEvent(at, code, uint32(n), num))
 	return at, nil
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/hostile"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // Finding 3: a device that raises SYS_ERR at every M0 must not get an
@@ -79,10 +80,10 @@ func TestFindingQueueReportsDoorbellFailure(t *testing.T) {
 func TestFindingBHIOFFCheckedBeforeUse(t *testing.T) {
 	r := newScriptRig(t, hostile.DeviceConfig{}, mhi.Options{})
 	defer r.close(t)
-	r.dev.SetRegister(mhi.RegBHIOFF, 0xFFFFFFF0)
+	r.dev.SetRegister(wire.RegBHIOFF, 0xFFFFFFF0)
 	err := r.ctrl.PowerUp()
 	for _, rec := range r.h.Log() {
-		if rec.Op == hostile.OpWrite && rec.Off == mhi.RegMHICFG {
+		if rec.Op == hostile.OpWrite && rec.Off == wire.RegMHICFG {
 			t.Errorf("the host wrote MHICFG through the wrapped BHIOFF: %v", rec)
 		}
 	}
@@ -98,8 +99,8 @@ func TestFindingOffsetsCheckedAgainstBAR(t *testing.T) {
 	defer r.close(t)
 	// The BAR is 4 KiB; the device claims 64 KiB and puts the channel
 	// doorbells at 32 KiB.
-	r.dev.SetRegister(mhi.RegMHIREGLEN, 0x10000)
-	r.dev.SetRegister(mhi.RegCHDBOFF, 0x8000)
+	r.dev.SetRegister(wire.RegMHIREGLEN, 0x10000)
+	r.dev.SetRegister(wire.RegCHDBOFF, 0x8000)
 	if err := r.ctrl.PowerUp(); !errors.Is(err, mhi.ErrBadDevice) {
 		t.Fatalf("PowerUp = %v, want ErrBadDevice", err)
 	}
@@ -110,7 +111,7 @@ func TestFindingRegDumpChecksBHIOFF(t *testing.T) {
 	r := newScriptRig(t, hostile.DeviceConfig{}, mhi.Options{})
 	defer r.close(t)
 	mustPowerUp(t, r)
-	r.dev.SetRegister(mhi.RegBHIOFF, 0xFFFFFF00)
+	r.dev.SetRegister(wire.RegBHIOFF, 0xFFFFFF00)
 	r.h.ClearLog()
 	_, err := r.ctrl.RegDump()
 	for _, rec := range r.h.Log() {

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // Memory is DMA memory for a scripted device that never reuses an address:
@@ -43,13 +44,13 @@ func NewMemory() *Memory { return &Memory{next: MemoryBase} }
 // Alloc implements mhi.DMAMemory.
 func (m *Memory) Alloc(size, align int) (mhi.DMABuffer, error) {
 	if size <= 0 || size > 1<<26 {
-		return mhi.DMABuffer{}, fmt.Errorf("hostile: allocation of %d bytes: %w", size, mhi.ErrBounds)
+		return mhi.DMABuffer{}, fmt.Errorf("hostile: allocation of %d bytes: %w", size, wire.ErrBounds)
 	}
 	if align < 64 {
 		align = 64
 	}
 	if align&(align-1) != 0 {
-		return mhi.DMABuffer{}, fmt.Errorf("hostile: alignment %d is not a power of two: %w", align, mhi.ErrBounds)
+		return mhi.DMABuffer{}, fmt.Errorf("hostile: alignment %d is not a power of two: %w", align, wire.ErrBounds)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -67,7 +68,7 @@ func (m *Memory) Free(b mhi.DMABuffer) error {
 	i := sort.Search(len(m.live), func(i int) bool { return m.live[i].iova >= b.IOVA })
 	if i == len(m.live) || m.live[i].iova != b.IOVA {
 		m.violations = append(m.violations, fmt.Sprintf("free of 0x%x, which is not allocated (double free?)", b.IOVA))
-		return fmt.Errorf("hostile: free of 0x%x, not allocated: %w", b.IOVA, mhi.ErrBounds)
+		return fmt.Errorf("hostile: free of 0x%x, not allocated: %w", b.IOVA, wire.ErrBounds)
 	}
 	r := m.live[i]
 	m.live = append(m.live[:i], m.live[i+1:]...)
@@ -97,7 +98,7 @@ func (m *Memory) Slice(iova uint64, n int) ([]byte, error) {
 			break
 		}
 	}
-	return nil, fmt.Errorf("hostile: device access to %d bytes at 0x%x outside host memory: %w", n, iova, mhi.ErrBounds)
+	return nil, fmt.Errorf("hostile: device access to %d bytes at 0x%x outside host memory: %w", n, iova, wire.ErrBounds)
 }
 
 // BadAccesses returns the number of device accesses outside live memory.

@@ -12,14 +12,15 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/hostile"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // isDoorbell reports whether off is a doorbell register of the mock modem
 // (command ring, channel or event ring doorbells).
 func isDoorbell(off uint32) bool {
-	return off == mhi.RegCRDBLower || off == mhi.RegCRDBHigher ||
-		off >= ep.ChannelDoorbellOffset && off < ep.ChannelDoorbellOffset+mhi.DoorbellStride*mhi.MaxDoorbellChannels ||
-		off >= ep.EventDoorbellOffset && off < ep.EventDoorbellOffset+mhi.DoorbellStride*8
+	return off == wire.RegCRDBLower || off == wire.RegCRDBHigher ||
+		off >= ep.ChannelDoorbellOffset && off < ep.ChannelDoorbellOffset+wire.DoorbellStride*wire.MaxDoorbellChannels ||
+		off >= ep.EventDoorbellOffset && off < ep.EventDoorbellOffset+wire.DoorbellStride*8
 }
 
 // checkFinalReset checks the end of a power-down in log: the host resets
@@ -40,7 +41,7 @@ func checkFinalReset(log []hostile.Record) error {
 	lastReset := -1
 	for i := firstFree - 1; i >= 0; i-- {
 		r := log[i]
-		if r.Op == hostile.OpWrite && r.Off == mhi.RegMHICTRL && r.Value&mhi.MHICTRLReset != 0 {
+		if r.Op == hostile.OpWrite && r.Off == wire.RegMHICTRL && r.Value&wire.MHICTRLReset != 0 {
 			lastReset = i
 			break
 		}
@@ -53,10 +54,10 @@ func checkFinalReset(log []hostile.Record) error {
 			continue
 		}
 		switch {
-		case r.Off >= mhi.RegCCABAPLower && r.Off <= mhi.RegCRCBAPHigher && r.Value != 0:
+		case r.Off >= wire.RegCCABAPLower && r.Off <= wire.RegCRCBAPHigher && r.Value != 0:
 			return fmt.Errorf("after the final reset %v the host wrote a context base: %v", log[lastReset], r)
-		case r.Off == mhi.RegMHICTRL && r.Value&mhi.MHICTRLReset == 0 &&
-			mhi.State((r.Value&mhi.MHICTRLStateMask)>>mhi.MHICTRLStateShift) == mhi.StateM0:
+		case r.Off == wire.RegMHICTRL && r.Value&wire.MHICTRLReset == 0 &&
+			wire.State((r.Value&wire.MHICTRLStateMask)>>wire.MHICTRLStateShift) == wire.StateM0:
 			return fmt.Errorf("after the final reset %v the host requested M0: %v", log[lastReset], r)
 		case isDoorbell(r.Off):
 			return fmt.Errorf("after the final reset %v the host rang a doorbell: %v", log[lastReset], r)
@@ -85,7 +86,7 @@ func TestPowerDownFencesRecovery(t *testing.T) {
 				t.Fatal(err)
 			}
 			var mu sync.Mutex
-			var atFree []mhi.State
+			var atFree []wire.State
 			r.h.SetHooks(hostile.Hooks{Free: func(mhi.DMABuffer) {
 				mu.Lock()
 				atFree = append(atFree, r.dev.State())
@@ -107,14 +108,14 @@ func TestPowerDownFencesRecovery(t *testing.T) {
 			}
 			mu.Lock()
 			for _, s := range atFree {
-				if s == mhi.StateM0 {
+				if s == wire.StateM0 {
 					t.Errorf("device in M0 when the host freed its memory")
 					break
 				}
 			}
 			mu.Unlock()
 			time.Sleep(5 * time.Millisecond) // a late M0 request would land by now
-			if s := r.dev.State(); s == mhi.StateM0 {
+			if s := r.dev.State(); s == wire.StateM0 {
 				t.Errorf("device in M0 after power-down")
 			}
 			if v := r.h.Violations(); len(v) > 0 {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/hostile"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // TestEventQuotaBoundsOnePass posts more events on one event ring, with
@@ -26,12 +27,12 @@ func TestEventQuotaBoundsOnePass(t *testing.T) {
 	defer r.close(t)
 	mustPowerUp(t, r)
 	_, k, _ := startDL(t, r, hostile.DataDL, elems, 64)
-	var evs []mhi.Element
+	var evs []wire.Element
 	for i := range elems {
 		tre := treIOVA(t, r, hostile.DataDL, i)
-		evs = append(evs, mhi.TransferEvent(tre, mhi.CCEOT, uint32(10+i), hostile.DataDL))
+		evs = append(evs, wire.TransferEvent(tre, wire.CCEOT, uint32(10+i), hostile.DataDL))
 		for range bad {
-			evs = append(evs, mhi.TransferEvent(tre, mhi.CCEOT, 1, hostile.DataDL))
+			evs = append(evs, wire.TransferEvent(tre, wire.CCEOT, 1, hostile.DataDL))
 		}
 	}
 	before := r.ctrl.Stats()
@@ -74,7 +75,7 @@ func TestEventQuotaBoundsOnePass(t *testing.T) {
 type refillingTransport struct {
 	mhi.Transport
 	dev     *hostile.Device
-	ev      mhi.Element
+	ev      wire.Element
 	on      atomic.Bool
 	refills atomic.Uint64
 }
@@ -82,7 +83,7 @@ type refillingTransport struct {
 func (t *refillingTransport) Write32(off, v uint32) error {
 	err := t.Transport.Write32(off, v)
 	// The low half is written last (mhi's write64).
-	if off == hostile.ERDBOffset+mhi.DoorbellStride && t.on.Load() {
+	if off == hostile.ERDBOffset+wire.DoorbellStride && t.on.Load() {
 		if t.dev.Post(1, t.ev) == nil {
 			t.refills.Add(1)
 		}
@@ -108,7 +109,7 @@ func TestEventDrainBounded(t *testing.T) {
 	mustPowerUp(t, r)
 	ch, _, _ := startDL(t, r, hostile.DataDL, 1, 64)
 	// Events for an element that is not queued: counted, otherwise ignored.
-	tr.ev = mhi.TransferEvent(treIOVA(t, r, hostile.DataDL, 5), mhi.CCEOT, 1, hostile.DataDL)
+	tr.ev = wire.TransferEvent(treIOVA(t, r, hostile.DataDL, 5), wire.CCEOT, 1, hostile.DataDL)
 	tr.on.Store(true)
 	if err := dev.Post(1, tr.ev); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/hostile"
 	"github.com/gomhi/gomhi/mhi/inproc"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // mockRig is the project's mock modem behind a hostile Transport.
@@ -131,7 +132,7 @@ func (r *scriptRig) close(tb testing.TB) {
 	if d := time.Since(start); d > 2*time.Second {
 		tb.Errorf("PowerDown took %v", d)
 	}
-	if s := r.dev.State(); s == mhi.StateM0 || s == mhi.StateM3 {
+	if s := r.dev.State(); s == wire.StateM0 || s == wire.StateM3 {
 		tb.Errorf("device in %s after power-down", s)
 	}
 	for _, b := range r.bufs {
@@ -176,7 +177,7 @@ func (k *tracker) handle(c mhi.Completion) {
 		return
 	}
 	delete(k.queued, c.Cookie)
-	if errors.Is(c.Err, mhi.ErrAborted) {
+	if errors.Is(c.Err, wire.ErrAborted) {
 		k.aborted++
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // Poison is the byte the quarantine fills freed buffers with.
@@ -227,7 +228,7 @@ func (t *Transport) Free(b mhi.DMABuffer) error {
 	defer t.memMu.Unlock()
 	if _, ok := t.live[b.IOVA]; !ok {
 		t.violations = append(t.violations, fmt.Sprintf("free of 0x%x+%d, which is not allocated (double free?)", b.IOVA, len(b.Bytes)))
-		return fmt.Errorf("hostile: free of 0x%x, not allocated: %w", b.IOVA, mhi.ErrBounds)
+		return fmt.Errorf("hostile: free of 0x%x, not allocated: %w", b.IOVA, wire.ErrBounds)
 	}
 	delete(t.live, b.IOVA)
 	if t.opts.PassFree {
@@ -263,7 +264,7 @@ func (t *Transport) Mem(iova uint64, n int) ([]byte, error) {
 			return b.Bytes[off : off+n : off+n], nil
 		}
 	}
-	return nil, fmt.Errorf("hostile: %d bytes at 0x%x are in no live allocation: %w", n, iova, mhi.ErrBounds)
+	return nil, fmt.Errorf("hostile: %d bytes at 0x%x are in no live allocation: %w", n, iova, wire.ErrBounds)
 }
 
 // checkQuarantineLocked records every quarantined buffer whose poison was

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/loopback"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // TestLoopbackRoundTripAllocs holds the whole LOOPBACK round trip of
@@ -70,7 +71,7 @@ func TestLoopbackRoundTripAllocs(t *testing.T) {
 
 // TestQueueOnFullRingAllocs: a sender that polls a full transfer ring (the
 // loopback client retrying Queue, a transmitter after ErrBusy) gets
-// mhi.ErrRingFull without an allocation per try.
+// wire.ErrRingFull without an allocation per try.
 func TestQueueOnFullRingAllocs(t *testing.T) {
 	r := newRig(t, sdx55(), nil)
 	if err := r.ctrl.PowerUp(); err != nil {
@@ -95,7 +96,7 @@ func TestQueueOnFullRingAllocs(t *testing.T) {
 	}
 	var got error
 	allocs := testing.AllocsPerRun(100, func() { got = dl.Queue(x) })
-	if !errors.Is(got, mhi.ErrRingFull) {
+	if !errors.Is(got, wire.ErrRingFull) {
 		t.Fatalf("Queue on a full ring: %v, want ErrRingFull", got)
 	}
 	if allocs != 0 {

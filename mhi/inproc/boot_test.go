@@ -11,6 +11,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/loopback"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // testImage is a deterministic firmware image of n bytes.
@@ -42,11 +43,11 @@ func (im *images) all() []ep.BootImage {
 
 // fwFor serves pbl for EE PBL and edl for EE EDL.
 func fwFor(pbl, edl []byte) *mhi.Firmware {
-	return &mhi.Firmware{Load: func(ee mhi.ExecEnv) (string, []byte, error) {
+	return &mhi.Firmware{Load: func(ee wire.ExecEnv) (string, []byte, error) {
 		switch ee {
-		case mhi.EEPBL:
+		case wire.EEPBL:
 			return "qcom/sdx55m/sbl1.mbn", pbl, nil
-		case mhi.EEEDL:
+		case wire.EEEDL:
 			return "qcom/sdx55m/edl.mbn", edl, nil
 		}
 		return "", nil, errors.New("no image")
@@ -75,7 +76,7 @@ func TestBootFromPBL(t *testing.T) {
 			r := newRigWith(t, sdx55(), func(c *ep.Config) {
 				c.Boot = ep.BootConfig{Start: ep.BootPBL, SBL: tc.check, OnImage: got.add}
 			}, mhi.Options{Name: "mhi0", PollInterval: 20 * time.Millisecond, Firmware: fwFor(tc.image, nil)})
-			if bs := r.dev.BootStatus(); bs.EE != mhi.EEPBL || !bs.AwaitImage {
+			if bs := r.dev.BootStatus(); bs.EE != wire.EEPBL || !bs.AwaitImage {
 				t.Fatalf("device before power-up: %+v, want PBL waiting for an image", bs)
 			}
 			err := r.ctrl.PowerUp()
@@ -93,7 +94,7 @@ func TestBootFromPBL(t *testing.T) {
 					t.Fatalf("PowerUp = %v, want ErrFirmware", err)
 				}
 				bs := r.dev.BootStatus()
-				if bs.EE != mhi.EEPBL || !bs.AwaitImage || bs.ErrCode != tc.code || r.dev.State() == mhi.StateM0 {
+				if bs.EE != wire.EEPBL || !bs.AwaitImage || bs.ErrCode != tc.code || r.dev.State() == wire.StateM0 {
 					t.Fatalf("device after a refused image: %+v state %s, want PBL, error %d", bs, r.dev.State(), tc.code)
 				}
 				if st.FirmwareErrors != 1 || st.FirmwareImages != 0 || r.dev.Stats().ImagesRefused != 1 {
@@ -105,7 +106,7 @@ func TestBootFromPBL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s, ee := r.ctrl.State(); s != mhi.StateM0 || ee != mhi.EEAMSS {
+			if s, ee := r.ctrl.State(); s != wire.StateM0 || ee != wire.EEAMSS {
 				t.Fatalf("host sees %s/%s, want M0/AMSS", s, ee)
 			}
 			if st.FirmwareImages != 1 || r.dev.Stats().ImagesLoaded != 1 {
@@ -149,7 +150,7 @@ func TestBootFullImageOverBHIe(t *testing.T) {
 		recs[1].Bytes != len(img) || recs[1].SHA256 != sum || recs[1].Err != nil {
 		t.Fatalf("images %+v, want the SBL's 64 KiB then the whole image over BHIe", recs)
 	}
-	if bs := r.dev.BootStatus(); bs.EE != mhi.EEAMSS || bs.TxVecStatus>>30 != mhi.BHIStatusSuccess {
+	if bs := r.dev.BootStatus(); bs.EE != wire.EEAMSS || bs.TxVecStatus>>30 != wire.BHIStatusSuccess {
 		t.Fatalf("device %+v", bs)
 	}
 	runLoopback(t, r.ctrl)
@@ -174,7 +175,7 @@ func TestRDDMCollectedAndRecovered(t *testing.T) {
 	for r.ctrl.PMState() != "M0" && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if st, ee := r.ctrl.State(); st != mhi.StateM0 || ee != mhi.EEAMSS {
+	if st, ee := r.ctrl.State(); st != wire.StateM0 || ee != wire.EEAMSS {
 		t.Fatalf("after the dump: %s/%s (pm %s)", st, ee, r.ctrl.PMState())
 	}
 	if s := r.ctrl.Stats(); s.Dumps != 1 || r.dev.Stats().DumpsWritten != 1 {
@@ -206,10 +207,10 @@ func TestAutoSuspendAndWake(t *testing.T) {
 	}
 	for round := 1; round <= 3; round++ {
 		deadline := time.Now().Add(3 * time.Second)
-		for r.dev.State() != mhi.StateM3 && time.Now().Before(deadline) {
+		for r.dev.State() != wire.StateM3 && time.Now().Before(deadline) {
 			time.Sleep(5 * time.Millisecond)
 		}
-		if r.dev.State() != mhi.StateM3 || r.ctrl.PMState() != "M3" {
+		if r.dev.State() != wire.StateM3 || r.ctrl.PMState() != "M3" {
 			t.Fatalf("round %d: device %s host %s after the idle time, want M3", round, r.dev.State(), r.ctrl.PMState())
 		}
 		// Traffic queued in M3 wakes the device and gets through.
@@ -242,13 +243,13 @@ func TestEDLProgrammer(t *testing.T) {
 	}, mhi.Options{Name: "mhi0", PollInterval: 20 * time.Millisecond, Firmware: fwFor(nil, prog)})
 	r.dev.EnterEDL()
 	deadline := time.Now().Add(2 * time.Second)
-	for r.dev.BootStatus().EE != mhi.EEEDL && time.Now().Before(deadline) {
+	for r.dev.BootStatus().EE != wire.EEEDL && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if err := r.ctrl.PowerUp(); err != nil {
 		t.Fatal(err)
 	}
-	if _, ee := r.ctrl.State(); ee != mhi.EEFP {
+	if _, ee := r.ctrl.State(); ee != wire.EEFP {
 		t.Fatalf("after the EDL programmer: EE %s, want FP", ee)
 	}
 	if recs := got.all(); len(recs) != 1 || recs[0].Stage != "edl" || recs[0].Err != nil {
@@ -272,12 +273,12 @@ func TestEnterEDL(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		if _, ee := r.ctrl.State(); ee == mhi.EEFP && r.ctrl.PMState() == "M0" {
+		if _, ee := r.ctrl.State(); ee == wire.EEFP && r.ctrl.PMState() == "M0" {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, ee := r.ctrl.State(); ee != mhi.EEFP || r.ctrl.PMState() != "M0" {
+	if _, ee := r.ctrl.State(); ee != wire.EEFP || r.ctrl.PMState() != "M0" {
 		t.Fatalf("after EnterEDL: EE %s, host %s", ee, r.ctrl.PMState())
 	}
 	if recs := got.all(); len(recs) != 1 || recs[0].Stage != "edl" || recs[0].Bytes != len(prog) || recs[0].Err != nil {

@@ -10,12 +10,13 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/mhi/loopback"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
 
 // sdx55 is the SDX55 reference configuration from the device table
 // (Linux's modem_qcom_v1) with the LOOPBACK pair the mock modem offers.
-func sdx55() mhi.ControllerConfig {
+func sdx55() wire.ControllerConfig {
 	info, ok := pcigeneric.Model("qcom-sdx55m")
 	if !ok {
 		panic("qcom-sdx55m missing from the device table")
@@ -31,18 +32,18 @@ type rig struct {
 	ctrl *mhi.Controller
 }
 
-func newRig(tb testing.TB, cfg mhi.ControllerConfig, mod func(*ep.Config)) *rig {
+func newRig(tb testing.TB, cfg wire.ControllerConfig, mod func(*ep.Config)) *rig {
 	tb.Helper()
 	return newRigWith(tb, cfg, mod, mhi.Options{Name: "mhi0", PollInterval: 20 * time.Millisecond})
 }
 
 // newRigOptions is newRig with the controller's options.
-func newRigOptions(tb testing.TB, cfg mhi.ControllerConfig, opts mhi.Options) *rig {
+func newRigOptions(tb testing.TB, cfg wire.ControllerConfig, opts mhi.Options) *rig {
 	tb.Helper()
 	return newRigWith(tb, cfg, nil, opts)
 }
 
-func newRigWith(tb testing.TB, cfg mhi.ControllerConfig, mod func(*ep.Config), opts mhi.Options) *rig {
+func newRigWith(tb testing.TB, cfg wire.ControllerConfig, mod func(*ep.Config), opts mhi.Options) *rig {
 	tb.Helper()
 	ec := ep.Config{MHI: cfg, SerialNumber: 0x1234abcd}
 	if mod != nil {
@@ -83,14 +84,14 @@ func TestPowerUpReachesM0InAMSS(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, ee := r.ctrl.State()
-	if st != mhi.StateM0 || ee != mhi.EEAMSS {
+	if st != wire.StateM0 || ee != wire.EEAMSS {
 		t.Fatalf("state %s ee %s, want M0 AMSS", st, ee)
 	}
 	bhi, err := r.ctrl.ReadBHI()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bhi.SerialNumber != 0x1234abcd || bhi.ExecEnv != mhi.EEAMSS {
+	if bhi.SerialNumber != 0x1234abcd || bhi.ExecEnv != wire.EEAMSS {
 		t.Fatalf("BHI %+v", bhi)
 	}
 	if s := r.ctrl.Stats(); s.DeviceErrors() != 0 {
@@ -132,12 +133,12 @@ func TestChannelStartStopReset(t *testing.T) {
 		wantErr error
 	}{
 		{"start", func() error { return ch.Start(nil) }, "ENABLED", "RUNNING", nil},
-		{"start again", func() error { return ch.Start(nil) }, "ENABLED", "RUNNING", mhi.ErrChannelState},
+		{"start again", func() error { return ch.Start(nil) }, "ENABLED", "RUNNING", wire.ErrChannelState},
 		{"stop", ch.Stop, "STOP", "STOP", nil},
-		{"stop again", ch.Stop, "STOP", "STOP", mhi.ErrChannelState},
+		{"stop again", ch.Stop, "STOP", "STOP", wire.ErrChannelState},
 		{"start from stop", func() error { return ch.Start(nil) }, "ENABLED", "RUNNING", nil},
 		{"reset", ch.Reset, "DISABLED", "DISABLED", nil},
-		{"reset again", ch.Reset, "DISABLED", "DISABLED", mhi.ErrChannelState},
+		{"reset again", ch.Reset, "DISABLED", "DISABLED", wire.ErrChannelState},
 		{"start after reset", func() error { return ch.Start(nil) }, "ENABLED", "RUNNING", nil},
 	}
 	for _, s := range steps {
@@ -159,7 +160,7 @@ func TestUnknownChannelCommandFails(t *testing.T) {
 	cfg := sdx55()
 	r := newRig(t, cfg, func(ec *ep.Config) {
 		// The device does not offer QMI: its START must fail cleanly.
-		var chs []mhi.ChannelConfig
+		var chs []wire.ChannelConfig
 		for _, c := range ec.MHI.Channels {
 			if c.Name != "QMI" {
 				chs = append(chs, c)
@@ -252,7 +253,7 @@ func TestSuspendResumeKeepsChannels(t *testing.T) {
 	if err := r.ctrl.Suspend(); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := r.ctrl.State(); st != mhi.StateM3 {
+	if st, _ := r.ctrl.State(); st != wire.StateM3 {
 		t.Fatalf("state %s after suspend", st)
 	}
 	if err := r.ctrl.Resume(); err != nil {
@@ -301,7 +302,7 @@ func TestSysErrRecovery(t *testing.T) {
 		if err := <-done; !errors.Is(err, loopback.ErrInterrupted) {
 			t.Fatalf("run across SYS_ERR: %v, want ErrInterrupted", err)
 		}
-		if st, ee := r.ctrl.State(); st != mhi.StateM0 || ee != mhi.EEAMSS {
+		if st, ee := r.ctrl.State(); st != wire.StateM0 || ee != wire.EEAMSS {
 			t.Fatalf("after recovery: %s %s", st, ee)
 		}
 		res, err := c.Run(loopback.RunOptions{Count: 200, MinSize: 1, MaxSize: 8000})
@@ -333,7 +334,7 @@ func TestPowerDownReturnsBuffers(t *testing.T) {
 	_, dl, _ := r.ctrl.ChannelPair("LOOPBACK")
 	aborted := 0
 	if err := dl.Start(func(c mhi.Completion) {
-		if errors.Is(c.Err, mhi.ErrAborted) {
+		if errors.Is(c.Err, wire.ErrAborted) {
 			aborted++
 		}
 	}); err != nil {

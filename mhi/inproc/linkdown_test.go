@@ -8,6 +8,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/inproc"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // TestLinkDown: a device that falls off the bus in M0, with buffers queued
@@ -88,7 +89,7 @@ func TestLinkDown(t *testing.T) {
 			for i := range 4 {
 				select {
 				case c := <-completions:
-					if !errors.Is(c.Err, mhi.ErrAborted) {
+					if !errors.Is(c.Err, wire.ErrAborted) {
 						t.Errorf("completion %d: %+v, want ErrAborted", i, c)
 					}
 				case <-time.After(5 * time.Second):
@@ -124,7 +125,7 @@ func TestLinkDown(t *testing.T) {
 type versionAllOnes struct{ *inproc.Transport }
 
 func (d versionAllOnes) Read32(off uint32) (uint32, error) {
-	if off == mhi.RegMHIVER {
+	if off == wire.RegMHIVER {
 		return 0xFFFFFFFF, nil
 	}
 	return d.Transport.Read32(off)

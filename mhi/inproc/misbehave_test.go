@@ -7,6 +7,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/loopback"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // A misbehaving device must be detected and counted by the host, never make
@@ -56,7 +57,7 @@ func TestMisbehavingDevice(t *testing.T) {
 			if got := tc.counter(s); got < 1 {
 				t.Fatalf("counter is %d after %s, want at least 1 (stats %+v)", got, tc.kind, s)
 			}
-			if st, _ := r.ctrl.State(); st != mhi.StateM0 {
+			if st, _ := r.ctrl.State(); st != wire.StateM0 {
 				t.Fatalf("state %s after a damaged event", st)
 			}
 		})

@@ -11,6 +11,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/mhi/loopback"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // TestChannelReadDuringRecovery reads a started channel's ring (Free,
@@ -118,7 +119,7 @@ func TestChannelRestartDuringRecovery(t *testing.T) {
 				case errors.Is(err, mhi.ErrRecovering):
 					refused++
 					time.Sleep(100 * time.Microsecond) // as a client waiting for StatusRecovered would
-				case errors.Is(err, mhi.ErrChannelState), errors.Is(err, mhi.ErrAborted),
+				case errors.Is(err, wire.ErrChannelState), errors.Is(err, wire.ErrAborted),
 					errors.Is(err, mhi.ErrSysErr), errors.Is(err, mhi.ErrTimeout):
 					// The channel was reset by the recovery, or the
 					// command met the SYS_ERR before it was refused.
@@ -222,7 +223,7 @@ func TestClientStartWaitsForRecovery(t *testing.T) {
 	if took := time.Since(start); took > ready+time.Second {
 		t.Errorf("recovery took %v with a %v READY delay: something held it up", took, ready)
 	}
-	if clientErr != nil && !errors.Is(clientErr, mhi.ErrRecovering) && !errors.Is(clientErr, mhi.ErrChannelState) {
+	if clientErr != nil && !errors.Is(clientErr, mhi.ErrRecovering) && !errors.Is(clientErr, wire.ErrChannelState) {
 		t.Errorf("client Start during recovery: %v, want ErrRecovering or ErrChannelState", clientErr)
 	}
 	if st := dl.Status(); st.State != "ENABLED" {
@@ -274,7 +275,7 @@ type socResetWriteFails struct {
 }
 
 func (t *socResetWriteFails) Write32(off, v uint32) error {
-	if off == mhi.RegSOCRESETREQ && t.fail.CompareAndSwap(true, false) {
+	if off == wire.RegSOCRESETREQ && t.fail.CompareAndSwap(true, false) {
 		return fmt.Errorf("write of SOC_RESET_REQ: %w", errors.ErrUnsupported)
 	}
 	return t.Transport.Write32(off, v)

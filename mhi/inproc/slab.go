@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // Slab is host memory with device-visible addresses: one contiguous block
@@ -94,12 +95,12 @@ func (s *Slab) Free(b mhi.DMABuffer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if b.IOVA < s.base {
-		return fmt.Errorf("inproc: free of 0x%x below the slab: %w", b.IOVA, mhi.ErrBounds)
+		return fmt.Errorf("inproc: free of 0x%x below the slab: %w", b.IOVA, wire.ErrBounds)
 	}
 	off := b.IOVA - s.base
 	size, ok := s.used[off]
 	if !ok {
-		return fmt.Errorf("inproc: free of 0x%x, which is not allocated: %w", b.IOVA, mhi.ErrBounds)
+		return fmt.Errorf("inproc: free of 0x%x, which is not allocated: %w", b.IOVA, wire.ErrBounds)
 	}
 	delete(s.used, off)
 	s.free = append(s.free, span{int(off), size})
@@ -120,7 +121,7 @@ func (s *Slab) Free(b mhi.DMABuffer) error {
 func (s *Slab) span(iova uint64, n int) (int, error) {
 	if iova < s.base || n < 0 || iova-s.base > uint64(len(s.mem)) || uint64(n) > uint64(len(s.mem))-(iova-s.base) {
 		return 0, fmt.Errorf("inproc: %d bytes at 0x%x outside host memory [0x%x, 0x%x): %w",
-			n, iova, s.base, s.base+uint64(len(s.mem)), mhi.ErrBounds)
+			n, iova, s.base, s.base+uint64(len(s.mem)), wire.ErrBounds)
 	}
 	return int(iova - s.base), nil
 }
@@ -162,9 +163,9 @@ func (s *Slab) Load32(iova uint64) (uint32, error) {
 		return 0, err
 	}
 	if off%4 != 0 {
-		return 0, fmt.Errorf("inproc: unaligned 32-bit load at 0x%x: %w", iova, mhi.ErrBounds)
+		return 0, fmt.Errorf("inproc: unaligned 32-bit load at 0x%x: %w", iova, wire.ErrBounds)
 	}
-	return mhi.Load32(s.mem, off), nil
+	return wire.Load32(s.mem, off), nil
 }
 
 // Store32 implements ep.HostMemory.
@@ -174,8 +175,8 @@ func (s *Slab) Store32(iova uint64, v uint32) error {
 		return err
 	}
 	if off%4 != 0 {
-		return fmt.Errorf("inproc: unaligned 32-bit store at 0x%x: %w", iova, mhi.ErrBounds)
+		return fmt.Errorf("inproc: unaligned 32-bit store at 0x%x: %w", iova, wire.ErrBounds)
 	}
-	mhi.Store32(s.mem, off, v)
+	wire.Store32(s.mem, off, v)
 	return nil
 }

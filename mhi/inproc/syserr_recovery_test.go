@@ -9,6 +9,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/inproc"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
@@ -208,9 +209,9 @@ func TestResetDuringSysErrWaitsForTheRecovery(t *testing.T) {
 	waitRecoveries(t, m.ctrl, 1)
 	time.Sleep(5 * time.Millisecond) // traffic again
 	before := dl.Status()
-	if before.CtxState != mhi.ChannelRunning.String() || before.Pending == 0 {
+	if before.CtxState != wire.ChannelRunning.String() || before.Pending == 0 {
 		t.Fatalf("data downlink channel %d after the first recovery: context state %s, %d buffers posted; want %s with buffers",
-			dl.Num(), before.CtxState, before.Pending, mhi.ChannelRunning)
+			dl.Num(), before.CtxState, before.Pending, wire.ChannelRunning)
 	}
 	m.dev.InjectSysErr()
 	deadline := time.Now().Add(backoff / 2)
@@ -246,14 +247,14 @@ func TestResetDuringSysErrWaitsForTheRecovery(t *testing.T) {
 	if n := m.ctrl.Stats().RecoveryAttempts; n <= attempts {
 		t.Errorf("Reset during SYS_ERR returned before the recovery attempt (attempts %d)", n)
 	}
-	if st := dl.Status(); st.State != mhi.ChannelDisabled.String() || st.Pending != 0 {
-		t.Errorf("channel %d after Reset: host state %s, %d buffers still posted; want %s, none", dl.Num(), st.State, st.Pending, mhi.ChannelDisabled)
+	if st := dl.Status(); st.State != wire.ChannelDisabled.String() || st.Pending != 0 {
+		t.Errorf("channel %d after Reset: host state %s, %d buffers still posted; want %s, none", dl.Num(), st.State, st.Pending, wire.ChannelDisabled)
 	}
 	waitRecoveries(t, m.ctrl, 2)
 	// The recovery does not restart what was reset; the device can be
 	// used again (Up starts both channels).
-	if st := dl.Status(); st.State != mhi.ChannelDisabled.String() || st.CtxState != mhi.ChannelDisabled.String() {
-		t.Errorf("channel %d after the recovery: host %s, context %s; want both %s", dl.Num(), st.State, st.CtxState, mhi.ChannelDisabled)
+	if st := dl.Status(); st.State != wire.ChannelDisabled.String() || st.CtxState != wire.ChannelDisabled.String() {
+		t.Errorf("channel %d after the recovery: host %s, context %s; want both %s", dl.Num(), st.State, st.CtxState, wire.ChannelDisabled)
 	}
 	if stale := m.ctrl.Stats().StaleCompletion; stale != 0 {
 		t.Errorf("%d completion events dropped as stale", stale)

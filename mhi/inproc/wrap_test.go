@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // Every transfer ring and event ring of the SDX55 configuration wraps
@@ -23,7 +24,7 @@ func TestEveryRingWraps(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, cc := range cfg.Channels {
-		if cc.EE != mhi.EEAMSS || cc.Name == "LOOPBACK" {
+		if cc.EE != wire.EEAMSS || cc.Name == "LOOPBACK" {
 			continue
 		}
 		er := cfg.EventRings[cc.EventRing].Elements
@@ -50,7 +51,7 @@ func TestEveryRingWraps(t *testing.T) {
 						t.Fatalf("queue %d: %v", queued, err)
 					}
 					queued++
-					if cc.Dir == mhi.Downlink {
+					if cc.Dir == wire.Downlink {
 						ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 						err := r.dev.QueueDL(ctx, cc.Num, payload)
 						cancel()
@@ -61,10 +62,10 @@ func TestEveryRingWraps(t *testing.T) {
 				}
 				select {
 				case c := <-done:
-					if c.Err != nil || c.Code != mhi.CCEOT {
+					if c.Err != nil || c.Code != wire.CCEOT {
 						t.Fatalf("completion %d: %+v", completed, c)
 					}
-					if cc.Dir == mhi.Downlink && c.Len != len(payload) {
+					if cc.Dir == wire.Downlink && c.Len != len(payload) {
 						t.Fatalf("completion %d: %d bytes, want %d", completed, c.Len, len(payload))
 					}
 					completed++

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // ErrTimeout: an echo did not arrive in time.
@@ -134,8 +135,8 @@ func Open(ctrl *mhi.Controller, opts Options) (*Client, error) {
 	if opts.DLBufferSize == 0 {
 		opts.DLBufferSize = 32768
 	}
-	if opts.DLBufferSize < 1 || opts.DLBufferSize > mhi.MaxTRELength {
-		return nil, fmt.Errorf("loopback: downlink buffer of %d bytes, want 1..%d", opts.DLBufferSize, mhi.MaxTRELength)
+	if opts.DLBufferSize < 1 || opts.DLBufferSize > wire.MaxTRELength {
+		return nil, fmt.Errorf("loopback: downlink buffer of %d bytes, want 1..%d", opts.DLBufferSize, wire.MaxTRELength)
 	}
 	if opts.Window == 0 {
 		opts.Window = min(16, (ul.Config().Elements-1)/2)
@@ -240,7 +241,7 @@ func (c *Client) onUL(comp mhi.Completion) {
 	if comp.Err != nil {
 		return // buffers come back in Recovered or Close
 	}
-	if comp.End && comp.Code == mhi.CCEOT {
+	if comp.End && comp.Code == wire.CCEOT {
 		c.ulFree++
 		c.cond.Broadcast()
 	}
@@ -261,7 +262,7 @@ func (c *Client) onDL(comp mhi.Completion) {
 			}
 		}
 		c.got += len(frag)
-		if comp.End && comp.Code != mhi.CCOverflow {
+		if comp.End && comp.Code != wire.CCOverflow {
 			if c.got != e.size {
 				c.bad = true
 			}
@@ -390,7 +391,7 @@ func (c *Client) pickPayload(ro RunOptions) (off, size, nt int) {
 	off = c.rng.IntN(len(c.pool) - size + 1)
 	nt = ro.NumTRE
 	if nt == 0 {
-		nt = (size + mhi.MaxTRELength - 1) / mhi.MaxTRELength
+		nt = (size + wire.MaxTRELength - 1) / wire.MaxTRELength
 		if hi := min(ro.MaxTRE, size); hi > nt {
 			nt += c.rng.IntN(hi - nt + 1)
 		}
@@ -444,7 +445,7 @@ func (c *Client) queueExpected(epoch int, xfers []mhi.Transfer, exps []expect) e
 			return nil
 		}
 		c.mu.Unlock()
-		if !errors.Is(err, mhi.ErrRingFull) {
+		if !errors.Is(err, wire.ErrRingFull) {
 			return err
 		}
 		time.Sleep(10 * time.Microsecond)

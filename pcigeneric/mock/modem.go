@@ -6,9 +6,9 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
 
@@ -264,7 +264,7 @@ func NewConfig(e pcigeneric.Entry, opts ModemOptions) (ep.Config, *Functions, er
 // addDataFunctions puts the IP data function on the model's data pair (raw
 // IP on IP_HW0 unless ic says otherwise) and a raw one on the software data
 // pair if the model has it, both gated by the Modem, into fnByPair.
-func (fns *Functions) addDataFunctions(fnByPair map[string]ep.Function, cfg mhi.ControllerConfig, ic ep.IPDataConfig) error {
+func (fns *Functions) addDataFunctions(fnByPair map[string]ep.Function, cfg wire.ControllerConfig, ic ep.IPDataConfig) error {
 	if pair := pcigeneric.DataPair(cfg); pair != "" {
 		dc := ic
 		if dc == (ep.IPDataConfig{}) && pair == ep.IPDataName {
@@ -278,7 +278,7 @@ func (fns *Functions) addDataFunctions(fnByPair map[string]ep.Function, cfg mhi.
 		fnByPair[pair] = ipd
 		fns.DataPair, fns.IPData = pair, ipd
 	}
-	if _, ok := cfg.ChannelByName(SWDataPair, mhi.Uplink); ok {
+	if _, ok := cfg.ChannelByName(SWDataPair, wire.Uplink); ok {
 		sw, err := ep.NewIPData(ep.IPDataConfig{Format: ep.FormatRaw, Responder: ic.Responder, Gate: fns.Modem})
 		if err != nil {
 			return err
@@ -292,7 +292,7 @@ func (fns *Functions) addDataFunctions(fnByPair map[string]ep.Function, cfg mhi.
 // addControlFunctions puts the control functions the model's pairs call
 // for into fnByPair: MBIM, QMI, and one AT function for DUN and DUN2, all
 // on the Modem, and lists their pairs in fns.ControlPairs.
-func (fns *Functions) addControlFunctions(fnByPair map[string]ep.Function, cfg mhi.ControllerConfig, log *slog.Logger) error {
+func (fns *Functions) addControlFunctions(fnByPair map[string]ep.Function, cfg wire.ControllerConfig, log *slog.Logger) error {
 	mbimStats, qmiStats := fns.packetStatistics()
 	for _, pair := range pcigeneric.ControlPairs(cfg) {
 		switch pair {

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
 
@@ -263,7 +263,7 @@ func TestDataPairMatchesEp(t *testing.T) {
 		info, _ := pcigeneric.Model(name)
 		want := ""
 		for _, pair := range []string{ep.IPDataMBIMName, ep.IPDataName} {
-			if _, ok := info.Config.ChannelByName(pair, mhi.Uplink); ok {
+			if _, ok := info.Config.ChannelByName(pair, wire.Uplink); ok {
 				want = pair
 				break
 			}

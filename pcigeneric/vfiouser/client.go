@@ -16,6 +16,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/inproc"
+	mhiwire "github.com/gomhi/gomhi/mhi/wire"
 )
 
 // Client defaults.
@@ -111,7 +112,7 @@ func NewClient(conn *net.UnixConn, opts ClientOptions) (*Transport, error) {
 	}
 	if opts.Memory < 0 || opts.Memory%4096 != 0 {
 		conn.Close()
-		return nil, fmt.Errorf("vfiouser: DMA memory of %d bytes, want a multiple of 4096: %w", opts.Memory, mhi.ErrConfig)
+		return nil, fmt.Errorf("vfiouser: DMA memory of %d bytes, want a multiple of 4096: %w", opts.Memory, mhiwire.ErrConfig)
 	}
 	t := &Transport{
 		w: newWire(conn), opts: opts, pending: map[uint16]chan callReply{},

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gomhi/gomhi/mhi"
+	mhiwire "github.com/gomhi/gomhi/mhi/wire"
 )
 
 // dmaRegion is one DMA_MAP: mem is the mapping of the client's fd, or nil
@@ -115,13 +115,13 @@ func (t *dmaTable) find(iova uint64, n int, write bool) (dmaRegion, uint64, erro
 		if iova >= r.iova && uint64(n) <= r.size-(iova-r.iova) {
 			if write && r.flags&DMAFlagWrite == 0 || !write && r.flags&DMAFlagRead == 0 {
 				t.faults.Add(1)
-				return r, 0, fmt.Errorf("vfiouser: %d bytes at 0x%x: access not permitted by the mapping: %w: %w", n, iova, ErrDMA, mhi.ErrBounds)
+				return r, 0, fmt.Errorf("vfiouser: %d bytes at 0x%x: access not permitted by the mapping: %w: %w", n, iova, ErrDMA, mhiwire.ErrBounds)
 			}
 			return r, iova - r.iova, nil
 		}
 	}
 	t.faults.Add(1)
-	return dmaRegion{}, 0, fmt.Errorf("vfiouser: %d bytes at 0x%x: %w: %w", n, iova, ErrDMA, mhi.ErrBounds)
+	return dmaRegion{}, 0, fmt.Errorf("vfiouser: %d bytes at 0x%x: %w: %w", n, iova, ErrDMA, mhiwire.ErrBounds)
 }
 
 // span is the part of an access that falls in one mapping.
@@ -137,19 +137,19 @@ type dmaSpan struct {
 func (t *dmaTable) spans(iova uint64, n int, write bool, buf []dmaSpan) ([]dmaSpan, error) {
 	if iova+uint64(n) < iova {
 		t.faults.Add(1)
-		return nil, fmt.Errorf("vfiouser: %d bytes at 0x%x: %w: %w", n, iova, ErrDMA, mhi.ErrBounds)
+		return nil, fmt.Errorf("vfiouser: %d bytes at 0x%x: %w: %w", n, iova, ErrDMA, mhiwire.ErrBounds)
 	}
 	a, rest := iova, n
 	for first := true; first || rest > 0; first = false {
 		i := sort.Search(len(t.regions), func(i int) bool { return t.regions[i].iova+t.regions[i].size > a })
 		if i == len(t.regions) || t.regions[i].iova > a {
 			t.faults.Add(1)
-			return nil, fmt.Errorf("vfiouser: %d bytes at 0x%x: %w: %w", n, iova, ErrDMA, mhi.ErrBounds)
+			return nil, fmt.Errorf("vfiouser: %d bytes at 0x%x: %w: %w", n, iova, ErrDMA, mhiwire.ErrBounds)
 		}
 		r := t.regions[i]
 		if write && r.flags&DMAFlagWrite == 0 || !write && r.flags&DMAFlagRead == 0 {
 			t.faults.Add(1)
-			return nil, fmt.Errorf("vfiouser: %d bytes at 0x%x: access not permitted by the mapping: %w: %w", n, iova, ErrDMA, mhi.ErrBounds)
+			return nil, fmt.Errorf("vfiouser: %d bytes at 0x%x: access not permitted by the mapping: %w: %w", n, iova, ErrDMA, mhiwire.ErrBounds)
 		}
 		k := int(min(uint64(rest), r.size-(a-r.iova)))
 		buf = append(buf, dmaSpan{r, a - r.iova, k})
@@ -218,13 +218,13 @@ func (t *dmaTable) WriteAt(p []byte, iova uint64) error { return t.access(p, iov
 func (t *dmaTable) Load32(iova uint64) (uint32, error) {
 	if iova%4 != 0 {
 		t.faults.Add(1)
-		return 0, fmt.Errorf("vfiouser: unaligned 32-bit load at 0x%x: %w", iova, mhi.ErrBounds)
+		return 0, fmt.Errorf("vfiouser: unaligned 32-bit load at 0x%x: %w", iova, mhiwire.ErrBounds)
 	}
 	t.mu.RLock()
 	r, off, err := t.find(iova, 4, false)
 	if err == nil && r.mem != nil {
 		var v uint32
-		err := guarded(func() { v = mhi.Load32(r.mem, int(off)) })
+		err := guarded(func() { v = mhiwire.Load32(r.mem, int(off)) })
 		t.mu.RUnlock()
 		if err != nil {
 			t.faults.Add(1)
@@ -247,12 +247,12 @@ func (t *dmaTable) Load32(iova uint64) (uint32, error) {
 func (t *dmaTable) Store32(iova uint64, v uint32) error {
 	if iova%4 != 0 {
 		t.faults.Add(1)
-		return fmt.Errorf("vfiouser: unaligned 32-bit store at 0x%x: %w", iova, mhi.ErrBounds)
+		return fmt.Errorf("vfiouser: unaligned 32-bit store at 0x%x: %w", iova, mhiwire.ErrBounds)
 	}
 	t.mu.RLock()
 	r, off, err := t.find(iova, 4, true)
 	if err == nil && r.mem != nil {
-		err := guarded(func() { mhi.Store32(r.mem, int(off), v) })
+		err := guarded(func() { mhiwire.Store32(r.mem, int(off), v) })
 		t.mu.RUnlock()
 		if err != nil {
 			t.faults.Add(1)
@@ -271,7 +271,7 @@ func (t *dmaTable) Store32(iova uint64, v uint32) error {
 
 // errPageFault: an access to a client mapping faulted, its file shrunk
 // under it.
-var errPageFault = fmt.Errorf("page fault on the client's memory (file truncated under the mapping?): %w: %w", ErrDMA, mhi.ErrBounds)
+var errPageFault = fmt.Errorf("page fault on the client's memory (file truncated under the mapping?): %w: %w", ErrDMA, mhiwire.ErrBounds)
 
 // guarded runs an access to client-mapped memory and turns a memory fault
 // (SIGBUS from a page past the end of a file the client truncated after

@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gomhi/gomhi/mhi"
+	mhiwire "github.com/gomhi/gomhi/mhi/wire"
 )
 
 // TestDMAMapHostileFile checks the device's memory against a client that
@@ -60,7 +60,7 @@ func TestDMAMapHostileFile(t *testing.T) {
 		{"load", func() error { _, err := tb.Load32(0x11004); return err }},
 		{"store", func() error { return tb.Store32(0x11004, 1) }},
 	} {
-		if err := tc.err(); !errors.Is(err, ErrDMA) || !errors.Is(err, mhi.ErrBounds) {
+		if err := tc.err(); !errors.Is(err, ErrDMA) || !errors.Is(err, mhiwire.ErrBounds) {
 			t.Errorf("%s past the shrunk file: %v, want ErrDMA and mhi.ErrBounds", tc.name, err)
 		}
 	}

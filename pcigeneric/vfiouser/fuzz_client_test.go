@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/testenv/fuzzcheck"
+	mhiwire "github.com/gomhi/gomhi/mhi/wire"
 )
 
 // FuzzClient plays a hostile vfio-user server against the client
@@ -400,9 +400,9 @@ func runClientInput(t *testing.T, script []byte, optsByte uint8) {
 		if tr.Vectors() < 1 || tr.BARSize() < 4096 {
 			errs = append(errs, fmt.Errorf("set up with %d vectors and BAR0 of %d bytes", tr.Vectors(), tr.BARSize()))
 		}
-		_, err = tr.Read32(mhi.RegMHIVER)
+		_, err = tr.Read32(mhiwire.RegMHIVER)
 		errs = append(errs, err)
-		errs = append(errs, tr.Write32(mhi.RegMHICTRL, 0))
+		errs = append(errs, tr.Write32(mhiwire.RegMHICTRL, 0))
 		var cs [8]byte
 		errs = append(errs, tr.ReadConfig(0, cs[:]))
 		errs = append(errs, tr.Reset())

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/testenv/fuzzcheck"
+	mhiwire "github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
 
@@ -77,7 +78,7 @@ func serveSeeds() []serveSeed {
 	add("bar0_registers", 0,
 		EncodeMessage(50, CmdRegionRead, 0, 0, RegionAccess{Region: RegionBAR0, Offset: 0, Count: 256}),
 		EncodeMessage(51, CmdRegionRead, 0, 0, RegionAccess{Region: RegionBAR0, Offset: 0x49, Count: 3}),
-		EncodeMessage(52, CmdRegionWrite, FlagNoReply, 0, RegionAccess{Region: RegionBAR0, Offset: mhi.RegMHICTRL, Count: 4, Data: []byte{2, 0, 0, 0}}),
+		EncodeMessage(52, CmdRegionWrite, FlagNoReply, 0, RegionAccess{Region: RegionBAR0, Offset: mhiwire.RegMHICTRL, Count: 4, Data: []byte{2, 0, 0, 0}}),
 		EncodeMessage(53, CmdRegionWrite, 0, 0, RegionAccess{Region: RegionBAR0, Offset: 2, Count: 2, Data: []byte{1, 2}}),
 		EncodeMessage(54, CmdRegionRead, 0, 0, RegionAccess{Region: RegionBAR0, Offset: 4092, Count: 8}),
 	)
@@ -142,9 +143,9 @@ func serveSeeds() []serveSeed {
 	}
 	for mode := range uint8(fuzzDMAModes) {
 		add("modem_dma_messages_"+string(rune('0'+mode)), mode, nofd,
-			start(121, mhi.RegCCABAPLower, 0x10000), start(122, mhi.RegECABAPLower, 0x11000),
-			start(123, mhi.RegCRCBAPLower, 0x12000), start(124, mhi.RegMHICTRL, 1<<1),
-			EncodeMessage(125, CmdRegionRead, 0, 0, RegionAccess{Region: RegionBAR0, Offset: mhi.RegMHISTATUS, Count: 4}),
+			start(121, mhiwire.RegCCABAPLower, 0x10000), start(122, mhiwire.RegECABAPLower, 0x11000),
+			start(123, mhiwire.RegCRCBAPLower, 0x12000), start(124, mhiwire.RegMHICTRL, 1<<1),
+			EncodeMessage(125, CmdRegionRead, 0, 0, RegionAccess{Region: RegionBAR0, Offset: mhiwire.RegMHISTATUS, Count: 4}),
 			EncodeMessage(126, CmdDeviceReset, 0, 0, nil))
 	}
 	return seeds
@@ -228,10 +229,10 @@ func recordSession(tb testing.TB, opts ClientOptions, powerUp bool) (serveSeed, 
 		}
 		_ = ctrl.PowerDown()
 	} else {
-		if _, err := tr.Read32(mhi.RegMHIVER); err != nil {
+		if _, err := tr.Read32(mhiwire.RegMHIVER); err != nil {
 			tb.Fatal(err)
 		}
-		if err := tr.Write32(mhi.RegMHICTRL, 0); err != nil {
+		if err := tr.Write32(mhiwire.RegMHICTRL, 0); err != nil {
 			tb.Fatal(err)
 		}
 		if err := tr.Reset(); err != nil {

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	mhiwire "github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
 
@@ -51,7 +51,7 @@ func newCtlSetup(cfg *ep.Config, id ep.ModemIdentity) (*ctlSetup, error) {
 	}
 	s := &ctlSetup{modem: m, pairs: map[string]*pairCounter{}}
 	has := func(name string) bool {
-		return slices.ContainsFunc(cfg.MHI.Channels, func(c mhi.ChannelConfig) bool { return c.Name == name })
+		return slices.ContainsFunc(cfg.MHI.Channels, func(c mhiwire.ChannelConfig) bool { return c.Name == name })
 	}
 	if cfg.Functions == nil {
 		cfg.Functions = map[string]ep.Function{}
@@ -87,7 +87,7 @@ type pairCounter struct {
 	fn ep.Function
 
 	mu                   sync.Mutex
-	state                [2]mhi.ChannelState // by direction
+	state                [2]mhiwire.ChannelState // by direction
 	starts, resets       [2]int
 	ulTransfers, ulBytes int
 	firstEvents          []string
@@ -117,18 +117,18 @@ func (c *pairCounter) Attach(p *ep.Pipe) {
 	}
 }
 
-func (c *pairCounter) PipeStateChanged(p *ep.Pipe, dir mhi.Direction, st mhi.ChannelState) {
+func (c *pairCounter) PipeStateChanged(p *ep.Pipe, dir mhiwire.Direction, st mhiwire.ChannelState) {
 	i := 0
-	if dir == mhi.Downlink {
+	if dir == mhiwire.Downlink {
 		i = 1
 	}
 	c.mu.Lock()
 	prev := c.state[i]
 	c.state[i] = st
 	switch {
-	case st == mhi.ChannelRunning && prev != mhi.ChannelRunning:
+	case st == mhiwire.ChannelRunning && prev != mhiwire.ChannelRunning:
 		c.starts[i]++
-	case st == mhi.ChannelDisabled && (prev == mhi.ChannelRunning || prev == mhi.ChannelStop):
+	case st == mhiwire.ChannelDisabled && (prev == mhiwire.ChannelRunning || prev == mhiwire.ChannelStop):
 		c.resets[i]++
 	}
 	if len(c.firstEvents) < 8 && st != prev {
@@ -310,7 +310,7 @@ func checkMBIMPort(t *testing.T, r *guestRun, id ep.ModemIdentity) {
 
 // controlChannels returns the uplink and downlink channels of a pair of
 // the model.
-func controlChannels(t *testing.T, model, pair string) (ul, dl mhi.ChannelConfig) {
+func controlChannels(t *testing.T, model, pair string) (ul, dl mhiwire.ChannelConfig) {
 	t.Helper()
 	info, ok := pcigeneric.Model(model)
 	if !ok {
@@ -320,7 +320,7 @@ func controlChannels(t *testing.T, model, pair string) (ul, dl mhi.ChannelConfig
 		if c.Name != pair {
 			continue
 		}
-		if c.Dir == mhi.Uplink {
+		if c.Dir == mhiwire.Uplink {
 			ul = c
 		} else {
 			dl = c

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	mhiwire "github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/internal/qemuguest"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
@@ -393,7 +393,7 @@ func (r *guestRun) run(t *testing.T, k *linuxKernel, extraAppend string) {
 			if ipd, ok := c.Functions[pcigeneric.DataPair(c.MHI)].(*ep.IPData); ok {
 				r.ipd.Store(ipd)
 			}
-			if r.swip != nil && slices.ContainsFunc(c.MHI.Channels, func(ch mhi.ChannelConfig) bool { return ch.Name == ipSW0 }) {
+			if r.swip != nil && slices.ContainsFunc(c.MHI.Channels, func(ch mhiwire.ChannelConfig) bool { return ch.Name == ipSW0 }) {
 				c.Functions[ipSW0] = r.swip
 			}
 			if r.ctlID != nil {
@@ -681,7 +681,7 @@ func testLinuxDriverSDX55(t *testing.T, k *linuxKernel) {
 	if m.Answered < 30 || g["rx_errors"] != 0 || g["tx_errors"] != 0 || g["rx_dropped"] != 0 {
 		t.Errorf("answered %d (want >= 30), guest errors rx %d tx %d, rx dropped %d", m.Answered, g["rx_errors"], g["tx_errors"], g["rx_dropped"])
 	}
-	if st := r.mark(t, "stats").status; st.State != mhi.StateM0 || st.EE != mhi.EEAMSS {
+	if st := r.mark(t, "stats").status; st.State != mhiwire.StateM0 || st.EE != mhiwire.EEAMSS {
 		t.Errorf("modem in %v/%v before SYS_ERR, want M0/AMSS", st.State, st.EE)
 	}
 	if s := r.mark(t, "syserr").modem; s.FaultsInjected == 0 {
@@ -697,7 +697,7 @@ func testLinuxDriverSDX55(t *testing.T, k *linuxKernel) {
 	if rec.modem.Resets <= before.Resets {
 		t.Errorf("the driver did not reset the modem after SYS_ERR (resets %d before, %d after)", before.Resets, rec.modem.Resets)
 	}
-	if rec.status.State != mhi.StateM0 || rec.status.EE != mhi.EEAMSS {
+	if rec.status.State != mhiwire.StateM0 || rec.status.EE != mhiwire.EEAMSS {
 		t.Errorf("modem in %v/%v after recovery, want M0/AMSS", rec.status.State, rec.status.EE)
 	}
 	t.Logf("modem: %d resets before SYS_ERR, %d after recovery; state %v, EE %v", before.Resets, rec.modem.Resets, rec.status.State, rec.status.EE)
@@ -831,7 +831,7 @@ func testLinuxDriverFN990(t *testing.T, k *linuxKernel) {
 	}
 	// The driver's receive buffers are its MRU: the FN990 entry's 32 KiB.
 	for _, c := range r.mark(t, "stats").status.Channels {
-		if c.Name == ep.IPDataMBIMName && c.Dir == mhi.Downlink {
+		if c.Name == ep.IPDataMBIMName && c.Dir == mhiwire.Downlink {
 			t.Logf("downlink channel %d: host buffers of %d bytes", c.Num, c.HostBufferLen)
 			if c.HostBufferLen != 32768 {
 				t.Errorf("host buffers of %d bytes on channel %d, want 32768 (mhi_pci_generic's mru_default for the FN990)", c.HostBufferLen, c.Num)

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	mhiwire "github.com/gomhi/gomhi/mhi/wire"
 )
 
 // TestOpen: Open finds the model by the served function's IDs and builds a
@@ -51,7 +51,7 @@ func TestOpen(t *testing.T) {
 		if err := r.Controller.PowerUp(); err != nil {
 			t.Fatal(err)
 		}
-		if st, _ := r.Controller.State(); st != mhi.StateM0 {
+		if st, _ := r.Controller.State(); st != mhiwire.StateM0 {
 			t.Errorf("open %d: state %s after PowerUp", i, st)
 		}
 		if _, _, err := r.Controller.ChannelPair(ep.LoopbackName); err != nil {

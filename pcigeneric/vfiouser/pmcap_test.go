@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/loopback"
+	mhiwire "github.com/gomhi/gomhi/mhi/wire"
 )
 
 // TestPMCapability: PMCSR takes D0 and D3hot and refuses D1 and D2 (not
@@ -130,10 +130,10 @@ func TestBootAndAutoSuspendOverVFIOUser(t *testing.T) {
 	m := dev.Modem()
 	for round := 1; round <= 2; round++ {
 		deadline := time.Now().Add(5 * time.Second)
-		for m.State() != mhi.StateM3 && time.Now().Before(deadline) {
+		for m.State() != mhiwire.StateM3 && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
-		if m.State() != mhi.StateM3 {
+		if m.State() != mhiwire.StateM3 {
 			t.Fatalf("round %d: modem in %s after the idle time", round, m.State())
 		}
 		res, err := lb.Run(loopback.RunOptions{Count: 4, MinSize: 1, MaxSize: 1000})

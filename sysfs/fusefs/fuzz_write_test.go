@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/testenv/fuzzcheck"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/sysfs"
 	"github.com/gomhi/gomhi/sysfs/sysfstest"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -183,7 +183,7 @@ func settle(t *testing.T, dev sysfstest.Device) {
 	for {
 		st, _ := dev.Mock.Controller.State()
 		posted := dev.Net.Stats().RxPosted
-		if st == mhi.StateM0 && posted > 0 {
+		if st == wire.StateM0 && posted > 0 {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -20,6 +20,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/testenv/reexec"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/sysfs"
 	"github.com/gomhi/gomhi/sysfs/genl"
@@ -63,7 +64,7 @@ func waitM0(t testing.TB, c *mhi.Controller) {
 	for c.PMState() != "M0" && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if st, ee := c.State(); st != mhi.StateM0 || ee != mhi.EEAMSS || c.PMState() != "M0" {
+	if st, ee := c.State(); st != wire.StateM0 || ee != wire.EEAMSS || c.PMState() != "M0" {
 		t.Fatalf("after the dump: %s/%s (pm %s)", st, ee, c.PMState())
 	}
 }

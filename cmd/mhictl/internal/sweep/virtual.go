@@ -13,6 +13,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/simclock"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
@@ -455,7 +456,7 @@ func waitDownlinkRunning(ctx context.Context, d *ep.Device, pair string, limit t
 		return fmt.Errorf("sweep: the modem has no pipe %s", pair)
 	}
 	deadline := time.Now().Add(limit)
-	for pipe.DownlinkState() != mhi.ChannelRunning {
+	for pipe.DownlinkState() != wire.ChannelRunning {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("sweep: the modem's downlink of %s is %s after %v", pair, pipe.DownlinkState(), limit)
 		}

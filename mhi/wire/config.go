@@ -1,4 +1,4 @@
-package mhi
+package wire
 
 import (
 	"fmt"
@@ -69,7 +69,8 @@ type EventRingConfig struct {
 }
 
 // ControllerConfig is a modem's static MHI configuration: its channels and
-// event rings. It is plain data; a Controller is built from it.
+// event rings. It is plain data, from a device-table entry (pcigeneric): the
+// host builds its mhi.Controller from it and the mock modem its ep.Device.
 type ControllerConfig struct {
 	MaxChannels     int
 	Timeout         time.Duration // command and state timeout

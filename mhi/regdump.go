@@ -1,11 +1,13 @@
 package mhi
 
+import "github.com/gomhi/gomhi/mhi/wire"
+
 // BHIInfo is what the host reads from the BHI block before using a device.
 type BHIInfo struct {
-	ExecEnv      ExecEnv    `json:"ee"`
-	SerialNumber uint32     `json:"serial_number"`
-	OEMPKHash    [16]uint32 `json:"oem_pk_hash"`
-	Version      [2]uint32  `json:"version"` // major, minor
+	ExecEnv      wire.ExecEnv `json:"ee"`
+	SerialNumber uint32       `json:"serial_number"`
+	OEMPKHash    [16]uint32   `json:"oem_pk_hash"`
+	Version      [2]uint32    `json:"version"` // major, minor
 }
 
 // ReadBHI reads the execution environment, serial number and OEM public-key
@@ -16,23 +18,23 @@ func (c *Controller) ReadBHI() (BHIInfo, error) {
 	if err != nil {
 		return info, err
 	}
-	v, err := c.read(bhi + BHIExecEnv)
+	v, err := c.read(bhi + wire.BHIExecEnv)
 	if err != nil {
 		return info, err
 	}
-	info.ExecEnv = ExecEnv(v)
-	if info.SerialNumber, err = c.read(bhi + BHISerialNum); err != nil {
+	info.ExecEnv = wire.ExecEnv(v)
+	if info.SerialNumber, err = c.read(bhi + wire.BHISerialNum); err != nil {
 		return info, err
 	}
 	for i := range info.OEMPKHash {
-		if info.OEMPKHash[i], err = c.read(bhi + BHIOEMPKHash0 + uint32(4*i)); err != nil {
+		if info.OEMPKHash[i], err = c.read(bhi + wire.BHIOEMPKHash0 + uint32(4*i)); err != nil {
 			return info, err
 		}
 	}
-	if info.Version[0], err = c.read(bhi + BHIVersionMajor); err != nil {
+	if info.Version[0], err = c.read(bhi + wire.BHIVersionMajor); err != nil {
 		return info, err
 	}
-	if info.Version[1], err = c.read(bhi + BHIVersionMinor); err != nil {
+	if info.Version[1], err = c.read(bhi + wire.BHIVersionMinor); err != nil {
 		return info, err
 	}
 	return info, nil
@@ -51,8 +53,8 @@ type RegValue struct {
 // BHIOFF passes the checks of power-up; otherwise the MHI registers are
 // returned with an error wrapping ErrBadDevice.
 func (c *Controller) RegDump() ([]RegValue, error) {
-	out := make([]RegValue, 0, len(MHIRegisters)+len(BHIRegisters))
-	for _, r := range MHIRegisters {
+	out := make([]RegValue, 0, len(wire.MHIRegisters)+len(wire.BHIRegisters))
+	for _, r := range wire.MHIRegisters {
 		v, err := c.read(r.Offset)
 		if err != nil {
 			return out, err
@@ -63,7 +65,7 @@ func (c *Controller) RegDump() ([]RegValue, error) {
 	if err != nil {
 		return out, err
 	}
-	for _, r := range BHIRegisters {
+	for _, r := range wire.BHIRegisters {
 		v, err := c.read(bhi + r.Offset)
 		if err != nil {
 			return out, err
@@ -76,7 +78,7 @@ func (c *Controller) RegDump() ([]RegValue, error) {
 // bhiBlock reads MHIREGLEN and BHIOFF now and returns BHIOFF once the whole
 // BHI block is known to lie inside the register space (see checkBlock).
 func (c *Controller) bhiBlock() (uint32, error) {
-	regLen, err := c.read(RegMHIREGLEN)
+	regLen, err := c.read(wire.RegMHIREGLEN)
 	if err != nil {
 		return 0, err
 	}
@@ -84,11 +86,11 @@ func (c *Controller) bhiBlock() (uint32, error) {
 	if err := c.checkRegLen(regLen, bar); err != nil {
 		return 0, err
 	}
-	bhi, err := c.read(RegBHIOFF)
+	bhi, err := c.read(wire.RegBHIOFF)
 	if err != nil {
 		return 0, err
 	}
-	if err := c.checkBlock("BHIOFF", bhi, BHISize, regLen, bar); err != nil {
+	if err := c.checkBlock("BHIOFF", bhi, wire.BHISize, regLen, bar); err != nil {
 		return 0, err
 	}
 	return bhi, nil

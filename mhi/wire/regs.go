@@ -1,4 +1,4 @@
-package mhi
+package wire
 
 // MHI control register offsets in the MHI BAR, as seen by the host.
 const (
@@ -61,55 +61,6 @@ const SOCResetReqBit = 1
 // MHIVersion1 is the MHIVER value of an MHI 1.0 device.
 const MHIVersion1 = 0x01000000
 
-// BHI register offsets, relative to BHIOFF.
-const (
-	BHIVersionMinor = 0x00
-	BHIVersionMajor = 0x04
-	BHIImgAddrLow   = 0x08
-	BHIImgAddrHigh  = 0x0C
-	BHIImgSize      = 0x10
-	BHIImgTxDB      = 0x18
-	BHIIntVec       = 0x20
-	BHIExecEnv      = 0x28
-	BHIStatus       = 0x2C
-	BHIErrCode      = 0x30
-	BHIErrDbg1      = 0x34
-	BHIErrDbg2      = 0x38
-	BHIErrDbg3      = 0x3C
-	BHISerialNum    = 0x40
-	BHISBLAntiRollV = 0x44
-	BHINumSeg       = 0x48
-	BHIMSMHWID0     = 0x4C // six registers, 4 bytes apart
-	BHIOEMPKHash0   = 0x64 // sixteen registers, 4 bytes apart
-	BHISize         = 0xC8 // bytes the BHI block spans
-
-	BHIMSMHWIDCount  = 6
-	BHIOEMPKHashRegs = 16
-
-	BHIStatusMask    = 0xC0000000
-	BHIStatusShift   = 30
-	BHIStatusReset   = 0
-	BHIStatusSuccess = 2
-	BHIStatusError   = 3
-	BHITxDBSeqMask   = 0x3FFFFFFF
-)
-
-// BHIe register offsets, relative to BHIEOFF.
-const (
-	BHIEMSMSOCID      = 0x00
-	BHIETxVecAddrLow  = 0x2C
-	BHIETxVecAddrHigh = 0x30
-	BHIETxVecSize     = 0x34
-	BHIETxVecDB       = 0x3C
-	BHIETxVecStatus   = 0x44
-	BHIERxVecAddrLow  = 0x60
-	BHIERxVecAddrHigh = 0x64
-	BHIERxVecSize     = 0x68
-	BHIERxVecDB       = 0x70
-	BHIERxVecStatus   = 0x78
-	BHIESize          = 0x80
-)
-
 // DoorbellStride is the distance in bytes between two doorbells of an array.
 const DoorbellStride = 8
 
@@ -157,24 +108,4 @@ var MHIRegisters = []Register{
 	{"MHIDATALIMIT_HIGHER", RegMHIDATALIMITHigher, "mhi"},
 	{"MHI_SOC_RESET_REQ", RegSOCRESETREQ, "mhi"},
 	{"SOC_HW_VERSION", RegSOCHWVERSION, "mhi"},
-}
-
-// BHIRegisters lists the BHI registers (offsets relative to BHIOFF).
-var BHIRegisters = []Register{
-	{"BHI_BHIVERSION_MINOR", BHIVersionMinor, "bhi"},
-	{"BHI_BHIVERSION_MAJOR", BHIVersionMajor, "bhi"},
-	{"BHI_IMGADDR_LOW", BHIImgAddrLow, "bhi"},
-	{"BHI_IMGADDR_HIGH", BHIImgAddrHigh, "bhi"},
-	{"BHI_IMGSIZE", BHIImgSize, "bhi"},
-	{"BHI_IMGTXDB", BHIImgTxDB, "bhi"},
-	{"BHI_INTVEC", BHIIntVec, "bhi"},
-	{"BHI_EXECENV", BHIExecEnv, "bhi"},
-	{"BHI_STATUS", BHIStatus, "bhi"},
-	{"BHI_ERRCODE", BHIErrCode, "bhi"},
-	{"BHI_ERRDBG1", BHIErrDbg1, "bhi"},
-	{"BHI_ERRDBG2", BHIErrDbg2, "bhi"},
-	{"BHI_ERRDBG3", BHIErrDbg3, "bhi"},
-	{"BHI_SERIALNU", BHISerialNum, "bhi"},
-	{"BHI_SBLANTIROLLVER", BHISBLAntiRollV, "bhi"},
-	{"BHI_NUMSEG", BHINumSeg, "bhi"},
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // ErrFirmware: a firmware download failed: no image for the device's EE,
@@ -18,10 +20,10 @@ var ErrFirmware = errors.New("mhi: firmware download failed")
 // Linux's mhi_fw_load_handler does with a controller's fw_image and
 // edl_image.
 type Firmware struct {
-	// Load returns the image for the EE the device waits in: EEPBL, the
-	// boot loader (Linux's fw_image, e.g. qcom/sdx55m/sbl1.mbn); EEEDL, the
+	// Load returns the image for the EE the device waits in: wire.EEPBL, the
+	// boot loader (Linux's fw_image, e.g. qcom/sdx55m/sbl1.mbn); wire.EEEDL, the
 	// flash programmer (edl_image). name is used in messages.
-	Load func(ee ExecEnv) (name string, image []byte, err error)
+	Load func(ee wire.ExecEnv) (name string, image []byte, err error)
 	// FullImage is Linux's fbc_download: the first SBLSize bytes of the
 	// PBL image go over BHI, the whole image over BHIe once the device
 	// announces EE SBL.
@@ -37,16 +39,12 @@ type Firmware struct {
 // or Options.RDDMSegmentSize says otherwise.
 const DefaultSegmentSize = 512 << 10
 
-// VectorEntrySize is the size of a BHIe vector-table entry: the segment's
-// IOVA and its size, both 64-bit little-endian.
-const VectorEntrySize = 16
-
 // randomSeq returns a random non-zero 30-bit session or sequence id.
 func randomSeq() uint32 {
 	var b [4]byte
 	for {
 		_, _ = rand.Read(b[:])
-		if v := binary.LittleEndian.Uint32(b[:]) & BHITxDBSeqMask; v != 0 {
+		if v := binary.LittleEndian.Uint32(b[:]) & wire.BHITxDBSeqMask; v != 0 {
 			return v
 		}
 	}
@@ -57,7 +55,7 @@ func randomSeq() uint32 {
 // id written to IMGTXDB, then BHI_STATUS polled until the device reports
 // success or error. A device that does not answer in time gets a
 // function-level reset before the buffer is freed.
-func (c *Controller) loadBHI(ee ExecEnv) error {
+func (c *Controller) loadBHI(ee wire.ExecEnv) error {
 	fw := c.fw
 	if fw == nil || fw.Load == nil {
 		return fmt.Errorf("%s: device in %s needs a firmware download and no firmware is configured: %w: %w", c.name, ee, ErrWrongState, ErrFirmware)
@@ -70,7 +68,7 @@ func (c *Controller) loadBHI(ee ExecEnv) error {
 		return fmt.Errorf("%s: %s image %s of %d bytes: %w", c.name, ee, name, len(img), ErrFirmware)
 	}
 	size := len(img)
-	full := ee == EEPBL && fw.FullImage
+	full := ee == wire.EEPBL && fw.FullImage
 	if full && fw.SBLSize > 0 && fw.SBLSize < size {
 		size = fw.SBLSize
 	}
@@ -84,15 +82,15 @@ func (c *Controller) loadBHI(ee ExecEnv) error {
 	c.log.Info("downloading firmware over BHI", "image", name, "ee", ee, "bytes", size, "session", session)
 	start := time.Now()
 	err = c.bhiWrites([]regWrite{
-		{bhi + BHIStatus, 0},
-		{bhi + BHIImgAddrHigh, uint32(buf.IOVA >> 32)},
-		{bhi + BHIImgAddrLow, uint32(buf.IOVA)},
-		{bhi + BHIImgSize, uint32(size)},
-		{bhi + BHIImgTxDB, session},
+		{bhi + wire.BHIStatus, 0},
+		{bhi + wire.BHIImgAddrHigh, uint32(buf.IOVA >> 32)},
+		{bhi + wire.BHIImgAddrLow, uint32(buf.IOVA)},
+		{bhi + wire.BHIImgSize, uint32(size)},
+		{bhi + wire.BHIImgTxDB, session},
 	})
 	var st uint32
 	if err == nil {
-		st, err = c.pollReg(bhi+BHIStatus, c.Timeout(), true, func(v uint32) bool { return v&BHIStatusMask != 0 })
+		st, err = c.pollReg(bhi+wire.BHIStatus, c.Timeout(), true, func(v uint32) bool { return v&wire.BHIStatusMask != 0 })
 	}
 	if errors.Is(err, ErrTimeout) {
 		// The device may still read the image: stop it before the buffer
@@ -107,9 +105,9 @@ func (c *Controller) loadBHI(ee ExecEnv) error {
 		c.stats.FirmwareErrors.Add(1)
 		return err
 	}
-	switch (st & BHIStatusMask) >> BHIStatusShift {
-	case BHIStatusSuccess:
-	case BHIStatusError:
+	switch (st & wire.BHIStatusMask) >> wire.BHIStatusShift {
+	case wire.BHIStatusSuccess:
+	case wire.BHIStatusError:
 		c.stats.FirmwareErrors.Add(1)
 		return fmt.Errorf("%s: BHI download of %s (%d bytes) refused: %s: %w", c.name, name, size, c.bhiErrors(), ErrFirmware)
 	default:
@@ -141,7 +139,7 @@ func (c *Controller) bhiWrites(ws []regWrite) error {
 // bhiErrors reads ERRCODE and ERRDBG1-3 for a message, as Linux logs them.
 func (c *Controller) bhiErrors() string {
 	var v [4]uint32
-	for i, off := range []uint32{BHIErrCode, BHIErrDbg1, BHIErrDbg2, BHIErrDbg3} {
+	for i, off := range []uint32{wire.BHIErrCode, wire.BHIErrDbg1, wire.BHIErrDbg2, wire.BHIErrDbg3} {
 		v[i], _ = c.read(c.bhiOff + off)
 	}
 	return fmt.Sprintf("ERRCODE 0x%x ERRDBG1 0x%x ERRDBG2 0x%x ERRDBG3 0x%x", v[0], v[1], v[2], v[3])
@@ -150,11 +148,11 @@ func (c *Controller) bhiErrors() string {
 // bhieBlock reads and checks BHIEOFF: BHIe is used only for a full-image
 // download and RDDM, and the block must then lie in the register space.
 func (c *Controller) bhieBlock() (uint32, error) {
-	off, err := c.read(RegBHIEOFF)
+	off, err := c.read(wire.RegBHIEOFF)
 	if err != nil {
 		return 0, err
 	}
-	if err := c.checkBlock("BHIEOFF", off, BHIESize, c.regLen, c.barSize()); err != nil {
+	if err := c.checkBlock("BHIEOFF", off, wire.BHIESize, c.regLen, c.barSize()); err != nil {
 		return 0, err
 	}
 	return off, nil
@@ -187,14 +185,14 @@ func (c *Controller) newVectorTable(size, segSize int) (*vectorTable, error) {
 		}
 		vt.segs = append(vt.segs, b)
 	}
-	t, err := c.t.Alloc(n*VectorEntrySize, 64)
+	t, err := c.t.Alloc(n*wire.VectorEntrySize, 64)
 	if err != nil {
 		return fail(err)
 	}
 	vt.table = t
 	for i, s := range vt.segs {
-		binary.LittleEndian.PutUint64(t.Bytes[i*VectorEntrySize:], s.IOVA)
-		binary.LittleEndian.PutUint64(t.Bytes[i*VectorEntrySize+8:], uint64(len(s.Bytes)))
+		binary.LittleEndian.PutUint64(t.Bytes[i*wire.VectorEntrySize:], s.IOVA)
+		binary.LittleEndian.PutUint64(t.Bytes[i*wire.VectorEntrySize+8:], uint64(len(s.Bytes)))
 	}
 	return vt, nil
 }
@@ -217,12 +215,12 @@ func (c *Controller) freeVectorTable(vt *vectorTable) {
 // A status for another sequence is a stale one and is waited past.
 func (c *Controller) vecStatus(off, seq uint32, timeout time.Duration) (uint32, error) {
 	v, err := c.pollReg(off, timeout, true, func(v uint32) bool {
-		return v&BHIStatusMask != 0 && v&BHITxDBSeqMask == seq
+		return v&wire.BHIStatusMask != 0 && v&wire.BHITxDBSeqMask == seq
 	})
 	if err != nil {
 		return v, err
 	}
-	return (v & BHIStatusMask) >> BHIStatusShift, nil
+	return (v & wire.BHIStatusMask) >> wire.BHIStatusShift, nil
 }
 
 // loadBHIe downloads the full image over BHIe (the device announced EE
@@ -250,14 +248,14 @@ func (c *Controller) loadBHIe() error {
 	seq := randomSeq()
 	c.log.Info("downloading firmware over BHIe", "image", name, "bytes", len(img), "segments", len(vt.segs), "sequence", seq)
 	err = c.bhiWrites([]regWrite{
-		{bhie + BHIETxVecAddrHigh, uint32(vt.table.IOVA >> 32)},
-		{bhie + BHIETxVecAddrLow, uint32(vt.table.IOVA)},
-		{bhie + BHIETxVecSize, uint32(len(vt.table.Bytes))},
-		{bhie + BHIETxVecDB, seq},
+		{bhie + wire.BHIETxVecAddrHigh, uint32(vt.table.IOVA >> 32)},
+		{bhie + wire.BHIETxVecAddrLow, uint32(vt.table.IOVA)},
+		{bhie + wire.BHIETxVecSize, uint32(len(vt.table.Bytes))},
+		{bhie + wire.BHIETxVecDB, seq},
 	})
 	var st uint32
 	if err == nil {
-		st, err = c.vecStatus(bhie+BHIETxVecStatus, seq, c.Timeout())
+		st, err = c.vecStatus(bhie+wire.BHIETxVecStatus, seq, c.Timeout())
 	}
 	if errors.Is(err, ErrTimeout) {
 		if rerr := c.t.Reset(); rerr != nil {
@@ -270,7 +268,7 @@ func (c *Controller) loadBHIe() error {
 		c.stats.FirmwareErrors.Add(1)
 		return err
 	}
-	if st != BHIStatusSuccess {
+	if st != wire.BHIStatusSuccess {
 		c.stats.FirmwareErrors.Add(1)
 		return fmt.Errorf("%s: BHIe download of %s (%d bytes) refused (status %d): %s: %w", c.name, name, len(img), st, c.bhiErrors(), ErrFirmware)
 	}
@@ -279,18 +277,10 @@ func (c *Controller) loadBHIe() error {
 	return nil
 }
 
-// EDL trigger: the cookie a host writes to channel doorbell 91 (high half,
-// then low half) before a SoC reset to make the modem's PBL enter
-// emergency download, as Linux's mhi_pci_generic_edl_trigger does.
-const (
-	EDLCookie       = 0xEDEDEDED
-	EDLDoorbellSlot = 91
-)
-
 // EnterEDL asks the device to reboot into emergency download (EE EDL): it
 // writes the EDL cookie into channel doorbell 91 and requests a SoC reset.
 // The recovery that follows downloads the EDL image (Firmware.Load for
-// EEEDL, Linux's edl image) and waits for the programmer's EE (FP), whose
+// wire.EEEDL, Linux's edl image) and waits for the programmer's EE (FP), whose
 // channels (FIREHOSE) are then usable. The controller must be in M0.
 func (c *Controller) EnterEDL() error {
 	c.mu.Lock()
@@ -300,7 +290,7 @@ func (c *Controller) EnterEDL() error {
 		return fmt.Errorf("%s: EDL in state %s: %w", c.name, pm, ErrWrongState)
 	}
 	c.gate.RLock()
-	err := c.doorbell(c.chdb(EDLDoorbellSlot), EDLCookie)
+	err := c.doorbell(c.chdb(wire.EDLDoorbellSlot), wire.EDLCookie)
 	c.gate.RUnlock()
 	if err != nil {
 		return fmt.Errorf("%s: EDL cookie: %w", c.name, err)

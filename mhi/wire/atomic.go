@@ -1,4 +1,4 @@
-package mhi
+package wire
 
 import (
 	"encoding/binary"
@@ -6,9 +6,12 @@ import (
 	"unsafe"
 )
 
-// Fields shared with the device (context read and write pointers) are
-// accessed with single 32-bit atomic operations, the way MMIO-coherent
-// memory is accessed on real hardware. Offsets must be multiples of 4.
+// Fields that host and device both write (context read and write pointers,
+// the channel state word) are accessed with single 32-bit atomic
+// operations, the way MMIO-coherent memory is accessed on real hardware:
+// by the host on its own memory, by the device side's memory accessors
+// (the in-process slab, the vfio-user server's regions). Offsets must be
+// multiples of 4.
 
 // Load32 atomically loads the little-endian 32-bit word at b[off:].
 func Load32(b []byte, off int) uint32 {

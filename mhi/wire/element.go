@@ -1,4 +1,4 @@
-package mhi
+package wire
 
 import (
 	"encoding/binary"
