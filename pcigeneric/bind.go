@@ -28,7 +28,7 @@ type BindResult struct {
 // Errors wrap ErrBadAddress, ErrNoDevice, ErrNotModem, ErrVFIONotLoaded,
 // ErrPermission or ErrBindFailed.
 func Bind(root, address string) (BindResult, error) {
-	return sysfsWriter{write: writeAttr}.bind(root, address)
+	return kernelSysWriter{write: writeAttr}.bind(root, address)
 }
 
 // Unbind releases the modem at address: it clears driver_override and
@@ -37,12 +37,12 @@ func Bind(root, address string) (BindResult, error) {
 // it back. Errors wrap ErrBadAddress, ErrNoDevice, ErrNotModem,
 // ErrPermission or ErrBindFailed.
 func Unbind(root, address string, reprobe bool) (BindResult, error) {
-	return sysfsWriter{write: writeAttr}.unbind(root, address, reprobe)
+	return kernelSysWriter{write: writeAttr}.unbind(root, address, reprobe)
 }
 
-// sysfsWriter performs the attribute writes of Bind and Unbind. Tests
+// kernelSysWriter performs the kernel /sys attribute writes of Bind and Unbind. Tests
 // replace write with a fake kernel that also moves the driver link.
-type sysfsWriter struct {
+type kernelSysWriter struct {
 	write func(path, value string) error
 }
 
@@ -63,13 +63,13 @@ func writeAttr(path, value string) error {
 
 // target is a device ready for bind or unbind.
 type target struct {
-	paths  sysfsPaths
+	paths  kernelSysPaths
 	addr   string
 	dir    string
 	driver string
 }
 
-func (w sysfsWriter) prepare(root, address string) (target, error) {
+func (w kernelSysWriter) prepare(root, address string) (target, error) {
 	paths, err := resolveRoot(root)
 	if err != nil {
 		return target{}, err
@@ -92,7 +92,7 @@ func (w sysfsWriter) prepare(root, address string) (target, error) {
 }
 
 // set writes one attribute and turns the error into a clear one.
-func (w sysfsWriter) set(t target, path, value, what string) error {
+func (w kernelSysWriter) set(t target, path, value, what string) error {
 	err := w.write(path, value)
 	if err == nil {
 		return nil
@@ -111,7 +111,7 @@ func (w sysfsWriter) set(t target, path, value, what string) error {
 	}
 }
 
-func (w sysfsWriter) bind(root, address string) (BindResult, error) {
+func (w kernelSysWriter) bind(root, address string) (BindResult, error) {
 	t, err := w.prepare(root, address)
 	if err != nil {
 		return BindResult{}, err
@@ -157,12 +157,12 @@ func (w sysfsWriter) bind(root, address string) (BindResult, error) {
 // restore undoes a half-done bind: clear the override and let the bus find
 // the device's usual driver again. Errors are ignored; the caller reports
 // the one that made it give up.
-func (w sysfsWriter) restore(t target) {
+func (w kernelSysWriter) restore(t target) {
 	_ = w.write(filepath.Join(t.dir, "driver_override"), "\n")
 	_ = w.write(filepath.Join(t.paths.bus, "drivers_probe"), t.addr)
 }
 
-func (w sysfsWriter) unbind(root, address string, reprobe bool) (BindResult, error) {
+func (w kernelSysWriter) unbind(root, address string, reprobe bool) (BindResult, error) {
 	t, err := w.prepare(root, address)
 	if err != nil {
 		return BindResult{}, err

@@ -158,7 +158,7 @@ func TestBind(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			root := copyTree(t, tt.tree)
 			k := &fakeKernel{t: t, root: root, defaultDriver: "mhi-pci-generic", fail: tt.fail}
-			res, err := sysfsWriter{write: k.write}.bind(root, tt.addr)
+			res, err := kernelSysWriter{write: k.write}.bind(root, tt.addr)
 			if !errors.Is(err, tt.err) || (tt.err == nil) != (err == nil) {
 				t.Fatalf("err = %v, want %v", err, tt.err)
 			}
@@ -254,7 +254,7 @@ func TestUnbind(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			root := copyTree(t, "server")
 			k := &fakeKernel{t: t, root: root, defaultDriver: "mhi-pci-generic", fail: tt.fail}
-			res, err := sysfsWriter{write: k.write}.unbind(root, tt.addr, tt.reprobe)
+			res, err := kernelSysWriter{write: k.write}.unbind(root, tt.addr, tt.reprobe)
 			if !errors.Is(err, tt.err) || (tt.err == nil) != (err == nil) {
 				t.Fatalf("err = %v, want %v", err, tt.err)
 			}

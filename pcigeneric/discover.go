@@ -37,24 +37,25 @@ import (
 // DefaultRoot is the usual sysfs mount point.
 const DefaultRoot = "/sys"
 
-// sysfsPaths locates the PCI bus inside a sysfs root.
-type sysfsPaths struct {
+// kernelSysPaths locates the PCI bus inside the kernel's /sys (not
+// gomhi's own attribute tree, package sysfs).
+type kernelSysPaths struct {
 	devices string // …/bus/pci/devices
 	bus     string // …/bus/pci (drivers/, drivers_probe)
 }
 
 // resolveRoot accepts either a sysfs mount point (containing bus/pci/devices)
 // or the PCI devices directory itself (…/bus/pci/devices).
-func resolveRoot(root string) (sysfsPaths, error) {
+func resolveRoot(root string) (kernelSysPaths, error) {
 	if root == "" {
 		root = DefaultRoot
 	}
-	candidates := []sysfsPaths{{
+	candidates := []kernelSysPaths{{
 		devices: filepath.Join(root, "bus", "pci", "devices"),
 		bus:     filepath.Join(root, "bus", "pci"),
 	}}
 	if filepath.Base(filepath.Clean(root)) == "devices" {
-		candidates = append(candidates, sysfsPaths{devices: root, bus: filepath.Dir(filepath.Clean(root))})
+		candidates = append(candidates, kernelSysPaths{devices: root, bus: filepath.Dir(filepath.Clean(root))})
 	}
 	var firstErr error
 	for _, c := range candidates {
@@ -69,7 +70,7 @@ func resolveRoot(root string) (sysfsPaths, error) {
 			firstErr = err
 		}
 	}
-	return sysfsPaths{}, fmt.Errorf("%w: sysfs root %s: %w", ErrNoSysfs, root, firstErr)
+	return kernelSysPaths{}, fmt.Errorf("%w: sysfs root %s: %w", ErrNoSysfs, root, firstErr)
 }
 
 // State says what stands between a modem and a VFIO user-space driver.
@@ -221,7 +222,7 @@ func DeviceAt(root, address string) (*Modem, error) {
 	return m, nil
 }
 
-func deviceExists(paths sysfsPaths, addr string) error {
+func deviceExists(paths kernelSysPaths, addr string) error {
 	_, err := os.Stat(filepath.Join(paths.devices, addr))
 	switch {
 	case err == nil:
@@ -235,7 +236,7 @@ func deviceExists(paths sysfsPaths, addr string) error {
 
 // probe reads one device. It returns the modem (nil if the device is not in
 // the table or cannot be identified) and the problems met on the way.
-func probe(paths sysfsPaths, addr string) (*Modem, []*DeviceError) {
+func probe(paths kernelSysPaths, addr string) (*Modem, []*DeviceError) {
 	dir := filepath.Join(paths.devices, addr)
 	p, err := pci.OnePCI(dir)
 	if err != nil {
@@ -302,7 +303,7 @@ const (
 )
 
 // advise works out the modem's state and the hint that goes with it.
-func advise(paths sysfsPaths, m *Modem) (State, string) {
+func advise(paths kernelSysPaths, m *Modem) (State, string) {
 	switch {
 	case m.IOMMUGroup == "":
 		return StateNoIOMMU, "no IOMMU group: enable the IOMMU (intel_iommu=on or amd_iommu=on) or use VFIO no-IOMMU mode"
@@ -315,7 +316,7 @@ func advise(paths sysfsPaths, m *Modem) (State, string) {
 	}
 }
 
-func vfioLoaded(paths sysfsPaths) bool {
+func vfioLoaded(paths kernelSysPaths) bool {
 	fi, err := os.Stat(filepath.Join(paths.bus, "drivers", vfioDriver))
 	return err == nil && fi.IsDir()
 }

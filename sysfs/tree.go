@@ -3,7 +3,9 @@
 // modelled on /sys/bus/mhi/devices and the MHI debugfs. Each attribute has a
 // type, validation and permissions. The same tree is served as a FUSE file
 // tree (package sysfs/fusefs) and as the generic-netlink family "mhi"
-// (package sysfs/genl); neither holds state of its own.
+// (package sysfs/genl); neither holds state of its own. The name is the
+// model's: this is gomhi's own tree, never the kernel's /sys (which
+// pcigeneric reads and writes to find and bind modems).
 package sysfs
 
 import (
