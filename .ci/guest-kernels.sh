@@ -15,7 +15,7 @@
 # usr/lib/modules/<version>/vmlinuz) and linux-modules-*. The script
 # unpacks all of them and decompresses the modules the tests load (MHI,
 # WWAN, GNSS, mhi_net) next to the .ko.xz files, so the guest's busybox
-# insmod needs no xz; pcigeneric/internal/qemuguest finds either layout.
+# insmod needs no xz; internal/labvm finds either layout.
 #
 # Usage: guest-kernels.sh CACHE-DIR. $GOMHI_KERNEL_TRIXIE_DIR and
 # $GOMHI_KERNEL_TRIXIE_BACKPORTS_DIR name other folders (then nothing is
@@ -48,7 +48,7 @@ kernel_ok() {
 # pvh_vmlinux DIR: the uncompressed kernel (boot/vmlinux-<release>) next to
 # the bzImage, taken out of it once. QEMU boots such an ELF through its PVH
 # entry point, which saves the bzImage's decompression under TCG (about a
-# quarter of a boot here); qemuguest uses it when it has the PVH note, the
+# quarter of a boot here); labvm uses it when it has the PVH note, the
 # bzImage otherwise. The newer Debian images are zstd- or xz-compressed.
 pvh_vmlinux() {
 	local img rel out off

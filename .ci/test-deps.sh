@@ -15,11 +15,11 @@
 #   busybox/         bookworm's busybox-static (bin/busybox), the guests'
 #                    userland
 #
-# The initramfs is packed in Go (pcigeneric/internal/qemuguest), so no cpio.
+# The initramfs is packed in Go (internal/labvm), so no cpio.
 #
 # The cache folder is $GOMHI_CACHE_DIR, else /var/cache/gomhi for root,
 # else gomhi in the user's cache folder ($XDG_CACHE_HOME or ~/.cache);
-# qemuguest.CacheDir computes the same. Per component: $GOMHI_QEMU (a
+# labvm.CacheDir computes the same. Per component: $GOMHI_QEMU (a
 # qemu-system-x86_64 to use instead of the bundle), $GOMHI_QEMU_DIR,
 # $GOMHI_VFIO_KERNEL_DIR, $GOMHI_BUSYBOX (a static busybox). Mirrors:
 # $GOMHI_DEBIAN_MIRROR and $GOMHI_DEBIAN_SECURITY_MIRROR, else the first

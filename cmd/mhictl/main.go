@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -13,11 +14,21 @@ import (
 
 func main() {
 	if err := newRootCmd().Execute(); err != nil {
+		status := 1
+		var es *exitStatusError
+		if errors.As(err, &es) {
+			// A status set on purpose ('lab run' passes its script's on):
+			// printed only when there is something to say.
+			status = es.status
+			if es.err == nil {
+				os.Exit(status)
+			}
+		}
 		prio := ""
 		if stderrIsJournal() {
 			prio = "<3>" // the journal's error priority
 		}
 		fmt.Fprintln(os.Stderr, prio+"mhictl:", err)
-		os.Exit(1)
+		os.Exit(status)
 	}
 }

@@ -53,6 +53,7 @@ func newRootCmd() *cobra.Command {
 		newDumpCmd(g),
 		newSuspendCmd(),
 		newResumeCmd(),
+		newLabCmd(g),
 	)
 	return root
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/internal/labvm"
 	"github.com/gomhi/gomhi/pcigeneric/internal/qemuguest"
 )
 
@@ -23,7 +24,7 @@ import (
 // Requirements (make test-deps, run by make test, prepares them without
 // root): a QEMU with the edu and intel-iommu devices (the QEMU 11.1 bundle
 // of the Linux-driver tests, else qemu-system-x86_64 from $PATH), a static
-// busybox and the cloud kernel, in qemuguest.CacheDir. Without them the
+// busybox and the cloud kernel, in labvm.CacheDir. Without them the
 // tests skip and say what is missing; with CI=true they fail instead. Both
 // tests are skipped in -short mode. See docs/VFIO.md.
 
@@ -102,7 +103,7 @@ func verdict(log string) string {
 // or skips the test saying what is missing (fails it with CI=true).
 func qemuEnv(t *testing.T) *qemuguest.Env {
 	t.Helper()
-	return qemuguest.Find(t, qemuguest.Options{Modules: vfioModules})
+	return qemuguest.Find(t, labvm.Options{Modules: vfioModules})
 }
 
 // initScript is the guest's /init: mount the pseudo file systems, load the
@@ -131,7 +132,7 @@ func boot(t *testing.T, e *qemuguest.Env, args ...string) string {
 		names[i] = filepath.Base(m)
 	}
 	start := time.Now()
-	initrd := e.Build(t, t.TempDir(), qemuguest.Initramfs{
+	initrd := e.Build(t, t.TempDir(), labvm.Initramfs{
 		Init:     fmt.Sprintf(initScript, strings.Join(names, " "), strings.Join(args, " ")),
 		Modules:  vfioModules,
 		Programs: map[string]string{"bin/edutest": "./pcigeneric/vfio/internal/edutest"},
@@ -139,7 +140,7 @@ func boot(t *testing.T, e *qemuguest.Env, args ...string) string {
 	tBuild := time.Since(start)
 	// QEMU's stderr carries the vIOMMU's fault reports of the negative DMA
 	// check, which are expected.
-	res := e.Run(context.Background(), qemuguest.Boot{
+	res := e.Run(context.Background(), labvm.Boot{
 		Args: []string{"-machine", "q35,kernel-irqchip=split", "-accel", "tcg",
 			"-m", "256", "-smp", "1",
 			"-device", "intel-iommu,intremap=on", "-device", "edu"},

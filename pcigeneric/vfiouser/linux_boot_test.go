@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gomhi/gomhi/internal/labvm"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/testenv/logbuf"
 	mhiwire "github.com/gomhi/gomhi/mhi/wire"
@@ -100,12 +101,12 @@ finish
 // 6.1).
 func bootEnv(t *testing.T, firmware []byte) *linuxKernel {
 	t.Helper()
-	ks := qemuguest.Kernels()
+	ks := labvm.Kernels()
 	if len(ks) == 0 {
 		t.Fatal("no guest kernel in the matrix")
 	}
 	k := ks[0]
-	env := qemuguest.Find(t, qemuguest.Options{VFIOUser: true, Modules: linuxModules, KernelDir: k.Dir})
+	env := qemuguest.Find(t, labvm.Options{VFIOUser: true, Modules: linuxModules, KernelDir: k.Dir})
 	fw := filepath.Join(t.TempDir(), "sbl1.mbn")
 	if err := os.WriteFile(fw, firmware, 0o644); err != nil {
 		t.Fatal(err)
@@ -114,7 +115,7 @@ func bootEnv(t *testing.T, firmware []byte) *linuxKernel {
 	for i, m := range linuxModules {
 		names[i] = filepath.Base(m)
 	}
-	initrd := env.Build(t, t.TempDir(), qemuguest.Initramfs{
+	initrd := env.Build(t, t.TempDir(), labvm.Initramfs{
 		Init:    fmt.Sprintf(bootInit, strings.Join(names, " ")),
 		Modules: linuxModules,
 		Files:   map[string]string{sdx55Firmware: fw},

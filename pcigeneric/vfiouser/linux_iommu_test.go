@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/internal/labvm"
 	"github.com/gomhi/gomhi/pcigeneric/internal/qemuguest"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 )
@@ -23,7 +24,7 @@ import (
 // "error reply on async request: command 3 error Invalid argument"). Every
 // message must be answered without an error.
 func TestIOMMUGuestPowerOff(t *testing.T) {
-	env := qemuguest.Find(t, qemuguest.Options{VFIOUser: true})
+	env := qemuguest.Find(t, labvm.Options{VFIOUser: true})
 	dev, err := vfiouser.NewServerDevice(vfiouser.DeviceOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +32,7 @@ func TestIOMMUGuestPowerOff(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "modem.sock")
 	stop := serve(t, sock, dev)
-	initrd := env.Build(t, dir, qemuguest.Initramfs{Init: `#!/bin/busybox sh
+	initrd := env.Build(t, dir, labvm.Initramfs{Init: `#!/bin/busybox sh
 /bin/busybox mount -t proc proc /proc
 /bin/busybox mount -t sysfs sys /sys
 for d in /sys/bus/pci/devices/*; do
@@ -42,7 +43,7 @@ for d in /sys/bus/pci/devices/*; do
 done
 /bin/busybox poweroff -f
 `})
-	res := env.Run(context.Background(), qemuguest.Boot{
+	res := env.Run(context.Background(), labvm.Boot{
 		Args: []string{"-machine", "q35,kernel-irqchip=split,memory-backend=mem", "-accel", "tcg",
 			"-object", "memory-backend-memfd,id=mem,size=256M,share=on", "-m", "256", "-smp", "1",
 			"-device", "intel-iommu,intremap=on,caching-mode=on",

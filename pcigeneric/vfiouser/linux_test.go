@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/internal/labvm"
 	"github.com/gomhi/gomhi/mhi/ep"
 	mhiwire "github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
@@ -32,7 +33,7 @@ import (
 // the generator, taking the modem's counters) and gives the verdict from
 // the guest's checks and the modem's counters together.
 //
-// Each test runs on a kernel matrix (qemuguest.Kernels): Debian
+// Each test runs on a kernel matrix (labvm.Kernels): Debian
 // bookworm's 6.1, trixie's 6.12 and the newest of trixie-backports (7.x),
 // one subtest per kernel, sharing one initramfs per kernel. The kernels
 // differ in what they ask of the device: 6.12 and later bind IP_SW0 as
@@ -42,7 +43,7 @@ import (
 // Requirements: QEMU >= 10.1 with vfio-user-pci, the kernels and a static
 // busybox; make test-deps (run by make test) unpacks trixie-backports'
 // QEMU 11.1, bookworm's busybox and the three kernels into
-// qemuguest.CacheDir, no root needed. Without them the tests skip saying
+// labvm.CacheDir, no root needed. Without them the tests skip saying
 // what is missing; with CI=true they fail. See docs/LINUX-DRIVER.md.
 
 // linuxModules are the kernel's MHI and WWAN modules, in insmod order
@@ -235,7 +236,7 @@ finish
 // busybox, the kernel and the initramfs built for it (its modules,
 // /init, the guest probe).
 type linuxKernel struct {
-	qemuguest.Kernel
+	labvm.Kernel
 	env    *qemuguest.Env
 	initrd string
 }
@@ -253,13 +254,13 @@ type kernelSet int
 
 const (
 	allKernels          kernelSet = iota
-	oldestNewestKernels           // the first and the last of qemuguest.Kernels
+	oldestNewestKernels           // the first and the last of labvm.Kernels
 )
 
 // forEachKernel runs f as a subtest per kernel of set (named after its
 // Debian suite), each with that kernel's environment and initramfs.
 func forEachKernel(t *testing.T, set kernelSet, f func(t *testing.T, k *linuxKernel)) {
-	ks := qemuguest.Kernels()
+	ks := labvm.Kernels()
 	for i, k := range ks {
 		if set == oldestNewestKernels && i != 0 && i != len(ks)-1 {
 			continue
@@ -271,9 +272,9 @@ func forEachKernel(t *testing.T, set kernelSet, f func(t *testing.T, k *linuxKer
 // linuxKernelEnv finds QEMU with vfio-user, kernel k with the MHI modules
 // and busybox (or skips, failing under CI=true), and builds the guest's
 // initramfs for k once per run.
-func linuxKernelEnv(t *testing.T, k qemuguest.Kernel) *linuxKernel {
+func linuxKernelEnv(t *testing.T, k labvm.Kernel) *linuxKernel {
 	t.Helper()
-	env := qemuguest.Find(t, qemuguest.Options{VFIOUser: true, Modules: linuxModules, KernelDir: k.Dir})
+	env := qemuguest.Find(t, labvm.Options{VFIOUser: true, Modules: linuxModules, KernelDir: k.Dir})
 	guestImages.Lock()
 	defer guestImages.Unlock()
 	if lk := guestImages.kernels[k.Name]; lk != nil && lk.env.Kernel == env.Kernel {
@@ -299,7 +300,7 @@ func linuxKernelEnv(t *testing.T, k qemuguest.Kernel) *linuxKernel {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	initrd := env.Build(t, dir, qemuguest.Initramfs{
+	initrd := env.Build(t, dir, labvm.Initramfs{
 		Init:     fmt.Sprintf(linuxInit, strings.Join(names, " ")),
 		Modules:  mods,
 		Programs: map[string]string{"bin/guestprobe": "./pcigeneric/vfiouser/internal/guestprobe"},
@@ -425,7 +426,7 @@ func (r *guestRun) run(t *testing.T, k *linuxKernel, extraAppend string) {
 	qctx, qcancel := context.WithCancel(context.Background())
 	defer qcancel()
 	start := time.Now()
-	res := k.env.Run(qctx, qemuguest.Boot{
+	res := k.env.Run(qctx, labvm.Boot{
 		Args: []string{"-machine", "q35,memory-backend=mem", "-accel", "tcg",
 			"-object", "memory-backend-memfd,id=mem,size=256M,share=on", "-m", "256", "-smp", "1",
 			"-device", fmt.Sprintf(`{"driver":"vfio-user-pci","id":"mhi0","socket":{"type":"unix","path":%q}}`, sock),

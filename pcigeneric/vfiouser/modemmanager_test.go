@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/internal/labvm"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 	mhiwire "github.com/gomhi/gomhi/mhi/wire"
@@ -51,7 +52,7 @@ var mmLogDir = flag.String("mm.logdir", "", "TestModemManager…, TestNetworkMan
 
 // mmBootModules are what the initramfs loads before it switches to the
 // Debian root: the virtio disk.
-var mmBootModules = qemuguest.VirtioBlkModules
+var mmBootModules = labvm.VirtioBlkModules
 
 // mmInitramfs is the initramfs' /init: it mounts the Debian root file
 // system from the virtio disk, copies the test's files into it and
@@ -413,7 +414,7 @@ func (r *mmRun) mark(t *testing.T, step string) mmSnap {
 // run serves the modem, boots the guest and collects its logs.
 func (r *mmRun) run(t *testing.T) {
 	t.Helper()
-	env := qemuguest.Find(t, qemuguest.Options{VFIOUser: true, Modules: append(slices.Clone(linuxModules), mmBootModules...)})
+	env := qemuguest.Find(t, labvm.Options{VFIOUser: true, Modules: append(slices.Clone(linuxModules), mmBootModules...)})
 	image := qemuguest.FindRootFS(t)
 	dir := t.TempDir()
 	initPath := filepath.Join(dir, "init.sh")
@@ -428,7 +429,7 @@ func (r *mmRun) run(t *testing.T) {
 	for _, m := range linuxModules {
 		files["gomhi/"+filepath.Base(m)] = filepath.Join(env.Modules, m)
 	}
-	initrd := env.Build(t, dir, qemuguest.Initramfs{
+	initrd := env.Build(t, dir, labvm.Initramfs{
 		Init:     mmInitramfs,
 		Modules:  mmBootModules,
 		Files:    files,
@@ -479,17 +480,17 @@ func (r *mmRun) run(t *testing.T) {
 	args := []string{"-machine", "q35,memory-backend=mem", "-accel", "tcg",
 		"-object", "memory-backend-memfd,id=mem,size=512M,share=on", "-m", "512", "-smp", "1",
 		"-device", fmt.Sprintf(`{"driver":"vfio-user-pci","id":"mhi0","socket":{"type":"unix","path":%q}}`, sock)}
-	args = append(args, qemuguest.DiskArgs(image)...)
-	args = append(args, qemuguest.SerialFileArgs(mmLogPath)...)
+	args = append(args, labvm.DiskArgs(image)...)
+	args = append(args, labvm.SerialFileArgs(mmLogPath)...)
 	var nmLogPath string
 	if r.nm {
 		nmLogPath = logPath("networkmanager", "NetworkManager")
-		args = append(args, qemuguest.SerialPortFileArgs(2, nmLogPath)...)
+		args = append(args, labvm.SerialPortFileArgs(2, nmLogPath)...)
 	}
 	appendArgs := strings.TrimSpace(fmt.Sprintf("gomhi.iface=%s gomhi.apn=internet %s", r.model.iface, r.cmdline))
 
 	if *mmShell {
-		err := env.RunInteractive(context.Background(), qemuguest.Boot{Args: args, Initrd: initrd, Append: appendArgs + " gomhi.shell=1"})
+		err := env.RunInteractive(context.Background(), labvm.Boot{Args: args, Initrd: initrd, Append: appendArgs + " gomhi.shell=1"})
 		t.Logf("QEMU: %v; ModemManager's log is in %s", errText(err), mmLogPath)
 		return
 	}
@@ -499,7 +500,7 @@ func (r *mmRun) run(t *testing.T) {
 	}
 
 	start := time.Now()
-	res := env.Run(context.Background(), qemuguest.Boot{
+	res := env.Run(context.Background(), labvm.Boot{
 		Args:    args,
 		Initrd:  initrd,
 		Append:  appendArgs,

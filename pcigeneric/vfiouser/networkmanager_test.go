@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/internal/labvm"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/testenv"
-	"github.com/gomhi/gomhi/pcigeneric/internal/qemuguest"
 )
 
 // The NetworkManager test: the ModemManager guest (modemmanager_test.go)
@@ -187,7 +187,7 @@ func needNetworkManagerImage(t *testing.T) {
 	if testing.Short() {
 		return // qemuguest.Find skips
 	}
-	list := filepath.Join(filepath.Dir(qemuguest.RootFSImage()), "packages.txt")
+	list := filepath.Join(filepath.Dir(labvm.RootFSImage()), "packages.txt")
 	b, err := os.ReadFile(list)
 	if err != nil {
 		return // $GOMHI_MM_ROOTFS without a list: the guest checks
@@ -195,7 +195,7 @@ func needNetworkManagerImage(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^network-manager `).Match(b) {
 		err = fmt.Errorf("%s lists no network-manager", list)
 	}
-	testenv.Need(t, "a root file system with NetworkManager (rebuild it: "+qemuguest.SetupCommand+")", err)
+	testenv.Need(t, "a root file system with NetworkManager (rebuild it: "+labvm.SetupCommand+")", err)
 }
 
 // testNetworkManager runs the NetworkManager guest for one model and

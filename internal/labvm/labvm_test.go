@@ -1,4 +1,4 @@
-package qemuguest
+package labvm
 
 import (
 	"encoding/binary"

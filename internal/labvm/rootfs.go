@@ -1,4 +1,4 @@
-package qemuguest
+package labvm
 
 import (
 	"context"
@@ -7,9 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"testing"
-
-	"github.com/gomhi/gomhi/mhi/testenv"
 )
 
 // This file adds a Debian user space to the guest: the ModemManager test
@@ -38,10 +35,9 @@ var VirtioBlkModules = []string{
 	"kernel/drivers/block/virtio_blk.ko",
 }
 
-// FindRootFS returns the ModemManager guest's root file system image, or
-// skips the test (fails it with CI=true) saying how to build it.
-func FindRootFS(t testing.TB) string {
-	t.Helper()
+// FindRootFS returns the ModemManager guest's root file system image; an
+// error is a *MissingError saying how to build it.
+func FindRootFS() (string, error) {
 	img := RootFSImage()
 	var err error
 	if fi, serr := os.Stat(img); serr != nil {
@@ -49,8 +45,10 @@ func FindRootFS(t testing.TB) string {
 	} else if !fi.Mode().IsRegular() || fi.Size() == 0 {
 		err = fmt.Errorf("%s is not a file system image", img)
 	}
-	testenv.Need(t, "the ModemManager guest's Debian root file system (run: "+SetupCommand+")", err)
-	return img
+	if err != nil {
+		return "", &MissingError{"the ModemManager guest's Debian root file system", err}
+	}
+	return img, nil
 }
 
 // DiskArgs are the QEMU arguments attaching image as the guest's virtio

@@ -1,0 +1,568 @@
+// Package lab is `mhictl lab`: a hardware-free MHI test bench. It serves
+// the mock modem ('mhictl modem serve', a process of its own, as a user
+// would run it) to a QEMU guest as a vfio-user PCI device, boots a Linux
+// kernel there (Debian's 6.1, 6.12 or 7.x from the cache `make test-deps`
+// fills, or one the user built) whose own MHI drivers take the modem,
+// runs the user's script inside and returns its exit status — so `git
+// bisect run mhictl lab run …` bisects a kernel.
+//
+// The guest reports to the host on its console with lines that start
+// with "LAB-" (booted, script started, exit status); every other line is
+// the guest's console, streamed to the user.
+package lab
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gomhi/gomhi/internal/labvm"
+	"github.com/gomhi/gomhi/pcigeneric"
+)
+
+// Exit statuses of the lab itself, as git bisect run and timeout(1) read
+// them; any other status is the script's.
+const (
+	// ExitTimeout: --timeout passed before the script ended.
+	ExitTimeout = 124
+	// ExitLabFailed: the lab could not start or the guest never reached
+	// the script (git bisect run's "skip": this commit cannot be tested).
+	ExitLabFailed = 125
+)
+
+// Drivers and user lands the lab knows.
+const (
+	// DriverLinux: the guest kernel's own mhi_pci_generic and its client
+	// drivers take the modem.
+	DriverLinux = "linux"
+	// UserlandMinimal: busybox only.
+	UserlandMinimal = "minimal"
+)
+
+// Config is one lab run.
+type Config struct {
+	// Kernel is a kernel of the cache by version ("6.1", "6.12", "7.3":
+	// the cached kernel whose release starts with it) or Debian suite
+	// ("bookworm", "trixie", "trixie-backports"), or the path of a kernel
+	// image the user built, with Modules its lib/modules/<release>.
+	Kernel, Modules string
+	// Driver is DriverLinux (the default).
+	Driver string
+	// Userland is UserlandMinimal (the default).
+	Userland string
+	// Model is the device-table model the mock impersonates.
+	Model string
+	// ServeArgs are more flags for 'mhictl modem serve'.
+	ServeArgs []string
+	// Timeout bounds the whole run (0: 10 minutes).
+	Timeout time.Duration
+	// MemoryMB is the guest's memory (0: 256).
+	MemoryMB int
+	// Script is the shell script run in the guest, with Args.
+	Script string
+	Args   []string
+	// Shell gives the guest's console to the terminal (an interactive
+	// shell) instead of running Script.
+	Shell bool
+	// Mhictl is the mhictl executable that serves the modem.
+	Mhictl string
+	// Console receives the guest's console lines; Log the lab's own
+	// messages.
+	Console, Log io.Writer
+}
+
+// Summary is what a run reports (mhictl lab run --json).
+type Summary struct {
+	// ExitStatus is the script's, or ExitTimeout, or ExitLabFailed.
+	ExitStatus int `json:"exit_status"`
+	// Reason says why the lab, not the script, set ExitStatus.
+	Reason string `json:"reason,omitempty"`
+	// Kernel is the guest kernel's release.
+	Kernel   string `json:"kernel"`
+	Model    string `json:"model"`
+	Driver   string `json:"driver"`
+	Userland string `json:"userland"`
+	// DurationS is the run's wall time; BootS the time from QEMU's start
+	// to the script's first line (0 if it never started).
+	DurationS float64 `json:"duration_s"`
+	BootS     float64 `json:"boot_s"`
+	// Modem is what the served modem reported.
+	Modem ModemReport `json:"modem"`
+}
+
+// ModemReport is the served modem's account of the run, from its JSON
+// event log.
+type ModemReport struct {
+	// Sessions, Messages, Malformed, DMAFaults and Interrupts are the
+	// server's counters at exit.
+	Sessions   int64 `json:"sessions"`
+	Messages   int64 `json:"messages"`
+	Malformed  int64 `json:"malformed"`
+	DMAFaults  int64 `json:"dma_faults"`
+	Interrupts int64 `json:"interrupts"`
+	// VFIOUserErrors counts the server's "error" and "refuse" events;
+	// Errors holds their text.
+	VFIOUserErrors int      `json:"vfio_user_errors"`
+	Errors         []string `json:"errors,omitempty"`
+	// IPData is the IP data function's counters of the last session.
+	IPData map[string]any `json:"ip_data,omitempty"`
+}
+
+// linuxModules are Linux's MHI and WWAN modules in insmod order, each
+// with the kernel option that builds it.
+var linuxModules = []struct{ path, option string }{
+	{"kernel/drivers/bus/mhi/host/mhi.ko", "CONFIG_MHI_BUS"},
+	{"kernel/drivers/net/wwan/wwan.ko", "CONFIG_WWAN"},
+	{"kernel/drivers/bus/mhi/host/mhi_pci_generic.ko", "CONFIG_MHI_BUS_PCI_GENERIC"},
+	{"kernel/drivers/net/mhi_net.ko", "CONFIG_MHI_NET"},
+	{"kernel/drivers/net/wwan/mhi_wwan_ctrl.ko", "CONFIG_MHI_WWAN_CTRL"},
+	{"kernel/drivers/net/wwan/mhi_wwan_mbim.ko", "CONFIG_MHI_WWAN_MBIM"},
+}
+
+// Addresses the guest's data interface gets: LAB_ADDR on the guest,
+// LAB_PEER beyond the modem (the mock answers pings and UDP echo for any
+// destination).
+const (
+	labAddr = "192.0.2.1"
+	labPeer = "192.0.2.2"
+)
+
+// labError is a failure of the lab itself (ExitLabFailed).
+type labError struct{ err error }
+
+func (e labError) Error() string { return e.err.Error() }
+func (e labError) Unwrap() error { return e.err }
+
+// failed wraps err as a failure of the lab.
+func failed(format string, a ...any) error { return labError{fmt.Errorf(format, a...)} }
+
+// IsLabFailure reports whether err is a failure of the lab itself (exit
+// status ExitLabFailed), not of the script.
+func IsLabFailure(err error) bool {
+	var le labError
+	return errors.As(err, &le)
+}
+
+// defaults fills in the zero fields.
+func (c *Config) defaults() {
+	if c.Kernel == "" {
+		c.Kernel = "6.1"
+	}
+	if c.Driver == "" {
+		c.Driver = DriverLinux
+	}
+	if c.Userland == "" {
+		c.Userland = UserlandMinimal
+	}
+	if c.Model == "" {
+		c.Model = "qcom-sdx55m"
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 10 * time.Minute
+	}
+	if c.MemoryMB == 0 {
+		c.MemoryMB = 256
+	}
+	if c.Console == nil {
+		c.Console = io.Discard
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+}
+
+// check refuses a configuration the lab cannot run.
+func (c *Config) check() error {
+	if c.Driver != DriverLinux {
+		return failed("--driver %q: this lab drives the modem with %q (gomhi's own host through the guest's VFIO is not built yet)", c.Driver, DriverLinux)
+	}
+	if c.Userland != UserlandMinimal {
+		return failed("--userland %q: this lab has %q (busybox) only so far", c.Userland, UserlandMinimal)
+	}
+	if _, ok := pcigeneric.Model(c.Model); !ok {
+		return failed("--model %q: no such model (see 'mhictl models')", c.Model)
+	}
+	if !c.Shell {
+		if c.Script == "" {
+			return failed("no script to run")
+		}
+		if fi, err := os.Stat(c.Script); err != nil {
+			return failed("script: %w", err)
+		} else if !fi.Mode().IsRegular() {
+			return failed("script %s is not a file", c.Script)
+		}
+	}
+	if c.Mhictl == "" {
+		return failed("no mhictl executable to serve the modem")
+	}
+	return nil
+}
+
+// kernelOptions turns --kernel and --modules into labvm options.
+func (c *Config) kernelOptions() (labvm.Options, error) {
+	opts := labvm.Options{VFIOUser: true}
+	if strings.ContainsRune(c.Kernel, os.PathSeparator) || fileExists(c.Kernel) {
+		if c.Modules == "" {
+			return opts, failed("--kernel %s is a kernel image: --modules must name its lib/modules/<release> folder", c.Kernel)
+		}
+		opts.KernelImage, opts.ModulesDir = c.Kernel, c.Modules
+		return opts, nil
+	}
+	if c.Modules != "" {
+		return opts, failed("--modules goes with --kernel PATH (a kernel image), not with the cached kernel %q", c.Kernel)
+	}
+	var known []string
+	for _, k := range labvm.Kernels() {
+		release := labvm.Release(k.Dir)
+		if release != "" {
+			known = append(known, release)
+		}
+		if k.Name == c.Kernel || (release != "" && strings.HasPrefix(release, c.Kernel+".")) ||
+			(release != "" && strings.HasPrefix(release, c.Kernel+"-")) {
+			if release == "" {
+				return opts, failed("kernel %s (%s) is not in the cache at %s (run: %s)", c.Kernel, k.Name, k.Dir, labvm.SetupCommand)
+			}
+			opts.KernelDir = k.Dir
+			return opts, nil
+		}
+	}
+	return opts, failed("--kernel %q: no cached kernel of that version or suite (cached: %s; run %s to fetch 6.1, 6.12 and 7.x, or give a kernel image with --modules)",
+		c.Kernel, strings.Join(known, ", "), labvm.SetupCommand)
+}
+
+func fileExists(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// modules returns the MHI modules to load (with their dependencies) from
+// the kernel's modules folder; a module built into the kernel
+// (modules.builtin) needs no loading, one that is neither is an error
+// naming its kernel option.
+func modules(e *labvm.Env) ([]string, error) {
+	builtin := map[string]bool{}
+	if b, err := os.ReadFile(filepath.Join(e.Modules, "modules.builtin")); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			builtin[strings.TrimSpace(l)] = true
+		}
+	}
+	var load []string
+	for _, m := range linuxModules {
+		if fileExists(filepath.Join(e.Modules, m.path)) {
+			load = append(load, m.path)
+			continue
+		}
+		if builtin[m.path] {
+			continue
+		}
+		hint := ""
+		for _, ext := range []string{".xz", ".zst", ".gz"} {
+			if fileExists(filepath.Join(e.Modules, m.path+ext)) {
+				hint = fmt.Sprintf(" (only %s%s: the guest's insmod needs it uncompressed)", filepath.Base(m.path), ext)
+			}
+		}
+		return nil, failed("kernel %s has no %s: build it with %s=m or =y%s", e.Release, filepath.Base(m.path), m.option, hint)
+	}
+	deps, err := e.WithDependencies(load)
+	if err != nil {
+		return nil, failed("%w", err)
+	}
+	return deps, nil
+}
+
+// dataNetdevs are the names Linux gives the main data interface of a model
+// by its data channel pair: mhi_net's mhi_hwip0 on IP_HW0, mhi_wwan_mbim's
+// wwan0 on IP_HW0_MBIM.
+func dataNetdevs(model string) []string {
+	info, _ := pcigeneric.Model(model)
+	switch pcigeneric.DataPair(info.Config) {
+	case "IP_HW0_MBIM":
+		return []string{"wwan0"}
+	case "IP_HW0":
+		return []string{"mhi_hwip0"}
+	}
+	return []string{"mhi_hwip0", "wwan0"}
+}
+
+// ctlPorts names the control channels the model has that Linux's
+// mhi_wwan_ctrl exposes (for the script's information).
+func ctlPorts(model string) []string {
+	info, _ := pcigeneric.Model(model)
+	return pcigeneric.ControlPairs(info.Config)
+}
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// Run runs the lab: it serves the modem, boots the guest, runs the script
+// and returns the summary. err is non-nil only when the lab itself failed
+// (IsLabFailure) or ctx ended; the script's failure is ExitStatus.
+func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
+	cfg.defaults()
+	sum = Summary{Model: cfg.Model, Driver: cfg.Driver, Userland: cfg.Userland, ExitStatus: ExitLabFailed}
+	start := time.Now()
+	defer func() { sum.DurationS = time.Since(start).Seconds() }()
+	if err := cfg.check(); err != nil {
+		return sum, err
+	}
+	opts, err := cfg.kernelOptions()
+	if err != nil {
+		return sum, err
+	}
+	env, err := labvm.Find(opts)
+	if err != nil {
+		return sum, failed("%w", err)
+	}
+	sum.Kernel = env.Release
+	mods, err := modules(env)
+	if err != nil {
+		return sum, err
+	}
+	dir, err := os.MkdirTemp("", "mhictl-lab-")
+	if err != nil {
+		return sum, failed("%w", err)
+	}
+	defer os.RemoveAll(dir)
+	initrd, err := cfg.buildInitramfs(env, dir, mods)
+	if err != nil {
+		return sum, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	sock := filepath.Join(dir, "modem.sock")
+	srv, err := startServer(ctx, cfg, sock)
+	if err != nil {
+		return sum, err
+	}
+	defer func() { sum.Modem = srv.stop() }()
+	boot := labvm.Boot{
+		Args: []string{"-machine", "q35,memory-backend=mem", "-accel", "tcg",
+			"-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", cfg.MemoryMB), "-m", strconv.Itoa(cfg.MemoryMB), "-smp", "1",
+			"-device", fmt.Sprintf(`{"driver":"vfio-user-pci","id":"mhi0","socket":{"type":"unix","path":%q}}`, sock)},
+		Initrd:  initrd,
+		Timeout: cfg.Timeout,
+	}
+	if cfg.Shell {
+		fmt.Fprintf(cfg.Log, "lab: %s on %s, the mock modem %s served by %s; busybox poweroff -f (or Ctrl-A X) ends the guest\n",
+			cfg.Driver, env.Release, cfg.Model, cfg.Mhictl)
+		if err := env.RunInteractive(ctx, boot); err != nil && ctx.Err() == nil {
+			return sum, failed("qemu: %w", err)
+		}
+		sum.ExitStatus = 0
+		return sum, ctx.Err()
+	}
+	var (
+		mu      sync.Mutex
+		started bool
+		status  = -1
+	)
+	qemuStart := time.Now()
+	boot.OnLine = func(line string) {
+		if rest, ok := strings.CutPrefix(line, "LAB-"); ok {
+			word, arg, _ := strings.Cut(rest, " ")
+			mu.Lock()
+			defer mu.Unlock()
+			switch word {
+			case "START":
+				started = true
+				sum.BootS = time.Since(qemuStart).Seconds()
+			case "EXIT":
+				if n, err := strconv.Atoi(strings.TrimSpace(arg)); err == nil {
+					status = n
+				}
+			case "WARN":
+				fmt.Fprintf(cfg.Log, "lab: %s\n", arg)
+			}
+			return
+		}
+		fmt.Fprintln(cfg.Console, line)
+	}
+	res := env.Run(ctx, boot)
+	mu.Lock()
+	defer mu.Unlock()
+	switch {
+	case status >= 0:
+		sum.ExitStatus = status
+	case errors.Is(res.Err, context.DeadlineExceeded):
+		sum.ExitStatus = ExitTimeout
+		sum.Reason = fmt.Sprintf("--timeout %v passed", cfg.Timeout)
+	case ctx.Err() != nil:
+		return sum, ctx.Err()
+	case !started:
+		sum.Reason = fmt.Sprintf("the guest ended before the script started (qemu: %v)", errText(res.Err))
+		return sum, failed("%s\n%s", sum.Reason, lastLines(res.Stderr, 5))
+	default:
+		// The script started but the guest ended without its status:
+		// a kernel panic or a power-off under the script.
+		sum.ExitStatus = 1
+		sum.Reason = fmt.Sprintf("the guest ended while the script ran, without its exit status (qemu: %v)", errText(res.Err))
+	}
+	return sum, nil
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "exit 0"
+	}
+	return err.Error()
+}
+
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// buildInitramfs packs the guest: busybox, the MHI modules, the lab's
+// /init and the user's script with its arguments and environment.
+func (cfg *Config) buildInitramfs(env *labvm.Env, dir string, mods []string) (string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "LAB_MODEL=%s\nLAB_DRIVER=%s\nLAB_KERNEL=%s\nLAB_ADDR=%s\nLAB_PEER=%s\nLAB_NETDEV_CANDIDATES=%s\nLAB_CONTROL_CHANNELS=%s\n",
+		shellQuote(cfg.Model), shellQuote(cfg.Driver), shellQuote(env.Release), labAddr, labPeer,
+		shellQuote(strings.Join(dataNetdevs(cfg.Model), " ")), shellQuote(strings.Join(ctlPorts(cfg.Model), " ")))
+	var names []string
+	for _, m := range mods {
+		names = append(names, filepath.Base(m))
+	}
+	fmt.Fprintf(&b, "LAB_MODULES=%s\n", shellQuote(strings.Join(names, " ")))
+	envFile := filepath.Join(dir, "lab.env")
+	if err := os.WriteFile(envFile, []byte(b.String()), 0o644); err != nil {
+		return "", failed("%w", err)
+	}
+	quoted := make([]string, len(cfg.Args))
+	for i, a := range cfg.Args {
+		quoted[i] = shellQuote(a)
+	}
+	argsFile := filepath.Join(dir, "lab.args")
+	if err := os.WriteFile(argsFile, []byte("set -- "+strings.Join(quoted, " ")+"\n"), 0o644); err != nil {
+		return "", failed("%w", err)
+	}
+	files := map[string]string{"lab/env": envFile, "lab/args": argsFile}
+	if !cfg.Shell {
+		files["lab/script"] = cfg.Script
+	}
+	init := guestInit
+	if cfg.Shell {
+		init = strings.Replace(init, "#RUN#", guestShell, 1)
+	} else {
+		init = strings.Replace(init, "#RUN#", guestScript, 1)
+	}
+	initrd, err := env.Build(filepath.Join(dir, "initramfs"), labvm.Initramfs{Init: init, Modules: mods, Files: files})
+	if err != nil {
+		return "", failed("%w", err)
+	}
+	return initrd, nil
+}
+
+// server is the served modem: 'mhictl modem serve --json-log' and what its
+// event log said.
+type server struct {
+	cmd    *exec.Cmd
+	done   chan struct{}
+	mu     sync.Mutex
+	report ModemReport
+	log    io.Writer
+}
+
+// startServer starts 'mhictl modem serve' on sock and waits until it
+// listens.
+func startServer(ctx context.Context, cfg Config, sock string) (*server, error) {
+	args := append([]string{"--model", cfg.Model, "modem", "serve", "--socket", sock, "--json-log"}, cfg.ServeArgs...)
+	cmd := exec.Command(cfg.Mhictl, args...)
+	cmd.Stderr = cfg.Log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, failed("%w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, failed("mhictl modem serve: %w", err)
+	}
+	s := &server{cmd: cmd, done: make(chan struct{}), log: cfg.Log}
+	listening := make(chan struct{})
+	go s.read(out, listening)
+	select {
+	case <-listening:
+		return s, nil
+	case <-s.done:
+		err := cmd.Wait()
+		return nil, failed("mhictl modem serve %s: exited before listening (%v)", strings.Join(cfg.ServeArgs, " "), err)
+	case <-ctx.Done():
+		s.stop()
+		return nil, failed("mhictl modem serve: not listening: %w", ctx.Err())
+	case <-time.After(30 * time.Second):
+		s.stop()
+		return nil, failed("mhictl modem serve: not listening after 30 s")
+	}
+}
+
+// read follows the server's JSON event log.
+func (s *server) read(r io.Reader, listening chan struct{}) {
+	defer close(s.done)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var ev map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			continue
+		}
+		msg, _ := ev["msg"].(string)
+		s.mu.Lock()
+		switch msg {
+		case "listen":
+			if listening != nil {
+				close(listening)
+				listening = nil
+			}
+		case "error", "refuse":
+			s.report.VFIOUserErrors++
+			s.report.Errors = append(s.report.Errors, strings.TrimSpace(sc.Text()))
+			fmt.Fprintf(s.log, "lab: the served modem logged: %s\n", sc.Text())
+		case "ip_data_final":
+			if st, ok := ev["stats"].(map[string]any); ok {
+				s.report.IPData = st
+			}
+		case "exit":
+			for k, p := range map[string]*int64{"sessions": &s.report.Sessions, "messages": &s.report.Messages,
+				"malformed": &s.report.Malformed, "dma_faults": &s.report.DMAFaults, "interrupts": &s.report.Interrupts} {
+				if v, ok := ev[k].(float64); ok {
+					*p = int64(v)
+				}
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// stop ends the server (SIGTERM, then SIGKILL after 10 s) and returns its
+// report.
+func (s *server) stop() ModemReport {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	_ = s.cmd.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.report
+	r.Errors = slices.Clone(r.Errors)
+	return r
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gomhi/gomhi/cmd/mhictl/internal/lab"
+	"github.com/gomhi/gomhi/internal/labvm"
+	"github.com/gomhi/gomhi/mhi/testenv"
+)
+
+// labRun runs 'mhictl lab run ARGS…' as a process of its own (this test
+// binary as mhictl: the served modem it starts is this binary too) and
+// returns its exit status, standard output and standard error.
+func labRun(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"lab", "run"}, args...)...)
+	cmd.Env = append(os.Environ(), "GOMHI_RUN_MHICTL=1")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	status := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		status = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("mhictl lab run %v: %v", args, err)
+	}
+	return status, out.String(), errOut.String()
+}
+
+// labSummary parses the JSON summary, the last line of standard output.
+func labSummary(t *testing.T, out string) lab.Summary {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	var sum lab.Summary
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil {
+		t.Fatalf("the last line of the output is no JSON summary: %v\n%s", err, out)
+	}
+	return sum
+}
+
+// needLab skips (fails with CI=true) when the lab's guest cannot boot here.
+func needLab(t *testing.T) *labvm.Env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("boots a VM; skipped in -short mode")
+	}
+	e, err := labvm.Find(labvm.Options{VFIOUser: true})
+	testenv.Need(t, "the lab's guest", err)
+	return e
+}
+
+// writeScript writes a guest script and returns its path.
+func writeScript(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "script.sh")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestLabRun runs scripts in the lab's guest (Linux 6.1's MHI drivers on
+// the served mock modem) and checks that mhictl lab run exits with the
+// script's status, 124 on --timeout and 125 when the lab cannot start,
+// that the script sees its arguments and the data interface, and that a
+// modem Linux cannot bring up fails the script.
+func TestLabRun(t *testing.T) {
+	env := needLab(t)
+	ping := writeScript(t, `echo "args $#:$1:$2"
+echo "netdev $LAB_NETDEV kernel $LAB_KERNEL model $LAB_MODEL ports $LAB_PORTS"
+ping -c 3 -W 5 "$LAB_PEER"
+`)
+	t.Run("ping", func(t *testing.T) {
+		status, out, errOut := labRun(t, "--json", ping, "a", "b c")
+		sum := labSummary(t, out)
+		if status != 0 || sum.ExitStatus != 0 {
+			t.Fatalf("exit %d (summary %d), want 0\n%s\n%s", status, sum.ExitStatus, out, errOut)
+		}
+		for _, want := range []string{"args 2:a:b c", "netdev mhi_hwip0 kernel " + env.Release + " model qcom-sdx55m ports /dev/wwan0mbim0",
+			"3 packets transmitted, 3 packets received"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("the console lacks %q:\n%s", want, out)
+			}
+		}
+		if sum.Kernel != env.Release || sum.Driver != "linux" || sum.Userland != "minimal" || sum.BootS <= 0 || sum.DurationS < sum.BootS {
+			t.Errorf("summary %+v", sum)
+		}
+		if sum.Modem.VFIOUserErrors != 0 || sum.Modem.Sessions != 1 || sum.Modem.Malformed != 0 {
+			t.Errorf("the served modem: %+v", sum.Modem)
+		}
+		if a, _ := sum.Modem.IPData["Answered"].(float64); a < 3 {
+			t.Errorf("the modem answered %v packets, want >= 3 (the pings)", sum.Modem.IPData["Answered"])
+		}
+		t.Logf("boot to the script %.2f s, whole run %.2f s", sum.BootS, sum.DurationS)
+	})
+	t.Run("status7", func(t *testing.T) {
+		status, out, errOut := labRun(t, "--json", "--model", "telit-fn990", writeScript(t, "echo netdev $LAB_NETDEV\nexit 7\n"))
+		if sum := labSummary(t, out); status != 7 || sum.ExitStatus != 7 {
+			t.Fatalf("exit %d (summary %d), want 7\n%s\n%s", status, sum.ExitStatus, out, errOut)
+		}
+		if !strings.Contains(out, "netdev wwan0") {
+			t.Errorf("FN990 (IP_HW0_MBIM): the data interface should be mhi_wwan_mbim's wwan0:\n%s", out)
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		status, out, errOut := labRun(t, "--json", "--timeout", "20s", writeScript(t, "sleep 600\n"))
+		if sum := labSummary(t, out); status != lab.ExitTimeout || sum.ExitStatus != lab.ExitTimeout || !strings.Contains(sum.Reason, "timeout") {
+			t.Fatalf("exit %d (summary %+v), want %d\n%s", status, sum, lab.ExitTimeout, errOut)
+		}
+	})
+	t.Run("no-such-kernel", func(t *testing.T) {
+		status, _, errOut := labRun(t, "--kernel", "4.19", ping)
+		if status != lab.ExitLabFailed || !strings.Contains(errOut, `--kernel "4.19"`) {
+			t.Fatalf("exit %d, want %d with a message naming the kernel:\n%s", status, lab.ExitLabFailed, errOut)
+		}
+	})
+	t.Run("user-kernel", func(t *testing.T) {
+		// A kernel image and modules folder as a kernel developer passes
+		// them: the cached 6.1's files.
+		status, out, errOut := labRun(t, "--kernel", env.Kernel, "--modules", env.Modules, ping)
+		if status != 0 || !strings.Contains(out, "3 packets received") {
+			t.Fatalf("exit %d, want 0 and the pings answered\n%s\n%s", status, out, errOut)
+		}
+		status, _, errOut = labRun(t, "--kernel", env.Kernel, ping)
+		if status != lab.ExitLabFailed || !strings.Contains(errOut, "--modules") {
+			t.Fatalf("a kernel image without --modules: exit %d, want %d naming --modules:\n%s", status, lab.ExitLabFailed, errOut)
+		}
+	})
+	t.Run("modem-never-ready", func(t *testing.T) {
+		// The modem waits in its boot loader for an image the guest has
+		// no firmware for: Linux never brings it up, the script's ping
+		// fails and so does the run.
+		status, out, errOut := labRun(t, "--serve-args", "--boot-ee pbl", "--timeout", "3m", ping)
+		if status == 0 || status == lab.ExitLabFailed || status == lab.ExitTimeout {
+			t.Fatalf("exit %d, want the script's failure\n%s\n%s", status, out, errOut)
+		}
+		if !strings.Contains(errOut, "no data interface") {
+			t.Errorf("the lab did not say the data interface is missing:\n%s", errOut)
+		}
+	})
+}
