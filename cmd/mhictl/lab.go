@@ -18,22 +18,23 @@ import (
 
 // labFlags are the flags 'mhictl lab run' and 'mhictl lab shell' share.
 type labFlags struct {
-	kernel, modules  string
-	driver, userland string
-	serveArgs        string
-	timeout          time.Duration
-	memory           int
-	jsonOut          bool
+	kernel, modules   string
+	driver, userland  string
+	serveArgs, upArgs string
+	timeout           time.Duration
+	memory            int
+	jsonOut           bool
 }
 
 func (lf *labFlags) register(f *pflag.FlagSet, withJSON bool) {
 	f.StringVar(&lf.kernel, "kernel", "6.1", "guest kernel: 6.1, 6.12 or 7.3 (Debian's, from the cache 'make test-deps' fills), a Debian suite (bookworm, trixie, trixie-backports), or the path of a kernel image you built (with --modules)")
 	f.StringVar(&lf.modules, "modules", "", "with --kernel PATH: the kernel's lib/modules/<release> folder (the MHI and WWAN modules are loaded from it; built-in ones are fine)")
-	f.StringVar(&lf.driver, "driver", lab.DriverLinux, "who drives the modem in the guest: linux (mhi_pci_generic with mhi_net, mhi_wwan_mbim, mhi_wwan_ctrl)")
+	f.StringVar(&lf.driver, "driver", lab.DriverLinux, "who drives the modem in the guest: linux (mhi_pci_generic with mhi_net, mhi_wwan_mbim, mhi_wwan_ctrl) or gomhi (the real-modem rehearsal: the guest's vfio-pci behind an emulated IOMMU, 'mhictl bind' and 'mhictl up --device ADDR --tun mhi0' in the guest)")
+	f.StringVar(&lf.upArgs, "up-args", "", `with --driver gomhi: more flags for 'mhictl up' in the guest, e.g. "--firmware /lib/firmware"`)
 	f.StringVar(&lf.userland, "userland", lab.UserlandMinimal, "the guest's user space: minimal (busybox)")
 	f.StringVar(&lf.serveArgs, "serve-args", "", `more flags for the served modem ('mhictl modem serve'), e.g. "--require-connect --vectors 1"`)
 	f.DurationVar(&lf.timeout, "timeout", 10*time.Minute, "bound on the whole run; when it passes the guest is stopped and the exit status is 124")
-	f.IntVar(&lf.memory, "memory", 256, "guest memory in MiB")
+	f.IntVar(&lf.memory, "memory", 0, "guest memory in MiB (0: 256, 512 with --driver gomhi)")
 	if withJSON {
 		f.BoolVar(&lf.jsonOut, "json", false, "print a JSON summary as the last line of standard output")
 	}
@@ -45,13 +46,17 @@ func (lf *labFlags) config(g *globalFlags, cmd *cobra.Command) (lab.Config, erro
 	if err != nil {
 		return lab.Config{}, fmt.Errorf("--serve-args: %w", err)
 	}
+	up, err := shlex.Split(lf.upArgs)
+	if err != nil {
+		return lab.Config{}, fmt.Errorf("--up-args: %w", err)
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return lab.Config{}, fmt.Errorf("finding mhictl itself to serve the modem: %w", err)
 	}
 	return lab.Config{
 		Kernel: lf.kernel, Modules: lf.modules, Driver: lf.driver, Userland: lf.userland,
-		Model: g.model, ServeArgs: serve, Timeout: lf.timeout, MemoryMB: lf.memory,
+		Model: g.model, ServeArgs: serve, UpArgs: up, Timeout: lf.timeout, MemoryMB: lf.memory,
 		Mhictl: self, Console: cmd.OutOrStdout(), Log: cmd.ErrOrStderr(),
 	}, nil
 }
@@ -92,14 +97,18 @@ func newLabRunCmd(g *globalFlags) *cobra.Command {
 		Use:   "run [flags] SCRIPT [ARGS...]",
 		Short: "Run a shell script in a guest whose kernel drives the mock modem; exit with its status",
 		Long: `Serves the mock modem (--model) to a QEMU guest, boots --kernel there with
-Linux's MHI drivers, and runs SCRIPT (a shell script, copied in; busybox sh)
+Linux's MHI drivers (or, with --driver gomhi, gomhi's own host through the
+guest's VFIO, as on a real modem), and runs SCRIPT (a shell script, copied in; busybox sh)
 with ARGS once the modem's data interface is up. The guest's console is
 streamed to standard output; the lab's own messages go to standard error.
 
 The script sees LAB_NETDEV (the data interface, up with LAB_ADDR and the
 peer LAB_PEER, an address the modem answers: ping and UDP echo on port 7),
 LAB_PORTS (the control ports Linux created, /dev/wwan0mbim0…), LAB_MODEL,
-LAB_DRIVER and LAB_KERNEL (the guest kernel's release).
+LAB_DRIVER and LAB_KERNEL (the guest kernel's release); with --driver gomhi
+also LAB_DEVICE (the modem's PCI address), LAB_UP_PID and LAB_UP_LOG ('mhictl
+up' in the guest and its log), and LAB_PORTS are the control ports' links in
+/run/gomhi/mhi0.
 
 The exit status is the script's; 124 when --timeout passed; 125 when the
 lab could not start or the guest never reached the script (git bisect run's

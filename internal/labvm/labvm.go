@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/u-root/u-root/pkg/cpio"
+	"github.com/ulikunitz/xz"
 )
 
 // SetupCommand prepares what the guests need (idempotent, no root).
@@ -400,12 +401,17 @@ func (e *Env) WithDependencies(modules []string) ([]string, error) {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		if name, ok := strings.CutSuffix(d.Name(), ".ko"); ok {
-			rel, err := filepath.Rel(e.Modules, p)
-			if err != nil {
-				return err
-			}
-			byName[strings.ReplaceAll(name, "-", "_")] = rel
+		name, ok := moduleName(d.Name())
+		if !ok {
+			return nil
+		}
+		rel, err := filepath.Rel(e.Modules, p)
+		if err != nil {
+			return err
+		}
+		key := strings.ReplaceAll(name, "-", "_")
+		if prev, seen := byName[key]; !seen || !strings.HasSuffix(prev, ".ko") {
+			byName[key] = rel // the uncompressed file wins
 		}
 		return nil
 	})
@@ -440,19 +446,114 @@ func (e *Env) WithDependencies(modules []string) ([]string, error) {
 		return nil
 	}
 	for _, m := range modules {
-		if err := visit(m, nil); err != nil {
+		rel, err := e.Module(m)
+		if err != nil {
+			return nil, err
+		}
+		if err := visit(rel, nil); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
 
+// compressedExts are the module compressions Module accepts; Build
+// decompresses .xz (the guest's busybox insmod takes plain modules only).
+var compressedExts = []string{".xz", ".zst", ".gz"}
+
+// moduleName returns a module file's name without .ko and compression.
+func moduleName(file string) (string, bool) {
+	for _, ext := range compressedExts {
+		file = strings.TrimSuffix(file, ext)
+	}
+	return strings.CutSuffix(file, ".ko")
+}
+
+// Module returns the path under the modules folder of module rel (a .ko
+// path such as kernel/drivers/net/tun.ko): rel itself, or rel with the
+// compression suffix the kernel's build gave it. An error names the
+// module.
+func (e *Env) Module(rel string) (string, error) {
+	if fileExists(filepath.Join(e.Modules, rel)) {
+		return rel, nil
+	}
+	for _, ext := range compressedExts {
+		if fileExists(filepath.Join(e.Modules, rel+ext)) {
+			return rel + ext, nil
+		}
+	}
+	return "", fmt.Errorf("kernel %s has no module %s: %w", e.Release, rel, os.ErrNotExist)
+}
+
+// GuestModule is the name Build gives module rel in the guest's
+// /lib/modules: its base name, decompressed.
+func GuestModule(rel string) string {
+	name, _ := moduleName(filepath.Base(rel))
+	return name + ".ko"
+}
+
+// IsStatic reports whether the executable at path is statically linked
+// (an ELF without an interpreter), so that it runs in the guest, which
+// has no libc.
+func IsStatic(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return false
+		}
+	}
+	return true
+}
+
+// HasModule reports whether the kernel has module rel as a file (plain or
+// compressed).
+func (e *Env) HasModule(rel string) bool {
+	_, err := e.Module(rel)
+	return err == nil
+}
+
+func fileExists(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// readModule returns a module file's bytes, decompressing .xz.
+func readModule(path string) ([]byte, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case strings.HasSuffix(path, ".xz"):
+		r, err := xz.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		b, err := io.ReadAll(r)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return b, nil
+	case strings.HasSuffix(path, ".ko"):
+		return raw, nil
+	}
+	return nil, fmt.Errorf("%s: compressed as the guest's insmod cannot load and gomhi cannot decompress (decompress it: unxz/unzstd/gunzip)", path)
+}
+
 // moduleDepends reads the depends= entry of a kernel module's .modinfo
 // section.
 func moduleDepends(path string) ([]string, error) {
-	f, err := elf.Open(path)
+	b, err := readModule(path)
 	if err != nil {
 		return nil, err
+	}
+	f, err := elf.NewFile(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	defer f.Close()
 	sec := f.Section(".modinfo")
@@ -478,8 +579,9 @@ func moduleDepends(path string) ([]string, error) {
 type Initramfs struct {
 	// Init is the /init script (run by busybox sh).
 	Init string
-	// Modules are module paths under the kernel's modules folder, copied
-	// to /lib/modules/<base name>.
+	// Modules are module paths under the kernel's modules folder (as
+	// WithDependencies returns them), copied to /lib/modules/<name>.ko,
+	// decompressed.
 	Modules []string
 	// Files maps guest paths to host files to copy (mode kept).
 	Files map[string]string
@@ -511,7 +613,12 @@ func (e *Env) Build(dir string, fs Initramfs) (string, error) {
 		return "", err
 	}
 	for _, m := range fs.Modules {
-		if err := copyFile(filepath.Join(e.Modules, m), filepath.Join(root, "lib", "modules", filepath.Base(m)), 0o644); err != nil {
+		b, err := readModule(filepath.Join(e.Modules, m))
+		if err != nil {
+			return "", err
+		}
+		name, _ := moduleName(filepath.Base(m))
+		if err := os.WriteFile(filepath.Join(root, "lib", "modules", name+".ko"), b, 0o644); err != nil {
 			return "", err
 		}
 	}

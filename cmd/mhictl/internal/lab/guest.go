@@ -1,10 +1,10 @@
 package lab
 
 // guestInit is the guest's /init (busybox sh): it mounts the kernel's file
-// systems, loads the MHI modules (Linux's driver takes the served modem),
-// waits for the data interface and gives it LAB_ADDR with LAB_PEER beyond,
-// and then runs the user's script (#RUN#: guestScript) or a shell
-// (guestShell). Lines starting with "LAB-" are for the host: LAB-BOOTED,
+// systems, loads the driver's modules, brings the modem up with the driver
+// (#DRIVER#: guestLinux or guestGomhi), which sets LAB_NETDEV (its data
+// interface, with LAB_ADDR and LAB_PEER beyond) and LAB_PORTS, and then
+// runs the user's script (#RUN#: guestScript) or a shell (guestShell). Lines starting with "LAB-" are for the host: LAB-BOOTED,
 // LAB-WARN <text>, LAB-START, LAB-EXIT <status>.
 const guestInit = `#!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -22,9 +22,18 @@ set +a
 for m in $LAB_MODULES; do
 	insmod /lib/modules/$m || echo "LAB-WARN insmod $m failed"
 done
-# The data interface: Linux names it by the driver that binds the data
-# channels (mhi_net: mhi_hwip0, mhi_wwan_mbim: wwan0); wait up to 20 s.
-LAB_NETDEV=
+#DRIVER#
+export LAB_NETDEV LAB_PORTS
+#RUN#
+labstop
+sync
+poweroff -f
+`
+
+// guestLinux: Linux's drivers took the modem as the modules loaded; the
+// data interface is named by the driver that binds the data channels
+// (mhi_net: mhi_hwip0, mhi_wwan_mbim: wwan0).
+const guestLinux = `LAB_NETDEV=
 i=0
 while [ $i -lt 400 ]; do
 	for n in $LAB_NETDEV_CANDIDATES; do [ -e /sys/class/net/$n ] && LAB_NETDEV=$n; done
@@ -39,11 +48,52 @@ else
 fi
 # The control ports Linux's mhi_wwan_ctrl created (/dev/wwan0mbim0…).
 LAB_PORTS=$(ls /dev | grep '^wwan' | sed 's|^|/dev/|' | tr '\n' ' ')
-export LAB_NETDEV LAB_PORTS
-#RUN#
-sync
-poweroff -f
-`
+labstop() { :; }`
+
+// guestGomhi: the real-modem rehearsal. The modem (vendor 0x17cb) sits
+// behind the emulated IOMMU; 'mhictl bind' hands it to vfio-pci and
+// 'mhictl up --device' drives it with gomhi's host through the guest's
+// VFIO, as a user does on a real modem. Its log is /tmp/mhictl-up.log
+// (LAB_UP_LOG), its pid LAB_UP_PID; the control ports are the links in
+// /run/gomhi/mhi0.
+const guestGomhi = `mkdir -p /dev/pts && mount -t devpts devpts /dev/pts
+LAB_DEVICE=
+for d in /sys/bus/pci/devices/*; do
+	[ "$(cat $d/vendor)" = 0x17cb ] && LAB_DEVICE=$(basename $d)
+done
+LAB_NETDEV= LAB_UP_PID= LAB_UP_LOG=/tmp/mhictl-up.log
+if [ -z "$LAB_DEVICE" ]; then
+	echo "LAB-WARN no modem (vendor 0x17cb) on the guest's PCI bus"
+elif ! mhictl bind "$LAB_DEVICE" >/tmp/mhictl-bind.log 2>&1; then
+	echo "LAB-WARN mhictl bind $LAB_DEVICE failed: $(cat /tmp/mhictl-bind.log)"
+else
+	eval "exec mhictl up --device $LAB_DEVICE --tun mhi0 --tun-addr $LAB_ADDR/24 $LAB_UP_ARGS" >$LAB_UP_LOG 2>&1 &
+	LAB_UP_PID=$!
+	# Up once it says it is ready: the modem in M0, the TUN configured,
+	# the control ports and netlink served (60 s: a firmware download
+	# under TCG takes a while).
+	i=0
+	while [ $i -lt 1200 ] && kill -0 $LAB_UP_PID 2>/dev/null; do
+		grep -q '^mhictl up: ready' $LAB_UP_LOG && { LAB_NETDEV=mhi0; break; }
+		sleep 0.05; i=$((i+1))
+	done
+	if [ -z "$LAB_NETDEV" ]; then
+		echo "LAB-WARN mhictl up did not bring mhi0 up; its log:"
+		sed 's/^/  /' $LAB_UP_LOG
+	fi
+fi
+LAB_PORTS=$(ls -d /run/gomhi/mhi0/* 2>/dev/null | tr '\n' ' ')
+export LAB_DEVICE LAB_UP_PID LAB_UP_LOG
+# labstop: mhictl up ends on SIGTERM within 10 s, as a service must.
+labstop() {
+	[ -n "$LAB_UP_PID" ] || return 0
+	kill -TERM $LAB_UP_PID 2>/dev/null
+	i=0; while kill -0 $LAB_UP_PID 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+	if kill -0 $LAB_UP_PID 2>/dev/null; then
+		echo "LAB-WARN mhictl up still running 10 s after SIGTERM"
+		kill -KILL $LAB_UP_PID
+	fi
+}`
 
 // guestScript runs the user's script with its arguments and reports its
 // exit status.

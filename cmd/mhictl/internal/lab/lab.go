@@ -47,6 +47,11 @@ const (
 	// DriverLinux: the guest kernel's own mhi_pci_generic and its client
 	// drivers take the modem.
 	DriverLinux = "linux"
+	// DriverGomhi: the real-modem rehearsal — the guest's vfio-pci takes
+	// the modem behind an emulated IOMMU and gomhi's own host drives it
+	// ('mhictl bind' and 'mhictl up --device' in the guest), as on a real
+	// modem.
+	DriverGomhi = "gomhi"
 	// UserlandMinimal: busybox only.
 	UserlandMinimal = "minimal"
 )
@@ -58,8 +63,10 @@ type Config struct {
 	// ("bookworm", "trixie", "trixie-backports"), or the path of a kernel
 	// image the user built, with Modules its lib/modules/<release>.
 	Kernel, Modules string
-	// Driver is DriverLinux (the default).
+	// Driver is DriverLinux (the default) or DriverGomhi.
 	Driver string
+	// UpArgs are more flags for 'mhictl up' in the guest (DriverGomhi).
+	UpArgs []string
 	// Userland is UserlandMinimal (the default).
 	Userland string
 	// Model is the device-table model the mock impersonates.
@@ -68,7 +75,7 @@ type Config struct {
 	ServeArgs []string
 	// Timeout bounds the whole run (0: 10 minutes).
 	Timeout time.Duration
-	// MemoryMB is the guest's memory (0: 256).
+	// MemoryMB is the guest's memory (0: 256; 512 with DriverGomhi).
 	MemoryMB int
 	// Script is the shell script run in the guest, with Args.
 	Script string
@@ -76,7 +83,9 @@ type Config struct {
 	// Shell gives the guest's console to the terminal (an interactive
 	// shell) instead of running Script.
 	Shell bool
-	// Mhictl is the mhictl executable that serves the modem.
+	// Mhictl is the mhictl executable that serves the modem and, when it
+	// is statically linked, drives it in the guest (DriverGomhi); else
+	// the lab builds one from gomhi's source tree.
 	Mhictl string
 	// Console receives the guest's console lines; Log the lab's own
 	// messages.
@@ -120,15 +129,33 @@ type ModemReport struct {
 	IPData map[string]any `json:"ip_data,omitempty"`
 }
 
-// linuxModules are Linux's MHI and WWAN modules in insmod order, each
-// with the kernel option that builds it.
-var linuxModules = []struct{ path, option string }{
-	{"kernel/drivers/bus/mhi/host/mhi.ko", "CONFIG_MHI_BUS"},
-	{"kernel/drivers/net/wwan/wwan.ko", "CONFIG_WWAN"},
-	{"kernel/drivers/bus/mhi/host/mhi_pci_generic.ko", "CONFIG_MHI_BUS_PCI_GENERIC"},
-	{"kernel/drivers/net/mhi_net.ko", "CONFIG_MHI_NET"},
-	{"kernel/drivers/net/wwan/mhi_wwan_ctrl.ko", "CONFIG_MHI_WWAN_CTRL"},
-	{"kernel/drivers/net/wwan/mhi_wwan_mbim.ko", "CONFIG_MHI_WWAN_MBIM"},
+// kernelModule is a module the guest loads, with the kernel option that
+// builds it; an optional one is loaded where the kernel has it.
+type kernelModule struct {
+	path, option string
+	optional     bool
+}
+
+// linuxModules are Linux's MHI and WWAN modules in insmod order.
+var linuxModules = []kernelModule{
+	{"kernel/drivers/bus/mhi/host/mhi.ko", "CONFIG_MHI_BUS", false},
+	{"kernel/drivers/net/wwan/wwan.ko", "CONFIG_WWAN", false},
+	{"kernel/drivers/bus/mhi/host/mhi_pci_generic.ko", "CONFIG_MHI_BUS_PCI_GENERIC", false},
+	{"kernel/drivers/net/mhi_net.ko", "CONFIG_MHI_NET", false},
+	{"kernel/drivers/net/wwan/mhi_wwan_ctrl.ko", "CONFIG_MHI_WWAN_CTRL", false},
+	{"kernel/drivers/net/wwan/mhi_wwan_mbim.ko", "CONFIG_MHI_WWAN_MBIM", false},
+}
+
+// vfioModules are what gomhi's host needs in the guest: VFIO for PCI
+// behind the IOMMU, and TUN (vfio_virqfd is a module of its own before
+// 6.2; their dependencies, irqbypass and iommufd, come with them).
+var vfioModules = []kernelModule{
+	{"kernel/drivers/vfio/vfio.ko", "CONFIG_VFIO", false},
+	{"kernel/drivers/vfio/vfio_iommu_type1.ko", "CONFIG_VFIO_IOMMU_TYPE1", false},
+	{"kernel/drivers/vfio/vfio_virqfd.ko", "CONFIG_VFIO_VIRQFD", true},
+	{"kernel/drivers/vfio/pci/vfio-pci-core.ko", "CONFIG_VFIO_PCI_CORE", false},
+	{"kernel/drivers/vfio/pci/vfio-pci.ko", "CONFIG_VFIO_PCI", false},
+	{"kernel/drivers/net/tun.ko", "CONFIG_TUN", false},
 }
 
 // Addresses the guest's data interface gets: LAB_ADDR on the guest,
@@ -174,6 +201,9 @@ func (c *Config) defaults() {
 	}
 	if c.MemoryMB == 0 {
 		c.MemoryMB = 256
+		if c.Driver == DriverGomhi {
+			c.MemoryMB = 512
+		}
 	}
 	if c.Console == nil {
 		c.Console = io.Discard
@@ -185,8 +215,11 @@ func (c *Config) defaults() {
 
 // check refuses a configuration the lab cannot run.
 func (c *Config) check() error {
-	if c.Driver != DriverLinux {
-		return failed("--driver %q: this lab drives the modem with %q (gomhi's own host through the guest's VFIO is not built yet)", c.Driver, DriverLinux)
+	if c.Driver != DriverLinux && c.Driver != DriverGomhi {
+		return failed("--driver %q: linux or gomhi", c.Driver)
+	}
+	if len(c.UpArgs) > 0 && c.Driver != DriverGomhi {
+		return failed("--up-args are for --driver gomhi ('mhictl up' in the guest)")
 	}
 	if c.Userland != UserlandMinimal {
 		return failed("--userland %q: this lab has %q (busybox) only so far", c.Userland, UserlandMinimal)
@@ -247,33 +280,30 @@ func fileExists(p string) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
-// modules returns the MHI modules to load (with their dependencies) from
-// the kernel's modules folder; a module built into the kernel
+// modules returns the modules the driver needs (with their dependencies)
+// from the kernel's modules folder; one built into the kernel
 // (modules.builtin) needs no loading, one that is neither is an error
 // naming its kernel option.
-func modules(e *labvm.Env) ([]string, error) {
+func modules(e *labvm.Env, driver string) ([]string, error) {
 	builtin := map[string]bool{}
 	if b, err := os.ReadFile(filepath.Join(e.Modules, "modules.builtin")); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
 			builtin[strings.TrimSpace(l)] = true
 		}
 	}
+	want := linuxModules
+	if driver == DriverGomhi {
+		want = vfioModules
+	}
 	var load []string
-	for _, m := range linuxModules {
-		if fileExists(filepath.Join(e.Modules, m.path)) {
+	for _, m := range want {
+		switch {
+		case e.HasModule(m.path):
 			load = append(load, m.path)
-			continue
+		case builtin[m.path] || m.optional:
+		default:
+			return nil, failed("kernel %s has no %s: build it with %s=m or =y", e.Release, filepath.Base(m.path), m.option)
 		}
-		if builtin[m.path] {
-			continue
-		}
-		hint := ""
-		for _, ext := range []string{".xz", ".zst", ".gz"} {
-			if fileExists(filepath.Join(e.Modules, m.path+ext)) {
-				hint = fmt.Sprintf(" (only %s%s: the guest's insmod needs it uncompressed)", filepath.Base(m.path), ext)
-			}
-		}
-		return nil, failed("kernel %s has no %s: build it with %s=m or =y%s", e.Release, filepath.Base(m.path), m.option, hint)
 	}
 	deps, err := e.WithDependencies(load)
 	if err != nil {
@@ -326,7 +356,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		return sum, failed("%w", err)
 	}
 	sum.Kernel = env.Release
-	mods, err := modules(env)
+	mods, err := modules(env, cfg.Driver)
 	if err != nil {
 		return sum, err
 	}
@@ -347,12 +377,9 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		return sum, err
 	}
 	defer func() { sum.Modem = srv.stop() }()
-	boot := labvm.Boot{
-		Args: []string{"-machine", "q35,memory-backend=mem", "-accel", "tcg",
-			"-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", cfg.MemoryMB), "-m", strconv.Itoa(cfg.MemoryMB), "-smp", "1",
-			"-device", fmt.Sprintf(`{"driver":"vfio-user-pci","id":"mhi0","socket":{"type":"unix","path":%q}}`, sock)},
-		Initrd:  initrd,
-		Timeout: cfg.Timeout,
+	boot := labvm.Boot{Args: cfg.qemuArgs(sock), Initrd: initrd, Timeout: cfg.Timeout}
+	if cfg.Driver == DriverGomhi {
+		boot.Append = "intel_iommu=on"
 	}
 	if cfg.Shell {
 		fmt.Fprintf(cfg.Log, "lab: %s on %s, the mock modem %s served by %s; busybox poweroff -f (or Ctrl-A X) ends the guest\n",
@@ -428,6 +455,24 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
+// qemuArgs are QEMU's arguments: a q35 machine whose memory is a shared
+// memfd (the served modem maps it), the modem as vfio-user-pci on sock
+// and, for DriverGomhi, an emulated Intel IOMMU (caching-mode: QEMU
+// follows the guest's mappings; Debian's kernels have no VFIO no-IOMMU
+// mode).
+func (cfg *Config) qemuArgs(sock string) []string {
+	machine := "q35,memory-backend=mem"
+	var iommu []string
+	if cfg.Driver == DriverGomhi {
+		machine = "q35,kernel-irqchip=split,memory-backend=mem"
+		iommu = []string{"-device", "intel-iommu,intremap=on,caching-mode=on"}
+	}
+	args := []string{"-machine", machine, "-accel", "tcg",
+		"-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", cfg.MemoryMB), "-m", strconv.Itoa(cfg.MemoryMB), "-smp", "1"}
+	args = append(args, iommu...)
+	return append(args, "-device", fmt.Sprintf(`{"driver":"vfio-user-pci","id":"mhi0","socket":{"type":"unix","path":%q}}`, sock))
+}
+
 // buildInitramfs packs the guest: busybox, the MHI modules, the lab's
 // /init and the user's script with its arguments and environment.
 func (cfg *Config) buildInitramfs(env *labvm.Env, dir string, mods []string) (string, error) {
@@ -437,9 +482,14 @@ func (cfg *Config) buildInitramfs(env *labvm.Env, dir string, mods []string) (st
 		shellQuote(strings.Join(dataNetdevs(cfg.Model), " ")), shellQuote(strings.Join(ctlPorts(cfg.Model), " ")))
 	var names []string
 	for _, m := range mods {
-		names = append(names, filepath.Base(m))
+		names = append(names, labvm.GuestModule(m))
 	}
 	fmt.Fprintf(&b, "LAB_MODULES=%s\n", shellQuote(strings.Join(names, " ")))
+	up := make([]string, len(cfg.UpArgs))
+	for i, a := range cfg.UpArgs {
+		up[i] = shellQuote(a)
+	}
+	fmt.Fprintf(&b, "LAB_UP_ARGS=%s\n", shellQuote(strings.Join(up, " ")))
 	envFile := filepath.Join(dir, "lab.env")
 	if err := os.WriteFile(envFile, []byte(b.String()), 0o644); err != nil {
 		return "", failed("%w", err)
@@ -456,13 +506,27 @@ func (cfg *Config) buildInitramfs(env *labvm.Env, dir string, mods []string) (st
 	if !cfg.Shell {
 		files["lab/script"] = cfg.Script
 	}
-	init := guestInit
+	var programs map[string]string
+	if cfg.Driver == DriverGomhi {
+		if labvm.IsStatic(cfg.Mhictl) {
+			files["bin/mhictl"] = cfg.Mhictl
+		} else if env.ModRoot != "" {
+			programs = map[string]string{"bin/mhictl": "./cmd/mhictl"}
+		} else {
+			return "", failed("--driver gomhi runs mhictl in the guest, which has no libc: %s is dynamically linked (build mhictl with CGO_ENABLED=0)", cfg.Mhictl)
+		}
+	}
+	driver := guestLinux
+	if cfg.Driver == DriverGomhi {
+		driver = guestGomhi
+	}
+	init := strings.Replace(guestInit, "#DRIVER#", driver, 1)
 	if cfg.Shell {
 		init = strings.Replace(init, "#RUN#", guestShell, 1)
 	} else {
 		init = strings.Replace(init, "#RUN#", guestScript, 1)
 	}
-	initrd, err := env.Build(filepath.Join(dir, "initramfs"), labvm.Initramfs{Init: init, Modules: mods, Files: files})
+	initrd, err := env.Build(filepath.Join(dir, "initramfs"), labvm.Initramfs{Init: init, Modules: mods, Files: files, Programs: programs})
 	if err != nil {
 		return "", failed("%w", err)
 	}
