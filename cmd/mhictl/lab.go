@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,6 +25,7 @@ type labFlags struct {
 	serveArgs, upArgs string
 	timeout           time.Duration
 	memory            int
+	files             []string
 	jsonOut           bool
 }
 
@@ -34,6 +37,7 @@ func (lf *labFlags) register(f *pflag.FlagSet, withJSON bool) {
 	f.StringVar(&lf.userland, "userland", lab.UserlandMinimal, "the guest's user space: minimal (busybox)")
 	f.StringVar(&lf.serveArgs, "serve-args", "", `more flags for the served modem ('mhictl modem serve'), e.g. "--require-connect --vectors 1"`)
 	f.DurationVar(&lf.timeout, "timeout", 10*time.Minute, "bound on the whole run; when it passes the guest is stopped and the exit status is 124")
+	f.StringArrayVar(&lf.files, "file", nil, "copy a host file into the guest: SRC[:DST] (DST defaults to /lab/files/<base name of SRC>; repeatable), e.g. firmware for --up-args \"--firmware DIR\"")
 	f.IntVar(&lf.memory, "memory", 0, "guest memory in MiB (0: 256, 512 with --driver gomhi)")
 	if withJSON {
 		f.BoolVar(&lf.jsonOut, "json", false, "print a JSON summary as the last line of standard output")
@@ -50,13 +54,24 @@ func (lf *labFlags) config(g *globalFlags, cmd *cobra.Command) (lab.Config, erro
 	if err != nil {
 		return lab.Config{}, fmt.Errorf("--up-args: %w", err)
 	}
+	files := map[string]string{}
+	for _, spec := range lf.files {
+		src, dst, ok := strings.Cut(spec, ":")
+		if !ok || dst == "" {
+			dst = "/lab/files/" + filepath.Base(src)
+		}
+		if _, err := os.Stat(src); err != nil {
+			return lab.Config{}, fmt.Errorf("--file %s: %w", spec, err)
+		}
+		files[dst] = src
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return lab.Config{}, fmt.Errorf("finding mhictl itself to serve the modem: %w", err)
 	}
 	return lab.Config{
 		Kernel: lf.kernel, Modules: lf.modules, Driver: lf.driver, Userland: lf.userland,
-		Model: g.model, ServeArgs: serve, UpArgs: up, Timeout: lf.timeout, MemoryMB: lf.memory,
+		Model: g.model, ServeArgs: serve, UpArgs: up, Files: files, Timeout: lf.timeout, MemoryMB: lf.memory,
 		Mhictl: self, Console: cmd.OutOrStdout(), Log: cmd.ErrOrStderr(),
 	}, nil
 }

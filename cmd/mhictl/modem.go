@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/gomhi/gomhi/cmd/mhictl/internal/faultsock"
 	"github.com/gomhi/gomhi/cmd/mhictl/internal/soak"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/loopback"
@@ -31,7 +32,7 @@ func newModemCmd(g *globalFlags) *cobra.Command {
 		Use:   "modem",
 		Short: "Serve the mock modem as a vfio-user PCI device",
 	}
-	cmd.AddCommand(newModemServeCmd(g), newModemLoopbackCmd())
+	cmd.AddCommand(newModemServeCmd(g), newModemLoopbackCmd(), newModemInjectCmd())
 	return cmd
 }
 
@@ -87,7 +88,10 @@ the SDX55, from the guest's /lib/firmware; 'mhictl up --vfio-user PATH
 --firmware DIR' from DIR); each image is logged as a bhi_image event with its
 stage, size and SHA-256, and --sbl-sha256 makes the modem refuse any other
 image. With --rddm a crash enters RAM-dump mode and serves a RAM dump over
-BHIe ('mhictl dump --vfio-user PATH').`,
+BHIe ('mhictl dump --vfio-user PATH').
+
+Beside --socket the server listens on PATH.faults, where 'mhictl modem inject'
+makes the modem fail as a real one does (SYS_ERR, a crash, surprise removal).`,
 		Example: `  mhictl modem serve --socket /run/mhi/vu.sock
   mhictl modem serve --socket /tmp/m.sock --model telit-fn990 --ip-mode loopback
   mhictl modem serve --socket /tmp/m.sock --ip-mode generator --gen-rate 10000 --gen-size 64,1500`,
@@ -170,11 +174,21 @@ func (sf *modemServeFlags) run(ctx context.Context, g *globalFlags, out, errOut 
 	if err != nil {
 		return err
 	}
+	faults := faultsock.Path(sf.socket)
+	stopFaults, err := faultsock.Serve(ctx, faults, modemFaultApplier(dev, func() {
+		// The device vanishes: no goodbye to the client, no cleanup.
+		events.Warn("surprise_removal")
+		os.Exit(0)
+	}), events)
+	if err != nil {
+		return err
+	}
+	defer stopFaults()
 	// Announced once the socket exists: clients wait for this line.
 	p := dev.PCI
 	events.Info("listen", "socket", sf.socket, "model", dev.Entry.Info.Name,
 		"ids", fmt.Sprintf("%04x:%04x %04x:%04x", p.Vendor, p.Device, p.SubVendor, p.SubDevice),
-		"bar0", p.BARSize, "vectors", p.Vectors, "ip_mode", strings.ToLower(sf.ipd.mode), "format", format.String())
+		"bar0", p.BARSize, "vectors", p.Vectors, "faults", faults, "ip_mode", strings.ToLower(sf.ipd.mode), "format", format.String())
 	err = ln.Serve(ctx, dev)
 	logIPData(soak.MsgIPDataFinal)
 	st := dev.Stats()

@@ -340,11 +340,27 @@ func openModem(g *globalFlags, f *upFlags, s upSettings, log *slog.Logger, out u
 	if err := m.ctrl.PowerUp(); err != nil {
 		return nil, nil, err
 	}
-	// A device that falls off the bus: said once, here and to systemd;
-	// the tree (pm_state LINK_DOWN), the metrics and the controller's own
-	// error log say it too, and SIGTERM still stops up at once.
+	// What befalls the device, said as it happens: a crash and its
+	// recovery (the service's log is where a user looks first), and a
+	// device that falls off the bus, here and to systemd; the tree
+	// (pm_state LINK_DOWN), the metrics and the controller's own error log
+	// say it too, and SIGTERM still stops up at once.
 	undo.add(m.ctrl.OnStatus(func(ev mhi.StatusEvent) {
-		if ev.Kind == mhi.StatusLinkDown {
+		switch ev.Kind {
+		case mhi.StatusSysErr:
+			out.printf("%s: the modem raised SYS_ERR: recovering", f.name)
+		case mhi.StatusRecovered:
+			dump := ""
+			if b, at := m.ctrl.LastDump(); len(b) > 0 && time.Since(at) < time.Minute {
+				dump = fmt.Sprintf("; a RAM dump of %d bytes was collected at %s ('mhictl dump %s --out FILE' fetches it)", len(b), at.Format(time.RFC3339), f.name)
+			}
+			out.printf("%s: recovered from SYS_ERR: channels restarted%s", f.name, dump)
+		case mhi.StatusRecoveryFailed:
+			out.printf("%s: a recovery attempt failed: %v; another follows", f.name, ev.Err)
+		case mhi.StatusFailed:
+			out.printf("%s: %v: the modem is left alone", f.name, ev.Err)
+			_ = sdNotify("STATUS=" + ev.Err.Error())
+		case mhi.StatusLinkDown:
 			out.printf("%v: its channels are stopped and it is left alone (pm_state %s); SIGTERM stops up", ev.Err, mhi.PMLinkDown)
 			_ = sdNotify("STATUS=" + ev.Err.Error())
 		}

@@ -107,3 +107,15 @@ echo "LAB-EXIT $?"`
 const guestShell = `echo "lab: $LAB_DRIVER on $(uname -r), modem $LAB_MODEL; data interface ${LAB_NETDEV:-none} ($LAB_ADDR, peer $LAB_PEER); ports: ${LAB_PORTS:-none}"
 echo "lab: exit or busybox poweroff -f ends the guest"
 setsid -c sh -l </dev/ttyS0 >/dev/ttyS0 2>&1`
+
+// guestInject is the guest's lab-inject FAULT: it asks the lab, on the
+// console, to make the served modem fail (the lab relays it to the modem's
+// fault socket, LAB_MODEM_CTL on the host) and gives the host a moment.
+const guestInject = `#!/bin/sh
+case "$1" in
+sys-err|crash|surprise-removal) ;;
+*) echo "usage: lab-inject sys-err|crash|surprise-removal" >&2; exit 2 ;;
+esac
+echo "LAB-INJECT $1" >/dev/console
+sleep 0.5
+`

@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gomhi/gomhi/cmd/mhictl/internal/faultsock"
 	"github.com/gomhi/gomhi/internal/labvm"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
@@ -77,6 +78,9 @@ type Config struct {
 	Timeout time.Duration
 	// MemoryMB is the guest's memory (0: 256; 512 with DriverGomhi).
 	MemoryMB int
+	// Files maps guest paths to host files copied into the guest
+	// (firmware, tools).
+	Files map[string]string
 	// Script is the shell script run in the guest, with Args.
 	Script string
 	Args   []string
@@ -107,6 +111,9 @@ type Summary struct {
 	// to the script's first line (0 if it never started).
 	DurationS float64 `json:"duration_s"`
 	BootS     float64 `json:"boot_s"`
+	// Injected lists the faults the script injected (lab-inject) and
+	// what the modem said.
+	Injected []string `json:"injected,omitempty"`
 	// Modem is what the served modem reported.
 	Modem ModemReport `json:"modem"`
 }
@@ -360,18 +367,26 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	if err != nil {
 		return sum, err
 	}
+	var linuxMods []string
+	if cfg.Driver == DriverGomhi {
+		// Packed, not loaded: a script hands the modem to Linux's
+		// driver after 'mhictl unbind' (LAB_LINUX_MODULES).
+		if linuxMods, err = modules(env, DriverLinux); err != nil {
+			return sum, err
+		}
+	}
 	dir, err := os.MkdirTemp("", "mhictl-lab-")
 	if err != nil {
 		return sum, failed("%w", err)
 	}
 	defer os.RemoveAll(dir)
-	initrd, err := cfg.buildInitramfs(env, dir, mods)
+	sock := filepath.Join(dir, "modem.sock")
+	initrd, err := cfg.buildInitramfs(env, dir, mods, linuxMods, faultsock.Path(sock))
 	if err != nil {
 		return sum, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	sock := filepath.Join(dir, "modem.sock")
 	srv, err := startServer(ctx, cfg, sock)
 	if err != nil {
 		return sum, err
@@ -411,6 +426,14 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 				}
 			case "WARN":
 				fmt.Fprintf(cfg.Log, "lab: %s\n", arg)
+			case "INJECT":
+				fault := strings.TrimSpace(arg)
+				what, err := faultsock.Request(sock, fault)
+				if err != nil {
+					what = "refused: " + err.Error()
+				}
+				fmt.Fprintf(cfg.Log, "lab: inject %s: %s\n", fault, what)
+				sum.Injected = append(sum.Injected, fault+": "+what)
 			}
 			return
 		}
@@ -475,7 +498,7 @@ func (cfg *Config) qemuArgs(sock string) []string {
 
 // buildInitramfs packs the guest: busybox, the MHI modules, the lab's
 // /init and the user's script with its arguments and environment.
-func (cfg *Config) buildInitramfs(env *labvm.Env, dir string, mods []string) (string, error) {
+func (cfg *Config) buildInitramfs(env *labvm.Env, dir string, mods, linuxMods []string, faults string) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "LAB_MODEL=%s\nLAB_DRIVER=%s\nLAB_KERNEL=%s\nLAB_ADDR=%s\nLAB_PEER=%s\nLAB_NETDEV_CANDIDATES=%s\nLAB_CONTROL_CHANNELS=%s\n",
 		shellQuote(cfg.Model), shellQuote(cfg.Driver), shellQuote(env.Release), labAddr, labPeer,
@@ -484,7 +507,12 @@ func (cfg *Config) buildInitramfs(env *labvm.Env, dir string, mods []string) (st
 	for _, m := range mods {
 		names = append(names, labvm.GuestModule(m))
 	}
-	fmt.Fprintf(&b, "LAB_MODULES=%s\n", shellQuote(strings.Join(names, " ")))
+	var linuxNames []string
+	for _, m := range linuxMods {
+		linuxNames = append(linuxNames, "/lib/modules/"+labvm.GuestModule(m))
+	}
+	fmt.Fprintf(&b, "LAB_MODULES=%s\nLAB_LINUX_MODULES=%s\nLAB_MODEM_CTL=%s\n", shellQuote(strings.Join(names, " ")),
+		shellQuote(strings.Join(linuxNames, " ")), shellQuote(faults))
 	up := make([]string, len(cfg.UpArgs))
 	for i, a := range cfg.UpArgs {
 		up[i] = shellQuote(a)
@@ -502,9 +530,16 @@ func (cfg *Config) buildInitramfs(env *labvm.Env, dir string, mods []string) (st
 	if err := os.WriteFile(argsFile, []byte("set -- "+strings.Join(quoted, " ")+"\n"), 0o644); err != nil {
 		return "", failed("%w", err)
 	}
-	files := map[string]string{"lab/env": envFile, "lab/args": argsFile}
+	inject := filepath.Join(dir, "lab-inject")
+	if err := os.WriteFile(inject, []byte(guestInject), 0o755); err != nil {
+		return "", failed("%w", err)
+	}
+	files := map[string]string{"lab/env": envFile, "lab/args": argsFile, "bin/lab-inject": inject}
 	if !cfg.Shell {
 		files["lab/script"] = cfg.Script
+	}
+	for dst, src := range cfg.Files {
+		files[strings.TrimPrefix(dst, "/")] = src
 	}
 	var programs map[string]string
 	if cfg.Driver == DriverGomhi {
@@ -526,7 +561,7 @@ func (cfg *Config) buildInitramfs(env *labvm.Env, dir string, mods []string) (st
 	} else {
 		init = strings.Replace(init, "#RUN#", guestScript, 1)
 	}
-	initrd, err := env.Build(filepath.Join(dir, "initramfs"), labvm.Initramfs{Init: init, Modules: mods, Files: files, Programs: programs})
+	initrd, err := env.Build(filepath.Join(dir, "initramfs"), labvm.Initramfs{Init: init, Modules: append(mods, linuxMods...), Files: files, Programs: programs})
 	if err != nil {
 		return "", failed("%w", err)
 	}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gomhi/gomhi/cmd/mhictl/internal/faultsock"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
+)
+
+// modemFaults are the faults the served modem takes (through its fault
+// socket, package faultsock), with what each does.
+var modemFaults = []struct{ name, help string }{
+	{"sys-err", "the modem raises SYS_ERR (the host resets and recovers it); its cellular state is kept"},
+	{"crash", "the baseband crashes: its cellular state restarts (sessions end) and it raises SYS_ERR; with 'modem serve --rddm' it enters RAM-dump mode"},
+	{"surprise-removal", "the modem falls off the bus: the server exits at once, as if the device vanished (the client's accesses fail from then on)"},
+}
+
+// faultNames returns the fault names.
+func faultNames() []string {
+	var out []string
+	for _, f := range modemFaults {
+		out = append(out, f.name)
+	}
+	return out
+}
+
+// errNoModemSession: a fault needs a client's session.
+var errNoModemSession = errors.New("no client is connected: the modem has no session to fail")
+
+// modemFaultApplier applies faults to the served device; exit ends the
+// server for surprise-removal, after the answer is sent.
+func modemFaultApplier(dev *vfiouser.ServerDevice, exit func()) faultsock.Apply {
+	return func(fault string, reply func(string)) (string, error) {
+		switch fault {
+		case "sys-err", "crash":
+			m := dev.Modem()
+			if m == nil {
+				return "", errNoModemSession
+			}
+			if fault == "crash" {
+				if f := dev.Functions(); f != nil && f.Modem != nil {
+					f.Modem.Restart()
+				}
+			}
+			m.InjectSysErr()
+			return "SYS_ERR raised", nil
+		case "surprise-removal":
+			reply("the server exits")
+			exit()
+			return "the server exits", nil
+		}
+		return "", fmt.Errorf("unknown fault %q (known: %s)", fault, strings.Join(faultNames(), ", "))
+	}
+}
+
+func newModemInjectCmd() *cobra.Command {
+	var sock string
+	var b strings.Builder
+	for _, f := range modemFaults {
+		fmt.Fprintf(&b, "  %-17s %s\n", f.name, f.help)
+	}
+	cmd := &cobra.Command{
+		Use:   "inject --socket PATH FAULT",
+		Short: "Make a served mock modem fail as a real one does (SYS_ERR, crash, surprise removal)",
+		Long: `Asks the modem 'mhictl modem serve --socket PATH' serves to fail now, through
+its fault socket PATH` + faultsock.Suffix + ` (0600, like the device socket: root and the server's
+user only). The faults:
+
+` + b.String() + `
+In 'mhictl lab', a script in the guest injects with lab-inject FAULT.`,
+		Example:   `  mhictl modem inject --socket /tmp/m.sock sys-err`,
+		Args:      cobra.ExactArgs(1),
+		ValidArgs: faultNames(),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if sock == "" {
+				return errors.New("--socket is required")
+			}
+			if !slices.Contains(faultNames(), args[0]) {
+				return fmt.Errorf("unknown fault %q (known: %s)", args[0], strings.Join(faultNames(), ", "))
+			}
+			what, err := faultsock.Request(sock, args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", args[0], what)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&sock, "socket", "", "the served modem's vfio-user socket ('mhictl modem serve --socket')")
+	return cmd
+}
