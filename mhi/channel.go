@@ -62,6 +62,10 @@ type Channel struct {
 	er   *EventRing
 	bei  bool
 
+	// mu guards ring, slots, state, dbMode, handler, wanted, comps and
+	// reclaimed. It comes after the event ring's mu and the command
+	// ring's mu in the Controller's lock order; the doorbell is rung under
+	// it (through Controller.gate), the handler is called without it.
 	mu      sync.Mutex
 	ring    ring
 	slots   []slot

@@ -10,10 +10,19 @@ import (
 
 // commandRing is the host's command ring. Commands are issued one at a time
 // and each waits for its completion event.
+//
+// Its locks are in the Controller's lock order (see Controller): issue
+// after chanOps and before procMu, mu after EventRing.mu and before
+// Channel.mu.
 type commandRing struct {
 	ring
-	issue sync.Mutex // serialises commands
+	// issue serialises commands: held from posting a command until its
+	// completion, abort or timeout.
+	issue sync.Mutex
 
+	// mu guards the ring's indices, waiting and done: taken by the sender,
+	// by the completion (under the event ring's mu) and by aborts, and
+	// held by a recovery's context rewrite around the channels' mu.
 	mu      sync.Mutex
 	waiting int // index of the outstanding command, -1 if none
 	done    chan wire.CompletionCode

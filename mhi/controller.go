@@ -131,6 +131,34 @@ type Controller struct {
 	eventRings []*EventRing
 	channels   [wire.MaxDoorbellChannels]*Channel
 
+	// Lock order, for the controller's locks and those of its command
+	// ring, event rings and channels: a lock may be taken while an
+	// earlier one is held, never while a later one is (checked by
+	// internal/archtest's TestLockOrder, which reads this line):
+	//
+	// lockorder: Controller.life → Controller.chanOps → commandRing.issue → Controller.procMu → EventRing.mu → commandRing.mu → Channel.mu → Controller.gate → Controller.mu
+	//
+	// life is the outermost (PowerUp and the teardown run everything
+	// below under it). chanOps is held by a client's Start, Stop and Reset
+	// and by a recovery across the commands they send (issue), the event
+	// rings they drain (procMu, EventRing.mu) and the channels they touch.
+	// An event ring is processed under procMu (read) and its mu; handling
+	// its events takes the command ring's mu and the channels' mu. A
+	// channel rings its doorbell under its mu, through gate. mu is the
+	// innermost: nothing is taken while it is held.
+	//
+	// What the check cannot see, the callbacks: a channel's completion
+	// handler runs with what the event goroutine holds (procMu,
+	// EventRing.mu) or the caller that aborts the channel (chanOps in
+	// Reset and recovery, life in PowerDown), never with Channel.mu or a
+	// later lock; a status listener gets StatusSysErr with chanOps held
+	// (the recovery's) and StatusEE with procMu and EventRing.mu held, the
+	// other kinds with none of these locks. A handler, and a listener of
+	// StatusSysErr or StatusEE, must therefore not call Start, Stop,
+	// Reset, PowerUp or PowerDown (a client's own locks taken there go
+	// after EventRing.mu and before Channel.mu: mhinet.Device states its
+	// own).
+
 	// life serialises PowerUp and PowerDown.
 	life sync.Mutex
 	// gate is held (read) around every device write of the data path

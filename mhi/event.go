@@ -31,7 +31,10 @@ type EventRing struct {
 	badLogAt    time.Time
 	badUnlogged int // bad values counted but not logged since badLogAt
 	// mu serialises processing: the ring's goroutine and callers that
-	// drain the ring synchronously (channel stop and reset).
+	// drain the ring synchronously (channel stop and reset). It is taken
+	// under procMu (read) and held while the events are handled, which
+	// takes the command ring's mu and the channels' mu and runs the
+	// channels' completion handlers (the Controller's lock order).
 	mu sync.Mutex
 	// events counts the events consumed from this ring.
 	events atomic.Uint64

@@ -105,9 +105,30 @@ type Device struct {
 	rx     Receiver
 	log    *slog.Logger
 
+	// Lock order, with the mhi locks it meets: a lock may be taken while
+	// an earlier one is held, never while a later one is (checked by
+	// internal/archtest's TestLockOrder, which reads these lines; mhi's
+	// own order is stated on mhi.Controller):
+	//
+	// lockorder: Device.ctl → mhi.Controller.chanOps
+	// lockorder: mhi.EventRing.mu → Device.chainMu → gsoTx.mu → txPath.mu → Device.rxMu → RxPool.mu → Device.stateMu → mhi.Channel.mu
+	//
+	// ctl is the outermost: Up, Down, SetMRU and SetMTU hold it across the
+	// channels' Start, Stop and Reset, so before every lock of mhi. The
+	// data-path locks come after mhi's event ring (the completion handlers
+	// onDL and txPath.onComplete run under it; Stop and Reset drain the
+	// rings with ctl held) and before mhi's channel lock (refill and
+	// transmit queue buffers under rxMu and txPath.mu). chainMu comes
+	// first among them because the Receiver, and a pool's refill woken by
+	// a buffer released (RxPool.onPut), run under it: a Receiver may
+	// transmit. RxPool.mu and stateMu are taken around their fields only.
+	// The check cannot see the calls through function values (handlers,
+	// onPut, the Receiver), which this order therefore states by hand.
+
 	// ctl serialises Up, Down, SetMRU and SetMTU.
 	ctl sync.Mutex
 
+	// stateMu guards up, refill, mru, mtu and dlStopped.
 	stateMu sync.Mutex
 	up      bool
 	refill  bool // posting receive buffers is allowed
@@ -121,7 +142,7 @@ type Device struct {
 	dlStopped bool
 
 	// receive side; see rx.go
-	rxMu     sync.Mutex // guards pool changes against refill
+	rxMu     sync.Mutex // guards pool, oldPool, poolGen, posted and xfers: pool changes against refill
 	pool     *RxPool
 	oldPool  *RxPool // the pool being replaced by an MRU change
 	poolGen  uint32
@@ -129,7 +150,7 @@ type Device struct {
 	xfers    []mhi.Transfer
 	reasm    *RxPool
 	rxCopy   bool       // copy-on-receive, resolved from cfg.RxCopy
-	chainMu  sync.Mutex // guards chain, skipping, batch and the parsers
+	chainMu  sync.Mutex // guards chain, chainLen, skipping, batch and the framing's parser
 	chain    []fragment
 	chainLen int
 	skipping bool // dropping the rest of a transfer whose head was dropped

@@ -25,7 +25,10 @@ var (
 // Config.TXAggMaxPackets. Every transmitted NTB, whichever way it was
 // built, takes the next sequence number.
 type ntbFraming struct {
-	// Receive side (Device.chainMu), and mu for parserStats.
+	// Receive side (Device.chainMu), and mu for parserStats; mu is taken
+	// around the parser only.
+	//
+	// lockorder: Device.chainMu → ntbFraming.mu
 	mu     sync.Mutex
 	parser ntb.Parser
 

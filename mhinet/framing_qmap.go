@@ -27,7 +27,10 @@ var (
 // 4-byte UL checksum header, with MAPv5 the MAPv5 header — and asks for
 // no offload: the host computed the checksums.
 type qmapFraming struct {
-	// Receive side (Device.chainMu), and mu for parserStats.
+	// Receive side (Device.chainMu), and mu for parserStats; mu is taken
+	// around the parser only.
+	//
+	// lockorder: Device.chainMu → qmapFraming.mu
 	mu     sync.Mutex
 	parser qmap.Parser
 

@@ -80,6 +80,8 @@ func (s GSOStats) Errors() uint64 {
 // gsoTx is the segmentation state of a device: preallocated scratch the
 // segments are cut into, and the segments not yet taken by Transmit.
 type gsoTx struct {
+	// mu serialises TransmitGSO (and DropGSOPending) and guards the
+	// fields below but the counters; Transmit (txPath.mu) runs under it.
 	mu      sync.Mutex
 	scratch []byte   // allocated on the first TransmitGSO
 	used    int      // bytes of scratch holding pending segments

@@ -45,6 +45,9 @@ type RxPool struct {
 	// buffers of this pool; see chainLimit.
 	maxChain int
 
+	// mu guards free, retired and starved; nothing is taken while it is
+	// held (onPut runs after it is released). After Device.rxMu in the
+	// Device's lock order.
 	mu      sync.Mutex
 	free    []*rxBuffer
 	retired bool // the pool was replaced; returning buffers are freed

@@ -40,6 +40,9 @@ type txPath struct {
 	d *Device
 	f framing
 
+	// mu comes after gsoTx.mu and before Device.rxMu in the Device's
+	// lock order: the uplink is queued (mhi.Channel.mu) under it, and
+	// txPath.onComplete takes it under mhi's event ring lock.
 	mu       sync.Mutex
 	bufs     []txBuffer
 	free     []int

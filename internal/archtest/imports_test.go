@@ -2,20 +2,12 @@ package archtest
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/gomhi/gomhi/mhi/testenv"
 )
 
 // module is the module path; rules and the graph name packages relative
@@ -86,30 +78,8 @@ type pkgInfo struct {
 // module, with their imports and links restricted to the module.
 func listModule(t *testing.T) map[string]*pkgInfo {
 	t.Helper()
-	gocmd, err := exec.LookPath("go")
-	if err != nil {
-		gocmd = filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, serr := os.Stat(gocmd); serr != nil {
-			testenv.Need(t, "the go command (in PATH or GOROOT/bin)", errors.Join(err, serr))
-		}
-	}
-	cmd := exec.Command(gocmd, "list", "-e", "-json=ImportPath,Imports,Deps,Error", module+"/...")
-	cmd.Dir = root
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, stderr.String())
-	}
 	pkgs := map[string]*pkgInfo{}
-	dec := json.NewDecoder(bytes.NewReader(out))
-	for {
-		var p pkgInfo
-		if err := dec.Decode(&p); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatalf("go list output: %v", err)
-		}
+	for _, p := range goList[pkgInfo](t, "-e", "-json=ImportPath,Imports,Deps,Error", module+"/...") {
 		if p.Error != nil {
 			t.Fatalf("go list %s: %s", p.ImportPath, p.Error.Err)
 		}

@@ -92,6 +92,12 @@ type AT struct {
 	opts ATOptions
 	log  *slog.Logger
 
+	// mu guards the fields below up to smu, and is held while a line is
+	// executed (the Modem consulted or changed, the counters updated
+	// under smu).
+	//
+	// lockorder: channel.work → AT.mu → AT.smu
+	// lockorder: AT.mu → Modem.mu
 	mu       sync.Mutex
 	ports    map[*Pipe]*atPort
 	contexts map[int]pdpContext
@@ -101,6 +107,7 @@ type AT struct {
 	// operation (+CEMODE), ctzu automatic time zone update (+CTZU).
 	ws46, cemode, ctzu int
 
+	// smu guards st; nothing is taken while it is held.
 	smu sync.Mutex
 	st  ATStats
 }

@@ -30,6 +30,20 @@ import (
 // worker uses while it services it. Lock order: work, then mu. mu is never
 // held while calling out (a Function, onSpace, poke); work is held while
 // the worker calls the Function's Receive and Idle.
+//
+// The device's lock order, checked by internal/archtest's TestLockOrder
+// (which reads the lockorder lines here and at the other locks): a lock
+// may be taken while an earlier one is held, never while a later one is.
+//
+// lockorder: Device.ctrlMu → channel.work → channel.mu
+//
+// The control goroutine (and Device.Reset) starts, stops and resets
+// channels under ctrlMu. Under work come the locks of what the worker
+// calls: the Functions' (IPData, MBIM, QMI, AT, the shaper; each states
+// its place, and those that queue a downlink transfer under their lock,
+// IPData and MBIM, come before mu), the event rings' and the fault
+// state's, and last the register file's (Device.regMu). The Modem's lock
+// and the Functions' statistics locks are innermost.
 type channel struct {
 	// Fixed once the device is built (newChannel, buildChannels, vinit).
 	d    *Device

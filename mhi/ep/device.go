@@ -155,16 +155,24 @@ type Device struct {
 	closeOnce sync.Once
 
 	// goMu guards goClosed: goFunc adds to wg only before Close waits.
+	// Nothing is taken while it is held.
+	//
+	// lockorder: shaper.mu → Device.goMu
 	goMu     sync.Mutex
 	goClosed bool
 
 	// ctrlMu serialises state-machine work: the control goroutine and
-	// Reset hold it while they change the device's state.
+	// Reset hold it while they change the device's state. It is the
+	// device's outermost lock (see the lock order on channel).
 	ctrlMu   sync.Mutex
 	ctrlKick chan struct{}
 
 	// regMu guards the register file and everything below it up to the
-	// next blank line.
+	// next blank line. It is the innermost of the device's locks: a
+	// doorbell latched under it wakes the channel's worker (poke) without
+	// a lock of ours.
+	//
+	// lockorder: channel.work → eventRing.mu → Device.regMu
 	regMu        sync.Mutex
 	regs         registerFile
 	state        wire.State

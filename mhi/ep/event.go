@@ -17,7 +17,10 @@ type eventRing struct {
 	index   int
 	ctxIOVA uint64
 
-	mu       sync.Mutex // serialises producers; guards the fields below
+	// mu serialises producers and guards the fields below. A producer
+	// checks for a free slot against the event doorbell (Device.regMu)
+	// under it, and waits there while the ring is full.
+	mu       sync.Mutex
 	loaded   bool
 	warned   bool // context problem already logged
 	ring     ringGeometry

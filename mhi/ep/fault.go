@@ -52,8 +52,12 @@ func (k Corruption) String() string {
 type faultState struct {
 	droppedInterrupts atomic.Int64
 	corruptionsDue    atomic.Int32 // len(corruptions), for a lock-free check
-	mu                sync.Mutex
-	corruptions       []Corruption
+	// mu guards corruptions; a channel's worker takes it while posting an
+	// event, nothing is taken while it is held.
+	//
+	// lockorder: channel.work → faultState.mu
+	mu          sync.Mutex
+	corruptions []Corruption
 }
 
 // takeDroppedInterrupt consumes one DropInterrupts credit.

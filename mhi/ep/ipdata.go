@@ -166,7 +166,12 @@ type IPData struct {
 	reply    []byte        // responder scratch (the uplink worker's only)
 	csumBuf  []byte        // uplink checksum offload scratch (likewise)
 
-	// mu guards the open aggregate.
+	// mu guards the open aggregate. It is taken by Receive and Idle (under
+	// the uplink channel's work) and by the flush timer, and held while
+	// the aggregate is reserved in and committed to the downlink queue
+	// (its channel's mu).
+	//
+	// lockorder: channel.work → IPData.mu → channel.mu
 	mu       sync.Mutex
 	agg      aggWriter
 	cur      DLBuffer
@@ -180,10 +185,20 @@ type IPData struct {
 	ntbP  ntb.Parser
 	qmapP qmap.Parser
 
-	statMu   sync.Mutex // guards the parser snapshots
+	// statMu guards the parser snapshots; nothing is taken while it is
+	// held. Stats takes it, which the control functions call under their
+	// mu (MBIMOptions and QMIOptions.PacketStatistics, by function value).
+	//
+	// lockorder: channel.work → MBIM.mu → IPData.statMu
+	// lockorder: QMI.mu → IPData.statMu
+	statMu   sync.Mutex
 	ntbSnap  ntb.Stats
 	qmapSnap qmap.Stats
 
+	// genMu guards gen; StartGenerator holds it while it sets the
+	// downlink queue's onSpace (under the channel's mu).
+	//
+	// lockorder: IPData.genMu → channel.mu
 	genMu sync.Mutex
 	gen   *genRun
 

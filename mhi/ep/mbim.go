@@ -30,7 +30,13 @@ type MBIM struct {
 	opts  MBIMOptions
 	log   *slog.Logger
 
-	mu       sync.Mutex // guards everything below; held while a reply is sent
+	// mu guards everything below but pending, evMu and events; it is
+	// held while a reply is sent (queued on the downlink channel: its mu)
+	// and while the Modem is consulted or changed.
+	//
+	// lockorder: channel.work → MBIM.mu → Modem.mu
+	// lockorder: MBIM.mu → channel.mu
+	mu       sync.Mutex
 	pipe     *Pipe
 	open     bool
 	maxCtl   int
@@ -48,8 +54,16 @@ type MBIM struct {
 	byError  map[mbim.ProtocolError]uint64
 
 	pending chan struct{} // a Modem event is waiting
-	evMu    sync.Mutex
-	events  map[ModemEventKind]bool
+	// evMu guards events. onModemEvent takes it on the goroutine that
+	// changed the Modem, under that function's mu (the Modem calls its
+	// subscribers by function value, without its own lock); nothing is
+	// taken while it is held.
+	//
+	// lockorder: MBIM.mu → MBIM.evMu
+	// lockorder: QMI.mu → MBIM.evMu
+	// lockorder: AT.mu → MBIM.evMu
+	evMu   sync.Mutex
+	events map[ModemEventKind]bool
 }
 
 // MBIMOptions configure an MBIM function.

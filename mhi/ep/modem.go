@@ -190,6 +190,9 @@ type ModemStats struct {
 type Modem struct {
 	cfg ModemConfig
 
+	// mu guards the fields below but the atomics; nothing is taken while
+	// it is held (publish calls the subscribers after it is released). It
+	// comes after the control functions' locks (see MBIM, QMI and AT).
 	mu       sync.Mutex
 	radio    bool
 	attached bool

@@ -162,6 +162,12 @@ type QMI struct {
 	opts QMIOptions
 	log  *slog.Logger
 
+	// mu guards ports, ownSession and offMode, and is held while a
+	// request is answered (the Modem consulted or changed, the counters
+	// updated under smu).
+	//
+	// lockorder: channel.work → QMI.mu → QMI.smu
+	// lockorder: QMI.mu → Modem.mu
 	mu    sync.Mutex
 	ports map[*Pipe]*qmiPort
 	// ownSession is the Modem session a QMI START_NETWORK connected (0:
@@ -170,6 +176,7 @@ type QMI struct {
 	// offMode is the operating mode reported while the radio is off.
 	offMode uint8
 
+	// smu guards st and unsupported; nothing is taken while it is held.
 	smu         sync.Mutex
 	st          QMIStats
 	unsupported map[qmiSvcMsg]uint64

@@ -78,6 +78,10 @@ type shapedPkt struct {
 
 // shaper is the state of the shaped flow and of the lending protocol.
 type shaper struct {
+	// mu guards the fields below; Receive takes it (under the uplink
+	// channel's work), and starts the shaper goroutine under it.
+	//
+	// lockorder: channel.work → shaper.mu → Device.goMu
 	mu      sync.Mutex
 	q       []shapedPkt // ring of cfg.Queue entries
 	head, n int
