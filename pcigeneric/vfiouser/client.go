@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gomhi/gomhi/mhi"
-	"github.com/gomhi/gomhi/mhi/inproc"
+	"github.com/gomhi/gomhi/mhi/slab"
 )
 
 // Client defaults.
@@ -71,7 +71,7 @@ type Transport struct {
 	// slab carves up mem; it is set during setup while the read loop may
 	// already serve the server's DMA requests, hence atomic (nil: no
 	// memory yet, every DMA request fails with EFAULT).
-	slab atomic.Pointer[inproc.Slab]
+	slab atomic.Pointer[slab.Slab]
 	mem  []byte // the memfd mapping the slab carves up
 
 	evfds   []int      // the vectors' eventfds, owned by evfiles
@@ -275,7 +275,7 @@ func (t *Transport) mapDMA() error {
 		return fmt.Errorf("vfiouser: mmap DMA memory: %w", err)
 	}
 	t.mem = mem
-	t.slab.Store(inproc.NewSlabOn(t.opts.Base, mem))
+	t.slab.Store(slab.NewOn(t.opts.Base, mem))
 	var mapFDs []int
 	if !t.opts.NoDMAFD {
 		mapFDs = []int{fd}

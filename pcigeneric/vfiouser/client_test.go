@@ -6,7 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gomhi/gomhi/mhi/inproc"
+	"github.com/gomhi/gomhi/mhi/slab"
 )
 
 // TestClientServesDMA checks the client's answers to the server's DMA_READ
@@ -17,7 +17,7 @@ func TestClientServesDMA(t *testing.T) {
 	defer c.Close()
 	defer s.Close()
 	tr := &Transport{w: newWire(c), mem: make([]byte, 4096)}
-	tr.slab.Store(inproc.NewSlabOn(0x1000, tr.mem))
+	tr.slab.Store(slab.NewOn(0x1000, tr.mem))
 	peer := newWire(s)
 	exchange := func(raw []byte) Message {
 		t.Helper()
