@@ -1,11 +1,13 @@
-package vfiouser
+package client
 
 import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -14,10 +16,12 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/testenv/fuzzcheck"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/internal/vutest"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 )
 
 // FuzzClient plays a hostile vfio-user server against the client
-// transport (NewClient and then the transport's calls). The input is a
+// transport (New and then the transport's calls). The input is a
 // script of what the server sends, records of [flags][length, 16 bits
 // little-endian][bytes]:
 //
@@ -33,7 +37,7 @@ import (
 // options (see fuzzClientOptions). When the script ends the server shuts
 // its side down.
 //
-// After each input it checks: no panic; NewClient, the calls after it and
+// After each input it checks: no panic; New, the calls after it and
 // Close return within clientBound and never time out (the fake server
 // answers or hangs up, so a timeout means the client dropped an answer);
 // the client's messages decode; its answers to the server's requests come
@@ -51,59 +55,37 @@ func FuzzClient(f *testing.F) {
 	})
 }
 
+// writeSeeds regenerates FuzzClient's hand-made seeds in testdata/fuzz
+// (the server's TestFuzzSeeds writes the recorded sessions there): go test
+// -run TestFuzzSeeds ./pcigeneric/vfiouser ./pcigeneric/vfiouser/client
+// -args -write-seeds.
+var writeSeeds = flag.Bool("write-seeds", false, "rewrite FuzzClient's hand-made seeds in testdata/fuzz")
+
+// TestFuzzSeeds, with -write-seeds, rewrites FuzzClient's hand-made seeds.
+func TestFuzzSeeds(t *testing.T) {
+	if !*writeSeeds {
+		t.Skip("rewrites the seeds with -write-seeds")
+	}
+	for _, s := range clientSeeds() {
+		if err := fuzzcheck.WriteCorpus(filepath.Join("testdata", "fuzz", "FuzzClient"), s.name, s.script, s.opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // clientBound bounds one FuzzClient input.
 const clientBound = 5 * time.Second
 
-// Script record flags.
-const (
-	recAnswer    = 0x01
-	recPatchID   = 0x02
-	recPatchCmd  = 0x04
-	recPatchSize = 0x08
-)
-
-// scriptRecord returns msg as a script record: an answer with its ID,
-// command and size patched for a reply, sent at once for anything else.
-func scriptRecord(msg []byte, nfds int) []byte {
-	flags := byte(recPatchSize)
-	if h, err := DecodeHeader(msg[:HeaderSize]); err == nil && h.IsReply() {
-		flags |= recAnswer | recPatchID | recPatchCmd
-	}
-	flags |= byte(min(nfds, 7)) << 4
-	rec := []byte{flags, 0, 0}
-	binary.LittleEndian.PutUint16(rec[1:], uint16(len(msg)))
-	return append(rec, msg...)
-}
-
 // fuzzClientOptions decodes the opts byte: bit 0 MSIX, bit 1
 // NoPostedWrites, bit 2 NoDMAFD, bits 3-5 the memory size (64 KiB << n).
-func fuzzClientOptions(b uint8) ClientOptions {
-	return ClientOptions{
+func fuzzClientOptions(b uint8) Options {
+	return Options{
 		MSIX:           b&1 != 0,
 		NoPostedWrites: b&2 != 0,
 		NoDMAFD:        b&4 != 0,
 		Memory:         64 << 10 << (b >> 3 & 7),
 		Timeout:        2 * time.Second,
 	}
-}
-
-// clientOptsByte encodes o's flags for fuzzClientOptions (1 MiB memory
-// unless o asks for 4 MiB).
-func clientOptsByte(o ClientOptions) uint8 {
-	var b uint8
-	if o.MSIX {
-		b |= 1
-	}
-	if o.NoPostedWrites {
-		b |= 2
-	}
-	if o.NoDMAFD {
-		b |= 4
-	}
-	if o.Memory == 4<<20 {
-		return b | 6<<3
-	}
-	return b | 4<<3
 }
 
 // clientSeed is one FuzzClient input.
@@ -116,72 +98,80 @@ type clientSeed struct {
 // clientSeeds are hand-made scripts: a whole correct setup answered the
 // way the server answers, then variants that break it at each step.
 func clientSeeds() []clientSeed {
-	reply := func(cmd Command, body any) []byte {
-		return scriptRecord(EncodeMessage(0, cmd, FlagReply, 0, body), 0)
+	reply := func(cmd protocol.Command, body any) []byte {
+		return vutest.ScriptRecord(protocol.EncodeMessage(0, cmd, protocol.FlagReply, 0, body), 0, true)
 	}
-	errReply := func(cmd Command, errno unix.Errno) []byte {
-		return scriptRecord(EncodeMessage(0, cmd, FlagReply|FlagError, uint32(errno), nil), 0)
+	errReply := func(cmd protocol.Command, errno unix.Errno) []byte {
+		return vutest.ScriptRecord(protocol.EncodeMessage(0, cmd, protocol.FlagReply|protocol.FlagError, uint32(errno), nil), 0, true)
 	}
 	raw := func(flags byte, msg []byte) []byte {
 		rec := []byte{flags, 0, 0}
 		binary.LittleEndian.PutUint16(rec[1:], uint16(len(msg)))
 		return append(rec, msg...)
 	}
-	cfg := newConfigSpace(PCIConfig{Vendor: 0x17cb, Device: 0x0306, BARSize: 4096, Vectors: 32})
+	// The config header the server presents for these IDs: capability
+	// list, class 0xff0000, 64-bit BAR0 and BAR2, MSI the first capability.
 	hdr := make([]byte, 64)
-	cfg.read(0, hdr)
+	le := binary.LittleEndian
+	le.PutUint16(hdr[protocol.CfgVendorID:], 0x17cb)
+	le.PutUint16(hdr[protocol.CfgDeviceID:], 0x0306)
+	le.PutUint16(hdr[protocol.CfgStatus:], 0x0010)
+	hdr[protocol.CfgClassProg+2] = 0xff
+	le.PutUint32(hdr[protocol.CfgBAR0:], 0x4)
+	le.PutUint32(hdr[protocol.CfgBAR2:], 0x4)
+	hdr[protocol.CfgCapPtr] = protocol.CfgMSI
 	setup := [][]byte{
-		reply(CmdVersion, Version{Capabilities: ServerCapabilities}),
-		reply(CmdDeviceGetInfo, DeviceInfo{Argsz: 16, Flags: DeviceFlagPCI | DeviceFlagReset, NumRegions: NumRegions, NumIRQs: NumIRQs}),
-		reply(CmdRegionInfo, RegionInfo{Argsz: 32, Flags: RegionFlagRead | RegionFlagWrite, Index: RegionBAR0, Size: 4096}),
-		reply(CmdRegionInfo, RegionInfo{Argsz: 32, Flags: RegionFlagRead | RegionFlagWrite, Index: RegionConfig, Size: ConfigSize}),
-		reply(CmdRegionRead, RegionAccess{Region: RegionConfig, Count: 64, Data: hdr}),
-		reply(CmdIRQInfo, IRQInfo{Argsz: 16, Flags: IRQInfoEventfd | IRQInfoNoResize, Index: IRQMSI, Count: 32}),
-		reply(CmdRegionWrite, RegionAccess{Region: RegionConfig, Offset: CfgCommand, Count: 2}),
-		reply(CmdRegionWrite, RegionAccess{Region: RegionConfig, Offset: CfgMSI + 2, Count: 2}),
-		reply(CmdDMAMap, nil),
-		reply(CmdSetIRQs, nil),
-		reply(CmdSetIRQs, nil),
+		reply(protocol.CmdVersion, protocol.Version{Capabilities: protocol.ServerCapabilities}),
+		reply(protocol.CmdDeviceGetInfo, protocol.DeviceInfo{Argsz: 16, Flags: protocol.DeviceFlagPCI | protocol.DeviceFlagReset, NumRegions: protocol.NumRegions, NumIRQs: protocol.NumIRQs}),
+		reply(protocol.CmdRegionInfo, protocol.RegionInfo{Argsz: 32, Flags: protocol.RegionFlagRead | protocol.RegionFlagWrite, Index: protocol.RegionBAR0, Size: 4096}),
+		reply(protocol.CmdRegionInfo, protocol.RegionInfo{Argsz: 32, Flags: protocol.RegionFlagRead | protocol.RegionFlagWrite, Index: protocol.RegionConfig, Size: protocol.ConfigSize}),
+		reply(protocol.CmdRegionRead, protocol.RegionAccess{Region: protocol.RegionConfig, Count: 64, Data: hdr}),
+		reply(protocol.CmdIRQInfo, protocol.IRQInfo{Argsz: 16, Flags: protocol.IRQInfoEventfd | protocol.IRQInfoNoResize, Index: protocol.IRQMSI, Count: 32}),
+		reply(protocol.CmdRegionWrite, protocol.RegionAccess{Region: protocol.RegionConfig, Offset: protocol.CfgCommand, Count: 2}),
+		reply(protocol.CmdRegionWrite, protocol.RegionAccess{Region: protocol.RegionConfig, Offset: protocol.CfgMSI + 2, Count: 2}),
+		reply(protocol.CmdDMAMap, nil),
+		reply(protocol.CmdSetIRQs, nil),
+		reply(protocol.CmdSetIRQs, nil),
 	}
 	join := func(recs ...[]byte) []byte { return bytes.Join(recs, nil) }
 	afterSetup := func(recs ...[]byte) []byte { return join(append(append([][]byte{}, setup...), recs...)...) }
-	base := uint64(DefaultBase)
-	dma := func(id uint16, cmd Command, flags uint32, a DMAAccess) []byte {
-		return raw(recPatchSize, EncodeMessage(id, cmd, flags, 0, a))
+	base := uint64(defaultBase)
+	dma := func(id uint16, cmd protocol.Command, flags uint32, a protocol.DMAAccess) []byte {
+		return raw(vutest.RecPatchSize, protocol.EncodeMessage(id, cmd, flags, 0, a))
 	}
-	read32 := reply(CmdRegionRead, RegionAccess{Region: RegionBAR0, Count: 4, Data: []byte{0, 0, 0, 1}})
+	read32 := reply(protocol.CmdRegionRead, protocol.RegionAccess{Region: protocol.RegionBAR0, Count: 4, Data: []byte{0, 0, 0, 1}})
 	seeds := []clientSeed{
-		{"setup", afterSetup(read32, reply(CmdRegionRead, RegionAccess{Region: RegionConfig, Count: 4, Data: hdr[:4]})), 4 << 3},
-		{"setup_busy", errReply(CmdVersion, unix.EBUSY), 0},
-		{"version_major_1", reply(CmdVersion, Version{Major: 1}), 0},
-		{"version_bad_caps", join(reply(CmdVersion, Version{Capabilities: `{"capabilities":{"max_msg_fds":-1}`}), setup[1]), 0},
-		{"not_pci", join(setup[0], reply(CmdDeviceGetInfo, DeviceInfo{Argsz: 16})), 0},
-		{"bar0_tiny", join(setup[0], setup[1], reply(CmdRegionInfo, RegionInfo{Argsz: 32, Flags: 3, Size: 16})), 0},
-		{"config_short_read", join(append(setup[:4:4], reply(CmdRegionRead, RegionAccess{Region: RegionConfig, Count: 4, Data: []byte{1, 2, 3, 4}}))...), 0},
-		{"no_vectors", join(append(setup[:5:5], reply(CmdIRQInfo, IRQInfo{Argsz: 16, Index: IRQMSI}))...), 0},
-		{"wrong_command", join(setup[0], raw(recAnswer|recPatchID|recPatchSize, EncodeMessage(0, CmdDeviceReset, FlagReply, 0, nil))), 0},
-		{"malformed_reply", join(setup[0], raw(recAnswer|recPatchID|recPatchCmd, EncodeMessage(0, CmdDeviceGetInfo, FlagReply, 0, DeviceInfo{Argsz: 16})[:20])), 0},
-		{"malformed_reply_body", join(setup[0], raw(recAnswer|recPatchID|recPatchCmd|recPatchSize, EncodeMessage(0, CmdDeviceGetInfo, FlagReply, 0, Version{})), setup[2]), 0},
-		{"reply_with_fds", join(setup[0], raw(recAnswer|recPatchID|recPatchCmd|recPatchSize|2<<4, EncodeMessage(0, CmdDeviceGetInfo, FlagReply, 0, DeviceInfo{Argsz: 16, Flags: 2, NumRegions: 9, NumIRQs: 5}))), 0},
-		{"wrong_id", join(setup[0], raw(recAnswer|recPatchCmd|recPatchSize, EncodeMessage(77, CmdDeviceGetInfo, FlagReply, 0, DeviceInfo{Argsz: 16}))), 0},
+		{"setup", afterSetup(read32, reply(protocol.CmdRegionRead, protocol.RegionAccess{Region: protocol.RegionConfig, Count: 4, Data: hdr[:4]})), 4 << 3},
+		{"setup_busy", errReply(protocol.CmdVersion, unix.EBUSY), 0},
+		{"version_major_1", reply(protocol.CmdVersion, protocol.Version{Major: 1}), 0},
+		{"version_bad_caps", join(reply(protocol.CmdVersion, protocol.Version{Capabilities: `{"capabilities":{"max_msg_fds":-1}`}), setup[1]), 0},
+		{"not_pci", join(setup[0], reply(protocol.CmdDeviceGetInfo, protocol.DeviceInfo{Argsz: 16})), 0},
+		{"bar0_tiny", join(setup[0], setup[1], reply(protocol.CmdRegionInfo, protocol.RegionInfo{Argsz: 32, Flags: 3, Size: 16})), 0},
+		{"config_short_read", join(append(setup[:4:4], reply(protocol.CmdRegionRead, protocol.RegionAccess{Region: protocol.RegionConfig, Count: 4, Data: []byte{1, 2, 3, 4}}))...), 0},
+		{"no_vectors", join(append(setup[:5:5], reply(protocol.CmdIRQInfo, protocol.IRQInfo{Argsz: 16, Index: protocol.IRQMSI}))...), 0},
+		{"wrong_command", join(setup[0], raw(vutest.RecAnswer|vutest.RecPatchID|vutest.RecPatchSize, protocol.EncodeMessage(0, protocol.CmdDeviceReset, protocol.FlagReply, 0, nil))), 0},
+		{"malformed_reply", join(setup[0], raw(vutest.RecAnswer|vutest.RecPatchID|vutest.RecPatchCmd, protocol.EncodeMessage(0, protocol.CmdDeviceGetInfo, protocol.FlagReply, 0, protocol.DeviceInfo{Argsz: 16})[:20])), 0},
+		{"malformed_reply_body", join(setup[0], raw(vutest.RecAnswer|vutest.RecPatchID|vutest.RecPatchCmd|vutest.RecPatchSize, protocol.EncodeMessage(0, protocol.CmdDeviceGetInfo, protocol.FlagReply, 0, protocol.Version{})), setup[2]), 0},
+		{"reply_with_fds", join(setup[0], raw(vutest.RecAnswer|vutest.RecPatchID|vutest.RecPatchCmd|vutest.RecPatchSize|2<<4, protocol.EncodeMessage(0, protocol.CmdDeviceGetInfo, protocol.FlagReply, 0, protocol.DeviceInfo{Argsz: 16, Flags: 2, NumRegions: 9, NumIRQs: 5}))), 0},
+		{"wrong_id", join(setup[0], raw(vutest.RecAnswer|vutest.RecPatchCmd|vutest.RecPatchSize, protocol.EncodeMessage(77, protocol.CmdDeviceGetInfo, protocol.FlagReply, 0, protocol.DeviceInfo{Argsz: 16}))), 0},
 		{"broken_header", join(setup[0], raw(0, []byte{1, 0, 1, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})), 0},
-		{"dma_before_map", join(dma(1, CmdDMARead, 0, DMAAccess{Address: base, Count: 4}), setup[0]), 0},
+		{"dma_before_map", join(dma(1, protocol.CmdDMARead, 0, protocol.DMAAccess{Address: base, Count: 4}), setup[0]), 0},
 		{"dma_inside_outside", afterSetup(
-			dma(1, CmdDMAWrite, 0, DMAAccess{Address: base + 8, Count: 4, Data: []byte{1, 2, 3, 4}}),
-			dma(2, CmdDMARead, 0, DMAAccess{Address: base + 6, Count: 8}),
-			dma(3, CmdDMARead, 0, DMAAccess{Address: base + (1 << 20) - 2, Count: 4}),
-			dma(4, CmdDMAWrite, 0, DMAAccess{Address: base - 1, Count: 1, Data: []byte{9}}),
-			dma(5, CmdDMARead, 0, DMAAccess{Address: ^uint64(0) - 3, Count: 3}),
-			dma(6, CmdDMAWrite, FlagNoReply, DMAAccess{Address: base, Count: 2, Data: []byte{7, 7}}),
-			dma(7, CmdDMARead, 0, DMAAccess{Address: base, Count: MaxDataXfer}),
-			raw(recPatchSize, EncodeMessage(8, CmdDeviceReset, 0, 0, nil)),
-			raw(recPatchSize, EncodeMessage(9, CmdDMARead, 0, 0, DMAAccess{Address: base, Count: 4, Data: []byte{1}})),
+			dma(1, protocol.CmdDMAWrite, 0, protocol.DMAAccess{Address: base + 8, Count: 4, Data: []byte{1, 2, 3, 4}}),
+			dma(2, protocol.CmdDMARead, 0, protocol.DMAAccess{Address: base + 6, Count: 8}),
+			dma(3, protocol.CmdDMARead, 0, protocol.DMAAccess{Address: base + (1 << 20) - 2, Count: 4}),
+			dma(4, protocol.CmdDMAWrite, 0, protocol.DMAAccess{Address: base - 1, Count: 1, Data: []byte{9}}),
+			dma(5, protocol.CmdDMARead, 0, protocol.DMAAccess{Address: ^uint64(0) - 3, Count: 3}),
+			dma(6, protocol.CmdDMAWrite, protocol.FlagNoReply, protocol.DMAAccess{Address: base, Count: 2, Data: []byte{7, 7}}),
+			dma(7, protocol.CmdDMARead, 0, protocol.DMAAccess{Address: base, Count: protocol.MaxDataXfer}),
+			raw(vutest.RecPatchSize, protocol.EncodeMessage(8, protocol.CmdDeviceReset, 0, 0, nil)),
+			raw(vutest.RecPatchSize, protocol.EncodeMessage(9, protocol.CmdDMARead, 0, 0, protocol.DMAAccess{Address: base, Count: 4, Data: []byte{1}})),
 			read32), 4 << 3},
 		{"stray_replies", afterSetup(
-			raw(recPatchSize, EncodeMessage(999, CmdRegionRead, FlagReply, 0, RegionAccess{Count: 4, Data: []byte{1, 2, 3, 4}})),
-			raw(recPatchSize, EncodeMessage(1000, CmdVersion, FlagReply|FlagError, 5, nil)),
+			raw(vutest.RecPatchSize, protocol.EncodeMessage(999, protocol.CmdRegionRead, protocol.FlagReply, 0, protocol.RegionAccess{Count: 4, Data: []byte{1, 2, 3, 4}})),
+			raw(vutest.RecPatchSize, protocol.EncodeMessage(1000, protocol.CmdVersion, protocol.FlagReply|protocol.FlagError, 5, nil)),
 			read32), 4 << 3},
-		{"error_replies_after_setup", afterSetup(errReply(CmdRegionRead, unix.EIO), errReply(CmdRegionWrite, unix.EFAULT)), 4<<3 | 2},
+		{"error_replies_after_setup", afterSetup(errReply(protocol.CmdRegionRead, unix.EIO), errReply(protocol.CmdRegionWrite, unix.EFAULT)), 4<<3 | 2},
 	}
 	return seeds
 }
@@ -190,7 +180,7 @@ func clientSeeds() []clientSeed {
 // answer, and what the answer must be.
 type clientReq struct {
 	id    uint16
-	cmd   Command
+	cmd   protocol.Command
 	errno unix.Errno // the error reply required; 0: a successful reply
 	data  []byte     // for a DMA_READ, the bytes the reply must carry
 	check bool       // false: the outcome depends on timing; only the ID and command are checked
@@ -199,16 +189,16 @@ type clientReq struct {
 // fuzzServer is the fake server of one FuzzClient input.
 type fuzzServer struct {
 	conn *net.UnixConn
-	w    *wire
-	opts ClientOptions
+	w    *protocol.Conn
+	opts Options
 
-	cmds chan Header // the client's commands that expect a reply
+	cmds chan protocol.Header // the client's commands that expect a reply
 
 	mu       sync.Mutex
-	mapSeen  bool            // the client's DMA_MAP was received: its memory is served
-	shadow   map[uint64]byte // bytes of the client's memory written by DMA_WRITE
-	reqs     []clientReq     // requests sent that expect an answer, in order
-	answers  []Message       // the client's answers, in order
+	mapSeen  bool               // the client's DMA_MAP was received: its memory is served
+	shadow   map[uint64]byte    // bytes of the client's memory written by DMA_WRITE
+	reqs     []clientReq        // requests sent that expect an answer, in order
+	answers  []protocol.Message // the client's answers, in order
 	problems []string
 	framing  bool // the fake server broke the framing: the client stops reading
 }
@@ -224,16 +214,16 @@ func (s *fuzzServer) problem(format string, args ...any) {
 func (s *fuzzServer) readLoop() {
 	defer close(s.cmds)
 	for {
-		hdr, payload, fds, err := s.w.read()
-		closeFDs(fds)
+		hdr, payload, fds, err := s.w.ReadMessage()
+		protocol.CloseFDs(fds)
 		if err != nil {
-			if errors.Is(err, errFraming) {
+			if errors.Is(err, protocol.ErrFraming) {
 				s.problem("client sent a broken header: %v", err)
 			}
 			return
 		}
 		nfds := len(fds)
-		m, err := DecodeMessage(hdr, payload, nfds)
+		m, err := protocol.DecodeMessage(hdr, payload, nfds)
 		if err != nil {
 			s.problem("client message %+v with %d descriptors does not decode: %v", m.Header, nfds, err)
 			continue
@@ -244,12 +234,12 @@ func (s *fuzzServer) readLoop() {
 			s.mu.Lock()
 			s.answers = append(s.answers, m)
 			s.mu.Unlock()
-		case h.Flags&FlagNoReply != 0:
-			if h.Cmd != CmdRegionWrite {
+		case h.Flags&protocol.FlagNoReply != 0:
+			if h.Cmd != protocol.CmdRegionWrite {
 				s.problem("client posted %s", h.Cmd)
 			}
 		default:
-			if h.Cmd == CmdDMAMap {
+			if h.Cmd == protocol.CmdDMAMap {
 				s.mu.Lock()
 				s.mapSeen = true
 				s.mu.Unlock()
@@ -262,19 +252,19 @@ func (s *fuzzServer) readLoop() {
 // model updates the memory model for one whole message the server sent
 // and returns the request to expect an answer to, if any.
 func (s *fuzzServer) model(msg []byte, nfds int) (clientReq, bool) {
-	h, _ := DecodeHeader(msg[:HeaderSize])
+	h, _ := protocol.DecodeHeader(msg[:protocol.HeaderSize])
 	if h.IsReply() {
 		return clientReq{}, false
 	}
-	req := clientReq{id: h.ID, cmd: h.Cmd, check: nfds <= MaxFDs}
-	m, err := DecodeMessage(msg[:HeaderSize], msg[HeaderSize:], nfds)
+	req := clientReq{id: h.ID, cmd: h.Cmd, check: nfds <= protocol.MaxFDs}
+	m, err := protocol.DecodeMessage(msg[:protocol.HeaderSize], msg[protocol.HeaderSize:], nfds)
 	switch {
 	case err != nil:
 		req.errno = unix.EINVAL
-	case h.Cmd != CmdDMARead && h.Cmd != CmdDMAWrite:
+	case h.Cmd != protocol.CmdDMARead && h.Cmd != protocol.CmdDMAWrite:
 		req.errno = unix.ENOSYS
 	default:
-		a := m.Body.(DMAAccess)
+		a := m.Body.(protocol.DMAAccess)
 		s.mu.Lock()
 		mapped := s.mapSeen
 		s.mu.Unlock()
@@ -285,7 +275,7 @@ func (s *fuzzServer) model(msg []byte, nfds int) (clientReq, bool) {
 			req.check = false // the client may or may not have its memory yet
 		case !inside:
 			req.errno = unix.EFAULT
-		case h.Cmd == CmdDMAWrite:
+		case h.Cmd == protocol.CmdDMAWrite:
 			for i, b := range a.Data {
 				s.shadow[a.Address+uint64(i)] = b
 			}
@@ -296,7 +286,7 @@ func (s *fuzzServer) model(msg []byte, nfds int) (clientReq, bool) {
 			}
 		}
 	}
-	return req, h.Flags&FlagNoReply == 0
+	return req, h.Flags&protocol.FlagNoReply == 0
 }
 
 // run plays the script, keeping a model of the stream the client parses.
@@ -305,28 +295,28 @@ func (s *fuzzServer) run(script []byte) {
 	var (
 		stream      []byte // sent, not yet framed into whole messages
 		streamFDs   int    // descriptors attached inside stream's first message
-		outstanding *Header
+		outstanding *protocol.Header
 	)
 	for len(script) >= 3 {
 		flags := script[0]
 		n := min(int(binary.LittleEndian.Uint16(script[1:])), len(script)-3)
 		msg := bytes.Clone(script[3 : 3+n])
 		script = script[3+n:]
-		if flags&recAnswer != 0 && outstanding == nil {
+		if flags&vutest.RecAnswer != 0 && outstanding == nil {
 			h, ok := <-s.cmds
 			if !ok {
 				return // the client is gone
 			}
 			outstanding = &h
 		}
-		if len(msg) >= HeaderSize {
-			if flags&recPatchID != 0 && outstanding != nil {
+		if len(msg) >= protocol.HeaderSize {
+			if flags&vutest.RecPatchID != 0 && outstanding != nil {
 				binary.LittleEndian.PutUint16(msg[0:], outstanding.ID)
 			}
-			if flags&recPatchCmd != 0 && outstanding != nil {
+			if flags&vutest.RecPatchCmd != 0 && outstanding != nil {
 				binary.LittleEndian.PutUint16(msg[2:], uint16(outstanding.Cmd))
 			}
-			if flags&recPatchSize != 0 {
+			if flags&vutest.RecPatchSize != 0 {
 				binary.LittleEndian.PutUint32(msg[4:], uint32(len(msg)))
 			}
 		}
@@ -341,8 +331,8 @@ func (s *fuzzServer) run(script []byte) {
 				fds = append(fds, fd)
 			}
 		}
-		err := s.w.write(msg, fds)
-		closeFDs(fds)
+		err := s.w.WriteMessage(msg, fds)
+		protocol.CloseFDs(fds)
 		if err != nil {
 			return // the client hung up
 		}
@@ -351,8 +341,8 @@ func (s *fuzzServer) run(script []byte) {
 		// unfinished message). Then frame every whole message.
 		stream = append(stream, msg...)
 		streamFDs += len(fds)
-		for len(stream) >= HeaderSize {
-			h, err := DecodeHeader(stream[:HeaderSize])
+		for len(stream) >= protocol.HeaderSize {
+			h, err := protocol.DecodeHeader(stream[:protocol.HeaderSize])
 			if err != nil {
 				s.mu.Lock()
 				s.framing = true
@@ -380,9 +370,9 @@ func (s *fuzzServer) run(script []byte) {
 func runClientInput(t *testing.T, script []byte, optsByte uint8) {
 	before := fuzzcheck.Snapshot()
 	opts := fuzzClientOptions(optsByte)
-	opts.Base = DefaultBase
-	cconn, sconn := fuzzSocketPair(t)
-	srv := &fuzzServer{conn: sconn, w: newWire(sconn), opts: opts, cmds: make(chan Header, 64), shadow: map[uint64]byte{}}
+	opts.Base = defaultBase
+	cconn, sconn := vutest.SocketPair(t)
+	srv := &fuzzServer{conn: sconn, w: protocol.NewConn(sconn), opts: opts, cmds: make(chan protocol.Header, 64), shadow: map[uint64]byte{}}
 	readDone := make(chan struct{})
 	go func() { defer close(readDone); srv.readLoop() }()
 	runDone := make(chan struct{})
@@ -392,7 +382,7 @@ func runClientInput(t *testing.T, script []byte, optsByte uint8) {
 	clientDone := make(chan struct{})
 	go func() {
 		defer close(clientDone)
-		tr, err := NewClient(cconn, opts)
+		tr, err := New(cconn, opts)
 		errs = append(errs, err)
 		if err != nil {
 			return
@@ -425,7 +415,7 @@ func runClientInput(t *testing.T, script []byte, optsByte uint8) {
 	sconn.Close()
 
 	for _, err := range errs {
-		if errors.Is(err, ErrTimeout) {
+		if errors.Is(err, protocol.ErrTimeout) {
 			t.Errorf("the client timed out (%v): it dropped an answer", err)
 		}
 	}
@@ -447,8 +437,8 @@ func runClientInput(t *testing.T, script []byte, optsByte uint8) {
 		if got := unix.Errno(h.Error); got != r.errno {
 			t.Errorf("answer %d to %s (ID %d): errno %v, want %v", i, r.cmd, r.id, got, r.errno)
 		}
-		if r.cmd == CmdDMARead && r.errno == 0 && h.Flags&FlagError == 0 {
-			if d := a.Body.(DMAAccess).Data; !bytes.Equal(d, r.data) {
+		if r.cmd == protocol.CmdDMARead && r.errno == 0 && h.Flags&protocol.FlagError == 0 {
+			if d := a.Body.(protocol.DMAAccess).Data; !bytes.Equal(d, r.data) {
 				t.Errorf("answer %d: DMA_READ of %d bytes returned %x…, the memory holds %x…", i, len(r.data), d[:min(len(d), 16)], r.data[:min(len(r.data), 16)])
 			}
 		}
