@@ -61,7 +61,7 @@ type Remote struct {
 // the function's config space, and builds a host controller for it on the
 // client transport: the model's channels plus the LOOPBACK pair the mock
 // modem offers. The controller is not powered up. Errors wrap ErrNoServer,
-// ErrNotSocket, pcigeneric.ErrUnknownModel or the transport's errors.
+// protocol.ErrNotSocket, pcigeneric.ErrUnknownModel or the transport's errors.
 func Open(path string, opts OpenOptions) (*Remote, error) {
 	fi, err := os.Stat(path)
 	switch {

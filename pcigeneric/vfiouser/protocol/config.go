@@ -4,7 +4,9 @@ package protocol
 // so QEMU treats the function as conventional PCI.
 const ConfigSize = 256
 
-// Configuration-space offsets used by the server and the client.
+// Configuration-space offsets of the function the server presents: the
+// type-0 header's fields, and where the server places its capabilities,
+// which the client programs without walking the capability list.
 const (
 	CfgVendorID    = 0x00
 	CfgDeviceID    = 0x02
