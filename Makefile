@@ -12,7 +12,7 @@ BIN     := bin/mhictl
 FUZZ_TARGETS := ./mhi/proto/ntb:FuzzParseNTB:200000 ./mhi/proto/ntb:FuzzRoundTripNTB:15000 \
 	./mhi/proto/qmap:FuzzParseQMAP:200000 ./mhi/proto/qmap:FuzzRoundTripQMAP:10000 \
 	./mhi/ep:FuzzAnswer:150000 ./sysfs/genl:FuzzDecodeRequest:60000 \
-	./mhinet/gso:FuzzSegment:100000 ./pcigeneric/vfiouser:FuzzDecodeMessage:100000 \
+	./mhinet/gso:FuzzSegment:100000 ./pcigeneric/vfiouser/protocol:FuzzDecodeMessage:100000 \
 	./mhinet/tun:FuzzCoalesce:100000 ./mhi:FuzzEventRing:100000
 # MBIM control messages: the codec and the mock modem's answerer.
 FUZZ_TARGETS += ./mhi/proto/mbim:FuzzParseMessage:200000 ./mhi/proto/mbim:FuzzInformationBuffer:50000 \
@@ -21,7 +21,7 @@ FUZZ_TARGETS += ./mhi/proto/mbim:FuzzParseMessage:200000 ./mhi/proto/mbim:FuzzIn
 FUZZ_TARGETS += ./mhi/proto/qmi:FuzzParseQMUX:100000 ./mhi/proto/qmi:FuzzTLVs:50000 \
 	./mhi/proto/at:FuzzParseLine:100000 ./mhi/ep:FuzzQMIAnswer:50000 ./mhi/ep:FuzzATAnswer:50000
 # The untrusted message paths (docs/RELIABILITY.md, "Fuzzing").
-FUZZ_TARGETS += ./pcigeneric/vfiouser:FuzzServe:10000 ./pcigeneric/vfiouser:FuzzClient:12000 \
+FUZZ_TARGETS += ./pcigeneric/vfiouser:FuzzServe:10000 ./pcigeneric/vfiouser/client:FuzzClient:12000 \
 	./sysfs/genl:FuzzServeRequest:20000 ./sysfs/genl:FuzzClientReply:10000 \
 	./sysfs/fusefs:FuzzWrite:30000
 # The host's session clients on what the modem sends (MBIM, QMI, WDS settings).

@@ -15,6 +15,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/mhi/msi"
+	"github.com/gomhi/gomhi/mhi/slab"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
@@ -22,7 +23,7 @@ import (
 )
 
 // This file is a hostile modem for the network device's tests: the
-// project's mock modem (mhi/ep) on host memory (an inproc.Slab) seen
+// project's mock modem (mhi/ep) on host memory (a slab.Slab) seen
 // through tamperMem, which lets a test rewrite every transfer event the
 // modem writes before the host can read it (lengths, codes, pointers), and
 // write any receive buffer at any time, as a bus master under VFIO can.
@@ -38,7 +39,7 @@ type eventHook func(ev *wire.Element, tre wire.Element)
 // tamperMem is the device's view of host memory with a hook on the
 // transfer events it writes.
 type tamperMem struct {
-	slab *inproc.Slab
+	slab *slab.Slab
 
 	mu     sync.Mutex
 	rings  [][2]uint64 // event rings: [base, end)
@@ -97,7 +98,7 @@ func (m *tamperMem) setHook(h eventHook) {
 // hostileTransport is an mhi.Transport whose device is the mock modem on
 // tamperMem. It does not implement mhinet.TrustedTransport.
 type hostileTransport struct {
-	slab *inproc.Slab
+	slab *slab.Slab
 	mem  *tamperMem
 	dev  *ep.Device
 	irq  *msi.Deliverer
@@ -107,8 +108,8 @@ type hostileTransport struct {
 const hostileVectors = 32
 
 func newHostileTransport(cfg ep.Config) (*hostileTransport, error) {
-	slab := inproc.NewSlab(inproc.DefaultBase, 32<<20)
-	t := &hostileTransport{slab: slab, mem: &tamperMem{slab: slab}, irq: msi.New()}
+	mem := slab.New(inproc.DefaultBase, 32<<20)
+	t := &hostileTransport{slab: mem, mem: &tamperMem{slab: mem}, irq: msi.New()}
 	dev, err := ep.New(cfg, t.mem, hostileRaiser{t})
 	if err != nil {
 		t.irq.Close()

@@ -23,7 +23,7 @@ import (
 	"github.com/gomhi/gomhi/cmd/mhictl/internal/sweep"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
 )
 
 // benchLongFormat is the long help of 'mhictl bench': a format taking
@@ -138,7 +138,7 @@ func (bf *benchFlags) register(f *pflag.FlagSet) {
 // prepare validates the flags and turns them into the sweep's options;
 // with --vfio-user it connects to the served modem, which the caller
 // closes after the sweep.
-func (bf *benchFlags) prepare(cmd *cobra.Command, g *globalFlags) (sweep.Options, *vfiouser.Remote, error) {
+func (bf *benchFlags) prepare(cmd *cobra.Command, g *globalFlags) (sweep.Options, *client.Remote, error) {
 	flags := cmd.Flags()
 	bf.applyQuick(flags)
 	o := sweep.Options{
@@ -155,7 +155,7 @@ func (bf *benchFlags) prepare(cmd *cobra.Command, g *globalFlags) (sweep.Options
 	if err != nil {
 		return o, nil, err
 	}
-	var remote *vfiouser.Remote
+	var remote *client.Remote
 	if bf.vfioUser != "" {
 		if remote, err = bf.connectServedModem(cmd, log, &o); err != nil {
 			return o, nil, err
@@ -218,7 +218,7 @@ func (bf *benchFlags) chooseTiming(flags *pflag.FlagSet, o *sweep.Options) error
 // connectServedModem checks every flag, then connects to the modem served
 // on --vfio-user and points o at it (checkBenchRemoteFlags,
 // openBenchRemote).
-func (bf *benchFlags) connectServedModem(cmd *cobra.Command, log *slog.Logger, o *sweep.Options) (*vfiouser.Remote, error) {
+func (bf *benchFlags) connectServedModem(cmd *cobra.Command, log *slog.Logger, o *sweep.Options) (*client.Remote, error) {
 	if err := checkBenchRemoteFlags(cmd, bf.vfioUser, &bf.modeName); err != nil {
 		return nil, err
 	}
@@ -326,7 +326,7 @@ func checkBenchRemoteFlags(cmd *cobra.Command, path string, modeName *string) er
 // openBenchRemote connects to the served modem, powers it up and points
 // the sweep at it: o.Target, o.Model and the format default. The flags
 // are checked first (checkBenchRemoteFlags, checkBenchFlags).
-func openBenchRemote(cmd *cobra.Command, path string, log *slog.Logger, o *sweep.Options, formatName *string) (*vfiouser.Remote, error) {
+func openBenchRemote(cmd *cobra.Command, path string, log *slog.Logger, o *sweep.Options, formatName *string) (*client.Remote, error) {
 	fl := cmd.Flags()
 	r, err := openRemote(path, "mhi0", log)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
 	"github.com/gomhi/gomhi/sysfs/genl"
 )
 
@@ -242,7 +243,7 @@ func (df *dumpFlags) openModem(model string, log *slog.Logger) (*mhi.Controller,
 		}
 		return p.Controller, p.Modem.Info.Name, p.Close, nil
 	case df.vfioUser != "":
-		r, err := vfiouser.Open(df.vfioUser, vfiouser.OpenOptions{Name: "mhi0", Logger: log, FirmwareDir: df.fwDir, RDDMSize: df.size})
+		r, err := client.Open(df.vfioUser, client.OpenOptions{Name: "mhi0", Logger: log, FirmwareDir: df.fwDir, RDDMSize: df.size})
 		if err != nil {
 			return nil, "", nil, err
 		}

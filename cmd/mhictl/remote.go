@@ -14,7 +14,7 @@ import (
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
-	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
 )
 
 // errExclusive: flags that pick, or configure, different modems were given
@@ -82,8 +82,8 @@ func qmapCsumSetting(value string, format mhinet.Format) (qmap.CsumMode, error) 
 
 // openRemote connects to the modem served on the vfio-user socket path and
 // powers it up; the caller closes it.
-func openRemote(path, name string, log *slog.Logger) (*vfiouser.Remote, error) {
-	r, err := vfiouser.Open(path, vfiouser.OpenOptions{Name: name, Logger: log})
+func openRemote(path, name string, log *slog.Logger) (*client.Remote, error) {
+	r, err := client.Open(path, client.OpenOptions{Name: name, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -23,7 +23,8 @@ import (
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
-	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 	"github.com/gomhi/gomhi/sysfs"
 	"github.com/gomhi/gomhi/sysfs/fusefs"
 	"github.com/gomhi/gomhi/sysfs/genl"
@@ -235,7 +236,7 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 		return nil
 	case <-m.gone:
 		out.printf("the vfio-user server at %s went away: stopping", f.vfioUser)
-		return fmt.Errorf("%s: %w", f.vfioUser, vfiouser.ErrClosed)
+		return fmt.Errorf("%s: %w", f.vfioUser, protocol.ErrClosed)
 	}
 }
 
@@ -313,7 +314,7 @@ func openModem(g *globalFlags, f *upFlags, s upSettings, log *slog.Logger, out u
 		m.info, m.ctrl = p.Modem.Info, p.Controller
 		out.printf("%s: %s at %s through VFIO", f.name, m.info.Name, f.device)
 	case f.vfioUser != "":
-		r, err := vfiouser.Open(f.vfioUser, vfiouser.OpenOptions{Name: f.name, Logger: log, FirmwareDir: f.firmware, RDDMSize: f.rddmSize})
+		r, err := client.Open(f.vfioUser, client.OpenOptions{Name: f.name, Logger: log, FirmwareDir: f.firmware, RDDMSize: f.rddmSize})
 		if err != nil {
 			return nil, nil, err
 		}

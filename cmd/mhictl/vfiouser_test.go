@@ -18,7 +18,8 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/cmd/mhictl/internal/sweep"
-	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 )
 
 // The tests below run `mhictl modem serve` in one process and the host
@@ -307,14 +308,14 @@ func TestVFIOUserFlagErrors(t *testing.T) {
 		args []string
 		want error
 	}{
-		{[]string{"up", "--vfio-user", missing, "--netlink-port", "1"}, vfiouser.ErrNoServer},
-		{[]string{"up", "--vfio-user", stale, "--netlink-port", "1"}, vfiouser.ErrNoServer},
-		{[]string{"up", "--vfio-user", regular, "--netlink-port", "1"}, vfiouser.ErrNotSocket},
-		{[]string{"up", "--vfio-user", dir, "--netlink-port", "1"}, vfiouser.ErrNotSocket},
-		{[]string{"loopback", "--vfio-user", missing}, vfiouser.ErrNoServer},
-		{[]string{"loopback", "--vfio-user", regular}, vfiouser.ErrNotSocket},
-		{[]string{"bench", "--vfio-user", missing, "--quick"}, vfiouser.ErrNoServer},
-		{[]string{"bench", "--vfio-user", regular, "--quick"}, vfiouser.ErrNotSocket},
+		{[]string{"up", "--vfio-user", missing, "--netlink-port", "1"}, client.ErrNoServer},
+		{[]string{"up", "--vfio-user", stale, "--netlink-port", "1"}, client.ErrNoServer},
+		{[]string{"up", "--vfio-user", regular, "--netlink-port", "1"}, protocol.ErrNotSocket},
+		{[]string{"up", "--vfio-user", dir, "--netlink-port", "1"}, protocol.ErrNotSocket},
+		{[]string{"loopback", "--vfio-user", missing}, client.ErrNoServer},
+		{[]string{"loopback", "--vfio-user", regular}, protocol.ErrNotSocket},
+		{[]string{"bench", "--vfio-user", missing, "--quick"}, client.ErrNoServer},
+		{[]string{"bench", "--vfio-user", regular, "--quick"}, protocol.ErrNotSocket},
 		{[]string{"up", "--vfio-user", missing, "--device", "0000:01:00.0"}, errExclusive},
 		{[]string{"up", "--vfio-user", missing, "--model", "telit-fn990"}, errExclusive},
 		{[]string{"up", "--vfio-user", missing, "--modem-mode", "loopback"}, errExclusive},
@@ -421,7 +422,7 @@ func TestUpVFIOUserServerGone(t *testing.T) {
 // TestBenchVFIOUserFlagsFirst: `bench --vfio-user` checks its flags before
 // it connects, so a bad flag never takes the served modem's one client
 // slot (nor powers it up); and a bench while another client is served
-// fails at once with vfiouser.ErrBusy, not a timeout.
+// fails at once with protocol.ErrBusy, not a timeout.
 func TestBenchVFIOUserFlagsFirst(t *testing.T) {
 	srv, sock, srvLog := serveModem(t, "--model", "telit-fn990", "--ip-mode", "loopback")
 	plot := filepath.Join(t.TempDir(), "no-such-dir", "p.svg")
@@ -443,13 +444,13 @@ func TestBenchVFIOUserFlagsFirst(t *testing.T) {
 		}
 	}
 
-	other, err := vfiouser.Dial(sock, vfiouser.ClientOptions{Memory: 1 << 20})
+	other, err := client.Dial(sock, client.Options{Memory: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
 	out, err := run(t, "bench", "--vfio-user", sock, "--quick")
-	if !errors.Is(err, vfiouser.ErrBusy) || time.Since(start) >= vfiouser.DefaultTimeout {
+	if !errors.Is(err, protocol.ErrBusy) || time.Since(start) >= client.DefaultTimeout {
 		t.Errorf("bench while another client is served: %v after %v, want ErrBusy\n%s", err, time.Since(start), out)
 	}
 	if err := other.Close(); err != nil {

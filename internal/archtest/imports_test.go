@@ -56,9 +56,14 @@ var rules = []rule{
 	// harness joining the mock to the host (which links both) cannot
 	// settle there: harnesses live under cmd/mhictl/internal.
 	{name: "the host side does not link the mock modem",
-		pkgs: []string{"mhi/ctrlport", "mhi/loopback", "mhinet/...",
-			"pcigeneric/pciaddr", "pcigeneric/vfio", "sysfs", "sysfs/fusefs", "sysfs/genl"},
+		pkgs: []string{"mhi/ctrlport", "mhi/loopback", "mhi/slab", "mhinet/...",
+			"pcigeneric/pciaddr", "pcigeneric/vfio", "pcigeneric/vfiouser/client",
+			"sysfs", "sysfs/fusefs", "sysfs/genl"},
 		forbid: mockSide},
+	// The server (pcigeneric/vfiouser) serves the mock; what it shares
+	// with the client is a leaf, so the client gets none of the server.
+	{name: "the vfio-user protocol uses nothing of ours: the server and the client share it",
+		pkgs: []string{"pcigeneric/vfiouser/protocol"}, forbid: []string{"..."}},
 	{name: "the control plane does not depend on the bus",
 		pkgs: []string{"sysfs/..."}, forbid: []string{"pcigeneric/..."},
 		except: map[string]string{

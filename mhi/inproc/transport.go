@@ -1,3 +1,6 @@
+// Package inproc joins the host stack (package mhi) to the mock modem
+// (package mhi/ep) in one process: one DMA slab addressed by IOVA, register
+// accesses as function calls, and interrupts delivered asynchronously.
 package inproc
 
 import (
@@ -8,6 +11,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/msi"
+	"github.com/gomhi/gomhi/mhi/slab"
 )
 
 // DefaultBase is the IOVA of the first byte of host memory, well away from
@@ -36,7 +40,7 @@ type Options struct {
 // Transport is an mhi.Transport (and mhi.BARSizer) whose device is an
 // ep.Device in the same process.
 type Transport struct {
-	slab    *Slab
+	slab    *slab.Slab
 	dev     *ep.Device
 	vectors int
 	barSize uint64
@@ -71,7 +75,7 @@ func New(cfg ep.Config, opts Options) (*Transport, error) {
 		bar = ep.DefaultRegLen
 	}
 	t := &Transport{
-		slab:    NewSlab(DefaultBase, opts.Memory),
+		slab:    slab.New(DefaultBase, opts.Memory),
 		vectors: opts.Vectors,
 		sink:    opts.InterruptSink,
 		barSize: uint64(bar),
@@ -94,7 +98,7 @@ func (t *Transport) Device() *ep.Device { return t.dev }
 func (t *Transport) BARSize() uint64 { return t.barSize }
 
 // Slab returns the host memory shared with the device.
-func (t *Transport) Slab() *Slab { return t.slab }
+func (t *Transport) Slab() *slab.Slab { return t.slab }
 
 // DeviceTrusted reports true: the device is the project's own mock modem
 // in the host's process, not a bus master that could write host memory

@@ -9,6 +9,9 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/loopback"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/internal/vutest"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 )
 
 // TestRoundTripAllocs checks that the vfio-user part of a LOOPBACK round
@@ -41,10 +44,10 @@ func TestRoundTripAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, s := socketPair(t)
+	c, s := vutest.SocketPair(t)
 	done := make(chan error, 1)
-	go func() { done <- Serve(context.Background(), s, dev) }()
-	tr, err := NewClient(c, ClientOptions{Memory: 1 << 20})
+	go func() { done <- serveConn(context.Background(), s, dev) }()
+	tr, err := client.New(c, client.Options{Memory: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +83,7 @@ func TestRoundTripAllocs(t *testing.T) {
 					return
 				}
 			case <-timeout.C:
-				failed = ErrTimeout
+				failed = protocol.ErrTimeout
 				return
 			}
 		}
@@ -115,7 +118,7 @@ func TestLoopbackRoundTripAllocs(t *testing.T) {
 		rounds = 20
 		runs   = 50
 	)
-	r := newRig(t, ClientOptions{}, 5*time.Second)
+	r := newRig(t, client.Options{}, 5*time.Second)
 	if err := r.ctrl.PowerUp(); err != nil {
 		t.Fatal(err)
 	}

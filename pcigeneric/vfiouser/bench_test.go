@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/loopback"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
 )
 
 // BenchmarkLoopback measures the LOOPBACK path with host and mock modem in
@@ -17,7 +18,7 @@ import (
 func BenchmarkLoopback(b *testing.B) {
 	for _, size := range []int{64, 1500} {
 		b.Run(fmt.Sprintf("vfiouser/%dB", size), func(b *testing.B) {
-			r := newRig(b, ClientOptions{}, 2*time.Second)
+			r := newRig(b, client.Options{}, 2*time.Second)
 			if err := r.ctrl.PowerUp(); err != nil {
 				b.Fatal(err)
 			}

@@ -6,10 +6,13 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 )
 
 // TestListenAndServeBusy: a client that connects while another is served
-// is refused at once (after BusyGrace) with ErrBusy, not left to time out
+// is refused at once (after busyGrace) with ErrBusy, not left to time out
 // unanswered; one that connects right after the last one left is served.
 func TestListenAndServeBusy(t *testing.T) {
 	dev := newDevice(t)
@@ -28,10 +31,10 @@ func TestListenAndServeBusy(t *testing.T) {
 			t.Error("ListenAndServe did not return")
 		}
 	}()
-	var first *Transport
+	var first *client.Transport
 	var err error
 	for range 100 {
-		if first, err = Dial(path, ClientOptions{Memory: 1 << 20}); err == nil {
+		if first, err = client.Dial(path, client.Options{Memory: 1 << 20}); err == nil {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -40,15 +43,15 @@ func TestListenAndServeBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	const timeout = 4 * BusyGrace
+	const timeout = 4 * busyGrace
 	start := time.Now()
-	second, err := Dial(path, ClientOptions{Memory: 1 << 20, Timeout: timeout})
+	second, err := client.Dial(path, client.Options{Memory: 1 << 20, Timeout: timeout})
 	took := time.Since(start)
 	if err == nil {
 		_ = second.Close()
 		t.Fatal("a second client was served while the first is")
 	}
-	if !errors.Is(err, ErrBusy) || errors.Is(err, ErrTimeout) || took >= timeout {
+	if !errors.Is(err, protocol.ErrBusy) || errors.Is(err, protocol.ErrTimeout) || took >= timeout {
 		t.Fatalf("second client: %v after %v; want ErrBusy within %v", err, took, timeout)
 	}
 	t.Logf("second client: %v after %v", err, took)
@@ -57,7 +60,7 @@ func TestListenAndServeBusy(t *testing.T) {
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}
-	third, err := Dial(path, ClientOptions{Memory: 1 << 20, Timeout: timeout})
+	third, err := client.Dial(path, client.Options{Memory: 1 << 20, Timeout: timeout})
 	if err != nil {
 		t.Fatalf("client after the first left: %v", err)
 	}

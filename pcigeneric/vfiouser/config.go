@@ -3,51 +3,23 @@ package vfiouser
 import (
 	"encoding/binary"
 	"sync"
+
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 )
 
-// ConfigSize is the size of the served PCI configuration space: 256 bytes,
-// so QEMU treats the function as conventional PCI.
-const ConfigSize = 256
-
-// Configuration-space offsets used by the server and the client.
+// MSI-X table placement: BAR2 (a 64-bit BAR of msixBARSize bytes) holds
+// the table at offset 0 and the pending-bit array at msixPBAOffset.
 const (
-	CfgVendorID    = 0x00
-	CfgDeviceID    = 0x02
-	CfgCommand     = 0x04
-	CfgStatus      = 0x06
-	CfgRevision    = 0x08
-	CfgClassProg   = 0x09
-	CfgBAR0        = 0x10
-	CfgBAR1        = 0x14
-	CfgBAR2        = 0x18
-	CfgBAR3        = 0x1c
-	CfgSubVendorID = 0x2c
-	CfgSubDeviceID = 0x2e
-	CfgCapPtr      = 0x34
-	CfgIntLine     = 0x3c
-	CfgIntPin      = 0x3d
-	// CfgMSI is the offset of the MSI capability (64-bit, no per-vector
-	// masking): control at +2, address at +4/+8, data at +12.
-	CfgMSI = 0x40
-	// CfgMSIX is the offset of the MSI-X capability: control at +2 (table
-	// size, function mask, enable), table offset/BIR at +4, PBA
-	// offset/BIR at +8. The table and the PBA live in BAR2.
-	CfgMSIX = 0x50
+	msixBAR       = 2
+	msixBARSize   = 4096
+	msixPBAOffset = 0x800
+	// msixEntrySize is the size of one MSI-X table entry.
+	msixEntrySize = 16
 )
 
-// MSI-X table placement: BAR2 (a 64-bit BAR of MSIXBARSize bytes) holds
-// the table at offset 0 and the pending-bit array at MSIXPBAOffset.
-const (
-	MSIXBAR       = 2
-	MSIXBARSize   = 4096
-	MSIXPBAOffset = 0x800
-	// MSIXEntrySize is the size of one MSI-X table entry.
-	MSIXEntrySize = 16
-)
-
-// Class is the PCI class code presented: 0xff0000 (unassigned), as the MHI
+// pciClass is the PCI class code presented: 0xff0000 (unassigned), as the MHI
 // modems in mhi_pci_generic's table report.
-const Class = 0xff0000
+const pciClass = 0xff0000
 
 // PCIConfig describes the identity and resources of the served function.
 type PCIConfig struct {
@@ -65,8 +37,8 @@ type PCIConfig struct {
 // implements BAR sizing (all-ones in, size mask out).
 type configSpace struct {
 	mu    sync.Mutex
-	b     [ConfigSize]byte
-	wmask [ConfigSize]byte
+	b     [protocol.ConfigSize]byte
+	wmask [protocol.ConfigSize]byte
 	mmc   uint16 // log2 of the vectors offered
 	// pm counts power-state changes (pmcap.go); nil in a bare space.
 	pm *pmCounters
@@ -75,50 +47,50 @@ type configSpace struct {
 func newConfigSpace(pc PCIConfig) *configSpace {
 	c := &configSpace{}
 	le := binary.LittleEndian
-	le.PutUint16(c.b[CfgVendorID:], pc.Vendor)
-	le.PutUint16(c.b[CfgDeviceID:], pc.Device)
-	le.PutUint16(c.b[CfgStatus:], 0x0010) // capability list
-	c.b[CfgRevision] = pc.Revision
-	class := uint32(Class)
-	c.b[CfgClassProg] = byte(class)
-	c.b[CfgClassProg+1] = byte(class >> 8)
-	c.b[CfgClassProg+2] = byte(class >> 16)
-	le.PutUint32(c.b[CfgBAR0:], 0x4) // 64-bit non-prefetchable memory
-	le.PutUint32(c.b[CfgBAR2:], 0x4) // MSI-X table and PBA, likewise
-	le.PutUint16(c.b[CfgSubVendorID:], pc.SubVendor)
-	le.PutUint16(c.b[CfgSubDeviceID:], pc.SubDevice)
-	c.b[CfgCapPtr] = CfgMSI
-	c.b[CfgIntPin] = 0 // no INTx
+	le.PutUint16(c.b[protocol.CfgVendorID:], pc.Vendor)
+	le.PutUint16(c.b[protocol.CfgDeviceID:], pc.Device)
+	le.PutUint16(c.b[protocol.CfgStatus:], 0x0010) // capability list
+	c.b[protocol.CfgRevision] = pc.Revision
+	class := uint32(pciClass)
+	c.b[protocol.CfgClassProg] = byte(class)
+	c.b[protocol.CfgClassProg+1] = byte(class >> 8)
+	c.b[protocol.CfgClassProg+2] = byte(class >> 16)
+	le.PutUint32(c.b[protocol.CfgBAR0:], 0x4) // 64-bit non-prefetchable memory
+	le.PutUint32(c.b[protocol.CfgBAR2:], 0x4) // MSI-X table and PBA, likewise
+	le.PutUint16(c.b[protocol.CfgSubVendorID:], pc.SubVendor)
+	le.PutUint16(c.b[protocol.CfgSubDeviceID:], pc.SubDevice)
+	c.b[protocol.CfgCapPtr] = protocol.CfgMSI
+	c.b[protocol.CfgIntPin] = 0 // no INTx
 	for v := pc.Vectors; v > 1; v >>= 1 {
 		c.mmc++
 	}
-	c.b[CfgMSI] = 0x05                            // MSI capability ID
-	c.b[CfgMSI+1] = CfgMSIX                       // next: MSI-X
-	le.PutUint16(c.b[CfgMSI+2:], 0x0080|c.mmc<<1) // 64-bit, multiple message capable
-	c.b[CfgMSIX] = 0x11                           // MSI-X capability ID
-	c.b[CfgMSIX+1] = 0                            // last capability
-	le.PutUint16(c.b[CfgMSIX+2:], uint16(pc.Vectors-1))
-	le.PutUint32(c.b[CfgMSIX+4:], MSIXBAR)               // table at BAR2+0
-	le.PutUint32(c.b[CfgMSIX+8:], MSIXPBAOffset|MSIXBAR) // PBA at BAR2+0x800
+	c.b[protocol.CfgMSI] = 0x05                            // MSI capability ID
+	c.b[protocol.CfgMSI+1] = protocol.CfgMSIX              // next: MSI-X
+	le.PutUint16(c.b[protocol.CfgMSI+2:], 0x0080|c.mmc<<1) // 64-bit, multiple message capable
+	c.b[protocol.CfgMSIX] = 0x11                           // MSI-X capability ID
+	c.b[protocol.CfgMSIX+1] = 0                            // last capability
+	le.PutUint16(c.b[protocol.CfgMSIX+2:], uint16(pc.Vectors-1))
+	le.PutUint32(c.b[protocol.CfgMSIX+4:], msixBAR)               // table at BAR2+0
+	le.PutUint32(c.b[protocol.CfgMSIX+8:], msixPBAOffset|msixBAR) // PBA at BAR2+0x800
 
 	mask := func(off int, v uint32, n int) {
 		for i := range n {
 			c.wmask[off+i] = byte(v >> (8 * i))
 		}
 	}
-	mask(CfgCommand, 0x0547, 2)                           // IO, memory, bus master, parity, SERR, INTx disable
-	mask(0x0c, 0xff, 1)                                   // cache line size
-	mask(0x0d, 0xff, 1)                                   // latency timer
-	mask(CfgBAR0, uint32(^(pc.BARSize-1))&0xffff_fff0, 4) // low address bits above the size
-	mask(CfgBAR1, uint32(^(pc.BARSize-1)>>32), 4)         // high half
-	mask(CfgBAR2, ^uint32(MSIXBARSize-1)&0xffff_fff0, 4)  // MSI-X BAR, low half
-	mask(CfgBAR3, 0xffff_ffff, 4)                         // high half
-	mask(CfgIntLine, 0xff, 1)                             // interrupt line
-	mask(CfgMSI+2, 0x0071, 2)                             // enable, multiple message enable
-	mask(CfgMSI+4, 0xffff_fffc, 4)                        // address low
-	mask(CfgMSI+8, 0xffff_ffff, 4)                        // address high
-	mask(CfgMSI+12, 0xffff, 2)                            // data
-	mask(CfgMSIX+2, 0xc000, 2)                            // enable, function mask
+	mask(protocol.CfgCommand, 0x0547, 2)                           // IO, memory, bus master, parity, SERR, INTx disable
+	mask(0x0c, 0xff, 1)                                            // cache line size
+	mask(0x0d, 0xff, 1)                                            // latency timer
+	mask(protocol.CfgBAR0, uint32(^(pc.BARSize-1))&0xffff_fff0, 4) // low address bits above the size
+	mask(protocol.CfgBAR1, uint32(^(pc.BARSize-1)>>32), 4)         // high half
+	mask(protocol.CfgBAR2, ^uint32(msixBARSize-1)&0xffff_fff0, 4)  // MSI-X BAR, low half
+	mask(protocol.CfgBAR3, 0xffff_ffff, 4)                         // high half
+	mask(protocol.CfgIntLine, 0xff, 1)                             // interrupt line
+	mask(protocol.CfgMSI+2, 0x0071, 2)                             // enable, multiple message enable
+	mask(protocol.CfgMSI+4, 0xffff_fffc, 4)                        // address low
+	mask(protocol.CfgMSI+8, 0xffff_ffff, 4)                        // address high
+	mask(protocol.CfgMSI+12, 0xffff, 2)                            // data
+	mask(protocol.CfgMSIX+2, 0xc000, 2)                            // enable, function mask
 	c.initPM()
 	return c
 }
@@ -134,17 +106,17 @@ func (c *configSpace) read(off int, p []byte) {
 func (c *configSpace) write(off int, p []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	oldPMCSR := binary.LittleEndian.Uint16(c.b[CfgPM+4:])
+	oldPMCSR := binary.LittleEndian.Uint16(c.b[cfgPM+4:])
 	defer c.pmWrite(off, p, oldPMCSR)
 	for i, v := range p {
 		m := c.wmask[off+i]
 		c.b[off+i] = c.b[off+i]&^m | v&m
 	}
 	// Multiple Message Enable never exceeds what the function offers.
-	ctl := binary.LittleEndian.Uint16(c.b[CfgMSI+2:])
+	ctl := binary.LittleEndian.Uint16(c.b[protocol.CfgMSI+2:])
 	if mme := ctl >> 4 & 7; mme > c.mmc {
 		ctl = ctl&^0x70 | c.mmc<<4
-		binary.LittleEndian.PutUint16(c.b[CfgMSI+2:], ctl)
+		binary.LittleEndian.PutUint16(c.b[protocol.CfgMSI+2:], ctl)
 	}
 }
 
@@ -152,7 +124,7 @@ func (c *configSpace) write(off int, p []byte) {
 func (c *configSpace) msix() (enabled, masked bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ctl := binary.LittleEndian.Uint16(c.b[CfgMSIX+2:])
+	ctl := binary.LittleEndian.Uint16(c.b[protocol.CfgMSIX+2:])
 	return ctl&0x8000 != 0, ctl&0x4000 != 0
 }
 
@@ -160,7 +132,7 @@ func (c *configSpace) msix() (enabled, masked bool) {
 func (c *configSpace) msi() (enabled bool, vectors int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ctl := binary.LittleEndian.Uint16(c.b[CfgMSI+2:])
+	ctl := binary.LittleEndian.Uint16(c.b[protocol.CfgMSI+2:])
 	return ctl&1 != 0, 1 << (ctl >> 4 & 7)
 }
 
@@ -170,7 +142,7 @@ func (c *configSpace) msi() (enabled bool, vectors int) {
 // (ACTION_MASK) and not yet delivered.
 type msixTable struct {
 	mu sync.Mutex
-	b  [MSIXPBAOffset]byte
+	b  [msixPBAOffset]byte
 }
 
 // read copies BAR2 at off into p, the PBA from pending (bit n: vector n);
@@ -185,7 +157,7 @@ func (t *msixTable) read(off int, p []byte, pending uint32) {
 	var pba [4]byte
 	binary.LittleEndian.PutUint32(pba[:], pending)
 	for i := range p {
-		if k := off + i - MSIXPBAOffset; k >= 0 && k < len(pba) {
+		if k := off + i - msixPBAOffset; k >= 0 && k < len(pba) {
 			p[i] = pba[k]
 		}
 	}

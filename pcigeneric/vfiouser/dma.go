@@ -2,6 +2,7 @@ package vfiouser
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"sort"
@@ -10,8 +11,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	mhiwire "github.com/gomhi/gomhi/mhi/wire"
+	"github.com/gomhi/gomhi/mhi/wire"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 )
+
+// errDMA: a DMA access falls outside every mapping.
+var errDMA = errors.New("vfiouser: DMA outside any mapping")
 
 // dmaRegion is one DMA_MAP: mem is the mapping of the client's fd, or nil
 // when the client passed none (accesses then become DMA_READ/DMA_WRITE).
@@ -36,18 +41,18 @@ type dmaTable struct {
 }
 
 // add maps a region; fd < 0 means no fd. The fd is not kept.
-func (t *dmaTable) add(d DMAMap, fd int) error {
+func (t *dmaTable) add(d protocol.DMAMap, fd int) error {
 	r := dmaRegion{iova: d.IOVA, size: d.Size, flags: d.Flags}
 	if d.Size > 1<<40 {
-		return fmt.Errorf("%w: DMA region of 0x%x bytes", ErrMalformed, d.Size)
+		return fmt.Errorf("%w: DMA region of 0x%x bytes", protocol.ErrMalformed, d.Size)
 	}
 	if fd >= 0 {
 		prot := unix.PROT_READ
-		if d.Flags&DMAFlagWrite != 0 {
+		if d.Flags&protocol.DMAFlagWrite != 0 {
 			prot |= unix.PROT_WRITE
 		}
 		if d.Offset > 1<<62 {
-			return fmt.Errorf("%w: DMA offset 0x%x", ErrMalformed, d.Offset)
+			return fmt.Errorf("%w: DMA offset 0x%x", protocol.ErrMalformed, d.Offset)
 		}
 		// Pages past the end of a file raise SIGBUS when touched: refuse
 		// a mapping the file does not cover (faultGuard catches a file
@@ -57,7 +62,7 @@ func (t *dmaTable) add(d DMAMap, fd int) error {
 			return fmt.Errorf("vfiouser: DMA region 0x%x+0x%x: fstat: %w", d.IOVA, d.Size, err)
 		}
 		if st.Mode&unix.S_IFMT == unix.S_IFREG && d.Offset+d.Size > uint64(st.Size) {
-			return fmt.Errorf("%w: DMA region 0x%x+0x%x at offset 0x%x of a %d-byte file", ErrMalformed, d.IOVA, d.Size, d.Offset, st.Size)
+			return fmt.Errorf("%w: DMA region 0x%x+0x%x at offset 0x%x of a %d-byte file", protocol.ErrMalformed, d.IOVA, d.Size, d.Offset, st.Size)
 		}
 		mem, err := unix.Mmap(fd, int64(d.Offset), int(d.Size), prot, unix.MAP_SHARED)
 		if err != nil {
@@ -72,7 +77,7 @@ func (t *dmaTable) add(d DMAMap, fd int) error {
 		if r.mem != nil {
 			_ = unix.Munmap(r.mem)
 		}
-		return fmt.Errorf("%w: DMA region 0x%x+0x%x overlaps a mapping", ErrMalformed, d.IOVA, d.Size)
+		return fmt.Errorf("%w: DMA region 0x%x+0x%x overlaps a mapping", protocol.ErrMalformed, d.IOVA, d.Size)
 	}
 	t.regions = append(t.regions[:i], append([]dmaRegion{r}, t.regions[i:]...)...)
 	if r.mem == nil {
@@ -113,15 +118,15 @@ func (t *dmaTable) find(iova uint64, n int, write bool) (dmaRegion, uint64, erro
 	if n >= 0 && i < len(t.regions) {
 		r := t.regions[i]
 		if iova >= r.iova && uint64(n) <= r.size-(iova-r.iova) {
-			if write && r.flags&DMAFlagWrite == 0 || !write && r.flags&DMAFlagRead == 0 {
+			if write && r.flags&protocol.DMAFlagWrite == 0 || !write && r.flags&protocol.DMAFlagRead == 0 {
 				t.faults.Add(1)
-				return r, 0, fmt.Errorf("vfiouser: %d bytes at 0x%x: access not permitted by the mapping: %w: %w", n, iova, ErrDMA, mhiwire.ErrBounds)
+				return r, 0, fmt.Errorf("vfiouser: %d bytes at 0x%x: access not permitted by the mapping: %w: %w", n, iova, errDMA, wire.ErrBounds)
 			}
 			return r, iova - r.iova, nil
 		}
 	}
 	t.faults.Add(1)
-	return dmaRegion{}, 0, fmt.Errorf("vfiouser: %d bytes at 0x%x: %w: %w", n, iova, ErrDMA, mhiwire.ErrBounds)
+	return dmaRegion{}, 0, fmt.Errorf("vfiouser: %d bytes at 0x%x: %w: %w", n, iova, errDMA, wire.ErrBounds)
 }
 
 // span is the part of an access that falls in one mapping.
@@ -137,19 +142,19 @@ type dmaSpan struct {
 func (t *dmaTable) spans(iova uint64, n int, write bool, buf []dmaSpan) ([]dmaSpan, error) {
 	if iova+uint64(n) < iova {
 		t.faults.Add(1)
-		return nil, fmt.Errorf("vfiouser: %d bytes at 0x%x: %w: %w", n, iova, ErrDMA, mhiwire.ErrBounds)
+		return nil, fmt.Errorf("vfiouser: %d bytes at 0x%x: %w: %w", n, iova, errDMA, wire.ErrBounds)
 	}
 	a, rest := iova, n
 	for first := true; first || rest > 0; first = false {
 		i := sort.Search(len(t.regions), func(i int) bool { return t.regions[i].iova+t.regions[i].size > a })
 		if i == len(t.regions) || t.regions[i].iova > a {
 			t.faults.Add(1)
-			return nil, fmt.Errorf("vfiouser: %d bytes at 0x%x: %w: %w", n, iova, ErrDMA, mhiwire.ErrBounds)
+			return nil, fmt.Errorf("vfiouser: %d bytes at 0x%x: %w: %w", n, iova, errDMA, wire.ErrBounds)
 		}
 		r := t.regions[i]
-		if write && r.flags&DMAFlagWrite == 0 || !write && r.flags&DMAFlagRead == 0 {
+		if write && r.flags&protocol.DMAFlagWrite == 0 || !write && r.flags&protocol.DMAFlagRead == 0 {
 			t.faults.Add(1)
-			return nil, fmt.Errorf("vfiouser: %d bytes at 0x%x: access not permitted by the mapping: %w: %w", n, iova, ErrDMA, mhiwire.ErrBounds)
+			return nil, fmt.Errorf("vfiouser: %d bytes at 0x%x: access not permitted by the mapping: %w: %w", n, iova, errDMA, wire.ErrBounds)
 		}
 		k := int(min(uint64(rest), r.size-(a-r.iova)))
 		buf = append(buf, dmaSpan{r, a - r.iova, k})
@@ -218,13 +223,13 @@ func (t *dmaTable) WriteAt(p []byte, iova uint64) error { return t.access(p, iov
 func (t *dmaTable) Load32(iova uint64) (uint32, error) {
 	if iova%4 != 0 {
 		t.faults.Add(1)
-		return 0, fmt.Errorf("vfiouser: unaligned 32-bit load at 0x%x: %w", iova, mhiwire.ErrBounds)
+		return 0, fmt.Errorf("vfiouser: unaligned 32-bit load at 0x%x: %w", iova, wire.ErrBounds)
 	}
 	t.mu.RLock()
 	r, off, err := t.find(iova, 4, false)
 	if err == nil && r.mem != nil {
 		var v uint32
-		err := guarded(func() { v = mhiwire.Load32(r.mem, int(off)) })
+		err := guarded(func() { v = wire.Load32(r.mem, int(off)) })
 		t.mu.RUnlock()
 		if err != nil {
 			t.faults.Add(1)
@@ -247,12 +252,12 @@ func (t *dmaTable) Load32(iova uint64) (uint32, error) {
 func (t *dmaTable) Store32(iova uint64, v uint32) error {
 	if iova%4 != 0 {
 		t.faults.Add(1)
-		return fmt.Errorf("vfiouser: unaligned 32-bit store at 0x%x: %w", iova, mhiwire.ErrBounds)
+		return fmt.Errorf("vfiouser: unaligned 32-bit store at 0x%x: %w", iova, wire.ErrBounds)
 	}
 	t.mu.RLock()
 	r, off, err := t.find(iova, 4, true)
 	if err == nil && r.mem != nil {
-		err := guarded(func() { mhiwire.Store32(r.mem, int(off), v) })
+		err := guarded(func() { wire.Store32(r.mem, int(off), v) })
 		t.mu.RUnlock()
 		if err != nil {
 			t.faults.Add(1)
@@ -271,7 +276,7 @@ func (t *dmaTable) Store32(iova uint64, v uint32) error {
 
 // errPageFault: an access to a client mapping faulted, its file shrunk
 // under it.
-var errPageFault = fmt.Errorf("page fault on the client's memory (file truncated under the mapping?): %w: %w", ErrDMA, mhiwire.ErrBounds)
+var errPageFault = fmt.Errorf("page fault on the client's memory (file truncated under the mapping?): %w: %w", errDMA, wire.ErrBounds)
 
 // guarded runs an access to client-mapped memory and turns a memory fault
 // (SIGBUS from a page past the end of a file the client truncated after

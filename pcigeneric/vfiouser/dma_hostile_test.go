@@ -8,7 +8,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	mhiwire "github.com/gomhi/gomhi/mhi/wire"
+	"github.com/gomhi/gomhi/mhi/wire"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 )
 
 // TestDMAMapHostileFile checks the device's memory against a client that
@@ -29,17 +30,17 @@ func TestDMAMapHostileFile(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		m    DMAMap
+		m    protocol.DMAMap
 	}{
-		{"size past the end", DMAMap{Flags: DMAFlagRead | DMAFlagWrite, IOVA: 0x10000, Size: 1 << 20}},
-		{"offset past the end", DMAMap{Flags: DMAFlagRead, IOVA: 0x10000, Size: 4096, Offset: 2 * 4096}},
-		{"offset plus size past the end", DMAMap{Flags: DMAFlagRead, IOVA: 0x10000, Size: 2 * 4096, Offset: 4096}},
+		{"size past the end", protocol.DMAMap{Flags: protocol.DMAFlagRead | protocol.DMAFlagWrite, IOVA: 0x10000, Size: 1 << 20}},
+		{"offset past the end", protocol.DMAMap{Flags: protocol.DMAFlagRead, IOVA: 0x10000, Size: 4096, Offset: 2 * 4096}},
+		{"offset plus size past the end", protocol.DMAMap{Flags: protocol.DMAFlagRead, IOVA: 0x10000, Size: 2 * 4096, Offset: 4096}},
 	} {
-		if err := tb.add(tc.m, fd); !errors.Is(err, ErrMalformed) {
+		if err := tb.add(tc.m, fd); !errors.Is(err, protocol.ErrMalformed) {
 			t.Errorf("%s: %v, want ErrMalformed", tc.name, err)
 		}
 	}
-	if err := tb.add(DMAMap{Flags: DMAFlagRead | DMAFlagWrite, IOVA: 0x10000, Size: 2 * 4096}, fd); err != nil {
+	if err := tb.add(protocol.DMAMap{Flags: protocol.DMAFlagRead | protocol.DMAFlagWrite, IOVA: 0x10000, Size: 2 * 4096}, fd); err != nil {
 		t.Fatal(err)
 	}
 	if err := tb.Store32(0x11000, 7); err != nil {
@@ -60,8 +61,8 @@ func TestDMAMapHostileFile(t *testing.T) {
 		{"load", func() error { _, err := tb.Load32(0x11004); return err }},
 		{"store", func() error { return tb.Store32(0x11004, 1) }},
 	} {
-		if err := tc.err(); !errors.Is(err, ErrDMA) || !errors.Is(err, mhiwire.ErrBounds) {
-			t.Errorf("%s past the shrunk file: %v, want ErrDMA and mhi.ErrBounds", tc.name, err)
+		if err := tc.err(); !errors.Is(err, errDMA) || !errors.Is(err, wire.ErrBounds) {
+			t.Errorf("%s past the shrunk file: %v, want errDMA and mhi.ErrBounds", tc.name, err)
 		}
 	}
 	if got := faults.Load() - before; got != 5 {
@@ -94,7 +95,7 @@ func TestIRQHostileDescriptors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, fd := range map[string]int{"pipe": p[1], "/dev/null": null} {
-		if err := irqs.arm(IRQMSIX, 0, 1, []int{fd}); !errors.Is(err, ErrMalformed) {
+		if err := irqs.arm(protocol.IRQMSIX, 0, 1, []int{fd}); !errors.Is(err, protocol.ErrMalformed) {
 			t.Errorf("%s as an interrupt: %v, want ErrMalformed", name, err)
 		}
 		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil {
@@ -110,7 +111,7 @@ func TestIRQHostileDescriptors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(peer)
-	if err := irqs.arm(IRQMSIX, 1, 1, []int{efd}); err != nil {
+	if err := irqs.arm(protocol.IRQMSIX, 1, 1, []int{efd}); err != nil {
 		t.Fatal(err)
 	}
 	max := make([]byte, 8)

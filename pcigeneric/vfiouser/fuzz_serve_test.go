@@ -12,10 +12,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gomhi/gomhi/mhi/testenv/fuzzcheck"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/internal/vutest"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 )
 
 // FuzzServe plays a hostile vfio-user client against the server's real
-// session code (Serve on one end of a socket pair). The input is the byte
+// session code (serveConn on one end of a socket pair). The input is the byte
 // stream the client sends, the file descriptors it attaches to each
 // message (plan[i] for the i-th message: bits 0-4 the count, 0-31, bits
 // 5-7 the kind, see fuzzFD), and how it answers the DMA_READ/DMA_WRITE
@@ -23,7 +25,7 @@ import (
 // fuzzDMAAnswer). The stream is cut into messages by their headers, as the
 // server cuts it; each message goes out in one write with its descriptors.
 //
-// After each input it checks: no panic; Serve returns within
+// After each input it checks: no panic; serveConn returns within
 // serveBound of the client's end of stream; every well-framed command
 // without NO_REPLY gets exactly one reply, in order, with its ID and
 // command, and an error reply whenever the command does not decode;
@@ -45,7 +47,7 @@ func FuzzServe(f *testing.F) {
 }
 
 // serveBound bounds one input: the server must be done this long after
-// the client's end of stream (DMATimeout, the longest wait of a session
+// the client's end of stream (dmaTimeout, the longest wait of a session
 // whose client is gone, must not apply then). It is far above what a
 // healthy server needs (milliseconds), because it also bounds the
 // harness's own writer: after 28 minutes of fuzzing on a machine at a load
@@ -111,8 +113,8 @@ func fuzzFDs(kind, n int) (send, keep []int, err error) {
 			fd, err = unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0)
 		}
 		if err != nil {
-			closeFDs(send)
-			closeFDs(keep)
+			protocol.CloseFDs(send)
+			protocol.CloseFDs(keep)
 			return nil, nil, err
 		}
 		send = append(send, fd)
@@ -134,42 +136,42 @@ const (
 
 // fuzzDMAAnswer builds the answer to a server DMA request m, or nil for
 // none.
-func fuzzDMAAnswer(mode int, m Message) ([]byte, []int, error) {
-	a, _ := m.Body.(DMAAccess)
+func fuzzDMAAnswer(mode int, m protocol.Message) ([]byte, []int, error) {
+	a, _ := m.Body.(protocol.DMAAccess)
 	h := m.Header
-	var body any = DMAAccess{Address: a.Address, Count: a.Count}
-	if h.Cmd == CmdDMARead {
-		body = DMAAccess{Address: a.Address, Count: a.Count, Data: make([]byte, a.Count)}
+	var body any = protocol.DMAAccess{Address: a.Address, Count: a.Count}
+	if h.Cmd == protocol.CmdDMARead {
+		body = protocol.DMAAccess{Address: a.Address, Count: a.Count, Data: make([]byte, a.Count)}
 	}
 	switch mode {
 	case fuzzDMAError:
-		return EncodeMessage(h.ID, h.Cmd, FlagReply|FlagError, uint32(unix.EFAULT), nil), nil, nil
+		return protocol.EncodeMessage(h.ID, h.Cmd, protocol.FlagReply|protocol.FlagError, uint32(unix.EFAULT), nil), nil, nil
 	case fuzzDMAShort:
 		d := make([]byte, max(a.Count, 1)-1)
-		if h.Cmd == CmdDMAWrite {
+		if h.Cmd == protocol.CmdDMAWrite {
 			d = []byte{0}
 		}
-		return EncodeMessage(h.ID, h.Cmd, FlagReply, 0, DMAAccess{Address: a.Address, Count: a.Count, Data: d}), nil, nil
+		return protocol.EncodeMessage(h.ID, h.Cmd, protocol.FlagReply, 0, protocol.DMAAccess{Address: a.Address, Count: a.Count, Data: d}), nil, nil
 	case fuzzDMAWrongID:
-		return EncodeMessage(h.ID+1, h.Cmd, FlagReply, 0, body), nil, nil
+		return protocol.EncodeMessage(h.ID+1, h.Cmd, protocol.FlagReply, 0, body), nil, nil
 	case fuzzDMASilent:
 		return nil, nil, nil
 	case fuzzDMAWrongCmd:
-		return EncodeMessage(h.ID, CmdDMARead+CmdDMAWrite-h.Cmd, FlagReply, 0, body), nil, nil
+		return protocol.EncodeMessage(h.ID, protocol.CmdDMARead+protocol.CmdDMAWrite-h.Cmd, protocol.FlagReply, 0, body), nil, nil
 	case fuzzDMAWithFD:
 		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 		if err != nil {
 			return nil, nil, err
 		}
-		return EncodeMessage(h.ID, h.Cmd, FlagReply, 0, body), []int{fd}, nil
+		return protocol.EncodeMessage(h.ID, h.Cmd, protocol.FlagReply, 0, body), []int{fd}, nil
 	}
-	return EncodeMessage(h.ID, h.Cmd, FlagReply, 0, body), nil, nil
+	return protocol.EncodeMessage(h.ID, h.Cmd, protocol.FlagReply, 0, body), nil, nil
 }
 
 // expectedReply is what the server must answer to one command.
 type expectedReply struct {
 	id       uint16
-	cmd      Command
+	cmd      protocol.Command
 	mustFail bool // the command does not decode: an error reply
 }
 
@@ -177,7 +179,7 @@ type expectedReply struct {
 type fuzzClient struct {
 	t    *testing.T
 	conn *net.UnixConn
-	w    *wire
+	w    *protocol.Conn
 	dma  int
 
 	mu     sync.Mutex // orders the writer's messages and the answers
@@ -186,7 +188,7 @@ type fuzzClient struct {
 	keep []int // other ends of the descriptors sent
 
 	// Filled by the reader.
-	replies  []Message
+	replies  []protocol.Message
 	requests int
 	problems []string
 }
@@ -199,18 +201,18 @@ func (c *fuzzClient) problem(format string, args ...any) {
 func (c *fuzzClient) send(msg []byte, fds []int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	defer closeFDs(fds)
-	return c.w.write(msg, fds)
+	defer protocol.CloseFDs(fds)
+	return c.w.WriteMessage(msg, fds)
 }
 
 // read collects the server's messages until the server closes, answering
 // its DMA requests.
 func (c *fuzzClient) read() {
 	for {
-		hdr, payload, fds, err := c.w.read()
-		closeFDs(fds)
+		hdr, payload, fds, err := c.w.ReadMessage()
+		protocol.CloseFDs(fds)
 		if err != nil {
-			if errors.Is(err, errFraming) {
+			if errors.Is(err, protocol.ErrFraming) {
 				c.problem("server sent a broken header: %v", err)
 			}
 			return
@@ -218,19 +220,19 @@ func (c *fuzzClient) read() {
 		if len(fds) > 0 {
 			c.problem("server sent %d descriptors", len(fds))
 		}
-		m, err := DecodeMessage(hdr, payload, 0)
+		m, err := protocol.DecodeMessage(hdr, payload, 0)
 		if m.Header.IsReply() {
-			if err != nil && m.Header.Flags&FlagError == 0 {
+			if err != nil && m.Header.Flags&protocol.FlagError == 0 {
 				c.problem("server reply %+v does not decode: %v", m.Header, err)
 			}
-			if m.Header.Flags&FlagError != 0 && m.Header.Error == 0 {
+			if m.Header.Flags&protocol.FlagError != 0 && m.Header.Error == 0 {
 				c.problem("error reply %+v without errno", m.Header)
 			}
 			c.replies = append(c.replies, m)
 			continue
 		}
 		c.requests++
-		if err != nil || (m.Header.Cmd != CmdDMARead && m.Header.Cmd != CmdDMAWrite) || m.Header.Flags&FlagNoReply != 0 {
+		if err != nil || (m.Header.Cmd != protocol.CmdDMARead && m.Header.Cmd != protocol.CmdDMAWrite) || m.Header.Flags&protocol.FlagNoReply != 0 {
 			c.problem("server sent command %+v (%v); only DMA_READ/DMA_WRITE expecting a reply are allowed", m.Header, err)
 			continue
 		}
@@ -244,10 +246,10 @@ func (c *fuzzClient) read() {
 		}
 		c.mu.Lock()
 		if !c.closed {
-			_ = c.w.write(ans, afds)
+			_ = c.w.WriteMessage(ans, afds)
 		}
 		c.mu.Unlock()
-		closeFDs(afds)
+		protocol.CloseFDs(afds)
 	}
 }
 
@@ -256,10 +258,10 @@ func runServeInput(t *testing.T, dev *ServerDevice, stream, plan []byte, dma uin
 	before := fuzzcheck.Snapshot()
 	statsBefore := dev.Stats()
 
-	cconn, sconn := fuzzSocketPair(t)
-	c := &fuzzClient{t: t, conn: cconn, w: newWire(cconn), dma: int(dma) % fuzzDMAModes}
+	cconn, sconn := vutest.SocketPair(t)
+	c := &fuzzClient{t: t, conn: cconn, w: protocol.NewConn(cconn), dma: int(dma) % fuzzDMAModes}
 	served := make(chan error, 1)
-	go func() { served <- Serve(context.Background(), sconn, dev) }()
+	go func() { served <- serveConn(context.Background(), sconn, dev) }()
 	readDone := make(chan struct{})
 	go func() { defer close(readDone); c.read() }()
 
@@ -274,10 +276,10 @@ func runServeInput(t *testing.T, dev *ServerDevice, stream, plan []byte, dma uin
 		for i, pos := 0, 0; pos < len(stream); i++ {
 			rest := stream[pos:]
 			chunk, whole := rest, false
-			var h Header
-			if len(rest) >= HeaderSize {
+			var h protocol.Header
+			if len(rest) >= protocol.HeaderSize {
 				var err error
-				h, err = DecodeHeader(rest[:HeaderSize])
+				h, err = protocol.DecodeHeader(rest[:protocol.HeaderSize])
 				switch {
 				case err != nil:
 					brokenHeader = true
@@ -295,8 +297,8 @@ func runServeInput(t *testing.T, dev *ServerDevice, stream, plan []byte, dma uin
 				fds = send
 				c.keep = append(c.keep, keep...)
 			}
-			if whole && !h.IsReply() && h.Flags&FlagNoReply == 0 {
-				_, derr := DecodeMessage(chunk[:HeaderSize], chunk[HeaderSize:], len(fds))
+			if whole && !h.IsReply() && h.Flags&protocol.FlagNoReply == 0 {
+				_, derr := protocol.DecodeMessage(chunk[:protocol.HeaderSize], chunk[protocol.HeaderSize:], len(fds))
 				expected = append(expected, expectedReply{id: h.ID, cmd: h.Cmd, mustFail: derr != nil})
 			}
 			if err := c.send(chunk, fds); err != nil {
@@ -331,7 +333,7 @@ func runServeInput(t *testing.T, dev *ServerDevice, stream, plan []byte, dma uin
 	select {
 	case serr = <-served:
 	case <-time.After(serveBound):
-		fail("Serve did not return within %v of the end of stream", serveBound)
+		fail("serveConn did not return within %v of the end of stream", serveBound)
 	}
 	select {
 	case <-readDone:
@@ -339,13 +341,13 @@ func runServeInput(t *testing.T, dev *ServerDevice, stream, plan []byte, dma uin
 		fail("the server did not close the connection")
 	}
 	cconn.Close()
-	closeFDs(c.keep)
+	protocol.CloseFDs(c.keep)
 
 	if writeErr != nil {
-		t.Fatalf("%v (Serve: %v)", writeErr, serr)
+		t.Fatalf("%v (serveConn: %v)", writeErr, serr)
 	}
 	if serr != nil && !incomplete {
-		t.Errorf("Serve: %v, on a stream of whole messages", serr)
+		t.Errorf("serveConn: %v, on a stream of whole messages", serr)
 	}
 	for _, p := range c.problems {
 		t.Error(p)
@@ -359,7 +361,7 @@ func runServeInput(t *testing.T, dev *ServerDevice, stream, plan []byte, dma uin
 		if r.Header.ID != e.id || r.Header.Cmd != e.cmd {
 			t.Errorf("reply %d is %+v, want ID %d %s", i, r.Header, e.id, e.cmd)
 		}
-		isErr := r.Header.Flags&FlagError != 0
+		isErr := r.Header.Flags&protocol.FlagError != 0
 		if isErr {
 			errReplies++
 		}
@@ -377,9 +379,4 @@ func runServeInput(t *testing.T, dev *ServerDevice, stream, plan []byte, dma uin
 		t.Errorf("%d mappings of the client's memfds left", n)
 	}
 	before.Check(t)
-}
-
-// fuzzSocketPair is socketPair for a fuzz input.
-func fuzzSocketPair(t *testing.T) (*net.UnixConn, *net.UnixConn) {
-	return socketPair(t)
 }

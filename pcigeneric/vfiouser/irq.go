@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 	"golang.org/x/sys/unix"
 )
 
@@ -70,7 +71,7 @@ func (t *irqTable) Raise(vector int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	v := vector
-	if t.index == IRQMSI && t.enabled > 0 {
+	if t.index == protocol.IRQMSI && t.enabled > 0 {
 		v %= t.enabled
 	}
 	if v < 0 || v >= t.max {
@@ -124,9 +125,9 @@ func (t *irqTable) fire(v int) {
 
 func irqKind(index int) string {
 	switch index {
-	case IRQMSI:
+	case protocol.IRQMSI:
 		return "MSI"
-	case IRQMSIX:
+	case protocol.IRQMSIX:
 		return "MSI-X"
 	}
 	return "none"
@@ -166,23 +167,23 @@ var errIRQState = errors.New("vfiouser: interrupt state")
 // interrupts.
 func (t *irqTable) arm(index, start, count int, fds []int) error {
 	if err := t.checkRange(index, start, count); err != nil {
-		closeFDs(fds)
+		protocol.CloseFDs(fds)
 		return err
 	}
 	if len(fds) != 0 && len(fds) != count {
-		closeFDs(fds)
-		return fmt.Errorf("%w: %d eventfds for %d vectors", ErrMalformed, len(fds), count)
+		protocol.CloseFDs(fds)
+		return fmt.Errorf("%w: %d eventfds for %d vectors", protocol.ErrMalformed, len(fds), count)
 	}
 	for _, fd := range fds {
 		if err := prepareEventfd(fd); err != nil {
-			closeFDs(fds)
+			protocol.CloseFDs(fds)
 			return fmt.Errorf("vfiouser: %s vectors %d..%d: %w", irqKind(index), start, start+count-1, err)
 		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err := t.enable(index); err != nil {
-		closeFDs(fds)
+		protocol.CloseFDs(fds)
 		return err
 	}
 	for i := range count {
@@ -279,7 +280,7 @@ func (t *irqTable) mask(index, start, count int, sel []byte, on bool) error {
 func (t *irqTable) pendingBits() uint32 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.index != IRQMSIX {
+	if t.index != protocol.IRQMSIX {
 		return 0
 	}
 	return t.pending
@@ -349,14 +350,14 @@ func (v VectorStats) Delivered() uint64 { return v.Signalled - v.Merged }
 // a write forever (a pipe nobody reads fills up).
 func prepareEventfd(fd int) error {
 	if target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)); err == nil && target != "anon_inode:[eventfd]" {
-		return fmt.Errorf("%w: descriptor %s is not an eventfd", ErrMalformed, target)
+		return fmt.Errorf("%w: descriptor %s is not an eventfd", protocol.ErrMalformed, target)
 	}
 	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 	if err == nil && fl&unix.O_NONBLOCK == 0 {
 		_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl|unix.O_NONBLOCK)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: eventfd flags: %w", ErrMalformed, err)
+		return fmt.Errorf("%w: eventfd flags: %w", protocol.ErrMalformed, err)
 	}
 	return nil
 }

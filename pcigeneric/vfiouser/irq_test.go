@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 	"golang.org/x/sys/unix"
 )
 
@@ -17,7 +18,7 @@ type irqSession struct {
 	t    *testing.T
 	dev  *ServerDevice
 	conn *net.UnixConn
-	w    *wire
+	w    *protocol.Conn
 	done <-chan error
 	id   uint16
 }
@@ -26,39 +27,39 @@ func newIRQSession(t *testing.T) *irqSession {
 	t.Helper()
 	dev := newDevice(t)
 	conn, done := serve(t, dev)
-	s := &irqSession{t: t, dev: dev, conn: conn, w: newWire(conn), done: done}
+	s := &irqSession{t: t, dev: dev, conn: conn, w: protocol.NewConn(conn), done: done}
 	t.Cleanup(func() {
 		conn.Close()
 		_ = waitServe(t, done)
 	})
 	// The session exists once its first message is answered.
-	s.setIRQs(SetIRQs{Flags: IRQDataNone | IRQActionTrig, Index: IRQMSI}, nil, 0)
+	s.setIRQs(protocol.SetIRQs{Flags: protocol.IRQDataNone | protocol.IRQActionTrig, Index: protocol.IRQMSI}, nil, 0)
 	return s
 }
 
 // setIRQs sends a DEVICE_SET_IRQS with fds and checks the reply: success
 // for errno 0, else an error reply carrying errno.
-func (s *irqSession) setIRQs(b SetIRQs, fds []int, errno unix.Errno) {
+func (s *irqSession) setIRQs(b protocol.SetIRQs, fds []int, errno unix.Errno) {
 	s.t.Helper()
 	s.id++
-	if err := s.w.write(EncodeMessage(s.id, CmdSetIRQs, 0, 0, b), fds); err != nil {
+	if err := s.w.WriteMessage(protocol.EncodeMessage(s.id, protocol.CmdSetIRQs, 0, 0, b), fds); err != nil {
 		s.t.Fatal(err)
 	}
 	_ = s.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	hdr, payload, rfds, err := s.w.read()
-	closeFDs(rfds)
+	hdr, payload, rfds, err := s.w.ReadMessage()
+	protocol.CloseFDs(rfds)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	m, err := DecodeMessage(hdr, payload, 0)
+	m, err := protocol.DecodeMessage(hdr, payload, 0)
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	h := m.Header
-	if !h.IsReply() || h.ID != s.id || h.Cmd != CmdSetIRQs {
+	if !h.IsReply() || h.ID != s.id || h.Cmd != protocol.CmdSetIRQs {
 		s.t.Fatalf("reply %+v to SET_IRQS %d", h, s.id)
 	}
-	if got := unix.Errno(0); h.Flags&FlagError != 0 {
+	if got := unix.Errno(0); h.Flags&protocol.FlagError != 0 {
 		got = unix.Errno(h.Error)
 		if got != errno {
 			s.t.Fatalf("SET_IRQS %+v (%d fds): error %v, want %v", b, len(fds), got, errno)
@@ -78,18 +79,18 @@ func (s *irqSession) table() *irqTable {
 func (s *irqSession) readPBA() uint32 {
 	s.t.Helper()
 	s.id++
-	if err := s.w.write(EncodeMessage(s.id, CmdRegionRead, 0, 0, RegionAccess{Region: RegionBAR2, Offset: MSIXPBAOffset, Count: 4}), nil); err != nil {
+	if err := s.w.WriteMessage(protocol.EncodeMessage(s.id, protocol.CmdRegionRead, 0, 0, protocol.RegionAccess{Region: protocol.RegionBAR2, Offset: msixPBAOffset, Count: 4}), nil); err != nil {
 		s.t.Fatal(err)
 	}
-	hdr, payload, _, err := s.w.read()
+	hdr, payload, _, err := s.w.ReadMessage()
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	m, err := DecodeMessage(hdr, payload, 0)
-	if err != nil || m.Header.Flags&FlagError != 0 {
+	m, err := protocol.DecodeMessage(hdr, payload, 0)
+	if err != nil || m.Header.Flags&protocol.FlagError != 0 {
 		s.t.Fatalf("PBA read: %+v %v", m.Header, err)
 	}
-	return binary.LittleEndian.Uint32(m.Body.(RegionAccess).Data)
+	return binary.LittleEndian.Uint32(m.Body.(protocol.RegionAccess).Data)
 }
 
 // eventfds makes n non-blocking eventfds, closed at the end of the test
@@ -157,14 +158,14 @@ func TestSetIRQsQEMUMSIX(t *testing.T) {
 	efd := eventfds(t, 5)
 	set := func(start, n int, fds []int) {
 		t.Helper()
-		s.setIRQs(SetIRQs{Flags: IRQDataEventfd | IRQActionTrig, Index: IRQMSIX, Start: uint32(start), Count: uint32(n)}, fds, 0)
+		s.setIRQs(protocol.SetIRQs{Flags: protocol.IRQDataEventfd | protocol.IRQActionTrig, Index: protocol.IRQMSIX, Start: uint32(start), Count: uint32(n)}, fds, 0)
 	}
 	disable := func() {
 		t.Helper()
-		s.setIRQs(SetIRQs{Flags: IRQDataNone | IRQActionTrig, Index: IRQMSIX}, nil, 0)
+		s.setIRQs(protocol.SetIRQs{Flags: protocol.IRQDataNone | protocol.IRQActionTrig, Index: protocol.IRQMSIX}, nil, 0)
 	}
 	// QEMU disables MSI before it enables MSI-X.
-	s.setIRQs(SetIRQs{Flags: IRQDataNone | IRQActionTrig, Index: IRQMSI}, nil, 0)
+	s.setIRQs(protocol.SetIRQs{Flags: protocol.IRQDataNone | protocol.IRQActionTrig, Index: protocol.IRQMSI}, nil, 0)
 	set(0, 1, nil) // vfio_enable_msix_no_vec
 	st := s.table().stats()
 	if st.Index != "MSI-X" || st.Vectors[0].Armed {
@@ -216,13 +217,13 @@ func TestSetIRQsQEMUMSIX(t *testing.T) {
 // held pending, shows in the MSI-X PBA and is delivered once on unmask),
 // disable, and the requests refused with EINVAL.
 func TestSetIRQsForms(t *testing.T) {
-	for _, index := range []uint32{IRQMSI, IRQMSIX} {
+	for _, index := range []uint32{protocol.IRQMSI, protocol.IRQMSIX} {
 		t.Run(irqKind(int(index)), func(t *testing.T) {
 			s := newIRQSession(t)
 			efd := eventfds(t, 4)
 			req := func(flags uint32, start, n int, data []byte, fds []int, errno unix.Errno) {
 				t.Helper()
-				s.setIRQs(SetIRQs{Flags: flags, Index: index, Start: uint32(start), Count: uint32(n), Data: data}, fds, errno)
+				s.setIRQs(protocol.SetIRQs{Flags: flags, Index: index, Start: uint32(start), Count: uint32(n), Data: data}, fds, errno)
 			}
 			expect := func(what string, want ...uint64) {
 				t.Helper()
@@ -232,7 +233,7 @@ func TestSetIRQsForms(t *testing.T) {
 			}
 			pba := func(want uint32) {
 				t.Helper()
-				if index != IRQMSIX {
+				if index != protocol.IRQMSIX {
 					want = 0 // MSI has no PBA in BAR2
 				}
 				if got := s.readPBA(); got != want {
@@ -240,18 +241,18 @@ func TestSetIRQsForms(t *testing.T) {
 				}
 			}
 			// Not enabled yet: triggers and masks are refused.
-			req(IRQDataNone|IRQActionTrig, 0, 1, nil, nil, unix.EINVAL)
-			req(IRQDataNone|IRQActionMask, 0, 1, nil, nil, unix.EINVAL)
+			req(protocol.IRQDataNone|protocol.IRQActionTrig, 0, 1, nil, nil, unix.EINVAL)
+			req(protocol.IRQDataNone|protocol.IRQActionMask, 0, 1, nil, nil, unix.EINVAL)
 
-			req(IRQDataEventfd|IRQActionTrig, 0, 4, nil, efd, 0)
-			req(IRQDataNone|IRQActionTrig, 1, 2, nil, nil, 0)
+			req(protocol.IRQDataEventfd|protocol.IRQActionTrig, 0, 4, nil, efd, 0)
+			req(protocol.IRQDataNone|protocol.IRQActionTrig, 1, 2, nil, nil, 0)
 			expect("DATA_NONE trigger of 1..2", 0, 1, 1, 0)
-			req(IRQDataBool|IRQActionTrig, 0, 4, []byte{1, 0, 0, 1}, nil, 0)
+			req(protocol.IRQDataBool|protocol.IRQActionTrig, 0, 4, []byte{1, 0, 0, 1}, nil, 0)
 			expect("DATA_BOOL trigger {1,0,0,1}", 1, 0, 0, 1)
 
 			// Mask 2 (DATA_NONE) and 0, 3 (DATA_BOOL): raised, held.
-			req(IRQDataNone|IRQActionMask, 2, 1, nil, nil, 0)
-			req(IRQDataBool|IRQActionMask, 0, 4, []byte{1, 0, 0, 1}, nil, 0)
+			req(protocol.IRQDataNone|protocol.IRQActionMask, 2, 1, nil, nil, 0)
+			req(protocol.IRQDataBool|protocol.IRQActionMask, 0, 4, []byte{1, 0, 0, 1}, nil, 0)
 			tb := s.table()
 			for v := range 4 {
 				tb.Raise(v)
@@ -263,26 +264,26 @@ func TestSetIRQsForms(t *testing.T) {
 				t.Fatalf("vector 2: %+v", st.Vectors[2])
 			}
 			// A trigger of a masked vector is held too.
-			req(IRQDataNone|IRQActionTrig, 2, 1, nil, nil, 0)
+			req(protocol.IRQDataNone|protocol.IRQActionTrig, 2, 1, nil, nil, 0)
 			expect("trigger of masked 2", 0, 0, 0, 0)
 			// Unmask 2 (DATA_NONE) and 3 (DATA_BOOL): one delivery each.
-			req(IRQDataNone|IRQActionUnmsk, 2, 1, nil, nil, 0)
-			req(IRQDataBool|IRQActionUnmsk, 2, 2, []byte{0, 1}, nil, 0)
+			req(protocol.IRQDataNone|protocol.IRQActionUnmsk, 2, 1, nil, nil, 0)
+			req(protocol.IRQDataBool|protocol.IRQActionUnmsk, 2, 2, []byte{0, 1}, nil, 0)
 			expect("unmasked 2 and 3", 0, 0, 1, 1)
 			pba(0b0001)
 			// Unmasking again delivers nothing more; 0 stays masked.
-			req(IRQDataNone|IRQActionUnmsk, 2, 2, nil, nil, 0)
+			req(protocol.IRQDataNone|protocol.IRQActionUnmsk, 2, 2, nil, nil, 0)
 			expect("unmasked again", 0, 0, 0, 0)
 			// Vector 0 de-assigned while masked and pending: its unmask
 			// finds no eventfd, the interrupt is lost and counted.
-			req(IRQDataEventfd|IRQActionTrig, 0, 1, nil, nil, 0)
-			req(IRQDataNone|IRQActionUnmsk, 0, 1, nil, nil, 0)
+			req(protocol.IRQDataEventfd|protocol.IRQActionTrig, 0, 1, nil, nil, 0)
+			req(protocol.IRQDataNone|protocol.IRQActionUnmsk, 0, 1, nil, nil, 0)
 			expect("vector 0 de-assigned", 0, 0, 0, 0)
 			if st := tb.stats(); st.Vectors[0].Lost != 1 || st.Vectors[0].Pending || st.Vectors[0].Armed {
 				t.Fatalf("vector 0: %+v", st.Vectors[0])
 			}
 			// And set again.
-			req(IRQDataEventfd|IRQActionTrig, 0, 1, nil, efd[:1], 0)
+			req(protocol.IRQDataEventfd|protocol.IRQActionTrig, 0, 1, nil, efd[:1], 0)
 			tb.Raise(0)
 			expect("vector 0 set again", 1, 0, 0, 0)
 
@@ -290,19 +291,19 @@ func TestSetIRQsForms(t *testing.T) {
 			// descriptors, vectors beyond the function's, a trigger
 			// beyond the vectors enabled, the other index while this one
 			// is enabled.
-			req(IRQDataEventfd|IRQActionMask, 0, 1, nil, eventfds(t, 1), unix.EINVAL)
-			req(IRQDataEventfd|IRQActionTrig, 0, 3, nil, eventfds(t, 2), unix.EINVAL)
-			req(IRQDataNone|IRQActionMask, 30, 3, nil, nil, unix.EINVAL)
-			req(IRQDataNone|IRQActionTrig, 3, 2, nil, nil, unix.EINVAL)
-			other := uint32(IRQMSI + IRQMSIX - index)
-			s.setIRQs(SetIRQs{Flags: IRQDataEventfd | IRQActionTrig, Index: other, Count: 1}, eventfds(t, 1), unix.EINVAL)
+			req(protocol.IRQDataEventfd|protocol.IRQActionMask, 0, 1, nil, eventfds(t, 1), unix.EINVAL)
+			req(protocol.IRQDataEventfd|protocol.IRQActionTrig, 0, 3, nil, eventfds(t, 2), unix.EINVAL)
+			req(protocol.IRQDataNone|protocol.IRQActionMask, 30, 3, nil, nil, unix.EINVAL)
+			req(protocol.IRQDataNone|protocol.IRQActionTrig, 3, 2, nil, nil, unix.EINVAL)
+			other := uint32(protocol.IRQMSI + protocol.IRQMSIX - index)
+			s.setIRQs(protocol.SetIRQs{Flags: protocol.IRQDataEventfd | protocol.IRQActionTrig, Index: other, Count: 1}, eventfds(t, 1), unix.EINVAL)
 			// Disabling the other index (not enabled) changes nothing.
-			s.setIRQs(SetIRQs{Flags: IRQDataNone | IRQActionTrig, Index: other}, nil, 0)
+			s.setIRQs(protocol.SetIRQs{Flags: protocol.IRQDataNone | protocol.IRQActionTrig, Index: other}, nil, 0)
 			tb.Raise(1)
 			expect("after the other index's disable", 0, 1, 0, 0)
 
 			// Disable: every eventfd closed, masks cleared.
-			req(IRQDataNone|IRQActionTrig, 0, 0, nil, nil, 0)
+			req(protocol.IRQDataNone|protocol.IRQActionTrig, 0, 0, nil, nil, 0)
 			tb.Raise(1)
 			expect("after disable", 0, 0, 0, 0)
 			if st := tb.stats(); st.Index != "" || st.Vectors[0].Masked || st.Vectors[1].Lost != 1 {
@@ -322,7 +323,7 @@ func TestSetIRQsForms(t *testing.T) {
 func TestSetIRQsMSIFolds(t *testing.T) {
 	s := newIRQSession(t)
 	efd := eventfds(t, 2)
-	s.setIRQs(SetIRQs{Flags: IRQDataEventfd | IRQActionTrig, Index: IRQMSI, Count: 2}, efd, 0)
+	s.setIRQs(protocol.SetIRQs{Flags: protocol.IRQDataEventfd | protocol.IRQActionTrig, Index: protocol.IRQMSI, Count: 2}, efd, 0)
 	tb := s.table()
 	for _, v := range []int{0, 1, 2, 3, 5} {
 		tb.Raise(v)
@@ -330,8 +331,8 @@ func TestSetIRQsMSIFolds(t *testing.T) {
 	if got := counts(t, efd); !equal(got, []uint64{2, 3}) {
 		t.Fatalf("MSI with 2 vectors: counts %v, want [2 3]", got)
 	}
-	s.setIRQs(SetIRQs{Flags: IRQDataNone | IRQActionTrig, Index: IRQMSI}, nil, 0)
-	s.setIRQs(SetIRQs{Flags: IRQDataEventfd | IRQActionTrig, Index: IRQMSIX, Count: 2}, efd, 0)
+	s.setIRQs(protocol.SetIRQs{Flags: protocol.IRQDataNone | protocol.IRQActionTrig, Index: protocol.IRQMSI}, nil, 0)
+	s.setIRQs(protocol.SetIRQs{Flags: protocol.IRQDataEventfd | protocol.IRQActionTrig, Index: protocol.IRQMSIX, Count: 2}, efd, 0)
 	tb.Raise(2)
 	tb.Raise(3)
 	if got := counts(t, efd); !equal(got, []uint64{0, 0}) || tb.stats().Vectors[2].Lost != 1 {
@@ -346,7 +347,7 @@ func TestSetIRQsMSIFolds(t *testing.T) {
 func TestIRQMerged(t *testing.T) {
 	s := newIRQSession(t)
 	efd := eventfds(t, 1)
-	s.setIRQs(SetIRQs{Flags: IRQDataEventfd | IRQActionTrig, Index: IRQMSIX, Count: 1}, efd, 0)
+	s.setIRQs(protocol.SetIRQs{Flags: protocol.IRQDataEventfd | protocol.IRQActionTrig, Index: protocol.IRQMSIX, Count: 1}, efd, 0)
 	tb := s.table()
 	tb.Raise(0)
 	tb.Raise(0)

@@ -11,42 +11,38 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 	"golang.org/x/sys/unix"
 )
 
-// Who may connect: ListenAndServe creates its socket with SocketMode
+// Who may connect: ListenAndServe creates its socket with socketMode
 // (owner only) whatever the process's umask, so the kernel lets only the
 // owner (and root) connect; and it checks every peer's credentials
 // (SO_PEERCRED) as well, refusing with an EPERM reply and a Warn log any
 // peer that is neither root nor the socket's owner — for a socket whose
 // mode was widened after the fact, or a directory that exposes it.
 
-// SocketMode is the mode of the socket ListenAndServe creates.
-const SocketMode fs.FileMode = 0o600
+// socketMode is the mode of the socket ListenAndServe creates.
+const socketMode fs.FileMode = 0o600
 
-// ErrPeerRefused: the server refused the connecting process because it
-// is neither root nor the user that owns the server's socket. Dial
-// returns it (wrapped) when the server answers EPERM.
-var ErrPeerRefused = errors.New("vfiouser: refused: only root and the socket's owner may connect")
-
-// listenSocket creates the listening socket at path with SocketMode. An
+// listenSocket creates the listening socket at path with socketMode. An
 // existing socket nobody listens on (left by a server that died) is
 // replaced; a live one, or anything that is not a socket, is refused.
 //
 // The socket is bound under a temporary name in the same directory,
 // given its mode, made to listen, and only then renamed to path (without
 // replacing anything that appeared there meanwhile), so the node at path
-// is never seen half made: wider than SocketMode, or not yet listening.
+// is never seen half made: wider than socketMode, or not yet listening.
 // The mode is set on the socket before bind (on Linux the node is created
 // with the socket inode's mode less the umask, so never wider than
-// SocketMode) and made exact after it, without following a link put in
+// socketMode) and made exact after it, without following a link put in
 // its place. When the temporary name would not fit a socket address, the
 // socket is bound at path directly. It returns the listener and the
 // node's inode, for removeSocket.
 func listenSocket(path string) (*net.UnixListener, uint64, error) {
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&fs.ModeSocket == 0 {
-			return nil, 0, fmt.Errorf("vfiouser: listen %s: %w: a %s is there; refusing to replace it", path, ErrNotSocket, kindOf(fi.Mode()))
+			return nil, 0, fmt.Errorf("vfiouser: listen %s: %w: a %s is there; refusing to replace it", path, protocol.ErrNotSocket, protocol.FileKind(fi.Mode()))
 		}
 		c, err := net.DialTimeout("unix", path, time.Second)
 		switch {
@@ -69,7 +65,7 @@ func listenSocket(path string) (*net.UnixListener, uint64, error) {
 	}
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close() // FileListener dups it
-	if err := unix.Fchmod(fd, uint32(SocketMode)); err != nil {
+	if err := unix.Fchmod(fd, uint32(socketMode)); err != nil {
 		return nil, 0, fmt.Errorf("vfiouser: listen %s: fchmod: %w", path, err)
 	}
 	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: bindPath}); err != nil {
@@ -116,7 +112,7 @@ func renameNoReplace(from, to string) error {
 	return err
 }
 
-// setSocketMode makes the socket node at path exactly SocketMode. It
+// setSocketMode makes the socket node at path exactly socketMode. It
 // opens the node with O_PATH|O_NOFOLLOW, checks it is a socket owned by
 // this process's user, and chmods it through /proc/self/fd, so that a
 // node swapped in meanwhile is never touched.
@@ -131,11 +127,11 @@ func setSocketMode(path string) (uint64, error) {
 		return 0, err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFSOCK || st.Uid != uint32(os.Geteuid()) {
-		return 0, fmt.Errorf("%w: the node at the path changed after bind", ErrNotSocket)
+		return 0, fmt.Errorf("%w: the node at the path changed after bind", protocol.ErrNotSocket)
 	}
-	if st.Mode&0o7777 != uint32(SocketMode) {
-		if err := unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), uint32(SocketMode)); err != nil {
-			return 0, fmt.Errorf("chmod %#o: %w", SocketMode, err)
+	if st.Mode&0o7777 != uint32(socketMode) {
+		if err := unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), uint32(socketMode)); err != nil {
+			return 0, fmt.Errorf("chmod %#o: %w", socketMode, err)
 		}
 	}
 	return st.Ino, nil
@@ -172,10 +168,10 @@ func peerCred(conn *net.UnixConn) (*unix.Ucred, error) {
 func checkPeer(conn *net.UnixConn) (*unix.Ucred, error) {
 	cred, err := peerCred(conn)
 	if err != nil {
-		return nil, fmt.Errorf("%w: SO_PEERCRED: %w", ErrPeerRefused, err)
+		return nil, fmt.Errorf("%w: SO_PEERCRED: %w", protocol.ErrPeerRefused, err)
 	}
 	if owner := uint32(os.Geteuid()); cred.Uid != 0 && cred.Uid != owner {
-		return cred, fmt.Errorf("%w: peer pid %d uid %d is neither root nor the socket's owner (uid %d)", ErrPeerRefused, cred.Pid, cred.Uid, owner)
+		return cred, fmt.Errorf("%w: peer pid %d uid %d is neither root nor the socket's owner (uid %d)", protocol.ErrPeerRefused, cred.Pid, cred.Uid, owner)
 	}
 	return cred, nil
 }

@@ -2,16 +2,14 @@ package vfiouser
 
 import (
 	"context"
-	"errors"
-	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
-	mhiwire "github.com/gomhi/gomhi/mhi/wire"
+	"github.com/gomhi/gomhi/mhi/wire"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
 )
 
 // TestOpen: Open finds the model by the served function's IDs and builds a
@@ -41,7 +39,7 @@ func TestOpen(t *testing.T) {
 		}
 	}
 	for i := range 2 {
-		r, err := Open(sock, OpenOptions{Name: "mhi7"})
+		r, err := client.Open(sock, client.OpenOptions{Name: "mhi7"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +49,7 @@ func TestOpen(t *testing.T) {
 		if err := r.Controller.PowerUp(); err != nil {
 			t.Fatal(err)
 		}
-		if st, _ := r.Controller.State(); st != mhiwire.StateM0 {
+		if st, _ := r.Controller.State(); st != wire.StateM0 {
 			t.Errorf("open %d: state %s after PowerUp", i, st)
 		}
 		if _, _, err := r.Controller.ChannelPair(ep.LoopbackName); err != nil {
@@ -63,41 +61,5 @@ func TestOpen(t *testing.T) {
 	}
 	if got := dev.Stats().Sessions; got != 2 {
 		t.Errorf("%d sessions, want 2", got)
-	}
-}
-
-// TestOpenErrors: nothing at the path, a socket nobody listens on, and a
-// file that is not a socket each give their sentinel.
-func TestOpenErrors(t *testing.T) {
-	dir := t.TempDir()
-	regular := filepath.Join(dir, "file")
-	if err := os.WriteFile(regular, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	stale := filepath.Join(dir, "stale.sock")
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: stale, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.SetUnlinkOnClose(false)
-	l.Close()
-	for _, tc := range []struct {
-		path string
-		want []error
-	}{
-		{filepath.Join(dir, "missing"), []error{ErrNoServer, fs.ErrNotExist}},
-		{stale, []error{ErrNoServer}},
-		{regular, []error{ErrNotSocket}},
-		{dir, []error{ErrNotSocket}},
-	} {
-		r, err := Open(tc.path, OpenOptions{})
-		if err == nil {
-			r.Close()
-		}
-		for _, w := range tc.want {
-			if !errors.Is(err, w) {
-				t.Errorf("%s: %v, want %v", tc.path, err, w)
-			}
-		}
 	}
 }

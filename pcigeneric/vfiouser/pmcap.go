@@ -3,6 +3,8 @@ package vfiouser
 import (
 	"encoding/binary"
 	"sync/atomic"
+
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 )
 
 // The PCI power-management capability (PCI PM 1.2) of the served function:
@@ -13,18 +15,18 @@ import (
 // return all ones and writes are dropped (each counted), as a PCI function
 // in D3hot does.
 const (
-	// CfgPM is the offset of the PM capability: PMC at +2, PMCSR at +4.
-	CfgPM = 0x60
-	// PMCapability is PMC: version 3 (PCI PM 1.2), PME from D0 and D3hot.
-	PMCapability = 0x0003 | 1<<11 | 1<<14
+	// cfgPM is the offset of the PM capability: PMC at +2, PMCSR at +4.
+	cfgPM = 0x60
+	// pmCapability is PMC: version 3 (PCI PM 1.2), PME from D0 and D3hot.
+	pmCapability = 0x0003 | 1<<11 | 1<<14
 	// PMCSR fields.
-	PMCSRStateMask   = 0x0003
-	PMCSRNoSoftReset = 1 << 3
-	PMCSRPMEEnable   = 1 << 8
-	PMCSRPMEStatus   = 1 << 15
+	pmcsrStateMask   = 0x0003
+	pmcsrNoSoftReset = 1 << 3
+	pmcsrPMEEnable   = 1 << 8
+	pmcsrPMEStatus   = 1 << 15
 	// Power states of PMCSR.PowerState.
-	PowerD0    = 0
-	PowerD3Hot = 3
+	powerD0    = 0
+	powerD3Hot = 3
 )
 
 // PowerStats counts the function's power-state changes and the BAR0
@@ -49,14 +51,14 @@ func (d *ServerDevice) PowerStats() PowerStats {
 // initPM lays out the PM capability after MSI-X. c.mu is not needed: the
 // space is being built.
 func (c *configSpace) initPM() {
-	c.b[CfgMSIX+1] = CfgPM // MSI-X → PM
-	c.b[CfgPM] = 0x01      // PM capability ID
-	c.b[CfgPM+1] = 0       // last capability
-	binary.LittleEndian.PutUint16(c.b[CfgPM+2:], PMCapability)
-	binary.LittleEndian.PutUint16(c.b[CfgPM+4:], PMCSRNoSoftReset) // D0
+	c.b[protocol.CfgMSIX+1] = cfgPM // MSI-X → PM
+	c.b[cfgPM] = 0x01               // PM capability ID
+	c.b[cfgPM+1] = 0                // last capability
+	binary.LittleEndian.PutUint16(c.b[cfgPM+2:], pmCapability)
+	binary.LittleEndian.PutUint16(c.b[cfgPM+4:], pmcsrNoSoftReset) // D0
 	// PowerState and PME_En are writable; PME_Status is write-1-to-clear
 	// (pmWrite).
-	binary.LittleEndian.PutUint16(c.wmask[CfgPM+4:], PMCSRStateMask|PMCSRPMEEnable)
+	binary.LittleEndian.PutUint16(c.wmask[cfgPM+4:], pmcsrStateMask|pmcsrPMEEnable)
 }
 
 // pmWrite finishes a configuration write that may have touched PMCSR: a
@@ -64,25 +66,25 @@ func (c *configSpace) initPM() {
 // PME_Status clears where a 1 was written, and a change between D0 and
 // D3hot is counted. old is PMCSR before the write; c.mu is held.
 func (c *configSpace) pmWrite(off int, p []byte, old uint16) {
-	if off > CfgPM+5 || off+len(p) <= CfgPM+4 {
+	if off > cfgPM+5 || off+len(p) <= cfgPM+4 {
 		return
 	}
-	cur := binary.LittleEndian.Uint16(c.b[CfgPM+4:])
-	if st := cur & PMCSRStateMask; st != PowerD0 && st != PowerD3Hot {
-		cur = cur&^PMCSRStateMask | old&PMCSRStateMask
+	cur := binary.LittleEndian.Uint16(c.b[cfgPM+4:])
+	if st := cur & pmcsrStateMask; st != powerD0 && st != powerD3Hot {
+		cur = cur&^pmcsrStateMask | old&pmcsrStateMask
 	}
 	// The written bytes of PMCSR's high half: a 1 in PME_Status clears it.
-	if i := CfgPM + 5 - off; i >= 0 && i < len(p) && p[i]&(PMCSRPMEStatus>>8) != 0 {
-		cur &^= PMCSRPMEStatus
+	if i := cfgPM + 5 - off; i >= 0 && i < len(p) && p[i]&(pmcsrPMEStatus>>8) != 0 {
+		cur &^= pmcsrPMEStatus
 	}
-	binary.LittleEndian.PutUint16(c.b[CfgPM+4:], cur)
+	binary.LittleEndian.PutUint16(c.b[cfgPM+4:], cur)
 	if c.pm == nil {
 		return
 	}
-	switch was, now := old&PMCSRStateMask, cur&PMCSRStateMask; {
-	case was == PowerD0 && now == PowerD3Hot:
+	switch was, now := old&pmcsrStateMask, cur&pmcsrStateMask; {
+	case was == powerD0 && now == powerD3Hot:
 		c.pm.d3.Add(1)
-	case was == PowerD3Hot && now == PowerD0:
+	case was == powerD3Hot && now == powerD0:
 		c.pm.d0.Add(1)
 	}
 }
@@ -91,12 +93,12 @@ func (c *configSpace) pmWrite(off int, p []byte, old uint16) {
 func (c *configSpace) powerState() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return int(binary.LittleEndian.Uint16(c.b[CfgPM+4:]) & PMCSRStateMask)
+	return int(binary.LittleEndian.Uint16(c.b[cfgPM+4:]) & pmcsrStateMask)
 }
 
 // inD3 reports, and counts, a BAR0 access in D3hot.
 func (c *configSpace) inD3() bool {
-	if c.powerState() != PowerD3Hot {
+	if c.powerState() != powerD3Hot {
 		return false
 	}
 	if c.pm != nil {

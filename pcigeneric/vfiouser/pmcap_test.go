@@ -11,7 +11,8 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/loopback"
-	mhiwire "github.com/gomhi/gomhi/mhi/wire"
+	"github.com/gomhi/gomhi/mhi/wire"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
 )
 
 // TestPMCapability: PMCSR takes D0 and D3hot and refuses D1 and D2 (not
@@ -23,18 +24,18 @@ func TestPMCapability(t *testing.T) {
 	c.pm = &pm
 	pmcsr := func() uint16 {
 		var b [2]byte
-		c.read(CfgPM+4, b[:])
+		c.read(cfgPM+4, b[:])
 		return binary.LittleEndian.Uint16(b[:])
 	}
 	set := func(v uint16) {
 		var b [2]byte
 		binary.LittleEndian.PutUint16(b[:], v)
-		c.write(CfgPM+4, b[:])
+		c.write(cfgPM+4, b[:])
 	}
 	for _, tc := range []struct {
 		write uint16
 		state int
-	}{{PowerD3Hot, PowerD3Hot}, {1, PowerD3Hot}, {PowerD0, PowerD0}, {2, PowerD0}, {PowerD3Hot | PMCSRPMEEnable, PowerD3Hot}, {PowerD0, PowerD0}} {
+	}{{powerD3Hot, powerD3Hot}, {1, powerD3Hot}, {powerD0, powerD0}, {2, powerD0}, {powerD3Hot | pmcsrPMEEnable, powerD3Hot}, {powerD0, powerD0}} {
 		set(tc.write)
 		if got := c.powerState(); got != tc.state {
 			t.Fatalf("PMCSR write 0x%x: power state %d, want %d (PMCSR 0x%x)", tc.write, got, tc.state, pmcsr())
@@ -45,20 +46,20 @@ func TestPMCapability(t *testing.T) {
 	}
 	// PME_Status: the device sets it, a 1 written clears it, a 0 keeps it.
 	c.mu.Lock()
-	binary.LittleEndian.PutUint16(c.b[CfgPM+4:], binary.LittleEndian.Uint16(c.b[CfgPM+4:])|PMCSRPMEStatus)
+	binary.LittleEndian.PutUint16(c.b[cfgPM+4:], binary.LittleEndian.Uint16(c.b[cfgPM+4:])|pmcsrPMEStatus)
 	c.mu.Unlock()
-	set(PowerD0)
-	if pmcsr()&PMCSRPMEStatus == 0 {
+	set(powerD0)
+	if pmcsr()&pmcsrPMEStatus == 0 {
 		t.Fatal("writing 0 to PME_Status cleared it")
 	}
-	set(PMCSRPMEStatus)
-	if pmcsr()&PMCSRPMEStatus != 0 {
+	set(pmcsrPMEStatus)
+	if pmcsr()&pmcsrPMEStatus != 0 {
 		t.Fatal("writing 1 to PME_Status did not clear it")
 	}
-	if pmcsr()&PMCSRNoSoftReset == 0 {
+	if pmcsr()&pmcsrNoSoftReset == 0 {
 		t.Fatal("No_Soft_Reset lost")
 	}
-	set(PowerD3Hot)
+	set(powerD3Hot)
 	if !c.inD3() || pm.blocked.Load() != 1 {
 		t.Fatalf("inD3 in D3hot: blocked %d", pm.blocked.Load())
 	}
@@ -108,7 +109,7 @@ func TestBootAndAutoSuspendOverVFIOUser(t *testing.T) {
 			t.Fatal("no socket")
 		}
 	}
-	r, err := Open(sock, OpenOptions{FirmwareDir: fw})
+	r, err := client.Open(sock, client.OpenOptions{FirmwareDir: fw})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,10 +131,10 @@ func TestBootAndAutoSuspendOverVFIOUser(t *testing.T) {
 	m := dev.Modem()
 	for round := 1; round <= 2; round++ {
 		deadline := time.Now().Add(5 * time.Second)
-		for m.State() != mhiwire.StateM3 && time.Now().Before(deadline) {
+		for m.State() != wire.StateM3 && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
-		if m.State() != mhiwire.StateM3 {
+		if m.State() != wire.StateM3 {
 			t.Fatalf("round %d: modem in %s after the idle time", round, m.State())
 		}
 		res, err := lb.Run(loopback.RunOptions{Count: 4, MinSize: 1, MaxSize: 1000})

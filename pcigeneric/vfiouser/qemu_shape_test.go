@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 	"golang.org/x/sys/unix"
 )
 
@@ -17,57 +18,57 @@ const qemuCaps = `{"capabilities":{"pgsizes":4096,"max_msg_fds":16,"max_dma_maps
 func TestQEMURealizeSequence(t *testing.T) {
 	dev := newDevice(t)
 	conn, done := serve(t, dev)
-	w := newWire(conn)
+	w := protocol.NewConn(conn)
 	le := binary.LittleEndian
 	var id uint16
-	send := func(cmd Command, flags uint32, body any, fds []int) Message {
+	send := func(cmd protocol.Command, flags uint32, body any, fds []int) protocol.Message {
 		t.Helper()
 		id++
-		if err := w.write(EncodeMessage(id, cmd, flags, 0, body), fds); err != nil {
+		if err := w.WriteMessage(protocol.EncodeMessage(id, cmd, flags, 0, body), fds); err != nil {
 			t.Fatal(err)
 		}
-		if flags&FlagNoReply != 0 {
-			return Message{}
+		if flags&protocol.FlagNoReply != 0 {
+			return protocol.Message{}
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		hdr, payload, rfds, err := w.read()
+		hdr, payload, rfds, err := w.ReadMessage()
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := DecodeMessage(hdr, payload, len(rfds))
+		m, err := protocol.DecodeMessage(hdr, payload, len(rfds))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if m.Header.ID != id || m.Header.Cmd != cmd || !m.Header.IsReply() {
 			t.Fatalf("%s: reply header %+v", cmd, m.Header)
 		}
-		if m.Header.Flags&FlagError != 0 {
+		if m.Header.Flags&protocol.FlagError != 0 {
 			t.Fatalf("%s: error %d", cmd, m.Header.Error)
 		}
 		return m
 	}
 
-	v := send(CmdVersion, 0, Version{Capabilities: qemuCaps}, nil).Body.(Version)
-	if v.Major != 0 || v.Minor != 0 || v.Capabilities != ServerCapabilities {
+	v := send(protocol.CmdVersion, 0, protocol.Version{Capabilities: qemuCaps}, nil).Body.(protocol.Version)
+	if v.Major != 0 || v.Minor != 0 || v.Capabilities != protocol.ServerCapabilities {
 		t.Fatalf("version reply %+v", v)
 	}
-	di := send(CmdDeviceGetInfo, 0, DeviceInfo{Argsz: 16}, nil).Body.(DeviceInfo)
-	if di.Flags != DeviceFlagPCI|DeviceFlagReset || di.NumRegions != 9 || di.NumIRQs != 5 {
+	di := send(protocol.CmdDeviceGetInfo, 0, protocol.DeviceInfo{Argsz: 16}, nil).Body.(protocol.DeviceInfo)
+	if di.Flags != protocol.DeviceFlagPCI|protocol.DeviceFlagReset || di.NumRegions != 9 || di.NumIRQs != 5 {
 		t.Fatalf("device info %+v", di)
 	}
-	for i := range uint32(NumRegions) {
-		ri := send(CmdRegionInfo, 0, RegionInfo{Argsz: 32, Index: i}, nil).Body.(RegionInfo)
+	for i := range uint32(protocol.NumRegions) {
+		ri := send(protocol.CmdRegionInfo, 0, protocol.RegionInfo{Argsz: 32, Index: i}, nil).Body.(protocol.RegionInfo)
 		switch i {
-		case RegionBAR0:
-			if ri.Size != 4096 || ri.Flags != RegionFlagRead|RegionFlagWrite {
+		case protocol.RegionBAR0:
+			if ri.Size != 4096 || ri.Flags != protocol.RegionFlagRead|protocol.RegionFlagWrite {
 				t.Fatalf("BAR0 %+v", ri)
 			}
-		case RegionConfig:
+		case protocol.RegionConfig:
 			if ri.Size != 256 {
 				t.Fatalf("config %+v", ri)
 			}
-		case RegionBAR2:
-			if ri.Size != MSIXBARSize || ri.Flags != RegionFlagRead|RegionFlagWrite {
+		case protocol.RegionBAR2:
+			if ri.Size != msixBARSize || ri.Flags != protocol.RegionFlagRead|protocol.RegionFlagWrite {
 				t.Fatalf("BAR2 (MSI-X) %+v", ri)
 			}
 		default:
@@ -76,41 +77,41 @@ func TestQEMURealizeSequence(t *testing.T) {
 			}
 		}
 	}
-	if ii := send(CmdIRQInfo, 0, IRQInfo{Argsz: 16, Index: IRQErr}, nil).Body.(IRQInfo); ii.Count != 0 {
+	if ii := send(protocol.CmdIRQInfo, 0, protocol.IRQInfo{Argsz: 16, Index: protocol.IRQErr}, nil).Body.(protocol.IRQInfo); ii.Count != 0 {
 		t.Fatalf("ERR irq %+v", ii)
 	}
-	if ii := send(CmdIRQInfo, 0, IRQInfo{Argsz: 16, Index: IRQMSI}, nil).Body.(IRQInfo); ii.Count != 32 || ii.Flags&IRQInfoEventfd == 0 {
+	if ii := send(protocol.CmdIRQInfo, 0, protocol.IRQInfo{Argsz: 16, Index: protocol.IRQMSI}, nil).Body.(protocol.IRQInfo); ii.Count != 32 || ii.Flags&protocol.IRQInfoEventfd == 0 {
 		t.Fatalf("MSI irq %+v", ii)
 	}
-	send(CmdDeviceReset, 0, nil, nil)
+	send(protocol.CmdDeviceReset, 0, nil, nil)
 
 	// Config space in 4-byte reads, as QEMU reads it at realize.
-	cfg := make([]byte, 0, ConfigSize)
-	for off := 0; off < ConfigSize; off += 4 {
-		a := send(CmdRegionRead, 0, RegionAccess{Offset: uint64(off), Region: RegionConfig, Count: 4}, nil).Body.(RegionAccess)
+	cfg := make([]byte, 0, protocol.ConfigSize)
+	for off := 0; off < protocol.ConfigSize; off += 4 {
+		a := send(protocol.CmdRegionRead, 0, protocol.RegionAccess{Offset: uint64(off), Region: protocol.RegionConfig, Count: 4}, nil).Body.(protocol.RegionAccess)
 		cfg = append(cfg, a.Data...)
 	}
-	if le.Uint16(cfg[0:]) != dev.PCI.Vendor || le.Uint16(cfg[2:]) != dev.PCI.Device || le.Uint32(cfg[8:])>>8 != Class {
+	if le.Uint16(cfg[0:]) != dev.PCI.Vendor || le.Uint16(cfg[2:]) != dev.PCI.Device || le.Uint32(cfg[8:])>>8 != pciClass {
 		t.Fatalf("config header % x", cfg[:16])
 	}
 	// Capability chain: MSI, then MSI-X with 32 entries, table at BAR2+0
 	// and PBA at BAR2+0x800, then PM (D0 and D3hot, PME from both).
-	if p := cfg[CfgCapPtr]; p != CfgMSI || cfg[p] != 0x05 || cfg[p+1] != CfgMSIX {
+	if p := cfg[protocol.CfgCapPtr]; p != protocol.CfgMSI || cfg[p] != 0x05 || cfg[p+1] != protocol.CfgMSIX {
 		t.Fatalf("MSI capability at 0x%x: % x", p, cfg[p:p+4])
 	}
-	if x := cfg[CfgPM:]; x[0] != 0x01 || x[1] != 0 || le.Uint16(x[2:]) != PMCapability || le.Uint16(x[4:])&PMCSRStateMask != PowerD0 {
-		t.Fatalf("PM capability % x", cfg[CfgPM:CfgPM+8])
+	if x := cfg[cfgPM:]; x[0] != 0x01 || x[1] != 0 || le.Uint16(x[2:]) != pmCapability || le.Uint16(x[4:])&pmcsrStateMask != powerD0 {
+		t.Fatalf("PM capability % x", cfg[cfgPM:cfgPM+8])
 	}
-	if x := cfg[CfgMSIX:]; x[0] != 0x11 || x[1] != CfgPM || le.Uint16(x[2:])&0x7ff != 31 ||
-		le.Uint32(x[4:]) != MSIXBAR || le.Uint32(x[8:]) != MSIXPBAOffset|MSIXBAR {
-		t.Fatalf("MSI-X capability % x", cfg[CfgMSIX:CfgMSIX+12])
+	if x := cfg[protocol.CfgMSIX:]; x[0] != 0x11 || x[1] != cfgPM || le.Uint16(x[2:])&0x7ff != 31 ||
+		le.Uint32(x[4:]) != msixBAR || le.Uint32(x[8:]) != msixPBAOffset|msixBAR {
+		t.Fatalf("MSI-X capability % x", cfg[protocol.CfgMSIX:protocol.CfgMSIX+12])
 	}
-	if ii := send(CmdIRQInfo, 0, IRQInfo{Argsz: 16, Index: IRQMSIX}, nil).Body.(IRQInfo); ii.Count != 32 || ii.Flags&IRQInfoEventfd == 0 {
+	if ii := send(protocol.CmdIRQInfo, 0, protocol.IRQInfo{Argsz: 16, Index: protocol.IRQMSIX}, nil).Body.(protocol.IRQInfo); ii.Count != 32 || ii.Flags&protocol.IRQInfoEventfd == 0 {
 		t.Fatalf("MSI-X irq %+v", ii)
 	}
 
 	// ROM area without fd, guest RAM with a memfd.
-	send(CmdDMAMap, 0, DMAMap{Argsz: 32, Flags: DMAFlagRead, IOVA: 0xc0000, Size: 0x20000}, nil)
+	send(protocol.CmdDMAMap, 0, protocol.DMAMap{Argsz: 32, Flags: protocol.DMAFlagRead, IOVA: 0xc0000, Size: 0x20000}, nil)
 	fd, err := unix.MemfdCreate("ram", unix.MFD_CLOEXEC)
 	if err != nil {
 		t.Fatal(err)
@@ -118,46 +119,46 @@ func TestQEMURealizeSequence(t *testing.T) {
 	if err := unix.Ftruncate(fd, 1<<20); err != nil {
 		t.Fatal(err)
 	}
-	send(CmdDMAMap, 0, DMAMap{Argsz: 32, Flags: DMAFlagRead | DMAFlagWrite, Offset: 0, IOVA: 0x100000, Size: 1 << 20}, []int{fd})
+	send(protocol.CmdDMAMap, 0, protocol.DMAMap{Argsz: 32, Flags: protocol.DMAFlagRead | protocol.DMAFlagWrite, Offset: 0, IOVA: 0x100000, Size: 1 << 20}, []int{fd})
 	unix.Close(fd)
 
 	// BAR programming and MSI enable through config writes (with replies).
-	send(CmdRegionWrite, 0, RegionAccess{Offset: CfgBAR0, Region: RegionConfig, Count: 4, Data: le.AppendUint32(nil, 0)}, nil)
-	send(CmdRegionWrite, 0, RegionAccess{Offset: CfgBAR1, Region: RegionConfig, Count: 4, Data: le.AppendUint32(nil, 1)}, nil)
-	send(CmdRegionWrite, 0, RegionAccess{Offset: CfgCommand, Region: RegionConfig, Count: 2, Data: le.AppendUint16(nil, 0x107)}, nil)
-	send(CmdRegionWrite, 0, RegionAccess{Offset: CfgMSI + 4, Region: RegionConfig, Count: 4, Data: le.AppendUint32(nil, 0xfee01004)}, nil)
-	send(CmdRegionWrite, 0, RegionAccess{Offset: CfgMSI + 12, Region: RegionConfig, Count: 2, Data: le.AppendUint16(nil, 0x26)}, nil)
-	send(CmdRegionWrite, 0, RegionAccess{Offset: CfgMSI + 2, Region: RegionConfig, Count: 2, Data: le.AppendUint16(nil, 0x0081|5<<1)}, nil)
+	send(protocol.CmdRegionWrite, 0, protocol.RegionAccess{Offset: protocol.CfgBAR0, Region: protocol.RegionConfig, Count: 4, Data: le.AppendUint32(nil, 0)}, nil)
+	send(protocol.CmdRegionWrite, 0, protocol.RegionAccess{Offset: protocol.CfgBAR1, Region: protocol.RegionConfig, Count: 4, Data: le.AppendUint32(nil, 1)}, nil)
+	send(protocol.CmdRegionWrite, 0, protocol.RegionAccess{Offset: protocol.CfgCommand, Region: protocol.RegionConfig, Count: 2, Data: le.AppendUint16(nil, 0x107)}, nil)
+	send(protocol.CmdRegionWrite, 0, protocol.RegionAccess{Offset: protocol.CfgMSI + 4, Region: protocol.RegionConfig, Count: 4, Data: le.AppendUint32(nil, 0xfee01004)}, nil)
+	send(protocol.CmdRegionWrite, 0, protocol.RegionAccess{Offset: protocol.CfgMSI + 12, Region: protocol.RegionConfig, Count: 2, Data: le.AppendUint16(nil, 0x26)}, nil)
+	send(protocol.CmdRegionWrite, 0, protocol.RegionAccess{Offset: protocol.CfgMSI + 2, Region: protocol.RegionConfig, Count: 2, Data: le.AppendUint16(nil, 0x0081|5<<1)}, nil)
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unix.Close(efd)
-	send(CmdSetIRQs, 0, SetIRQs{Flags: IRQDataEventfd | IRQActionTrig, Index: IRQMSI, Start: 0, Count: 1}, []int{efd})
+	send(protocol.CmdSetIRQs, 0, protocol.SetIRQs{Flags: protocol.IRQDataEventfd | protocol.IRQActionTrig, Index: protocol.IRQMSI, Start: 0, Count: 1}, []int{efd})
 
 	// Driver-style BAR accesses: reads answered, posted writes unanswered.
-	bhi := le.Uint32(send(CmdRegionRead, 0, RegionAccess{Offset: 0x28, Region: RegionBAR0, Count: 4}, nil).Body.(RegionAccess).Data)
+	bhi := le.Uint32(send(protocol.CmdRegionRead, 0, protocol.RegionAccess{Offset: 0x28, Region: protocol.RegionBAR0, Count: 4}, nil).Body.(protocol.RegionAccess).Data)
 	if bhi == 0 || bhi >= 4096 {
 		t.Fatalf("BHIOFF 0x%x", bhi)
 	}
-	send(CmdRegionWrite, FlagNoReply, RegionAccess{Offset: uint64(bhi) + 0x20, Region: RegionBAR0, Count: 4, Data: le.AppendUint32(nil, 0)}, nil)
+	send(protocol.CmdRegionWrite, protocol.FlagNoReply, protocol.RegionAccess{Offset: uint64(bhi) + 0x20, Region: protocol.RegionBAR0, Count: 4, Data: le.AppendUint32(nil, 0)}, nil)
 	// Any vector folds onto the single enabled eventfd.
-	send(CmdSetIRQs, 0, SetIRQs{Flags: IRQDataNone | IRQActionTrig, Index: IRQMSI, Start: 0, Count: 1}, nil)
+	send(protocol.CmdSetIRQs, 0, protocol.SetIRQs{Flags: protocol.IRQDataNone | protocol.IRQActionTrig, Index: protocol.IRQMSI, Start: 0, Count: 1}, nil)
 	var cnt [8]byte
 	if n, err := unix.Read(efd, cnt[:]); n != 8 || err != nil || le.Uint64(cnt[:]) != 1 {
 		t.Fatalf("eventfd read %d %v %x", n, err, cnt)
 	}
 	dev.Modem() // the session's modem is attached
-	send(CmdSetIRQs, 0, SetIRQs{Flags: IRQDataNone | IRQActionTrig, Index: IRQMSI}, nil)
-	u := send(CmdDMAUnmap, 0, DMAUnmap{Argsz: 24, IOVA: 0x100000, Size: 1 << 20}, nil).Body.(DMAUnmap)
+	send(protocol.CmdSetIRQs, 0, protocol.SetIRQs{Flags: protocol.IRQDataNone | protocol.IRQActionTrig, Index: protocol.IRQMSI}, nil)
+	u := send(protocol.CmdDMAUnmap, 0, protocol.DMAUnmap{Argsz: 24, IOVA: 0x100000, Size: 1 << 20}, nil).Body.(protocol.DMAUnmap)
 	if u.IOVA != 0x100000 || u.Size != 1<<20 {
 		t.Fatalf("unmap reply %+v", u)
 	}
 	// At guest power-off with an intel-iommu, QEMU unmaps what its notifier
 	// covered: from above the interrupt window to the end of the 64-bit
 	// space (iova+size is 2^64). A reply, not an error.
-	top := DMAUnmap{Argsz: 24, IOVA: 0xfef00000, Size: ^uint64(0) - 0xfef00000 + 1}
-	if u := send(CmdDMAUnmap, 0, top, nil).Body.(DMAUnmap); u != top {
+	top := protocol.DMAUnmap{Argsz: 24, IOVA: 0xfef00000, Size: ^uint64(0) - 0xfef00000 + 1}
+	if u := send(protocol.CmdDMAUnmap, 0, top, nil).Body.(protocol.DMAUnmap); u != top {
 		t.Fatalf("unmap to the end of the address space: reply %+v", u)
 	}
 	conn.Close()

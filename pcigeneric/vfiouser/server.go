@@ -18,18 +18,15 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 )
-
-// ServerCapabilities is the capabilities JSON the server sends in its
-// VERSION reply (no write_multiple: REGION_WRITE_MULTI is not implemented).
-const ServerCapabilities = `{"capabilities":{"max_msg_fds":16,"max_data_xfer_size":1048576,"pgsizes":4096,"max_dma_maps":65535}}`
 
 // DefaultVectors is the number of MSI vectors the served function offers.
 const DefaultVectors = 32
 
-// DMATimeout bounds the wait for the client's answer to a DMA_READ or
+// dmaTimeout bounds the wait for the client's answer to a DMA_READ or
 // DMA_WRITE the server sends for a region mapped without fd.
-const DMATimeout = 5 * time.Second
+const dmaTimeout = 5 * time.Second
 
 // DeviceOptions configure a ServerDevice.
 type DeviceOptions struct {
@@ -135,7 +132,7 @@ func NewServerDevice(opts DeviceOptions) (*ServerDevice, error) {
 		opts.Vectors = DefaultVectors
 	}
 	if opts.Vectors < 1 || opts.Vectors > 32 || opts.Vectors&(opts.Vectors-1) != 0 {
-		return nil, fmt.Errorf("vfiouser: %d MSI vectors, want a power of two 1..32: %w", opts.Vectors, ErrMalformed)
+		return nil, fmt.Errorf("vfiouser: %d MSI vectors, want a power of two 1..32: %w", opts.Vectors, protocol.ErrMalformed)
 	}
 	info, ok := pcigeneric.Model(opts.Model)
 	if !ok {
@@ -237,26 +234,23 @@ func (d *ServerDevice) Functions() *mock.Functions {
 	return d.fns
 }
 
-// ErrBusy is returned by Serve when the device already serves a client,
-// and by Dial and NewClient when the server refuses them for that reason.
-var ErrBusy = errors.New("vfiouser: device busy with another client")
-
-// BusyGrace is how long ListenAndServe lets a client that connects while
+// busyGrace is how long ListenAndServe lets a client that connects while
 // another is served wait for the session to end (the last client may just
 // have left, its session not yet torn down) before refusing it.
-const BusyGrace = time.Second
+const busyGrace = time.Second
 
 // ListenAndServe listens on the unix socket path and serves one client at
 // a time until ctx is done; the socket file is removed on return. It
-// returns nil when ctx ends it. The socket is created with SocketMode
-// (0600) whatever the umask; a stale socket there is replaced, a live one
+// returns nil when ctx ends it. The socket is created with mode 0600
+// (socketMode) whatever the umask; a stale socket there is replaced, a live one
 // or any other kind of file is refused (see listenSocket). A connecting
 // process that is neither root nor the socket's owner (SO_PEERCRED) gets
-// an EPERM error reply to its first message (its Dial fails with
-// ErrPeerRefused) and a Warn log line, and never takes the device. A client
-// that connects while another is served, and is still waiting after
-// BusyGrace, gets an EBUSY error reply to its first message (its Dial fails
-// with ErrBusy) instead of waiting unanswered.
+// an EPERM error reply to its first message (its setup fails with
+// protocol.ErrPeerRefused) and a Warn log line, and never takes the device.
+// A client that connects while another is served, and is still waiting
+// after a second (busyGrace), gets an EBUSY error reply to its first
+// message (its setup fails with protocol.ErrBusy) instead of waiting
+// unanswered.
 func ListenAndServe(ctx context.Context, path string, dev *ServerDevice) error {
 	l, err := Listen(path)
 	if err != nil {
@@ -326,20 +320,20 @@ func (ln *Listener) Serve(ctx context.Context, dev *ServerDevice) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			timer := time.NewTimer(BusyGrace)
+			timer := time.NewTimer(busyGrace)
 			defer timer.Stop()
 			select {
 			case slot <- struct{}{}:
 			case <-timer.C:
-				dev.log.Info("refuse", "reason", ErrBusy.Error())
-				refuse(c, dev, unix.EBUSY, BusyGrace)
+				dev.log.Info("refuse", "reason", protocol.ErrBusy.Error())
+				refuse(c, dev, unix.EBUSY, busyGrace)
 				return
 			case <-ctx.Done():
 				_ = c.Close()
 				return
 			}
 			defer func() { <-slot }()
-			if err := Serve(ctx, c, dev); err != nil {
+			if err := serveConn(ctx, c, dev); err != nil {
 				dev.log.Warn("error", "err", err.Error())
 			}
 		}()
@@ -355,30 +349,30 @@ const refuseGrace = 5 * time.Second
 func refuse(conn *net.UnixConn, dev *ServerDevice, errno unix.Errno, wait time.Duration) {
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(wait))
-	w := newWire(conn)
-	hdr, _, fds, err := w.read()
-	closeFDs(fds)
+	w := protocol.NewConn(conn)
+	hdr, _, fds, err := w.ReadMessage()
+	protocol.CloseFDs(fds)
 	if err != nil {
 		return
 	}
-	h, err := DecodeHeader(hdr)
-	if err != nil || h.IsReply() || h.Flags&FlagNoReply != 0 {
+	h, err := protocol.DecodeHeader(hdr)
+	if err != nil || h.IsReply() || h.Flags&protocol.FlagNoReply != 0 {
 		return
 	}
-	_ = w.write(EncodeMessage(h.ID, h.Cmd, FlagReply|FlagError, uint32(errno), nil), nil)
+	_ = w.WriteMessage(protocol.EncodeMessage(h.ID, h.Cmd, protocol.FlagReply|protocol.FlagError, uint32(errno), nil), nil)
 }
 
-// Serve serves dev to the client on conn until the client disconnects, a
+// serveConn serves dev to the client on conn until the client disconnects, a
 // framing error makes the stream unusable, or ctx is done; it closes conn.
 // A clean disconnect or cancellation returns nil. Malformed messages that
 // keep the framing get an error reply (EINVAL, ENOSYS, EFAULT) and are
 // counted; a malformed header closes the connection.
-func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
+func serveConn(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 	dev.mu.Lock()
 	if dev.busy {
 		dev.mu.Unlock()
 		conn.Close()
-		return ErrBusy
+		return protocol.ErrBusy
 	}
 	dev.busy = true
 	dev.mu.Unlock()
@@ -432,14 +426,14 @@ func Serve(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error {
 func newSession(dev *ServerDevice, conn *net.UnixConn) *session {
 	s := &session{
 		dev:     dev,
-		w:       newWire(conn),
+		w:       protocol.NewConn(conn),
 		cfg:     newConfigSpace(dev.PCI),
 		mem:     &dmaTable{faults: &dev.faults},
 		irqs:    newIRQTable(dev.PCI.Vectors, &dev.raised, &dev.lost, &dev.held),
-		pending: map[uint16]chan Message{},
+		pending: map[uint16]chan protocol.Message{},
 		dead:    make(chan struct{}),
 	}
-	s.w.greedy = true // several messages per recvmsg (see wire)
+	s.w.Greedy = true // several messages per recvmsg (see protocol.Conn)
 	s.mem.fallback = s.dmaMessage
 	s.cfg.pm = &dev.pm
 	return s
@@ -458,7 +452,7 @@ func (s *session) run(conn *net.UnixConn) (herr, rerr error) {
 	}()
 	for in := range cmds {
 		if herr != nil {
-			closeFDs(in.fds)
+			protocol.CloseFDs(in.fds)
 			s.queued.Add(-1)
 			continue
 		}
@@ -512,14 +506,14 @@ var (
 )
 
 type inbound struct {
-	msg Message
+	msg protocol.Message
 	err error
 	fds []int
 }
 
 type session struct {
 	dev   *ServerDevice
-	w     *wire
+	w     *protocol.Conn
 	cfg   *configSpace
 	msix  msixTable
 	mem   *dmaTable
@@ -528,7 +522,7 @@ type session struct {
 
 	nextID  atomic.Uint32
 	pmu     sync.Mutex
-	pending map[uint16]chan Message
+	pending map[uint16]chan protocol.Message
 	dead    chan struct{}
 
 	// queued counts the commands handed to the handler goroutine and not
@@ -557,9 +551,9 @@ func (s *session) inline() bool {
 // when the stream ends or loses its framing.
 func (s *session) readLoop(cmds chan<- inbound) error {
 	for {
-		h, hdr, payload, fds, err := s.w.next()
+		h, hdr, payload, fds, err := s.w.Next()
 		if err != nil {
-			if errors.Is(err, errFraming) || errors.Is(err, io.ErrUnexpectedEOF) {
+			if errors.Is(err, protocol.ErrFraming) || errors.Is(err, io.ErrUnexpectedEOF) {
 				s.dev.malformed.Add(1)
 			}
 			return err
@@ -568,7 +562,7 @@ func (s *session) readLoop(cmds chan<- inbound) error {
 		if !h.IsReply() && s.inline() {
 			if err := s.serveInline(h, hdr, payload, fds); err != nil {
 				s.inlineErr = err
-				_ = s.w.c.Close()
+				_ = s.w.Close()
 				return err
 			}
 			continue
@@ -576,9 +570,9 @@ func (s *session) readLoop(cmds chan<- inbound) error {
 		// hdr, payload and fds belong to the wire until the next read;
 		// what goes to another goroutine gets copies.
 		fds = slices.Clone(fds)
-		msg, err := DecodeMessage(hdr, append([]byte{}, payload...), len(fds))
+		msg, err := protocol.DecodeMessage(hdr, append([]byte{}, payload...), len(fds))
 		if err == nil && msg.Header.IsReply() {
-			closeFDs(fds)
+			protocol.CloseFDs(fds)
 			s.pmu.Lock()
 			ch := s.pending[msg.Header.ID]
 			delete(s.pending, msg.Header.ID)
@@ -600,17 +594,17 @@ func (s *session) readLoop(cmds chan<- inbound) error {
 // REGION_WRITE without descriptors, the messages of the data path, take a
 // path that allocates nothing; the rest go through handle. payload and fds
 // are the wire's, used before the next read.
-func (s *session) serveInline(h Header, hdr, payload []byte, fds []int) error {
-	if (h.Cmd != CmdRegionRead && h.Cmd != CmdRegionWrite) || len(fds) != 0 || h.Flags&FlagError != 0 {
-		msg, err := DecodeMessage(hdr, payload, len(fds))
+func (s *session) serveInline(h protocol.Header, hdr, payload []byte, fds []int) error {
+	if (h.Cmd != protocol.CmdRegionRead && h.Cmd != protocol.CmdRegionWrite) || len(fds) != 0 || h.Flags&protocol.FlagError != 0 {
+		msg, err := protocol.DecodeMessage(hdr, payload, len(fds))
 		return s.handle(inbound{msg: msg, err: err, fds: fds})
 	}
-	a, err := decodeRegionAccess(h, payload)
+	a, err := protocol.DecodeRegionAccess(h, payload)
 	if err != nil {
 		return s.replyError(h, err)
 	}
 	var data []byte
-	if h.Cmd == CmdRegionRead {
+	if h.Cmd == protocol.CmdRegionRead {
 		if cap(s.rdata) < int(a.Count) {
 			s.rdata = make([]byte, a.Count)
 		}
@@ -622,21 +616,21 @@ func (s *session) serveInline(h Header, hdr, payload []byte, fds []int) error {
 	if err != nil {
 		return s.replyError(h, err)
 	}
-	if h.Flags&FlagNoReply != 0 {
+	if h.Flags&protocol.FlagNoReply != 0 {
 		return nil
 	}
-	b := s.w.begin()
-	b = appendRegionAccess(b, h.ID, h.Cmd, FlagReply, a.Offset, a.Region, a.Count, data)
-	return s.w.flush(b, nil)
+	b := s.w.Begin()
+	b = protocol.AppendRegionAccess(b, h.ID, h.Cmd, protocol.FlagReply, a.Offset, a.Region, a.Count, data)
+	return s.w.Flush(b, nil)
 }
 
 // dmaMessage performs a DMA access on a region mapped without fd by asking
 // the client (DMA_READ/DMA_WRITE) and waiting for its reply.
 func (s *session) dmaMessage(write bool, iova uint64, p []byte) error {
 	for len(p) > 0 {
-		n := min(len(p), MaxDataXfer)
+		n := min(len(p), protocol.MaxDataXfer)
 		id := uint16(s.nextID.Add(1))
-		ch := make(chan Message, 1)
+		ch := make(chan protocol.Message, 1)
 		s.dev.dmaMsgs.Add(1)
 		s.dmaWaits.Add(1)
 		s.pmu.Lock()
@@ -644,19 +638,19 @@ func (s *session) dmaMessage(write bool, iova uint64, p []byte) error {
 		s.pmu.Unlock()
 		var msg []byte
 		if write {
-			msg = EncodeMessage(id, CmdDMAWrite, 0, 0, DMAAccess{Address: iova, Count: uint64(n), Data: p[:n]})
+			msg = protocol.EncodeMessage(id, protocol.CmdDMAWrite, 0, 0, protocol.DMAAccess{Address: iova, Count: uint64(n), Data: p[:n]})
 		} else {
-			msg = EncodeMessage(id, CmdDMARead, 0, 0, DMAAccess{Address: iova, Count: uint64(n)})
+			msg = protocol.EncodeMessage(id, protocol.CmdDMARead, 0, 0, protocol.DMAAccess{Address: iova, Count: uint64(n)})
 		}
-		err := s.w.write(msg, nil)
-		var r Message
+		err := s.w.WriteMessage(msg, nil)
+		var r protocol.Message
 		if err == nil {
 			select {
 			case r = <-ch:
 			case <-s.dead:
-				err = ErrClosed
-			case <-time.After(DMATimeout):
-				err = ErrTimeout
+				err = protocol.ErrClosed
+			case <-time.After(dmaTimeout):
+				err = protocol.ErrTimeout
 			}
 		}
 		s.dmaWaits.Add(-1)
@@ -666,13 +660,13 @@ func (s *session) dmaMessage(write bool, iova uint64, p []byte) error {
 			s.pmu.Unlock()
 			return fmt.Errorf("vfiouser: DMA at 0x%x: %w", iova, err)
 		}
-		if r.Header.Flags&FlagError != 0 {
-			return fmt.Errorf("vfiouser: DMA at 0x%x: errno %d: %w", iova, r.Header.Error, ErrRemote)
+		if r.Header.Flags&protocol.FlagError != 0 {
+			return fmt.Errorf("vfiouser: DMA at 0x%x: errno %d: %w", iova, r.Header.Error, protocol.ErrRemote)
 		}
 		if !write {
-			a, ok := r.Body.(DMAAccess)
+			a, ok := r.Body.(protocol.DMAAccess)
 			if !ok || len(a.Data) != n {
-				return fmt.Errorf("vfiouser: DMA_READ reply at 0x%x: %w", iova, ErrMalformed)
+				return fmt.Errorf("vfiouser: DMA_READ reply at 0x%x: %w", iova, protocol.ErrMalformed)
 			}
 			copy(p, a.Data)
 		}
@@ -706,21 +700,21 @@ func (s *session) handle(in inbound) error {
 	if err == nil {
 		body, err = s.dispatch(in.msg, in.fds)
 	} else {
-		closeFDs(in.fds)
+		protocol.CloseFDs(in.fds)
 	}
 	if err != nil {
 		return s.replyError(h, err)
 	}
-	if h.Flags&FlagNoReply != 0 {
+	if h.Flags&protocol.FlagNoReply != 0 {
 		return nil
 	}
-	return s.w.write(EncodeMessage(h.ID, h.Cmd, FlagReply, 0, body), nil)
+	return s.w.WriteMessage(protocol.EncodeMessage(h.ID, h.Cmd, protocol.FlagReply, 0, body), nil)
 }
 
 // replyError counts and logs a failed command and answers it with an error
 // reply carrying the errno that fits err. It returns an error only when the
 // reply could not be sent.
-func (s *session) replyError(h Header, err error) error {
+func (s *session) replyError(h protocol.Header, err error) error {
 	errno := unix.EINVAL
 	var ee *errnoError
 	var en unix.Errno
@@ -729,58 +723,58 @@ func (s *session) replyError(h Header, err error) error {
 		errno = ee.errno
 	case errors.As(err, &en):
 		errno = en
-	case errors.Is(err, ErrUnknownCommand):
+	case errors.Is(err, protocol.ErrUnknownCommand):
 		errno = unix.ENOSYS
-	case errors.Is(err, ErrDMA):
+	case errors.Is(err, errDMA):
 		errno = unix.EFAULT
 	}
-	if errors.Is(err, ErrMalformed) || errors.Is(err, ErrUnexpectedFDs) || errors.Is(err, ErrUnknownCommand) {
+	if errors.Is(err, protocol.ErrMalformed) || errors.Is(err, protocol.ErrUnexpectedFDs) || errors.Is(err, protocol.ErrUnknownCommand) {
 		s.dev.malformed.Add(1)
 	}
 	s.dev.log.Warn("error", "cmd", h.Cmd.String(), "id", h.ID, "err", err.Error())
-	if h.Flags&FlagNoReply != 0 || h.IsReply() {
+	if h.Flags&protocol.FlagNoReply != 0 || h.IsReply() {
 		return nil
 	}
 	s.dev.errReplies.Add(1)
-	return s.w.write(EncodeMessage(h.ID, h.Cmd, FlagReply|FlagError, uint32(errno), nil), nil)
+	return s.w.WriteMessage(protocol.EncodeMessage(h.ID, h.Cmd, protocol.FlagReply|protocol.FlagError, uint32(errno), nil), nil)
 }
 
 // dispatch carries out a decoded command and returns the reply body. It
 // owns fds.
-func (s *session) dispatch(m Message, fds []int) (any, error) {
+func (s *session) dispatch(m protocol.Message, fds []int) (any, error) {
 	log := s.dev.log
 	switch b := m.Body.(type) {
-	case Version:
+	case protocol.Version:
 		log.Info("version", "major", b.Major, "minor", b.Minor, "capabilities", b.Capabilities)
 		if b.Major != 0 {
 			return nil, fail(unix.ENOTSUP, "vfiouser: client version %d.%d", b.Major, b.Minor)
 		}
-		return Version{Major: 0, Minor: 0, Capabilities: ServerCapabilities}, nil
-	case DMAMap:
+		return protocol.Version{Major: 0, Minor: 0, Capabilities: protocol.ServerCapabilities}, nil
+	case protocol.DMAMap:
 		return nil, s.dmaMap(b, fds)
-	case DMAUnmap:
-		n := s.mem.remove(b.IOVA, b.Size, b.Flags&DMAUnmapAll != 0)
+	case protocol.DMAUnmap:
+		n := s.mem.remove(b.IOVA, b.Size, b.Flags&protocol.DMAUnmapAll != 0)
 		log.Info("dma_unmap", "iova", b.IOVA, "size", b.Size, "flags", b.Flags, "regions", n)
-		return DMAUnmap{Argsz: 24, Flags: b.Flags, IOVA: b.IOVA, Size: b.Size}, nil
-	case DeviceInfo:
-		return DeviceInfo{Argsz: 16, Flags: DeviceFlagPCI | DeviceFlagReset, NumRegions: NumRegions, NumIRQs: NumIRQs}, nil
-	case RegionInfo:
+		return protocol.DMAUnmap{Argsz: 24, Flags: b.Flags, IOVA: b.IOVA, Size: b.Size}, nil
+	case protocol.DeviceInfo:
+		return protocol.DeviceInfo{Argsz: 16, Flags: protocol.DeviceFlagPCI | protocol.DeviceFlagReset, NumRegions: protocol.NumRegions, NumIRQs: protocol.NumIRQs}, nil
+	case protocol.RegionInfo:
 		ri, err := s.regionInfo(b.Index)
 		if err != nil {
 			return nil, err
 		}
 		return ri, nil
-	case IRQInfo:
+	case protocol.IRQInfo:
 		ii, err := s.irqInfo(b.Index)
 		if err != nil {
 			return nil, err
 		}
 		return ii, nil
-	case SetIRQs:
+	case protocol.SetIRQs:
 		return nil, s.setIRQs(b, fds)
-	case RegionAccess:
-		closeFDs(fds)
-		if m.Header.Cmd == CmdRegionRead {
+	case protocol.RegionAccess:
+		protocol.CloseFDs(fds)
+		if m.Header.Cmd == protocol.CmdRegionRead {
 			data := make([]byte, b.Count)
 			if err := s.regionRead(b, data); err != nil {
 				return nil, err
@@ -793,25 +787,25 @@ func (s *session) dispatch(m Message, fds []int) (any, error) {
 		}
 		b.Data = nil
 		return b, nil
-	case DMAAccess:
-		closeFDs(fds)
+	case protocol.DMAAccess:
+		protocol.CloseFDs(fds)
 		return nil, fail(unix.EINVAL, "vfiouser: %s is a server-to-client command", m.Header.Cmd)
 	case nil:
-		closeFDs(fds)
-		if m.Header.Cmd == CmdDeviceReset {
+		protocol.CloseFDs(fds)
+		if m.Header.Cmd == protocol.CmdDeviceReset {
 			log.Info("reset")
 			s.dev.resets.Add(1)
 			s.modem.Reset()
 			return nil, nil
 		}
 	}
-	closeFDs(fds)
+	protocol.CloseFDs(fds)
 	return nil, fail(unix.EINVAL, "vfiouser: unexpected %s", m.Header.Cmd)
 }
 
 // dmaMap carries out DMA_MAP: it adds the region (backed by its descriptor,
 // if one came, which it closes; else served by DMA_READ/DMA_WRITE).
-func (s *session) dmaMap(b DMAMap, fds []int) error {
+func (s *session) dmaMap(b protocol.DMAMap, fds []int) error {
 	fd := -1
 	if len(fds) == 1 {
 		fd = fds[0]
@@ -828,18 +822,18 @@ func (s *session) dmaMap(b DMAMap, fds []int) error {
 // regionInfo answers DEVICE_GET_REGION_INFO for region index: BAR0, config
 // space and the MSI-X BAR are read-write; the other regions below
 // NumRegions are empty.
-func (s *session) regionInfo(index uint32) (RegionInfo, error) {
-	ri := RegionInfo{Argsz: 32, Index: index}
+func (s *session) regionInfo(index uint32) (protocol.RegionInfo, error) {
+	ri := protocol.RegionInfo{Argsz: 32, Index: index}
 	switch index {
-	case RegionBAR0:
-		ri.Flags, ri.Size = RegionFlagRead|RegionFlagWrite, s.dev.PCI.BARSize
-	case RegionConfig:
-		ri.Flags, ri.Size = RegionFlagRead|RegionFlagWrite, ConfigSize
-	case RegionBAR2:
-		ri.Flags, ri.Size = RegionFlagRead|RegionFlagWrite, MSIXBARSize
+	case protocol.RegionBAR0:
+		ri.Flags, ri.Size = protocol.RegionFlagRead|protocol.RegionFlagWrite, s.dev.PCI.BARSize
+	case protocol.RegionConfig:
+		ri.Flags, ri.Size = protocol.RegionFlagRead|protocol.RegionFlagWrite, protocol.ConfigSize
+	case protocol.RegionBAR2:
+		ri.Flags, ri.Size = protocol.RegionFlagRead|protocol.RegionFlagWrite, msixBARSize
 	default:
-		if index >= NumRegions {
-			return RegionInfo{}, fail(unix.EINVAL, "vfiouser: region %d", index)
+		if index >= protocol.NumRegions {
+			return protocol.RegionInfo{}, fail(unix.EINVAL, "vfiouser: region %d", index)
 		}
 	}
 	return ri, nil
@@ -847,15 +841,15 @@ func (s *session) regionInfo(index uint32) (RegionInfo, error) {
 
 // irqInfo answers DEVICE_GET_IRQ_INFO for IRQ index: MSI and MSI-X have
 // the device's vectors, the other known indexes none.
-func (s *session) irqInfo(index uint32) (IRQInfo, error) {
-	ii := IRQInfo{Argsz: 16, Index: index}
+func (s *session) irqInfo(index uint32) (protocol.IRQInfo, error) {
+	ii := protocol.IRQInfo{Argsz: 16, Index: index}
 	switch index {
-	case IRQMSI, IRQMSIX:
-		ii.Flags, ii.Count = IRQInfoEventfd|IRQInfoMaskable|IRQInfoNoResize, uint32(s.dev.PCI.Vectors)
-	case IRQINTx, IRQErr, IRQReq:
-		ii.Flags = IRQInfoEventfd
+	case protocol.IRQMSI, protocol.IRQMSIX:
+		ii.Flags, ii.Count = protocol.IRQInfoEventfd|protocol.IRQInfoMaskable|protocol.IRQInfoNoResize, uint32(s.dev.PCI.Vectors)
+	case protocol.IRQINTx, protocol.IRQErr, protocol.IRQReq:
+		ii.Flags = protocol.IRQInfoEventfd
 	default:
-		return IRQInfo{}, fail(unix.EINVAL, "vfiouser: IRQ index %d", index)
+		return protocol.IRQInfo{}, fail(unix.EINVAL, "vfiouser: IRQ index %d", index)
 	}
 	return ii, nil
 }
@@ -876,17 +870,17 @@ func (s *session) irqInfo(index uint32) (IRQInfo, error) {
 // DATA_EVENTFD with ACTION_MASK or ACTION_UNMASK (an eventfd to signal
 // when the client masks a vector) is refused. INTx is accepted and
 // ignored (the function has no pin); ERR and REQ have no vectors.
-func (s *session) setIRQs(b SetIRQs, fds []int) error {
-	data, action := b.Flags&irqDataMask, b.Flags&irqActionMask
+func (s *session) setIRQs(b protocol.SetIRQs, fds []int) error {
+	data, action := b.DataType(), b.Action()
 	s.dev.log.Info("irq_setup", "index", b.Index, "kind", irqKind(int(b.Index)), "data", irqDataName(data), "action", irqActionName(action),
 		"start", b.Start, "count", b.Count, "fds", len(fds))
 	switch b.Index {
-	case IRQINTx:
-		closeFDs(fds) // no INTx pin; accepted and ignored
+	case protocol.IRQINTx:
+		protocol.CloseFDs(fds) // no INTx pin; accepted and ignored
 		return nil
-	case IRQMSI, IRQMSIX:
+	case protocol.IRQMSI, protocol.IRQMSIX:
 	default:
-		closeFDs(fds)
+		protocol.CloseFDs(fds)
 		if b.Count == 0 {
 			return nil
 		}
@@ -894,27 +888,27 @@ func (s *session) setIRQs(b SetIRQs, fds []int) error {
 	}
 	index, start, count := int(b.Index), int(b.Start), int(b.Count)
 	if err := s.irqs.checkRange(index, start, count); err != nil {
-		closeFDs(fds)
+		protocol.CloseFDs(fds)
 		return fail(unix.EINVAL, "%w", err)
 	}
 	var err error
 	switch {
-	case data == IRQDataEventfd && action == IRQActionTrig:
+	case data == protocol.IRQDataEventfd && action == protocol.IRQActionTrig:
 		err = s.irqs.arm(index, start, count, fds)
-	case data == IRQDataEventfd:
-		closeFDs(fds)
+	case data == protocol.IRQDataEventfd:
+		protocol.CloseFDs(fds)
 		return fail(unix.EINVAL, "vfiouser: %s: an eventfd for %s is not supported", irqKind(index), irqActionName(action))
-	case count == 0 && data == IRQDataNone && action == IRQActionTrig:
+	case count == 0 && data == protocol.IRQDataNone && action == protocol.IRQActionTrig:
 		if s.irqs.disable(index) {
 			s.dev.log.Info("irq_disable", "kind", irqKind(index))
 		}
 		return nil
 	case count == 0:
 		return nil
-	case action == IRQActionTrig:
+	case action == protocol.IRQActionTrig:
 		err = s.irqs.trigger(index, start, count, b.Data)
 	default:
-		err = s.irqs.mask(index, start, count, b.Data, action == IRQActionMask)
+		err = s.irqs.mask(index, start, count, b.Data, action == protocol.IRQActionMask)
 	}
 	if errors.Is(err, errIRQState) {
 		return fail(unix.EINVAL, "%w", err)
@@ -924,11 +918,11 @@ func (s *session) setIRQs(b SetIRQs, fds []int) error {
 
 func irqDataName(data uint32) string {
 	switch data {
-	case IRQDataNone:
+	case protocol.IRQDataNone:
 		return "none"
-	case IRQDataBool:
+	case protocol.IRQDataBool:
 		return "bool"
-	case IRQDataEventfd:
+	case protocol.IRQDataEventfd:
 		return "eventfd"
 	}
 	return fmt.Sprintf("0x%x", data)
@@ -936,25 +930,25 @@ func irqDataName(data uint32) string {
 
 func irqActionName(action uint32) string {
 	switch action {
-	case IRQActionMask:
+	case protocol.IRQActionMask:
 		return "mask"
-	case IRQActionUnmsk:
+	case protocol.IRQActionUnmsk:
 		return "unmask"
-	case IRQActionTrig:
+	case protocol.IRQActionTrig:
 		return "trigger"
 	}
 	return fmt.Sprintf("0x%x", action)
 }
 
-func (s *session) regionBounds(a RegionAccess) (uint64, error) {
+func (s *session) regionBounds(a protocol.RegionAccess) (uint64, error) {
 	var size uint64
 	switch a.Region {
-	case RegionBAR0:
+	case protocol.RegionBAR0:
 		size = s.dev.PCI.BARSize
-	case RegionConfig:
-		size = ConfigSize
-	case RegionBAR2:
-		size = MSIXBARSize
+	case protocol.RegionConfig:
+		size = protocol.ConfigSize
+	case protocol.RegionBAR2:
+		size = msixBARSize
 	default:
 		return 0, fail(unix.EINVAL, "vfiouser: region %d is not implemented", a.Region)
 	}
@@ -966,15 +960,15 @@ func (s *session) regionBounds(a RegionAccess) (uint64, error) {
 
 // regionRead reads a.Count bytes of a's region at a.Offset into data
 // (len(data) == a.Count).
-func (s *session) regionRead(a RegionAccess, data []byte) error {
+func (s *session) regionRead(a protocol.RegionAccess, data []byte) error {
 	if _, err := s.regionBounds(a); err != nil {
 		return err
 	}
 	switch a.Region {
-	case RegionConfig:
+	case protocol.RegionConfig:
 		s.cfg.read(int(a.Offset), data)
 		return nil
-	case RegionBAR2:
+	case protocol.RegionBAR2:
 		s.msix.read(int(a.Offset), data, s.irqs.pendingBits())
 		return nil
 	}
@@ -1001,15 +995,15 @@ func (s *session) regionRead(a RegionAccess, data []byte) error {
 	return nil
 }
 
-func (s *session) regionWrite(a RegionAccess) error {
+func (s *session) regionWrite(a protocol.RegionAccess) error {
 	if _, err := s.regionBounds(a); err != nil {
 		return err
 	}
 	switch a.Region {
-	case RegionConfig:
+	case protocol.RegionConfig:
 		s.cfg.write(int(a.Offset), a.Data)
 		return nil
-	case RegionBAR2:
+	case protocol.RegionBAR2:
 		s.msix.write(int(a.Offset), a.Data)
 		return nil
 	}

@@ -16,6 +16,8 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/testenv/logbuf"
 	"github.com/gomhi/gomhi/mhi/testenv/reexec"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 )
 
 // listen runs ListenAndServe on path until the test ends and waits for
@@ -76,10 +78,10 @@ func TestSocketModeIgnoresUmask(t *testing.T) {
 				t.Fatal(err)
 			}
 			st := fi.Sys().(*syscall.Stat_t)
-			if fi.Mode() != fs.ModeSocket|SocketMode || st.Uid != uint32(os.Geteuid()) {
-				t.Fatalf("socket %v uid %d, want %v uid %d", fi.Mode(), st.Uid, fs.ModeSocket|SocketMode, os.Geteuid())
+			if fi.Mode() != fs.ModeSocket|socketMode || st.Uid != uint32(os.Geteuid()) {
+				t.Fatalf("socket %v uid %d, want %v uid %d", fi.Mode(), st.Uid, fs.ModeSocket|socketMode, os.Geteuid())
 			}
-			c, err := Dial(path, ClientOptions{Memory: 1 << 20})
+			c, err := client.Dial(path, client.Options{Memory: 1 << 20})
 			if err != nil {
 				t.Fatalf("owner's Dial: %v", err)
 			}
@@ -122,7 +124,7 @@ func TestListenRefusesToReplace(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("ListenAndServe(%s) = %v, want %q", filepath.Base(tc.path), err, tc.want)
 		}
-		if tc.path != live && !errors.Is(err, ErrNotSocket) {
+		if tc.path != live && !errors.Is(err, protocol.ErrNotSocket) {
 			t.Errorf("ListenAndServe(%s) = %v, want ErrNotSocket", filepath.Base(tc.path), err)
 		}
 	}
@@ -132,7 +134,7 @@ func TestListenRefusesToReplace(t *testing.T) {
 	if fi, err := os.Lstat(link); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
 		t.Errorf("the link is now %v, %v", fi, err)
 	}
-	c, err := Dial(live, ClientOptions{Memory: 1 << 20})
+	c, err := client.Dial(live, client.Options{Memory: 1 << 20})
 	if err != nil {
 		t.Fatalf("the live server after the attempts: %v", err)
 	}
@@ -147,7 +149,7 @@ func TestListenRefusesToReplace(t *testing.T) {
 	l.SetUnlinkOnClose(false)
 	_ = l.Close()
 	listen(t, stale, newDevice(t))
-	c, err = Dial(stale, ClientOptions{Memory: 1 << 20})
+	c, err = client.Dial(stale, client.Options{Memory: 1 << 20})
 	if err != nil {
 		t.Fatalf("Dial after replacing a stale socket: %v", err)
 	}
@@ -206,7 +208,7 @@ func TestPeerRefused(t *testing.T) {
 	if l := logs.String(); !strings.Contains(l, "level=WARN msg=refuse") || !strings.Contains(l, "peer_uid=65534") {
 		t.Errorf("the refusal is not logged with the peer's uid:\n%s", l)
 	}
-	c, err := Dial(path, ClientOptions{Memory: 1 << 20})
+	c, err := client.Dial(path, client.Options{Memory: 1 << 20})
 	if err != nil {
 		t.Fatalf("root after the refused peer: %v", err)
 	}
@@ -222,14 +224,14 @@ func TestHelperPeer(t *testing.T) {
 	if path == "" {
 		return // run only by TestPeerRefused (TestMain keeps it out otherwise)
 	}
-	c, err := Dial(path, ClientOptions{Memory: 1 << 20, Timeout: 5 * time.Second})
+	c, err := client.Dial(path, client.Options{Memory: 1 << 20, Timeout: 5 * time.Second})
 	switch {
 	case err == nil:
 		_ = c.Close()
 		fmt.Println("RESULT OK")
 	case errors.Is(err, syscall.EACCES):
 		fmt.Printf("RESULT EACCES %v\n", err)
-	case errors.Is(err, ErrPeerRefused) && errors.Is(err, syscall.EPERM):
+	case errors.Is(err, protocol.ErrPeerRefused) && errors.Is(err, syscall.EPERM):
 		fmt.Printf("RESULT REFUSED %v\n", err)
 	default:
 		fmt.Printf("RESULT OTHER %v\n", err)

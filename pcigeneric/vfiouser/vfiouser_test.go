@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -19,26 +18,10 @@ import (
 	mhiwire "github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/internal/vutest"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 )
-
-// socketPair returns two connected unix stream sockets.
-func socketPair(tb testing.TB) (*net.UnixConn, *net.UnixConn) {
-	tb.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	conv := func(fd int) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), "sock")
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		return c.(*net.UnixConn)
-	}
-	return conv(fds[0]), conv(fds[1])
-}
 
 func newDevice(tb testing.TB) *ServerDevice {
 	tb.Helper()
@@ -49,13 +32,13 @@ func newDevice(tb testing.TB) *ServerDevice {
 	return dev
 }
 
-// serve starts Serve on one end of a socket pair and returns the other end
-// and a channel with Serve's result.
+// serve starts serveConn on one end of a socket pair and returns the other end
+// and a channel with serveConn's result.
 func serve(tb testing.TB, dev *ServerDevice) (*net.UnixConn, <-chan error) {
 	tb.Helper()
-	c, s := socketPair(tb)
+	c, s := vutest.SocketPair(tb)
 	done := make(chan error, 1)
-	go func() { done <- Serve(context.Background(), s, dev) }()
+	go func() { done <- serveConn(context.Background(), s, dev) }()
 	return c, done
 }
 
@@ -65,25 +48,25 @@ func waitServe(tb testing.TB, done <-chan error) error {
 	case err := <-done:
 		return err
 	case <-time.After(5 * time.Second):
-		tb.Fatal("Serve did not return")
+		tb.Fatal("serveConn did not return")
 		return nil
 	}
 }
 
 type rig struct {
 	dev  *ServerDevice
-	tr   *Transport
+	tr   *client.Transport
 	ctrl *mhi.Controller
 	done <-chan error
 }
 
 // newRig connects a client to a fresh server and builds a host controller
 // from the table entry found by the IDs read over the protocol.
-func newRig(tb testing.TB, opts ClientOptions, timeout time.Duration) *rig {
+func newRig(tb testing.TB, opts client.Options, timeout time.Duration) *rig {
 	tb.Helper()
 	dev := newDevice(tb)
 	c, done := serve(tb, dev)
-	tr, err := NewClient(c, opts)
+	tr, err := client.New(c, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -103,7 +86,7 @@ func newRig(tb testing.TB, opts ClientOptions, timeout time.Duration) *rig {
 		_ = ctrl.PowerDown()
 		_ = tr.Close()
 		if err := waitServe(tb, done); err != nil {
-			tb.Errorf("Serve: %v", err)
+			tb.Errorf("serveConn: %v", err)
 		}
 	})
 	return r
@@ -112,7 +95,7 @@ func newRig(tb testing.TB, opts ClientOptions, timeout time.Duration) *rig {
 func TestConfigSpace(t *testing.T) {
 	dev := newDevice(t)
 	c, done := serve(t, dev)
-	tr, err := NewClient(c, ClientOptions{Memory: 1 << 20})
+	tr, err := client.New(c, client.Options{Memory: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,58 +107,58 @@ func TestConfigSpace(t *testing.T) {
 	if e, ok := pcigeneric.Lookup(v, d, sv, sd); !ok || e.Info.Name != mock.DefaultModel {
 		t.Fatalf("lookup: %v %v", e.Info, ok)
 	}
-	var cs [ConfigSize]byte
+	var cs [protocol.ConfigSize]byte
 	if err := tr.ReadConfig(0, cs[:]); err != nil {
 		t.Fatal(err)
 	}
 	le := binary.LittleEndian
-	if class := le.Uint32(cs[CfgRevision:]) >> 8; class != Class {
+	if class := le.Uint32(cs[protocol.CfgRevision:]) >> 8; class != pciClass {
 		t.Errorf("class %06x", class)
 	}
-	if cmd := le.Uint16(cs[CfgCommand:]); cmd != 0x0006 {
+	if cmd := le.Uint16(cs[protocol.CfgCommand:]); cmd != 0x0006 {
 		t.Errorf("command %04x after setup", cmd)
 	}
-	if cs[CfgCapPtr] != CfgMSI || cs[CfgMSI] != 0x05 || le.Uint16(cs[CfgStatus:])&0x10 == 0 {
-		t.Errorf("no MSI capability: ptr %02x id %02x", cs[CfgCapPtr], cs[CfgMSI])
+	if cs[protocol.CfgCapPtr] != protocol.CfgMSI || cs[protocol.CfgMSI] != 0x05 || le.Uint16(cs[protocol.CfgStatus:])&0x10 == 0 {
+		t.Errorf("no MSI capability: ptr %02x id %02x", cs[protocol.CfgCapPtr], cs[protocol.CfgMSI])
 	}
-	if ctl := le.Uint16(cs[CfgMSI+2:]); ctl != 0x0080|5<<1|5<<4|1 {
+	if ctl := le.Uint16(cs[protocol.CfgMSI+2:]); ctl != 0x0080|5<<1|5<<4|1 {
 		t.Errorf("MSI control %04x", ctl)
 	}
 	// BAR sizing: all ones in, size mask with the type bits out.
 	ones := []byte{0xff, 0xff, 0xff, 0xff}
-	for _, off := range []int{CfgBAR0, CfgBAR1} {
+	for _, off := range []int{protocol.CfgBAR0, protocol.CfgBAR1} {
 		if err := tr.WriteConfig(off, ones); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var bar [8]byte
-	if err := tr.ReadConfig(CfgBAR0, bar[:]); err != nil {
+	if err := tr.ReadConfig(protocol.CfgBAR0, bar[:]); err != nil {
 		t.Fatal(err)
 	}
 	if lo, hi := le.Uint32(bar[:]), le.Uint32(bar[4:]); lo != uint32(^(dev.PCI.BARSize-1))|4 || hi != 0xffffffff {
 		t.Errorf("BAR sizing read %08x %08x, BAR size 0x%x", lo, hi, dev.PCI.BARSize)
 	}
-	if err := tr.WriteConfig(CfgBAR0, []byte{0x00, 0x10, 0x00, 0xfe, 0x01, 0, 0, 0}); err != nil {
+	if err := tr.WriteConfig(protocol.CfgBAR0, []byte{0x00, 0x10, 0x00, 0xfe, 0x01, 0, 0, 0}); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.ReadConfig(CfgBAR0, bar[:]); err != nil {
+	if err := tr.ReadConfig(protocol.CfgBAR0, bar[:]); err != nil {
 		t.Fatal(err)
 	}
 	if got := le.Uint64(bar[:]); got != 0x1_fe00_1004&^(dev.PCI.BARSize-1)|4 {
 		t.Errorf("BAR0 %x", got)
 	}
 	// Read-only fields stay; MME is clamped to what is offered.
-	if err := tr.WriteConfig(CfgVendorID, []byte{0, 0, 0, 0}); err != nil {
+	if err := tr.WriteConfig(protocol.CfgVendorID, []byte{0, 0, 0, 0}); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.WriteConfig(CfgMSI+2, []byte{0x71, 0}); err != nil {
+	if err := tr.WriteConfig(protocol.CfgMSI+2, []byte{0x71, 0}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.ReadConfig(0, cs[:]); err != nil {
 		t.Fatal(err)
 	}
-	if le.Uint16(cs[0:]) != wv || le.Uint16(cs[CfgMSI+2:])>>4&7 != 5 {
-		t.Errorf("vendor %04x MSI control %04x", le.Uint16(cs[0:]), le.Uint16(cs[CfgMSI+2:]))
+	if le.Uint16(cs[0:]) != wv || le.Uint16(cs[protocol.CfgMSI+2:])>>4&7 != 5 {
+		t.Errorf("vendor %04x MSI control %04x", le.Uint16(cs[0:]), le.Uint16(cs[protocol.CfgMSI+2:]))
 	}
 	if dev.PCI.BARSize < 4096 || dev.PCI.BARSize&(dev.PCI.BARSize-1) != 0 || tr.BARSize() != dev.PCI.BARSize {
 		t.Errorf("BAR size 0x%x / 0x%x", dev.PCI.BARSize, tr.BARSize())
@@ -192,7 +175,7 @@ func TestConfigSpace(t *testing.T) {
 }
 
 func TestPowerUpLoopback(t *testing.T) {
-	r := newRig(t, ClientOptions{}, 2*time.Second)
+	r := newRig(t, client.Options{}, 2*time.Second)
 	if err := r.ctrl.PowerUp(); err != nil {
 		t.Fatal(err)
 	}
@@ -221,15 +204,15 @@ func TestPowerUpLoopback(t *testing.T) {
 // TestPowerUpLoopbackMSIX runs the host over the MSI-X capability with
 // three vectors (MSI would allow only powers of two).
 func TestPowerUpLoopbackMSIX(t *testing.T) {
-	r := newRig(t, ClientOptions{MSIX: true, Vectors: 3}, 2*time.Second)
+	r := newRig(t, client.Options{MSIX: true, Vectors: 3}, 2*time.Second)
 	if n := r.tr.Vectors(); n != 3 {
 		t.Fatalf("%d vectors, want 3", n)
 	}
 	var ctl [2]byte
-	if err := r.tr.ReadConfig(CfgMSIX+2, ctl[:]); err != nil || ctl[1]&0x80 == 0 {
+	if err := r.tr.ReadConfig(protocol.CfgMSIX+2, ctl[:]); err != nil || ctl[1]&0x80 == 0 {
 		t.Fatalf("MSI-X control % x (%v): not enabled", ctl, err)
 	}
-	if err := r.tr.ReadConfig(CfgMSI+2, ctl[:]); err != nil || ctl[0]&1 != 0 {
+	if err := r.tr.ReadConfig(protocol.CfgMSI+2, ctl[:]); err != nil || ctl[0]&1 != 0 {
 		t.Fatalf("MSI control % x (%v): MSI enabled beside MSI-X", ctl, err)
 	}
 	if err := r.ctrl.PowerUp(); err != nil {
@@ -252,7 +235,7 @@ func TestPowerUpLoopbackMSIX(t *testing.T) {
 // TestDMAMessages maps the memory without fd: every device access to host
 // memory becomes a DMA_READ or DMA_WRITE answered by the client.
 func TestDMAMessages(t *testing.T) {
-	r := newRig(t, ClientOptions{NoDMAFD: true, Memory: 8 << 20}, 4*time.Second)
+	r := newRig(t, client.Options{NoDMAFD: true, Memory: 8 << 20}, 4*time.Second)
 	if err := r.ctrl.PowerUp(); err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +254,7 @@ func TestDMAMessages(t *testing.T) {
 }
 
 func TestResetPowerCycle(t *testing.T) {
-	r := newRig(t, ClientOptions{Memory: 8 << 20}, 2*time.Second)
+	r := newRig(t, client.Options{Memory: 8 << 20}, 2*time.Second)
 	for i := range 2 {
 		if err := r.ctrl.PowerUp(); err != nil {
 			t.Fatalf("cycle %d: %v", i, err)
@@ -290,7 +273,7 @@ func TestResetPowerCycle(t *testing.T) {
 
 // shifted hands the host stack IOVAs outside the mapping, so the device's
 // first access to a context misses every mapping.
-type shifted struct{ *Transport }
+type shifted struct{ *client.Transport }
 
 const shift = 1 << 40
 
@@ -308,7 +291,7 @@ func (s shifted) Free(b mhi.DMABuffer) error {
 func TestDMAOutsideMapping(t *testing.T) {
 	dev := newDevice(t)
 	c, done := serve(t, dev)
-	tr, err := NewClient(c, ClientOptions{Memory: 4 << 20})
+	tr, err := client.New(c, client.Options{Memory: 4 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,13 +326,13 @@ func TestDMATable(t *testing.T) {
 	if err := unix.Ftruncate(fd, 8192); err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.add(DMAMap{Flags: DMAFlagRead | DMAFlagWrite, IOVA: 0x10000, Size: 4096}, fd); err != nil {
+	if err := tb.add(protocol.DMAMap{Flags: protocol.DMAFlagRead | protocol.DMAFlagWrite, IOVA: 0x10000, Size: 4096}, fd); err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.add(DMAMap{Flags: DMAFlagRead, IOVA: 0x20000, Size: 4096, Offset: 4096}, fd); err != nil {
+	if err := tb.add(protocol.DMAMap{Flags: protocol.DMAFlagRead, IOVA: 0x20000, Size: 4096, Offset: 4096}, fd); err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.add(DMAMap{Flags: DMAFlagRead, IOVA: 0x10800, Size: 4096}, fd); !errors.Is(err, ErrMalformed) {
+	if err := tb.add(protocol.DMAMap{Flags: protocol.DMAFlagRead, IOVA: 0x10800, Size: 4096}, fd); !errors.Is(err, protocol.ErrMalformed) {
 		t.Fatalf("overlap: %v", err)
 	}
 	if err := tb.Store32(0x10ffc, 0xdeadbeef); err != nil {
@@ -374,10 +357,10 @@ func TestDMATable(t *testing.T) {
 		}
 	}
 	// Adjacent mappings: an access may span them.
-	if err := tb.add(DMAMap{Flags: DMAFlagRead | DMAFlagWrite, IOVA: 0x30000, Size: 4096}, fd); err != nil {
+	if err := tb.add(protocol.DMAMap{Flags: protocol.DMAFlagRead | protocol.DMAFlagWrite, IOVA: 0x30000, Size: 4096}, fd); err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.add(DMAMap{Flags: DMAFlagRead | DMAFlagWrite, IOVA: 0x31000, Size: 4096, Offset: 4096}, fd); err != nil {
+	if err := tb.add(protocol.DMAMap{Flags: protocol.DMAFlagRead | protocol.DMAFlagWrite, IOVA: 0x31000, Size: 4096, Offset: 4096}, fd); err != nil {
 		t.Fatal(err)
 	}
 	if err := tb.WriteAt([]byte{1, 2, 3, 4, 5, 6, 7, 8}, 0x30ffc); err != nil {
@@ -390,7 +373,7 @@ func TestDMATable(t *testing.T) {
 	if v, err := tb.Load32(0x31000); err != nil || v != 0x08070605 {
 		t.Fatalf("second mapping %x %v", v, err)
 	}
-	if err := tb.WriteAt(make([]byte, 8), 0x31ffc); !errors.Is(err, ErrDMA) {
+	if err := tb.WriteAt(make([]byte, 8), 0x31ffc); !errors.Is(err, errDMA) {
 		t.Fatalf("past the second mapping: %v", err)
 	}
 	if n := faults.Load(); n != 7 {
@@ -404,13 +387,13 @@ func TestDMATable(t *testing.T) {
 	if n := tb.remove(0x18000, ^uint64(0)-0x18000+1, false); n != 1 {
 		t.Errorf("removed %d up to 2^64, want 1", n)
 	}
-	if err := tb.ReadAt(make([]byte, 1), 0x20000); !errors.Is(err, ErrDMA) {
+	if err := tb.ReadAt(make([]byte, 1), 0x20000); !errors.Is(err, errDMA) {
 		t.Errorf("the mapping at 0x20000 after an unmap up to 2^64: %v", err)
 	}
 	if n := tb.remove(0, 0, true); n != 1 {
 		t.Errorf("removed %d", n)
 	}
-	if err := tb.ReadAt(make([]byte, 1), 0x10000); !errors.Is(err, ErrDMA) {
+	if err := tb.ReadAt(make([]byte, 1), 0x10000); !errors.Is(err, errDMA) {
 		t.Errorf("after unmap: %v", err)
 	}
 }
@@ -421,10 +404,11 @@ func TestReconnect(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ListenAndServe(ctx, path, dev) }()
-	var tr *Transport
+	var tr *client.Transport
+	var conn *net.UnixConn // round 1's connection, which the test cuts
 	var err error
 	for range 100 {
-		if tr, err = Dial(path, ClientOptions{Memory: 8 << 20}); err == nil {
+		if tr, err = client.Dial(path, client.Options{Memory: 8 << 20}); err == nil {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -437,7 +421,13 @@ func TestReconnect(t *testing.T) {
 			// The server takes the next client once the last one is gone.
 			deadline := time.Now().Add(5 * time.Second)
 			for {
-				if tr, err = Dial(path, ClientOptions{Memory: 8 << 20, Timeout: time.Second}); err == nil {
+				opts := client.Options{Memory: 8 << 20, Timeout: time.Second}
+				if round != 1 {
+					tr, err = client.Dial(path, opts)
+				} else if conn, err = net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"}); err == nil {
+					tr, err = client.New(conn, opts)
+				}
+				if err == nil {
 					break
 				}
 				if time.Now().After(deadline) {
@@ -466,8 +456,12 @@ func TestReconnect(t *testing.T) {
 		c.Close()
 		_ = ctrl.PowerDown()
 		if round == 1 {
-			// An abrupt disconnect, without the unmap and IRQ teardown.
-			tr.teardown()
+			// An abrupt disconnect, without the unmap and IRQ teardown:
+			// the socket closes under the client, which then only
+			// releases its side.
+			_ = conn.Close()
+			<-tr.Done()
+			_ = tr.Close()
 		} else if err := tr.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -487,9 +481,9 @@ func TestReconnect(t *testing.T) {
 }
 
 // rawMsg builds a message by hand.
-func rawMsg(id uint16, cmd Command, flags uint32, payload []byte) []byte {
-	b := make([]byte, HeaderSize, HeaderSize+len(payload))
-	Header{ID: id, Cmd: cmd, Size: uint32(HeaderSize + len(payload)), Flags: flags}.Encode(b)
+func rawMsg(id uint16, cmd protocol.Command, flags uint32, payload []byte) []byte {
+	b := make([]byte, protocol.HeaderSize, protocol.HeaderSize+len(payload))
+	protocol.Header{ID: id, Cmd: cmd, Size: uint32(protocol.HeaderSize + len(payload)), Flags: flags}.Encode(b)
 	return append(b, payload...)
 }
 
@@ -502,11 +496,11 @@ func TestMalformed(t *testing.T) {
 		return []int{fd}
 	}
 	le := binary.LittleEndian
-	badSize := rawMsg(1, CmdVersion, 0, nil)
+	badSize := rawMsg(1, protocol.CmdVersion, 0, nil)
 	le.PutUint32(badSize[4:], 8)
-	huge := rawMsg(1, CmdRegionRead, 0, nil)
-	le.PutUint32(huge[4:], MaxMessageSize+1)
-	reply := EncodeMessage(1, CmdDMARead, FlagReply, 0, DMAAccess{Address: 0, Count: 0})
+	huge := rawMsg(1, protocol.CmdRegionRead, 0, nil)
+	le.PutUint32(huge[4:], protocol.MaxMessageSize+1)
+	reply := protocol.EncodeMessage(1, protocol.CmdDMARead, protocol.FlagReply, 0, protocol.DMAAccess{Address: 0, Count: 0})
 	type tc struct {
 		name  string
 		msg   []byte
@@ -517,53 +511,53 @@ func TestMalformed(t *testing.T) {
 		{"short header", []byte{1, 0, 1, 0, 16, 0, 0}, nil, 0},
 		{"size below header", badSize, nil, 0},
 		{"size above limit", huge, nil, 0},
-		{"unknown flags", rawMsg(1, CmdVersion, 0x100, []byte{0, 0, 0, 0}), nil, 0},
-		{"command with error", func() []byte { b := rawMsg(1, CmdDeviceReset, 0, nil); le.PutUint32(b[12:], 5); return b }(), nil, 0},
+		{"unknown flags", rawMsg(1, protocol.CmdVersion, 0x100, []byte{0, 0, 0, 0}), nil, 0},
+		{"command with error", func() []byte { b := rawMsg(1, protocol.CmdDeviceReset, 0, nil); le.PutUint32(b[12:], 5); return b }(), nil, 0},
 		{"unknown command", rawMsg(7, 99, 0, nil), nil, unix.ENOSYS},
-		{"region io fds", rawMsg(7, CmdRegionIOFDs, 0, make([]byte, 16)), nil, unix.ENOSYS},
-		{"short version", rawMsg(2, CmdVersion, 0, []byte{0}), nil, unix.EINVAL},
-		{"major version 1", EncodeMessage(2, CmdVersion, 0, 0, Version{Major: 1}), nil, unix.ENOTSUP},
-		{"region read short", rawMsg(3, CmdRegionRead, 0, make([]byte, 12)), nil, unix.EINVAL},
-		{"region read beyond BAR", EncodeMessage(3, CmdRegionRead, 0, 0, RegionAccess{Offset: 1 << 20, Count: 4}), nil, unix.EINVAL},
-		{"region read count overflow", EncodeMessage(3, CmdRegionRead, 0, 0, RegionAccess{Offset: ^uint64(0), Count: 4}), nil, unix.EINVAL},
-		{"region write data mismatch", EncodeMessage(3, CmdRegionWrite, 0, 0, RegionAccess{Count: 8, Data: []byte{1, 2, 3, 4}}), nil, unix.EINVAL},
-		{"BAR0 unaligned write", EncodeMessage(3, CmdRegionWrite, 0, 0, RegionAccess{Offset: 2, Count: 2, Data: []byte{1, 2}}), nil, unix.EINVAL},
-		{"ROM region", EncodeMessage(3, CmdRegionRead, 0, 0, RegionAccess{Region: RegionROM, Count: 4}), nil, unix.EINVAL},
-		{"DMA map bad argsz", EncodeMessage(4, CmdDMAMap, 0, 0, DMAMap{Argsz: 31, Size: 4096}), nil, unix.EINVAL},
-		{"DMA map wrapping", EncodeMessage(4, CmdDMAMap, 0, 0, DMAMap{Argsz: 32, IOVA: ^uint64(0), Size: 4096}), nil, unix.EINVAL},
-		{"DMA map bad fd", EncodeMessage(4, CmdDMAMap, 0, 0, DMAMap{Argsz: 32, Size: 4096}), efd, unix.ENODEV},
-		{"DMA map two fds", EncodeMessage(4, CmdDMAMap, 0, 0, DMAMap{Argsz: 32, Size: 4096}), func() []int { return append(efd(), efd()...) }, unix.EINVAL},
-		{"fds with version", EncodeMessage(5, CmdVersion, 0, 0, Version{}), efd, unix.EINVAL},
-		{"fds with reset", rawMsg(5, CmdDeviceReset, 0, nil), efd, unix.EINVAL},
-		{"set irqs eventfd count", EncodeMessage(6, CmdSetIRQs, 0, 0, SetIRQs{Flags: IRQDataEventfd | IRQActionTrig, Index: IRQMSI, Count: 2}), efd, unix.EINVAL},
-		{"set irqs two actions", EncodeMessage(6, CmdSetIRQs, 0, 0, SetIRQs{Flags: IRQDataNone | IRQActionTrig | IRQActionMask, Index: IRQMSI}), nil, unix.EINVAL},
-		{"set irqs beyond vectors", EncodeMessage(6, CmdSetIRQs, 0, 0, SetIRQs{Flags: IRQDataEventfd | IRQActionTrig, Index: IRQMSI, Start: 32, Count: 1}), efd, unix.EINVAL},
-		{"set irqs mask eventfd", EncodeMessage(6, CmdSetIRQs, 0, 0, SetIRQs{Flags: IRQDataEventfd | IRQActionMask, Index: IRQMSI, Count: 1}), efd, unix.EINVAL},
-		{"set irqs some eventfds", EncodeMessage(6, CmdSetIRQs, 0, 0, SetIRQs{Flags: IRQDataEventfd | IRQActionTrig, Index: IRQMSIX, Count: 3}), func() []int { return append(efd(), efd()...) }, unix.EINVAL},
-		{"set irqs trigger not enabled", EncodeMessage(6, CmdSetIRQs, 0, 0, SetIRQs{Flags: IRQDataNone | IRQActionTrig, Index: IRQMSIX, Count: 1}), nil, unix.EINVAL},
-		{"irq info bad index", EncodeMessage(6, CmdIRQInfo, 0, 0, IRQInfo{Argsz: 16, Index: 9}), nil, unix.EINVAL},
-		{"region info bad index", EncodeMessage(6, CmdRegionInfo, 0, 0, RegionInfo{Argsz: 32, Index: 40}), nil, unix.EINVAL},
-		{"client DMA read", EncodeMessage(8, CmdDMARead, 0, 0, DMAAccess{Count: 4}), nil, unix.EINVAL},
-		{"reset with payload", rawMsg(9, CmdDeviceReset, 0, []byte{1}), nil, unix.EINVAL},
+		{"region io fds", rawMsg(7, protocol.CmdRegionIOFDs, 0, make([]byte, 16)), nil, unix.ENOSYS},
+		{"short version", rawMsg(2, protocol.CmdVersion, 0, []byte{0}), nil, unix.EINVAL},
+		{"major version 1", protocol.EncodeMessage(2, protocol.CmdVersion, 0, 0, protocol.Version{Major: 1}), nil, unix.ENOTSUP},
+		{"region read short", rawMsg(3, protocol.CmdRegionRead, 0, make([]byte, 12)), nil, unix.EINVAL},
+		{"region read beyond BAR", protocol.EncodeMessage(3, protocol.CmdRegionRead, 0, 0, protocol.RegionAccess{Offset: 1 << 20, Count: 4}), nil, unix.EINVAL},
+		{"region read count overflow", protocol.EncodeMessage(3, protocol.CmdRegionRead, 0, 0, protocol.RegionAccess{Offset: ^uint64(0), Count: 4}), nil, unix.EINVAL},
+		{"region write data mismatch", protocol.EncodeMessage(3, protocol.CmdRegionWrite, 0, 0, protocol.RegionAccess{Count: 8, Data: []byte{1, 2, 3, 4}}), nil, unix.EINVAL},
+		{"BAR0 unaligned write", protocol.EncodeMessage(3, protocol.CmdRegionWrite, 0, 0, protocol.RegionAccess{Offset: 2, Count: 2, Data: []byte{1, 2}}), nil, unix.EINVAL},
+		{"ROM region", protocol.EncodeMessage(3, protocol.CmdRegionRead, 0, 0, protocol.RegionAccess{Region: protocol.RegionROM, Count: 4}), nil, unix.EINVAL},
+		{"DMA map bad argsz", protocol.EncodeMessage(4, protocol.CmdDMAMap, 0, 0, protocol.DMAMap{Argsz: 31, Size: 4096}), nil, unix.EINVAL},
+		{"DMA map wrapping", protocol.EncodeMessage(4, protocol.CmdDMAMap, 0, 0, protocol.DMAMap{Argsz: 32, IOVA: ^uint64(0), Size: 4096}), nil, unix.EINVAL},
+		{"DMA map bad fd", protocol.EncodeMessage(4, protocol.CmdDMAMap, 0, 0, protocol.DMAMap{Argsz: 32, Size: 4096}), efd, unix.ENODEV},
+		{"DMA map two fds", protocol.EncodeMessage(4, protocol.CmdDMAMap, 0, 0, protocol.DMAMap{Argsz: 32, Size: 4096}), func() []int { return append(efd(), efd()...) }, unix.EINVAL},
+		{"fds with version", protocol.EncodeMessage(5, protocol.CmdVersion, 0, 0, protocol.Version{}), efd, unix.EINVAL},
+		{"fds with reset", rawMsg(5, protocol.CmdDeviceReset, 0, nil), efd, unix.EINVAL},
+		{"set irqs eventfd count", protocol.EncodeMessage(6, protocol.CmdSetIRQs, 0, 0, protocol.SetIRQs{Flags: protocol.IRQDataEventfd | protocol.IRQActionTrig, Index: protocol.IRQMSI, Count: 2}), efd, unix.EINVAL},
+		{"set irqs two actions", protocol.EncodeMessage(6, protocol.CmdSetIRQs, 0, 0, protocol.SetIRQs{Flags: protocol.IRQDataNone | protocol.IRQActionTrig | protocol.IRQActionMask, Index: protocol.IRQMSI}), nil, unix.EINVAL},
+		{"set irqs beyond vectors", protocol.EncodeMessage(6, protocol.CmdSetIRQs, 0, 0, protocol.SetIRQs{Flags: protocol.IRQDataEventfd | protocol.IRQActionTrig, Index: protocol.IRQMSI, Start: 32, Count: 1}), efd, unix.EINVAL},
+		{"set irqs mask eventfd", protocol.EncodeMessage(6, protocol.CmdSetIRQs, 0, 0, protocol.SetIRQs{Flags: protocol.IRQDataEventfd | protocol.IRQActionMask, Index: protocol.IRQMSI, Count: 1}), efd, unix.EINVAL},
+		{"set irqs some eventfds", protocol.EncodeMessage(6, protocol.CmdSetIRQs, 0, 0, protocol.SetIRQs{Flags: protocol.IRQDataEventfd | protocol.IRQActionTrig, Index: protocol.IRQMSIX, Count: 3}), func() []int { return append(efd(), efd()...) }, unix.EINVAL},
+		{"set irqs trigger not enabled", protocol.EncodeMessage(6, protocol.CmdSetIRQs, 0, 0, protocol.SetIRQs{Flags: protocol.IRQDataNone | protocol.IRQActionTrig, Index: protocol.IRQMSIX, Count: 1}), nil, unix.EINVAL},
+		{"irq info bad index", protocol.EncodeMessage(6, protocol.CmdIRQInfo, 0, 0, protocol.IRQInfo{Argsz: 16, Index: 9}), nil, unix.EINVAL},
+		{"region info bad index", protocol.EncodeMessage(6, protocol.CmdRegionInfo, 0, 0, protocol.RegionInfo{Argsz: 32, Index: 40}), nil, unix.EINVAL},
+		{"client DMA read", protocol.EncodeMessage(8, protocol.CmdDMARead, 0, 0, protocol.DMAAccess{Count: 4}), nil, unix.EINVAL},
+		{"reset with payload", rawMsg(9, protocol.CmdDeviceReset, 0, []byte{1}), nil, unix.EINVAL},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dev := newDevice(t)
 			conn, done := serve(t, dev)
-			w := newWire(conn)
+			w := protocol.NewConn(conn)
 			var fds []int
 			if c.fds != nil {
 				fds = c.fds()
 			}
-			if err := w.write(c.msg, fds); err != nil {
+			if err := w.WriteMessage(c.msg, fds); err != nil {
 				t.Fatal(err)
 			}
-			closeFDs(fds)
-			if c.errno == 0 && len(c.msg) < HeaderSize {
+			protocol.CloseFDs(fds)
+			if c.errno == 0 && len(c.msg) < protocol.HeaderSize {
 				_ = conn.CloseWrite()
 			}
 			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-			hdr, payload, rfds, err := w.read()
-			closeFDs(rfds)
+			hdr, payload, rfds, err := w.ReadMessage()
+			protocol.CloseFDs(rfds)
 			if c.errno == 0 {
 				if !errors.Is(err, io.EOF) && !errors.Is(err, unix.ECONNRESET) {
 					t.Fatalf("got %x %v, want the connection closed", hdr, err)
@@ -572,29 +566,29 @@ func TestMalformed(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				m, err := DecodeMessage(hdr, payload, 0)
+				m, err := protocol.DecodeMessage(hdr, payload, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
 				h := m.Header
-				if !h.IsReply() || h.Flags&FlagError == 0 || unix.Errno(h.Error) != c.errno || h.ID != le.Uint16(c.msg) {
+				if !h.IsReply() || h.Flags&protocol.FlagError == 0 || unix.Errno(h.Error) != c.errno || h.ID != le.Uint16(c.msg) {
 					t.Fatalf("reply %+v, want errno %v (%d)", h, c.errno, c.errno)
 				}
 				// The connection still works after an error reply.
-				if err := w.write(EncodeMessage(99, CmdDeviceGetInfo, 0, 0, DeviceInfo{Argsz: 16}), nil); err != nil {
+				if err := w.WriteMessage(protocol.EncodeMessage(99, protocol.CmdDeviceGetInfo, 0, 0, protocol.DeviceInfo{Argsz: 16}), nil); err != nil {
 					t.Fatal(err)
 				}
-				hdr, payload, _, err := w.read()
+				hdr, payload, _, err := w.ReadMessage()
 				if err != nil {
 					t.Fatal(err)
 				}
-				if m, err := DecodeMessage(hdr, payload, 0); err != nil || m.Header.Flags&FlagError != 0 {
+				if m, err := protocol.DecodeMessage(hdr, payload, 0); err != nil || m.Header.Flags&protocol.FlagError != 0 {
 					t.Fatalf("after the error: %+v %v", m, err)
 				}
 			}
 			// A stray reply is ignored, and a posted write with an error gets no reply.
-			_ = w.write(reply, nil)
-			_ = w.write(EncodeMessage(10, CmdRegionWrite, FlagNoReply, 0, RegionAccess{Offset: 1, Count: 1, Data: []byte{1}}), nil)
+			_ = w.WriteMessage(reply, nil)
+			_ = w.WriteMessage(protocol.EncodeMessage(10, protocol.CmdRegionWrite, protocol.FlagNoReply, 0, protocol.RegionAccess{Offset: 1, Count: 1, Data: []byte{1}}), nil)
 			conn.Close()
 			_ = waitServe(t, done)
 			if s := dev.Stats(); s.Malformed == 0 && s.ErrorReplies == 0 {
@@ -610,12 +604,12 @@ func TestMalformed(t *testing.T) {
 func TestBusy(t *testing.T) {
 	dev := newDevice(t)
 	c1, done := serve(t, dev)
-	tr, err := NewClient(c1, ClientOptions{Memory: 1 << 20})
+	tr, err := client.New(c1, client.Options{Memory: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, s2 := socketPair(t)
-	if err := Serve(context.Background(), s2, dev); !errors.Is(err, ErrBusy) {
+	_, s2 := vutest.SocketPair(t)
+	if err := serveConn(context.Background(), s2, dev); !errors.Is(err, protocol.ErrBusy) {
 		t.Fatalf("second client: %v", err)
 	}
 	_ = tr.Close()

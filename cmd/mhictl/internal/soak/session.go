@@ -18,7 +18,7 @@ import (
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
-	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
 	"github.com/gomhi/gomhi/sysfs"
 )
 
@@ -37,7 +37,7 @@ type session struct {
 	ipd  *ep.IPData // Inproc: the modem's IP data function
 	epd  *ep.Device // Inproc: the modem
 
-	remote  *vfiouser.Remote // VFIOUser
+	remote  *client.Remote // VFIOUser
 	proc    *exec.Cmd
 	out     *tailBuffer // the server's output
 	exited  chan struct{}
@@ -116,12 +116,12 @@ func (r *runner) openRemote(ctx context.Context, s *session) error {
 	}(s.proc, s.exited)
 	deadline := time.Now().Add(serveTimeout)
 	for {
-		rem, err := vfiouser.Open(sock, vfiouser.OpenOptions{Name: devName, Logger: r.o.Logger})
+		rem, err := client.Open(sock, client.OpenOptions{Name: devName, Logger: r.o.Logger})
 		if err == nil {
 			s.remote = rem
 			break
 		}
-		if !errors.Is(err, vfiouser.ErrNoServer) || time.Now().After(deadline) {
+		if !errors.Is(err, client.ErrNoServer) || time.Now().After(deadline) {
 			return fmt.Errorf("soak: session %d: connect to the modem server (output: %q): %w", s.n, s.out.String(), err)
 		}
 		select {

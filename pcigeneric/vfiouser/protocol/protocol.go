@@ -1,4 +1,15 @@
-package vfiouser
+// Package protocol is the vfio-user wire protocol that the server
+// (package pcigeneric/vfiouser) and the client (package
+// pcigeneric/vfiouser/client) speak: version 0.0 as QEMU's vfio-user-pci
+// client speaks it. Every message is a 16-byte little-endian header
+// followed by a command-specific body (DecodeMessage, EncodeMessage); file
+// descriptors (DMA memory, eventfds) travel as SCM_RIGHTS ancillary data
+// on the message's first byte, framed by a Conn on a unix stream socket.
+// It also holds what both ends agree on beyond the messages: the served
+// function's configuration-space layout (Cfg*), the server's capabilities
+// and the refusals a client may get (ErrBusy, ErrPeerRefused). It links
+// nothing of gomhi's.
+package protocol
 
 import (
 	"encoding/binary"
@@ -23,8 +34,17 @@ var (
 	ErrClosed = errors.New("vfiouser: closed")
 	// ErrTimeout: the peer did not answer in time.
 	ErrTimeout = errors.New("vfiouser: timeout")
-	// ErrDMA: a DMA access falls outside every mapping.
-	ErrDMA = errors.New("vfiouser: DMA outside any mapping")
+	// ErrBusy: the server already serves a client. The server returns it
+	// for a connection it turns away, and a client's setup fails with it
+	// when the server refused it so (an EBUSY error reply to VERSION).
+	ErrBusy = errors.New("vfiouser: device busy with another client")
+	// ErrPeerRefused: the server refused the connecting process because it
+	// is neither root nor the user that owns the server's socket. A
+	// client's setup fails with it (wrapped) when the server answers
+	// VERSION with EPERM.
+	ErrPeerRefused = errors.New("vfiouser: refused: only root and the socket's owner may connect")
+	// ErrNotSocket: the path exists but is not a unix socket.
+	ErrNotSocket = errors.New("vfiouser: not a unix socket")
 )
 
 // HeaderSize is the size of the message header.
@@ -41,6 +61,10 @@ const MaxMessageSize = HeaderSize + 32 + MaxDataXfer
 
 // MaxFDs is the largest number of file descriptors accepted with one message.
 const MaxFDs = 16
+
+// ServerCapabilities is the capabilities JSON the server sends in its
+// VERSION reply (no write_multiple: REGION_WRITE_MULTI is not implemented).
+const ServerCapabilities = `{"capabilities":{"max_msg_fds":16,"max_data_xfer_size":1048576,"pgsizes":4096,"max_dma_maps":65535}}`
 
 // Command is a vfio-user command number.
 type Command uint16
@@ -82,11 +106,11 @@ func (c Command) String() string {
 
 // Header flags.
 const (
-	FlagTypeMask uint32 = 0xf  // message type: 0 command, 1 reply
+	flagTypeMask uint32 = 0xf  // message type: 0 command, 1 reply
 	FlagReply    uint32 = 0x1  // the message is a reply
 	FlagNoReply  uint32 = 0x10 // the sender expects no reply (commands only)
 	FlagError    uint32 = 0x20 // the reply reports an error in Header.Error
-	knownFlags          = FlagTypeMask | FlagNoReply | FlagError
+	knownFlags          = flagTypeMask | FlagNoReply | FlagError
 )
 
 // Header is the header of every message.
@@ -99,7 +123,7 @@ type Header struct {
 }
 
 // IsReply reports whether h is the header of a reply.
-func (h Header) IsReply() bool { return h.Flags&FlagTypeMask == FlagReply }
+func (h Header) IsReply() bool { return h.Flags&flagTypeMask == FlagReply }
 
 // Encode writes h into b[:HeaderSize].
 func (h Header) Encode(b []byte) {
@@ -129,8 +153,8 @@ func DecodeHeader(b []byte) (Header, error) {
 		return h, fmt.Errorf("%w: message size %d", ErrMalformed, h.Size)
 	case h.Flags&^knownFlags != 0:
 		return h, fmt.Errorf("%w: unknown flags 0x%x", ErrMalformed, h.Flags)
-	case h.Flags&FlagTypeMask > FlagReply:
-		return h, fmt.Errorf("%w: message type %d", ErrMalformed, h.Flags&FlagTypeMask)
+	case h.Flags&flagTypeMask > FlagReply:
+		return h, fmt.Errorf("%w: message type %d", ErrMalformed, h.Flags&flagTypeMask)
 	case h.IsReply() && h.Flags&FlagNoReply != 0:
 		return h, fmt.Errorf("%w: reply with NO_REPLY", ErrMalformed)
 	case !h.IsReply() && (h.Flags&FlagError != 0 || h.Error != 0):
@@ -184,7 +208,7 @@ type DeviceInfo struct {
 const (
 	RegionFlagRead  uint32 = 1
 	RegionFlagWrite uint32 = 2
-	RegionFlagMmap  uint32 = 4
+	regionFlagMmap  uint32 = 4
 
 	RegionBAR0   = 0
 	RegionBAR2   = 2
@@ -237,6 +261,14 @@ type SetIRQs struct {
 	Argsz, Flags, Index, Start, Count uint32
 	Data                              []byte
 }
+
+// DataType returns the data type of s.Flags: IRQDataNone, IRQDataBool or
+// IRQDataEventfd (one of them once DecodeMessage accepted s).
+func (s SetIRQs) DataType() uint32 { return s.Flags & irqDataMask }
+
+// Action returns the action of s.Flags: IRQActionMask, IRQActionUnmsk or
+// IRQActionTrig (one of them once DecodeMessage accepted s).
+func (s SetIRQs) Action() uint32 { return s.Flags & irqActionMask }
 
 // RegionAccess is the body of REGION_READ and REGION_WRITE: Data is the
 // written data (write command) or the read data (read reply), else nil.
@@ -341,7 +373,7 @@ func decodeBody(h Header, payload []byte, nfds int) (body any, wantFDs int, err 
 	case CmdSetIRQs:
 		return decodeSetIRQs(h, payload, nfds)
 	case CmdRegionRead, CmdRegionWrite:
-		a, err := decodeRegionAccess(h, payload)
+		a, err := DecodeRegionAccess(h, payload)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -517,10 +549,10 @@ func decodeDMAAccess(h Header, payload []byte) (any, int, error) {
 	return a, 0, nil
 }
 
-// decodeRegionAccess decodes and checks the body of a REGION_READ or
+// DecodeRegionAccess decodes and checks the body of a REGION_READ or
 // REGION_WRITE (command or reply) without boxing it: DecodeMessage's
 // checks, for the servers' and clients' hot paths. Data aliases payload.
-func decodeRegionAccess(h Header, payload []byte) (RegionAccess, error) {
+func DecodeRegionAccess(h Header, payload []byte) (RegionAccess, error) {
 	if len(payload) < 16 {
 		return RegionAccess{}, malformed(h, "%d bytes", len(payload))
 	}
@@ -537,10 +569,10 @@ func decodeRegionAccess(h Header, payload []byte) (RegionAccess, error) {
 	return a, nil
 }
 
-// appendRegionAccess appends a whole REGION_READ or REGION_WRITE message
+// AppendRegionAccess appends a whole REGION_READ or REGION_WRITE message
 // (command or reply): header, the 16-byte head and data, if any. It is
 // EncodeMessage for a RegionAccess body without boxing it.
-func appendRegionAccess(b []byte, id uint16, cmd Command, flags uint32, off uint64, region, count uint32, data []byte) []byte {
+func AppendRegionAccess(b []byte, id uint16, cmd Command, flags uint32, off uint64, region, count uint32, data []byte) []byte {
 	b = appendHeader(b, id, cmd, flags, 0, 16+len(data))
 	b = binary.LittleEndian.AppendUint64(b, off)
 	b = binary.LittleEndian.AppendUint32(b, region)

@@ -1,7 +1,9 @@
-// Package inproc joins the host stack (package mhi) to the mock modem
-// (package mhi/ep) in one process: one DMA slab addressed by IOVA, register
-// accesses as function calls, and interrupts delivered asynchronously.
-package inproc
+// Package slab is host memory with device-visible addresses (IOVAs) carved
+// up by a first-fit allocator: the DMA memory of the in-process transport
+// (package mhi/inproc), shared with the mock modem, and of the vfio-user
+// client (a memfd shared with the server). It links nothing but the host
+// stack (package mhi).
+package slab
 
 import (
 	"fmt"
@@ -27,12 +29,12 @@ type Slab struct {
 
 type span struct{ off, size int }
 
-// NewSlab returns a slab of size bytes whose first byte is at IOVA base.
-func NewSlab(base uint64, size int) *Slab { return NewSlabOn(base, make([]byte, size)) }
+// New returns a slab of size bytes whose first byte is at IOVA base.
+func New(base uint64, size int) *Slab { return NewOn(base, make([]byte, size)) }
 
-// NewSlabOn returns a slab carved out of mem (for example a shared memfd
+// NewOn returns a slab carved out of mem (for example a shared memfd
 // mapping), whose first byte is at IOVA base.
-func NewSlabOn(base uint64, mem []byte) *Slab {
+func NewOn(base uint64, mem []byte) *Slab {
 	return &Slab{base: base, mem: mem, free: []span{{0, len(mem)}}, used: map[uint64]int{}}
 }
 
@@ -56,13 +58,13 @@ func (s *Slab) InUse() int {
 // Alloc implements mhi.DMAMemory.
 func (s *Slab) Alloc(size, align int) (mhi.DMABuffer, error) {
 	if size <= 0 {
-		return mhi.DMABuffer{}, fmt.Errorf("inproc: allocation of %d bytes", size)
+		return mhi.DMABuffer{}, fmt.Errorf("slab: allocation of %d bytes", size)
 	}
 	if align <= 1 {
 		align = 8
 	}
 	if align&(align-1) != 0 {
-		return mhi.DMABuffer{}, fmt.Errorf("inproc: alignment %d is not a power of two", align)
+		return mhi.DMABuffer{}, fmt.Errorf("slab: alignment %d is not a power of two", align)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -87,7 +89,7 @@ func (s *Slab) Alloc(size, align int) (mhi.DMABuffer, error) {
 		clear(b)
 		return mhi.DMABuffer{IOVA: s.base + uint64(off), Bytes: b}, nil
 	}
-	return mhi.DMABuffer{}, fmt.Errorf("inproc: no room for %d bytes aligned to %d in a slab of %d bytes", size, align, len(s.mem))
+	return mhi.DMABuffer{}, fmt.Errorf("slab: no room for %d bytes aligned to %d in a slab of %d bytes", size, align, len(s.mem))
 }
 
 // Free implements mhi.DMAMemory.
@@ -95,12 +97,12 @@ func (s *Slab) Free(b mhi.DMABuffer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if b.IOVA < s.base {
-		return fmt.Errorf("inproc: free of 0x%x below the slab: %w", b.IOVA, wire.ErrBounds)
+		return fmt.Errorf("slab: free of 0x%x below the slab: %w", b.IOVA, wire.ErrBounds)
 	}
 	off := b.IOVA - s.base
 	size, ok := s.used[off]
 	if !ok {
-		return fmt.Errorf("inproc: free of 0x%x, which is not allocated: %w", b.IOVA, wire.ErrBounds)
+		return fmt.Errorf("slab: free of 0x%x, which is not allocated: %w", b.IOVA, wire.ErrBounds)
 	}
 	delete(s.used, off)
 	s.free = append(s.free, span{int(off), size})
@@ -120,7 +122,7 @@ func (s *Slab) Free(b mhi.DMABuffer) error {
 
 func (s *Slab) span(iova uint64, n int) (int, error) {
 	if iova < s.base || n < 0 || iova-s.base > uint64(len(s.mem)) || uint64(n) > uint64(len(s.mem))-(iova-s.base) {
-		return 0, fmt.Errorf("inproc: %d bytes at 0x%x outside host memory [0x%x, 0x%x): %w",
+		return 0, fmt.Errorf("slab: %d bytes at 0x%x outside host memory [0x%x, 0x%x): %w",
 			n, iova, s.base, s.base+uint64(len(s.mem)), wire.ErrBounds)
 	}
 	return int(iova - s.base), nil
@@ -163,7 +165,7 @@ func (s *Slab) Load32(iova uint64) (uint32, error) {
 		return 0, err
 	}
 	if off%4 != 0 {
-		return 0, fmt.Errorf("inproc: unaligned 32-bit load at 0x%x: %w", iova, wire.ErrBounds)
+		return 0, fmt.Errorf("slab: unaligned 32-bit load at 0x%x: %w", iova, wire.ErrBounds)
 	}
 	return wire.Load32(s.mem, off), nil
 }
@@ -175,7 +177,7 @@ func (s *Slab) Store32(iova uint64, v uint32) error {
 		return err
 	}
 	if off%4 != 0 {
-		return fmt.Errorf("inproc: unaligned 32-bit store at 0x%x: %w", iova, wire.ErrBounds)
+		return fmt.Errorf("slab: unaligned 32-bit store at 0x%x: %w", iova, wire.ErrBounds)
 	}
 	wire.Store32(s.mem, off, v)
 	return nil

@@ -1,9 +1,10 @@
-package vfiouser
+package protocol
 
 import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"slices"
 	"sync"
@@ -13,17 +14,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// wire frames messages on a unix stream socket, with file descriptors as
-// SCM_RIGHTS ancillary data.
+// Conn frames messages on a unix stream socket, with file descriptors as
+// SCM_RIGHTS ancillary data. One goroutine reads (Next, ReadMessage); any
+// may write (WriteMessage, or Begin and Flush).
 //
 // Messages are read into a buffer owned by the connection and handed out
-// by next without allocating. By default each recvmsg asks for exactly
+// by Next without allocating. By default each recvmsg asks for exactly
 // the rest of the current header or message, so it never reaches into the
 // next message: descriptors then belong to the message holding the first
 // byte of the sendmsg that carried them, however the peer groups its
 // messages into sendmsg calls. That costs two recvmsg per message.
 //
-// A greedy wire (the server's) asks for as much as the buffer holds and
+// A Greedy Conn (the server's) asks for as much as the buffer holds and
 // hands out the messages one recvmsg brought one by one: when the peer
 // sends faster than it is served, less than one system call per message.
 // Its descriptors: the kernel hands out the descriptors of a sendmsg with
@@ -31,26 +33,30 @@ import (
 // nothing past the bytes of that sendmsg. So the descriptors a recvmsg
 // brings belong to the message holding the last byte it read. With one
 // message per sendmsg, as this package and QEMU send them, that is the
-// message they were sent with, as on an exact wire; a peer that packs
+// message they were sent with, as on an exact Conn; a peer that packs
 // several messages into one sendmsg with descriptors gets them on the last
 // of those, where they are checked (and refused) as on any other message.
 //
-// Writing goes through one buffer owned by the connection (begin, flush),
+// Writing goes through one buffer owned by the connection (Begin, Flush),
 // so encoding a message allocates nothing either. Both directions call the
 // socket directly (syscall.RawConn) and wait in the runtime's poller when
 // it is not ready.
-type wire struct {
-	c       *net.UnixConn
-	raw     syscall.RawConn
-	rawErr  error
-	greedy  bool   // read as much as the buffer holds, not one message at a time
+type Conn struct {
+	// Greedy reads as much as the buffer holds, not one message at a
+	// time; set it before the first Next.
+	Greedy bool
+
+	c      *net.UnixConn
+	raw    syscall.RawConn
+	rawErr error
+
 	rbuf    []byte // received bytes; rbuf[rpos:rend] are not yet handed out
 	rpos    int
 	rend    int
 	base    uint64 // stream offset of rbuf[0]
 	oob     []byte
 	fdq     []fdChunk // descriptors received, waiting for their message
-	msgFDs  []int     // the descriptors next hands out (reused)
+	msgFDs  []int     // the descriptors Next hands out (reused)
 	recvFn  func(fd uintptr) bool
 	recvP   []byte
 	recvN   int
@@ -59,7 +65,7 @@ type wire struct {
 	recvErr error
 
 	wmu     sync.Mutex
-	wbuf    []byte // the write buffer begin hands out, under wmu
+	wbuf    []byte // the write buffer Begin hands out, under wmu
 	sendFn  func(fd uintptr) bool
 	sendP   []byte
 	sendOOB []byte
@@ -78,8 +84,9 @@ type fdChunk struct {
 // buffers; a bigger message grows them (up to MaxMessageSize).
 const wireBufSize = 64 << 10
 
-func newWire(c *net.UnixConn) *wire {
-	w := &wire{c: c, oob: make([]byte, unix.CmsgSpace(MaxFDs*4)),
+// NewConn frames messages on c, which it owns (Close closes it).
+func NewConn(c *net.UnixConn) *Conn {
+	w := &Conn{c: c, oob: make([]byte, unix.CmsgSpace(MaxFDs*4)),
 		rbuf: make([]byte, wireBufSize), wbuf: make([]byte, 0, wireBufSize), msgFDs: make([]int, 0, MaxFDs+1)}
 	w.raw, w.rawErr = c.SyscallConn()
 	w.recvFn = w.recvOnce
@@ -87,16 +94,16 @@ func newWire(c *net.UnixConn) *wire {
 	return w
 }
 
-// errFraming marks a read error after which the stream cannot be resynced.
-var errFraming = errors.New("vfiouser: framing lost")
+// ErrFraming marks a read error after which the stream cannot be resynced.
+var ErrFraming = errors.New("vfiouser: framing lost")
 
-// next returns the next message: its decoded header, the header bytes, the
+// Next returns the next message: its decoded header, the header bytes, the
 // payload and the descriptors that came with it. hdr, payload and fds
-// belong to the wire and stay valid until the following call of next; the
+// belong to the Conn and stay valid until the following call of Next; the
 // caller owns the descriptors themselves (it must close or keep them). An
-// invalid header is returned with errFraming: the stream cannot continue.
+// invalid header is returned with ErrFraming: the stream cannot continue.
 // On error every received descriptor not yet handed out is closed.
-func (w *wire) next() (h Header, hdr, payload []byte, fds []int, err error) {
+func (w *Conn) Next() (h Header, hdr, payload []byte, fds []int, err error) {
 	for {
 		need := HeaderSize
 		if avail := w.rend - w.rpos; avail >= HeaderSize {
@@ -104,7 +111,7 @@ func (w *wire) next() (h Header, hdr, payload []byte, fds []int, err error) {
 			h, err = DecodeHeader(hdr)
 			if err != nil {
 				w.dropFDs()
-				return h, hdr, nil, nil, fmt.Errorf("%w: %w", errFraming, err)
+				return h, hdr, nil, nil, fmt.Errorf("%w: %w", ErrFraming, err)
 			}
 			if avail >= int(h.Size) {
 				start := w.rpos
@@ -123,7 +130,7 @@ func (w *wire) next() (h Header, hdr, payload []byte, fds []int, err error) {
 
 // fill makes room for need unread bytes from rpos on (more than there
 // are) and receives once.
-func (w *wire) fill(need int) error {
+func (w *Conn) fill(need int) error {
 	if w.rpos == w.rend {
 		w.base += uint64(w.rpos)
 		w.rpos, w.rend = 0, 0
@@ -140,7 +147,7 @@ func (w *wire) fill(need int) error {
 		w.rpos = 0
 	}
 	buf := w.rbuf[w.rend:]
-	if !w.greedy {
+	if !w.Greedy {
 		buf = buf[:need-(w.rend-w.rpos)] // not past the message
 	}
 	n, oobn, flags, err := w.recv(buf)
@@ -165,7 +172,7 @@ func (w *wire) fill(need int) error {
 
 // takeFDs hands out the descriptors of the message ending at stream offset
 // end. More than MaxFDs (or a truncated set) become tooManyFDs.
-func (w *wire) takeFDs(end uint64) []int {
+func (w *Conn) takeFDs(end uint64) []int {
 	if len(w.fdq) == 0 || w.fdq[0].end > end {
 		return nil
 	}
@@ -175,14 +182,14 @@ func (w *wire) takeFDs(end uint64) []int {
 		c := w.fdq[k]
 		truncated = truncated || c.truncated || len(fds)+len(c.fds) > MaxFDs
 		if truncated {
-			closeFDs(c.fds)
+			CloseFDs(c.fds)
 			continue
 		}
 		fds = append(fds, c.fds...)
 	}
 	w.fdq = slices.Delete(w.fdq, 0, k)
 	if truncated {
-		closeFDs(fds)
+		CloseFDs(fds)
 		fds = tooManyFDs(fds[:0])
 	}
 	w.msgFDs = fds
@@ -190,15 +197,15 @@ func (w *wire) takeFDs(end uint64) []int {
 }
 
 // dropFDs closes every descriptor not yet handed out.
-func (w *wire) dropFDs() {
+func (w *Conn) dropFDs() {
 	for _, c := range w.fdq {
-		closeFDs(c.fds)
+		CloseFDs(c.fds)
 	}
 	w.fdq = w.fdq[:0]
 }
 
 // tooManyFDs stands for the descriptors of a message that carried more
-// than MaxFDs: MaxFDs+1 entries of -1, no descriptor (closeFDs skips
+// than MaxFDs: MaxFDs+1 entries of -1, no descriptor (CloseFDs skips
 // them), so that DecodeMessage refuses the message (ErrUnexpectedFDs)
 // and it gets an error reply like any message with too many.
 func tooManyFDs(buf []int) []int {
@@ -224,7 +231,7 @@ func parseRights(oob []byte) []int {
 
 // recv is one recvmsg into p and w.oob, waiting in the poller until the
 // socket is readable.
-func (w *wire) recv(p []byte) (n, oobn, flags int, err error) {
+func (w *Conn) recv(p []byte) (n, oobn, flags int, err error) {
 	if w.rawErr != nil {
 		return 0, 0, 0, w.rawErr
 	}
@@ -236,7 +243,7 @@ func (w *wire) recv(p []byte) (n, oobn, flags int, err error) {
 }
 
 // recvOnce is the RawConn.Read callback: false asks to wait for readability.
-func (w *wire) recvOnce(fd uintptr) bool {
+func (w *Conn) recvOnce(fd uintptr) bool {
 	for {
 		n, oobn, flags, err := recvmsg(int(fd), w.recvP, w.oob)
 		if err == unix.EINTR {
@@ -260,9 +267,10 @@ func recvmsg(fd int, p, oob []byte) (n, oobn, flags int, err error) {
 	return msgSyscall(unix.SYS_RECVMSG, fd, p, oob, unix.MSG_CMSG_CLOEXEC)
 }
 
-// read reads one message as next does, into fresh slices the caller keeps.
-func (w *wire) read() (hdr, payload []byte, fds []int, err error) {
-	_, hb, p, f, err := w.next()
+// ReadMessage reads one message as Next does, into fresh slices the caller
+// keeps.
+func (w *Conn) ReadMessage() (hdr, payload []byte, fds []int, err error) {
+	_, hb, p, f, err := w.Next()
 	if err != nil {
 		if hb != nil {
 			hb = slices.Clone(hb)
@@ -272,31 +280,31 @@ func (w *wire) read() (hdr, payload []byte, fds []int, err error) {
 	return slices.Clone(hb), append([]byte{}, p...), slices.Clone(f), nil
 }
 
-// begin locks the write side and returns the connection's write buffer,
-// empty, to append one or more messages to; flush sends them and unlocks.
-func (w *wire) begin() []byte {
+// Begin locks the write side and returns the connection's write buffer,
+// empty, to append one or more messages to; Flush sends them and unlocks.
+func (w *Conn) Begin() []byte {
 	w.wmu.Lock()
 	return w.wbuf[:0]
 }
 
-// flush sends b (from begin) with fds attached to its first byte, keeps b
+// Flush sends b (from Begin) with fds attached to its first byte, keeps b
 // as the write buffer and unlocks the write side.
-func (w *wire) flush(b []byte, fds []int) error {
+func (w *Conn) Flush(b []byte, fds []int) error {
 	w.wbuf = b[:0]
 	err := w.send(b, fds)
 	w.wmu.Unlock()
 	return err
 }
 
-// write sends msg with fds attached to its first byte.
-func (w *wire) write(msg []byte, fds []int) error {
+// WriteMessage sends msg with fds attached to its first byte.
+func (w *Conn) WriteMessage(msg []byte, fds []int) error {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	return w.send(msg, fds)
 }
 
 // send writes all of msg, fds with its first byte; w.wmu is held.
-func (w *wire) send(msg []byte, fds []int) error {
+func (w *Conn) send(msg []byte, fds []int) error {
 	if w.rawErr != nil {
 		return w.rawErr
 	}
@@ -314,7 +322,7 @@ func (w *wire) send(msg []byte, fds []int) error {
 
 // sendOnce is the RawConn.Write callback: it writes what it can of
 // w.sendP and returns false to wait for writability.
-func (w *wire) sendOnce(fd uintptr) bool {
+func (w *Conn) sendOnce(fd uintptr) bool {
 	for len(w.sendP) > 0 {
 		n, err := sendmsg(int(fd), w.sendP, w.sendOOB)
 		switch err {
@@ -362,10 +370,32 @@ func msgSyscall(trap uintptr, fd int, p, oob []byte, flags int) (n, oobn, msgFla
 	return int(r), int(msg.Controllen), int(msg.Flags), nil
 }
 
-func closeFDs(fds []int) {
+// Close closes the socket.
+func (w *Conn) Close() error { return w.c.Close() }
+
+// CloseFDs closes the descriptors of fds, skipping negative entries.
+func CloseFDs(fds []int) {
 	for _, fd := range fds {
 		if fd >= 0 {
 			_ = unix.Close(fd)
 		}
 	}
+}
+
+// FileKind names the type of a file for error messages ("regular file",
+// "directory", …), such as those wrapping ErrNotSocket.
+func FileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "directory"
+	case m.IsRegular():
+		return "regular file"
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	case m&fs.ModeSymlink != 0:
+		return "symbolic link"
+	}
+	return m.Type().String()
 }

@@ -1,4 +1,4 @@
-package vfiouser
+package protocol
 
 import (
 	"testing"

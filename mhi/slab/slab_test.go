@@ -1,9 +1,9 @@
-package inproc
+package slab
 
 import "testing"
 
 func TestSlabAllocator(t *testing.T) {
-	s := NewSlabOn(0x1000, make([]byte, 1<<16))
+	s := NewOn(0x1000, make([]byte, 1<<16))
 	a, err := s.Alloc(100, 4096)
 	if err != nil || a.IOVA%4096 != 0 || len(a.Bytes) != 100 {
 		t.Fatalf("%+v %v", a, err)

@@ -1,9 +1,11 @@
-package vfiouser
+package protocol
 
 import (
+	"encoding/binary"
 	"os"
 	"testing"
 
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/internal/vutest"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,6 +23,7 @@ import (
 //     through the poller, four system calls, plus the reads that find
 //     nothing): what a message costs when its receiver is waiting.
 func BenchmarkSyscallCost(b *testing.B) {
+	one := binary.LittleEndian.AppendUint64(nil, 1) // an eventfd signal, as the server writes it
 	b.Run("eventfd", func(b *testing.B) {
 		efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 		if err != nil {
@@ -39,14 +42,14 @@ func BenchmarkSyscallCost(b *testing.B) {
 		}
 	})
 	b.Run("socket", func(b *testing.B) {
-		c, s := socketPair(b)
+		c, s := vutest.SocketPair(b)
 		defer c.Close()
 		defer s.Close()
-		wc, ws := newWire(c), newWire(s)
+		wc, ws := NewConn(c), NewConn(s)
 		msg := make([]byte, 72)
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := wc.write(msg, nil); err != nil {
+			if err := wc.WriteMessage(msg, nil); err != nil {
 				b.Fatal(err)
 			}
 			if n, _, _, err := ws.recv(ws.rbuf); err != nil || n != len(msg) {

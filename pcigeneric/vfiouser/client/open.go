@@ -1,4 +1,4 @@
-package vfiouser
+package client
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/pcigeneric"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 )
 
 // Errors of Open.
@@ -17,8 +18,6 @@ var (
 	// ErrNoServer: nothing serves at the socket path (no such file, or a
 	// socket nobody listens on). Start one with 'mhictl modem serve'.
 	ErrNoServer = errors.New("vfiouser: no vfio-user server")
-	// ErrNotSocket: the path exists but is not a unix socket.
-	ErrNotSocket = errors.New("vfiouser: not a unix socket")
 )
 
 // OpenOptions configure Open.
@@ -29,7 +28,7 @@ type OpenOptions struct {
 	Logger *slog.Logger
 	// Client configures the client transport (DMA memory, vectors, reply
 	// timeout).
-	Client ClientOptions
+	Client Options
 	// FirmwareDir holds the images the model's table entry names, for a
 	// modem that boots in PBL or EDL (pcigeneric.FirmwareFromDir).
 	FirmwareDir string
@@ -62,7 +61,7 @@ type Remote struct {
 // the function's config space, and builds a host controller for it on the
 // client transport: the model's channels plus the LOOPBACK pair the mock
 // modem offers. The controller is not powered up. Errors wrap ErrNoServer,
-// ErrNotSocket, pcigeneric.ErrUnknownModel or the transport's errors.
+// protocol.ErrNotSocket, pcigeneric.ErrUnknownModel or the transport's errors.
 func Open(path string, opts OpenOptions) (*Remote, error) {
 	fi, err := os.Stat(path)
 	switch {
@@ -71,7 +70,7 @@ func Open(path string, opts OpenOptions) (*Remote, error) {
 	case err != nil:
 		return nil, fmt.Errorf("vfiouser: %s: %w", path, err)
 	case fi.Mode()&fs.ModeSocket == 0:
-		return nil, fmt.Errorf("%w: %s is a %s", ErrNotSocket, path, kindOf(fi.Mode()))
+		return nil, fmt.Errorf("%w: %s is a %s", protocol.ErrNotSocket, path, protocol.FileKind(fi.Mode()))
 	}
 	tr, err := Dial(path, opts.Client)
 	if errors.Is(err, syscall.ECONNREFUSED) {
@@ -108,21 +107,4 @@ func (r *Remote) Close() error {
 		err = cerr
 	}
 	return err
-}
-
-// kindOf names the type of a file for error messages.
-func kindOf(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "directory"
-	case m.IsRegular():
-		return "regular file"
-	case m&fs.ModeNamedPipe != 0:
-		return "named pipe"
-	case m&fs.ModeDevice != 0:
-		return "device"
-	case m&fs.ModeSymlink != 0:
-		return "symbolic link"
-	}
-	return m.Type().String()
 }

@@ -1,4 +1,17 @@
-package vfiouser
+// Package client is the vfio-user client: it implements mhi.Transport for
+// gomhi's host stack (package mhi) on a PCI function served over a unix
+// socket, such as the mock modem 'mhictl modem serve' serves (package
+// pcigeneric/vfiouser). It links no mock modem code.
+//
+// Dial (or New on a connected socket) negotiates the version, reads the
+// device info, BAR0 and config space, enables memory, bus mastering and
+// MSI, maps one memfd of DMA memory with DMA_MAP and sets one eventfd per
+// MSI vector. The Transport then serves the host stack: BAR0 accesses are
+// messages, DMA buffers come from the memfd, interrupts from the eventfds.
+// IDs tells which device-table entry to build the controller from; Open
+// does all of it and builds the controller. Errors wrap the sentinels of
+// package protocol (ErrBusy, ErrPeerRefused, ErrClosed, ErrTimeout, …).
+package client
 
 import (
 	"encoding/binary"
@@ -15,26 +28,27 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gomhi/gomhi/mhi"
-	"github.com/gomhi/gomhi/mhi/inproc"
-	mhiwire "github.com/gomhi/gomhi/mhi/wire"
+	"github.com/gomhi/gomhi/mhi/slab"
+	"github.com/gomhi/gomhi/mhi/wire"
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 )
 
 // Client defaults.
 const (
-	// DefaultBase is the IOVA of the client's DMA memory.
-	DefaultBase = 0x4000_0000
-	// DefaultMemory is the size of the client's DMA memory.
-	DefaultMemory = 64 << 20
+	// defaultBase is the IOVA of the client's DMA memory.
+	defaultBase = 0x4000_0000
+	// defaultMemory is the size of the client's DMA memory.
+	defaultMemory = 64 << 20
 	// DefaultTimeout bounds the wait for one reply.
 	DefaultTimeout = 5 * time.Second
 )
 
-// ClientOptions configure a client transport.
-type ClientOptions struct {
+// Options configure a client transport.
+type Options struct {
 	// Memory is the DMA memory size in bytes, a multiple of 4096 (default
-	// DefaultMemory).
+	// 64 MiB).
 	Memory int
-	// Base is the IOVA of the DMA memory (default DefaultBase).
+	// Base is the IOVA of the DMA memory (default 0x4000_0000).
 	Base uint64
 	// Vectors caps the MSI vectors used (default: all the device offers).
 	Vectors int
@@ -54,8 +68,8 @@ type ClientOptions struct {
 // REGION_READ/REGION_WRITE, DMA memory in a memfd mapped to the server with
 // DMA_MAP, MSI vectors on eventfds set with DEVICE_SET_IRQS.
 type Transport struct {
-	w    *wire
-	opts ClientOptions
+	w    *protocol.Conn
+	opts Options
 
 	nextID  atomic.Uint32
 	pmu     sync.Mutex
@@ -72,7 +86,7 @@ type Transport struct {
 	// slab carves up mem; it is set during setup while the read loop may
 	// already serve the server's DMA requests, hence atomic (nil: no
 	// memory yet, every DMA request fails with EFAULT).
-	slab atomic.Pointer[inproc.Slab]
+	slab atomic.Pointer[slab.Slab]
 	mem  []byte // the memfd mapping the slab carves up
 
 	evfds   []int      // the vectors' eventfds, owned by evfiles
@@ -87,35 +101,35 @@ type Transport struct {
 }
 
 // Dial connects to the vfio-user server at the unix socket path and sets
-// the device up (see NewClient).
-func Dial(path string, opts ClientOptions) (*Transport, error) {
+// the device up (see New).
+func Dial(path string, opts Options) (*Transport, error) {
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("vfiouser: dial %s: %w", path, err)
 	}
-	return NewClient(c, opts)
+	return New(c, opts)
 }
 
-// NewClient sets up the device on conn: VERSION, DEVICE_GET_INFO,
+// New sets up the device on conn: VERSION, DEVICE_GET_INFO,
 // REGION_INFO for BAR0 and config space, the IDs, memory and bus-master
 // enable and MSI enable in config space, DMA_MAP of the memory and
 // SET_IRQS of the eventfds. It owns conn; on error conn is closed.
-func NewClient(conn *net.UnixConn, opts ClientOptions) (*Transport, error) {
+func New(conn *net.UnixConn, opts Options) (*Transport, error) {
 	if opts.Memory == 0 {
-		opts.Memory = DefaultMemory
+		opts.Memory = defaultMemory
 	}
 	if opts.Base == 0 {
-		opts.Base = DefaultBase
+		opts.Base = defaultBase
 	}
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout
 	}
 	if opts.Memory < 0 || opts.Memory%4096 != 0 {
 		conn.Close()
-		return nil, fmt.Errorf("vfiouser: DMA memory of %d bytes, want a multiple of 4096: %w", opts.Memory, mhiwire.ErrConfig)
+		return nil, fmt.Errorf("vfiouser: DMA memory of %d bytes, want a multiple of 4096: %w", opts.Memory, wire.ErrConfig)
 	}
 	t := &Transport{
-		w: newWire(conn), opts: opts, pending: map[uint16]chan callReply{},
+		w: protocol.NewConn(conn), opts: opts, pending: map[uint16]chan callReply{},
 		dead: make(chan struct{}), rdone: make(chan struct{}), memfd: -1,
 	}
 	go t.readLoop()
@@ -150,19 +164,19 @@ func (t *Transport) setup() error {
 // negotiateVersion sends VERSION and checks the server's answer; it returns
 // the most descriptors the server takes in one message.
 func (t *Transport) negotiateVersion() (maxFDs int, err error) {
-	r, err := t.call(CmdVersion, Version{Capabilities: `{"capabilities":{"max_msg_fds":16,"max_data_xfer_size":1048576,"pgsizes":4096}}`}, nil)
+	r, err := t.call(protocol.CmdVersion, protocol.Version{Capabilities: `{"capabilities":{"max_msg_fds":16,"max_data_xfer_size":1048576,"pgsizes":4096}}`}, nil)
 	if errors.Is(err, unix.EBUSY) {
-		return 0, fmt.Errorf("%w (one client at a time: stop the other first): %w", ErrBusy, err)
+		return 0, fmt.Errorf("%w (one client at a time: stop the other first): %w", protocol.ErrBusy, err)
 	}
 	if errors.Is(err, unix.EPERM) {
-		return 0, fmt.Errorf("%w (this process runs as uid %d): %w", ErrPeerRefused, os.Getuid(), err)
+		return 0, fmt.Errorf("%w (this process runs as uid %d): %w", protocol.ErrPeerRefused, os.Getuid(), err)
 	}
 	if err != nil {
 		return 0, err
 	}
-	v, ok := r.Body.(Version)
+	v, ok := r.Body.(protocol.Version)
 	if !ok || v.Major != 0 || v.Minor != 0 {
-		return 0, fmt.Errorf("vfiouser: server version %+v: %w", r.Body, ErrMalformed)
+		return 0, fmt.Errorf("vfiouser: server version %+v: %w", r.Body, protocol.ErrMalformed)
 	}
 	t.caps = v.Capabilities
 	var caps struct {
@@ -172,7 +186,7 @@ func (t *Transport) negotiateVersion() (maxFDs int, err error) {
 	}
 	maxFDs = 1
 	if json.Unmarshal([]byte(v.Capabilities), &caps) == nil && caps.Capabilities.MaxMsgFDs > 0 {
-		maxFDs = min(caps.Capabilities.MaxMsgFDs, MaxFDs)
+		maxFDs = min(caps.Capabilities.MaxMsgFDs, protocol.MaxFDs)
 	}
 	return maxFDs, nil
 }
@@ -180,50 +194,50 @@ func (t *Transport) negotiateVersion() (maxFDs int, err error) {
 // probeDevice reads the device info and the BAR0 and config space regions,
 // checks that the server offers a PCI function, and keeps its IDs.
 func (t *Transport) probeDevice() error {
-	r, err := t.call(CmdDeviceGetInfo, DeviceInfo{Argsz: 16}, nil)
+	r, err := t.call(protocol.CmdDeviceGetInfo, protocol.DeviceInfo{Argsz: 16}, nil)
 	if err != nil {
 		return err
 	}
-	if di, _ := r.Body.(DeviceInfo); di.Flags&DeviceFlagPCI == 0 || di.NumRegions <= RegionConfig || di.NumIRQs <= IRQMSI {
-		return fmt.Errorf("vfiouser: device info %+v: not a PCI function: %w", r.Body, ErrMalformed)
+	if di, _ := r.Body.(protocol.DeviceInfo); di.Flags&protocol.DeviceFlagPCI == 0 || di.NumRegions <= protocol.RegionConfig || di.NumIRQs <= protocol.IRQMSI {
+		return fmt.Errorf("vfiouser: device info %+v: not a PCI function: %w", r.Body, protocol.ErrMalformed)
 	}
-	bar, err := t.regionInfo(RegionBAR0)
+	bar, err := t.regionInfo(protocol.RegionBAR0)
 	if err != nil {
 		return err
 	}
-	if bar.Size < 4096 || bar.Flags&(RegionFlagRead|RegionFlagWrite) != RegionFlagRead|RegionFlagWrite {
-		return fmt.Errorf("vfiouser: BAR0 %+v: %w", bar, ErrMalformed)
+	if bar.Size < 4096 || bar.Flags&(protocol.RegionFlagRead|protocol.RegionFlagWrite) != protocol.RegionFlagRead|protocol.RegionFlagWrite {
+		return fmt.Errorf("vfiouser: BAR0 %+v: %w", bar, protocol.ErrMalformed)
 	}
 	t.barSize = bar.Size
-	cfg, err := t.regionInfo(RegionConfig)
+	cfg, err := t.regionInfo(protocol.RegionConfig)
 	if err != nil {
 		return err
 	}
 	if cfg.Size < 64 {
-		return fmt.Errorf("vfiouser: config space of %d bytes: %w", cfg.Size, ErrMalformed)
+		return fmt.Errorf("vfiouser: config space of %d bytes: %w", cfg.Size, protocol.ErrMalformed)
 	}
 	var hdr [64]byte
 	if err := t.ReadConfig(0, hdr[:]); err != nil {
 		return err
 	}
 	le := binary.LittleEndian
-	t.ids = [4]uint16{le.Uint16(hdr[CfgVendorID:]), le.Uint16(hdr[CfgDeviceID:]), le.Uint16(hdr[CfgSubVendorID:]), le.Uint16(hdr[CfgSubDeviceID:])}
+	t.ids = [4]uint16{le.Uint16(hdr[protocol.CfgVendorID:]), le.Uint16(hdr[protocol.CfgDeviceID:]), le.Uint16(hdr[protocol.CfgSubVendorID:]), le.Uint16(hdr[protocol.CfgSubDeviceID:])}
 	return nil
 }
 
 // irqVectors picks the interrupt index (MSI or MSI-X) and the number of
 // vectors to use from the server's IRQ info and the options.
 func (t *Transport) irqVectors() (int, error) {
-	irqIndex, kind := uint32(IRQMSI), "MSI"
+	irqIndex, kind := uint32(protocol.IRQMSI), "MSI"
 	if t.opts.MSIX {
-		irqIndex, kind = IRQMSIX, "MSI-X"
+		irqIndex, kind = protocol.IRQMSIX, "MSI-X"
 	}
 	t.irqIdx = irqIndex
-	r, err := t.call(CmdIRQInfo, IRQInfo{Argsz: 16, Index: irqIndex}, nil)
+	r, err := t.call(protocol.CmdIRQInfo, protocol.IRQInfo{Argsz: 16, Index: irqIndex}, nil)
 	if err != nil {
 		return 0, err
 	}
-	ii, _ := r.Body.(IRQInfo)
+	ii, _ := r.Body.(protocol.IRQInfo)
 	vectors := int(min(ii.Count, 32))
 	if t.opts.Vectors > 0 {
 		vectors = min(vectors, t.opts.Vectors)
@@ -231,8 +245,8 @@ func (t *Transport) irqVectors() (int, error) {
 	for !t.opts.MSIX && vectors&(vectors-1) != 0 {
 		vectors &= vectors - 1 // MSI enables a power of two
 	}
-	if vectors < 1 || ii.Flags&IRQInfoEventfd == 0 {
-		return 0, fmt.Errorf("vfiouser: %s %+v: no eventfd vectors: %w", kind, ii, ErrMalformed)
+	if vectors < 1 || ii.Flags&protocol.IRQInfoEventfd == 0 {
+		return 0, fmt.Errorf("vfiouser: %s %+v: no eventfd vectors: %w", kind, ii, protocol.ErrMalformed)
 	}
 	return vectors, nil
 }
@@ -241,11 +255,11 @@ func (t *Transport) irqVectors() (int, error) {
 // (with vectors, a power of two) or MSI-X in config space.
 func (t *Transport) enableDevice(vectors int) error {
 	le := binary.LittleEndian
-	if err := t.WriteConfig(CfgCommand, le.AppendUint16(nil, 0x0006)); err != nil {
+	if err := t.WriteConfig(protocol.CfgCommand, le.AppendUint16(nil, 0x0006)); err != nil {
 		return err
 	}
 	if t.opts.MSIX {
-		if err := t.WriteConfig(CfgMSIX+2, le.AppendUint16(nil, 0x8000)); err != nil {
+		if err := t.WriteConfig(protocol.CfgMSIX+2, le.AppendUint16(nil, 0x8000)); err != nil {
 			return err
 		}
 	} else {
@@ -253,7 +267,7 @@ func (t *Transport) enableDevice(vectors int) error {
 		for v := vectors; v > 1; v >>= 1 {
 			mme++
 		}
-		if err := t.WriteConfig(CfgMSI+2, le.AppendUint16(nil, mme<<4|1)); err != nil {
+		if err := t.WriteConfig(protocol.CfgMSI+2, le.AppendUint16(nil, mme<<4|1)); err != nil {
 			return err
 		}
 	}
@@ -276,12 +290,12 @@ func (t *Transport) mapDMA() error {
 		return fmt.Errorf("vfiouser: mmap DMA memory: %w", err)
 	}
 	t.mem = mem
-	t.slab.Store(inproc.NewSlabOn(t.opts.Base, mem))
+	t.slab.Store(slab.NewOn(t.opts.Base, mem))
 	var mapFDs []int
 	if !t.opts.NoDMAFD {
 		mapFDs = []int{fd}
 	}
-	if _, err := t.call(CmdDMAMap, DMAMap{Argsz: 32, Flags: DMAFlagRead | DMAFlagWrite, IOVA: t.opts.Base, Size: uint64(t.opts.Memory)}, mapFDs); err != nil {
+	if _, err := t.call(protocol.CmdDMAMap, protocol.DMAMap{Argsz: 32, Flags: protocol.DMAFlagRead | protocol.DMAFlagWrite, IOVA: t.opts.Base, Size: uint64(t.opts.Memory)}, mapFDs); err != nil {
 		return err
 	}
 	return nil
@@ -301,7 +315,7 @@ func (t *Transport) startVectors(vectors, maxFDs int) error {
 	}
 	for start := 0; start < vectors; start += maxFDs {
 		batch := t.evfds[start:min(start+maxFDs, vectors)]
-		if _, err := t.call(CmdSetIRQs, SetIRQs{Flags: IRQDataEventfd | IRQActionTrig, Index: irqIndex, Start: uint32(start), Count: uint32(len(batch))}, batch); err != nil {
+		if _, err := t.call(protocol.CmdSetIRQs, protocol.SetIRQs{Flags: protocol.IRQDataEventfd | protocol.IRQActionTrig, Index: irqIndex, Start: uint32(start), Count: uint32(len(batch))}, batch); err != nil {
 			return err
 		}
 	}
@@ -316,18 +330,18 @@ func (t *Transport) startVectors(vectors, maxFDs int) error {
 	return nil
 }
 
-func (t *Transport) regionInfo(index uint32) (RegionInfo, error) {
-	r, err := t.call(CmdRegionInfo, RegionInfo{Argsz: 32, Index: index}, nil)
+func (t *Transport) regionInfo(index uint32) (protocol.RegionInfo, error) {
+	r, err := t.call(protocol.CmdRegionInfo, protocol.RegionInfo{Argsz: 32, Index: index}, nil)
 	if err != nil {
-		return RegionInfo{}, err
+		return protocol.RegionInfo{}, err
 	}
-	ri, _ := r.Body.(RegionInfo)
+	ri, _ := r.Body.(protocol.RegionInfo)
 	return ri, nil
 }
 
 // call sends a command and waits for its reply; an error reply gives an
 // error wrapping ErrRemote and the errno.
-func (t *Transport) call(cmd Command, body any, fds []int) (Message, error) {
+func (t *Transport) call(cmd protocol.Command, body any, fds []int) (protocol.Message, error) {
 	id := uint16(t.nextID.Add(1))
 	ch := make(chan callReply, 1)
 	t.pmu.Lock()
@@ -338,22 +352,22 @@ func (t *Transport) call(cmd Command, body any, fds []int) (Message, error) {
 		delete(t.pending, id)
 		t.pmu.Unlock()
 	}
-	if err := t.w.write(EncodeMessage(id, cmd, 0, 0, body), fds); err != nil {
+	if err := t.w.WriteMessage(protocol.EncodeMessage(id, cmd, 0, 0, body), fds); err != nil {
 		drop()
-		return Message{}, fmt.Errorf("vfiouser: %s: %w", cmd, err)
+		return protocol.Message{}, fmt.Errorf("vfiouser: %s: %w", cmd, err)
 	}
 	timer := time.NewTimer(t.opts.Timeout)
 	defer timer.Stop()
-	reply := func(cr callReply) (Message, error) {
+	reply := func(cr callReply) (protocol.Message, error) {
 		r := cr.msg
 		if cr.err != nil {
 			return r, fmt.Errorf("vfiouser: %s: reply: %w", cmd, cr.err)
 		}
-		if r.Header.Flags&FlagError != 0 {
-			return r, fmt.Errorf("vfiouser: %s: %w: %w", cmd, ErrRemote, unix.Errno(r.Header.Error))
+		if r.Header.Flags&protocol.FlagError != 0 {
+			return r, fmt.Errorf("vfiouser: %s: %w: %w", cmd, protocol.ErrRemote, unix.Errno(r.Header.Error))
 		}
 		if r.Header.Cmd != cmd {
-			return r, fmt.Errorf("vfiouser: %s answered by %s: %w", cmd, r.Header.Cmd, ErrMalformed)
+			return r, fmt.Errorf("vfiouser: %s answered by %s: %w", cmd, r.Header.Cmd, protocol.ErrMalformed)
 		}
 		return r, nil
 	}
@@ -369,10 +383,10 @@ func (t *Transport) call(cmd Command, body any, fds []int) (Message, error) {
 		default:
 		}
 		drop()
-		return Message{}, fmt.Errorf("vfiouser: %s: %w (%w)", cmd, ErrClosed, t.readErr)
+		return protocol.Message{}, fmt.Errorf("vfiouser: %s: %w (%w)", cmd, protocol.ErrClosed, t.readErr)
 	case <-timer.C:
 		drop()
-		return Message{}, fmt.Errorf("vfiouser: %s: %w", cmd, ErrTimeout)
+		return protocol.Message{}, fmt.Errorf("vfiouser: %s: %w", cmd, protocol.ErrTimeout)
 	}
 }
 
@@ -382,15 +396,15 @@ func (t *Transport) readLoop() {
 	defer close(t.rdone)
 	defer close(t.dead)
 	for {
-		_, hdr, payload, fds, err := t.w.next()
+		_, hdr, payload, fds, err := t.w.Next()
 		if err != nil {
 			t.readErr = err
 			return
 		}
-		closeFDs(fds)
+		protocol.CloseFDs(fds)
 		// payload belongs to the wire until the next read; a reply goes to
 		// another goroutine, so it gets a copy.
-		m, err := DecodeMessage(hdr, append([]byte{}, payload...), len(fds))
+		m, err := protocol.DecodeMessage(hdr, append([]byte{}, payload...), len(fds))
 		if err != nil {
 			if m.Header.IsReply() {
 				// A malformed answer still answers its call: the
@@ -398,10 +412,10 @@ func (t *Transport) readLoop() {
 				t.answer(m, err)
 				continue
 			}
-			if m.Header.Flags&FlagNoReply != 0 {
+			if m.Header.Flags&protocol.FlagNoReply != 0 {
 				continue
 			}
-			_ = t.w.write(EncodeMessage(m.Header.ID, m.Header.Cmd, FlagReply|FlagError, uint32(unix.EINVAL), nil), nil)
+			_ = t.w.WriteMessage(protocol.EncodeMessage(m.Header.ID, m.Header.Cmd, protocol.FlagReply|protocol.FlagError, uint32(unix.EINVAL), nil), nil)
 			continue
 		}
 		if m.Header.IsReply() {
@@ -414,13 +428,13 @@ func (t *Transport) readLoop() {
 
 // callReply is what a call receives: the reply, or why it is unusable.
 type callReply struct {
-	msg Message
+	msg protocol.Message
 	err error
 }
 
 // answer hands a reply (or its decoding error) to the call waiting for
 // its ID; a reply nobody waits for is dropped.
-func (t *Transport) answer(m Message, err error) {
+func (t *Transport) answer(m protocol.Message, err error) {
 	t.pmu.Lock()
 	ch := t.pending[m.Header.ID]
 	delete(t.pending, m.Header.ID)
@@ -430,9 +444,9 @@ func (t *Transport) answer(m Message, err error) {
 	}
 }
 
-func (t *Transport) serveDMA(m Message) {
+func (t *Transport) serveDMA(m protocol.Message) {
 	h := m.Header
-	a, ok := m.Body.(DMAAccess)
+	a, ok := m.Body.(protocol.DMAAccess)
 	var reply []byte
 	var buf []byte
 	slab := t.slab.Load()
@@ -446,20 +460,20 @@ func (t *Transport) serveDMA(m Message) {
 	}
 	switch {
 	case !ok:
-		reply = EncodeMessage(h.ID, h.Cmd, FlagReply|FlagError, uint32(unix.EFAULT), nil)
-		if h.Cmd != CmdDMARead && h.Cmd != CmdDMAWrite {
-			reply = EncodeMessage(h.ID, h.Cmd, FlagReply|FlagError, uint32(unix.ENOSYS), nil)
+		reply = protocol.EncodeMessage(h.ID, h.Cmd, protocol.FlagReply|protocol.FlagError, uint32(unix.EFAULT), nil)
+		if h.Cmd != protocol.CmdDMARead && h.Cmd != protocol.CmdDMAWrite {
+			reply = protocol.EncodeMessage(h.ID, h.Cmd, protocol.FlagReply|protocol.FlagError, uint32(unix.ENOSYS), nil)
 		}
-	case h.Cmd == CmdDMARead:
+	case h.Cmd == protocol.CmdDMARead:
 		data := make([]byte, len(buf))
 		copy(data, buf)
-		reply = EncodeMessage(h.ID, h.Cmd, FlagReply, 0, DMAAccess{Address: a.Address, Count: a.Count, Data: data})
+		reply = protocol.EncodeMessage(h.ID, h.Cmd, protocol.FlagReply, 0, protocol.DMAAccess{Address: a.Address, Count: a.Count, Data: data})
 	default:
 		copy(buf, a.Data)
-		reply = EncodeMessage(h.ID, h.Cmd, FlagReply, 0, DMAAccess{Address: a.Address, Count: a.Count})
+		reply = protocol.EncodeMessage(h.ID, h.Cmd, protocol.FlagReply, 0, protocol.DMAAccess{Address: a.Address, Count: a.Count})
 	}
-	if h.Flags&FlagNoReply == 0 {
-		_ = t.w.write(reply, nil)
+	if h.Flags&protocol.FlagNoReply == 0 {
+		_ = t.w.WriteMessage(reply, nil)
 	}
 }
 
@@ -524,13 +538,13 @@ func (t *Transport) BARSize() uint64 { return t.barSize }
 
 // ReadConfig reads len(p) bytes of config space at off.
 func (t *Transport) ReadConfig(off int, p []byte) error {
-	r, err := t.call(CmdRegionRead, RegionAccess{Offset: uint64(off), Region: RegionConfig, Count: uint32(len(p))}, nil)
+	r, err := t.call(protocol.CmdRegionRead, protocol.RegionAccess{Offset: uint64(off), Region: protocol.RegionConfig, Count: uint32(len(p))}, nil)
 	if err != nil {
 		return err
 	}
-	a, _ := r.Body.(RegionAccess)
+	a, _ := r.Body.(protocol.RegionAccess)
 	if len(a.Data) != len(p) {
-		return fmt.Errorf("vfiouser: config read of %d bytes got %d: %w", len(p), len(a.Data), ErrMalformed)
+		return fmt.Errorf("vfiouser: config read of %d bytes got %d: %w", len(p), len(a.Data), protocol.ErrMalformed)
 	}
 	copy(p, a.Data)
 	return nil
@@ -538,43 +552,43 @@ func (t *Transport) ReadConfig(off int, p []byte) error {
 
 // WriteConfig writes p to config space at off and waits for the reply.
 func (t *Transport) WriteConfig(off int, p []byte) error {
-	_, err := t.call(CmdRegionWrite, RegionAccess{Offset: uint64(off), Region: RegionConfig, Count: uint32(len(p)), Data: p}, nil)
+	_, err := t.call(protocol.CmdRegionWrite, protocol.RegionAccess{Offset: uint64(off), Region: protocol.RegionConfig, Count: uint32(len(p)), Data: p}, nil)
 	return err
 }
 
 // Read32 implements mhi.Registers with one REGION_READ of BAR0.
 func (t *Transport) Read32(off uint32) (uint32, error) {
-	r, err := t.call(CmdRegionRead, RegionAccess{Offset: uint64(off), Region: RegionBAR0, Count: 4}, nil)
+	r, err := t.call(protocol.CmdRegionRead, protocol.RegionAccess{Offset: uint64(off), Region: protocol.RegionBAR0, Count: 4}, nil)
 	if err != nil {
 		return 0, err
 	}
-	a, _ := r.Body.(RegionAccess)
+	a, _ := r.Body.(protocol.RegionAccess)
 	if len(a.Data) != 4 {
-		return 0, fmt.Errorf("vfiouser: BAR0 read at 0x%x: %w", off, ErrMalformed)
+		return 0, fmt.Errorf("vfiouser: BAR0 read at 0x%x: %w", off, protocol.ErrMalformed)
 	}
 	return binary.LittleEndian.Uint32(a.Data), nil
 }
 
 // Write32 implements mhi.Registers with one REGION_WRITE of BAR0, posted
-// (NO_REPLY) unless ClientOptions.NoPostedWrites.
+// (NO_REPLY) unless Options.NoPostedWrites.
 func (t *Transport) Write32(off, v uint32) error {
 	if t.opts.NoPostedWrites {
-		a := RegionAccess{Offset: uint64(off), Region: RegionBAR0, Count: 4, Data: binary.LittleEndian.AppendUint32(nil, v)}
-		_, err := t.call(CmdRegionWrite, a, nil)
+		a := protocol.RegionAccess{Offset: uint64(off), Region: protocol.RegionBAR0, Count: 4, Data: binary.LittleEndian.AppendUint32(nil, v)}
+		_, err := t.call(protocol.CmdRegionWrite, a, nil)
 		return err
 	}
 	select {
 	case <-t.dead:
-		return fmt.Errorf("vfiouser: BAR0 write at 0x%x: %w", off, ErrClosed)
+		return fmt.Errorf("vfiouser: BAR0 write at 0x%x: %w", off, protocol.ErrClosed)
 	default:
 	}
 	// Posted: encoded into the connection's write buffer, no allocation.
 	var data [4]byte
 	binary.LittleEndian.PutUint32(data[:], v)
 	id := uint16(t.nextID.Add(1))
-	b := t.w.begin()
-	b = appendRegionAccess(b, id, CmdRegionWrite, FlagNoReply, uint64(off), RegionBAR0, 4, data[:])
-	if err := t.w.flush(b, nil); err != nil {
+	b := t.w.Begin()
+	b = protocol.AppendRegionAccess(b, id, protocol.CmdRegionWrite, protocol.FlagNoReply, uint64(off), protocol.RegionBAR0, 4, data[:])
+	if err := t.w.Flush(b, nil); err != nil {
 		return fmt.Errorf("vfiouser: BAR0 write at 0x%x: %w", off, err)
 	}
 	return nil
@@ -593,17 +607,17 @@ func (t *Transport) WritePair32(hiOff, hi, loOff, lo uint32) error {
 	}
 	select {
 	case <-t.dead:
-		return fmt.Errorf("vfiouser: BAR0 writes at 0x%x and 0x%x: %w", hiOff, loOff, ErrClosed)
+		return fmt.Errorf("vfiouser: BAR0 writes at 0x%x and 0x%x: %w", hiOff, loOff, protocol.ErrClosed)
 	default:
 	}
 	var data [8]byte
 	binary.LittleEndian.PutUint32(data[0:], hi)
 	binary.LittleEndian.PutUint32(data[4:], lo)
 	id := uint16(t.nextID.Add(2))
-	b := t.w.begin()
-	b = appendRegionAccess(b, id-1, CmdRegionWrite, FlagNoReply, uint64(hiOff), RegionBAR0, 4, data[0:4])
-	b = appendRegionAccess(b, id, CmdRegionWrite, FlagNoReply, uint64(loOff), RegionBAR0, 4, data[4:8])
-	if err := t.w.flush(b, nil); err != nil {
+	b := t.w.Begin()
+	b = protocol.AppendRegionAccess(b, id-1, protocol.CmdRegionWrite, protocol.FlagNoReply, uint64(hiOff), protocol.RegionBAR0, 4, data[0:4])
+	b = protocol.AppendRegionAccess(b, id, protocol.CmdRegionWrite, protocol.FlagNoReply, uint64(loOff), protocol.RegionBAR0, 4, data[4:8])
+	if err := t.w.Flush(b, nil); err != nil {
 		return fmt.Errorf("vfiouser: BAR0 writes at 0x%x and 0x%x: %w", hiOff, loOff, err)
 	}
 	return nil
@@ -630,7 +644,7 @@ func (t *Transport) SetInterruptHandler(h func(int)) {
 
 // Reset implements mhi.Transport with DEVICE_RESET.
 func (t *Transport) Reset() error {
-	_, err := t.call(CmdDeviceReset, nil, nil)
+	_, err := t.call(protocol.CmdDeviceReset, nil, nil)
 	return err
 }
 
@@ -641,8 +655,8 @@ func (t *Transport) Close() error {
 		select {
 		case <-t.dead:
 		default:
-			_, err1 := t.call(CmdSetIRQs, SetIRQs{Flags: IRQDataNone | IRQActionTrig, Index: t.irqIdx}, nil)
-			_, err2 := t.call(CmdDMAUnmap, DMAUnmap{Argsz: 24, Flags: DMAUnmapAll}, nil)
+			_, err1 := t.call(protocol.CmdSetIRQs, protocol.SetIRQs{Flags: protocol.IRQDataNone | protocol.IRQActionTrig, Index: t.irqIdx}, nil)
+			_, err2 := t.call(protocol.CmdDMAUnmap, protocol.DMAUnmap{Argsz: 24, Flags: protocol.DMAUnmapAll}, nil)
 			t.closeErr = errors.Join(err1, err2)
 		}
 		t.teardown()
@@ -651,13 +665,13 @@ func (t *Transport) Close() error {
 }
 
 func (t *Transport) teardown() {
-	_ = t.w.c.Close()
+	_ = t.w.Close()
 	<-t.rdone
 	for _, f := range t.evfiles {
 		_ = f.Close()
 	}
 	t.iwg.Wait()
-	closeFDs([]int{t.memfd})
+	protocol.CloseFDs([]int{t.memfd})
 	if t.mem != nil {
 		_ = unix.Munmap(t.mem)
 	}

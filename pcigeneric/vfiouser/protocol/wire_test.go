@@ -1,4 +1,4 @@
-package vfiouser
+package protocol
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gomhi/gomhi/pcigeneric/vfiouser/internal/vutest"
 	"golang.org/x/sys/unix"
 )
 
@@ -43,14 +44,14 @@ func sendFDs(t *testing.T, n int) []int {
 		}
 		fds = append(fds, fd)
 	}
-	t.Cleanup(func() { closeFDs(fds) })
+	t.Cleanup(func() { CloseFDs(fds) })
 	return fds
 }
 
 // TestWireFramingAndFDs sends messages as a peer may (several messages
 // before the reader reads, descriptors on one of them, messages split over
 // several sendmsg calls, more than MaxFDs descriptors, a message larger
-// than the read buffer) and checks what next hands out: every message
+// than the read buffer) and checks what Next hands out: every message
 // whole and in order, and the descriptors with the message they were sent
 // with (for a peer sending one message per sendmsg), never leaked.
 func TestWireFramingAndFDs(t *testing.T) {
@@ -72,7 +73,7 @@ func TestWireFramingAndFDs(t *testing.T) {
 		{"bigger than the read buffer", []send{{msg(1, 4), 0}, {msg(2, 3*wireBufSize), 1}, {msg(3, 4), 0}}, []uint16{1, 2, 3}, []int{0, 1, 0}},
 		// A peer that packs two messages into one sendmsg with
 		// descriptors gets them on the first from an exact wire, on the
-		// last from a greedy one (see wire).
+		// last from a greedy one (see Conn).
 		{"two messages in one send", []send{{append(msg(1, 4), msg(2, 4)...), 1}}, []uint16{1, 2}, []int{1, 0}},
 	}
 	for _, tc := range cases {
@@ -97,19 +98,19 @@ type wireSend struct {
 // wire and checks their IDs and descriptor counts (wantFDs; -1: the
 // too-many marker) and that no received descriptor stays open.
 func testWireCase(t *testing.T, greedy bool, sends []wireSend, ids []uint16, wantFDs []int) {
-	c, s := socketPair(t)
+	c, s := vutest.SocketPair(t)
 	defer c.Close()
 	defer s.Close()
-	wc, ws := newWire(c), newWire(s)
-	ws.greedy = greedy
+	wc, ws := NewConn(c), NewConn(s)
+	ws.Greedy = greedy
 	for _, sd := range sends {
-		if err := wc.write(sd.b, sendFDs(t, sd.fds)); err != nil {
+		if err := wc.WriteMessage(sd.b, sendFDs(t, sd.fds)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	before := openFDs(t) // with the sender's descriptors, open until the test ends
 	for i, id := range ids {
-		h, _, payload, fds, err := ws.next()
+		h, _, payload, fds, err := ws.Next()
 		if err != nil {
 			t.Fatalf("message %d: %v", i, err)
 		}
@@ -126,7 +127,7 @@ func testWireCase(t *testing.T, greedy bool, sends []wireSend, ids []uint16, wan
 		if len(fds) != want {
 			t.Errorf("message %d: %d descriptors, want %d", id, len(fds), want)
 		}
-		closeFDs(fds)
+		CloseFDs(fds)
 	}
 	if after := openFDs(t); after != before {
 		t.Errorf("%d descriptors open after reading, %d before: received descriptors leaked", after, before)
@@ -145,25 +146,25 @@ func TestWireErrorsCloseFDs(t *testing.T) {
 		want error
 	}{
 		{"truncated", m[:20], io.ErrUnexpectedEOF},
-		{"bad header", bad, errFraming},
+		{"bad header", bad, ErrFraming},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c, s := socketPair(t)
+			c, s := vutest.SocketPair(t)
 			defer s.Close()
-			wc, ws := newWire(c), newWire(s)
+			wc, ws := NewConn(c), NewConn(s)
 			before := openFDs(t)
 			fds := sendFDs(t, 3)
-			if err := wc.write(tc.b, fds); err != nil {
+			if err := wc.WriteMessage(tc.b, fds); err != nil {
 				t.Fatal(err)
 			}
-			closeFDs(fds)
+			CloseFDs(fds)
 			for i := range fds {
 				fds[i] = -1
 			}
 			c.Close()
-			if _, _, _, _, err := ws.next(); !errors.Is(err, tc.want) {
-				t.Fatalf("next: %v, want %v", err, tc.want)
+			if _, _, _, _, err := ws.Next(); !errors.Is(err, tc.want) {
+				t.Fatalf("Next: %v, want %v", err, tc.want)
 			}
 			if after := openFDs(t); after != before {
 				t.Errorf("%d descriptors open, want %d: received descriptors leaked", after, before)
