@@ -16,7 +16,7 @@ import (
 	"github.com/gomhi/gomhi/internal/labvm"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/testenv/logbuf"
-	mhiwire "github.com/gomhi/gomhi/mhi/wire"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric/internal/qemuguest"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 )
@@ -207,10 +207,10 @@ func TestLinuxDriverBootsFromPBL(t *testing.T) {
 
 	// Runtime PM, from both sides.
 	m3, count := r.mark(t, "m3"), r.mark(t, "pmcount")
-	if m3.status.State != mhiwire.StateM3 {
+	if m3.status.State != wire.StateM3 {
 		t.Errorf("modem in %v while the guest reports the function suspended, want M3", m3.status.State)
 	}
-	if count.status.State != mhiwire.StateM0 || count.status.EE != mhiwire.EEAMSS {
+	if count.status.State != wire.StateM0 || count.status.EE != wire.EEAMSS {
 		t.Errorf("modem in %v/%v after power/control on, want M0/AMSS", count.status.State, count.status.EE)
 	}
 	m := regexp.MustCompile(`(?m)^RPM suspends=(\d+) resumes=(\d+)`).FindStringSubmatch(r.serial)
@@ -268,10 +268,10 @@ func TestLinuxDriverRefusedImage(t *testing.T) {
 		t.Fatalf("bhi_image events %+v, want one refused image of %d bytes", evs, len(img))
 	}
 	st := r.mark(t, "refused").status
-	if st.EE != mhiwire.EEPBL || st.State == mhiwire.StateM0 || st.State == mhiwire.StateReady {
+	if st.EE != wire.EEPBL || st.State == wire.StateM0 || st.State == wire.StateReady {
 		t.Errorf("modem in %v/%v after the refused image, want PBL and not READY", st.State, st.EE)
 	}
-	if boot.ErrCode != ep.BHIErrDigest || !boot.AwaitImage || boot.EE != mhiwire.EEPBL {
+	if boot.ErrCode != ep.BHIErrDigest || !boot.AwaitImage || boot.EE != wire.EEPBL {
 		t.Errorf("modem's boot ROM %+v, want PBL waiting for an image, BHI_ERRCODE %d", boot, ep.BHIErrDigest)
 	}
 }

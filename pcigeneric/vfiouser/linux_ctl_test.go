@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
-	mhiwire "github.com/gomhi/gomhi/mhi/wire"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
 
@@ -51,7 +51,7 @@ func newCtlSetup(cfg *ep.Config, id ep.ModemIdentity) (*ctlSetup, error) {
 	}
 	s := &ctlSetup{modem: m, pairs: map[string]*pairCounter{}}
 	has := func(name string) bool {
-		return slices.ContainsFunc(cfg.MHI.Channels, func(c mhiwire.ChannelConfig) bool { return c.Name == name })
+		return slices.ContainsFunc(cfg.MHI.Channels, func(c wire.ChannelConfig) bool { return c.Name == name })
 	}
 	if cfg.Functions == nil {
 		cfg.Functions = map[string]ep.Function{}
@@ -87,7 +87,7 @@ type pairCounter struct {
 	fn ep.Function
 
 	mu                   sync.Mutex
-	state                [2]mhiwire.ChannelState // by direction
+	state                [2]wire.ChannelState // by direction
 	starts, resets       [2]int
 	ulTransfers, ulBytes int
 	firstEvents          []string
@@ -117,18 +117,18 @@ func (c *pairCounter) Attach(p *ep.Pipe) {
 	}
 }
 
-func (c *pairCounter) PipeStateChanged(p *ep.Pipe, dir mhiwire.Direction, st mhiwire.ChannelState) {
+func (c *pairCounter) PipeStateChanged(p *ep.Pipe, dir wire.Direction, st wire.ChannelState) {
 	i := 0
-	if dir == mhiwire.Downlink {
+	if dir == wire.Downlink {
 		i = 1
 	}
 	c.mu.Lock()
 	prev := c.state[i]
 	c.state[i] = st
 	switch {
-	case st == mhiwire.ChannelRunning && prev != mhiwire.ChannelRunning:
+	case st == wire.ChannelRunning && prev != wire.ChannelRunning:
 		c.starts[i]++
-	case st == mhiwire.ChannelDisabled && (prev == mhiwire.ChannelRunning || prev == mhiwire.ChannelStop):
+	case st == wire.ChannelDisabled && (prev == wire.ChannelRunning || prev == wire.ChannelStop):
 		c.resets[i]++
 	}
 	if len(c.firstEvents) < 8 && st != prev {
@@ -310,7 +310,7 @@ func checkMBIMPort(t *testing.T, r *guestRun, id ep.ModemIdentity) {
 
 // controlChannels returns the uplink and downlink channels of a pair of
 // the model.
-func controlChannels(t *testing.T, model, pair string) (ul, dl mhiwire.ChannelConfig) {
+func controlChannels(t *testing.T, model, pair string) (ul, dl wire.ChannelConfig) {
 	t.Helper()
 	info, ok := pcigeneric.Model(model)
 	if !ok {
@@ -320,7 +320,7 @@ func controlChannels(t *testing.T, model, pair string) (ul, dl mhiwire.ChannelCo
 		if c.Name != pair {
 			continue
 		}
-		if c.Dir == mhiwire.Uplink {
+		if c.Dir == wire.Uplink {
 			ul = c
 		} else {
 			dl = c

@@ -18,7 +18,7 @@ import (
 
 	"github.com/gomhi/gomhi/internal/labvm"
 	"github.com/gomhi/gomhi/mhi/ep"
-	mhiwire "github.com/gomhi/gomhi/mhi/wire"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/internal/qemuguest"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
@@ -394,7 +394,7 @@ func (r *guestRun) run(t *testing.T, k *linuxKernel, extraAppend string) {
 			if ipd, ok := c.Functions[pcigeneric.DataPair(c.MHI)].(*ep.IPData); ok {
 				r.ipd.Store(ipd)
 			}
-			if r.swip != nil && slices.ContainsFunc(c.MHI.Channels, func(ch mhiwire.ChannelConfig) bool { return ch.Name == ipSW0 }) {
+			if r.swip != nil && slices.ContainsFunc(c.MHI.Channels, func(ch wire.ChannelConfig) bool { return ch.Name == ipSW0 }) {
 				c.Functions[ipSW0] = r.swip
 			}
 			if r.ctlID != nil {
@@ -682,7 +682,7 @@ func testLinuxDriverSDX55(t *testing.T, k *linuxKernel) {
 	if m.Answered < 30 || g["rx_errors"] != 0 || g["tx_errors"] != 0 || g["rx_dropped"] != 0 {
 		t.Errorf("answered %d (want >= 30), guest errors rx %d tx %d, rx dropped %d", m.Answered, g["rx_errors"], g["tx_errors"], g["rx_dropped"])
 	}
-	if st := r.mark(t, "stats").status; st.State != mhiwire.StateM0 || st.EE != mhiwire.EEAMSS {
+	if st := r.mark(t, "stats").status; st.State != wire.StateM0 || st.EE != wire.EEAMSS {
 		t.Errorf("modem in %v/%v before SYS_ERR, want M0/AMSS", st.State, st.EE)
 	}
 	if s := r.mark(t, "syserr").modem; s.FaultsInjected == 0 {
@@ -698,7 +698,7 @@ func testLinuxDriverSDX55(t *testing.T, k *linuxKernel) {
 	if rec.modem.Resets <= before.Resets {
 		t.Errorf("the driver did not reset the modem after SYS_ERR (resets %d before, %d after)", before.Resets, rec.modem.Resets)
 	}
-	if rec.status.State != mhiwire.StateM0 || rec.status.EE != mhiwire.EEAMSS {
+	if rec.status.State != wire.StateM0 || rec.status.EE != wire.EEAMSS {
 		t.Errorf("modem in %v/%v after recovery, want M0/AMSS", rec.status.State, rec.status.EE)
 	}
 	t.Logf("modem: %d resets before SYS_ERR, %d after recovery; state %v, EE %v", before.Resets, rec.modem.Resets, rec.status.State, rec.status.EE)
@@ -832,7 +832,7 @@ func testLinuxDriverFN990(t *testing.T, k *linuxKernel) {
 	}
 	// The driver's receive buffers are its MRU: the FN990 entry's 32 KiB.
 	for _, c := range r.mark(t, "stats").status.Channels {
-		if c.Name == ep.IPDataMBIMName && c.Dir == mhiwire.Downlink {
+		if c.Name == ep.IPDataMBIMName && c.Dir == wire.Downlink {
 			t.Logf("downlink channel %d: host buffers of %d bytes", c.Num, c.HostBufferLen)
 			if c.HostBufferLen != 32768 {
 				t.Errorf("host buffers of %d bytes on channel %d, want 32768 (mhi_pci_generic's mru_default for the FN990)", c.HostBufferLen, c.Num)

@@ -22,7 +22,7 @@ import (
 	"github.com/gomhi/gomhi/internal/labvm"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
-	mhiwire "github.com/gomhi/gomhi/mhi/wire"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/internal/qemuguest"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
@@ -655,7 +655,7 @@ func mmStats(serial string) map[string]uint64 {
 }
 
 // mustModel returns the device table's channel configuration of model.
-func mustModel(t *testing.T, model string) mhiwire.ControllerConfig {
+func mustModel(t *testing.T, model string) wire.ControllerConfig {
 	info, ok := pcigeneric.Model(model)
 	if !ok {
 		t.Fatalf("no model %q", model)

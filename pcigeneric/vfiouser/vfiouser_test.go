@@ -15,7 +15,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/loopback"
-	mhiwire "github.com/gomhi/gomhi/mhi/wire"
+	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
@@ -179,7 +179,7 @@ func TestPowerUpLoopback(t *testing.T) {
 	if err := r.ctrl.PowerUp(); err != nil {
 		t.Fatal(err)
 	}
-	if s, ee := r.ctrl.State(); s != mhiwire.StateM0 || ee != mhiwire.EEAMSS {
+	if s, ee := r.ctrl.State(); s != wire.StateM0 || ee != wire.EEAMSS {
 		t.Fatalf("state %v %v, want M0 AMSS", s, ee)
 	}
 	c, err := loopback.Open(r.ctrl, loopback.Options{DLBufferSize: 16384, Seed: 7})
@@ -352,7 +352,7 @@ func TestDMATable(t *testing.T) {
 		{"unaligned", tb.Store32(0x10002, 1)},
 		{"huge", tb.ReadAt(make([]byte, 16), ^uint64(7))},
 	} {
-		if !errors.Is(tc.err, mhiwire.ErrBounds) {
+		if !errors.Is(tc.err, wire.ErrBounds) {
 			t.Errorf("%s: %v", tc.name, tc.err)
 		}
 	}
