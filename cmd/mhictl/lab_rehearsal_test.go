@@ -36,6 +36,7 @@ const labJourney = labChecks + `drv=$(basename "$(readlink /sys/bus/pci/devices/
 out=$(pingn 2); echo "$out" | grep -q " 0 packets received"; check gated $? "before connect: $out"
 mhictl connect mhi0 --apn internet >/tmp/c.txt 2>&1; check connect $? "$(tr '\n' ' ' </tmp/c.txt)"
 out=$(pingn 3); echo "$out" | grep -q " 3 packets received"; check ping $? "$out"
+st=$(mhictl status mhi0 2>&1); rc=$?; echo "$st" | grep -q "host PM M0"; check status $((rc+$?)) "$(echo "$st" | head -n 2 | tr '\n' ' ')"
 ping -i 0.05 -c 60 -W 5 "$LAB_PEER" >/tmp/load.txt 2>&1 &
 lp=$!
 sleep 0.5; mhictl set-mru mhi0 16384; r1=$?; sleep 0.5; mhictl set-mru mhi0 4096; r2=$?
@@ -54,6 +55,7 @@ mhictl disconnect mhi0 >/dev/null; check disconnect $? ""
 out=$(pingn 2); echo "$out" | grep -q " 0 packets received"; check gated-after-disconnect $? "$out"
 lab-inject surprise-removal
 upsaid "LINK_DOWN" 20; check link-down-reported $? "$(grep LINK_DOWN $LAB_UP_LOG | tail -n 1)"
+st=$(mhictl status mhi0 2>&1); rc=$?; [ $rc = 1 ] && echo "$st" | grep -q "LINK_DOWN"; check status-says-gone $? "exit $rc: $(echo "$st" | grep -i 'link_down' | tr '\n' ' ')"
 upstops up-stops-after-removal
 `
 
@@ -126,9 +128,9 @@ func TestLabRehearsal(t *testing.T) {
 		t.Run(k, func(t *testing.T) {
 			t.Run("journey", func(t *testing.T) {
 				status, out, errOut := labRun(t, "--json", "--kernel", k, "--driver", "gomhi", "--serve-args", "--require-connect", "--timeout", "8m", journey)
-				requireLabChecks(t, out, errOut, "bound", "gated", "connect", "ping", "set-mru-under-load", "ping-1400", "suspend-resume",
+				requireLabChecks(t, out, errOut, "bound", "gated", "connect", "ping", "status", "set-mru-under-load", "ping-1400", "suspend-resume",
 					"ping-after-resume", "syserr-recovered", "ping-after-syserr", "disconnect", "gated-after-disconnect",
-					"link-down-reported", "up-stops-after-removal")
+					"link-down-reported", "status-says-gone", "up-stops-after-removal")
 				sum := labSummary(t, out)
 				if status != 0 || sum.Modem.VFIOUserErrors != 0 || sum.Modem.Malformed != 0 {
 					t.Errorf("exit %d; the served modem: %d vfio-user errors %v, %d malformed", status, sum.Modem.VFIOUserErrors, sum.Modem.Errors, sum.Modem.Malformed)

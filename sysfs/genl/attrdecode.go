@@ -135,7 +135,7 @@ func decodeDeviceAttrs(ad *netlink.AttributeDecoder) (Device, error) {
 	var d Device
 	err := attrFields{
 		str: map[uint16]*string{AttrDevName: &d.Name, AttrState: &d.State, AttrEE: &d.EE,
-			AttrModel: &d.Model, AttrSerial: &d.Serial},
+			AttrModel: &d.Model, AttrSerial: &d.Serial, AttrPMState: &d.PMState, AttrRecovery: &d.Recovery},
 		u32: map[uint16]*uint32{AttrMRU: &d.MRU, AttrMTU: &d.MTU, AttrTimeoutMs: &d.TimeoutMs,
 			AttrAutosuspendMs: &d.AutosuspendMs},
 	}.decode(ad)

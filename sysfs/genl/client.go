@@ -164,6 +164,11 @@ type Device struct {
 	TimeoutMs uint32 `json:"timeout_ms"`    // command and state-change timeout
 	// AutosuspendMs is the host's auto-suspend delay (0: off).
 	AutosuspendMs uint32 `json:"autosuspend_ms"`
+	// PMState is the host's power-management state: M0, M3…;
+	// RECOVERY_FAILED or LINK_DOWN when the device is left alone.
+	PMState string `json:"pm_state"`
+	// Recovery is SYS_ERR recovery's standing (ok, recovering…, failed…).
+	Recovery string `json:"recovery"`
 }
 
 // SetRequest names the values SetDevice changes; nil fields stay as they

@@ -140,7 +140,8 @@ func TestGetDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := genl.Device{Name: "mhi0", State: "M0", EE: "AMSS", Model: "qcom-sdx55m", MRU: 32768, MTU: 1500, TimeoutMs: 8000}
+	want := genl.Device{Name: "mhi0", State: "M0", EE: "AMSS", Model: "qcom-sdx55m", MRU: 32768, MTU: 1500, TimeoutMs: 8000,
+		PMState: "M0", Recovery: "ok: 0 attempts, 0 failed"}
 	serial := d.Serial
 	d.Serial = ""
 	if d != want || serial == "" {

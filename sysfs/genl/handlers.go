@@ -144,7 +144,8 @@ func (s *Server) encodeDevice(ae *netlink.AttributeEncoder, name string) error {
 	for _, a := range []struct {
 		typ  uint16
 		file string
-	}{{AttrState, "state"}, {AttrEE, "ee"}, {AttrModel, "model"}, {AttrSerial, "serial_number"}} {
+	}{{AttrState, "state"}, {AttrEE, "ee"}, {AttrModel, "model"}, {AttrSerial, "serial_number"},
+		{AttrPMState, "pm_state"}, {AttrRecovery, "recovery"}} {
 		v, err := s.tree.Get(base + a.file)
 		if errors.Is(err, sysfs.ErrNotFound) {
 			continue

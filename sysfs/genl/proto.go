@@ -104,8 +104,15 @@ const (
 	// PMRequestSuspend, PMRequestResume).
 	AttrPMRequest uint16 = 17
 
+	// AttrPMState is the host's power-management state (string:
+	// devices/<dev>/pm_state: M0, M3, RECOVERY_FAILED, LINK_DOWN…).
+	AttrPMState uint16 = 25
+	// AttrRecovery is SYS_ERR recovery's standing (string:
+	// devices/<dev>/recovery).
+	AttrRecovery uint16 = 26
+
 	// AttrMax is the highest top-level attribute type.
-	AttrMax = AttrDumpData // rddm.go: AttrDumpCrash..AttrDumpData
+	AttrMax = AttrRecovery
 )
 
 // Values of AttrPMRequest.
@@ -198,6 +205,8 @@ var attrNames = [...]string{
 	AttrDumpTime:      "dump-time",
 	AttrDumpOffset:    "dump-offset",
 	AttrDumpData:      "dump-data",
+	AttrPMState:       "pm-state",
+	AttrRecovery:      "recovery",
 }
 
 var cmdNames = [...]string{

@@ -215,6 +215,7 @@ func TestSpecNumbers(t *testing.T) {
 		"stats": genl.AttrStats, "channel": genl.AttrChannel, "device": genl.AttrDevice, "apn": genl.AttrAPN,
 		"ip-type": genl.AttrIPType, "session": genl.AttrSession, "port": genl.AttrPort,
 		"autosuspend-ms": genl.AttrAutosuspendMs, "pm-request": genl.AttrPMRequest,
+		"pm-state": genl.AttrPMState, "recovery": genl.AttrRecovery,
 	} {
 		if !regexp.MustCompile(`name: ` + name + `\s+type: \w+\s+value: ` + strconv.Itoa(int(v)) + `\b`).MatchString(spec) {
 			t.Errorf("the spec lacks attribute %s = %d", name, v)
