@@ -6,6 +6,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
@@ -35,9 +36,9 @@ type Options struct {
 	// Modem overrides the mock modem's cellular configuration: identity
 	// fields set here replace the ones derived from the device-table
 	// entry (Identity); addressing, radio and signal as in
-	// ep.ModemConfig (defaults: 198.18.0.1/24 via 198.18.0.2,
+	// modem.Config (defaults: 198.18.0.1/24 via 198.18.0.2,
 	// fd00:6d68:6900::1/64 via ::2, MTU 1500).
-	Modem ep.ModemConfig
+	Modem modem.Config
 	// Device, if set, adjusts the mock modem's configuration before it starts.
 	Device func(*ep.Config)
 	// Host, if set, adjusts the host controller's options before it is built.
@@ -67,7 +68,7 @@ type Mock struct {
 	IPData *ep.IPData
 	// Modem is the mock modem's cellular state: identity, registration,
 	// the data session that gates IP data with RequireConnect.
-	Modem *ep.Modem
+	Modem *modem.Modem
 	// Functions are the mock modem's functions (IP data, MBIM…) and
 	// their counters.
 	Functions *Functions

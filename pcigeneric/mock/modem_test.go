@@ -11,6 +11,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
@@ -74,7 +75,7 @@ func TestMockIdentityEveryEntry(t *testing.T) {
 			t.Errorf("%s and %s share IMEI %s", key, other, id.IMEI)
 		}
 		imeis[id.IMEI] = key
-		if _, err := ep.NewModem(ep.ModemConfig{Identity: id}); err != nil {
+		if _, err := modem.New(modem.Config{Identity: id}); err != nil {
 			t.Errorf("%s: %v", e.Product, err)
 		}
 	}
@@ -121,7 +122,7 @@ func TestOpenMockControl(t *testing.T) {
 			if got := m.Modem.Identity(); got.Model != want.Model || got.IMEI != want.IMEI {
 				t.Errorf("identity %+v, want %+v", got, want)
 			}
-			if _, err := m.Modem.Connect("internet", ep.IPv4); err != nil {
+			if _, err := m.Modem.Connect("internet", modem.IPv4); err != nil {
 				t.Fatal(err)
 			}
 			if !m.Modem.DataAllowed() {
@@ -138,7 +139,7 @@ func TestOpenMockControl(t *testing.T) {
 // pair with the identity (a raw exchange; ctrlport's tests drive it
 // with a client).
 func TestOpenMockMBIMAnswers(t *testing.T) {
-	m, err := Open(Options{Model: "telit-fn990", Modem: ep.ModemConfig{Identity: ep.ModemIdentity{Firmware: "override-1"}}})
+	m, err := Open(Options{Model: "telit-fn990", Modem: modem.Config{Identity: modem.Identity{Firmware: "override-1"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

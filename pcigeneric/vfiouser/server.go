@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -58,7 +59,7 @@ type DeviceOptions struct {
 	// (MBIM CONNECT). Each session gets a fresh modem (a new client finds
 	// it registered, attached, without a session).
 	RequireConnect bool
-	Modem          ep.ModemConfig
+	Modem          modem.Config
 	// Device, if set, adjusts each session's modem configuration.
 	Device func(*ep.Config)
 	// OnRegister, if set, is called with every BAR0 register access the

@@ -1,4 +1,4 @@
-package ep
+package modem
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 )
 
@@ -31,7 +32,7 @@ type MBIM struct {
 	log   *slog.Logger
 
 	mu       sync.Mutex // guards everything below; held while a reply is sent
-	pipe     *Pipe
+	pipe     *ep.Pipe
 	open     bool
 	maxCtl   int
 	reasm    mbim.Reassembler
@@ -49,7 +50,7 @@ type MBIM struct {
 
 	pending chan struct{} // a Modem event is waiting
 	evMu    sync.Mutex
-	events  map[ModemEventKind]bool
+	events  map[EventKind]bool
 }
 
 // MBIMOptions configure an MBIM function.
@@ -131,7 +132,7 @@ type MBIMStats struct {
 // NewMBIM returns an MBIM function answering from m.
 func NewMBIM(m *Modem, opts MBIMOptions) (*MBIM, error) {
 	if m == nil {
-		return nil, fmt.Errorf("ep: MBIM needs a Modem: %w", ErrModemConfig)
+		return nil, fmt.Errorf("modem: MBIM needs a Modem: %w", ErrConfig)
 	}
 	log := opts.Logger
 	if log == nil {
@@ -146,7 +147,7 @@ func NewMBIM(m *Modem, opts MBIMOptions) (*MBIM, error) {
 		byStatus: map[mbim.Status]uint64{},
 		byError:  map[mbim.ProtocolError]uint64{},
 		pending:  make(chan struct{}, 1),
-		events:   map[ModemEventKind]bool{},
+		events:   map[EventKind]bool{},
 	}
 	f.reasm.Timeout = opts.FragmentTimeout
 	f.reasm.MaxLen = mbim.DefaultMaxMessage
@@ -155,7 +156,7 @@ func NewMBIM(m *Modem, opts MBIMOptions) (*MBIM, error) {
 
 // Attach implements PipeAttacher: it learns the pipe and starts sending
 // indications for Modem changes until the device closes.
-func (f *MBIM) Attach(p *Pipe) {
+func (f *MBIM) Attach(p *ep.Pipe) {
 	f.mu.Lock()
 	if f.pipe != nil {
 		f.mu.Unlock()
@@ -180,7 +181,7 @@ func (f *MBIM) Attach(p *Pipe) {
 
 // onModemEvent runs in the goroutine that changed the Modem: note the
 // event and wake the indication goroutine.
-func (f *MBIM) onModemEvent(ev ModemEvent) {
+func (f *MBIM) onModemEvent(ev Event) {
 	f.evMu.Lock()
 	f.events[ev.Kind] = true
 	f.evMu.Unlock()
@@ -241,7 +242,7 @@ type mbimOut interface {
 
 // Receive implements Function: one uplink transfer is one MBIM message or
 // fragment.
-func (f *MBIM) Receive(ctx context.Context, p *Pipe, transfer []byte) error {
+func (f *MBIM) Receive(ctx context.Context, p *ep.Pipe, transfer []byte) error {
 	return f.receive(ctx, p, transfer)
 }
 
@@ -706,7 +707,7 @@ func (f *MBIM) connectInfo(sid uint32) mbim.ConnectInfo {
 	ci := mbim.ConnectInfo{SessionID: sid, ActivationState: mbim.ActivationStateDeactivated, ContextType: mbim.ContextTypeNone}
 	if s := f.modem.Session(); sid == 0 && s.Active {
 		ci.ActivationState = mbim.ActivationStateActivated
-		ci.IPType = uint32(s.Type) // ep's IPv4/IPv6/IPv4v6 are MBIM's 1/2/3
+		ci.IPType = uint32(s.Type) // IPType's IPv4/IPv6/IPv4v6 are MBIM's 1/2/3
 		ci.ContextType = mbim.ContextTypeInternet
 	}
 	return ci
@@ -807,14 +808,14 @@ func (f *MBIM) wants(cid uint32) bool {
 func (f *MBIM) sendIndications(p mbimOut) {
 	f.evMu.Lock()
 	evs := f.events
-	f.events = map[ModemEventKind]bool{}
+	f.events = map[EventKind]bool{}
 	f.evMu.Unlock()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.open {
 		return
 	}
-	for _, k := range []ModemEventKind{EventRadio, EventRegistration, EventPacketService, EventSession, EventSignal} {
+	for _, k := range []EventKind{EventRadio, EventRegistration, EventPacketService, EventSession, EventSignal} {
 		if !evs[k] {
 			continue
 		}
