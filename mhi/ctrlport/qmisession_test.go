@@ -15,7 +15,7 @@ import (
 // on its QMI pair and a Session over a QMISession on the port's pair.
 func newQMISession(t *testing.T, host *fakeHost) (*mock.Mock, *ctrlport.Port, *ctrlport.Session) {
 	t.Helper()
-	m, err := mock.Open(mock.Options{Model: "telit-fn920c04", RequireConnect: true})
+	m, err := mock.Open(mock.Options{Model: "telit-fn920c04", Modem: modem.Config{RequireConnect: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

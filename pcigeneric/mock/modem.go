@@ -115,12 +115,10 @@ type ModemOptions struct {
 	// IPData configures the IP data function (see Options.IPData).
 	IPData ep.IPDataConfig
 	// Modem overrides the modem's configuration: non-empty identity
-	// fields replace the derived ones (Identity); addressing, radio
-	// and signal as in modem.Config.
+	// fields replace the derived ones (Identity); addressing, radio,
+	// signal and the gating of IP data on a session (RequireConnect) as
+	// in modem.Config.
 	Modem modem.Config
-	// RequireConnect gates IP data on a connected session (also set by
-	// Modem.RequireConnect).
-	RequireConnect bool
 	// Logger receives the functions' logs (nil: discard).
 	Logger *slog.Logger
 }
@@ -247,7 +245,6 @@ func NewConfig(e pcigeneric.Entry, opts ModemOptions) (ep.Config, *Functions, er
 
 	mc := opts.Modem
 	mc.Identity = mergeIdentity(Identity(e), mc.Identity)
-	mc.RequireConnect = mc.RequireConnect || opts.RequireConnect
 	m, err := modem.New(mc)
 	if err != nil {
 		return ep.Config{}, nil, fmt.Errorf("pcigeneric: mock %s: %w", info.Name, err)

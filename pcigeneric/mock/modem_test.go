@@ -103,7 +103,7 @@ func TestOpenMockControl(t *testing.T) {
 			if got := pcigeneric.ControlPairs(info.Config); fmt.Sprint(got) != fmt.Sprint(c.pairs) {
 				t.Errorf("ControlPairs = %v, want %v", got, c.pairs)
 			}
-			m, err := Open(Options{Model: model, RequireConnect: true})
+			m, err := Open(Options{Model: model, Modem: modem.Config{RequireConnect: true}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -115,7 +115,7 @@ func TestOpenMockControl(t *testing.T) {
 			if fmt.Sprint(f.ControlPairs) != fmt.Sprint(c.pairs) {
 				t.Errorf("pairs given a function %v, want %v", f.ControlPairs, c.pairs)
 			}
-			if m.Modem == nil || !m.Modem.RequireConnect() || m.Modem.DataAllowed() {
+			if m.Modem == nil || m.Modem.Session().Active || m.Modem.DataAllowed() {
 				t.Fatal("RequireConnect did not reach the modem")
 			}
 			want := Identity(pcigeneric.EntriesFor(model)[0])
@@ -236,7 +236,7 @@ func TestMockSWData(t *testing.T) {
 		if len(es) == 0 {
 			t.Fatalf("no entry for %s", tc.model)
 		}
-		ec, fns, err := NewConfig(es[0], ModemOptions{IPData: ep.IPDataConfig{Responder: tc.responder}, RequireConnect: true})
+		ec, fns, err := NewConfig(es[0], ModemOptions{IPData: ep.IPDataConfig{Responder: tc.responder}, Modem: modem.Config{RequireConnect: true}})
 		if err != nil {
 			t.Fatal(err)
 		}

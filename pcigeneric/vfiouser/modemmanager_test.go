@@ -442,11 +442,10 @@ func (r *mmRun) run(t *testing.T) {
 	// MBIM, QMI and AT on the model's pairs, one modem.Modem, IP data gated
 	// by the session).
 	dev, err := vfiouser.NewServerDevice(vfiouser.DeviceOptions{
-		Model:          r.model.name,
-		Logger:         slog.New(slog.NewTextHandler(r.events, nil)),
-		IPData:         ep.IPDataConfig{Format: r.model.format, Responder: true},
-		RequireConnect: true,
-		Modem:          modem.Config{Identity: r.model.identity},
+		Model:  r.model.name,
+		Logger: slog.New(slog.NewTextHandler(r.events, nil)),
+		IPData: ep.IPDataConfig{Format: r.model.format, Responder: true},
+		Modem:  modem.Config{Identity: r.model.identity, RequireConnect: true},
 	})
 	if err != nil {
 		t.Fatal(err)

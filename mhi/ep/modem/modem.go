@@ -277,9 +277,6 @@ func (m *Modem) Identity() Identity { return m.cfg.Identity }
 // Addressing returns what a session is assigned.
 func (m *Modem) Addressing() SessionAddressing { return m.cfg.Addressing }
 
-// RequireConnect reports whether IP data is gated on a session.
-func (m *Modem) RequireConnect() bool { return m.cfg.RequireConnect }
-
 // Subscribe calls f after every change (from the goroutine that made it,
 // after the modem's lock is released; f must not block). It returns a
 // function that removes f.
