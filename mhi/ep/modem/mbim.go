@@ -770,14 +770,14 @@ func (f *MBIM) ipConfiguration(sid uint32) (mbim.IPConfiguration, bool) {
 	a := f.modem.Addressing()
 	all := mbim.IPConfigAddress | mbim.IPConfigGateway | mbim.IPConfigDNS | mbim.IPConfigMTU
 	c := mbim.IPConfiguration{SessionID: sid}
-	if s.Type.Has4() {
+	if s.Type.has4() {
 		c.IPv4Available = all
 		c.IPv4Addresses = []netip.Prefix{a.IPv4}
 		c.IPv4Gateway = a.Gateway4
 		c.IPv4DNS = a.DNS4
 		c.IPv4MTU = uint32(a.MTU)
 	}
-	if s.Type.Has6() {
+	if s.Type.has6() {
 		c.IPv6Available = all
 		c.IPv6Addresses = []netip.Prefix{a.IPv6}
 		c.IPv6Gateway = a.Gateway6

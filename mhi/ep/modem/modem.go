@@ -47,21 +47,11 @@ func (t IPType) String() string {
 	return fmt.Sprintf("IPType(%d)", int(t))
 }
 
-// Has4 reports whether the type includes IPv4.
-func (t IPType) Has4() bool { return t == IPv4 || t == IPv4v6 }
+// has4 reports whether the type includes IPv4.
+func (t IPType) has4() bool { return t == IPv4 || t == IPv4v6 }
 
-// Has6 reports whether the type includes IPv6.
-func (t IPType) Has6() bool { return t == IPv6 || t == IPv4v6 }
-
-// ParseIPType parses "ipv4", "ipv6" or "ipv4v6".
-func ParseIPType(s string) (IPType, error) {
-	for i, n := range ipTypeNames {
-		if i > 0 && n == s {
-			return IPType(i), nil
-		}
-	}
-	return 0, fmt.Errorf("modem: IP type %q: want ipv4, ipv6 or ipv4v6: %w", s, ErrConfig)
-}
+// has6 reports whether the type includes IPv6.
+func (t IPType) has6() bool { return t == IPv6 || t == IPv4v6 }
 
 // SessionAddressing is what the network assigns to a connected session:
 // the host's addresses, the gateway (the modem's side of the link, the
@@ -497,11 +487,11 @@ func (m *Modem) Disconnect() bool {
 	return m.disconnect(func() bool { return true })
 }
 
-// DisconnectID ends the data session if it is the active one with the
+// disconnectID ends the data session if it is the active one with the
 // given ID (a control function ending the session it started, without
 // ending a newer one another function started meanwhile). It reports
 // whether it ended one.
-func (m *Modem) DisconnectID(id uint32) bool {
+func (m *Modem) disconnectID(id uint32) bool {
 	return m.disconnect(func() bool { return m.session.ID == id })
 }
 
@@ -521,12 +511,12 @@ func (m *Modem) disconnect(match func() bool) bool {
 	return true
 }
 
-// SetSessionType changes the IP type of the active session with the given
+// setSessionType changes the IP type of the active session with the given
 // ID: QMI connects each IP family on its own WDS client, so a dual-stack
 // session gains its second family (and loses one) after it was connected.
 // It fails with ErrNoSession when id is not the active session and with
 // ErrConfig for an invalid type.
-func (m *Modem) SetSessionType(id uint32, t IPType) (Session, error) {
+func (m *Modem) setSessionType(id uint32, t IPType) (Session, error) {
 	if t < IPv4 || t > IPv4v6 {
 		return Session{}, fmt.Errorf("modem: session type: %w: IP type %d", ErrConfig, t)
 	}

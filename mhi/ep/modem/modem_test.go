@@ -142,7 +142,7 @@ func TestModemSessionByID(t *testing.T) {
 		n = 0
 		return v
 	}
-	if _, err := m.SetSessionType(1, IPv4v6); !errors.Is(err, ErrNoSession) {
+	if _, err := m.setSessionType(1, IPv4v6); !errors.Is(err, ErrNoSession) {
 		t.Fatalf("type of no session: %v", err)
 	}
 	s, err := m.Connect("internet", IPv4)
@@ -150,26 +150,26 @@ func TestModemSessionByID(t *testing.T) {
 		t.Fatal(err)
 	}
 	sessionEvents()
-	if _, err := m.SetSessionType(s.ID+1, IPv4v6); !errors.Is(err, ErrNoSession) {
+	if _, err := m.setSessionType(s.ID+1, IPv4v6); !errors.Is(err, ErrNoSession) {
 		t.Fatalf("type of another session: %v", err)
 	}
-	if _, err := m.SetSessionType(s.ID, 7); !errors.Is(err, ErrConfig) {
+	if _, err := m.setSessionType(s.ID, 7); !errors.Is(err, ErrConfig) {
 		t.Fatalf("bad type: %v", err)
 	}
-	if got, err := m.SetSessionType(s.ID, IPv4v6); err != nil || got.Type != IPv4v6 || m.Session().Type != IPv4v6 {
+	if got, err := m.setSessionType(s.ID, IPv4v6); err != nil || got.Type != IPv4v6 || m.Session().Type != IPv4v6 {
 		t.Fatalf("widen: %+v %v", got, err)
 	}
-	if _, err := m.SetSessionType(s.ID, IPv4v6); err != nil {
+	if _, err := m.setSessionType(s.ID, IPv4v6); err != nil {
 		t.Fatal(err)
 	}
 	if ev := sessionEvents(); ev != 1 {
 		t.Fatalf("%d session events for one change", ev)
 	}
-	if m.DisconnectID(s.ID+1) || !m.Session().Active {
-		t.Fatal("DisconnectID of another session ended the active one")
+	if m.disconnectID(s.ID+1) || !m.Session().Active {
+		t.Fatal("disconnectID of another session ended the active one")
 	}
-	if !m.DisconnectID(s.ID) || m.Session().Active || m.DataAllowed() || m.DisconnectID(s.ID) {
-		t.Fatal("DisconnectID of the active session")
+	if !m.disconnectID(s.ID) || m.Session().Active || m.DataAllowed() || m.disconnectID(s.ID) {
+		t.Fatal("disconnectID of the active session")
 	}
 	if ev := sessionEvents(); ev != 1 {
 		t.Fatalf("%d session events for the disconnect", ev)

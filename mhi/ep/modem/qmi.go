@@ -18,14 +18,14 @@ import (
 // (channels 14/15 on Qualcomm SDX configurations; Linux's wwan0qmi0).
 const QMIName = "QMI"
 
-// DefaultQMIMaxClients is the number of client ids each QMI service hands
+// defaultQMIMaxClients is the number of client ids each QMI service hands
 // out unless QMIOptions says otherwise.
-const DefaultQMIMaxClients = 32
+const defaultQMIMaxClients = 32
 
 // QMIOptions configure a QMI function.
 type QMIOptions struct {
 	// MaxClients is the number of client ids each service hands out per
-	// port (1..254; zero means DefaultQMIMaxClients). Allocating more
+	// port (1..254; zero means 32). Allocating more
 	// fails with ClientIdsExhausted, as on a real modem.
 	MaxClients int
 	// Logger receives Debug records per message and Warn records for
@@ -185,7 +185,7 @@ func NewQMI(m *Modem, opts QMIOptions) (*QMI, error) {
 		return nil, fmt.Errorf("%w: no modem", ErrQMIConfig)
 	}
 	if opts.MaxClients == 0 {
-		opts.MaxClients = DefaultQMIMaxClients
+		opts.MaxClients = defaultQMIMaxClients
 	}
 	if opts.MaxClients < 1 || opts.MaxClients > 254 {
 		return nil, fmt.Errorf("%w: MaxClients %d outside 1..254", ErrQMIConfig, opts.MaxClients)
@@ -682,7 +682,7 @@ func (q *QMI) servingLocked() qmiServing {
 
 func sessionHas(t IPType, family IPType) bool {
 	if family == IPv6 {
-		return t.Has6()
+		return t.has6()
 	}
-	return t.Has4()
+	return t.has4()
 }
