@@ -25,7 +25,7 @@ import (
 // ", variant" suffix are left out); the firmware and hardware revisions
 // and the IMEI (with a valid Luhn check digit) are derived from a hash of
 // the model and product names, so they are the same in every run. IMSI,
-// ICCID and the home network are ep's defaults.
+// ICCID and the home network are the modem package's defaults.
 func Identity(e pcigeneric.Entry) modem.Identity {
 	manufacturer, model, hw := splitProduct(e.Product)
 	h := fnv.New64a()
