@@ -16,10 +16,10 @@ FUZZ_TARGETS := ./mhi/proto/ntb:FuzzParseNTB:200000 ./mhi/proto/ntb:FuzzRoundTri
 	./mhinet/tun:FuzzCoalesce:100000 ./mhi:FuzzEventRing:100000
 # MBIM control messages: the codec and the mock modem's answerer.
 FUZZ_TARGETS += ./mhi/proto/mbim:FuzzParseMessage:200000 ./mhi/proto/mbim:FuzzInformationBuffer:50000 \
-	./mhi/proto/mbim:FuzzReassemble:50000 ./mhi/ep:FuzzMBIMAnswer:50000
+	./mhi/proto/mbim:FuzzReassemble:50000 ./mhi/ep/modem:FuzzMBIMAnswer:50000
 # QMI and AT: the codecs and the mock modem's answerers.
 FUZZ_TARGETS += ./mhi/proto/qmi:FuzzParseQMUX:100000 ./mhi/proto/qmi:FuzzTLVs:50000 \
-	./mhi/proto/at:FuzzParseLine:100000 ./mhi/ep:FuzzQMIAnswer:50000 ./mhi/ep:FuzzATAnswer:50000
+	./mhi/proto/at:FuzzParseLine:100000 ./mhi/ep/modem:FuzzQMIAnswer:50000 ./mhi/ep/modem:FuzzATAnswer:50000
 # The untrusted message paths (docs/RELIABILITY.md, "Fuzzing").
 FUZZ_TARGETS += ./pcigeneric/vfiouser:FuzzServe:10000 ./pcigeneric/vfiouser/client:FuzzClient:12000 \
 	./sysfs/genl:FuzzServeRequest:20000 ./sysfs/genl:FuzzClientReply:10000 \

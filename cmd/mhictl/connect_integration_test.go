@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/testenv"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
@@ -54,7 +54,7 @@ func mbimcli(t *testing.T, args ...string) (string, error) {
 
 // mbimQueries runs the queries of the issue and checks the answers carry
 // the identity of the table entry the modem impersonates.
-func mbimQueries(t *testing.T, dev []string, id ep.ModemIdentity) {
+func mbimQueries(t *testing.T, dev []string, id modem.Identity) {
 	t.Helper()
 	for _, c := range []struct {
 		arg  string
@@ -62,8 +62,8 @@ func mbimQueries(t *testing.T, dev []string, id ep.ModemIdentity) {
 	}{
 		{"--query-device-caps", []string{"Device ID: '" + id.IMEI + "'", "Firmware info: '" + id.Firmware + "'",
 			"Hardware info: '" + id.Model + " " + id.Hardware + "'", "Data class: 'gprs, edge, umts, hsdpa, hsupa, lte'"}},
-		{"--query-subscriber-ready-status", []string{"Ready state: 'initialized'", "Subscriber ID: '" + ep.DefaultIMSI + "'"}},
-		{"--query-registration-state", []string{"Register state: 'home'", "Provider ID: '" + ep.DefaultProviderID + "'", "Available data classes: 'lte'"}},
+		{"--query-subscriber-ready-status", []string{"Ready state: 'initialized'", "Subscriber ID: '" + modem.DefaultIMSI + "'"}},
+		{"--query-registration-state", []string{"Register state: 'home'", "Provider ID: '" + modem.DefaultProviderID + "'", "Available data classes: 'lte'"}},
 		{"--query-signal-state", []string{"RSSI [0-31,99]: '20'"}},
 	} {
 		out, err := mbimcli(t, append(append([]string{}, dev...), c.arg)...)
@@ -446,7 +446,7 @@ func killProxies(t *testing.T, bin string) {
 // qmicliSession: the identity and registration queries, then a call
 // qmicli starts opens the mock's gate (ping 5/5) and stopping it closes
 // it again.
-func qmicliSession(t *testing.T, dev []string, id ep.ModemIdentity, seq uint16) {
+func qmicliSession(t *testing.T, dev []string, id modem.Identity, seq uint16) {
 	t.Helper()
 	q := func(args ...string) string {
 		t.Helper()

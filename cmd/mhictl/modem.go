@@ -19,6 +19,7 @@ import (
 	"github.com/gomhi/gomhi/cmd/mhictl/internal/faultsock"
 	"github.com/gomhi/gomhi/cmd/mhictl/internal/soak"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/loopback"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
@@ -211,7 +212,7 @@ func (sf *modemServeFlags) newDevice(model string, mlog, events *slog.Logger) (*
 	}
 	opts := vfiouser.DeviceOptions{
 		Model: model, Vectors: sf.vectors, Logger: events, ModemLogger: mlog.With("side", "modem"),
-		IPData: ipc, RequireConnect: sf.requireConnect,
+		IPData: ipc, Modem: modem.Config{RequireConnect: sf.requireConnect},
 	}
 	// The IP data function of the main data pair in the current (or
 	// last) session: its counters judge a soak's phases.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/tun"
@@ -384,7 +385,7 @@ func openMock(f *upFlags, s upSettings, info *pcigeneric.ModemInfo, d upData, lo
 		return nil, err
 	}
 	return mock.Open(mock.Options{
-		Model: info.Name, Name: f.name, Logger: log, RequireConnect: f.requireConnect,
+		Model: info.Name, Name: f.name, Logger: log, Modem: modem.Config{RequireConnect: f.requireConnect},
 		IPData:      ep.IPDataConfig{Format: mockformat.For(d.format), QMAPCsum: d.qmapCsum, Responder: s.responder},
 		FirmwareDir: f.firmware, RDDMSize: f.rddmSize, Device: func(c *ep.Config) { c.Boot = bc },
 	})

@@ -6,32 +6,33 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // testIdentity is what the mock modem of these tests says about itself.
-var testIdentity = ep.ModemIdentity{Manufacturer: "Telit", Model: "FN990", Firmware: "LE.1.2.3-gomhi-test",
+var testIdentity = modem.Identity{Manufacturer: "Telit", Model: "FN990", Firmware: "LE.1.2.3-gomhi-test",
 	Hardware: "rev 2", IMEI: "351234567890123", IMSI: "001019876543210", ICCID: "8900112233445566778",
 	ProviderID: "00101", ProviderName: "Test Net"}
 
 type mockModem struct {
 	mock  *mock.Mock
-	modem *ep.Modem
-	mbim  *ep.MBIM
+	modem *modem.Modem
+	mbim  *modem.MBIM
 }
 
 // startMock starts an in-process mock modem of a model with MBIM channels,
-// with an ep.MBIM on its "MBIM" pair, and powers the host controller up.
-func startMock(t testing.TB, mc ep.ModemConfig, mo ep.MBIMOptions) *mockModem {
+// with a modem.MBIM on its "MBIM" pair, and powers the host controller up.
+func startMock(t testing.TB, mc modem.Config, mo modem.MBIMOptions) *mockModem {
 	t.Helper()
-	if mc.Identity == (ep.ModemIdentity{}) {
+	if mc.Identity == (modem.Identity{}) {
 		mc.Identity = testIdentity
 	}
-	modem, err := ep.NewModem(mc)
+	m, err := modem.New(mc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fn, err := ep.NewMBIM(modem, mo)
+	fn, err := modem.NewMBIM(m, mo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +40,7 @@ func startMock(t testing.TB, mc ep.ModemConfig, mo ep.MBIMOptions) *mockModem {
 		if c.Functions == nil {
 			c.Functions = map[string]ep.Function{}
 		}
-		c.Functions[ep.MBIMName] = fn
+		c.Functions[modem.MBIMName] = fn
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +49,7 @@ func startMock(t testing.TB, mc ep.ModemConfig, mo ep.MBIMOptions) *mockModem {
 	if err := mock.Controller.PowerUp(); err != nil {
 		t.Fatal(err)
 	}
-	return &mockModem{mock: mock, modem: modem, mbim: fn}
+	return &mockModem{mock: mock, modem: m, mbim: fn}
 }
 
 func ctx(t testing.TB) context.Context {

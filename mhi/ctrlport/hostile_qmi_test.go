@@ -15,6 +15,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/proto/qmi"
 	"golang.org/x/sys/unix"
 )
@@ -146,7 +147,7 @@ func (r *qmiSessionRig) honest(t *testing.T) {
 	if err != nil {
 		t.Fatalf("honest connect after the attack: %v", err)
 	}
-	if st.IPv4 != ep.DefaultIPv4 || st.IPv6 != ep.DefaultIPv6 {
+	if st.IPv4 != modem.DefaultIPv4 || st.IPv6 != modem.DefaultIPv6 {
 		t.Fatalf("honest connect: %+v", st)
 	}
 	if _, err := r.s.Disconnect(context.Background()); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/hostile"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 	"github.com/gomhi/gomhi/mhi/testenv/fuzzcheck"
@@ -379,7 +380,7 @@ type mrig struct {
 func newMRig(t *testing.T, model string, pairs ...string) *mrig {
 	t.Helper()
 	r := &mrig{fns: map[string]*scriptFn{}}
-	m, err := mock.Open(mock.Options{Model: model, RequireConnect: true, Device: func(c *ep.Config) {
+	m, err := mock.Open(mock.Options{Model: model, Modem: modem.Config{RequireConnect: true}, Device: func(c *ep.Config) {
 		for _, p := range pairs {
 			inner, ok := c.Functions[p]
 			if !ok {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 )
 
@@ -82,7 +83,7 @@ func (r *mbimSessionRig) honest(t *testing.T, ipType string) {
 	if err != nil {
 		t.Fatalf("honest connect after the attack: %v", err)
 	}
-	if st.IPv4 != ep.DefaultIPv4 || st.MTU != ep.DefaultSessionMTU {
+	if st.IPv4 != modem.DefaultIPv4 || st.MTU != modem.DefaultSessionMTU {
 		t.Fatalf("honest connect: %+v", st)
 	}
 	if _, err := r.s.Disconnect(context.Background()); err != nil {
@@ -108,8 +109,8 @@ func ipConfigDone(req mbim.Message, c mbim.IPConfiguration) []byte {
 func goodIPConfig() mbim.IPConfiguration {
 	all := mbim.IPConfigAddress | mbim.IPConfigGateway | mbim.IPConfigDNS | mbim.IPConfigMTU
 	return mbim.IPConfiguration{IPv4Available: all, IPv6Available: all,
-		IPv4Addresses: []netip.Prefix{ep.DefaultIPv4}, IPv4Gateway: ep.DefaultGateway4, IPv4DNS: []netip.Addr{ep.DefaultGateway4}, IPv4MTU: 1500,
-		IPv6Addresses: []netip.Prefix{ep.DefaultIPv6}, IPv6Gateway: ep.DefaultGateway6, IPv6DNS: []netip.Addr{ep.DefaultGateway6}, IPv6MTU: 1500}
+		IPv4Addresses: []netip.Prefix{modem.DefaultIPv4}, IPv4Gateway: modem.DefaultGateway4, IPv4DNS: []netip.Addr{modem.DefaultGateway4}, IPv4MTU: 1500,
+		IPv6Addresses: []netip.Prefix{modem.DefaultIPv6}, IPv6Gateway: modem.DefaultGateway6, IPv6DNS: []netip.Addr{modem.DefaultGateway6}, IPv6MTU: 1500}
 }
 
 func mbimSessionAttacks() []attack {
@@ -266,7 +267,7 @@ func mbimSessionAttacks() []attack {
 				if !isActivate(req) {
 					return nil
 				}
-				if _, err := r.mock.Modem.Connect("internet", ep.IPv4); err != nil {
+				if _, err := r.mock.Modem.Connect("internet", modem.IPv4); err != nil {
 					t.Error(err)
 				}
 				return mbim.AppendCommandDone(nil, req.TID, mbim.ServiceBasicConnect, mbim.CIDConnect, mbim.StatusSuccess, make([]byte, 8))
@@ -306,7 +307,7 @@ func mbimSessionAttacks() []attack {
 					if !isActivate(req) {
 						return nil
 					}
-					if _, err := r.mock.Modem.Connect("internet", ep.IPv4); err != nil {
+					if _, err := r.mock.Modem.Connect("internet", modem.IPv4); err != nil {
 						t.Error(err)
 					}
 					return mbim.AppendCommandDone(nil, req.TID, mbim.ServiceBasicConnect, mbim.CIDConnect, mbim.StatusSuccess, c.ci.AppendTo(nil))

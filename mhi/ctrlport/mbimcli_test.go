@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ctrlport"
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 	"github.com/gomhi/gomhi/mhi/testenv"
 	"github.com/gomhi/gomhi/mhi/testenv/reexec"
@@ -92,7 +92,7 @@ func mbimcliSession(t *testing.T, mm *mockModem, dev []string) {
 	}
 }
 
-func newToolPort(t *testing.T, mc ep.ModemConfig, mo ep.MBIMOptions) (*mockModem, *ctrlport.Port) {
+func newToolPort(t *testing.T, mc modem.Config, mo modem.MBIMOptions) (*mockModem, *ctrlport.Port) {
 	t.Helper()
 	mc.RequireConnect = true
 	mm := startMock(t, mc, mo)
@@ -102,7 +102,7 @@ func newToolPort(t *testing.T, mc ep.ModemConfig, mo ep.MBIMOptions) (*mockModem
 
 func TestMbimcliDirect(t *testing.T) {
 	needTool(t, "mbimcli", "libmbim-utils")
-	mm, p := newToolPort(t, ep.ModemConfig{}, ep.MBIMOptions{})
+	mm, p := newToolPort(t, modem.Config{}, modem.MBIMOptions{})
 	mbimcliSession(t, mm, []string{"-d", p.Link()})
 	st := mm.mbim.Stats()
 	t.Logf("modem: %+v\nport: %+v", st, p.Stats())
@@ -118,7 +118,7 @@ func TestMbimcliKilledMidTransaction(t *testing.T) {
 	hold := make(chan struct{})
 	var once sync.Once
 	held := make(chan struct{})
-	mm, p := newToolPort(t, ep.ModemConfig{}, ep.MBIMOptions{Mangle: func(msg []byte) {
+	mm, p := newToolPort(t, modem.Config{}, modem.MBIMOptions{Mangle: func(msg []byte) {
 		if isCommandDone(msg, mbim.CIDDeviceCaps) {
 			once.Do(func() { close(held); <-hold })
 		}
@@ -152,7 +152,7 @@ func isCommandDone(msg []byte, cid uint32) bool {
 // must make mbimcli fail (libmbim matches replies by TID).
 func TestMbimcliWrongTIDFails(t *testing.T) {
 	needTool(t, "mbimcli", "libmbim-utils")
-	_, p := newToolPort(t, ep.ModemConfig{}, ep.MBIMOptions{Mangle: func(msg []byte) {
+	_, p := newToolPort(t, modem.Config{}, modem.MBIMOptions{Mangle: func(msg []byte) {
 		if isCommandDone(msg, mbim.CIDSignalState) {
 			binary.LittleEndian.PutUint32(msg[8:], binary.LittleEndian.Uint32(msg[8:])+1000)
 		}
@@ -231,7 +231,7 @@ func TestMbimcliProxy(t *testing.T) {
 		return
 	}
 	startProxy(t)
-	mm, p := newToolPort(t, ep.ModemConfig{}, ep.MBIMOptions{})
+	mm, p := newToolPort(t, modem.Config{}, modem.MBIMOptions{})
 	mbimcliSession(t, mm, []string{"-p", "-d", p.Link()})
 
 	// Two clients side by side, several rounds.
@@ -262,7 +262,7 @@ func TestMbimcliProxy(t *testing.T) {
 	hold := make(chan struct{})
 	held := make(chan struct{})
 	var once sync.Once
-	mm2, p2 := newToolPort(t, ep.ModemConfig{}, ep.MBIMOptions{Mangle: func(msg []byte) {
+	mm2, p2 := newToolPort(t, modem.Config{}, modem.MBIMOptions{Mangle: func(msg []byte) {
 		if isCommandDone(msg, mbim.CIDHomeProvider) {
 			once.Do(func() { close(held); <-hold })
 		}

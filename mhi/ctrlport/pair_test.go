@@ -7,12 +7,12 @@ import (
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi/ctrlport"
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 )
 
 func TestPairMBIMSession(t *testing.T) {
-	mm := startMock(t, ep.ModemConfig{RequireConnect: true}, ep.MBIMOptions{})
+	mm := startMock(t, modem.Config{RequireConnect: true}, modem.MBIMOptions{})
 	pair, err := ctrlport.OpenPair(mm.mock.Controller, "MBIM", ctrlport.PairOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -50,8 +50,8 @@ func TestPairMBIMSession(t *testing.T) {
 		t.Fatalf("connect %+v %v", ci, err)
 	}
 	cfg, err := c.IPConfiguration(ctx(t))
-	if err != nil || len(cfg.IPv4Addresses) != 1 || cfg.IPv4Addresses[0] != ep.DefaultIPv4 || cfg.IPv4Gateway != ep.DefaultGateway4 ||
-		cfg.IPv4MTU != ep.DefaultSessionMTU || len(cfg.IPv6Addresses) != 0 {
+	if err != nil || len(cfg.IPv4Addresses) != 1 || cfg.IPv4Addresses[0] != modem.DefaultIPv4 || cfg.IPv4Gateway != modem.DefaultGateway4 ||
+		cfg.IPv4MTU != modem.DefaultSessionMTU || len(cfg.IPv6Addresses) != 0 {
 		t.Fatalf("IP configuration %+v %v", cfg, err)
 	}
 	if !mm.modem.DataAllowed() {
@@ -89,7 +89,7 @@ func TestPairMBIMSession(t *testing.T) {
 // /dev/wwan0mbim0 does) keeps the MBIM session open; SYS_ERR recovery
 // brings the pair back by itself.
 func TestPairResetAndSysErr(t *testing.T) {
-	mm := startMock(t, ep.ModemConfig{}, ep.MBIMOptions{})
+	mm := startMock(t, modem.Config{}, modem.MBIMOptions{})
 	ctrl := mm.mock.Controller
 	pair, err := ctrlport.OpenPair(ctrl, "MBIM", ctrlport.PairOptions{})
 	if err != nil {
@@ -133,7 +133,7 @@ func TestPairLargeMessages(t *testing.T) {
 	long := "firmware " + string(make([]byte, 3000)) // 6 KB of UTF-16 in the reply
 	id := testIdentity
 	id.Firmware = long
-	mm := startMock(t, ep.ModemConfig{Identity: id}, ep.MBIMOptions{})
+	mm := startMock(t, modem.Config{Identity: id}, modem.MBIMOptions{})
 	pair, err := ctrlport.OpenPair(mm.mock.Controller, "MBIM", ctrlport.PairOptions{DLBufferSize: 512})
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +168,7 @@ func TestPairLargeMessages(t *testing.T) {
 		t.Fatalf("modem saw %d fragments", st.FragmentsIn)
 	}
 	cfg, err := c2.IPConfiguration(ctx(t))
-	if err != nil || len(cfg.IPv6Addresses) != 1 || cfg.IPv6Addresses[0] != ep.DefaultIPv6 || cfg.IPv6Gateway != netip.MustParseAddr("fd00:6d68:6900::2") {
+	if err != nil || len(cfg.IPv6Addresses) != 1 || cfg.IPv6Addresses[0] != modem.DefaultIPv6 || cfg.IPv6Gateway != netip.MustParseAddr("fd00:6d68:6900::2") {
 		t.Fatalf("%+v %v", cfg, err)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ctrlport"
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 	"golang.org/x/sys/unix"
 )
@@ -61,7 +61,7 @@ func openPort(t *testing.T, mm *mockModem, opts ctrlport.Options) *ctrlport.Port
 }
 
 func TestPortPTY(t *testing.T) {
-	mm := startMock(t, ep.ModemConfig{}, ep.MBIMOptions{})
+	mm := startMock(t, modem.Config{}, modem.MBIMOptions{})
 	p := openPort(t, mm, ctrlport.Options{StaleTimeout: 200 * time.Millisecond, PartialTimeout: 100 * time.Millisecond})
 	if target, err := os.Readlink(p.Link()); err != nil || target != p.Path() {
 		t.Fatalf("link %s → %q %v, want %s", p.Link(), target, err, p.Path())
@@ -130,7 +130,7 @@ func TestPortPTY(t *testing.T) {
 // A PTY nobody reads: downlink messages are dropped after WriteTimeout,
 // counted, and never block the channel; the port keeps working.
 func TestPortNoReader(t *testing.T) {
-	mm := startMock(t, ep.ModemConfig{}, ep.MBIMOptions{})
+	mm := startMock(t, modem.Config{}, modem.MBIMOptions{})
 	p := openPort(t, mm, ctrlport.Options{WriteTimeout: 100 * time.Millisecond, StaleTimeout: time.Hour})
 	c := ptyClient(t, p.Link())
 	defer c.Close()
@@ -167,7 +167,7 @@ func TestPortNoReader(t *testing.T) {
 }
 
 func TestPortLinkErrors(t *testing.T) {
-	mm := startMock(t, ep.ModemConfig{}, ep.MBIMOptions{})
+	mm := startMock(t, modem.Config{}, modem.MBIMOptions{})
 	dir := t.TempDir()
 	stale := filepath.Join(dir, "stale")
 	os.Symlink("/dev/pts/999999", stale)

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi/ctrlport"
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
@@ -15,7 +15,7 @@ import (
 // on its QMI pair and a Session over a QMISession on the port's pair.
 func newQMISession(t *testing.T, host *fakeHost) (*mock.Mock, *ctrlport.Port, *ctrlport.Session) {
 	t.Helper()
-	m, err := mock.Open(mock.Options{Model: "telit-fn920c04", RequireConnect: true})
+	m, err := mock.Open(mock.Options{Model: "telit-fn920c04", Modem: modem.Config{RequireConnect: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,8 +50,8 @@ func TestQMISessionConnectDisconnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := ctrlport.SessionConfig{Protocol: "qmi", APN: "internet", IPType: "ipv4", IPv4: ep.DefaultIPv4,
-		Gateway4: ep.DefaultGateway4, DNS4: []netip.Addr{ep.DefaultGateway4}, MTU: ep.DefaultSessionMTU}
+	want := ctrlport.SessionConfig{Protocol: "qmi", APN: "internet", IPType: "ipv4", IPv4: modem.DefaultIPv4,
+		Gateway4: modem.DefaultGateway4, DNS4: []netip.Addr{modem.DefaultGateway4}, MTU: modem.DefaultSessionMTU}
 	if !st.Connected() || !sameConfig(st.SessionConfig, want) {
 		t.Fatalf("connect: %+v, want %+v", st, want)
 	}
@@ -73,10 +73,10 @@ func TestQMISessionConnectDisconnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.IPv4 != ep.DefaultIPv4 || st.IPv6 != ep.DefaultIPv6 || st.Gateway6 != ep.DefaultGateway6 || len(st.DNS6) != 1 || st.IPType != "ipv4v6" {
+	if st.IPv4 != modem.DefaultIPv4 || st.IPv6 != modem.DefaultIPv6 || st.Gateway6 != modem.DefaultGateway6 || len(st.DNS6) != 1 || st.IPType != "ipv4v6" {
 		t.Fatalf("ipv4v6: %+v", st)
 	}
-	if ses := m.Modem.Session(); !ses.Active || ses.Type != ep.IPv4v6 {
+	if ses := m.Modem.Session(); !ses.Active || ses.Type != modem.IPv4v6 {
 		t.Fatalf("modem session %+v", ses)
 	}
 	if _, err := s.Disconnect(ctx(t)); err != nil {

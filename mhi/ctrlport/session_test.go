@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi/ctrlport"
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 )
 
 // fakeHost records what a Session configures.
@@ -41,10 +41,10 @@ func (h *fakeHost) counts() (int, int) {
 	return len(h.applied), len(h.removed)
 }
 
-func newSession(t *testing.T, mc ep.ModemConfig, host *fakeHost) (*mockModem, *ctrlport.Port, *ctrlport.Session) {
+func newSession(t *testing.T, mc modem.Config, host *fakeHost) (*mockModem, *ctrlport.Port, *ctrlport.Session) {
 	t.Helper()
 	mc.RequireConnect = true
-	mm := startMock(t, mc, ep.MBIMOptions{})
+	mm := startMock(t, mc, modem.MBIMOptions{})
 	p := openPort(t, mm, ctrlport.Options{})
 	var opts ctrlport.SessionOptions
 	if host != nil {
@@ -57,7 +57,7 @@ func newSession(t *testing.T, mc ep.ModemConfig, host *fakeHost) (*mockModem, *c
 
 func TestSessionConnectDisconnect(t *testing.T) {
 	host := &fakeHost{}
-	mm, _, s := newSession(t, ep.ModemConfig{}, host)
+	mm, _, s := newSession(t, modem.Config{}, host)
 	if st := s.State(); st.Connected() || st.Protocol != "mbim" || st.Interface != "tun-test" {
 		t.Fatalf("initial state %+v", st)
 	}
@@ -70,8 +70,8 @@ func TestSessionConnectDisconnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := ctrlport.SessionConfig{Protocol: "mbim", APN: "internet", IPType: "ipv4", IPv4: ep.DefaultIPv4,
-		Gateway4: ep.DefaultGateway4, DNS4: []netip.Addr{ep.DefaultGateway4}, MTU: ep.DefaultSessionMTU}
+	want := ctrlport.SessionConfig{Protocol: "mbim", APN: "internet", IPType: "ipv4", IPv4: modem.DefaultIPv4,
+		Gateway4: modem.DefaultGateway4, DNS4: []netip.Addr{modem.DefaultGateway4}, MTU: modem.DefaultSessionMTU}
 	if !st.Connected() || !sameConfig(st.SessionConfig, want) {
 		t.Fatalf("state after connect %+v, want %+v", st, want)
 	}
@@ -96,14 +96,14 @@ func TestSessionConnectDisconnect(t *testing.T) {
 	}
 	// Dual stack.
 	st, err = s.Connect(ctx(t), ctrlport.SessionRequest{APN: "ims", IPType: "ipv4v6"})
-	if err != nil || st.IPType != "ipv4v6" || st.IPv6 != ep.DefaultIPv6 || st.Gateway6 != ep.DefaultGateway6 || st.IPv4 != ep.DefaultIPv4 {
+	if err != nil || st.IPType != "ipv4v6" || st.IPv6 != modem.DefaultIPv6 || st.Gateway6 != modem.DefaultGateway6 || st.IPv4 != modem.DefaultIPv4 {
 		t.Fatalf("ipv4v6 connect: %+v %v", st, err)
 	}
 	if _, err := s.Disconnect(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 	st, err = s.Connect(ctx(t), ctrlport.SessionRequest{APN: "v6", IPType: "ipv6"})
-	if err != nil || st.IPType != "ipv6" || st.IPv4.IsValid() || st.IPv6 != ep.DefaultIPv6 {
+	if err != nil || st.IPType != "ipv6" || st.IPv4.IsValid() || st.IPv6 != modem.DefaultIPv6 {
 		t.Fatalf("ipv6 connect: %+v %v", st, err)
 	}
 	if got := s.Stats(); got.Connects != 3 || got.Disconnects != 2 || got.ConnectFailures != 1 || got.Connected != 1 {
@@ -131,7 +131,7 @@ func sameConfig(a, b ctrlport.SessionConfig) bool {
 }
 
 func TestSessionRequestErrors(t *testing.T) {
-	mm, _, s := newSession(t, ep.ModemConfig{}, nil)
+	mm, _, s := newSession(t, modem.Config{}, nil)
 	for _, req := range []ctrlport.SessionRequest{{}, {APN: "x", IPType: "ipv5"}} {
 		if _, err := s.Connect(ctx(t), req); !errors.Is(err, ctrlport.ErrSessionRequest) {
 			t.Errorf("%+v: %v", req, err)
@@ -152,8 +152,8 @@ func TestSessionRequestErrors(t *testing.T) {
 // by the modem as MaxActivatedContexts: ErrSessionActive. Disconnect
 // ends it whoever connected it.
 func TestSessionConnectedElsewhere(t *testing.T) {
-	mm, _, s := newSession(t, ep.ModemConfig{}, nil)
-	if _, err := mm.modem.Connect("elsewhere", ep.IPv4); err != nil {
+	mm, _, s := newSession(t, modem.Config{}, nil)
+	if _, err := mm.modem.Connect("elsewhere", modem.IPv4); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Connect(ctx(t), ctrlport.SessionRequest{APN: "internet"}); !errors.Is(err, ctrlport.ErrSessionActive) {
@@ -170,7 +170,7 @@ func TestSessionConnectedElsewhere(t *testing.T) {
 // The host side failing undoes the modem's session.
 func TestSessionHostFailure(t *testing.T) {
 	host := &fakeHost{applyErr: errors.New("no such interface")}
-	mm, _, s := newSession(t, ep.ModemConfig{}, host)
+	mm, _, s := newSession(t, modem.Config{}, host)
 	_, err := s.Connect(ctx(t), ctrlport.SessionRequest{APN: "internet"})
 	if !errors.Is(err, ctrlport.ErrHostConfig) {
 		t.Fatalf("connect: %v", err)
@@ -187,7 +187,7 @@ func TestSessionHostFailure(t *testing.T) {
 // indications: the host is unconfigured and the state follows.
 func TestSessionNetworkDisconnect(t *testing.T) {
 	host := &fakeHost{}
-	mm, _, s := newSession(t, ep.ModemConfig{}, host)
+	mm, _, s := newSession(t, modem.Config{}, host)
 	if _, err := s.Connect(ctx(t), ctrlport.SessionRequest{APN: "internet"}); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi/ctrlport"
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhinet"
 )
 
@@ -23,10 +23,10 @@ func TestCheckSessionConfig(t *testing.T) {
 		in   ctrlport.SessionConfig
 		want ctrlport.SessionConfig
 	}{
-		{"the mock's", ctrlport.SessionConfig{IPv4: ep.DefaultIPv4, Gateway4: ep.DefaultGateway4, DNS4: []netip.Addr{ep.DefaultGateway4},
-			IPv6: ep.DefaultIPv6, Gateway6: ep.DefaultGateway6, MTU: 1500},
-			ctrlport.SessionConfig{IPv4: ep.DefaultIPv4, Gateway4: ep.DefaultGateway4, DNS4: []netip.Addr{ep.DefaultGateway4},
-				IPv6: ep.DefaultIPv6, Gateway6: ep.DefaultGateway6, MTU: 1500}},
+		{"the mock's", ctrlport.SessionConfig{IPv4: modem.DefaultIPv4, Gateway4: modem.DefaultGateway4, DNS4: []netip.Addr{modem.DefaultGateway4},
+			IPv6: modem.DefaultIPv6, Gateway6: modem.DefaultGateway6, MTU: 1500},
+			ctrlport.SessionConfig{IPv4: modem.DefaultIPv4, Gateway4: modem.DefaultGateway4, DNS4: []netip.Addr{modem.DefaultGateway4},
+				IPv6: modem.DefaultIPv6, Gateway6: modem.DefaultGateway6, MTU: 1500}},
 		{"a /32 with a gateway outside, 0.0.0.0 as second DNS", ctrlport.SessionConfig{IPv4: p("10.64.12.7/32"), Gateway4: a("10.64.12.8"),
 			DNS4: []netip.Addr{a("10.177.0.34"), a("0.0.0.0")}, MTU: 1430},
 			ctrlport.SessionConfig{IPv4: p("10.64.12.7/32"), Gateway4: a("10.64.12.8"), DNS4: []netip.Addr{a("10.177.0.34")}, MTU: 1430}},

@@ -232,6 +232,18 @@ func (h *testHost) waitFor(what string, cond func() bool) {
 	}
 }
 
+// waitUntil polls cond until it holds or the deadline passes.
+func waitUntil(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func (h *testHost) reg(off uint32) uint32       { return h.dev.ReadRegister(off) }
 func (h *testHost) setReg(off uint32, v uint32) { h.dev.WriteRegister(off, v) }
 

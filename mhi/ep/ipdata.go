@@ -189,8 +189,8 @@ type IPData struct {
 	// held. Stats takes it, which the control functions call under their
 	// mu (MBIMOptions and QMIOptions.PacketStatistics, by function value).
 	//
-	// lockorder: channel.work → MBIM.mu → IPData.statMu
-	// lockorder: QMI.mu → IPData.statMu
+	// lockorder: channel.work → modem.MBIM.mu → IPData.statMu
+	// lockorder: modem.QMI.mu → IPData.statMu
 	statMu   sync.Mutex
 	ntbSnap  ntb.Stats
 	qmapSnap qmap.Stats

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
@@ -27,17 +28,16 @@ type Options struct {
 	// data channel pair (IP_HW0 or IP_HW0_MBIM). The zero value is internal
 	// loopback with NTB16 aggregation on IP_HW0_MBIM and raw IP on IP_HW0.
 	IPData ep.IPDataConfig
-	// RequireConnect gates the mock's IP data on a connected session, as
-	// a real modem does: until a session is connected over a control
-	// channel (MBIM CONNECT), and after it is disconnected, every IP
-	// packet is dropped and counted (IPDataStats.DroppedGated).
-	RequireConnect bool
 	// Modem overrides the mock modem's cellular configuration: identity
 	// fields set here replace the ones derived from the device-table
 	// entry (Identity); addressing, radio and signal as in
-	// ep.ModemConfig (defaults: 198.18.0.1/24 via 198.18.0.2,
-	// fd00:6d68:6900::1/64 via ::2, MTU 1500).
-	Modem ep.ModemConfig
+	// modem.Config (defaults: 198.18.0.1/24 via 198.18.0.2,
+	// fd00:6d68:6900::1/64 via ::2, MTU 1500). Its RequireConnect gates
+	// the mock's IP data on a connected session, as a real modem does:
+	// until a session is connected over a control channel (MBIM CONNECT),
+	// and after it is disconnected, every IP packet is dropped and counted
+	// (IPDataStats.DroppedGated).
+	Modem modem.Config
 	// Device, if set, adjusts the mock modem's configuration before it starts.
 	Device func(*ep.Config)
 	// Host, if set, adjusts the host controller's options before it is built.
@@ -66,8 +66,8 @@ type Mock struct {
 	// IPData is the mock modem's function on DataPair (nil if none).
 	IPData *ep.IPData
 	// Modem is the mock modem's cellular state: identity, registration,
-	// the data session that gates IP data with RequireConnect.
-	Modem *ep.Modem
+	// the data session that gates IP data with Modem.RequireConnect.
+	Modem *modem.Modem
 	// Functions are the mock modem's functions (IP data, MBIM…) and
 	// their counters.
 	Functions *Functions
@@ -93,8 +93,7 @@ func Open(opts Options) (*Mock, error) {
 		entry = es[0]
 	}
 	ec, fns, err := NewConfig(entry, ModemOptions{
-		IPData: opts.IPData, Modem: opts.Modem, RequireConnect: opts.RequireConnect,
-		Logger: log.With("side", "modem"),
+		IPData: opts.IPData, Modem: opts.Modem, Logger: log.With("side", "modem"),
 	})
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
@@ -14,7 +15,7 @@ import (
 
 // This file builds the mock modem's device side from a device-table entry:
 // its identity (derived from the entry's product name, deterministic per
-// model), its shared cellular state (ep.Modem) and the functions on its
+// model), its shared cellular state (modem.Modem) and the functions on its
 // channel pairs — IP data on IP_HW0/IP_HW0_MBIM, MBIM on "MBIM" — as both
 // the embedded mock (Open) and the vfio-user server use them.
 
@@ -24,8 +25,8 @@ import (
 // ", variant" suffix are left out); the firmware and hardware revisions
 // and the IMEI (with a valid Luhn check digit) are derived from a hash of
 // the model and product names, so they are the same in every run. IMSI,
-// ICCID and the home network are ep's defaults.
-func Identity(e pcigeneric.Entry) ep.ModemIdentity {
+// ICCID and the home network are the modem package's defaults.
+func Identity(e pcigeneric.Entry) modem.Identity {
 	manufacturer, model, hw := splitProduct(e.Product)
 	h := fnv.New64a()
 	name := ""
@@ -39,7 +40,7 @@ func Identity(e pcigeneric.Entry) ep.ModemIdentity {
 	}
 	compact := strings.ToUpper(strings.ReplaceAll(model, " ", ""))
 	firmware := fmt.Sprintf("%s.%02d.%02d.%03d-gomhi", compact, 1+(sum>>8)%9, (sum>>16)%100, (sum>>24)%1000)
-	return ep.ModemIdentity{
+	return modem.Identity{
 		Manufacturer: manufacturer,
 		Model:        model,
 		Firmware:     firmware,
@@ -114,12 +115,10 @@ type ModemOptions struct {
 	// IPData configures the IP data function (see Options.IPData).
 	IPData ep.IPDataConfig
 	// Modem overrides the modem's configuration: non-empty identity
-	// fields replace the derived ones (Identity); addressing, radio
-	// and signal as in ep.ModemConfig.
-	Modem ep.ModemConfig
-	// RequireConnect gates IP data on a connected session (also set by
-	// Modem.RequireConnect).
-	RequireConnect bool
+	// fields replace the derived ones (Identity); addressing, radio,
+	// signal and the gating of IP data on a session (RequireConnect) as
+	// in modem.Config.
+	Modem modem.Config
 	// Logger receives the functions' logs (nil: discard).
 	Logger *slog.Logger
 }
@@ -132,7 +131,7 @@ const SWDataPair = "IP_SW0"
 type Functions struct {
 	// Modem is the cellular state the control functions share and the IP
 	// data function is gated by.
-	Modem *ep.Modem
+	Modem *modem.Modem
 	// DataPair names the IP data pair ("" if the model has none); IPData
 	// is its function.
 	DataPair string
@@ -142,11 +141,11 @@ type Functions struct {
 	// main pair's mode, gated like it; nil if the model has no IP_SW0.
 	SWData *ep.IPData
 	// MBIM answers on the "MBIM" pair (nil if the model has none).
-	MBIM *ep.MBIM
+	MBIM *modem.MBIM
 	// QMI answers on the "QMI" pair (nil if the model has none).
-	QMI *ep.QMI
+	QMI *modem.QMI
 	// AT answers on "DUN" and "DUN2" (nil if the model has neither).
-	AT *ep.AT
+	AT *modem.AT
 	// ControlPairs lists the control channel pairs given a function, in
 	// channel order.
 	ControlPairs []string
@@ -224,7 +223,7 @@ func (f *Functions) Stats() ModemStats {
 
 // NewConfig builds the device-side configuration of a mock modem
 // impersonating table entry e: the model's channels plus LOOPBACK, a
-// serial number derived from the model's name, an ep.Modem with the
+// serial number derived from the model's name, a modem.Modem with the
 // entry's identity (Identity, overridden by opts.Modem), the IP data
 // function on the data pair (gated by the Modem) and the control
 // functions the model's pairs call for: MBIM on "MBIM", QMI on "QMI", AT
@@ -246,12 +245,11 @@ func NewConfig(e pcigeneric.Entry, opts ModemOptions) (ep.Config, *Functions, er
 
 	mc := opts.Modem
 	mc.Identity = mergeIdentity(Identity(e), mc.Identity)
-	mc.RequireConnect = mc.RequireConnect || opts.RequireConnect
-	modem, err := ep.NewModem(mc)
+	m, err := modem.New(mc)
 	if err != nil {
 		return ep.Config{}, nil, fmt.Errorf("pcigeneric: mock %s: %w", info.Name, err)
 	}
-	fns := &Functions{Modem: modem}
+	fns := &Functions{Modem: m}
 	if err := fns.addDataFunctions(ec.Functions, cfg, opts.IPData); err != nil {
 		return ep.Config{}, nil, err
 	}
@@ -296,23 +294,23 @@ func (fns *Functions) addControlFunctions(fnByPair map[string]ep.Function, cfg w
 	mbimStats, qmiStats := fns.packetStatistics()
 	for _, pair := range pcigeneric.ControlPairs(cfg) {
 		switch pair {
-		case ep.MBIMName:
-			fn, err := ep.NewMBIM(fns.Modem, ep.MBIMOptions{Logger: log, PacketStatistics: mbimStats})
+		case modem.MBIMName:
+			fn, err := modem.NewMBIM(fns.Modem, modem.MBIMOptions{Logger: log, PacketStatistics: mbimStats})
 			if err != nil {
 				return err
 			}
 			fnByPair[pair] = fn
 			fns.MBIM = fn
-		case ep.QMIName:
-			fn, err := ep.NewQMI(fns.Modem, ep.QMIOptions{Logger: log, PacketStatistics: qmiStats})
+		case modem.QMIName:
+			fn, err := modem.NewQMI(fns.Modem, modem.QMIOptions{Logger: log, PacketStatistics: qmiStats})
 			if err != nil {
 				return err
 			}
 			fnByPair[pair] = fn
 			fns.QMI = fn
-		case ep.DUNName, ep.DUN2Name:
+		case modem.DUNName, modem.DUN2Name:
 			if fns.AT == nil {
-				fn, err := ep.NewAT(fns.Modem, ep.ATOptions{Logger: log})
+				fn, err := modem.NewAT(fns.Modem, modem.ATOptions{Logger: log})
 				if err != nil {
 					return err
 				}
@@ -331,7 +329,7 @@ func (fns *Functions) addControlFunctions(fnByPair map[string]ep.Function, cfg w
 // session's packet statistics (MBIM PACKET_STATISTICS, QMI WDS
 // GET_PACKET_STATISTICS): the data function's counters, uplink being what
 // the host transmitted. Both are nil without a data function.
-func (fns *Functions) packetStatistics() (func() mbim.PacketStatistics, func() ep.PacketCounters) {
+func (fns *Functions) packetStatistics() (func() mbim.PacketStatistics, func() modem.PacketCounters) {
 	ipd := fns.IPData
 	if ipd == nil {
 		return nil, nil
@@ -341,16 +339,16 @@ func (fns *Functions) packetStatistics() (func() mbim.PacketStatistics, func() e
 		return mbim.PacketStatistics{InOctets: st.DLBytes, InPackets: st.DLPackets,
 			OutOctets: st.ULBytes, OutPackets: st.ULPackets, OutDiscards: uint32(min(st.DroppedGated, 0xFFFFFFFF))}
 	}
-	qmiStats := func() ep.PacketCounters {
+	qmiStats := func() modem.PacketCounters {
 		st := ipd.Stats()
-		return ep.PacketCounters{TxPackets: st.ULPackets, RxPackets: st.DLPackets,
+		return modem.PacketCounters{TxPackets: st.ULPackets, RxPackets: st.DLPackets,
 			TxBytes: st.ULBytes, RxBytes: st.DLBytes, TxDropped: st.DroppedGated}
 	}
 	return mbimStats, qmiStats
 }
 
 // mergeIdentity returns base with the non-empty fields of over.
-func mergeIdentity(base, over ep.ModemIdentity) ep.ModemIdentity {
+func mergeIdentity(base, over modem.Identity) modem.Identity {
 	for _, f := range []struct{ dst, src *string }{
 		{&base.Manufacturer, &over.Manufacturer}, {&base.Model, &over.Model},
 		{&base.Firmware, &over.Firmware}, {&base.Hardware, &over.Hardware},

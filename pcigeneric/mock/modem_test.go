@@ -11,6 +11,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
@@ -74,7 +75,7 @@ func TestMockIdentityEveryEntry(t *testing.T) {
 			t.Errorf("%s and %s share IMEI %s", key, other, id.IMEI)
 		}
 		imeis[id.IMEI] = key
-		if _, err := ep.NewModem(ep.ModemConfig{Identity: id}); err != nil {
+		if _, err := modem.New(modem.Config{Identity: id}); err != nil {
 			t.Errorf("%s: %v", e.Product, err)
 		}
 	}
@@ -102,7 +103,7 @@ func TestOpenMockControl(t *testing.T) {
 			if got := pcigeneric.ControlPairs(info.Config); fmt.Sprint(got) != fmt.Sprint(c.pairs) {
 				t.Errorf("ControlPairs = %v, want %v", got, c.pairs)
 			}
-			m, err := Open(Options{Model: model, RequireConnect: true})
+			m, err := Open(Options{Model: model, Modem: modem.Config{RequireConnect: true}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,14 +115,14 @@ func TestOpenMockControl(t *testing.T) {
 			if fmt.Sprint(f.ControlPairs) != fmt.Sprint(c.pairs) {
 				t.Errorf("pairs given a function %v, want %v", f.ControlPairs, c.pairs)
 			}
-			if m.Modem == nil || !m.Modem.RequireConnect() || m.Modem.DataAllowed() {
+			if m.Modem == nil || m.Modem.Session().Active || m.Modem.DataAllowed() {
 				t.Fatal("RequireConnect did not reach the modem")
 			}
 			want := Identity(pcigeneric.EntriesFor(model)[0])
 			if got := m.Modem.Identity(); got.Model != want.Model || got.IMEI != want.IMEI {
 				t.Errorf("identity %+v, want %+v", got, want)
 			}
-			if _, err := m.Modem.Connect("internet", ep.IPv4); err != nil {
+			if _, err := m.Modem.Connect("internet", modem.IPv4); err != nil {
 				t.Fatal(err)
 			}
 			if !m.Modem.DataAllowed() {
@@ -138,7 +139,7 @@ func TestOpenMockControl(t *testing.T) {
 // pair with the identity (a raw exchange; ctrlport's tests drive it
 // with a client).
 func TestOpenMockMBIMAnswers(t *testing.T) {
-	m, err := Open(Options{Model: "telit-fn990", Modem: ep.ModemConfig{Identity: ep.ModemIdentity{Firmware: "override-1"}}})
+	m, err := Open(Options{Model: "telit-fn990", Modem: modem.Config{Identity: modem.Identity{Firmware: "override-1"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +236,7 @@ func TestMockSWData(t *testing.T) {
 		if len(es) == 0 {
 			t.Fatalf("no entry for %s", tc.model)
 		}
-		ec, fns, err := NewConfig(es[0], ModemOptions{IPData: ep.IPDataConfig{Responder: tc.responder}, RequireConnect: true})
+		ec, fns, err := NewConfig(es[0], ModemOptions{IPData: ep.IPDataConfig{Responder: tc.responder}, Modem: modem.Config{RequireConnect: true}})
 		if err != nil {
 			t.Fatal(err)
 		}

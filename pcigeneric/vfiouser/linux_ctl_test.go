@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
@@ -27,25 +28,25 @@ import (
 // Identities the tests' modems report: distinctive strings, so that an
 // answer cannot match by accident.
 var (
-	fn990Identity = ep.ModemIdentity{Manufacturer: "Telit", Model: "FN990", Firmware: "LE2.0.1-gomhi-guest",
+	fn990Identity = modem.Identity{Manufacturer: "Telit", Model: "FN990", Firmware: "LE2.0.1-gomhi-guest",
 		Hardware: "rev 2", IMEI: "359876543210987"}
-	sdx55Identity = ep.ModemIdentity{Manufacturer: "Qualcomm", Model: "SDX55", Firmware: "MPSS.HI.2.0.c3-gomhi-guest",
+	sdx55Identity = modem.Identity{Manufacturer: "Qualcomm", Model: "SDX55", Firmware: "MPSS.HI.2.0.c3-gomhi-guest",
 		Hardware: "10010", IMEI: "352099001761481"}
 )
 
 // ctlSetup is one session's control functions and their channel counters.
 type ctlSetup struct {
-	modem *ep.Modem
-	mbim  *ep.MBIM
-	qmi   *ep.QMI
-	at    *ep.AT
+	modem *modem.Modem
+	mbim  *modem.MBIM
+	qmi   *modem.QMI
+	at    *modem.AT
 	pairs map[string]*pairCounter
 }
 
 // newCtlSetup builds the control functions for the pairs the model has
 // and attaches them to cfg, each behind a pairCounter.
-func newCtlSetup(cfg *ep.Config, id ep.ModemIdentity) (*ctlSetup, error) {
-	m, err := ep.NewModem(ep.ModemConfig{Identity: id})
+func newCtlSetup(cfg *ep.Config, id modem.Identity) (*ctlSetup, error) {
+	m, err := modem.New(modem.Config{Identity: id})
 	if err != nil {
 		return nil, err
 	}
@@ -63,19 +64,19 @@ func newCtlSetup(cfg *ep.Config, id ep.ModemIdentity) (*ctlSetup, error) {
 			cfg.Functions[name] = pc
 		}
 	}
-	if s.mbim, err = ep.NewMBIM(m, ep.MBIMOptions{}); err != nil {
+	if s.mbim, err = modem.NewMBIM(m, modem.MBIMOptions{}); err != nil {
 		return nil, err
 	}
-	if s.qmi, err = ep.NewQMI(m, ep.QMIOptions{}); err != nil {
+	if s.qmi, err = modem.NewQMI(m, modem.QMIOptions{}); err != nil {
 		return nil, err
 	}
-	if s.at, err = ep.NewAT(m, ep.ATOptions{}); err != nil {
+	if s.at, err = modem.NewAT(m, modem.ATOptions{}); err != nil {
 		return nil, err
 	}
-	attach(ep.MBIMName, s.mbim)
-	attach(ep.QMIName, s.qmi)
-	attach(ep.DUNName, s.at)
-	attach(ep.DUN2Name, s.at)
+	attach(modem.MBIMName, s.mbim)
+	attach(modem.QMIName, s.qmi)
+	attach(modem.DUNName, s.at)
+	attach(modem.DUN2Name, s.at)
 	return s, nil
 }
 
@@ -149,9 +150,9 @@ func (c *pairCounter) counts() pairCounts {
 
 // ctlSnap is the control functions' view at a guest's MARK line.
 type ctlSnap struct {
-	mbim  ep.MBIMStats
-	qmi   ep.QMIStats
-	at    ep.ATStats
+	mbim  modem.MBIMStats
+	qmi   modem.QMIStats
+	at    modem.ATStats
 	pairs map[string]pairCounts
 }
 
@@ -229,7 +230,7 @@ func (r *guestRun) ctlSnapAt(t *testing.T, step string) ctlSnap {
 
 // wantHardware is the HardwareInfo docs/CONTROL.md promises: the model
 // and the hardware revision.
-func wantHardware(id ep.ModemIdentity) string { return id.Model + " " + id.Hardware }
+func wantHardware(id modem.Identity) string { return id.Model + " " + id.Hardware }
 
 // checkSessions compares a pair's channel sessions with the probe's.
 func checkSessions(t *testing.T, pair string, pc pairCounts, sessions, writes, wbytes int) {
@@ -246,7 +247,7 @@ func checkSessions(t *testing.T, pair string, pc pairCounts, sessions, writes, w
 
 // checkMBIMPort checks the mbim probe's run: the guest's checks and the
 // DEVICE_CAPS strings, then the modem's counters against the probe's.
-func checkMBIMPort(t *testing.T, r *guestRun, id ep.ModemIdentity) {
+func checkMBIMPort(t *testing.T, r *guestRun, id modem.Identity) {
 	t.Helper()
 	got := checks(r.serial)
 	for _, name := range []string{"mbim-device-caps", "mbim-fragmented"} {
@@ -281,18 +282,18 @@ func checkMBIMPort(t *testing.T, r *guestRun, id ep.ModemIdentity) {
 	if m.FragmentsOut == 0 {
 		t.Errorf("MBIM: no fragmented reply, though the guest asked for 64-byte transfers")
 	}
-	pc := s.pairs[ep.MBIMName]
+	pc := s.pairs[modem.MBIMName]
 	t.Logf("MBIM pair: %+v", pc)
-	checkSessions(t, ep.MBIMName, pc, tl["sessions"], tl["writes"], tl["wbytes"])
+	checkSessions(t, modem.MBIMName, pc, tl["sessions"], tl["writes"], tl["wbytes"])
 
 	// What mhi_wwan_ctrl does on open: START both channels, then queue
 	// one receive buffer per free descriptor (ring elements - 1), each
 	// announced by a doorbell, with no uplink transfer.
-	ul, dl := controlChannels(t, r.model, ep.MBIMName)
+	ul, dl := controlChannels(t, r.model, modem.MBIMName)
 	closed, opened := r.mark(t, "mbim-closed"), r.mark(t, "mbim-opened")
 	ulDB := r.doorbells(closed.regs, opened.regs, ul.Num)
 	dlDB := r.doorbells(closed.regs, opened.regs, dl.Num)
-	t.Logf("mhi_wwan_ctrl open of %s: %d downlink doorbells (ring of %d elements), %d uplink", ep.MBIMName, dlDB, dl.Elements, ulDB)
+	t.Logf("mhi_wwan_ctrl open of %s: %d downlink doorbells (ring of %d elements), %d uplink", modem.MBIMName, dlDB, dl.Elements, ulDB)
 	if dlDB != dl.Elements-1 || ulDB != 0 {
 		t.Errorf("on open the driver rang the downlink doorbell of channel %d %d times and the uplink one %d times; want %d (one buffer per free descriptor) and 0",
 			dl.Num, dlDB, ulDB, dl.Elements-1)
@@ -367,7 +368,7 @@ func (r *guestRun) writeSequence(from, to int) string {
 }
 
 // checkATPorts checks the at probes on DUN (at0) and DUN2 (at1).
-func checkATPorts(t *testing.T, r *guestRun, id ep.ModemIdentity) {
+func checkATPorts(t *testing.T, r *guestRun, id modem.Identity) {
 	t.Helper()
 	got := checks(r.serial)
 	want := strings.Join([]string{id.Manufacturer, id.Model, "Revision: " + id.Firmware}, "|")
@@ -407,13 +408,13 @@ func checkATPorts(t *testing.T, r *guestRun, id ep.ModemIdentity) {
 	if t1["rejected"] != 1 {
 		t.Errorf("at1: %d writes refused, want 1 (the 32769-byte one)", t1["rejected"])
 	}
-	checkSessions(t, ep.DUNName, s.pairs[ep.DUNName], t0["sessions"], t0["writes"], t0["wbytes"])
-	checkSessions(t, ep.DUN2Name, s.pairs[ep.DUN2Name], t1["sessions"], t1["writes"], t1["wbytes"])
-	t.Logf("DUN pair: %+v; DUN2 pair: %+v", s.pairs[ep.DUNName], s.pairs[ep.DUN2Name])
+	checkSessions(t, modem.DUNName, s.pairs[modem.DUNName], t0["sessions"], t0["writes"], t0["wbytes"])
+	checkSessions(t, modem.DUN2Name, s.pairs[modem.DUN2Name], t1["sessions"], t1["writes"], t1["wbytes"])
+	t.Logf("DUN pair: %+v; DUN2 pair: %+v", s.pairs[modem.DUNName], s.pairs[modem.DUN2Name])
 }
 
 // checkQMIPort checks the qmi probe's run.
-func checkQMIPort(t *testing.T, r *guestRun, id ep.ModemIdentity) {
+func checkQMIPort(t *testing.T, r *guestRun, id modem.Identity) {
 	t.Helper()
 	d := checks(r.serial)["qmi-dms"]
 	for key, want := range map[string]string{"manufacturer": id.Manufacturer, "model": id.Model, "revision": id.Firmware, "imei": id.IMEI} {
@@ -439,7 +440,7 @@ func checkQMIPort(t *testing.T, r *guestRun, id ep.ModemIdentity) {
 		t.Errorf("QMI: error responses %d %v, dropped %d %v, malformed %d, unsupported %v, indications %d; clients allocated %d released %d active %d (want 1, 1, 0)",
 			q.ErrorResponses, q.ErrorCodes, q.Dropped, q.Errors, q.Malformed, q.Unsupported, q.Indications, q.ClientsAllocated, q.ClientsReleased, q.ClientsActive)
 	}
-	checkSessions(t, ep.QMIName, s.pairs[ep.QMIName], tl["sessions"], tl["writes"], tl["wbytes"])
+	checkSessions(t, modem.QMIName, s.pairs[modem.QMIName], tl["sessions"], tl["writes"], tl["wbytes"])
 }
 
 // ctlSummary logs the time the control probes took and the pairs' first
@@ -466,7 +467,7 @@ var (
 // checkMBIMAfterSysErr checks the MBIM port Linux created again after
 // SYS_ERR: one more channel session, OPEN, DEVICE_CAPS, CLOSE, all
 // answered.
-func checkMBIMAfterSysErr(t *testing.T, r *guestRun, id ep.ModemIdentity) {
+func checkMBIMAfterSysErr(t *testing.T, r *guestRun, id modem.Identity) {
 	t.Helper()
 	d := checks(r.serial)["mbim-after-syserr-device-caps"]
 	if v := quoted(t, d, "device_id"); v != id.IMEI {
@@ -481,7 +482,7 @@ func checkMBIMAfterSysErr(t *testing.T, r *guestRun, id ep.ModemIdentity) {
 			a.MessagesIn-b.MessagesIn, a.MessagesOut-b.MessagesOut, a.Opens-b.Opens, a.Closes-b.Closes,
 			a.FunctionErrors-b.FunctionErrors, a.DroppedReplies-b.DroppedReplies, tl["writes"], tl["reads"])
 	}
-	pb, pa := before.pairs[ep.MBIMName], after.pairs[ep.MBIMName]
+	pb, pa := before.pairs[modem.MBIMName], after.pairs[modem.MBIMName]
 	if pa.ULStarts-pb.ULStarts != tl["sessions"] || pa.DLStarts-pb.DLStarts != tl["sessions"] {
 		t.Errorf("after SYS_ERR: %d/%d more START ul/dl on MBIM, the guest ran %d sessions", pa.ULStarts-pb.ULStarts, pa.DLStarts-pb.DLStarts, tl["sessions"])
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gomhi/gomhi/internal/labvm"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/internal/qemuguest"
@@ -323,7 +324,7 @@ type guestRun struct {
 
 	// ctlID, if set, attaches the MBIM, QMI and AT functions the model
 	// has channels for, answering as this identity.
-	ctlID *ep.ModemIdentity
+	ctlID *modem.Identity
 
 	// swip, if set, answers on IP_SW0 (a second responder) when the
 	// model has that pair.

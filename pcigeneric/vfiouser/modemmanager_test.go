@@ -21,6 +21,7 @@ import (
 
 	"github.com/gomhi/gomhi/internal/labvm"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
@@ -287,7 +288,7 @@ type mmModel struct {
 	format ep.Format
 	// identity overrides what mock.Identity derives from the
 	// device table (non-empty fields win).
-	identity ep.ModemIdentity
+	identity modem.Identity
 	// mbim: ModemManager drives the model over MBIM. ModemManager 1.20.4
 	// does not ask an MBIM modem for its manufacturer and model: it takes
 	// the physical device's sysfs manufacturer and product (a PCI function
@@ -304,15 +305,15 @@ type mmModel struct {
 // picks the FN990's band format by that prefix.
 var mmModels = map[string]mmModel{
 	"telit-fn990": {name: "telit-fn990", iface: "wwan0", format: ep.FormatNTB16,
-		identity: ep.ModemIdentity{Firmware: "45.00.003-B012-P0H.000042", MSISDN: "+15555550142"},
+		identity: modem.Identity{Firmware: "45.00.003-B012-P0H.000042", MSISDN: "+15555550142"},
 		mbim:     true, mmManufacturer: "telit", mmModel: "MBIM [17CB:0308]"},
 	"qcom-sdx55m": {name: "qcom-sdx55m", iface: "mhi_hwip0", format: ep.FormatRaw,
-		identity: ep.ModemIdentity{MSISDN: "+15555550155"}},
+		identity: modem.Identity{MSISDN: "+15555550155"}},
 }
 
 // want returns what mmcli must show as manufacturer, model and hardware
 // revision for a mock reporting id.
-func (m mmModel) want(id ep.ModemIdentity) (manufacturer, model, hardware string) {
+func (m mmModel) want(id modem.Identity) (manufacturer, model, hardware string) {
 	if !m.mbim {
 		return id.Manufacturer, id.Model, id.Hardware
 	}
@@ -327,12 +328,12 @@ func (m mmModel) want(id ep.ModemIdentity) (manufacturer, model, hardware string
 type mmSnap struct {
 	at      time.Duration // since QEMU started
 	device  ep.Stats      // the MHI side (resets, SYS_ERRs)
-	modem   ep.ModemStats
-	session ep.Session
+	modem   modem.Stats
+	session modem.Session
 	ip      ep.IPDataStats
-	mbim    ep.MBIMStats
-	qmi     ep.QMIStats
-	at_     ep.ATStats
+	mbim    modem.MBIMStats
+	qmi     modem.QMIStats
+	at_     modem.ATStats
 }
 
 // mmRun is one boot of the ModemManager guest.
@@ -439,14 +440,13 @@ func (r *mmRun) run(t *testing.T) {
 	r.events = &eventLog{}
 	r.marks = map[string]mmSnap{}
 	// The mock as mhictl modem serve builds it (mock.NewConfig:
-	// MBIM, QMI and AT on the model's pairs, one ep.Modem, IP data gated
+	// MBIM, QMI and AT on the model's pairs, one modem.Modem, IP data gated
 	// by the session).
 	dev, err := vfiouser.NewServerDevice(vfiouser.DeviceOptions{
-		Model:          r.model.name,
-		Logger:         slog.New(slog.NewTextHandler(r.events, nil)),
-		IPData:         ep.IPDataConfig{Format: r.model.format, Responder: true},
-		RequireConnect: true,
-		Modem:          ep.ModemConfig{Identity: r.model.identity},
+		Model:  r.model.name,
+		Logger: slog.New(slog.NewTextHandler(r.events, nil)),
+		IPData: ep.IPDataConfig{Format: r.model.format, Responder: true},
+		Modem:  modem.Config{Identity: r.model.identity, RequireConnect: true},
 	})
 	if err != nil {
 		t.Fatal(err)

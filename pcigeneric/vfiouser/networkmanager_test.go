@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/internal/labvm"
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/testenv"
 )
 
@@ -203,7 +203,7 @@ func needNetworkManagerImage(t *testing.T) {
 func testNetworkManager(t *testing.T, model string) *mmRun {
 	needNetworkManagerImage(t)
 	r := &mmRun{model: mmModels[model], script: nmGuestInit, nm: true, timeout: 8 * time.Minute,
-		cmdline: fmt.Sprintf("gomhi.addr=%s gomhi.gw=%s", ep.DefaultIPv4, ep.DefaultGateway4)}
+		cmdline: fmt.Sprintf("gomhi.addr=%s gomhi.gw=%s", modem.DefaultIPv4, modem.DefaultGateway4)}
 	r.run(t)
 	if *mmShell {
 		return r
@@ -213,9 +213,9 @@ func testNetworkManager(t *testing.T, model string) *mmRun {
 		"nm-ip-iface-recovered", "ping-gateway-recovered", "ping6-gateway-recovered", "nm-down")
 	fns := r.fns.Load()
 	addr := fns.Modem.Addressing()
-	if addr.IPv4 != ep.DefaultIPv4 || addr.Gateway4 != ep.DefaultGateway4 {
+	if addr.IPv4 != modem.DefaultIPv4 || addr.Gateway4 != modem.DefaultGateway4 {
 		t.Errorf("%s: the mock assigned %v via %v, the guest's pings before the connection used %v via %v",
-			model, addr.IPv4, addr.Gateway4, ep.DefaultIPv4, ep.DefaultGateway4)
+			model, addr.IPv4, addr.Gateway4, modem.DefaultIPv4, modem.DefaultGateway4)
 	}
 
 	// What NetworkManager configured, against what the mock assigned.

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
@@ -49,13 +50,12 @@ type DeviceOptions struct {
 	// IPData configures the mock modem's IP data function, as in
 	// mock.Options.
 	IPData ep.IPDataConfig
-	// RequireConnect and Modem configure each session's mock modem as in
-	// mock.Options: with RequireConnect IP data is dropped and
-	// counted until the client connects a session over a control channel
-	// (MBIM CONNECT). Each session gets a fresh modem (a new client finds
-	// it registered, attached, without a session).
-	RequireConnect bool
-	Modem          ep.ModemConfig
+	// Modem configures each session's mock modem as in mock.Options:
+	// with Modem.RequireConnect IP data is dropped and counted until the
+	// client connects a session over a control channel (MBIM CONNECT).
+	// Each session gets a fresh modem (a new client finds it registered,
+	// attached, without a session).
+	Modem modem.Config
 	// Device, if set, adjusts each session's modem configuration.
 	Device func(*ep.Config)
 	// OnRegister, if set, is called with every BAR0 register access the
@@ -159,7 +159,7 @@ func NewServerDevice(opts DeviceOptions) (*ServerDevice, error) {
 	d := &ServerDevice{Entry: entry, opts: opts, log: log}
 	d.cfg = func() (ep.Config, *mock.Functions, error) {
 		ec, fns, err := mock.NewConfig(entry, mock.ModemOptions{
-			IPData: opts.IPData, Modem: opts.Modem, RequireConnect: opts.RequireConnect, Logger: mlog,
+			IPData: opts.IPData, Modem: opts.Modem, Logger: mlog,
 		})
 		if err != nil {
 			return ep.Config{}, nil, err

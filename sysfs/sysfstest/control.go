@@ -5,14 +5,15 @@ import (
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi/ctrlport"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/sysfs"
 )
 
 // ControlDevice is a powered-up mock modem of a model with an MBIM pair,
-// started with RequireConnect, its network device, its MBIM port (a PTY
-// with a link in a temporary directory) and a data session over it
-// without a host side.
+// started with modem.Config.RequireConnect, its network device, its MBIM
+// port (a PTY with a link in a temporary directory) and a data session
+// over it without a host side.
 type ControlDevice struct {
 	Device
 	Port    *ctrlport.Port
@@ -36,7 +37,7 @@ func NewControlDevice(tb testing.TB, name, model string) ControlDevice {
 	if model == "" {
 		model = "telit-fn990"
 	}
-	m := startMock(tb, mock.Options{Name: name, Model: model, RequireConnect: true})
+	m := startMock(tb, mock.Options{Name: name, Model: model, Modem: modem.Config{RequireConnect: true}})
 	n := startNet(tb, m)
 	p, err := ctrlport.Open(m.Controller, "MBIM", ctrlport.Options{Link: filepath.Join(tb.TempDir(), "wwan0mbim0")})
 	if err != nil {

@@ -1,4 +1,4 @@
-package ep
+package modem
 
 import (
 	"context"
@@ -61,9 +61,9 @@ type mbimRig struct {
 	tid uint32
 }
 
-func newMBIMRig(t *testing.T, mc ModemConfig, opts MBIMOptions) *mbimRig {
+func newMBIMRig(t *testing.T, mc Config, opts MBIMOptions) *mbimRig {
 	t.Helper()
-	m, err := NewModem(mc)
+	m, err := New(mc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,11 +135,11 @@ func must[T any](v T, err error) T {
 	return v
 }
 
-var testIdentity = ModemIdentity{Manufacturer: "Telit", Model: "FN990", Firmware: "LE.1.2.3", Hardware: "rev 2",
+var testIdentity = Identity{Manufacturer: "Telit", Model: "FN990", Firmware: "LE.1.2.3", Hardware: "rev 2",
 	IMEI: "351234567890123", IMSI: "001019876543210", ICCID: "8900112233445566778", MSISDN: "+15550100", ProviderID: "00101", ProviderName: "Test Net"}
 
 func TestMBIMNotOpenedAndClose(t *testing.T) {
-	r := newMBIMRig(t, ModemConfig{}, MBIMOptions{})
+	r := newMBIMRig(t, Config{}, MBIMOptions{})
 	m := r.one(mbim.AppendCommand(nil, 7, mbim.ServiceBasicConnect, mbim.CIDDeviceCaps, mbim.CommandQuery, nil))
 	if m.Type != mbim.TypeFunctionError || m.TID != 7 || m.ErrorCode() != mbim.ErrorNotOpened {
 		t.Fatalf("COMMAND before OPEN: %+v", m)
@@ -164,7 +164,7 @@ func TestMBIMNotOpenedAndClose(t *testing.T) {
 }
 
 func TestMBIMQueries(t *testing.T) {
-	r := newMBIMRig(t, ModemConfig{Identity: testIdentity}, MBIMOptions{})
+	r := newMBIMRig(t, Config{Identity: testIdentity}, MBIMOptions{})
 	r.open()
 
 	caps := must(mbim.ParseDeviceCaps(r.ok(mbim.CIDDeviceCaps, mbim.CommandQuery, nil)))
@@ -260,7 +260,7 @@ func TestMBIMQueries(t *testing.T) {
 }
 
 func TestMBIMPacketStatistics(t *testing.T) {
-	r := newMBIMRig(t, ModemConfig{}, MBIMOptions{PacketStatistics: func() mbim.PacketStatistics {
+	r := newMBIMRig(t, Config{}, MBIMOptions{PacketStatistics: func() mbim.PacketStatistics {
 		return mbim.PacketStatistics{InPackets: 5, OutPackets: 6}
 	}})
 	r.open()
@@ -271,7 +271,7 @@ func TestMBIMPacketStatistics(t *testing.T) {
 }
 
 func TestMBIMConnect(t *testing.T) {
-	r := newMBIMRig(t, ModemConfig{RequireConnect: true}, MBIMOptions{})
+	r := newMBIMRig(t, Config{RequireConnect: true}, MBIMOptions{})
 	r.open()
 	connect := func(apn string, ipType uint32) (mbim.Status, mbim.ConnectInfo) {
 		s, in := r.cmd(mbim.CIDConnect, mbim.CommandSet, (&mbim.ConnectSet{ActivationCommand: mbim.ActivationCommandActivate,
@@ -352,7 +352,7 @@ func ipConfigEqual(a, b mbim.IPConfiguration) bool {
 }
 
 func TestMBIMIndications(t *testing.T) {
-	r := newMBIMRig(t, ModemConfig{}, MBIMOptions{})
+	r := newMBIMRig(t, Config{}, MBIMOptions{})
 	r.m.SetRadio(false) // not open: nothing is sent
 	r.f.sendIndications(r.rec)
 	if ms := r.rec.take(t); len(ms) != 0 {
@@ -419,7 +419,7 @@ func TestMBIMIndications(t *testing.T) {
 }
 
 func TestMBIMMalformed(t *testing.T) {
-	r := newMBIMRig(t, ModemConfig{}, MBIMOptions{})
+	r := newMBIMRig(t, Config{}, MBIMOptions{})
 	r.open()
 	cmd := mbim.AppendCommand(nil, 40, mbim.ServiceBasicConnect, mbim.CIDDeviceCaps, mbim.CommandQuery, nil)
 	lenMismatch := append(append([]byte(nil), cmd...), 0, 0, 0, 0)
@@ -474,7 +474,7 @@ func TestMBIMMalformed(t *testing.T) {
 }
 
 func TestMBIMFragments(t *testing.T) {
-	r := newMBIMRig(t, ModemConfig{Identity: testIdentity}, MBIMOptions{FragmentTimeout: 50 * time.Millisecond})
+	r := newMBIMRig(t, Config{Identity: testIdentity}, MBIMOptions{FragmentTimeout: 50 * time.Millisecond})
 	// OPEN with the smallest MaxControlTransfer: replies are fragmented.
 	m := r.one(mbim.AppendOpen(nil, 1, 64))
 	if m.Type != mbim.TypeOpenDone {
@@ -542,7 +542,7 @@ func TestMBIMFragments(t *testing.T) {
 }
 
 func TestNewMBIMNeedsModem(t *testing.T) {
-	if _, err := NewMBIM(nil, MBIMOptions{}); !errors.Is(err, ErrModemConfig) {
+	if _, err := NewMBIM(nil, MBIMOptions{}); !errors.Is(err, ErrConfig) {
 		t.Fatal(err)
 	}
 }
@@ -561,7 +561,7 @@ func FuzzMBIMAnswer(f *testing.F) {
 		mbim.EventList{{Service: mbim.ServiceBasicConnect, CIDs: []uint32{9}}}.AppendTo(nil)))
 	f.Add(mbim.AppendHostError(nil, 6, mbim.ErrorCancel))
 	f.Add([]byte{1, 2, 3})
-	modem, err := NewModem(ModemConfig{})
+	modem, err := New(Config{})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package ep
+package modem
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/proto/qmi"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
@@ -17,14 +18,14 @@ import (
 // (channels 14/15 on Qualcomm SDX configurations; Linux's wwan0qmi0).
 const QMIName = "QMI"
 
-// DefaultQMIMaxClients is the number of client ids each QMI service hands
+// defaultQMIMaxClients is the number of client ids each QMI service hands
 // out unless QMIOptions says otherwise.
-const DefaultQMIMaxClients = 32
+const defaultQMIMaxClients = 32
 
 // QMIOptions configure a QMI function.
 type QMIOptions struct {
 	// MaxClients is the number of client ids each service hands out per
-	// port (1..254; zero means DefaultQMIMaxClients). Allocating more
+	// port (1..254; zero means 32). Allocating more
 	// fails with ClientIdsExhausted, as on a real modem.
 	MaxClients int
 	// Logger receives Debug records per message and Warn records for
@@ -138,7 +139,7 @@ type qmiServing struct {
 
 // qmiPort is the state of one QMUX port (one channel pair).
 type qmiPort struct {
-	pipe    *Pipe
+	pipe    *ep.Pipe
 	clients map[uint16]*qmiClient // service<<8 | cid
 	cursor  [256]uint8            // last cid handed out, per service
 	serving qmiServing            // last state NAS indications reported
@@ -166,10 +167,10 @@ type QMI struct {
 	// request is answered (the Modem consulted or changed, the counters
 	// updated under smu).
 	//
-	// lockorder: channel.work → QMI.mu → QMI.smu
+	// lockorder: ep.channel.work → QMI.mu → QMI.smu
 	// lockorder: QMI.mu → Modem.mu
 	mu    sync.Mutex
-	ports map[*Pipe]*qmiPort
+	ports map[*ep.Pipe]*qmiPort
 	// ownSession is the Modem session a QMI START_NETWORK connected (0:
 	// none); QMI disconnects only that one when its last call stops.
 	ownSession uint32
@@ -183,7 +184,7 @@ type QMI struct {
 }
 
 // Errors of NewQMI.
-var ErrQMIConfig = errors.New("ep: invalid QMI options")
+var ErrQMIConfig = errors.New("modem: invalid QMI options")
 
 // NewQMI returns the QMI function of modem m.
 func NewQMI(m *Modem, opts QMIOptions) (*QMI, error) {
@@ -191,7 +192,7 @@ func NewQMI(m *Modem, opts QMIOptions) (*QMI, error) {
 		return nil, fmt.Errorf("%w: no modem", ErrQMIConfig)
 	}
 	if opts.MaxClients == 0 {
-		opts.MaxClients = DefaultQMIMaxClients
+		opts.MaxClients = defaultQMIMaxClients
 	}
 	if opts.MaxClients < 1 || opts.MaxClients > 254 {
 		return nil, fmt.Errorf("%w: MaxClients %d outside 1..254", ErrQMIConfig, opts.MaxClients)
@@ -203,7 +204,7 @@ func NewQMI(m *Modem, opts QMIOptions) (*QMI, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	q := &QMI{m: m, opts: opts, log: log, ports: map[*Pipe]*qmiPort{}, offMode: dmsModeLowPower,
+	q := &QMI{m: m, opts: opts, log: log, ports: map[*ep.Pipe]*qmiPort{}, offMode: dmsModeLowPower,
 		unsupported: map[qmiSvcMsg]uint64{}}
 	q.st.ErrorCodes = map[string]uint64{}
 	q.st.Errors = map[string]uint64{}
@@ -214,11 +215,11 @@ func NewQMI(m *Modem, opts QMIOptions) (*QMI, error) {
 // Attach implements PipeAttacher: the port's state and its indication
 // goroutine (which ends when the device closes) are set up before the
 // first message.
-func (q *QMI) Attach(p *Pipe) { q.portFor(p) }
+func (q *QMI) Attach(p *ep.Pipe) { q.portFor(p) }
 
 // portFor returns p's port, creating it (and its indication goroutine) on
 // first use.
-func (q *QMI) portFor(p *Pipe) *qmiPort {
+func (q *QMI) portFor(p *ep.Pipe) *qmiPort {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if port, ok := q.ports[p]; ok {
@@ -227,8 +228,8 @@ func (q *QMI) portFor(p *Pipe) *qmiPort {
 	port := &qmiPort{pipe: p, clients: map[uint16]*qmiClient{}, wake: make(chan struct{}, 1),
 		serving: q.servingLocked()}
 	q.ports[p] = port
-	if p != nil && p.d != nil {
-		cancel := q.m.Subscribe(func(ModemEvent) { port.poke() })
+	if p != nil { // nil: a test's port without a device
+		cancel := q.m.Subscribe(func(Event) { port.poke() })
 		go q.indicationLoop(port, cancel)
 	}
 	return port
@@ -287,7 +288,7 @@ func (q *QMI) drop(reason string) {
 
 // Receive implements Function: the transfer holds one QMUX frame (or
 // several back to back); each request is answered with one response.
-func (q *QMI) Receive(ctx context.Context, p *Pipe, transfer []byte) error {
+func (q *QMI) Receive(ctx context.Context, p *ep.Pipe, transfer []byte) error {
 	port := q.portFor(p)
 	return q.receive(ctx, port, transfer, func(b []byte) error { return p.Send(ctx, b) })
 }
@@ -688,7 +689,7 @@ func (q *QMI) servingLocked() qmiServing {
 
 func sessionHas(t IPType, family IPType) bool {
 	if family == IPv6 {
-		return t.Has6()
+		return t.has6()
 	}
-	return t.Has4()
+	return t.has4()
 }

@@ -1,4 +1,4 @@
-package ep
+package modem
 
 import (
 	"encoding/hex"

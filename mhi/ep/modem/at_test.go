@@ -1,4 +1,4 @@
-package ep
+package modem
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/proto/at"
 )
 
@@ -18,12 +19,12 @@ type atTester struct {
 	a *AT
 }
 
-func newATTester(tb testing.TB, mc ModemConfig, opts ATOptions) *atTester {
+func newATTester(tb testing.TB, mc Config, opts ATOptions) *atTester {
 	tb.Helper()
 	if mc.Identity.Model == "" {
-		mc.Identity = ModemIdentity{Manufacturer: "Telit", Model: "FN990", Firmware: "LE1.0.0.0-001", ProviderID: "00101", ProviderName: "gomhi network"}
+		mc.Identity = Identity{Manufacturer: "Telit", Model: "FN990", Firmware: "LE1.0.0.0-001", ProviderID: "00101", ProviderName: "gomhi network"}
 	}
-	m, err := NewModem(mc)
+	m, err := New(mc)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func newATTester(tb testing.TB, mc ModemConfig, opts ATOptions) *atTester {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r := newCtrlRig(tb, map[string]Function{DUNName: a, DUN2Name: a})
+	r := newCtrlRig(tb, "telit-fn990", map[string]ep.Function{DUNName: a, DUN2Name: a})
 	r.open(DUNName)
 	r.open(DUN2Name)
 	return &atTester{t: tb, r: r, m: m, a: a}
@@ -51,8 +52,6 @@ func (h *atTester) chat(port, in string) string {
 		if time.Now().After(deadline) {
 			h.t.Fatalf("%s: no final result for %q; got %q", port, in, got)
 		}
-		p := h.r.pairs[port]
-		h.r.pumpUntil(port+" answer", func() bool { return len(p.rx) > 0 })
 		got = append(got, h.r.readDL(port)...)
 	}
 	return string(got)
@@ -72,7 +71,7 @@ func complete(s []byte) bool {
 }
 
 func TestATBasics(t *testing.T) {
-	h := newATTester(t, ModemConfig{}, ATOptions{})
+	h := newATTester(t, Config{}, ATOptions{})
 	cases := []struct {
 		in, want string
 	}{
@@ -130,7 +129,7 @@ func TestATBasics(t *testing.T) {
 // another count of arguments, an empty one or one out of range is
 // "incorrect parameters" (CME error 50), one in range is OK.
 func TestATOneNumber(t *testing.T) {
-	h := newATTester(t, ModemConfig{}, ATOptions{})
+	h := newATTester(t, Config{}, ATOptions{})
 	if got := h.chat(DUNName, "ATE0;+CMEE=1\r"); !strings.HasSuffix(got, "OK\r\n") {
 		t.Fatalf("ATE0;+CMEE=1: %q", got)
 	}
@@ -153,7 +152,7 @@ func TestATOneNumber(t *testing.T) {
 }
 
 func TestATStreamAndPorts(t *testing.T) {
-	h := newATTester(t, ModemConfig{}, ATOptions{MaxLine: 32})
+	h := newATTester(t, Config{}, ATOptions{MaxLine: 32})
 	// A line split across transfers.
 	h.r.write(DUNName, []byte("AT+CG"))
 	if got := string(h.r.readDL(DUNName)); got != "AT+CG" {
@@ -229,11 +228,11 @@ func TestATStreamAndPorts(t *testing.T) {
 }
 
 func TestNewATOptions(t *testing.T) {
-	m, _ := NewModem(ModemConfig{})
-	if _, err := NewAT(nil, ATOptions{}); !errors.Is(err, ErrModemConfig) {
+	m, _ := New(Config{})
+	if _, err := NewAT(nil, ATOptions{}); !errors.Is(err, ErrConfig) {
 		t.Fatal(err)
 	}
-	if _, err := NewAT(m, ATOptions{MaxLine: -1}); !errors.Is(err, ErrModemConfig) {
+	if _, err := NewAT(m, ATOptions{MaxLine: -1}); !errors.Is(err, ErrConfig) {
 		t.Fatal(err)
 	}
 }
@@ -250,7 +249,7 @@ func FuzzATAnswer(f *testing.F) {
 		f.Add([]byte(s), uint8(3))
 	}
 	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
-		m, _ := NewModem(ModemConfig{})
+		m, _ := New(Config{})
 		a, _ := NewAT(m, ATOptions{MaxLine: 64})
 		a.mu.Lock()
 		port := a.portLocked(nil)

@@ -1,4 +1,4 @@
-package ep
+package modem
 
 import (
 	"errors"
@@ -653,14 +653,14 @@ func (q *QMI) dropCallLocked(c *qmiClient) {
 	n, has4, has6 := q.callsLocked(call.session)
 	switch {
 	case n == 0 && q.ownSession == call.session:
-		q.m.DisconnectID(call.session)
+		q.m.disconnectID(call.session)
 		q.ownSession = 0
 	case n > 0 && s.Type == IPv4v6 && !(has4 && has6):
 		t := IPv4
 		if has6 {
 			t = IPv6
 		}
-		_, _ = q.m.SetSessionType(call.session, t)
+		_, _ = q.m.setSessionType(call.session, t)
 	}
 }
 
@@ -894,7 +894,7 @@ func (q *QMI) startNetwork(r *qmiReq) {
 		return
 	case s.Active:
 		// The other family of a dual-stack session.
-		if _, err := q.m.SetSessionType(s.ID, IPv4v6); err != nil {
+		if _, err := q.m.setSessionType(s.ID, IPv4v6); err != nil {
 			callFailed(wdsCERUnspecified, false)
 			return
 		}

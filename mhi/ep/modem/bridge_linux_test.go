@@ -1,4 +1,4 @@
-package ep_test
+package modem_test
 
 import (
 	"errors"

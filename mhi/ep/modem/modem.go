@@ -1,4 +1,4 @@
-package ep
+package modem
 
 import (
 	"errors"
@@ -6,16 +6,15 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+
+	"github.com/gomhi/gomhi/mhi/ep"
 )
 
-// This file holds the mock modem's cellular state: what its control
-// functions (MBIM, QMI, AT) report and change, and what gates its IP data.
-// One Modem is shared by every control function of a device, so that a
-// session connected over MBIM is seen by QMI and AT as well, as on a real
-// modem whose control ports all talk to one baseband.
+// This file holds the modem's cellular state: what its control functions
+// (MBIM, QMI, AT) report and change, and what gates its IP data.
 
-// ModemIdentity is what a modem says about itself.
-type ModemIdentity struct {
+// Identity is what a modem says about itself.
+type Identity struct {
 	Manufacturer string // e.g. "Telit"
 	Model        string // e.g. "FN990"
 	Firmware     string // firmware revision (MBIM FirmwareInfo, QMI revision, AT+CGMR)
@@ -48,21 +47,11 @@ func (t IPType) String() string {
 	return fmt.Sprintf("IPType(%d)", int(t))
 }
 
-// Has4 reports whether the type includes IPv4.
-func (t IPType) Has4() bool { return t == IPv4 || t == IPv4v6 }
+// has4 reports whether the type includes IPv4.
+func (t IPType) has4() bool { return t == IPv4 || t == IPv4v6 }
 
-// Has6 reports whether the type includes IPv6.
-func (t IPType) Has6() bool { return t == IPv6 || t == IPv4v6 }
-
-// ParseIPType parses "ipv4", "ipv6" or "ipv4v6".
-func ParseIPType(s string) (IPType, error) {
-	for i, n := range ipTypeNames {
-		if i > 0 && n == s {
-			return IPType(i), nil
-		}
-	}
-	return 0, fmt.Errorf("ep: IP type %q: want ipv4, ipv6 or ipv4v6: %w", s, ErrModemConfig)
-}
+// has6 reports whether the type includes IPv6.
+func (t IPType) has6() bool { return t == IPv6 || t == IPv4v6 }
 
 // SessionAddressing is what the network assigns to a connected session:
 // the host's addresses, the gateway (the modem's side of the link, the
@@ -91,9 +80,9 @@ var (
 // DefaultSessionMTU is the MTU a session reports unless configured.
 const DefaultSessionMTU = 1500
 
-// ModemConfig configures a Modem. Zero fields get defaults (see NewModem).
-type ModemConfig struct {
-	Identity   ModemIdentity
+// Config configures a Modem. Zero fields get defaults (see New).
+type Config struct {
+	Identity   Identity
 	Addressing SessionAddressing
 	// RequireConnect gates IP data on a connected session, as a real modem
 	// does: until a session is connected (and after it is disconnected)
@@ -124,18 +113,18 @@ const (
 
 // Errors of Modem operations.
 var (
-	// ErrModemConfig: an invalid ModemConfig or argument.
-	ErrModemConfig = errors.New("ep: invalid modem configuration")
+	// ErrConfig: an invalid Config or argument.
+	ErrConfig = errors.New("modem: invalid modem configuration")
 	// ErrRadioOff: the operation needs the radio on.
-	ErrRadioOff = errors.New("ep: radio is off")
+	ErrRadioOff = errors.New("modem: radio is off")
 	// ErrDetached: the packet service is detached.
-	ErrDetached = errors.New("ep: packet service detached")
+	ErrDetached = errors.New("modem: packet service detached")
 	// ErrNoAPN: a connect without an access point name.
-	ErrNoAPN = errors.New("ep: no access point name")
+	ErrNoAPN = errors.New("modem: no access point name")
 	// ErrSessionActive: a connect while a session is already connected.
-	ErrSessionActive = errors.New("ep: a session is already connected")
+	ErrSessionActive = errors.New("modem: a session is already connected")
 	// ErrNoSession: the operation names a session that is not the active one.
-	ErrNoSession = errors.New("ep: no such active session")
+	ErrNoSession = errors.New("modem: no such active session")
 )
 
 // RegisterState is the network registration state.
@@ -157,26 +146,26 @@ type Session struct {
 	ID uint32
 }
 
-// ModemEventKind says what changed in a ModemEvent.
-type ModemEventKind uint8
+// EventKind says what changed in a Event.
+type EventKind uint8
 
 // Modem event kinds.
 const (
-	EventRadio         ModemEventKind = iota + 1 // radio switched on or off
-	EventRegistration                            // registration state changed
-	EventPacketService                           // attached or detached
-	EventSession                                 // session connected or disconnected
-	EventSignal                                  // signal strength changed
+	EventRadio         EventKind = iota + 1 // radio switched on or off
+	EventRegistration                       // registration state changed
+	EventPacketService                      // attached or detached
+	EventSession                            // session connected or disconnected
+	EventSignal                             // signal strength changed
 )
 
-// ModemEvent tells subscribers what changed. Subscribers read the new
+// Event tells subscribers what changed. Subscribers read the new
 // state from the Modem.
-type ModemEvent struct {
-	Kind ModemEventKind
+type Event struct {
+	Kind EventKind
 }
 
-// ModemStats are the modem's counters.
-type ModemStats struct {
+// Stats are the modem's counters.
+type Stats struct {
 	Connects    uint64 `json:"connects"`
 	Disconnects uint64 `json:"disconnects"`
 	ConnectFail uint64 `json:"connect_failures"`
@@ -186,9 +175,9 @@ type ModemStats struct {
 
 // Modem is the cellular state of the mock modem, shared by its control
 // functions and consulted by its IP data function (it implements
-// DataGate). All methods are safe for concurrent use.
+// ep.DataGate). All methods are safe for concurrent use.
 type Modem struct {
-	cfg ModemConfig
+	cfg Config
 
 	// mu guards the fields below but the atomics; nothing is taken while
 	// it is held (publish calls the subscribers after it is released). It
@@ -199,17 +188,17 @@ type Modem struct {
 	rssi     int
 	session  Session
 	nextID   uint32
-	subs     map[int]func(ModemEvent)
+	subs     map[int]func(Event)
 	nextSub  int
 	dataOpen atomic.Bool // what DataAllowed answers, updated under mu
 
 	connects, disconnects, connectFail, restarts atomic.Uint64
 }
 
-// NewModem validates cfg, fills its defaults and returns the modem: radio
+// New validates cfg, fills its defaults and returns the modem: radio
 // on (unless RadioOff), registered on the home network and attached while
 // the radio is on, no session.
-func NewModem(cfg ModemConfig) (*Modem, error) {
+func New(cfg Config) (*Modem, error) {
 	id := &cfg.Identity
 	for _, f := range []struct {
 		p   *string
@@ -251,43 +240,40 @@ func NewModem(cfg ModemConfig) (*Modem, error) {
 	}
 	switch {
 	case !a.IPv4.Addr().Is4() || !a.Gateway4.Is4():
-		return nil, fmt.Errorf("%w: IPv4 address %v / gateway %v", ErrModemConfig, a.IPv4, a.Gateway4)
+		return nil, fmt.Errorf("%w: IPv4 address %v / gateway %v", ErrConfig, a.IPv4, a.Gateway4)
 	case !a.IPv6.Addr().Is6() || a.IPv6.Addr().Is4In6() || !a.Gateway6.Is6():
-		return nil, fmt.Errorf("%w: IPv6 address %v / gateway %v", ErrModemConfig, a.IPv6, a.Gateway6)
+		return nil, fmt.Errorf("%w: IPv6 address %v / gateway %v", ErrConfig, a.IPv6, a.Gateway6)
 	case a.MTU < 1280 || a.MTU > 65535:
-		return nil, fmt.Errorf("%w: MTU %d outside 1280..65535", ErrModemConfig, a.MTU)
+		return nil, fmt.Errorf("%w: MTU %d outside 1280..65535", ErrConfig, a.MTU)
 	case cfg.RSSI < 0 || cfg.RSSI > 31:
-		return nil, fmt.Errorf("%w: RSSI %d outside 0..31", ErrModemConfig, cfg.RSSI)
+		return nil, fmt.Errorf("%w: RSSI %d outside 0..31", ErrConfig, cfg.RSSI)
 	}
 	for _, d := range a.DNS4 {
 		if !d.Is4() {
-			return nil, fmt.Errorf("%w: IPv4 DNS server %v", ErrModemConfig, d)
+			return nil, fmt.Errorf("%w: IPv4 DNS server %v", ErrConfig, d)
 		}
 	}
 	for _, d := range a.DNS6 {
 		if !d.Is6() || d.Is4In6() {
-			return nil, fmt.Errorf("%w: IPv6 DNS server %v", ErrModemConfig, d)
+			return nil, fmt.Errorf("%w: IPv6 DNS server %v", ErrConfig, d)
 		}
 	}
-	m := &Modem{cfg: cfg, radio: !cfg.RadioOff, rssi: cfg.RSSI, subs: map[int]func(ModemEvent){}}
+	m := &Modem{cfg: cfg, radio: !cfg.RadioOff, rssi: cfg.RSSI, subs: map[int]func(Event){}}
 	m.attached = m.radio
 	m.updateGateLocked()
 	return m, nil
 }
 
 // Identity returns the modem's identity strings.
-func (m *Modem) Identity() ModemIdentity { return m.cfg.Identity }
+func (m *Modem) Identity() Identity { return m.cfg.Identity }
 
 // Addressing returns what a session is assigned.
 func (m *Modem) Addressing() SessionAddressing { return m.cfg.Addressing }
 
-// RequireConnect reports whether IP data is gated on a session.
-func (m *Modem) RequireConnect() bool { return m.cfg.RequireConnect }
-
 // Subscribe calls f after every change (from the goroutine that made it,
 // after the modem's lock is released; f must not block). It returns a
 // function that removes f.
-func (m *Modem) Subscribe(f func(ModemEvent)) (cancel func()) {
+func (m *Modem) Subscribe(f func(Event)) (cancel func()) {
 	m.mu.Lock()
 	id := m.nextSub
 	m.nextSub++
@@ -301,19 +287,19 @@ func (m *Modem) Subscribe(f func(ModemEvent)) (cancel func()) {
 }
 
 // publish sends events to the subscribers. Called without m.mu.
-func (m *Modem) publish(kinds ...ModemEventKind) {
+func (m *Modem) publish(kinds ...EventKind) {
 	if len(kinds) == 0 {
 		return
 	}
 	m.mu.Lock()
-	fs := make([]func(ModemEvent), 0, len(m.subs))
+	fs := make([]func(Event), 0, len(m.subs))
 	for _, f := range m.subs {
 		fs = append(fs, f)
 	}
 	m.mu.Unlock()
 	for _, k := range kinds {
 		for _, f := range fs {
-			f(ModemEvent{Kind: k})
+			f(Event{Kind: k})
 		}
 	}
 }
@@ -334,7 +320,7 @@ func (m *Modem) SetRadio(on bool) {
 		return
 	}
 	m.radio = on
-	evs := []ModemEventKind{EventRadio, EventRegistration}
+	evs := []EventKind{EventRadio, EventRegistration}
 	if m.attached != on {
 		m.attached = on
 		evs = append(evs, EventPacketService)
@@ -356,7 +342,7 @@ func (m *Modem) SetRadio(on bool) {
 // every change. The identity, addressing and session numbering survive.
 func (m *Modem) Restart() {
 	m.mu.Lock()
-	var evs []ModemEventKind
+	var evs []EventKind
 	if m.session.Active {
 		m.session.Active = false
 		m.disconnects.Add(1)
@@ -403,14 +389,14 @@ func (m *Modem) SetAttached(on bool) error {
 	m.mu.Lock()
 	if on && !m.radio {
 		m.mu.Unlock()
-		return fmt.Errorf("ep: attach: %w", ErrRadioOff)
+		return fmt.Errorf("modem: attach: %w", ErrRadioOff)
 	}
 	if m.attached == on {
 		m.mu.Unlock()
 		return nil
 	}
 	m.attached = on
-	evs := []ModemEventKind{EventPacketService}
+	evs := []EventKind{EventPacketService}
 	if !on && m.session.Active {
 		m.session.Active = false
 		m.disconnects.Add(1)
@@ -436,7 +422,7 @@ func (m *Modem) RSSI() int {
 // SetRSSI changes the signal strength (0–31).
 func (m *Modem) SetRSSI(v int) error {
 	if v < 0 || v > 31 {
-		return fmt.Errorf("%w: RSSI %d outside 0..31", ErrModemConfig, v)
+		return fmt.Errorf("%w: RSSI %d outside 0..31", ErrConfig, v)
 	}
 	m.mu.Lock()
 	changed := m.rssi != v
@@ -466,28 +452,28 @@ func (m *Modem) Connect(apn string, t IPType) (Session, error) {
 	}
 	if t < IPv4 || t > IPv4v6 {
 		m.connectFail.Add(1)
-		return Session{}, fmt.Errorf("ep: connect: %w: IP type %d", ErrModemConfig, t)
+		return Session{}, fmt.Errorf("modem: connect: %w: IP type %d", ErrConfig, t)
 	}
 	if apn == "" {
 		m.connectFail.Add(1)
-		return Session{}, fmt.Errorf("ep: connect: %w", ErrNoAPN)
+		return Session{}, fmt.Errorf("modem: connect: %w", ErrNoAPN)
 	}
 	m.mu.Lock()
 	if !m.radio {
 		m.mu.Unlock()
 		m.connectFail.Add(1)
-		return Session{}, fmt.Errorf("ep: connect: %w", ErrRadioOff)
+		return Session{}, fmt.Errorf("modem: connect: %w", ErrRadioOff)
 	}
 	if m.session.Active {
 		s := m.session
 		m.mu.Unlock()
 		m.connectFail.Add(1)
-		return s, fmt.Errorf("ep: connect: %w (APN %q)", ErrSessionActive, s.APN)
+		return s, fmt.Errorf("modem: connect: %w (APN %q)", ErrSessionActive, s.APN)
 	}
-	evs := []ModemEventKind{EventSession}
+	evs := []EventKind{EventSession}
 	if !m.attached {
 		m.attached = true
-		evs = append([]ModemEventKind{EventPacketService}, evs...)
+		evs = append([]EventKind{EventPacketService}, evs...)
 	}
 	m.nextID++
 	m.session = Session{Active: true, APN: apn, Type: t, ID: m.nextID}
@@ -504,11 +490,11 @@ func (m *Modem) Disconnect() bool {
 	return m.disconnect(func() bool { return true })
 }
 
-// DisconnectID ends the data session if it is the active one with the
+// disconnectID ends the data session if it is the active one with the
 // given ID (a control function ending the session it started, without
 // ending a newer one another function started meanwhile). It reports
 // whether it ended one.
-func (m *Modem) DisconnectID(id uint32) bool {
+func (m *Modem) disconnectID(id uint32) bool {
 	return m.disconnect(func() bool { return m.session.ID == id })
 }
 
@@ -528,20 +514,20 @@ func (m *Modem) disconnect(match func() bool) bool {
 	return true
 }
 
-// SetSessionType changes the IP type of the active session with the given
+// setSessionType changes the IP type of the active session with the given
 // ID: QMI connects each IP family on its own WDS client, so a dual-stack
 // session gains its second family (and loses one) after it was connected.
 // It fails with ErrNoSession when id is not the active session and with
-// ErrModemConfig for an invalid type.
-func (m *Modem) SetSessionType(id uint32, t IPType) (Session, error) {
+// ErrConfig for an invalid type.
+func (m *Modem) setSessionType(id uint32, t IPType) (Session, error) {
 	if t < IPv4 || t > IPv4v6 {
-		return Session{}, fmt.Errorf("ep: session type: %w: IP type %d", ErrModemConfig, t)
+		return Session{}, fmt.Errorf("modem: session type: %w: IP type %d", ErrConfig, t)
 	}
 	m.mu.Lock()
 	if !m.session.Active || m.session.ID != id {
 		s := m.session
 		m.mu.Unlock()
-		return s, fmt.Errorf("ep: session type of session %d: %w", id, ErrNoSession)
+		return s, fmt.Errorf("modem: session type of session %d: %w", id, ErrNoSession)
 	}
 	changed := m.session.Type != t
 	m.session.Type = t
@@ -553,22 +539,18 @@ func (m *Modem) SetSessionType(id uint32, t IPType) (Session, error) {
 	return s, nil
 }
 
-// DataAllowed implements DataGate: IP data flows unless the modem requires
+// DataAllowed implements ep.DataGate: IP data flows unless the modem requires
 // a connected session and none is.
 func (m *Modem) DataAllowed() bool { return m.dataOpen.Load() }
+
+var _ ep.DataGate = (*Modem)(nil)
 
 func (m *Modem) updateGateLocked() {
 	m.dataOpen.Store(!m.cfg.RequireConnect || m.session.Active)
 }
 
 // Stats returns the modem's counters.
-func (m *Modem) Stats() ModemStats {
-	return ModemStats{Connects: m.connects.Load(), Disconnects: m.disconnects.Load(), ConnectFail: m.connectFail.Load(),
+func (m *Modem) Stats() Stats {
+	return Stats{Connects: m.connects.Load(), Disconnects: m.disconnects.Load(), ConnectFail: m.connectFail.Load(),
 		Restarts: m.restarts.Load()}
-}
-
-// DataGate decides whether IP data may flow (a connected session, on a
-// modem that requires one). IPData consults it for every packet.
-type DataGate interface {
-	DataAllowed() bool
 }

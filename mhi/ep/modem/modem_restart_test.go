@@ -1,4 +1,4 @@
-package ep
+package modem
 
 import (
 	"sync"
@@ -6,13 +6,13 @@ import (
 )
 
 func TestModemRestart(t *testing.T) {
-	m, err := NewModem(ModemConfig{RequireConnect: true})
+	m, err := New(Config{RequireConnect: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	var got []ModemEventKind
-	m.Subscribe(func(e ModemEvent) { mu.Lock(); got = append(got, e.Kind); mu.Unlock() })
+	var got []EventKind
+	m.Subscribe(func(e Event) { mu.Lock(); got = append(got, e.Kind); mu.Unlock() })
 	if _, err := m.Connect("internet", IPv4); err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestModemRestart(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 	// A modem configured with its radio off comes back with it off.
-	off, _ := NewModem(ModemConfig{RadioOff: true})
+	off, _ := New(Config{RadioOff: true})
 	off.SetRadio(true)
 	off.Restart()
 	if off.Radio() || off.Attached() {

@@ -1,4 +1,4 @@
-package ep_test
+package modem_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/proto/qmi"
 	"github.com/gomhi/gomhi/mhi/testenv"
 )
@@ -19,15 +20,15 @@ import (
 // modem's QMI function, through the host stack and a raw PTY (see
 // bridge_linux_test.go), on the qcom-sdx55m channel table (QMI 14/15).
 
-var qmiTestIdentity = ep.ModemIdentity{
+var qmiTestIdentity = modem.Identity{
 	Manufacturer: "QUALCOMM INCORPORATED", Model: "SDX55", Firmware: "MPSS.HI.2.0.c3-00186-SDX55_GEN_PACK-1",
 	Hardware: "10000", IMEI: "352099001761481", ProviderID: "00101", ProviderName: "gomhi network",
 }
 
 // qmiRig is a mock with the QMI function behind a PTY.
 type qmiRig struct {
-	m      *ep.Modem
-	q      *ep.QMI
+	m      *modem.Modem
+	q      *modem.QMI
 	path   string
 	qmicli string
 }
@@ -35,16 +36,16 @@ type qmiRig struct {
 func newQMIRig(t *testing.T, corrupt func([]byte)) *qmiRig {
 	t.Helper()
 	qmicli := needTool(t, "qmicli", "libqmi-utils")
-	m, err := ep.NewModem(ep.ModemConfig{RequireConnect: true, Identity: qmiTestIdentity})
+	m, err := modem.New(modem.Config{RequireConnect: true, Identity: qmiTestIdentity})
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := ep.NewQMI(m, ep.QMIOptions{})
+	q, err := modem.NewQMI(m, modem.QMIOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mock := mockWith(t, "qcom-sdx55m", map[string]ep.Function{ep.QMIName: q})
-	path, _ := newBridge(t, mock.Controller, ep.QMIName, qmuxFramer, corrupt)
+	mock := mockWith(t, "qcom-sdx55m", map[string]ep.Function{modem.QMIName: q})
+	path, _ := newBridge(t, mock.Controller, modem.QMIName, qmuxFramer, corrupt)
 	return &qmiRig{m: m, q: q, path: path, qmicli: qmicli}
 }
 

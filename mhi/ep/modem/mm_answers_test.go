@@ -1,4 +1,4 @@
-package ep
+package modem
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 // TestModemManager… runs them against the real daemon).
 
 func TestATModemManagerCommands(t *testing.T) {
-	h := newATTester(t, ModemConfig{Identity: ModemIdentity{Manufacturer: "Telit", Model: "FN990",
+	h := newATTester(t, Config{Identity: Identity{Manufacturer: "Telit", Model: "FN990",
 		ICCID: "8900100000000000042", ProviderID: "00101", ProviderName: "gomhi network"}}, ATOptions{})
 	h.chat(DUNName, "ATE0\r")
 	cases := []struct{ in, want string }{
@@ -50,7 +50,7 @@ func TestATModemManagerCommands(t *testing.T) {
 		}
 	}
 	// Telit's commands only on a Telit.
-	q := newATTester(t, ModemConfig{Identity: ModemIdentity{Manufacturer: "Quectel", Model: "EM120"}}, ATOptions{})
+	q := newATTester(t, Config{Identity: Identity{Manufacturer: "Quectel", Model: "EM120"}}, ATOptions{})
 	if got := q.chat(DUNName, "AT#BND?\r"); got != "AT#BND?\r\r\nERROR\r\n" {
 		t.Errorf("#BND on a Quectel: %q", got)
 	}
@@ -83,7 +83,7 @@ func TestSwappedBCD(t *testing.T) {
 
 func TestQMIModemManagerMessages(t *testing.T) {
 	counters := PacketCounters{TxPackets: 17, RxPackets: 15, TxBytes: 11272, RxBytes: 10500, TxDropped: 3}
-	h := newQMITester(t, ModemConfig{Identity: ModemIdentity{Model: "SDX55", ProviderID: "00101", ProviderName: "gomhi network"}},
+	h := newQMITester(t, Config{Identity: Identity{Model: "SDX55", ProviderID: "00101", ProviderName: "gomhi network"}},
 		QMIOptions{PacketStatistics: func() PacketCounters { return counters }})
 	dms, nas, wds := h.alloc(qmi.DMS), h.alloc(qmi.NAS), h.alloc(qmi.WDS)
 
@@ -181,7 +181,7 @@ func TestQMIModemManagerMessages(t *testing.T) {
 		t.Errorf("statistics outside the mask: %d TLVs", f.TLVs.Count())
 	}
 	// Without a counter source the message is not supported.
-	n := newQMITester(t, ModemConfig{}, QMIOptions{})
+	n := newQMITester(t, Config{}, QMIOptions{})
 	nw := n.alloc(qmi.WDS)
 	n.fails(qmi.WDS, nw, qmi.WDSGetPacketStatistics, func(b *qmi.Builder) { b.TLVU32(0x01, all) }, qmi.ErrInvalidQMICommand)
 }

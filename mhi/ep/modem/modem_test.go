@@ -1,15 +1,14 @@
-package ep
+package modem
 
 import (
 	"errors"
 	"net/netip"
 	"sync"
 	"testing"
-	"time"
 )
 
 func TestModemDefaults(t *testing.T) {
-	m, err := NewModem(ModemConfig{Identity: ModemIdentity{Model: "FN990"}})
+	m, err := New(Config{Identity: Identity{Model: "FN990"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,33 +31,33 @@ func TestModemDefaults(t *testing.T) {
 }
 
 func TestModemRejectsBadConfig(t *testing.T) {
-	for name, cfg := range map[string]ModemConfig{
+	for name, cfg := range map[string]Config{
 		"v6 as v4":    {Addressing: SessionAddressing{IPv4: netip.MustParsePrefix("fd00::1/64")}},
 		"v4 as v6":    {Addressing: SessionAddressing{IPv6: netip.MustParsePrefix("10.0.0.1/24")}},
 		"small MTU":   {Addressing: SessionAddressing{MTU: 500}},
 		"rssi":        {RSSI: 40},
 		"dns4 family": {Addressing: SessionAddressing{DNS4: []netip.Addr{netip.MustParseAddr("::1")}}},
 	} {
-		if _, err := NewModem(cfg); !errors.Is(err, ErrModemConfig) {
-			t.Errorf("%s: err %v, want ErrModemConfig", name, err)
+		if _, err := New(cfg); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: err %v, want ErrConfig", name, err)
 		}
 	}
 }
 
 func TestModemSessionGatesData(t *testing.T) {
-	m, err := NewModem(ModemConfig{RequireConnect: true})
+	m, err := New(Config{RequireConnect: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	var got []ModemEventKind
-	cancel := m.Subscribe(func(e ModemEvent) {
+	var got []EventKind
+	cancel := m.Subscribe(func(e Event) {
 		mu.Lock()
 		got = append(got, e.Kind)
 		mu.Unlock()
 	})
 	defer cancel()
-	events := func() []ModemEventKind {
+	events := func() []EventKind {
 		mu.Lock()
 		defer mu.Unlock()
 		out := got
@@ -122,44 +121,14 @@ func TestModemSessionGatesData(t *testing.T) {
 	}
 }
 
-func TestIPDataGate(t *testing.T) {
-	m, err := NewModem(ModemConfig{RequireConnect: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: FormatRaw, Gate: m}})
-	pkts := testPackets(3, 100)
-	for _, p := range pkts {
-		r.sendUL(p)
-	}
-	r.pumpUntil("gated uplink", func() bool { return r.ipd.Stats().DroppedGated == 3 })
-	r.pumpFor(5 * time.Millisecond)
-	if len(r.transfers) != 0 {
-		t.Fatalf("%d DL transfers while gated", len(r.transfers))
-	}
-	if _, err := m.Connect("internet", IPv4); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pkts {
-		r.sendUL(p)
-	}
-	s := r.waitAggregates(6) // 3 gated + 3 delivered
-	got, _ := decodeDL(t, r.ipd.Config(), r.transfers)
-	samePackets(t, got, pkts)
-	checkConservation(t, s)
-	if s.ULPackets != 6 || s.DroppedGated != 3 || s.Dropped() != 3 {
-		t.Fatalf("stats %+v", s)
-	}
-}
-
 func TestModemSessionByID(t *testing.T) {
-	m, err := NewModem(ModemConfig{RequireConnect: true})
+	m, err := New(Config{RequireConnect: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
 	n := 0
-	defer m.Subscribe(func(e ModemEvent) {
+	defer m.Subscribe(func(e Event) {
 		if e.Kind == EventSession {
 			mu.Lock()
 			n++
@@ -173,7 +142,7 @@ func TestModemSessionByID(t *testing.T) {
 		n = 0
 		return v
 	}
-	if _, err := m.SetSessionType(1, IPv4v6); !errors.Is(err, ErrNoSession) {
+	if _, err := m.setSessionType(1, IPv4v6); !errors.Is(err, ErrNoSession) {
 		t.Fatalf("type of no session: %v", err)
 	}
 	s, err := m.Connect("internet", IPv4)
@@ -181,26 +150,26 @@ func TestModemSessionByID(t *testing.T) {
 		t.Fatal(err)
 	}
 	sessionEvents()
-	if _, err := m.SetSessionType(s.ID+1, IPv4v6); !errors.Is(err, ErrNoSession) {
+	if _, err := m.setSessionType(s.ID+1, IPv4v6); !errors.Is(err, ErrNoSession) {
 		t.Fatalf("type of another session: %v", err)
 	}
-	if _, err := m.SetSessionType(s.ID, 7); !errors.Is(err, ErrModemConfig) {
+	if _, err := m.setSessionType(s.ID, 7); !errors.Is(err, ErrConfig) {
 		t.Fatalf("bad type: %v", err)
 	}
-	if got, err := m.SetSessionType(s.ID, IPv4v6); err != nil || got.Type != IPv4v6 || m.Session().Type != IPv4v6 {
+	if got, err := m.setSessionType(s.ID, IPv4v6); err != nil || got.Type != IPv4v6 || m.Session().Type != IPv4v6 {
 		t.Fatalf("widen: %+v %v", got, err)
 	}
-	if _, err := m.SetSessionType(s.ID, IPv4v6); err != nil {
+	if _, err := m.setSessionType(s.ID, IPv4v6); err != nil {
 		t.Fatal(err)
 	}
 	if ev := sessionEvents(); ev != 1 {
 		t.Fatalf("%d session events for one change", ev)
 	}
-	if m.DisconnectID(s.ID+1) || !m.Session().Active {
-		t.Fatal("DisconnectID of another session ended the active one")
+	if m.disconnectID(s.ID+1) || !m.Session().Active {
+		t.Fatal("disconnectID of another session ended the active one")
 	}
-	if !m.DisconnectID(s.ID) || m.Session().Active || m.DataAllowed() || m.DisconnectID(s.ID) {
-		t.Fatal("DisconnectID of the active session")
+	if !m.disconnectID(s.ID) || m.Session().Active || m.DataAllowed() || m.disconnectID(s.ID) {
+		t.Fatal("disconnectID of the active session")
 	}
 	if ev := sessionEvents(); ev != 1 {
 		t.Fatalf("%d session events for the disconnect", ev)

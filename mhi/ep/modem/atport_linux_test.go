@@ -1,4 +1,4 @@
-package ep_test
+package modem_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/proto/at"
 )
 
@@ -17,16 +18,16 @@ import (
 // types ATI on the telit-fn990's DUN and DUN2 ports and reads the model's
 // strings back through the host stack.
 func TestATOverPTY(t *testing.T) {
-	m, err := ep.NewModem(ep.ModemConfig{Identity: ep.ModemIdentity{Manufacturer: "Telit", Model: "FN990", Firmware: "LE1.0.0.0-001"}})
+	m, err := modem.New(modem.Config{Identity: modem.Identity{Manufacturer: "Telit", Model: "FN990", Firmware: "LE1.0.0.0-001"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := ep.NewAT(m, ep.ATOptions{})
+	a, err := modem.NewAT(m, modem.ATOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mock := mockWith(t, "telit-fn990", map[string]ep.Function{ep.DUNName: a, ep.DUN2Name: a})
-	for _, pair := range []string{ep.DUNName, ep.DUN2Name} {
+	mock := mockWith(t, "telit-fn990", map[string]ep.Function{modem.DUNName: a, modem.DUN2Name: a})
+	for _, pair := range []string{modem.DUNName, modem.DUN2Name} {
 		path, _ := newBridge(t, mock.Controller, pair, rawFramer, nil)
 		term, err := os.OpenFile(path, os.O_RDWR|unix.O_NOCTTY, 0)
 		if err != nil {

@@ -1,4 +1,4 @@
-package ep
+package modem
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/proto/at"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
@@ -63,7 +64,7 @@ type pdpContext struct {
 // atPort is the terminal state of one AT port (channel pair): what ATZ
 // resets.
 type atPort struct {
-	pipe       *Pipe
+	pipe       *ep.Pipe
 	rd         *at.LineReader
 	echo       bool
 	verbose    bool
@@ -96,10 +97,10 @@ type AT struct {
 	// executed (the Modem consulted or changed, the counters updated
 	// under smu).
 	//
-	// lockorder: channel.work → AT.mu → AT.smu
+	// lockorder: ep.channel.work → AT.mu → AT.smu
 	// lockorder: AT.mu → Modem.mu
 	mu       sync.Mutex
-	ports    map[*Pipe]*atPort
+	ports    map[*ep.Pipe]*atPort
 	contexts map[int]pdpContext
 	// cfunOff is what +CFUN? reports while the radio is off (0 or 4).
 	cfunOff int
@@ -115,16 +116,16 @@ type AT struct {
 // NewAT returns the AT function of modem m.
 func NewAT(m *Modem, opts ATOptions) (*AT, error) {
 	if m == nil {
-		return nil, fmt.Errorf("ep: AT: no modem: %w", ErrModemConfig)
+		return nil, fmt.Errorf("modem: AT: no modem: %w", ErrConfig)
 	}
 	if opts.MaxLine < 0 {
-		return nil, fmt.Errorf("ep: AT: MaxLine %d: %w", opts.MaxLine, ErrModemConfig)
+		return nil, fmt.Errorf("modem: AT: MaxLine %d: %w", opts.MaxLine, ErrConfig)
 	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &AT{m: m, opts: opts, log: log, ports: map[*Pipe]*atPort{}, cfunOff: 4,
+	a := &AT{m: m, opts: opts, log: log, ports: map[*ep.Pipe]*atPort{}, cfunOff: 4,
 		contexts: map[int]pdpContext{1: {typ: "IPV4V6", apn: ""}},
 		ws46:     ws46UTRANEUTRAN, cemode: cemodeCSPS2}
 	a.st.Unknown = map[string]uint64{}
@@ -147,13 +148,13 @@ func (a *AT) count(f func(s *ATStats)) {
 }
 
 // Attach implements PipeAttacher.
-func (a *AT) Attach(p *Pipe) {
+func (a *AT) Attach(p *ep.Pipe) {
 	a.mu.Lock()
 	a.portLocked(p)
 	a.mu.Unlock()
 }
 
-func (a *AT) portLocked(p *Pipe) *atPort {
+func (a *AT) portLocked(p *ep.Pipe) *atPort {
 	port, ok := a.ports[p]
 	if !ok {
 		port = &atPort{pipe: p, rd: at.NewLineReader(a.opts.MaxLine), cmds: make([]at.Command, 0, at.MaxCommands)}
@@ -165,7 +166,7 @@ func (a *AT) portLocked(p *Pipe) *atPort {
 
 // PipeStateChanged implements PipeObserver: a reset uplink channel (the
 // terminal closed the port) drops the partly typed line.
-func (a *AT) PipeStateChanged(p *Pipe, dir wire.Direction, state wire.ChannelState) {
+func (a *AT) PipeStateChanged(p *ep.Pipe, dir wire.Direction, state wire.ChannelState) {
 	if dir != wire.Uplink || state != wire.ChannelDisabled {
 		return
 	}
@@ -179,7 +180,7 @@ func (a *AT) PipeStateChanged(p *Pipe, dir wire.Direction, state wire.ChannelSta
 // Receive implements Function: the bytes are typed into the port's
 // terminal; the echo and the answers to the lines they complete go back
 // as one downlink transfer.
-func (a *AT) Receive(ctx context.Context, p *Pipe, transfer []byte) error {
+func (a *AT) Receive(ctx context.Context, p *ep.Pipe, transfer []byte) error {
 	a.mu.Lock()
 	port := a.portLocked(p)
 	a.mu.Unlock()
@@ -298,7 +299,7 @@ func (a *AT) final(port *atPort, ok bool, cme int) {
 	}
 }
 
-func pipeName(p *Pipe) string {
+func pipeName(p *ep.Pipe) string {
 	if p == nil {
 		return "-"
 	}

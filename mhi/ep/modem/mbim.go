@@ -1,4 +1,4 @@
-package ep
+package modem
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 )
 
@@ -34,10 +35,10 @@ type MBIM struct {
 	// held while a reply is sent (queued on the downlink channel: its mu)
 	// and while the Modem is consulted or changed.
 	//
-	// lockorder: channel.work → MBIM.mu → Modem.mu
-	// lockorder: MBIM.mu → channel.mu
+	// lockorder: ep.channel.work → MBIM.mu → Modem.mu
+	// lockorder: MBIM.mu → ep.channel.mu
 	mu       sync.Mutex
-	pipe     *Pipe
+	pipe     *ep.Pipe
 	open     bool
 	maxCtl   int
 	reasm    mbim.Reassembler
@@ -63,7 +64,7 @@ type MBIM struct {
 	// lockorder: QMI.mu → MBIM.evMu
 	// lockorder: AT.mu → MBIM.evMu
 	evMu   sync.Mutex
-	events map[ModemEventKind]bool
+	events map[EventKind]bool
 }
 
 // MBIMOptions configure an MBIM function.
@@ -145,7 +146,7 @@ type MBIMStats struct {
 // NewMBIM returns an MBIM function answering from m.
 func NewMBIM(m *Modem, opts MBIMOptions) (*MBIM, error) {
 	if m == nil {
-		return nil, fmt.Errorf("ep: MBIM needs a Modem: %w", ErrModemConfig)
+		return nil, fmt.Errorf("modem: MBIM needs a Modem: %w", ErrConfig)
 	}
 	log := opts.Logger
 	if log == nil {
@@ -160,7 +161,7 @@ func NewMBIM(m *Modem, opts MBIMOptions) (*MBIM, error) {
 		byStatus: map[mbim.Status]uint64{},
 		byError:  map[mbim.ProtocolError]uint64{},
 		pending:  make(chan struct{}, 1),
-		events:   map[ModemEventKind]bool{},
+		events:   map[EventKind]bool{},
 	}
 	f.reasm.Timeout = opts.FragmentTimeout
 	f.reasm.MaxLen = mbim.DefaultMaxMessage
@@ -169,7 +170,7 @@ func NewMBIM(m *Modem, opts MBIMOptions) (*MBIM, error) {
 
 // Attach implements PipeAttacher: it learns the pipe and starts sending
 // indications for Modem changes until the device closes.
-func (f *MBIM) Attach(p *Pipe) {
+func (f *MBIM) Attach(p *ep.Pipe) {
 	f.mu.Lock()
 	if f.pipe != nil {
 		f.mu.Unlock()
@@ -194,7 +195,7 @@ func (f *MBIM) Attach(p *Pipe) {
 
 // onModemEvent runs in the goroutine that changed the Modem: note the
 // event and wake the indication goroutine.
-func (f *MBIM) onModemEvent(ev ModemEvent) {
+func (f *MBIM) onModemEvent(ev Event) {
 	f.evMu.Lock()
 	f.events[ev.Kind] = true
 	f.evMu.Unlock()
@@ -255,7 +256,7 @@ type mbimOut interface {
 
 // Receive implements Function: one uplink transfer is one MBIM message or
 // fragment.
-func (f *MBIM) Receive(ctx context.Context, p *Pipe, transfer []byte) error {
+func (f *MBIM) Receive(ctx context.Context, p *ep.Pipe, transfer []byte) error {
 	return f.receive(ctx, p, transfer)
 }
 
@@ -720,7 +721,7 @@ func (f *MBIM) connectInfo(sid uint32) mbim.ConnectInfo {
 	ci := mbim.ConnectInfo{SessionID: sid, ActivationState: mbim.ActivationStateDeactivated, ContextType: mbim.ContextTypeNone}
 	if s := f.modem.Session(); sid == 0 && s.Active {
 		ci.ActivationState = mbim.ActivationStateActivated
-		ci.IPType = uint32(s.Type) // ep's IPv4/IPv6/IPv4v6 are MBIM's 1/2/3
+		ci.IPType = uint32(s.Type) // IPType's IPv4/IPv6/IPv4v6 are MBIM's 1/2/3
 		ci.ContextType = mbim.ContextTypeInternet
 	}
 	return ci
@@ -783,14 +784,14 @@ func (f *MBIM) ipConfiguration(sid uint32) (mbim.IPConfiguration, bool) {
 	a := f.modem.Addressing()
 	all := mbim.IPConfigAddress | mbim.IPConfigGateway | mbim.IPConfigDNS | mbim.IPConfigMTU
 	c := mbim.IPConfiguration{SessionID: sid}
-	if s.Type.Has4() {
+	if s.Type.has4() {
 		c.IPv4Available = all
 		c.IPv4Addresses = []netip.Prefix{a.IPv4}
 		c.IPv4Gateway = a.Gateway4
 		c.IPv4DNS = a.DNS4
 		c.IPv4MTU = uint32(a.MTU)
 	}
-	if s.Type.Has6() {
+	if s.Type.has6() {
 		c.IPv6Available = all
 		c.IPv6Addresses = []netip.Prefix{a.IPv6}
 		c.IPv6Gateway = a.Gateway6
@@ -821,14 +822,14 @@ func (f *MBIM) wants(cid uint32) bool {
 func (f *MBIM) sendIndications(p mbimOut) {
 	f.evMu.Lock()
 	evs := f.events
-	f.events = map[ModemEventKind]bool{}
+	f.events = map[EventKind]bool{}
 	f.evMu.Unlock()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.open {
 		return
 	}
-	for _, k := range []ModemEventKind{EventRadio, EventRegistration, EventPacketService, EventSession, EventSignal} {
+	for _, k := range []EventKind{EventRadio, EventRegistration, EventPacketService, EventSession, EventSignal} {
 		if !evs[k] {
 			continue
 		}
