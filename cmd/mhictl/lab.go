@@ -34,7 +34,7 @@ func (lf *labFlags) register(f *pflag.FlagSet, withJSON bool) {
 	f.StringVar(&lf.modules, "modules", "", "with --kernel PATH: the kernel's lib/modules/<release> folder (the MHI and WWAN modules are loaded from it; built-in ones are fine)")
 	f.StringVar(&lf.driver, "driver", lab.DriverLinux, "who drives the modem in the guest: linux (mhi_pci_generic with mhi_net, mhi_wwan_mbim, mhi_wwan_ctrl) or gomhi (the real-modem rehearsal: the guest's vfio-pci behind an emulated IOMMU, 'mhictl bind' and 'mhictl up --device ADDR --tun mhi0' in the guest)")
 	f.StringVar(&lf.upArgs, "up-args", "", `with --driver gomhi: more flags for 'mhictl up' in the guest, e.g. "--firmware /lib/firmware"`)
-	f.StringVar(&lf.userland, "userland", lab.UserlandMinimal, "the guest's user space: minimal (busybox)")
+	f.StringVar(&lf.userland, "userland", lab.UserlandMinimal, "the guest's user space: minimal (busybox) or modemmanager (Debian's root file system from the cache, with ModemManager running, mmcli, mbimcli and qmicli; the script sees LAB_MM_MODEM, the modem's index for mmcli -m)")
 	f.StringVar(&lf.serveArgs, "serve-args", "", `more flags for the served modem ('mhictl modem serve'), e.g. "--require-connect --vectors 1"`)
 	f.DurationVar(&lf.timeout, "timeout", 10*time.Minute, "bound on the whole run; when it passes the guest is stopped and the exit status is 124")
 	f.StringArrayVar(&lf.files, "file", nil, "copy a host file into the guest: SRC[:DST] (DST defaults to /lab/files/<base name of SRC>; repeatable), e.g. firmware for --up-args \"--firmware DIR\"")

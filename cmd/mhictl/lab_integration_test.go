@@ -134,6 +134,26 @@ ping -c 3 -W 5 "$LAB_PEER"
 			t.Fatalf("a kernel image without --modules: exit %d, want %d naming --modules:\n%s", status, lab.ExitLabFailed, errOut)
 		}
 	})
+	t.Run("modemmanager", func(t *testing.T) {
+		// The Debian user land: ModemManager found the modem before the
+		// script started; the script enables and connects it with mmcli.
+		script := writeScript(t, `state() { mmcli -m "$LAB_MM_MODEM" -K | sed -n 's/^modem.generic.state *: *//p'; }
+echo "mm modem $LAB_MM_MODEM, netdev $LAB_NETDEV"
+mmcli -m "$LAB_MM_MODEM" --enable || exit 3
+i=0; while [ $i -lt 120 ] && [ "$(state)" != registered ]; do sleep 0.5; i=$((i+1)); done
+mmcli -m "$LAB_MM_MODEM" --simple-connect="apn=internet" || exit 4
+echo "mm state $(state)"
+[ "$(state)" = connected ]
+`)
+		status, out, errOut := labRun(t, "--json", "--userland", "modemmanager", script)
+		sum := labSummary(t, out)
+		if status != 0 || sum.ExitStatus != 0 || sum.Userland != "modemmanager" {
+			t.Fatalf("exit %d (summary %+v), want 0\n%s\n%s", status, sum, out, errOut)
+		}
+		if !strings.Contains(out, "mm modem 0, netdev mhi_hwip0") || !strings.Contains(out, "mm state connected") {
+			t.Errorf("the console:\n%s", out)
+		}
+	})
 	t.Run("modem-never-ready", func(t *testing.T) {
 		// The modem waits in its boot loader for an image the guest has
 		// no firmware for: Linux never brings it up, the script's ping

@@ -1,34 +1,115 @@
 package lab
 
-// guestInit is the guest's /init (busybox sh): it mounts the kernel's file
-// systems, loads the driver's modules, brings the modem up with the driver
-// (#DRIVER#: guestLinux or guestGomhi), which sets LAB_NETDEV (its data
-// interface, with LAB_ADDR and LAB_PEER beyond) and LAB_PORTS, and then
-// runs the user's script (#RUN#: guestScript) or a shell (guestShell). Lines starting with "LAB-" are for the host: LAB-BOOTED,
-// LAB-WARN <text>, LAB-START, LAB-EXIT <status>.
-const guestInit = `#!/bin/busybox sh
-/bin/busybox --install -s /bin
-export PATH=/bin:/sbin
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
-mount -t tmpfs tmpfs /tmp
-mkdir -p /run /var/run
+// guestInit is the script that brings the modem up and runs the user's
+// script: the guest's /init (busybox sh) in the minimal user land, the
+// Debian root's /lab/init with ModemManager. #HEAD# mounts the kernel's
+// file systems (guestHeadMinimal or guestHeadDebian, which also sets
+// MODDIR, where the modules are); the driver's modules are loaded; the
+// driver (#DRIVER#: guestLinux or guestGomhi) brings the modem up and sets
+// LAB_NETDEV (its data interface, with LAB_ADDR and LAB_PEER beyond) and
+// LAB_PORTS; #USERLAND# starts what the user land adds (guestModemManager);
+// then the user's script runs (#RUN#: guestScript) or a shell (guestShell).
+// Lines starting with "LAB-" are for the host: LAB-BOOTED, LAB-WARN
+// <text>, LAB-START, LAB-EXIT <status>, LAB-INJECT <fault>.
+const guestInit = `#HEAD#
 ip link set lo up
 echo "LAB-BOOTED $(uname -r) $(cut -d' ' -f1 /proc/uptime)"
 set -a
 . /lab/env
 set +a
 for m in $LAB_MODULES; do
-	insmod /lib/modules/$m || echo "LAB-WARN insmod $m failed"
+	insmod $MODDIR/$m || echo "LAB-WARN insmod $m failed"
 done
 #DRIVER#
+#USERLAND#
 export LAB_NETDEV LAB_PORTS
 #RUN#
 labstop
+userlandstop
 sync
-poweroff -f
+#POWEROFF#
 `
+
+// guestHeadMinimal: busybox is the whole user land.
+const guestHeadMinimal = `#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin:/sbin
+MODDIR=/lib/modules
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+mkdir -p /run /var/run
+userlandstop() { :; }`
+
+// guestSwitchRoot is the initramfs's /init in the ModemManager user land:
+// it mounts the Debian root file system (the virtio disk, opened by QEMU
+// with snapshot=on: writes vanish), copies the lab's files and modules
+// there and switches to it, running /lab/init.
+const guestSwitchRoot = `#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+for m in virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_blk; do
+	insmod /lib/modules/$m.ko 2>/dev/null
+done
+i=0; while [ ! -b /dev/vda ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+mkdir -p /newroot
+if ! mount -t ext2 /dev/vda /newroot; then
+	echo "LAB-WARN cannot mount the root file system (/dev/vda)"
+	poweroff -f
+fi
+mkdir -p /newroot/lab/modules /newroot/lab/bin
+cp -a /lab/. /newroot/lab/
+cp /lib/modules/*.ko /newroot/lab/modules/
+cp /bin/busybox /newroot/lab/bin/busybox
+cp /bin/lab-inject /newroot/lab/bin/lab-inject
+#COPYFILES#
+umount /proc /sys
+mount --move /dev /newroot/dev
+exec switch_root /newroot /bin/sh /lab/init
+`
+
+// guestHeadDebian: the Debian root, with udev (ModemManager finds ports
+// through it) and the lab's tools in /lab/bin.
+const guestHeadDebian = `#!/bin/sh
+export PATH=/lab/bin:/usr/sbin:/usr/bin:/sbin:/bin
+MODDIR=/lab/modules
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs -o mode=0755 tmpfs /run
+mkdir -p /run/dbus /run/lock
+mount -t tmpfs tmpfs /tmp
+hostname gomhi-lab
+/lib/systemd/systemd-udevd --daemon`
+
+// guestModemManager starts D-Bus and ModemManager (its log:
+// LAB_MM_LOG) after udev has seen the modem's ports, and waits up to 120
+// s for it to list the modem: LAB_MM_MODEM is its index for mmcli -m.
+const guestModemManager = `udevadm trigger --action=add
+udevadm settle --timeout=60
+systemd-machine-id-setup >/dev/null 2>&1 || dbus-uuidgen --ensure
+dbus-daemon --system --fork
+LAB_MM_LOG=/tmp/ModemManager.log
+ModemManager --debug --log-level=DEBUG --log-file=$LAB_MM_LOG &
+LAB_MM_PID=$!
+LAB_MM_MODEM=
+i=0
+while [ $i -lt 480 ]; do
+	LAB_MM_MODEM=$(mmcli -L 2>/dev/null | sed -n 's|.*/Modem/\([0-9]*\) .*|\1|p' | head -n1)
+	[ -n "$LAB_MM_MODEM" ] && break
+	sleep 0.25; i=$((i+1))
+done
+[ -n "$LAB_MM_MODEM" ] || echo "LAB-WARN ModemManager listed no modem in 120 s (its log: $LAB_MM_LOG)"
+export LAB_MM_LOG LAB_MM_PID LAB_MM_MODEM
+userlandstop() {
+	kill $LAB_MM_PID 2>/dev/null
+	i=0; while kill -0 $LAB_MM_PID 2>/dev/null && [ $i -lt 40 ]; do sleep 0.1; i=$((i+1)); done
+}`
 
 // guestLinux: Linux's drivers took the modem as the modules loaded; the
 // data interface is named by the driver that binds the data channels

@@ -55,6 +55,10 @@ const (
 	DriverGomhi = "gomhi"
 	// UserlandMinimal: busybox only.
 	UserlandMinimal = "minimal"
+	// UserlandModemManager: the Debian root file system `make test-deps`
+	// builds (bookworm's ModemManager, mbimcli, qmicli, udev, D-Bus), with
+	// ModemManager running before the script starts.
+	UserlandModemManager = "modemmanager"
 )
 
 // Config is one lab run.
@@ -68,7 +72,8 @@ type Config struct {
 	Driver string
 	// UpArgs are more flags for 'mhictl up' in the guest (DriverGomhi).
 	UpArgs []string
-	// Userland is UserlandMinimal (the default).
+	// Userland is UserlandMinimal (the default) or UserlandModemManager
+	// (with DriverLinux).
 	Userland string
 	// Model is the device-table model the mock impersonates.
 	Model string
@@ -208,7 +213,7 @@ func (c *Config) defaults() {
 	}
 	if c.MemoryMB == 0 {
 		c.MemoryMB = 256
-		if c.Driver == DriverGomhi {
+		if c.Driver == DriverGomhi || c.Userland == UserlandModemManager {
 			c.MemoryMB = 512
 		}
 	}
@@ -228,8 +233,14 @@ func (c *Config) check() error {
 	if len(c.UpArgs) > 0 && c.Driver != DriverGomhi {
 		return failed("--up-args are for --driver gomhi ('mhictl up' in the guest)")
 	}
-	if c.Userland != UserlandMinimal {
-		return failed("--userland %q: this lab has %q (busybox) only so far", c.Userland, UserlandMinimal)
+	switch c.Userland {
+	case UserlandMinimal:
+	case UserlandModemManager:
+		if c.Driver != DriverLinux {
+			return failed("--userland modemmanager goes with --driver linux (ModemManager drives the ports Linux's drivers create)")
+		}
+	default:
+		return failed("--userland %q: minimal or modemmanager", c.Userland)
 	}
 	if _, ok := pcigeneric.Model(c.Model); !ok {
 		return failed("--model %q: no such model (see 'mhictl models')", c.Model)
@@ -380,6 +391,12 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		return sum, failed("%w", err)
 	}
 	defer os.RemoveAll(dir)
+	var rootfs string
+	if cfg.Userland == UserlandModemManager {
+		if rootfs, err = labvm.FindRootFS(); err != nil {
+			return sum, failed("%w", err)
+		}
+	}
 	sock := filepath.Join(dir, "modem.sock")
 	initrd, err := cfg.buildInitramfs(env, dir, mods, linuxMods, faultsock.Path(sock))
 	if err != nil {
@@ -393,6 +410,9 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	}
 	defer func() { sum.Modem = srv.stop() }()
 	boot := labvm.Boot{Args: cfg.qemuArgs(sock), Initrd: initrd, Timeout: cfg.Timeout}
+	if rootfs != "" {
+		boot.Args = append(boot.Args, labvm.DiskArgs(rootfs)...)
+	}
 	if cfg.Driver == DriverGomhi {
 		boot.Append = "intel_iommu=on"
 	}
@@ -551,21 +571,52 @@ func (cfg *Config) buildInitramfs(env *labvm.Env, dir string, mods, linuxMods []
 			return "", failed("--driver gomhi runs mhictl in the guest, which has no libc: %s is dynamically linked (build mhictl with CGO_ENABLED=0)", cfg.Mhictl)
 		}
 	}
-	driver := guestLinux
-	if cfg.Driver == DriverGomhi {
-		driver = guestGomhi
+	init, initramfsInit := cfg.initScripts()
+	modules := append(mods, linuxMods...)
+	if initramfsInit != "" {
+		// The Debian root: the initramfs switches to it and runs
+		// /lab/init there.
+		p := filepath.Join(dir, "lab-init")
+		if err := os.WriteFile(p, []byte(init), 0o755); err != nil {
+			return "", failed("%w", err)
+		}
+		files["lab/init"] = p
+		init = initramfsInit
+		modules = append(modules, labvm.VirtioBlkModules...)
 	}
-	init := strings.Replace(guestInit, "#DRIVER#", driver, 1)
-	if cfg.Shell {
-		init = strings.Replace(init, "#RUN#", guestShell, 1)
-	} else {
-		init = strings.Replace(init, "#RUN#", guestScript, 1)
-	}
-	initrd, err := env.Build(filepath.Join(dir, "initramfs"), labvm.Initramfs{Init: init, Modules: append(mods, linuxMods...), Files: files, Programs: programs})
+	initrd, err := env.Build(filepath.Join(dir, "initramfs"), labvm.Initramfs{Init: init, Modules: modules, Files: files, Programs: programs})
 	if err != nil {
 		return "", failed("%w", err)
 	}
 	return initrd, nil
+}
+
+// initScripts returns the script that brings the modem up and runs the
+// user's (guestInit filled in for the driver and the user land) and, for
+// the ModemManager user land, the initramfs's /init that switches to the
+// Debian root first ("" for the minimal one, whose /init is the former).
+func (cfg *Config) initScripts() (init, initramfsInit string) {
+	driver := guestLinux
+	if cfg.Driver == DriverGomhi {
+		driver = guestGomhi
+	}
+	run := guestScript
+	if cfg.Shell {
+		run = guestShell
+	}
+	head, userland, poweroff := guestHeadMinimal, "", "poweroff -f"
+	if cfg.Userland == UserlandModemManager {
+		head, userland, poweroff = guestHeadDebian, guestModemManager, "/lab/bin/busybox poweroff -f"
+		var copies []string
+		for dst := range cfg.Files {
+			dst = "/" + strings.TrimPrefix(dst, "/")
+			copies = append(copies, fmt.Sprintf("mkdir -p %s && cp -a %s %s", shellQuote(filepath.Dir("/newroot"+dst)), shellQuote(dst), shellQuote("/newroot"+dst)))
+		}
+		slices.Sort(copies)
+		initramfsInit = strings.Replace(guestSwitchRoot, "#COPYFILES#", strings.Join(copies, "\n"), 1)
+	}
+	init = strings.NewReplacer("#HEAD#", head, "#DRIVER#", driver, "#USERLAND#", userland, "#RUN#", run, "#POWEROFF#", poweroff).Replace(guestInit)
+	return init, initramfsInit
 }
 
 // server is the served modem: 'mhictl modem serve --json-log' and what its
