@@ -134,6 +134,23 @@ ping -c 3 -W 5 "$LAB_PEER"
 			t.Fatalf("a kernel image without --modules: exit %d, want %d naming --modules:\n%s", status, lab.ExitLabFailed, errOut)
 		}
 	})
+	t.Run("two-modems", func(t *testing.T) {
+		// Two served modems, Linux's mhi_net names them mhi_hwip0 and
+		// mhi_hwip1; each answers on its own subnet.
+		script := writeScript(t, `echo "netdevs $LAB_NETDEVS"
+ping -c 2 -W 5 192.0.2.2 && ping -c 2 -W 5 192.0.2.18
+`)
+		status, out, errOut := labRun(t, "--json", "--modems", "2", script)
+		sum := labSummary(t, out)
+		if status != 0 || !strings.Contains(out, "netdevs mhi_hwip0 mhi_hwip1") || len(sum.Modems) != 2 {
+			t.Fatalf("exit %d, %d modems in the summary\n%s\n%s", status, len(sum.Modems), out, errOut)
+		}
+		for i, m := range sum.Modems {
+			if a, _ := m.IPData["Answered"].(float64); a < 2 {
+				t.Errorf("modem %d answered %v packets, want >= 2", i, m.IPData["Answered"])
+			}
+		}
+	})
 	t.Run("modemmanager", func(t *testing.T) {
 		// The Debian user land: ModemManager found the modem before the
 		// script started; the script enables and connects it with mmcli.

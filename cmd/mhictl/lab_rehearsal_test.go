@@ -81,6 +81,19 @@ ip link set mhi_hwip0 up; ip addr add 192.0.2.11 peer 192.0.2.12 dev mhi_hwip0
 out=$(ping -c 3 -W 5 192.0.2.12 2>&1 | grep transmitted); echo "$out" | grep -q " 3 packets received"; check linux-ping $? "$out"
 `
 
+// labTwoModems: two modems in one guest, each bound and driven by its own
+// mhictl up (the shipped mhictl@.service runs one instance per modem):
+// both carry traffic, and set-mru reaches the instance that serves the
+// device it names.
+const labTwoModems = labChecks + `set -- $LAB_NETDEVS
+[ "$1 $2" = "mhi0 mhi1" ]; check two-interfaces $? "$LAB_NETDEVS on $LAB_DEVICES"
+out=$(ping -c 3 -W 5 192.0.2.2 2>&1 | grep transmitted); echo "$out" | grep -q " 3 packets received"; check ping-modem0 $? "$out"
+out=$(ping -c 3 -W 5 192.0.2.18 2>&1 | grep transmitted); echo "$out" | grep -q " 3 packets received"; check ping-modem1 $? "$out"
+mhictl set-mru mhi1 8192 >/dev/null; r=$?; m0=$(mhictl get mhi0 mru); m1=$(mhictl get mhi1 mru)
+[ $r = 0 ] && [ "$m0" = 32768 ] && [ "$m1" = 8192 ]; check set-mru-reaches-mhi1 $? "mhi0 $m0, mhi1 $m1"
+st=$(mhictl status mhi1 2>&1 | head -n 1); echo "$st" | grep -q "^mhi1: .*host PM M0"; check status-mhi1 $? "$st"
+`
+
 var labCheckLine = regexp.MustCompile(`(?m)^CHECK (\S+) (PASS|FAIL)(.*)$`)
 
 // requireLabChecks fails unless every named check passed.
@@ -123,7 +136,7 @@ func TestLabRehearsal(t *testing.T) {
 	if err := os.WriteFile(fw, img, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	journey, crash := writeScript(t, labJourney), writeScript(t, labBootAndCrash)
+	journey, crash, two := writeScript(t, labJourney), writeScript(t, labBootAndCrash), writeScript(t, labTwoModems)
 	for _, k := range []string{"6.1", "6.12", "7.3"} {
 		t.Run(k, func(t *testing.T) {
 			t.Run("journey", func(t *testing.T) {
@@ -136,6 +149,19 @@ func TestLabRehearsal(t *testing.T) {
 					t.Errorf("exit %d; the served modem: %d vfio-user errors %v, %d malformed", status, sum.Modem.VFIOUserErrors, sum.Modem.Errors, sum.Modem.Malformed)
 				}
 				t.Logf("%s: boot to the script %.1f s, run %.1f s", sum.Kernel, sum.BootS, sum.DurationS)
+			})
+			t.Run("two-modems", func(t *testing.T) {
+				status, out, errOut := labRun(t, "--json", "--kernel", k, "--driver", "gomhi", "--modems", "2", "--timeout", "5m", two)
+				requireLabChecks(t, out, errOut, "two-interfaces", "ping-modem0", "ping-modem1", "set-mru-reaches-mhi1", "status-mhi1")
+				sum := labSummary(t, out)
+				if status != 0 || len(sum.Modems) != 2 {
+					t.Fatalf("exit %d, %d modems in the summary", status, len(sum.Modems))
+				}
+				for i, m := range sum.Modems {
+					if a, _ := m.IPData["Answered"].(float64); a < 3 || m.VFIOUserErrors != 0 {
+						t.Errorf("modem %d answered %v packets (want >= 3), %d vfio-user errors", i, m.IPData["Answered"], m.VFIOUserErrors)
+					}
+				}
 			})
 			t.Run("boot-crash-takeover", func(t *testing.T) {
 				status, out, errOut := labRun(t, "--json", "--kernel", k, "--driver", "gomhi",

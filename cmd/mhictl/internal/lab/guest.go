@@ -111,69 +111,95 @@ userlandstop() {
 	i=0; while kill -0 $LAB_MM_PID 2>/dev/null && [ $i -lt 40 ]; do sleep 0.1; i=$((i+1)); done
 }`
 
-// guestLinux: Linux's drivers took the modem as the modules loaded; the
-// data interface is named by the driver that binds the data channels
-// (mhi_net: mhi_hwip0, mhi_wwan_mbim: wwan0).
-const guestLinux = `LAB_NETDEV=
+// laddr and lpeer give modem I (from 0) its address and peer: modem 0
+// LAB_ADDR and LAB_PEER (192.0.2.1, .2), modem I 192.0.2.16I+1 and +2,
+// each in a /28 of its own so that the routes do not collide.
+const guestAddrs = `laddr() { echo 192.0.2.$((16*$1+1)); }
+lpeer() { echo 192.0.2.$((16*$1+2)); }
+LAB_NETDEVS=`
+
+// guestLinux: Linux's drivers took the modems as the modules loaded; the
+// data interfaces are named by the driver that binds the data channels
+// (mhi_net: mhi_hwip0, mhi_hwip1…; mhi_wwan_mbim: wwan0, wwan1…), given
+// out in name order.
+const guestLinux = guestAddrs + `
 i=0
 while [ $i -lt 400 ]; do
-	for n in $LAB_NETDEV_CANDIDATES; do [ -e /sys/class/net/$n ] && LAB_NETDEV=$n; done
-	[ -n "$LAB_NETDEV" ] && break
+	LAB_NETDEVS=$(for n in $LAB_NETDEV_CANDIDATES; do ls /sys/class/net | grep "^$n[0-9]*$"; done | sort | tr '\n' ' ')
+	[ $(echo $LAB_NETDEVS | wc -w) -ge $LAB_MODEMS ] && break
 	sleep 0.05; i=$((i+1))
 done
-if [ -n "$LAB_NETDEV" ]; then
-	ip link set "$LAB_NETDEV" up
-	ip addr add "$LAB_ADDR" peer "$LAB_PEER" dev "$LAB_NETDEV"
-else
-	echo "LAB-WARN no data interface after 20 s (looked for $LAB_NETDEV_CANDIDATES); LAB_NETDEV is empty"
-fi
+n=0
+for d in $LAB_NETDEVS; do
+	ip link set "$d" up
+	ip addr add "$(laddr $n)" peer "$(lpeer $n)" dev "$d"
+	n=$((n+1))
+done
+[ $n -ge $LAB_MODEMS ] || echo "LAB-WARN $n data interfaces after 20 s for $LAB_MODEMS modems (looked for $LAB_NETDEV_CANDIDATES*): $LAB_NETDEVS"
+LAB_NETDEV=$(echo $LAB_NETDEVS | cut -d' ' -f1)
 # The control ports Linux's mhi_wwan_ctrl created (/dev/wwan0mbim0…).
 LAB_PORTS=$(ls /dev | grep '^wwan' | sed 's|^|/dev/|' | tr '\n' ' ')
+export LAB_NETDEVS
 labstop() { :; }`
 
-// guestGomhi: the real-modem rehearsal. The modem (vendor 0x17cb) sits
-// behind the emulated IOMMU; 'mhictl bind' hands it to vfio-pci and
-// 'mhictl up --device' drives it with gomhi's host through the guest's
-// VFIO, as a user does on a real modem. Its log is /tmp/mhictl-up.log
-// (LAB_UP_LOG), its pid LAB_UP_PID; the control ports are the links in
-// /run/gomhi/mhi0.
-const guestGomhi = `mkdir -p /dev/pts && mount -t devpts devpts /dev/pts
-LAB_DEVICE=
-for d in /sys/bus/pci/devices/*; do
-	[ "$(cat $d/vendor)" = 0x17cb ] && LAB_DEVICE=$(basename $d)
-done
-LAB_NETDEV= LAB_UP_PID= LAB_UP_LOG=/tmp/mhictl-up.log
-if [ -z "$LAB_DEVICE" ]; then
-	echo "LAB-WARN no modem (vendor 0x17cb) on the guest's PCI bus"
-elif ! mhictl bind "$LAB_DEVICE" >/tmp/mhictl-bind.log 2>&1; then
-	echo "LAB-WARN mhictl bind $LAB_DEVICE failed: $(cat /tmp/mhictl-bind.log)"
-else
-	eval "exec mhictl up --device $LAB_DEVICE --tun mhi0 --tun-addr $LAB_ADDR/24 $LAB_UP_ARGS" >$LAB_UP_LOG 2>&1 &
-	LAB_UP_PID=$!
+// guestGomhi: the real-modem rehearsal. The modems (vendor 0x17cb, in
+// PCI address order) sit behind the emulated IOMMU; for each, 'mhictl
+// bind' hands it to vfio-pci and its own 'mhictl up --device ADDR --name
+// mhiI --tun mhiI' drives it with gomhi's host through the guest's VFIO,
+// as a user (or the mhictl@.service unit, one instance per modem) does on
+// real modems. Modem 0's address, pid and log are LAB_DEVICE, LAB_UP_PID
+// and LAB_UP_LOG (/tmp/mhictl-up.log); every modem's, LAB_DEVICES,
+// LAB_UP_PIDS and /tmp/mhictl-up-I.log; the control ports are the links in
+// /run/gomhi/mhiI.
+const guestGomhi = guestAddrs + `
+mkdir -p /dev/pts && mount -t devpts devpts /dev/pts
+LAB_DEVICES=$(for d in /sys/bus/pci/devices/*; do [ "$(cat $d/vendor)" = 0x17cb ] && basename $d; done | sort | tr '\n' ' ')
+[ -n "$LAB_DEVICES" ] || echo "LAB-WARN no modem (vendor 0x17cb) on the guest's PCI bus"
+LAB_UP_PIDS=
+n=0
+for dev in $LAB_DEVICES; do
+	log=/tmp/mhictl-up-$n.log
+	[ $n = 0 ] && log=/tmp/mhictl-up.log
+	if ! mhictl bind "$dev" >/tmp/mhictl-bind.log 2>&1; then
+		echo "LAB-WARN mhictl bind $dev failed: $(cat /tmp/mhictl-bind.log)"
+		n=$((n+1)); continue
+	fi
+	eval "exec mhictl up --device $dev --name mhi$n --tun mhi$n --tun-addr $(laddr $n)/28 $LAB_UP_ARGS" >$log 2>&1 &
+	pid=$!
+	LAB_UP_PIDS="$LAB_UP_PIDS$pid "
 	# Up once it says it is ready: the modem in M0, the TUN configured,
 	# the control ports and netlink served (60 s: a firmware download
 	# under TCG takes a while).
-	i=0
-	while [ $i -lt 1200 ] && kill -0 $LAB_UP_PID 2>/dev/null; do
-		grep -q '^mhictl up: ready' $LAB_UP_LOG && { LAB_NETDEV=mhi0; break; }
+	i=0; ready=
+	while [ $i -lt 1200 ] && kill -0 $pid 2>/dev/null; do
+		grep -q '^mhictl up: ready' $log && { ready=1; break; }
 		sleep 0.05; i=$((i+1))
 	done
-	if [ -z "$LAB_NETDEV" ]; then
-		echo "LAB-WARN mhictl up did not bring mhi0 up; its log:"
-		sed 's/^/  /' $LAB_UP_LOG
+	if [ -n "$ready" ]; then
+		LAB_NETDEVS="${LAB_NETDEVS}mhi$n "
+	else
+		echo "LAB-WARN mhictl up did not bring mhi$n ($dev) up; its log:"
+		sed 's/^/  /' $log
 	fi
-fi
+	n=$((n+1))
+done
+LAB_DEVICE=$(echo $LAB_DEVICES | cut -d' ' -f1)
+LAB_UP_PID=$(echo $LAB_UP_PIDS | cut -d' ' -f1)
+LAB_UP_LOG=/tmp/mhictl-up.log
+LAB_NETDEV=
+echo " $LAB_NETDEVS" | grep -q ' mhi0 ' && LAB_NETDEV=mhi0
 LAB_PORTS=$(ls -d /run/gomhi/mhi0/* 2>/dev/null | tr '\n' ' ')
-export LAB_DEVICE LAB_UP_PID LAB_UP_LOG
-# labstop: mhictl up ends on SIGTERM within 10 s, as a service must.
+export LAB_DEVICE LAB_DEVICES LAB_UP_PID LAB_UP_PIDS LAB_UP_LOG LAB_NETDEVS
+# labstop: each mhictl up ends on SIGTERM within 10 s, as a service must.
 labstop() {
-	[ -n "$LAB_UP_PID" ] || return 0
-	kill -TERM $LAB_UP_PID 2>/dev/null
-	i=0; while kill -0 $LAB_UP_PID 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
-	if kill -0 $LAB_UP_PID 2>/dev/null; then
-		echo "LAB-WARN mhictl up still running 10 s after SIGTERM"
-		kill -KILL $LAB_UP_PID
-	fi
+	for pid in $LAB_UP_PIDS; do
+		kill -TERM $pid 2>/dev/null
+		i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+		if kill -0 $pid 2>/dev/null; then
+			echo "LAB-WARN mhictl up (pid $pid) still running 10 s after SIGTERM"
+			kill -KILL $pid
+		fi
+	done
 }`
 
 // guestScript runs the user's script with its arguments and reports its
@@ -189,14 +215,14 @@ const guestShell = `echo "lab: $LAB_DRIVER on $(uname -r), modem $LAB_MODEL; dat
 echo "lab: exit or busybox poweroff -f ends the guest"
 setsid -c sh -l </dev/ttyS0 >/dev/ttyS0 2>&1`
 
-// guestInject is the guest's lab-inject FAULT: it asks the lab, on the
-// console, to make the served modem fail (the lab relays it to the modem's
+// guestInject is the guest's lab-inject FAULT [MODEM]: it asks the lab, on
+// the console, to make served modem MODEM (default 0) fail (the lab relays it to the modem's
 // fault socket, LAB_MODEM_CTL on the host) and gives the host a moment.
 const guestInject = `#!/bin/sh
 case "$1" in
 sys-err|crash|surprise-removal) ;;
-*) echo "usage: lab-inject sys-err|crash|surprise-removal" >&2; exit 2 ;;
+*) echo "usage: lab-inject sys-err|crash|surprise-removal [MODEM]" >&2; exit 2 ;;
 esac
-echo "LAB-INJECT $1" >/dev/console
+echo "LAB-INJECT $1 ${2:-0}" >/dev/console
 sleep 0.5
 `

@@ -13,6 +13,7 @@ package lab
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,6 +33,9 @@ import (
 	"github.com/gomhi/gomhi/internal/labvm"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
+
+// MaxModems bounds Config.Modems.
+const MaxModems = 4
 
 // Exit statuses of the lab itself, as git bisect run and timeout(1) read
 // them; any other status is the script's.
@@ -77,6 +81,9 @@ type Config struct {
 	Userland string
 	// Model is the device-table model the mock impersonates.
 	Model string
+	// Modems is how many modems the guest has (1 to MaxModems; 0: 1),
+	// each served by a process of its own.
+	Modems int
 	// ServeArgs are more flags for 'mhictl modem serve'.
 	ServeArgs []string
 	// Timeout bounds the whole run (0: 10 minutes).
@@ -119,8 +126,10 @@ type Summary struct {
 	// Injected lists the faults the script injected (lab-inject) and
 	// what the modem said.
 	Injected []string `json:"injected,omitempty"`
-	// Modem is what the served modem reported.
+	// Modem is what the served modem reported (modem 0).
 	Modem ModemReport `json:"modem"`
+	// Modems is what every served modem reported, with several.
+	Modems []ModemReport `json:"modems,omitempty"`
 }
 
 // ModemReport is the served modem's account of the run, from its JSON
@@ -208,6 +217,9 @@ func (c *Config) defaults() {
 	if c.Model == "" {
 		c.Model = "qcom-sdx55m"
 	}
+	if c.Modems == 0 {
+		c.Modems = 1
+	}
 	if c.Timeout == 0 {
 		c.Timeout = 10 * time.Minute
 	}
@@ -241,6 +253,9 @@ func (c *Config) check() error {
 		}
 	default:
 		return failed("--userland %q: minimal or modemmanager", c.Userland)
+	}
+	if c.Modems < 1 || c.Modems > MaxModems {
+		return failed("--modems %d: 1 to %d", c.Modems, MaxModems)
 	}
 	if _, ok := pcigeneric.Model(c.Model); !ok {
 		return failed("--model %q: no such model (see 'mhictl models')", c.Model)
@@ -330,18 +345,18 @@ func modules(e *labvm.Env, driver string) ([]string, error) {
 	return deps, nil
 }
 
-// dataNetdevs are the names Linux gives the main data interface of a model
-// by its data channel pair: mhi_net's mhi_hwip0 on IP_HW0, mhi_wwan_mbim's
-// wwan0 on IP_HW0_MBIM.
+// dataNetdevs are the prefixes of the names Linux gives the main data
+// interfaces of a model by its data channel pair: mhi_net's mhi_hwipN on
+// IP_HW0, mhi_wwan_mbim's wwanN on IP_HW0_MBIM.
 func dataNetdevs(model string) []string {
 	info, _ := pcigeneric.Model(model)
 	switch pcigeneric.DataPair(info.Config) {
 	case "IP_HW0_MBIM":
-		return []string{"wwan0"}
+		return []string{"wwan"}
 	case "IP_HW0":
-		return []string{"mhi_hwip0"}
+		return []string{"mhi_hwip"}
 	}
-	return []string{"mhi_hwip0", "wwan0"}
+	return []string{"mhi_hwip", "wwan"}
 }
 
 // ctlPorts names the control channels the model has that Linux's
@@ -397,19 +412,36 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 			return sum, failed("%w", err)
 		}
 	}
-	sock := filepath.Join(dir, "modem.sock")
-	initrd, err := cfg.buildInitramfs(env, dir, mods, linuxMods, faultsock.Path(sock))
+	socks := make([]string, cfg.Modems)
+	for i := range socks {
+		socks[i] = filepath.Join(dir, fmt.Sprintf("modem%d.sock", i))
+	}
+	initrd, err := cfg.buildInitramfs(env, dir, mods, linuxMods, faultsock.Path(socks[0]))
 	if err != nil {
 		return sum, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	srv, err := startServer(ctx, cfg, sock)
-	if err != nil {
-		return sum, err
+	var srvs []*server
+	defer func() {
+		for i, srv := range srvs {
+			r := srv.stop()
+			if i == 0 {
+				sum.Modem = r
+			}
+			if len(socks) > 1 {
+				sum.Modems = append(sum.Modems, r)
+			}
+		}
+	}()
+	for _, sock := range socks {
+		srv, err := startServer(ctx, cfg, sock)
+		if err != nil {
+			return sum, err
+		}
+		srvs = append(srvs, srv)
 	}
-	defer func() { sum.Modem = srv.stop() }()
-	boot := labvm.Boot{Args: cfg.qemuArgs(sock), Initrd: initrd, Timeout: cfg.Timeout}
+	boot := labvm.Boot{Args: cfg.qemuArgs(socks), Initrd: initrd, Timeout: cfg.Timeout}
 	if rootfs != "" {
 		boot.Args = append(boot.Args, labvm.DiskArgs(rootfs)...)
 	}
@@ -447,12 +479,14 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 			case "WARN":
 				fmt.Fprintf(cfg.Log, "lab: %s\n", arg)
 			case "INJECT":
-				fault := strings.TrimSpace(arg)
-				what, err := faultsock.Request(sock, fault)
-				if err != nil {
+				fault, which, _ := strings.Cut(strings.TrimSpace(arg), " ")
+				what := ""
+				if i, err := strconv.Atoi(which); which != "" && (err != nil || i < 0 || i >= len(socks)) {
+					what = fmt.Sprintf("refused: no modem %q (the guest has %d)", which, len(socks))
+				} else if what, err = faultsock.Request(socks[i], fault); err != nil {
 					what = "refused: " + err.Error()
 				}
-				fmt.Fprintf(cfg.Log, "lab: inject %s: %s\n", fault, what)
+				fmt.Fprintf(cfg.Log, "lab: inject %s into modem %s: %s\n", fault, cmp.Or(which, "0"), what)
 				sum.Injected = append(sum.Injected, fault+": "+what)
 			}
 			return
@@ -503,7 +537,7 @@ func lastLines(s string, n int) string {
 // and, for DriverGomhi, an emulated Intel IOMMU (caching-mode: QEMU
 // follows the guest's mappings; Debian's kernels have no VFIO no-IOMMU
 // mode).
-func (cfg *Config) qemuArgs(sock string) []string {
+func (cfg *Config) qemuArgs(socks []string) []string {
 	machine := "q35,memory-backend=mem"
 	var iommu []string
 	if cfg.Driver == DriverGomhi {
@@ -513,13 +547,17 @@ func (cfg *Config) qemuArgs(sock string) []string {
 	args := []string{"-machine", machine, "-accel", "tcg",
 		"-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", cfg.MemoryMB), "-m", strconv.Itoa(cfg.MemoryMB), "-smp", "1"}
 	args = append(args, iommu...)
-	return append(args, "-device", fmt.Sprintf(`{"driver":"vfio-user-pci","id":"mhi0","socket":{"type":"unix","path":%q}}`, sock))
+	for i, sock := range socks {
+		args = append(args, "-device", fmt.Sprintf(`{"driver":"vfio-user-pci","id":"mhi%d","socket":{"type":"unix","path":%q}}`, i, sock))
+	}
+	return args
 }
 
 // buildInitramfs packs the guest: busybox, the MHI modules, the lab's
 // /init and the user's script with its arguments and environment.
 func (cfg *Config) buildInitramfs(env *labvm.Env, dir string, mods, linuxMods []string, faults string) (string, error) {
 	var b strings.Builder
+	fmt.Fprintf(&b, "LAB_MODEMS=%d\n", cfg.Modems)
 	fmt.Fprintf(&b, "LAB_MODEL=%s\nLAB_DRIVER=%s\nLAB_KERNEL=%s\nLAB_ADDR=%s\nLAB_PEER=%s\nLAB_NETDEV_CANDIDATES=%s\nLAB_CONTROL_CHANNELS=%s\n",
 		shellQuote(cfg.Model), shellQuote(cfg.Driver), shellQuote(env.Release), labAddr, labPeer,
 		shellQuote(strings.Join(dataNetdevs(cfg.Model), " ")), shellQuote(strings.Join(ctlPorts(cfg.Model), " ")))
