@@ -94,9 +94,9 @@ host-deps:
 # QEMU 11.1, the guest kernel and a static busybox for the VFIO and
 # Linux-driver tests, unpacked from Debian packages without root into
 # /var/cache/gomhi (root) or ~/.cache/gomhi; cached, under a second when
-# present (.ci/test-deps.sh).
+# present (internal/labvm/setup/test-deps.sh).
 test-deps:
-	@bash .ci/test-deps.sh
+	@bash internal/labvm/setup/test-deps.sh
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

@@ -26,6 +26,7 @@ type labFlags struct {
 	timeout           time.Duration
 	memory            int
 	modems            int
+	noSetup           bool
 	files             []string
 	jsonOut           bool
 }
@@ -39,6 +40,7 @@ func (lf *labFlags) register(f *pflag.FlagSet, withJSON bool) {
 	f.StringVar(&lf.serveArgs, "serve-args", "", `more flags for the served modem ('mhictl modem serve'), e.g. "--require-connect --vectors 1"`)
 	f.DurationVar(&lf.timeout, "timeout", 10*time.Minute, "bound on the whole run; when it passes the guest is stopped and the exit status is 124")
 	f.StringArrayVar(&lf.files, "file", nil, "copy a host file into the guest: SRC[:DST] (DST defaults to /lab/files/<base name of SRC>; repeatable), e.g. firmware for --up-args \"--firmware DIR\"")
+	f.BoolVar(&lf.noSetup, "no-setup", false, "when the cache lacks QEMU, busybox or the kernel, fail (status 125) instead of preparing it first as 'make test-deps' does")
 	f.IntVar(&lf.modems, "modems", 1, "modems in the guest (1 to 4), each served by its own 'mhictl modem serve'; with --driver gomhi each is driven by its own 'mhictl up --device ADDR --name mhiN --tun mhiN'; modem N's data interface has 192.0.2.16N+1 with the peer 192.0.2.16N+2 (LAB_NETDEVS lists them)")
 	f.IntVar(&lf.memory, "memory", 0, "guest memory in MiB (0: 256, 512 with --driver gomhi)")
 	if withJSON {
@@ -73,7 +75,7 @@ func (lf *labFlags) config(g *globalFlags, cmd *cobra.Command) (lab.Config, erro
 	}
 	return lab.Config{
 		Kernel: lf.kernel, Modules: lf.modules, Driver: lf.driver, Userland: lf.userland,
-		Model: g.model, ServeArgs: serve, UpArgs: up, Files: files, Modems: lf.modems, Timeout: lf.timeout, MemoryMB: lf.memory,
+		Model: g.model, ServeArgs: serve, UpArgs: up, Files: files, Modems: lf.modems, NoSetup: lf.noSetup, Timeout: lf.timeout, MemoryMB: lf.memory,
 		Mhictl: self, Console: cmd.OutOrStdout(), Log: cmd.ErrOrStderr(),
 	}, nil
 }

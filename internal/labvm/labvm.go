@@ -5,12 +5,12 @@
 // packs an initramfs (busybox, kernel modules, an /init script and files)
 // in Go, runs QEMU and streams the guest's serial console line by line.
 //
-// `make test-deps` prepares everything with .ci/test-deps.sh, without
+// `make test-deps` prepares everything with internal/labvm/setup/test-deps.sh, without
 // root, into CacheDir: one QEMU (Debian's 11.1, with the edu device, the
 // emulated Intel IOMMU and vfio-user-pci), a static busybox, and Debian's
 // cloud kernels (they carry the VFIO, MHI and WWAN modules) — bookworm's
-// 6.1, trixie's 6.12 and trixie-backports' newest (.ci/guest-kernels.sh) —
-// and the ModemManager root file system (.ci/guest-rootfs.sh). Find says
+// 6.1, trixie's 6.12 and trixie-backports' newest (internal/labvm/setup/guest-kernels.sh) —
+// and the ModemManager root file system (internal/labvm/setup/guest-rootfs.sh). Find says
 // what is missing as an error that names the setup command; it never
 // skips or fails a test itself (pcigeneric/internal/qemuguest does that
 // for the tests).
@@ -39,7 +39,7 @@ import (
 // SetupCommand prepares what the guests need (idempotent, no root).
 const SetupCommand = "make test-deps"
 
-// CacheDir is where .ci/test-deps.sh keeps what the guests need:
+// CacheDir is where internal/labvm/setup/test-deps.sh keeps what the guests need:
 // $GOMHI_CACHE_DIR, else /var/cache/gomhi for root, else gomhi in the
 // user's cache directory ($XDG_CACHE_HOME or ~/.cache). The script
 // computes the same default.
@@ -78,7 +78,7 @@ type Kernel struct {
 // trixie's 6.12 ($GOMHI_KERNEL_TRIXIE_DIR, else CacheDir()/kernel-trixie)
 // and the newest of trixie-backports ($GOMHI_KERNEL_TRIXIE_BACKPORTS_DIR,
 // else CacheDir()/kernel-trixie-backports), all Debian's cloud flavour;
-// .ci/test-deps.sh and .ci/guest-kernels.sh unpack them.
+// internal/labvm/setup/test-deps.sh and internal/labvm/setup/guest-kernels.sh unpack them.
 func Kernels() []Kernel {
 	return []Kernel{
 		{Name: "bookworm", Dir: KernelDir()},
@@ -340,7 +340,7 @@ func findKernel(dir string, need []string) (kernel, modules string, err error) {
 		return "", "", fmt.Errorf("kernel %s has no modules folder in %s", kernel, dir)
 	}
 	version := filepath.Base(modules)
-	// The uncompressed kernel .ci/guest-kernels.sh takes out of the
+	// The uncompressed kernel internal/labvm/setup/guest-kernels.sh takes out of the
 	// bzImage boots through its PVH entry, without the decompression.
 	if vmlinux := filepath.Join(dir, "boot", "vmlinux-"+version); hasPVHEntry(vmlinux) {
 		kernel = vmlinux
@@ -349,7 +349,7 @@ func findKernel(dir string, need []string) (kernel, modules string, err error) {
 		if _, err := os.Stat(filepath.Join(modules, m)); err != nil {
 			hint := ""
 			if _, xerr := os.Stat(filepath.Join(modules, m) + ".xz"); xerr == nil {
-				hint = " (only " + filepath.Base(m) + ".xz: .ci/guest-kernels.sh decompresses the modules the tests load)"
+				hint = " (only " + filepath.Base(m) + ".xz: internal/labvm/setup/guest-kernels.sh decompresses the modules the tests load)"
 			}
 			return "", "", fmt.Errorf("kernel %s lacks module %s%s", version, m, hint)
 		}

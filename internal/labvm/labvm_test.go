@@ -1,6 +1,8 @@
 package labvm
 
 import (
+	"bytes"
+	"context"
 	"encoding/binary"
 	"os"
 	"path/filepath"
@@ -152,4 +154,31 @@ func unique(s []string) map[string]bool {
 		m[v] = true
 	}
 	return m
+}
+
+// TestSetupChecksAFullCache runs the embedded setup scripts (what an
+// installed mhictl lab runs on first use) on the cache make test-deps
+// filled: each component is found in place and only checked, and Find
+// succeeds afterwards.
+func TestSetupChecksAFullCache(t *testing.T) {
+	if testing.Short() {
+		t.Skip("checks the guest cache; skipped in -short mode")
+	}
+	_, err := Find(Options{VFIOUser: true})
+	testenv.Need(t, "the guest cache (run: "+SetupCommand+")", err)
+	var out bytes.Buffer
+	if err := Setup(context.Background(), &out, false); err != nil {
+		t.Fatalf("Setup: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"test-deps: qemu:", "test-deps: busybox:"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the setup's output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "rootfs") && strings.Contains(out.String(), "mmdebstrap") {
+		t.Errorf("the root file system was looked at although rootFS is false:\n%s", out.String())
+	}
+	if _, err := Find(Options{VFIOUser: true}); err != nil {
+		t.Errorf("Find after Setup: %v", err)
+	}
 }

@@ -11,7 +11,7 @@ import (
 
 // This file adds a Debian user space to the guest: the ModemManager test
 // (pcigeneric/vfiouser/modemmanager_test.go) boots bookworm's ModemManager,
-// D-Bus, udev and polkitd from an ext2 image that .ci/guest-rootfs.sh
+// D-Bus, udev and polkitd from an ext2 image that internal/labvm/setup/guest-rootfs.sh
 // builds with mmdebstrap (run by make test-deps). The image is a virtio
 // disk opened with snapshot=on, so the guest may write to it and the file
 // never changes; the initramfs (busybox, the virtio modules) mounts it and
@@ -41,7 +41,7 @@ func FindRootFS() (string, error) {
 	img := RootFSImage()
 	var err error
 	if fi, serr := os.Stat(img); serr != nil {
-		err = fmt.Errorf("no root file system image at %s (built by .ci/guest-rootfs.sh; set GOMHI_MM_ROOTFS): %w", img, serr)
+		err = fmt.Errorf("no root file system image at %s (built by internal/labvm/setup/guest-rootfs.sh; set GOMHI_MM_ROOTFS): %w", img, serr)
 	} else if !fi.Mode().IsRegular() || fi.Size() == 0 {
 		err = fmt.Errorf("%s is not a file system image", img)
 	}

@@ -44,7 +44,7 @@ import (
 // second serial port, a file the test reads.
 //
 // Requirements: those of the Linux-driver test, plus the root file
-// system image .ci/guest-rootfs.sh builds (make test-deps). See
+// system image internal/labvm/setup/guest-rootfs.sh builds (make test-deps). See
 // docs/MODEMMANAGER.md.
 
 var mmShell = flag.Bool("mm.shell", false, "TestModemManager…, TestNetworkManager…: boot the guest, start ModemManager (and NetworkManager) and give its console to the terminal (go test -timeout 0 -run 'TestModemManagerSDX55$' … -args -mm.shell; docs/MODEMMANAGER.md)")

@@ -44,7 +44,7 @@ const nmGuestInit = mmGuestBoot + nmGuestStart + mmGuestListed + nmGuestSteps
 // (Debian's NetworkManager.conf also names ifupdown, whose package is not
 // installed), the internal DHCP client, debug logging.
 const nmGuestStart = `if ! command -v NetworkManager >/dev/null; then
-	check networkmanager 1 "no NetworkManager in the root file system (rebuild it with .ci/guest-rootfs.sh)"
+	check networkmanager 1 "no NetworkManager in the root file system (rebuild it with internal/labvm/setup/guest-rootfs.sh)"
 	finish
 fi
 mkdir -p /etc/NetworkManager/conf.d /run/NetworkManager /var/lib/NetworkManager

@@ -99,6 +99,9 @@ type Config struct {
 	// Shell gives the guest's console to the terminal (an interactive
 	// shell) instead of running Script.
 	Shell bool
+	// NoSetup: when the cache lacks something, fail (ExitLabFailed)
+	// instead of filling it first (labvm.Setup).
+	NoSetup bool
 	// Mhictl is the mhictl executable that serves the modem and, when it
 	// is statically linked, drives it in the guest (DriverGomhi); else
 	// the lab builds one from gomhi's source tree.
@@ -298,14 +301,19 @@ func (c *Config) kernelOptions() (labvm.Options, error) {
 		if k.Name == c.Kernel || (release != "" && strings.HasPrefix(release, c.Kernel+".")) ||
 			(release != "" && strings.HasPrefix(release, c.Kernel+"-")) {
 			if release == "" {
-				return opts, failed("kernel %s (%s) is not in the cache at %s (run: %s)", c.Kernel, k.Name, k.Dir, labvm.SetupCommand)
+				return opts, failed("kernel %s (%s) is not in the cache at %s (run: %s): %w", c.Kernel, k.Name, k.Dir, labvm.SetupCommand, labvm.ErrMissing)
 			}
 			opts.KernelDir = k.Dir
 			return opts, nil
 		}
 	}
-	return opts, failed("--kernel %q: no cached kernel of that version or suite (cached: %s; run %s to fetch 6.1, 6.12 and 7.x, or give a kernel image with --modules)",
+	err := failed("--kernel %q: no cached kernel of that version or suite (cached: %s; run %s to fetch 6.1, 6.12 and 7.x, or give a kernel image with --modules)",
 		c.Kernel, strings.Join(known, ", "), labvm.SetupCommand)
+	if len(known) == 0 {
+		// Nothing cached yet: preparing the cache may bring it.
+		err = failed("%w: %w", err, labvm.ErrMissing)
+	}
+	return opts, err
 }
 
 func fileExists(p string) bool {
@@ -381,10 +389,28 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		return sum, err
 	}
 	opts, err := cfg.kernelOptions()
+	if errors.Is(err, labvm.ErrMissing) && !cfg.NoSetup {
+		// First use: fill the cache as make test-deps does, then look
+		// again.
+		fmt.Fprintf(cfg.Log, "lab: %v\nlab: preparing the cache %s (first use: downloads QEMU, busybox and Debian's kernels, no root needed)\n", err, labvm.CacheDir())
+		if serr := labvm.Setup(ctx, cfg.Log, cfg.Userland == UserlandModemManager); serr != nil {
+			return sum, failed("%w", serr)
+		}
+		opts, err = cfg.kernelOptions()
+	}
 	if err != nil {
 		return sum, err
 	}
 	env, err := labvm.Find(opts)
+	if errors.Is(err, labvm.ErrMissing) && !cfg.NoSetup {
+		// First use: fill the cache as make test-deps does, then look
+		// again.
+		fmt.Fprintf(cfg.Log, "lab: %v\nlab: preparing the cache %s (first use: downloads QEMU, busybox and Debian's kernels, no root needed)\n", err, labvm.CacheDir())
+		if serr := labvm.Setup(ctx, cfg.Log, cfg.Userland == UserlandModemManager); serr != nil {
+			return sum, failed("%w", serr)
+		}
+		env, err = labvm.Find(opts)
+	}
 	if err != nil {
 		return sum, failed("%w", err)
 	}
@@ -408,7 +434,15 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	defer os.RemoveAll(dir)
 	var rootfs string
 	if cfg.Userland == UserlandModemManager {
-		if rootfs, err = labvm.FindRootFS(); err != nil {
+		rootfs, err = labvm.FindRootFS()
+		if errors.Is(err, labvm.ErrMissing) && !cfg.NoSetup {
+			fmt.Fprintf(cfg.Log, "lab: %v\nlab: building it (first use of --userland modemmanager: mmdebstrap, about 160 Debian packages)\n", err)
+			if serr := labvm.Setup(ctx, cfg.Log, true); serr != nil {
+				return sum, failed("%w", serr)
+			}
+			rootfs, err = labvm.FindRootFS()
+		}
+		if err != nil {
 			return sum, failed("%w", err)
 		}
 	}

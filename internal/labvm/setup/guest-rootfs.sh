@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the ModemManager guest's root file system (run by
-# .ci/test-deps.sh, so by `make test-deps` and `make test`): Debian
+# internal/labvm/setup/test-deps.sh, so by `make test-deps` and `make test`): Debian
 # bookworm's ModemManager 1.20.4, NetworkManager 1.42.4 (for
 # networkmanager_test.go), libmbim/libqmi with their proxies and
 # command-line tools, D-Bus, udev, polkitd, iproute2, kmod, ping and

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Unpacks the newer guest kernels of the Linux-driver tests' kernel matrix
-# (run by .ci/test-deps.sh, so by `make test-deps` and `make test`); the
+# (run by internal/labvm/setup/test-deps.sh, so by `make test-deps` and `make test`); the
 # oldest, bookworm's 6.1, is test-deps.sh's own vfio-kernel/. Each is
 # Debian's cloud flavour (small, boots fast under TCG, has the MHI and WWAN
 # modules), downloaded with apt into a private state and unpacked with

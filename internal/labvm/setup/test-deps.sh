@@ -74,7 +74,7 @@ if command -v flock >/dev/null; then
 fi
 
 # The Linux-driver tests' newer guest kernels: trixie's and trixie-backports'.
-"$(dirname "$0")/guest-kernels.sh" "$cache" || failed+=("the newer guest kernels (.ci/guest-kernels.sh)")
+"$(dirname "$0")/guest-kernels.sh" "$cache" || failed+=("the newer guest kernels (internal/labvm/setup/guest-kernels.sh)")
 
 # --- What is already there -------------------------------------------------
 
@@ -112,8 +112,12 @@ elif busybox_ok "$bdir"; then
 else
 	need_busybox=1
 fi
-# The ModemManager guest's Debian root file system (mmdebstrap, genext2fs).
-"$(dirname "$0")/guest-rootfs.sh" "$cache" || failed+=("the ModemManager guest's root file system (.ci/guest-rootfs.sh)")
+# The ModemManager guest's Debian root file system (mmdebstrap, genext2fs);
+# GOMHI_SETUP_ROOTFS=0 leaves it out (mhictl lab's first use without
+# --userland modemmanager).
+if [ "${GOMHI_SETUP_ROOTFS:-1}" != 0 ]; then
+	"$(dirname "$0")/guest-rootfs.sh" "$cache" || failed+=("the ModemManager guest's root file system (internal/labvm/setup/guest-rootfs.sh)")
+fi
 if [ -z "$need_qemu$need_kernel$need_busybox" ]; then
 	finish
 fi
