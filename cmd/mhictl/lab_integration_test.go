@@ -179,7 +179,7 @@ echo "mm state $(state)"
 		if status == 0 || status == lab.ExitLabFailed || status == lab.ExitTimeout {
 			t.Fatalf("exit %d, want the script's failure\n%s\n%s", status, out, errOut)
 		}
-		if !strings.Contains(errOut, "no data interface") {
+		if !strings.Contains(errOut, "0 data interfaces after 20 s") {
 			t.Errorf("the lab did not say the data interface is missing:\n%s", errOut)
 		}
 	})

@@ -172,7 +172,7 @@ for dev in $LAB_DEVICES; do
 	# under TCG takes a while).
 	i=0; ready=
 	while [ $i -lt 1200 ] && kill -0 $pid 2>/dev/null; do
-		grep -q '^mhictl up: ready' $log && { ready=1; break; }
+		grep -q '^mhictl up: ready' $log 2>/dev/null && { ready=1; break; }
 		sleep 0.05; i=$((i+1))
 	done
 	if [ -n "$ready" ]; then
