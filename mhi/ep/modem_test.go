@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 )
 
 func TestModemDefaults(t *testing.T) {
@@ -127,7 +129,7 @@ func TestIPDataGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: FormatRaw, Gate: m}})
+	r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: framing.RawIP, Gate: m}})
 	pkts := testPackets(3, 100)
 	for _, p := range pkts {
 		r.sendUL(p)

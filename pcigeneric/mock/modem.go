@@ -8,6 +8,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
@@ -111,8 +112,9 @@ func LuhnValid(s string) bool {
 
 // ModemOptions configure the device side of a mock modem.
 type ModemOptions struct {
-	// IPData configures the IP data function (see Options.IPData).
-	IPData ep.IPDataConfig
+	// IPData configures the IP data function (see Options.IPData; nil:
+	// the pair's own framing).
+	IPData *ep.IPDataConfig
 	// Modem overrides the modem's configuration: non-empty identity
 	// fields replace the derived ones (Identity); addressing, radio
 	// and signal as in ep.ModemConfig.
@@ -261,14 +263,15 @@ func NewConfig(e pcigeneric.Entry, opts ModemOptions) (ep.Config, *Functions, er
 	return ec, fns, nil
 }
 
-// addDataFunctions puts the IP data function on the model's data pair (raw
-// IP on IP_HW0 unless ic says otherwise) and a raw one on the software data
-// pair if the model has it, both gated by the Modem, into fnByPair.
-func (fns *Functions) addDataFunctions(fnByPair map[string]ep.Function, cfg mhi.ControllerConfig, ic ep.IPDataConfig) error {
+// addDataFunctions puts the IP data function on the model's data pair (ic,
+// or without it loopback in the pair's own framing) and a raw one on the
+// software data pair if the model has it, both gated by the Modem, into
+// fnByPair.
+func (fns *Functions) addDataFunctions(fnByPair map[string]ep.Function, cfg mhi.ControllerConfig, ic *ep.IPDataConfig) error {
 	if pair := pcigeneric.DataPair(cfg); pair != "" {
-		dc := ic
-		if dc == (ep.IPDataConfig{}) && pair == ep.IPDataName {
-			dc.Format = ep.FormatRaw
+		dc := ep.IPDataConfig{Format: pcigeneric.PairFormat(pair)}
+		if ic != nil {
+			dc = *ic
 		}
 		dc.Gate = fns.Modem
 		ipd, err := ep.NewIPData(dc)
@@ -279,7 +282,7 @@ func (fns *Functions) addDataFunctions(fnByPair map[string]ep.Function, cfg mhi.
 		fns.DataPair, fns.IPData = pair, ipd
 	}
 	if _, ok := cfg.ChannelByName(SWDataPair, mhi.Uplink); ok {
-		sw, err := ep.NewIPData(ep.IPDataConfig{Format: ep.FormatRaw, Responder: ic.Responder, Gate: fns.Modem})
+		sw, err := ep.NewIPData(ep.IPDataConfig{Format: framing.RawIP, Responder: ic != nil && ic.Responder, Gate: fns.Modem})
 		if err != nil {
 			return err
 		}

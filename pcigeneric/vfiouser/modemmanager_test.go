@@ -21,6 +21,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/internal/qemuguest"
@@ -280,7 +281,7 @@ finish
 type mmModel struct {
 	name   string // device-table model
 	iface  string // the data interface Linux creates
-	format ep.Format
+	format framing.Format
 	// identity overrides what mock.Identity derives from the
 	// device table (non-empty fields win).
 	identity ep.ModemIdentity
@@ -299,10 +300,10 @@ type mmModel struct {
 // starts with 45.00, as a real FN990's does: ModemManager's Telit plugin
 // picks the FN990's band format by that prefix.
 var mmModels = map[string]mmModel{
-	"telit-fn990": {name: "telit-fn990", iface: "wwan0", format: ep.FormatNTB16,
+	"telit-fn990": {name: "telit-fn990", iface: "wwan0", format: framing.NTB16,
 		identity: ep.ModemIdentity{Firmware: "45.00.003-B012-P0H.000042", MSISDN: "+15555550142"},
 		mbim:     true, mmManufacturer: "telit", mmModel: "MBIM [17CB:0308]"},
-	"qcom-sdx55m": {name: "qcom-sdx55m", iface: "mhi_hwip0", format: ep.FormatRaw,
+	"qcom-sdx55m": {name: "qcom-sdx55m", iface: "mhi_hwip0", format: framing.RawIP,
 		identity: ep.ModemIdentity{MSISDN: "+15555550155"}},
 }
 
@@ -440,7 +441,7 @@ func (r *mmRun) run(t *testing.T) {
 	dev, err := vfiouser.NewServerDevice(vfiouser.DeviceOptions{
 		Model:          r.model.name,
 		Logger:         slog.New(slog.NewTextHandler(r.events, nil)),
-		IPData:         ep.IPDataConfig{Format: r.model.format, Responder: true},
+		IPData:         &ep.IPDataConfig{Format: r.model.format, Responder: true},
 		RequireConnect: true,
 		Modem:          ep.ModemConfig{Identity: r.model.identity},
 	})

@@ -50,8 +50,8 @@ type DeviceOptions struct {
 	// ModemLogger receives the mock modem's own logs (nil: discard).
 	ModemLogger *slog.Logger
 	// IPData configures the mock modem's IP data function, as in
-	// mock.Options.
-	IPData ep.IPDataConfig
+	// mock.Options (nil: the pair's own framing).
+	IPData *ep.IPDataConfig
 	// RequireConnect and Modem configure each session's mock modem as in
 	// mock.Options: with RequireConnect IP data is dropped and
 	// counted until the client connects a session over a control channel
