@@ -131,7 +131,8 @@ type IPDataConfig struct {
 // IPData is the Function of an IP data channel pair (IP_HW0 or
 // IP_HW0_MBIM, channels 100/101): a modem in internal loopback, or a
 // packet generator, aggregating downlink packets the way a Qualcomm modem
-// does (by default up to 32 packets in a 32 KiB NTB16).
+// does (by default up to 32 packets in a 32 KiB aggregate, NTB or QMAP;
+// one per transfer with raw IP, the zero Format).
 //
 // Downlink aggregates are built in place in the downlink queue's buffers
 // (Pipe.Reserve) and sent when they hold MaxDatagrams packets, when the

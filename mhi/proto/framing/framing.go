@@ -17,11 +17,12 @@ import (
 //
 // The zero value is [RawIP]: no framing at all, one packet per transfer.
 // It is what a data channel carries when nothing is negotiated (Linux's
-// mhi_net on IP_HW0, the pair a host's network device takes by default),
-// it needs no session or mux id, and it is the one framing that cannot
-// misread an aggregate as packets. A component whose default is another
-// framing (the mock modem on an IP_HW0_MBIM pair speaks NTB16) sets it
-// explicitly.
+// mhi_net on IP_HW0), what the host's network device has always taken by
+// default (a zero mhinet.Config is raw IP on IP_HW0), and the one framing
+// that needs no parameters (session, mux id, aggregate limits). A
+// component whose default is another framing says so explicitly: the
+// mock modem speaks NTB16 on an IP_HW0_MBIM pair because
+// pcigeneric.PairFormat names it, not because NTB16 is a zero value.
 type Format uint8
 
 // The framings.
