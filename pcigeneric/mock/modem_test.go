@@ -12,6 +12,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
@@ -236,7 +237,7 @@ func TestMockSWData(t *testing.T) {
 		if len(es) == 0 {
 			t.Fatalf("no entry for %s", tc.model)
 		}
-		ec, fns, err := NewConfig(es[0], ModemOptions{IPData: ep.IPDataConfig{Responder: tc.responder}, Modem: modem.Config{RequireConnect: true}})
+		ec, fns, err := NewConfig(es[0], ModemOptions{IPData: &ep.IPDataConfig{Responder: tc.responder}, Modem: modem.Config{RequireConnect: true}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -250,7 +251,7 @@ func TestMockSWData(t *testing.T) {
 			t.Fatalf("%s: IP_SW0 not given SWData", tc.model)
 		}
 		c := fns.SWData.Config()
-		if c.Format != ep.FormatRaw || c.Gate != ep.DataGate(fns.Modem) || (fns.SWData.Mode() == ep.ModeResponder) != tc.responder {
+		if c.Format != framing.RawIP || c.Gate != ep.DataGate(fns.Modem) || (fns.SWData.Mode() == ep.ModeResponder) != tc.responder {
 			t.Fatalf("%s: IP_SW0 function %+v mode %v", tc.model, c, fns.SWData.Mode())
 		}
 	}
