@@ -275,3 +275,32 @@ func TestDataPairMatchesEp(t *testing.T) {
 		}
 	}
 }
+
+// TestIPDataFraming: without IPData the data function speaks its pair's
+// own framing (pcigeneric.PairFormat: NTB16 on IP_HW0_MBIM, raw IP on
+// IP_HW0); an IPData given is taken as it is, raw IP on IP_HW0_MBIM
+// included.
+func TestIPDataFraming(t *testing.T) {
+	for _, tc := range []struct {
+		model string
+		ipd   *ep.IPDataConfig
+		want  framing.Format
+	}{
+		{"telit-fn990", nil, framing.NTB16},
+		{"qcom-sdx55m", nil, framing.RawIP},
+		{"telit-fn990", &ep.IPDataConfig{}, framing.RawIP},
+		{"telit-fn990", &ep.IPDataConfig{Format: framing.NTB32}, framing.NTB32},
+		{"qcom-sdx55m", &ep.IPDataConfig{Format: framing.QMAP}, framing.QMAP},
+	} {
+		_, fns, err := NewConfig(pcigeneric.EntriesFor(tc.model)[0], ModemOptions{IPData: tc.ipd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fns.IPData.Config().Format; got != tc.want {
+			t.Errorf("%s, IPData %+v: %v, want %v", tc.model, tc.ipd, got, tc.want)
+		}
+		if want := pcigeneric.PairFormat(fns.DataPair); tc.ipd == nil && want != tc.want {
+			t.Errorf("%s: PairFormat(%s) = %v", tc.model, fns.DataPair, want)
+		}
+	}
+}
