@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -31,7 +32,7 @@ func benchDevice(b *testing.B, mru int, txAgg bool) (*mock.Mock, *mhinet.Device,
 // benchDeviceCfg is benchDevice with a configuration (pair and format set
 // here).
 func benchDeviceCfg(b *testing.B, cfg mhinet.Config) (*mock.Mock, *mhinet.Device, *countingRx) {
-	m, err := mock.Open(mock.Options{Model: "telit-fn990", IPData: ep.IPDataConfig{Format: ep.FormatNTB16}})
+	m, err := mock.Open(mock.Options{Model: "telit-fn990", IPData: &ep.IPDataConfig{Format: framing.NTB16}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func benchDeviceCfg(b *testing.B, cfg mhinet.Config) (*mock.Mock, *mhinet.Device
 		b.Fatal(err)
 	}
 	rx := &countingRx{}
-	cfg.Pair, cfg.Format = m.DataPair, mhinet.FormatMBIM
+	cfg.Pair, cfg.Format = m.DataPair, framing.NTB16
 	d, err := mhinet.New(m.Controller, cfg, rx)
 	if err != nil {
 		b.Fatal(err)

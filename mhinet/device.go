@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
@@ -28,8 +29,10 @@ var ErrBusy = errors.New("mhinet: transmit ring full")
 type Config struct {
 	// Pair names the channel pair (default "IP_HW0").
 	Pair string
-	// Format is the framing on the channels.
-	Format Format
+	// Format is the framing on the channels: raw IP (framing.RawIP, the
+	// zero value), MBIM (framing.NTB16 or NTB32: either is received, NTB16
+	// transmitted, as mhi_wwan_mbim) or QMAP (framing.QMAP).
+	Format framing.Format
 	// MRU is the receive buffer size (default DefaultMRU).
 	MRU int
 	// MTU is the largest packet Transmit accepts (default DefaultMTU).
@@ -156,9 +159,9 @@ type Device struct {
 	skipping bool // dropping the rest of a transfer whose head was dropped
 	batch    []Packet
 
-	// framing is the data format at work (see framing.go), chosen by
+	// framer is the data format at work (see framing.go), chosen by
 	// cfg.Format.
-	framing framing
+	framer framer
 
 	// chainWarn rate-limits the warning for dropped chains.
 	chainWarn rateLimiter
@@ -189,7 +192,7 @@ func New(ctrl *mhi.Controller, cfg Config, rx Receiver) (*Device, error) {
 	if err := ValidateMTU(cfg.MTU); err != nil {
 		return nil, err
 	}
-	if cfg.Format.spec() == nil {
+	if newFramers[cfg.Format] == nil {
 		return nil, fmt.Errorf("mhinet: unknown format %d", cfg.Format)
 	}
 	if rx == nil {
@@ -231,7 +234,7 @@ func New(ctrl *mhi.Controller, cfg Config, rx Receiver) (*Device, error) {
 	d.chain = make([]fragment, 0, max(1, cfg.PoolBuffers/2)+1)
 	d.batch = make([]Packet, 0, 64)
 	d.reasm = newReassemblyPool(4, cfg.MaxReassembly)
-	d.framing = newFraming(&d.cfg, &d.c)
+	d.framer = newFramer(&d.cfg, &d.c)
 	if err := d.tx.init(d); err != nil {
 		return nil, err
 	}
@@ -576,7 +579,7 @@ func (d *Device) Stats() Stats {
 		s.RxCopy = RxCopyOn.String()
 	}
 	d.c.snapshot(&s)
-	ps := d.framing.parserStats()
+	ps := d.framer.parserStats()
 	s.NTB, s.QMAP = ps.NTB, ps.QMAP
 	s.RxErrors += s.NTB.Errors() + s.QMAP.Errors()
 	s.GSO = d.gsoTx.stats()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhinet"
@@ -119,14 +120,14 @@ func (r *rig) dump(t *testing.T) {
 }
 
 // aggregate builds downlink aggregates of the given format from pkts.
-func aggregate(t *testing.T, f mhinet.Format, max int, pkts [][]byte) [][]byte {
+func aggregate(t *testing.T, f framing.Format, max int, pkts [][]byte) [][]byte {
 	t.Helper()
 	var out [][]byte
 	for len(pkts) > 0 {
 		buf := make([]byte, max)
 		var n, used int
 		switch f {
-		case mhinet.FormatMBIM:
+		case framing.NTB16:
 			var w ntb.Writer
 			if err := w.Reset(buf, ntb.Config{}); err != nil {
 				t.Fatal(err)
@@ -135,7 +136,7 @@ func aggregate(t *testing.T, f mhinet.Format, max int, pkts [][]byte) [][]byte {
 				used++
 			}
 			n = w.Finish()
-		case mhinet.FormatQMAP:
+		case framing.QMAP:
 			var w qmap.Writer
 			if err := w.Reset(buf, qmap.Config{}); err != nil {
 				t.Fatal(err)
@@ -161,18 +162,18 @@ func aggregate(t *testing.T, f mhinet.Format, max int, pkts [][]byte) [][]byte {
 func TestReceiveFormatsAndChaining(t *testing.T) {
 	cases := []struct {
 		name   string
-		format mhinet.Format
+		format framing.Format
 		mru    int
 		size   int
 		chains bool
 	}{
-		{"raw fits", mhinet.FormatRawIP, 32768, 1500, false},
-		{"raw MRU below one packet", mhinet.FormatRawIP, 1024, 1500, true},
-		{"mbim 32K", mhinet.FormatMBIM, 32768, 1500, false},
-		{"mbim MRU 3500 below one aggregate", mhinet.FormatMBIM, 3500, 1262, true},
-		{"mbim MRU below one packet", mhinet.FormatMBIM, 1024, 1500, true},
-		{"qmap 16K", mhinet.FormatQMAP, 16384, 1263, true},
-		{"qmap small packets", mhinet.FormatQMAP, 32768, 64, false},
+		{"raw fits", framing.RawIP, 32768, 1500, false},
+		{"raw MRU below one packet", framing.RawIP, 1024, 1500, true},
+		{"mbim 32K", framing.NTB16, 32768, 1500, false},
+		{"mbim MRU 3500 below one aggregate", framing.NTB16, 3500, 1262, true},
+		{"mbim MRU below one packet", framing.NTB16, 1024, 1500, true},
+		{"qmap 16K", framing.QMAP, 16384, 1263, true},
+		{"qmap small packets", framing.QMAP, 32768, 64, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -221,10 +222,10 @@ func TestInvalidMRURejected(t *testing.T) {
 // Changing the MRU while the modem sends loses nothing: every packet pushed
 // is delivered exactly once.
 func TestMRUChangeUnderTraffic(t *testing.T) {
-	r := newRig(t, mhinet.Config{Format: mhinet.FormatMBIM, MRU: 32768})
+	r := newRig(t, mhinet.Config{Format: framing.NTB16, MRU: 32768})
 	const n = 20000
 	var pushed atomic.Int64
-	aggs := aggregate(t, mhinet.FormatMBIM, 32768, func() (p [][]byte) {
+	aggs := aggregate(t, framing.NTB16, 32768, func() (p [][]byte) {
 		for i := 0; i < n; i++ {
 			p = append(p, ipv4(700, uint32(i)))
 		}
@@ -278,7 +279,7 @@ func TestMRUChangeUnderTraffic(t *testing.T) {
 // Packets held by the receiver keep their buffer; the pool starves, and
 // refills resume when they are released.
 func TestHeldPacketsStarveAndResume(t *testing.T) {
-	r := newRig(t, mhinet.Config{Format: mhinet.FormatRawIP, MRU: 2048, PoolBuffers: 200})
+	r := newRig(t, mhinet.Config{Format: framing.RawIP, MRU: 2048, PoolBuffers: 200})
 	r.rx.keep = true
 	const n = 400
 	go func() {
@@ -311,11 +312,11 @@ func TestTransmit(t *testing.T) {
 		name string
 		cfg  mhinet.Config
 	}{
-		{"raw", mhinet.Config{Format: mhinet.FormatRawIP}},
-		{"mbim", mhinet.Config{Format: mhinet.FormatMBIM}},
-		{"qmap", mhinet.Config{Format: mhinet.FormatQMAP}},
-		{"mbim aggregated", mhinet.Config{Format: mhinet.FormatMBIM, TXAggregate: true}},
-		{"qmap aggregated", mhinet.Config{Format: mhinet.FormatQMAP, TXAggregate: true}},
+		{"raw", mhinet.Config{Format: framing.RawIP}},
+		{"mbim", mhinet.Config{Format: framing.NTB16}},
+		{"qmap", mhinet.Config{Format: framing.QMAP}},
+		{"mbim aggregated", mhinet.Config{Format: framing.NTB16, TXAggregate: true}},
+		{"qmap aggregated", mhinet.Config{Format: framing.QMAP, TXAggregate: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, tc.cfg)

@@ -1,23 +1,28 @@
 package mhinet
 
-import "errors"
+import (
+	"fmt"
 
-// framing is one data format at work on a device: how a received transfer
-// becomes packets, and how packets become uplink elements, copied one per
-// element, framed in place in a zero-copy slot's headroom or (with an
-// aggregator, see below) packed into aggregates. New builds one per device
-// from the format's formatSpec; receive, transmit, aggregation and
-// zero-copy all go through it, so nothing else in the package knows the
-// formats.
+	"github.com/gomhi/gomhi/mhi/proto/framing"
+)
+
+// framer is one data format (a framing.Format) at work on a device: how a
+// received transfer becomes packets, and how packets become uplink
+// elements, copied one per element, framed in place in a zero-copy slot's
+// headroom or (with an aggregator, see below) packed into aggregates. New
+// builds one per device with the function its format registered (see
+// registerFormat); receive, transmit, aggregation and zero-copy all go
+// through it, so nothing else in the package knows the formats.
 //
-// Adding a format touches one file: framing_NAME.go declares the Format
-// constant, a type implementing framing (and aggregator if the format
-// aggregates uplink packets), and registers the format in an init function.
+// Adding a format touches one file besides the value in
+// mhi/proto/framing: framing_NAME.go declares a type implementing framer
+// (and aggregator if the format aggregates uplink packets), and registers
+// the format in an init function.
 //
 // The receive method runs under Device.chainMu, the transmit methods under
 // txPath.mu: an implementation keeps the two sides' state apart.
 // parserStats may run at any time. No method allocates.
-type framing interface {
+type framer interface {
 	// parse de-aggregates one complete received transfer, data, held by
 	// b: it appends the packets found (views into data, holding b) to
 	// batch and returns it. What the device wrote is untrusted: a bad
@@ -44,7 +49,7 @@ type framing interface {
 	zcFrame(frame []byte, n int) (int, error)
 }
 
-// aggregator is implemented by framings that pack several uplink packets
+// aggregator is implemented by framers that pack several uplink packets
 // into one element (MBIM NTB, QMAP), for Config.TXAggregate. It builds one
 // aggregate at a time, in place in a transmit buffer.
 type aggregator interface {
@@ -53,41 +58,31 @@ type aggregator interface {
 	aggFrameLen(n int) (int, error)
 	// aggReset opens an empty aggregate in buf.
 	aggReset(buf []byte) error
-	// aggAdd copies one packet in, or leaves the aggregate unchanged and
-	// reports errAggFull (p does not fit the rest of the buffer),
-	// errAggLimit (the aggregate holds its most packets), errAggTooLarge
-	// (p would not fit an empty aggregate either) or the writer's error.
+	// aggAdd is the codec writer's framing.Writer.Add: it copies one
+	// packet in, or leaves the aggregate unchanged and fails with one of
+	// the shared outcomes (framing.ErrFull, framing.ErrLimit,
+	// framing.ErrTooLarge, …).
 	aggAdd(p []byte) error
 	// aggFinish closes the aggregate and returns its length.
 	aggFinish() int
 }
 
-// Outcomes of aggregator.aggAdd other than success.
-var (
-	errAggFull     = errors.New("mhinet: packet does not fit the rest of the aggregate")
-	errAggLimit    = errors.New("mhinet: aggregate holds its most packets")
-	errAggTooLarge = errors.New("mhinet: packet does not fit an empty aggregate")
-)
+// newFramers builds, for each format a device speaks, the framer of a
+// device with configuration cfg (defaults applied) counting into c. Each
+// framing file registers its formats in an init function.
+var newFramers = map[framing.Format]func(cfg *Config, c *counters) framer{}
 
-// aggOutcome turns a writer's answer to adding a packet into aggAdd's:
-// full, limit and tooLarge are the writer's own errors for those
-// outcomes; any other error is returned as it is.
-func aggOutcome(err, full, limit, tooLarge error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, full):
-		return errAggFull
-	case errors.Is(err, limit):
-		return errAggLimit
-	case errors.Is(err, tooLarge):
-		return errAggTooLarge
+// registerFormat registers how a device framing packets in f builds its
+// framer. Registering a format twice is a programming error.
+func registerFormat(f framing.Format, newFramer func(cfg *Config, c *counters) framer) {
+	if _, dup := newFramers[f]; dup {
+		panic(fmt.Sprintf("mhinet: format %v registered twice", f))
 	}
-	return err
+	newFramers[f] = newFramer
 }
 
-// newFraming builds the framing of a device with cfg (defaults applied,
+// newFramer builds the framer of a device with cfg (defaults applied,
 // cfg.Format registered).
-func newFraming(cfg *Config, c *counters) framing {
-	return cfg.Format.spec().newFraming(cfg, c)
+func newFramer(cfg *Config, c *counters) framer {
+	return newFramers[cfg.Format](cfg, c)
 }

@@ -4,19 +4,19 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 )
 
-// FormatMBIM: MBIM NTB16 or NTB32 aggregates, as Linux's mhi_wwan_mbim.
-const FormatMBIM Format = 1
-
+// framing.NTB16 and framing.NTB32: MBIM, as Linux's mhi_wwan_mbim; both
+// take NTB16 and NTB32 aggregates and transmit NTB16.
 func init() {
-	registerFormat(formatSpec{format: FormatMBIM, names: []string{"mbim", "ntb", "ntb16", "ntb32"},
-		newFraming: newNTBFraming})
+	registerFormat(framing.NTB16, newNTBFraming)
+	registerFormat(framing.NTB32, newNTBFraming)
 }
 
 var (
-	_ framing    = (*ntbFraming)(nil)
+	_ framer     = (*ntbFraming)(nil)
 	_ aggregator = (*ntbFraming)(nil)
 )
 
@@ -39,7 +39,7 @@ type ntbFraming struct {
 	seq     uint16
 }
 
-func newNTBFraming(cfg *Config, _ *counters) framing {
+func newNTBFraming(cfg *Config, _ *counters) framer {
 	f := &ntbFraming{session: cfg.Session, agg: ntb.Config{Session: cfg.Session, MaxDatagrams: cfg.TXAggMaxPackets}}
 	f.parser.AnyProtocol = false
 	return f
@@ -94,7 +94,7 @@ func (f *ntbFraming) aggReset(buf []byte) error {
 }
 
 func (f *ntbFraming) aggAdd(p []byte) error {
-	return aggOutcome(f.w.Add(p), ntb.ErrFull, ntb.ErrLimit, ntb.ErrTooLarge)
+	return f.w.Add(p)
 }
 
 func (f *ntbFraming) aggFinish() int {

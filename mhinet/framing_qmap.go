@@ -4,18 +4,17 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
 )
 
-// FormatQMAP: QMAP (rmnet MAP) aggregates, as mhi_net with rmnet.
-const FormatQMAP Format = 2
-
+// framing.QMAP: QMAP (rmnet MAP) aggregates, as mhi_net with rmnet.
 func init() {
-	registerFormat(formatSpec{format: FormatQMAP, names: []string{"qmap", "rmnet"}, newFraming: newQMAPFraming})
+	registerFormat(framing.QMAP, newQMAPFraming)
 }
 
 var (
-	_ framing    = (*qmapFraming)(nil)
+	_ framer     = (*qmapFraming)(nil)
 	_ aggregator = (*qmapFraming)(nil)
 )
 
@@ -39,7 +38,7 @@ type qmapFraming struct {
 	w   qmap.Writer
 }
 
-func newQMAPFraming(cfg *Config, _ *counters) framing {
+func newQMAPFraming(cfg *Config, _ *counters) framer {
 	f := &qmapFraming{cfg: qmap.Config{Mux: cfg.Session, MaxPackets: cfg.TXAggMaxPackets,
 		Csum: cfg.QMAPCsum, Uplink: true}}
 	f.parser.Csum = cfg.QMAPCsum
@@ -118,7 +117,7 @@ func (f *qmapFraming) aggFrameLen(n int) (int, error) { return qmap.FrameLen(f.c
 func (f *qmapFraming) aggReset(buf []byte) error { return f.w.Reset(buf, f.cfg) }
 
 func (f *qmapFraming) aggAdd(p []byte) error {
-	return aggOutcome(f.w.Add(p), qmap.ErrFull, qmap.ErrLimit, qmap.ErrTooLarge)
+	return f.w.Add(p)
 }
 
 func (f *qmapFraming) aggFinish() int { return f.w.Finish() }

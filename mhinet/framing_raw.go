@@ -1,15 +1,14 @@
 package mhinet
 
-// FormatRawIP: one IP packet per transfer, as Linux's mhi_net without rmnet.
-// It is the zero Format, the default of a zero Config.
-const FormatRawIP Format = 0
+import "github.com/gomhi/gomhi/mhi/proto/framing"
 
+// framing.RawIP: one IP packet per transfer, as Linux's mhi_net without
+// rmnet; the default of a zero Config.
 func init() {
-	registerFormat(formatSpec{format: FormatRawIP, names: []string{"raw", "rawip", "ip"},
-		newFraming: func(_ *Config, c *counters) framing { return &rawFraming{c: c} }})
+	registerFormat(framing.RawIP, func(_ *Config, c *counters) framer { return &rawFraming{c: c} })
 }
 
-var _ framing = (*rawFraming)(nil)
+var _ framer = (*rawFraming)(nil)
 
 // rawFraming carries one bare IP packet per element, both ways. It does
 // not aggregate.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhi/wire"
@@ -139,8 +140,8 @@ func TestHostileReceive(t *testing.T) {
 	t.Run("chain that never ends", testChainNeverEnds)
 	t.Run("EOT with length 0", testEmptyTransfers)
 	t.Run("EOT length past the buffer", testLengthPastBuffer)
-	t.Run("NTB16 with lying headers", func(t *testing.T) { testLyingNTB(t, ntb.NTB16) })
-	t.Run("NTB32 with lying headers", func(t *testing.T) { testLyingNTB(t, ntb.NTB32) })
+	t.Run("NTB16 with lying headers", func(t *testing.T) { testLyingNTB(t, false) })
+	t.Run("NTB32 with lying headers", func(t *testing.T) { testLyingNTB(t, true) })
 	t.Run("QMAP with lying lengths", testLyingQMAP)
 	t.Run("completion replayed for a returned buffer", func(t *testing.T) { testBadPointer(t, true) })
 	t.Run("completion naming another channel's element", func(t *testing.T) { testBadPointer(t, false) })
@@ -238,15 +239,14 @@ func testEmptyTransfers(t *testing.T) {
 	for _, f := range []struct {
 		name   string
 		model  string
-		ipd    ep.IPDataConfig
-		format mhinet.Format
+		format framing.Format
 		empty  func(mhinet.Stats) uint64
 	}{
-		{"raw", shortTransferModel, ep.IPDataConfig{}, mhinet.FormatRawIP, func(s mhinet.Stats) uint64 { return s.RxEmpty }},
-		{"mbim", "telit-fn990", ep.IPDataConfig{Format: ep.FormatNTB16}, mhinet.FormatMBIM, func(s mhinet.Stats) uint64 { return s.NTB.Short }},
+		{"raw", shortTransferModel, framing.RawIP, func(s mhinet.Stats) uint64 { return s.RxEmpty }},
+		{"mbim", "telit-fn990", framing.NTB16, func(s mhinet.Stats) uint64 { return s.NTB.Short }},
 	} {
 		t.Run(f.name, func(t *testing.T) {
-			r := newHostileRig(t, f.model, f.ipd, mhinet.Config{Format: f.format, MRU: 4096})
+			r := newHostileRig(t, f.model, ep.IPDataConfig{Format: f.format}, mhinet.Config{Format: f.format, MRU: 4096})
 			var n atomic.Int32
 			r.onDL(func(ev *wire.Element, _ wire.Element) {
 				if ev.Code() == wire.CCEOT && n.Add(1)%4 == 0 {
@@ -256,8 +256,8 @@ func testEmptyTransfers(t *testing.T) {
 			pkts := rawPackets(40, 200, 0)
 			var sent [][]byte
 			for i, p := range pkts {
-				if f.format == mhinet.FormatMBIM {
-					p = aggregate(t, mhinet.FormatMBIM, 4096, pkts[i:i+1])[0]
+				if f.format == framing.NTB16 {
+					p = aggregate(t, framing.NTB16, 4096, pkts[i:i+1])[0]
 				}
 				sent = append(sent, p)
 				if i%10 == 0 {
@@ -295,10 +295,10 @@ func testEmptyTransfers(t *testing.T) {
 // holds is clamped by the core (LengthClamped); the NTB's own block length
 // then bounds the parse, and every packet arrives intact.
 func testLengthPastBuffer(t *testing.T) {
-	r := newHostileRig(t, "telit-fn990", ep.IPDataConfig{Format: ep.FormatNTB16}, mhinet.Config{Format: mhinet.FormatMBIM, MRU: 4096})
+	r := newHostileRig(t, "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, MRU: 4096})
 	r.onDL(func(ev *wire.Element, _ wire.Element) { setLen(ev, 0xFFFF) })
 	pkts := rawPackets(60, 300, 0)
-	aggs := aggregate(t, mhinet.FormatMBIM, 4000, pkts)
+	aggs := aggregate(t, framing.NTB16, 4000, pkts)
 	r.pushAll(t, aggs...)
 	r.rx.waitFor(t, len(pkts))
 	s := r.quiesce(t)
@@ -311,13 +311,14 @@ func testLengthPastBuffer(t *testing.T) {
 	checkConserved(t, r, s, uint64(len(aggs)))
 }
 
-// ntbOffsets returns where an NTB's fields are for format f.
+// ntbLayout is where an NTB's fields are.
 type ntbLayout struct {
 	nthLen, blockLenOff, ndpIdxOff, ndpHdr, nextOff, entLen, wide int
 }
 
-func layoutOf(f ntb.Format) ntbLayout {
-	if f == ntb.NTB16 {
+// layoutOf returns the layout of an NTB16, or with ntb32 an NTB32.
+func layoutOf(ntb32 bool) ntbLayout {
+	if !ntb32 {
 		return ntbLayout{ntb.NTH16Len, 8, 10, ntb.NDP16HeaderLen, 6, ntb.NDP16EntryLen, 2}
 	}
 	return ntbLayout{ntb.NTH32Len, 8, 12, ntb.NDP32HeaderLen, 8, ntb.NDP32EntryLen, 4}
@@ -341,8 +342,8 @@ func (l ntbLayout) put(b []byte, off, v int) {
 // testLyingNTB sends NTBs whose NTH, NDP and datagram pointers lie, each
 // among honest ones: every lie is counted under its reason, the datagrams
 // the structure still allows arrive, nothing else.
-func testLyingNTB(t *testing.T, f ntb.Format) {
-	l := layoutOf(f)
+func testLyingNTB(t *testing.T, ntb32 bool) {
+	l := layoutOf(ntb32)
 	type lie struct {
 		name    string
 		apply   func(b []byte) // b is a valid NTB of 3 datagrams
@@ -375,11 +376,11 @@ func testLyingNTB(t *testing.T, f ntb.Format) {
 	}
 	for _, lc := range lies {
 		t.Run(lc.name, func(t *testing.T) {
-			r := newHostileRig(t, "telit-fn990", ep.IPDataConfig{Format: ep.FormatNTB16}, mhinet.Config{Format: mhinet.FormatMBIM, MRU: 8192})
+			r := newHostileRig(t, "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, MRU: 8192})
 			build := func(seq uint32) []byte {
 				buf := make([]byte, 8192)
 				var w ntb.Writer
-				if err := w.Reset(buf, ntb.Config{Format: f}); err != nil {
+				if err := w.Reset(buf, ntb.Config{NTB32: ntb32}); err != nil {
 					t.Fatal(err)
 				}
 				for i := range 3 {
@@ -434,7 +435,7 @@ func testLyingQMAP(t *testing.T) {
 	}
 	for _, lc := range lies {
 		t.Run(lc.name, func(t *testing.T) {
-			r := newHostileRig(t, shortTransferModel, ep.IPDataConfig{}, mhinet.Config{Format: mhinet.FormatQMAP, MRU: 8192})
+			r := newHostileRig(t, shortTransferModel, ep.IPDataConfig{}, mhinet.Config{Format: framing.QMAP, MRU: 8192})
 			build := func(seq uint32) ([]byte, int) {
 				buf := make([]byte, 8192)
 				var w qmap.Writer

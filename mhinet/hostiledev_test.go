@@ -201,9 +201,6 @@ func newHostileRigRx(t testing.TB, model string, ipd ep.IPDataConfig, cfg mhinet
 	}
 	mcfg := info.Config.WithLoopback()
 	pair := pcigeneric.DataPair(mcfg)
-	if ipd == (ep.IPDataConfig{}) && pair == ep.IPDataName {
-		ipd.Format = ep.FormatRaw
-	}
 	f, err := ep.NewIPData(ipd)
 	if err != nil {
 		t.Fatal(err)

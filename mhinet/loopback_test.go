@@ -8,25 +8,25 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
-// formats pairs the host's framing with the mock modem's.
+// formats are the framings the host and the mock modem both speak.
 var formats = []struct {
 	name string
-	host mhinet.Format
-	dev  ep.Format
+	f    framing.Format
 }{
-	{"raw", mhinet.FormatRawIP, ep.FormatRaw},
-	{"ntb16", mhinet.FormatMBIM, ep.FormatNTB16},
-	{"ntb32", mhinet.FormatMBIM, ep.FormatNTB32},
-	{"qmap", mhinet.FormatQMAP, ep.FormatQMAP},
+	{"raw", framing.RawIP},
+	{"ntb16", framing.NTB16},
+	{"ntb32", framing.NTB32},
+	{"qmap", framing.QMAP},
 }
 
 func newIPRig(t *testing.T, model string, dev ep.IPDataConfig, cfg mhinet.Config) *rig {
 	t.Helper()
-	m, err := mock.Open(mock.Options{Model: model, IPData: dev})
+	m, err := mock.Open(mock.Options{Model: model, IPData: &dev})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestInternalLoopbackAllFormats(t *testing.T) {
 	for _, f := range formats {
 		for _, mru := range []int{1024, 3500, 32768} {
 			for _, agg := range []bool{false, true} {
-				if agg && f.host == mhinet.FormatRawIP {
+				if agg && f.f == framing.RawIP {
 					continue
 				}
 				name := f.name
@@ -80,8 +80,8 @@ func TestInternalLoopbackAllFormats(t *testing.T) {
 					name += "-txagg"
 				}
 				t.Run(name+"-"+itoa(mru), func(t *testing.T) {
-					r := newIPRig(t, "telit-fn990", ep.IPDataConfig{Format: f.dev},
-						mhinet.Config{Format: f.host, MRU: mru, TXAggregate: agg})
+					r := newIPRig(t, "telit-fn990", ep.IPDataConfig{Format: f.f},
+						mhinet.Config{Format: f.f, MRU: mru, TXAggregate: agg})
 					const n = 3000
 					var pkts [][]byte
 					for i := 0; i < n; i++ {
@@ -97,7 +97,7 @@ func TestInternalLoopbackAllFormats(t *testing.T) {
 					if len(r.rx.seqs) != n || r.rx.bad != 0 || s.RxErrors+s.RxDropped+s.TxErrors+s.TxDropped != 0 || ds.Dropped() != 0 || ds.DeaggErrors() != 0 {
 						t.Fatalf("distinct %d bad %d host %+v modem %+v", len(r.rx.seqs), r.rx.bad, s, ds)
 					}
-					if f.host != mhinet.FormatRawIP && ds.AvgDatagrams() < 2 {
+					if f.f != framing.RawIP && ds.AvgDatagrams() < 2 {
 						t.Errorf("modem aggregated only %.1f packets per transfer", ds.AvgDatagrams())
 					}
 					if mru < 1500 && s.RxChains == 0 {
@@ -113,7 +113,7 @@ func TestInternalLoopbackAllFormats(t *testing.T) {
 func TestGenerator(t *testing.T) {
 	for _, f := range formats {
 		t.Run(f.name, func(t *testing.T) {
-			r := newIPRig(t, "telit-fn990", ep.IPDataConfig{Format: f.dev}, mhinet.Config{Format: f.host, MRU: 3500})
+			r := newIPRig(t, "telit-fn990", ep.IPDataConfig{Format: f.f}, mhinet.Config{Format: f.f, MRU: 3500})
 			const n = 20000
 			if err := r.mock.IPData.StartGenerator(ep.GeneratorConfig{Count: n, Sizes: []int{64, 1263, 1500}}); err != nil {
 				t.Fatal(err)
@@ -148,7 +148,7 @@ func itoa(n int) string {
 // After SYS_ERR the device refills its ring once the controller recovered,
 // and traffic flows again; what was in flight is counted, not lost silently.
 func TestRecoversFromSysErr(t *testing.T) {
-	r := newIPRig(t, "telit-fn990", ep.IPDataConfig{Format: ep.FormatNTB16}, mhinet.Config{Format: mhinet.FormatMBIM, MRU: 3500})
+	r := newIPRig(t, "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, MRU: 3500})
 	recovered := make(chan struct{}, 1)
 	r.mock.Controller.OnStatus(func(ev mhi.StatusEvent) {
 		if ev.Kind == mhi.StatusRecovered {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
@@ -28,7 +29,7 @@ func (c *counter) Receive(pkts []Packet) {
 // must not stay dead: the next recovery, or the next MRU change, starts it
 // and refills its ring, and traffic flows.
 func TestMRUChangeStartFails(t *testing.T) {
-	m, err := mock.Open(mock.Options{Model: "telit-fn990", IPData: ep.IPDataConfig{Format: ep.FormatNTB16}})
+	m, err := mock.Open(mock.Options{Model: "telit-fn990", IPData: &ep.IPDataConfig{Format: framing.NTB16}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func TestMRUChangeStartFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	rx := &counter{}
-	d, err := New(m.Controller, Config{Pair: m.DataPair, Format: FormatMBIM, MRU: 3500}, rx)
+	d, err := New(m.Controller, Config{Pair: m.DataPair, Format: framing.NTB16, MRU: 3500}, rx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/simclock"
 	"github.com/gomhi/gomhi/mhi/wire"
@@ -143,7 +144,7 @@ func replaySetup(b testing.TB, mru, size int) (run func(n uint64) (time.Duration
 		b.Fatal(err)
 	}
 	rx := &countingRx{}
-	d, err := mhinet.New(m.Controller, mhinet.Config{Pair: m.DataPair, Format: mhinet.FormatMBIM, MRU: mru}, rx)
+	d, err := mhinet.New(m.Controller, mhinet.Config{Pair: m.DataPair, Format: framing.NTB16, MRU: mru}, rx)
 	if err != nil {
 		b.Fatal(err)
 	}

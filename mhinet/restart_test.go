@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 )
 
@@ -23,7 +24,7 @@ func TestDownUpUnderTrafficConservesPackets(t *testing.T) {
 		cfg   mhinet.Config
 	}{
 		{"raw", "qcom-sdx55m", ep.IPDataConfig{}, mhinet.Config{MRU: 2048}},
-		{"mbim", "telit-fn990", ep.IPDataConfig{Format: ep.FormatNTB16}, mhinet.Config{Format: mhinet.FormatMBIM, MRU: 3500}},
+		{"mbim", "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, MRU: 3500}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newIPRig(t, tc.model, tc.ipd, tc.cfg)

@@ -254,7 +254,7 @@ func (d *Device) deliver(b *rxBuffer, data []byte) {
 		d.c.rxCopied.Add(1)
 		d.c.rxCopiedBytes.Add(uint64(len(data)))
 	}
-	batch := d.framing.parse(data, b, d.batch[:0])
+	batch := d.framer.parse(data, b, d.batch[:0])
 	if n := len(batch); n > 0 {
 		bytes := 0
 		for _, p := range batch {

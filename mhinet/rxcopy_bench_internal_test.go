@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -39,9 +40,9 @@ func (r *releasingRx) Receive(pkts []Packet) {
 func BenchmarkRxDeliver(b *testing.B) {
 	for _, f := range []struct {
 		name   string
-		format Format
+		format framing.Format
 		pkts   int
-	}{{"raw", FormatRawIP, 1}, {"mbim32", FormatMBIM, 32}} {
+	}{{"raw", framing.RawIP, 1}, {"mbim32", framing.NTB16, 32}} {
 		for _, size := range []int{64, 1500} {
 			for _, mode := range []RxCopyMode{RxCopyOff, RxCopyOn} {
 				b.Run(fmt.Sprintf("%s/%dB/copy=%s", f.name, size, mode), func(b *testing.B) {
@@ -52,7 +53,7 @@ func BenchmarkRxDeliver(b *testing.B) {
 	}
 }
 
-func benchDeliver(b *testing.B, format Format, pkts, size int, mode RxCopyMode) {
+func benchDeliver(b *testing.B, format framing.Format, pkts, size int, mode RxCopyMode) {
 	m, err := mock.Open(mock.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -72,7 +73,7 @@ func benchDeliver(b *testing.B, format Format, pkts, size int, mode RxCopyMode) 
 	b.Cleanup(func() { _ = d.Down() })
 	// The transfer the modem would write.
 	var xfer []byte
-	if format == FormatRawIP {
+	if format == framing.RawIP {
 		xfer = benchIPv4(size, 0)
 	} else {
 		buf := make([]byte, MaxMRU)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
@@ -74,11 +75,11 @@ func TestRxCopyDeviceRewritesDeliveredBuffer(t *testing.T) {
 		name   string
 		model  string
 		ipd    ep.IPDataConfig
-		format mhinet.Format
+		format framing.Format
 	}{
-		{"raw", shortTransferModel, ep.IPDataConfig{}, mhinet.FormatRawIP},
-		{"mbim", "telit-fn990", ep.IPDataConfig{Format: ep.FormatNTB16}, mhinet.FormatMBIM},
-		{"qmap", shortTransferModel, ep.IPDataConfig{}, mhinet.FormatQMAP},
+		{"raw", shortTransferModel, ep.IPDataConfig{}, framing.RawIP},
+		{"mbim", "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, framing.NTB16},
+		{"qmap", shortTransferModel, ep.IPDataConfig{}, framing.QMAP},
 	}
 	modes := []struct {
 		mode        mhinet.RxCopyMode
@@ -101,7 +102,7 @@ func TestRxCopyDeviceRewritesDeliveredBuffer(t *testing.T) {
 				const n = 20
 				for i := range n {
 					data := ipv4(300, uint32(i))
-					if f.format != mhinet.FormatRawIP {
+					if f.format != framing.RawIP {
 						data = aggregate(t, f.format, 4096, [][]byte{data})[0]
 					}
 					// One at a time, so the modem is idle while the

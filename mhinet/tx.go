@@ -34,11 +34,11 @@ type txBuffer struct {
 // into an aggregate in a transmit buffer (txagg.go), or lent in a
 // zero-copy slot (txzc.go). Transmit and TransmitZC share one entry
 // (begin, end: a txBatch) and one queue; SetMTU rebuilds the buffers
-// (txresize.go). The framing (framing.go) formats every element. One lock, mu, guards it all: the three ways share the ring,
+// (txresize.go). The framer (framing.go) formats every element. One lock, mu, guards it all: the three ways share the ring,
 // whose order they keep, and the buffers.
 type txPath struct {
 	d *Device
-	f framing
+	f framer
 
 	// mu comes after gsoTx.mu and before Device.rxMu in the Device's
 	// lock order: the uplink is queued (mhi.Channel.mu) under it, and
@@ -66,7 +66,7 @@ type txPath struct {
 }
 
 func (t *txPath) init(d *Device) error {
-	t.d, t.f = d, d.framing
+	t.d, t.f = d, d.framer
 	t.ready = make(chan struct{}, 1)
 	t.xfers = make([]mhi.Transfer, 0, d.ul.Config().Elements)
 	t.agg.init(t, &d.cfg)

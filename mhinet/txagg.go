@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 )
 
-// Transmit aggregation (Config.TXAggregate, with a framing that
+// Transmit aggregation (Config.TXAggregate, with a framer that
 // aggregates): packets are packed into one open aggregate, in a transmit
 // buffer, which leaves as an element when it reaches TXAggMaxPackets or
 // the next packet would pass TXAggMaxBytes, after TXAggTimeout, on Flush,
@@ -84,11 +85,11 @@ func (t *txPath) aggAdd(b *txBatch, p []byte) txOutcome {
 		// Full, but no element to close it into now.
 		b.err = ErrBusy
 		return txAgain
-	case buf.pkts > 0 && (errors.Is(err, errAggFull) || errors.Is(err, errAggTooLarge)):
+	case buf.pkts > 0 && (errors.Is(err, framing.ErrFull) || errors.Is(err, framing.ErrTooLarge)):
 		// The next packet would pass the byte limit.
 		b.xs = t.closeAgg(b.xs, &d.c.txAggClosedBytes)
 		return txAgain
-	case buf.pkts > 0 && errors.Is(err, errAggLimit):
+	case buf.pkts > 0 && errors.Is(err, framing.ErrLimit):
 		b.xs = t.closeAgg(b.xs, &d.c.txAggClosedPackets)
 		return txAgain
 	case buf.pkts == 0:

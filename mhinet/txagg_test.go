@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhinet"
@@ -69,8 +70,8 @@ func (r *ulRecorder) snapshot() []ulXfer {
 // newRecRig is newIPRig with a recorder in front of the modem's function.
 func newRecRig(t *testing.T, model string, dev ep.IPDataConfig, cfg mhinet.Config) (*rig, *ulRecorder) {
 	t.Helper()
-	rec := &ulRecorder{qmap: dev.Format == ep.FormatQMAP}
-	m, err := mock.Open(mock.Options{Model: model, IPData: dev, Device: func(c *ep.Config) {
+	rec := &ulRecorder{qmap: dev.Format == framing.QMAP}
+	m, err := mock.Open(mock.Options{Model: model, IPData: &dev, Device: func(c *ep.Config) {
 		name := pcigeneric.DataPair(c.MHI) // not IP_SW0, which the mock also serves
 		if fn, ok := c.Functions[name].(*ep.IPData); ok {
 			rec.inner = fn
@@ -116,24 +117,23 @@ func waitStats(t *testing.T, d *mhinet.Device, what string, cond func(mhinet.Sta
 	}
 }
 
-// aggFormat is a host format with the mock model and framing that match.
+// aggFormat is a framing with a mock model to speak it on.
 type aggFormat struct {
 	name  string
 	model string
-	host  mhinet.Format
-	dev   ep.Format
+	f     framing.Format
 }
 
 var aggFormats = []aggFormat{
-	{"mbim", "telit-fn990", mhinet.FormatMBIM, ep.FormatNTB16},
-	{"qmap", mock.DefaultModel, mhinet.FormatQMAP, ep.FormatQMAP},
+	{"mbim", "telit-fn990", framing.NTB16},
+	{"qmap", mock.DefaultModel, framing.QMAP},
 }
 
 // fits reports whether pkts all fit one aggregate of max bytes and count.
-func fits(f mhinet.Format, maxBytes, maxPkts int, pkts []int) bool {
+func fits(f framing.Format, maxBytes, maxPkts int, pkts []int) bool {
 	buf := make([]byte, maxBytes)
 	var err error
-	if f == mhinet.FormatMBIM {
+	if f == framing.NTB16 {
 		var w ntb.Writer
 		if err = w.Reset(buf, ntb.Config{MaxDatagrams: maxPkts}); err != nil {
 			return false
@@ -164,8 +164,8 @@ func TestTXAggregationLimitsExact(t *testing.T) {
 	for _, f := range aggFormats {
 		for _, lim := range []struct{ bytes, pkts int }{{4096, 16}, {2000, 5}, {16384, 64}} {
 			t.Run(f.name+"-"+itoa(lim.bytes)+"-"+itoa(lim.pkts), func(t *testing.T) {
-				r, rec := newRecRig(t, f.model, ep.IPDataConfig{Format: f.dev},
-					mhinet.Config{Format: f.host, TXAggregate: true, TXAggMaxBytes: lim.bytes,
+				r, rec := newRecRig(t, f.model, ep.IPDataConfig{Format: f.f},
+					mhinet.Config{Format: f.f, TXAggregate: true, TXAggMaxBytes: lim.bytes,
 						TXAggMaxPackets: lim.pkts, TXAggTimeout: time.Hour})
 				rng := rand.New(rand.NewPCG(1, uint64(lim.bytes)))
 				const total = 600
@@ -230,7 +230,7 @@ func TestTXAggregationLimitsExact(t *testing.T) {
 					default:
 						byBytes++
 						// Closed early: the next packet must not have fitted.
-						if fits(f.host, lim.bytes, lim.pkts, append(append([]int(nil), x.pkts...), lens[next])) {
+						if fits(f.f, lim.bytes, lim.pkts, append(append([]int(nil), x.pkts...), lens[next])) {
 							t.Fatalf("aggregate %d (%d packets, %d bytes) closed although the next packet (%d bytes) fits",
 								i, len(x.pkts), x.n, lens[next])
 						}
@@ -272,8 +272,8 @@ func TestTXAggregationTimer(t *testing.T) {
 // false, having checked nothing, when the second call came too late.
 func checkTXAggregationTimer(t *testing.T, f aggFormat, wait time.Duration) bool {
 	t.Helper()
-	r, rec := newRecRig(t, f.model, ep.IPDataConfig{Format: f.dev},
-		mhinet.Config{Format: f.host, TXAggregate: true, TXAggTimeout: wait})
+	r, rec := newRecRig(t, f.model, ep.IPDataConfig{Format: f.f},
+		mhinet.Config{Format: f.f, TXAggregate: true, TXAggTimeout: wait})
 	start := time.Now()
 	if n, err := r.dev.Transmit([][]byte{ipv4(100, 1), ipv4(100, 2)}); n != 2 || err != nil {
 		t.Fatal(n, err)
@@ -313,8 +313,8 @@ func checkTXAggregationTimer(t *testing.T, f aggFormat, wait time.Duration) bool
 func TestTXAggregationPacketsAndFlush(t *testing.T) {
 	for _, f := range aggFormats {
 		t.Run(f.name, func(t *testing.T) {
-			r, rec := newRecRig(t, f.model, ep.IPDataConfig{Format: f.dev},
-				mhinet.Config{Format: f.host, TXAggregate: true, TXAggMaxPackets: 5, TXAggTimeout: time.Hour})
+			r, rec := newRecRig(t, f.model, ep.IPDataConfig{Format: f.f},
+				mhinet.Config{Format: f.f, TXAggregate: true, TXAggMaxPackets: 5, TXAggTimeout: time.Hour})
 			var pkts [][]byte
 			for i := range 23 {
 				pkts = append(pkts, ipv4(100, uint32(i)))
@@ -338,8 +338,8 @@ func TestTXAggregationPacketsAndFlush(t *testing.T) {
 		})
 	}
 	t.Run("no-wait", func(t *testing.T) {
-		r, rec := newRecRig(t, "telit-fn990", ep.IPDataConfig{Format: ep.FormatNTB16},
-			mhinet.Config{Format: mhinet.FormatMBIM, TXAggregate: true, TXAggTimeout: -1})
+		r, rec := newRecRig(t, "telit-fn990", ep.IPDataConfig{Format: framing.NTB16},
+			mhinet.Config{Format: framing.NTB16, TXAggregate: true, TXAggTimeout: -1})
 		for i := range 3 {
 			transmitAll(t, r.dev, [][]byte{ipv4(100, uint32(2*i)), ipv4(100, uint32(2*i+1))})
 		}
@@ -357,9 +357,9 @@ func TestTXAggregationPacketsAndFlush(t *testing.T) {
 func TestTXQMAPChecksumFramingLoopback(t *testing.T) {
 	for _, mode := range []qmap.CsumMode{qmap.CsumV4, qmap.CsumV5} {
 		for _, path := range []string{"copy", "aggregated", "zero-copy"} {
-			cfg := mhinet.Config{Format: mhinet.FormatQMAP, QMAPCsum: mode, TXAggTimeout: -1,
+			cfg := mhinet.Config{Format: framing.QMAP, QMAPCsum: mode, TXAggTimeout: -1,
 				TXAggregate: path == "aggregated", TXZeroCopy: path == "zero-copy"}
-			r := newIPRig(t, mock.DefaultModel, ep.IPDataConfig{Format: ep.FormatQMAP, QMAPCsum: mode}, cfg)
+			r := newIPRig(t, mock.DefaultModel, ep.IPDataConfig{Format: framing.QMAP, QMAPCsum: mode}, cfg)
 			var pkts [][]byte
 			for i := range 50 {
 				pkts = append(pkts, ipv4(40+i*13, uint32(i)))

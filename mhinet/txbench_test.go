@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -17,7 +18,7 @@ import (
 func sinkRig(b *testing.B, model string, dev ep.IPDataConfig, cfg mhinet.Config) (*mock.Mock, *mhinet.Device) {
 	b.Helper()
 	dev.Responder = true
-	m, err := mock.Open(mock.Options{Model: model, IPData: dev})
+	m, err := mock.Open(mock.Options{Model: model, IPData: &dev})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -61,11 +62,10 @@ func BenchmarkUplink(b *testing.B) {
 	for _, f := range []struct {
 		name  string
 		model string
-		host  mhinet.Format
-		dev   ep.Format
+		f     framing.Format
 	}{
-		{"mbim", "telit-fn990", mhinet.FormatMBIM, ep.FormatNTB16},
-		{"qmap", mock.DefaultModel, mhinet.FormatQMAP, ep.FormatQMAP},
+		{"mbim", "telit-fn990", framing.NTB16},
+		{"qmap", mock.DefaultModel, framing.QMAP},
 	} {
 		for _, agg := range []bool{false, true} {
 			for _, size := range []int{64, 1500} {
@@ -74,8 +74,8 @@ func BenchmarkUplink(b *testing.B) {
 					mode = "agg"
 				}
 				b.Run(fmt.Sprintf("%s/%s/%dB", f.name, mode, size), func(b *testing.B) {
-					m, d := sinkRig(b, f.model, ep.IPDataConfig{Format: f.dev},
-						mhinet.Config{Format: f.host, TXAggregate: agg})
+					m, d := sinkRig(b, f.model, ep.IPDataConfig{Format: f.f},
+						mhinet.Config{Format: f.f, TXAggregate: agg})
 					pkts := make([][]byte, 64)
 					for i := range pkts {
 						pkts[i] = udp4(make([]byte, size), size, freePort, uint32(i))
@@ -147,7 +147,7 @@ func BenchmarkHeadOfLine(b *testing.B) {
 			if mode == "unshaped" {
 				shape = ep.ShapeConfig{}
 			}
-			m, err := mock.Open(mock.Options{IPData: ep.IPDataConfig{Format: ep.FormatRaw,
+			m, err := mock.Open(mock.Options{IPData: &ep.IPDataConfig{Format: framing.RawIP,
 				Responder: true, Shape: shape}})
 			if err != nil {
 				b.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
@@ -19,7 +20,7 @@ import (
 // Transmit.
 func TestZCFallbackAggregateLeavesWithNegativeTimeout(t *testing.T) {
 	m, err := mock.Open(mock.Options{Model: mock.DefaultModel,
-		IPData: ep.IPDataConfig{Format: ep.FormatQMAP, Shape: ep.ShapeConfig{UDPPort: shapedPort, Rate: 0.001}}})
+		IPData: &ep.IPDataConfig{Format: framing.QMAP, Shape: ep.ShapeConfig{UDPPort: shapedPort, Rate: 0.001}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func TestZCFallbackAggregateLeavesWithNegativeTimeout(t *testing.T) {
 	if err := m.Controller.PowerUp(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := mhinet.New(m.Controller, mhinet.Config{Pair: m.DataPair, Format: mhinet.FormatQMAP, TXAggregate: true,
+	d, err := mhinet.New(m.Controller, mhinet.Config{Pair: m.DataPair, Format: framing.QMAP, TXAggregate: true,
 		TXAggTimeout: -1, TXZeroCopy: true}, newUDPCollector())
 	if err != nil {
 		t.Fatal(err)
@@ -270,12 +271,12 @@ func TestTXBufferSizeValidated(t *testing.T) {
 	}{
 		{"raw fits", mhinet.Config{MTU: 1500, TXBufferSize: 1500}, true},
 		{"raw short", mhinet.Config{MTU: 1500, TXBufferSize: 1000}, false},
-		{"mbim without header room", mhinet.Config{Format: mhinet.FormatMBIM, MTU: 1500, TXBufferSize: 1500}, false},
-		{"mbim with header room", mhinet.Config{Format: mhinet.FormatMBIM, MTU: 1500, TXBufferSize: 1528}, true},
-		{"qmap without header room", mhinet.Config{Format: mhinet.FormatQMAP, MTU: 1500, TXBufferSize: 1502}, false},
-		{"aggregate over buffer", mhinet.Config{Format: mhinet.FormatMBIM, TXAggregate: true, TXAggMaxBytes: 8192,
+		{"mbim without header room", mhinet.Config{Format: framing.NTB16, MTU: 1500, TXBufferSize: 1500}, false},
+		{"mbim with header room", mhinet.Config{Format: framing.NTB16, MTU: 1500, TXBufferSize: 1528}, true},
+		{"qmap without header room", mhinet.Config{Format: framing.QMAP, MTU: 1500, TXBufferSize: 1502}, false},
+		{"aggregate over buffer", mhinet.Config{Format: framing.NTB16, TXAggregate: true, TXAggMaxBytes: 8192,
 			TXBufferSize: 4096}, false},
-		{"aggregate within buffer", mhinet.Config{Format: mhinet.FormatMBIM, TXAggregate: true, TXAggMaxBytes: 4096,
+		{"aggregate within buffer", mhinet.Config{Format: framing.NTB16, TXAggregate: true, TXAggMaxBytes: 4096,
 			TXBufferSize: 4096}, true},
 		{"negative", mhinet.Config{TXBufferSize: -1}, false},
 		{"over a TRE", mhinet.Config{TXBufferSize: wire.MaxTRELength + 1}, false},

@@ -118,7 +118,7 @@ func (z *zcPath) init(d *Device) error {
 	if !z.on {
 		return nil
 	}
-	headroom, err := d.framing.zcHeadroom()
+	headroom, err := d.framer.zcHeadroom()
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -75,7 +76,7 @@ type zcRig struct {
 // a zero-copy device on it, and forwards the lend region to the modem.
 func newZCRig(t testing.TB, shape ep.ShapeConfig, cfg mhinet.Config) *zcRig {
 	t.Helper()
-	m, err := mock.Open(mock.Options{IPData: ep.IPDataConfig{Format: ep.FormatRaw, Shape: shape}})
+	m, err := mock.Open(mock.Options{IPData: &ep.IPDataConfig{Format: framing.RawIP, Shape: shape}})
 	if err != nil {
 		t.Fatal(err)
 	}

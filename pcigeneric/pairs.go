@@ -1,6 +1,9 @@
 package pcigeneric
 
-import "github.com/gomhi/gomhi/mhi/wire"
+import (
+	"github.com/gomhi/gomhi/mhi/proto/framing"
+	"github.com/gomhi/gomhi/mhi/wire"
+)
 
 // The channel pairs a host gives a job by name, as Linux's device table
 // names them. The mock modem (pcigeneric/mock, mhi/ep) serves the same
@@ -20,6 +23,17 @@ func DataPair(cfg wire.ControllerConfig) string {
 		}
 	}
 	return ""
+}
+
+// PairFormat returns the framing Linux's driver for an IP data pair
+// speaks, which a modem's network uses there unless told otherwise: MBIM
+// NTB16 on IP_HW0_MBIM (mhi_wwan_mbim), raw IP on IP_HW0 (mhi_net) and
+// any other pair.
+func PairFormat(pair string) framing.Format {
+	if pair == dataPairNames[0] {
+		return framing.NTB16
+	}
+	return framing.RawIP
 }
 
 // controlPairNames are the control channel pairs a host exposes as ports

@@ -22,7 +22,9 @@ import (
 
 	"github.com/gomhi/gomhi/cmd/mhictl/internal/sweep"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
 )
 
@@ -230,7 +232,7 @@ func (bf *benchFlags) connectServedModem(cmd *cobra.Command, log *slog.Logger, o
 	// for the modem's aggregates.
 	pre, preFormat := *o, bf.formatName
 	if !cmd.Flags().Changed("format") {
-		preFormat = mhinet.FormatRawIP.String()
+		preFormat = framing.RawIP.String()
 	}
 	if err := checkBenchFlags(&pre, bf.modeName, preFormat, bf.jsonOut, bf.csvOut, bf.plotOut); err != nil {
 		return nil, err
@@ -337,7 +339,7 @@ func openBenchRemote(cmd *cobra.Command, path string, log *slog.Logger, o *sweep
 		return nil, fmt.Errorf("%s: model %s has no IP data channel", path, r.Info.Name)
 	}
 	if !fl.Changed("format") {
-		*formatName = naturalFormat(r.DataPair).String()
+		*formatName = pcigeneric.PairFormat(r.DataPair).String()
 	}
 	o.Model = r.Info.Name
 	o.Target = &sweep.Target{Controller: r.Controller, Pair: r.DataPair}
@@ -356,7 +358,7 @@ func checkBenchFlags(o *sweep.Options, modeName, formatName string, jsonOut, csv
 	default:
 		return fmt.Errorf("--mode %q: want generator or loopback", modeName)
 	}
-	f, err := mhinet.ParseFormat(formatName)
+	f, err := framing.Parse(formatName)
 	if err != nil {
 		return fmt.Errorf("--format: %w", err)
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/loopback"
-	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 )
@@ -201,7 +201,7 @@ func (sf *modemServeFlags) run(ctx context.Context, g *globalFlags, out, errOut 
 // newDevice builds the served mock modem impersonating model, with the IP
 // data function, generator and boot ROM the flags ask for; it returns the
 // IP data framing too.
-func (sf *modemServeFlags) newDevice(model string, mlog, events *slog.Logger) (*vfiouser.ServerDevice, mhinet.Format, *atomic.Pointer[ep.IPData], error) {
+func (sf *modemServeFlags) newDevice(model string, mlog, events *slog.Logger) (*vfiouser.ServerDevice, framing.Format, *atomic.Pointer[ep.IPData], error) {
 	ipc, format, gen, err := sf.ipd.build(model)
 	if err != nil {
 		return nil, format, nil, err
@@ -212,7 +212,7 @@ func (sf *modemServeFlags) newDevice(model string, mlog, events *slog.Logger) (*
 	}
 	opts := vfiouser.DeviceOptions{
 		Model: model, Vectors: sf.vectors, Logger: events, ModemLogger: mlog.With("side", "modem"),
-		IPData: ipc, Modem: modem.Config{RequireConnect: sf.requireConnect},
+		IPData: &ipc, Modem: modem.Config{RequireConnect: sf.requireConnect},
 	}
 	// The IP data function of the main data pair in the current (or
 	// last) session: its counters judge a soak's phases.

@@ -10,10 +10,10 @@ import (
 
 	"github.com/gomhi/gomhi/cmd/mhictl/internal/sweep"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
-	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
 )
 
@@ -58,23 +58,14 @@ func checkModemSource(cmd *cobra.Command, device, vfioUser string, mockOnly ...s
 	return nil
 }
 
-// naturalFormat is the framing a modem's network uses on its data pair:
-// MBIM on IP_HW0_MBIM, raw IP on IP_HW0.
-func naturalFormat(pair string) mhinet.Format {
-	if pair == ep.IPDataMBIMName {
-		return mhinet.FormatMBIM
-	}
-	return mhinet.FormatRawIP
-}
-
 // qmapCsumSetting checks a --qmap-csum value against the data framing:
 // anything but none needs QMAP.
-func qmapCsumSetting(value string, format mhinet.Format) (qmap.CsumMode, error) {
+func qmapCsumSetting(value string, format framing.Format) (qmap.CsumMode, error) {
 	mode, err := qmap.ParseCsumMode(value)
 	if err != nil {
 		return mode, fmt.Errorf("--qmap-csum: %w", err)
 	}
-	if mode != qmap.CsumNone && format != mhinet.FormatQMAP {
+	if mode != qmap.CsumNone && format != framing.QMAP {
 		return mode, fmt.Errorf("--qmap-csum %s: %w (the data channel uses %s)", value, errNeedsQMAP, format)
 	}
 	return mode, nil
@@ -110,16 +101,16 @@ type servedIPData struct {
 // build validates the flags for model and returns the function's
 // configuration, the host framing it matches, and, in generator mode, the
 // generator run each session starts (nil otherwise).
-func (s *servedIPData) build(model string) (ep.IPDataConfig, mhinet.Format, *ep.GeneratorConfig, error) {
+func (s *servedIPData) build(model string) (ep.IPDataConfig, framing.Format, *ep.GeneratorConfig, error) {
 	info, ok := pcigeneric.Model(model)
 	if !ok {
 		return ep.IPDataConfig{}, 0, nil, fmt.Errorf("--model %q: %w (see 'mhictl models')", model, pcigeneric.ErrUnknownModel)
 	}
 	pair := pcigeneric.DataPair(info.Config)
-	format := naturalFormat(pair)
+	format := pcigeneric.PairFormat(pair)
 	if s.format != "" {
 		var err error
-		if format, err = mhinet.ParseFormat(s.format); err != nil {
+		if format, err = framing.Parse(s.format); err != nil {
 			return ep.IPDataConfig{}, 0, nil, fmt.Errorf("--format: %w", err)
 		}
 	}
@@ -140,7 +131,7 @@ func (s *servedIPData) build(model string) (ep.IPDataConfig, mhinet.Format, *ep.
 		// A generator returns to this mode when a --gen-count run ends:
 		// answering, as a modem's network would, rather than looping the
 		// host's own packets back.
-		Format: mockformat.For(format), QMAPCsum: csum, Responder: mode == "responder" || mode == "generator",
+		Format: format, QMAPCsum: csum, Responder: mode == "responder" || mode == "generator",
 		MaxDatagrams: s.maxDatagrams, MaxAggregate: s.maxAggregate,
 	}
 	if _, err := ep.NewIPData(cfg); err != nil {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/gomhi/gomhi/cmd/mhictl/internal/soak"
 	"github.com/gomhi/gomhi/internal/atomicfile"
-	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 )
 
 // soakLong is the long help of 'mhictl soak'.
@@ -119,7 +119,7 @@ func (sf *soakFlags) validate(cmd *cobra.Command, g *globalFlags) error {
 		o.Model = g.model
 	}
 	if sf.formatName != "" {
-		f, err := mhinet.ParseFormat(sf.formatName)
+		f, err := framing.Parse(sf.formatName)
 		if err != nil {
 			return fmt.Errorf("--format: %w", err)
 		}
@@ -193,8 +193,8 @@ func (sf *soakFlags) run(cmd *cobra.Command) error {
 // serveCommand returns the command that serves the mock modem for a
 // vfio-user soak: this program's 'modem serve' in loopback mode, its
 // events as JSON lines (the soak reads the modem's counters from them).
-func serveCommand(self, logLevel string) func(socket, model string, format mhinet.Format) *exec.Cmd {
-	return func(socket, model string, format mhinet.Format) *exec.Cmd {
+func serveCommand(self, logLevel string) func(socket, model string, format framing.Format) *exec.Cmd {
+	return func(socket, model string, format framing.Format) *exec.Cmd {
 		return exec.Command(self, "--model", model, "--log-level", logLevel,
 			"modem", "serve", "--socket", socket, "--ip-mode", "loopback", "--format", format.String(), "--json-log")
 	}

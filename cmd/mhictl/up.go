@@ -18,12 +18,12 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/tun"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
-	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 	"github.com/gomhi/gomhi/sysfs"
@@ -245,7 +245,7 @@ func runUp(ctx context.Context, cmd *cobra.Command, g *globalFlags, f *upFlags) 
 // QMAP checksum framing) and MRU.
 type upData struct {
 	pair     string
-	format   mhinet.Format
+	format   framing.Format
 	qmapCsum qmap.CsumMode
 	mru      int
 }
@@ -257,10 +257,10 @@ func dataSettings(info *pcigeneric.ModemInfo, f *upFlags) (upData, error) {
 	if d.pair == "" {
 		return d, fmt.Errorf("model %s has no IP data channel", info.Name)
 	}
-	d.format = naturalFormat(d.pair)
+	d.format = pcigeneric.PairFormat(d.pair)
 	if f.format != "" {
 		var err error
-		if d.format, err = mhinet.ParseFormat(f.format); err != nil {
+		if d.format, err = framing.Parse(f.format); err != nil {
 			return d, fmt.Errorf("--format: %w", err)
 		}
 	}
@@ -386,7 +386,7 @@ func openMock(f *upFlags, s upSettings, info *pcigeneric.ModemInfo, d upData, lo
 	}
 	return mock.Open(mock.Options{
 		Model: info.Name, Name: f.name, Logger: log, Modem: modem.Config{RequireConnect: f.requireConnect},
-		IPData:      ep.IPDataConfig{Format: mockformat.For(d.format), QMAPCsum: d.qmapCsum, Responder: s.responder},
+		IPData:      &ep.IPDataConfig{Format: d.format, QMAPCsum: d.qmapCsum, Responder: s.responder},
 		FirmwareDir: f.firmware, RDDMSize: f.rddmSize, Device: func(c *ep.Config) { c.Boot = bc },
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 )
 
 // testGate is a DataGate a test opens and closes (the modem's, in
@@ -16,7 +18,7 @@ func (g *testGate) DataAllowed() bool { return g.Load() }
 // counted; once it opens they flow.
 func TestIPDataGate(t *testing.T) {
 	var gate testGate // closed
-	r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: FormatRaw, Gate: &gate}})
+	r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: framing.RawIP, Gate: &gate}})
 	pkts := testPackets(3, 100)
 	for _, p := range pkts {
 		r.sendUL(p)

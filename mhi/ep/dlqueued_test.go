@@ -3,6 +3,7 @@ package ep
 import (
 	"testing"
 
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
 
@@ -29,7 +30,7 @@ func TestDLDroppedQueuedCountsPackets(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// One 64-byte host buffer: the first aggregate is written in
 			// part and the queue fills up behind it.
-			r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: FormatNTB16}, mru: 64, dlBuffers: 1})
+			r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: framing.NTB16}, mru: 64, dlBuffers: 1})
 			if err := r.ipd.StartGenerator(GeneratorConfig{Count: 1000, Sizes: []int{100}}); err != nil {
 				t.Fatal(err)
 			}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
 
@@ -259,7 +260,7 @@ func TestReservationAcrossResets(t *testing.T) {
 // buffers, twice, in the middle of loopback traffic. Every packet arrives,
 // in order, and nothing is dropped.
 func TestIPDataDLRestartMidStream(t *testing.T) {
-	r := newIPRig(t, ipRigConfig{mru: 32768, dlBuffers: 6, ulSize: 2048})
+	r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: framing.NTB16}, mru: 32768, dlBuffers: 6, ulSize: 2048})
 	cfg := r.ipd.Config()
 	pkts := testPackets(600, 1500, 64, 1263, 576)
 	ul := encodeUL(t, cfg, pkts, 1, r.ulSize)

@@ -592,7 +592,7 @@ func (v *vgen) downlinkIdle() bool {
 	idle := v.p.dl.qCount == 0
 	v.p.dl.mu.Unlock()
 	v.f.mu.Lock()
-	idle = idle && !(v.f.open && v.f.agg.count() > 0)
+	idle = idle && !(v.f.open && v.f.agg.Count() > 0)
 	v.f.mu.Unlock()
 	return idle
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhi/wire"
@@ -35,31 +36,6 @@ const (
 	// MaxIPAggregate bounds IPDataConfig.MaxAggregate.
 	MaxIPAggregate = 1 << 20
 )
-
-// Format is the framing of IP packets on an IP data channel pair.
-type Format uint8
-
-// Formats. The zero value is FormatNTB16.
-const (
-	// FormatNTB16 aggregates packets into MBIM NTB16 blocks (mhi_wwan_mbim).
-	FormatNTB16 Format = iota
-	// FormatNTB32 aggregates packets into MBIM NTB32 blocks.
-	FormatNTB32
-	// FormatQMAP aggregates packets into QMAP (rmnet MAP) frames.
-	FormatQMAP
-	// FormatRaw sends one IP packet per transfer (mhi_net raw IP).
-	FormatRaw
-)
-
-var formatNames = [...]string{"ntb16", "ntb32", "qmap", "raw"}
-
-// String returns "ntb16", "ntb32", "qmap" or "raw".
-func (f Format) String() string {
-	if int(f) < len(formatNames) {
-		return formatNames[f]
-	}
-	return fmt.Sprintf("Format(%d)", int(f))
-}
 
 // Mode is what an IPData does with the packets it carries.
 type Mode uint32
@@ -94,13 +70,16 @@ func (m Mode) String() string {
 
 // IPDataConfig configures an IPData.
 type IPDataConfig struct {
-	// Format frames the downlink and, unless UplinkRaw, the uplink.
-	Format Format
+	// Format frames the downlink and, unless UplinkRaw, the uplink: one
+	// packet per transfer (framing.RawIP, the zero value), MBIM NTB16 or
+	// NTB32 aggregates, or QMAP aggregates (mux QMAPMux, checksum framing
+	// QMAPCsum).
+	Format framing.Format
 	// UplinkRaw says the host sends one raw IP packet per uplink transfer
 	// whatever Format the downlink uses.
 	UplinkRaw bool
 	// MaxDatagrams is the most packets in one aggregate (zero means
-	// DefaultMaxDatagrams). Ignored by FormatRaw.
+	// DefaultMaxDatagrams). Ignored by framing.RawIP.
 	MaxDatagrams int
 	// MaxAggregate is the largest aggregate in bytes (zero means
 	// DefaultMaxAggregate; at most 65535 for NTB16). Aggregates larger
@@ -152,7 +131,8 @@ type IPDataConfig struct {
 // IPData is the Function of an IP data channel pair (IP_HW0 or
 // IP_HW0_MBIM, channels 100/101): a modem in internal loopback, or a
 // packet generator, aggregating downlink packets the way a Qualcomm modem
-// does (by default up to 32 packets in a 32 KiB NTB16).
+// does (by default up to 32 packets in a 32 KiB aggregate, NTB or QMAP;
+// one per transfer with raw IP, the zero Format).
 //
 // Downlink aggregates are built in place in the downlink queue's buffers
 // (Pipe.Reserve) and sent when they hold MaxDatagrams packets, when the
@@ -259,7 +239,7 @@ type IPDataStats struct {
 	// queued.
 	DLDroppedQueued uint64
 
-	FlushFull  uint64 // aggregates sent holding MaxDatagrams (every FormatRaw transfer)
+	FlushFull  uint64 // aggregates sent holding MaxDatagrams (every raw-IP transfer)
 	FlushSize  uint64 // aggregates sent because the next packet did not fit
 	FlushIdle  uint64 // aggregates sent because the uplink (or the generator) went idle
 	FlushTimer uint64 // aggregates sent by the safety timer
@@ -267,7 +247,7 @@ type IPDataStats struct {
 	DroppedSunk     uint64 // uplink packets consumed while the generator ran
 	DroppedAborted  uint64 // uplink packets after a channel stop or reset cut a transfer short
 	DroppedTooLarge uint64 // packets that do not fit an empty aggregate
-	DroppedEmpty    uint64 // empty uplink transfers (FormatRaw or UplinkRaw)
+	DroppedEmpty    uint64 // empty uplink transfers (raw IP or UplinkRaw)
 	DroppedReset    uint64 // packets of an aggregate whose queue an MHI reset dropped
 	// DroppedNotAnswered counts uplink packets ModeResponder does not
 	// answer; Answered those it does (the answers go out as DLPackets).
@@ -362,13 +342,10 @@ func NewIPData(cfg IPDataConfig) (*IPData, error) {
 		f.idleMode.Store(uint32(ModeResponder))
 	}
 	switch cfg.Format {
-	case FormatNTB16, FormatNTB32:
-		nc := ntb.Config{Format: ntb.NTB16, Session: cfg.Session, MaxDatagrams: cfg.MaxDatagrams,
+	case framing.NTB16, framing.NTB32:
+		nc := ntb.Config{NTB32: cfg.Format == framing.NTB32, Session: cfg.Session, MaxDatagrams: cfg.MaxDatagrams,
 			DatagramAlign: cfg.NTBDatagramAlign}
-		if cfg.Format == FormatNTB32 {
-			nc.Format = ntb.NTB32
-		}
-		if cfg.Format == FormatNTB16 && cfg.MaxAggregate > 0xFFFF {
+		if cfg.Format == framing.NTB16 && cfg.MaxAggregate > 0xFFFF {
 			return bad("MaxAggregate %d exceeds the NTB16 limit 65535", cfg.MaxAggregate)
 		}
 		if _, err := ntb.Size(nc, nil); err != nil {
@@ -378,7 +355,7 @@ func NewIPData(cfg IPDataConfig) (*IPData, error) {
 			return bad("MaxAggregate %d: %v", cfg.MaxAggregate, err)
 		}
 		f.agg = &ntbAgg{cfg: nc}
-	case FormatQMAP:
+	case framing.QMAP:
 		qc := qmap.Config{Mux: cfg.QMAPMux, Csum: cfg.QMAPCsum, CsumValid: cfg.QMAPCsumValid,
 			MaxPackets: cfg.MaxDatagrams}
 		if _, err := qmap.Size(qc, nil); err != nil {
@@ -386,7 +363,7 @@ func NewIPData(cfg IPDataConfig) (*IPData, error) {
 		}
 		f.agg = &qmapAgg{cfg: qc}
 		f.qmapP.Csum, f.qmapP.Uplink = cfg.QMAPCsum, true
-	case FormatRaw:
+	case framing.RawIP:
 		f.agg = &rawAgg{}
 	default:
 		return bad("unknown format %d", cfg.Format)
@@ -555,9 +532,9 @@ func (f *IPData) Receive(ctx context.Context, p *Pipe, transfer []byte) error {
 	r.base, r.slot, r.tag, r.gen, r.lent = f.lentSlot(p)
 	var parseErr error
 	switch {
-	case f.cfg.UplinkRaw || f.cfg.Format == FormatRaw:
+	case f.cfg.UplinkRaw || f.cfg.Format == framing.RawIP:
 		r.packet(transfer, true)
-	case f.cfg.Format == FormatQMAP:
+	case f.cfg.Format == framing.QMAP:
 		before := f.qmapP.Stats
 		_, parseErr = f.qmapP.Parse(transfer, func(pk qmap.Packet) {
 			data, computed := f.ulChecksum(pk)
@@ -616,7 +593,7 @@ func (f *IPData) flushOpen(cause *atomic.Uint64) {
 		f.window = false
 		f.timer.Stop()
 	}
-	if f.open && f.agg.count() > 0 {
+	if f.open && f.agg.Count() > 0 {
 		f.flushLocked(cause)
 	}
 	f.mu.Unlock()
@@ -628,10 +605,10 @@ func (f *IPData) onTimer() {
 	switch {
 	case f.cfg.WindowTimer:
 		f.window = false
-		if f.open && f.agg.count() > 0 {
+		if f.open && f.agg.Count() > 0 {
 			f.flushLocked(&f.st.flushTimer)
 		}
-	case f.open && f.agg.count() > 0 && f.timerFor == f.aggSeq:
+	case f.open && f.agg.Count() > 0 && f.timerFor == f.aggSeq:
 		f.flushLocked(&f.st.flushTimer)
 	}
 	f.mu.Unlock()
@@ -640,7 +617,7 @@ func (f *IPData) onTimer() {
 // bufSize is the size of the queue buffer reserved for an aggregate that
 // starts with a packet of n bytes.
 func (f *IPData) bufSize(n int) int {
-	if f.cfg.Format == FormatRaw {
+	if f.cfg.Format == framing.RawIP {
 		return max(n, f.cfg.MaxAggregate)
 	}
 	return f.cfg.MaxAggregate
@@ -723,18 +700,18 @@ func (f *IPData) putLocked(ctx context.Context, p *Pipe, n int, pkt []byte, gen 
 			}
 			f.addedLocked()
 			return nil
-		case err == errAggFull || err == errAggLimit:
-			if f.agg.count() == 0 {
+		case errors.Is(err, framing.ErrFull) || errors.Is(err, framing.ErrLimit):
+			if f.agg.Count() == 0 {
 				// Cannot happen for a fresh aggregate; be safe.
 				f.st.droppedTooLarge.Add(1)
 				return nil
 			}
 			cause := &f.st.flushSize
-			if err == errAggLimit {
+			if errors.Is(err, framing.ErrLimit) {
 				cause = &f.st.flushFull
 			}
 			f.flushLocked(cause)
-		case err == errAggEmpty:
+		case errors.Is(err, framing.ErrEmpty):
 			f.st.droppedEmpty.Add(1)
 			return nil
 		default: // too large even for an empty aggregate
@@ -763,13 +740,13 @@ func (f *IPData) reserveAggregate(ctx context.Context, p *Pipe, n int, block boo
 // aggregate writer's verdict. f.mu must be held and an aggregate open.
 func (f *IPData) addToAggregateLocked(n int, pkt []byte, gen *genPacket) error {
 	if gen == nil {
-		return f.agg.add(pkt)
+		return f.agg.Add(pkt)
 	}
 	dst, err := f.agg.reserve(n)
 	switch err {
 	case errAggNoReserve:
 		gen.put(gen.scratch[:n])
-		return f.agg.add(gen.scratch[:n])
+		return f.agg.Add(gen.scratch[:n])
 	case nil:
 		gen.put(dst)
 	}
@@ -788,9 +765,9 @@ func (f *IPData) addedLocked() {
 		f.timer.Reset(f.cfg.FlushTimer)
 	}
 	switch {
-	case f.agg.count() >= f.cfg.MaxDatagrams || f.cfg.Format == FormatRaw:
+	case f.agg.Count() >= f.cfg.MaxDatagrams || f.cfg.Format == framing.RawIP:
 		f.flushLocked(&f.st.flushFull)
-	case f.agg.count() == 1 && f.cfg.FlushTimer > 0 && !f.cfg.WindowTimer:
+	case f.agg.Count() == 1 && f.cfg.FlushTimer > 0 && !f.cfg.WindowTimer:
 		f.timerFor = f.aggSeq
 		f.timer.Reset(f.cfg.FlushTimer)
 	}
@@ -799,8 +776,8 @@ func (f *IPData) addedLocked() {
 // flushLocked finishes the open aggregate and commits it to the downlink
 // queue. f.mu must be held and an aggregate open.
 func (f *IPData) flushLocked(cause *atomic.Uint64) {
-	n := f.agg.finish()
-	cnt := f.agg.count()
+	n := f.agg.Finish()
+	cnt := f.agg.Count()
 	b := f.cur
 	f.cur, f.open = DLBuffer{}, false
 	f.st.pending.Add(-int64(cnt))

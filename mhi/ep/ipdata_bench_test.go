@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
@@ -38,10 +39,10 @@ func BenchmarkIPDataReceive(b *testing.B) {
 		name string
 		cfg  IPDataConfig
 	}{
-		{"ntb16", IPDataConfig{UplinkRaw: true}},
-		{"ntb16-from-ntb", IPDataConfig{}},
-		{"qmap", IPDataConfig{Format: FormatQMAP, UplinkRaw: true}},
-		{"raw", IPDataConfig{Format: FormatRaw}},
+		{"ntb16", IPDataConfig{Format: framing.NTB16, UplinkRaw: true}},
+		{"ntb16-from-ntb", IPDataConfig{Format: framing.NTB16}},
+		{"qmap", IPDataConfig{Format: framing.QMAP, UplinkRaw: true}},
+		{"raw", IPDataConfig{Format: framing.RawIP}},
 	}
 	for _, f := range formats {
 		for _, size := range []int{64, 1500} {
@@ -52,7 +53,7 @@ func BenchmarkIPDataReceive(b *testing.B) {
 				}
 				p, dl := benchPipe(b, ipd)
 				pkt := testPacket(size, 1)
-				if !f.cfg.UplinkRaw && f.cfg.Format == FormatNTB16 {
+				if !f.cfg.UplinkRaw && f.cfg.Format == framing.NTB16 {
 					// One-datagram uplink NTBs, as mhi_wwan_mbim sends.
 					tx := make([]byte, ntb.TXHeaderLen+size)
 					if _, err := ntb.EncodeTX(tx, pkt, 0, 0); err != nil {

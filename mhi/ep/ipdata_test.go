@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhi/wire"
@@ -32,48 +33,40 @@ func testPackets(n int, sizes ...int) [][]byte {
 // packets at most in one transfer of at most maxLen bytes.
 func encodeUL(t *testing.T, cfg IPDataConfig, pkts [][]byte, perTransfer, maxLen int) [][]byte {
 	t.Helper()
-	if cfg.UplinkRaw || cfg.Format == FormatRaw {
+	if cfg.UplinkRaw || cfg.Format == framing.RawIP {
 		return pkts
 	}
-	type builder struct {
-		reset func(buf []byte) error
-		add   func(p []byte) error
-		count func() int
-		done  func() int
-	}
-	var b builder
+	var w framing.Writer
+	var reset func(buf []byte) error
 	switch cfg.Format {
-	case FormatQMAP:
-		var w qmap.Writer
+	case framing.QMAP:
+		qw := new(qmap.Writer)
 		// The host's uplink: the negotiated checksum framing, as rmnet
 		// sends it (CsumV4: the UL checksum header, no offload asked).
 		qc := qmap.Config{Mux: 1, MaxPackets: perTransfer, Csum: cfg.QMAPCsum, Uplink: true}
-		b = builder{func(buf []byte) error { return w.Reset(buf, qc) }, w.Add, w.Count, w.Finish}
+		w, reset = qw, func(buf []byte) error { return qw.Reset(buf, qc) }
 	default:
-		var w ntb.Writer
-		nc := ntb.Config{MaxDatagrams: perTransfer, Layout: ntb.NDPFirst}
-		if cfg.Format == FormatNTB32 {
-			nc.Format = ntb.NTB32
-		}
-		b = builder{func(buf []byte) error { return w.Reset(buf, nc) }, w.Add, w.Count, w.Finish}
+		nw := new(ntb.Writer)
+		nc := ntb.Config{MaxDatagrams: perTransfer, Layout: ntb.NDPFirst, NTB32: cfg.Format == framing.NTB32}
+		w, reset = nw, func(buf []byte) error { return nw.Reset(buf, nc) }
 	}
 	var out [][]byte
 	buf := make([]byte, maxLen)
-	if err := b.reset(buf); err != nil {
+	if err := reset(buf); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < len(pkts); {
-		err := b.add(pkts[i])
+		err := w.Add(pkts[i])
 		if err == nil {
 			i++
 			if i < len(pkts) {
 				continue
 			}
-		} else if b.count() == 0 {
+		} else if w.Count() == 0 {
 			t.Fatalf("UL packet %d: %v", i, err)
 		}
-		out = append(out, bytes.Clone(buf[:b.done()]))
-		if err := b.reset(buf); err != nil {
+		out = append(out, bytes.Clone(buf[:w.Finish()]))
+		if err := reset(buf); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -90,9 +83,9 @@ func decodeDL(t *testing.T, cfg IPDataConfig, transfers [][]byte) (pkts [][]byte
 		before := len(pkts)
 		var err error
 		switch cfg.Format {
-		case FormatRaw:
+		case framing.RawIP:
 			pkts = append(pkts, x)
-		case FormatQMAP:
+		case framing.QMAP:
 			_, err = qp.Parse(x, func(p qmap.Packet) {
 				if p.Mux != cfg.QMAPMux || (cfg.QMAPCsum != qmap.CsumNone && p.Csum.Valid != cfg.QMAPCsumValid) {
 					t.Errorf("DL transfer %d: mux %d csum %+v", i, p.Mux, p.Csum)
@@ -106,14 +99,14 @@ func decodeDL(t *testing.T, cfg IPDataConfig, transfers [][]byte) (pkts [][]byte
 				}
 				pkts = append(pkts, d)
 			})
-			if cfg.Format == FormatNTB32 && ntb.SigNTH32 != le32(x) {
+			if cfg.Format == framing.NTB32 && ntb.SigNTH32 != le32(x) {
 				t.Errorf("DL transfer %d is not an NTB32", i)
 			}
 		}
 		if err != nil {
 			t.Fatalf("DL transfer %d (%d bytes): %v", i, len(x), err)
 		}
-		if len(x) > max(cfg.MaxAggregate, 1) && cfg.Format != FormatRaw {
+		if len(x) > max(cfg.MaxAggregate, 1) && cfg.Format != framing.RawIP {
 			t.Errorf("DL transfer %d: %d bytes, more than MaxAggregate %d", i, len(x), cfg.MaxAggregate)
 		}
 		per = append(per, len(pkts)-before)
@@ -170,16 +163,16 @@ func TestIPDataRoundTrip(t *testing.T) {
 		perTransfer int // uplink packets per transfer
 		mru         int
 	}{
-		{"raw", IPDataConfig{Format: FormatRaw}, 1, 0},
-		{"ntb16 one datagram per uplink NTB", IPDataConfig{Session: 2}, 1, 0},
-		{"ntb16 aggregated uplink", IPDataConfig{}, 10, 0},
-		{"ntb16 raw uplink", IPDataConfig{UplinkRaw: true}, 1, 0},
-		{"ntb16 8-byte alignment", IPDataConfig{NTBDatagramAlign: 8}, 3, 0},
-		{"ntb16 into 3500-byte buffers", IPDataConfig{}, 4, 3500},
-		{"ntb32", IPDataConfig{Format: FormatNTB32, MaxAggregate: 48000}, 5, 0},
-		{"qmap", IPDataConfig{Format: FormatQMAP, QMAPMux: 3}, 4, 0},
-		{"qmap checksum v4", IPDataConfig{Format: FormatQMAP, QMAPCsum: qmap.CsumV4, QMAPCsumValid: true}, 1, 0},
-		{"qmap checksum v5", IPDataConfig{Format: FormatQMAP, QMAPCsum: qmap.CsumV5, QMAPCsumValid: true}, 3, 0},
+		{"raw", IPDataConfig{Format: framing.RawIP}, 1, 0},
+		{"ntb16 one datagram per uplink NTB", IPDataConfig{Format: framing.NTB16, Session: 2}, 1, 0},
+		{"ntb16 aggregated uplink", IPDataConfig{Format: framing.NTB16}, 10, 0},
+		{"ntb16 raw uplink", IPDataConfig{Format: framing.NTB16, UplinkRaw: true}, 1, 0},
+		{"ntb16 8-byte alignment", IPDataConfig{Format: framing.NTB16, NTBDatagramAlign: 8}, 3, 0},
+		{"ntb16 into 3500-byte buffers", IPDataConfig{Format: framing.NTB16}, 4, 3500},
+		{"ntb32", IPDataConfig{Format: framing.NTB32, MaxAggregate: 48000}, 5, 0},
+		{"qmap", IPDataConfig{Format: framing.QMAP, QMAPMux: 3}, 4, 0},
+		{"qmap checksum v4", IPDataConfig{Format: framing.QMAP, QMAPCsum: qmap.CsumV4, QMAPCsumValid: true}, 1, 0},
+		{"qmap checksum v5", IPDataConfig{Format: framing.QMAP, QMAPCsum: qmap.CsumV5, QMAPCsumValid: true}, 3, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -197,7 +190,7 @@ func TestIPDataRoundTrip(t *testing.T) {
 			got, per := decodeDL(t, cfg, r.transfers)
 			samePackets(t, got, pkts)
 			for i, n := range per {
-				if n > cfg.MaxDatagrams || (cfg.Format == FormatRaw && n != 1) {
+				if n > cfg.MaxDatagrams || (cfg.Format == framing.RawIP && n != 1) {
 					t.Fatalf("DL transfer %d holds %d packets", i, n)
 				}
 			}
@@ -244,12 +237,12 @@ func TestIPDataAggregationLimits(t *testing.T) {
 		wantTREs  int // DL completions, 0 = one per transfer
 		perUplink int
 	}{
-		{"32 datagrams", IPDataConfig{}, 40, 100, 0, []int{32, 8}, 1, 0, 0, 40},
-		{"MaxDatagrams 5", IPDataConfig{MaxDatagrams: 5}, 12, 100, 0, []int{5, 5, 2}, 2, 0, 0, 12},
-		{"qmap 32 frames", IPDataConfig{Format: FormatQMAP}, 40, 100, 0, []int{32, 8}, 1, 0, 0, 40},
-		{"MaxAggregate bytes", IPDataConfig{MaxAggregate: 4096}, 10, 1000, 0, ntbSizes(4096, 10, 1000), 0, 2, 0, 10},
-		{"1263-byte cliff arithmetic", IPDataConfig{MaxAggregate: 32768, NTBDatagramAlign: 8}, 26, 1249, 0, []int{25, 1}, 0, 1, 0, 26},
-		{"aggregate larger than one host TRE", IPDataConfig{}, 21, 1500, 3500, []int{21}, 0, 0, 10, 21},
+		{"32 datagrams", IPDataConfig{Format: framing.NTB16}, 40, 100, 0, []int{32, 8}, 1, 0, 0, 40},
+		{"MaxDatagrams 5", IPDataConfig{Format: framing.NTB16, MaxDatagrams: 5}, 12, 100, 0, []int{5, 5, 2}, 2, 0, 0, 12},
+		{"qmap 32 frames", IPDataConfig{Format: framing.QMAP}, 40, 100, 0, []int{32, 8}, 1, 0, 0, 40},
+		{"MaxAggregate bytes", IPDataConfig{Format: framing.NTB16, MaxAggregate: 4096}, 10, 1000, 0, ntbSizes(4096, 10, 1000), 0, 2, 0, 10},
+		{"1263-byte cliff arithmetic", IPDataConfig{Format: framing.NTB16, MaxAggregate: 32768, NTBDatagramAlign: 8}, 26, 1249, 0, []int{25, 1}, 0, 1, 0, 26},
+		{"aggregate larger than one host TRE", IPDataConfig{Format: framing.NTB16}, 21, 1500, 3500, []int{21}, 0, 0, 10, 21},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -305,8 +298,8 @@ func TestIPDataFlushPolicy(t *testing.T) {
 		wantTimer uint64
 		minDelay  time.Duration
 	}{
-		{"idle flush answers a ping at once", IPDataConfig{FlushTimer: -1}, 1, 0, 0},
-		{"timer flush without idle flush", IPDataConfig{NoIdleFlush: true, FlushTimer: 5 * time.Millisecond}, 0, 1, 5 * time.Millisecond},
+		{"idle flush answers a ping at once", IPDataConfig{Format: framing.NTB16, FlushTimer: -1}, 1, 0, 0},
+		{"timer flush without idle flush", IPDataConfig{Format: framing.NTB16, NoIdleFlush: true, FlushTimer: 5 * time.Millisecond}, 0, 1, 5 * time.Millisecond},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -328,7 +321,7 @@ func TestIPDataFlushPolicy(t *testing.T) {
 	}
 
 	t.Run("no idle flush and no timer: waits for Flush", func(t *testing.T) {
-		r := newIPRig(t, ipRigConfig{ip: IPDataConfig{NoIdleFlush: true, FlushTimer: -1}})
+		r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: framing.NTB16, NoIdleFlush: true, FlushTimer: -1}})
 		r.sendUL(encodeUL(t, r.ipd.Config(), testPackets(3, 100), 1, r.ulSize)[0])
 		r.pumpUntil("packet taken", func() bool { return r.ipd.Stats().Pending == 1 })
 		r.pumpFor(20 * time.Millisecond)
@@ -365,7 +358,7 @@ func TestIPDataMalformedUplink(t *testing.T) {
 	notIP[0] = 0x25
 
 	t.Run("ntb", func(t *testing.T) {
-		r := newIPRig(t, ipRigConfig{})
+		r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: framing.NTB16}})
 		r.sendUL([]byte("this is not an NTB at all, just some bytes......"))
 		r.sendUL(ntbOf(good[0]))
 		r.sendUL(badEntry)
@@ -392,7 +385,7 @@ func TestIPDataMalformedUplink(t *testing.T) {
 	})
 
 	t.Run("qmap", func(t *testing.T) {
-		cfg := IPDataConfig{Format: FormatQMAP}
+		cfg := IPDataConfig{Format: framing.QMAP}
 		r := newIPRig(t, ipRigConfig{ip: cfg})
 		ul := encodeUL(t, r.ipd.Config(), good[:3], 3, r.ulSize)[0]
 		r.sendUL(ul[:len(ul)-10]) // last frame truncated
@@ -413,7 +406,7 @@ func TestIPDataMalformedUplink(t *testing.T) {
 	})
 
 	t.Run("raw empty transfer", func(t *testing.T) {
-		r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: FormatRaw}})
+		r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: framing.RawIP}})
 		r.sendUL(nil)
 		r.sendUL(good[0])
 		s := r.waitAggregates(2)
@@ -429,7 +422,7 @@ func TestIPDataGeneratorRate(t *testing.T) {
 		count = 300
 		rate  = 3000.0
 	)
-	r := newIPRig(t, ipRigConfig{mru: 4096, dlBuffers: 24})
+	r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: framing.NTB16}, mru: 4096, dlBuffers: 24})
 	sizes, weights := []int{64, 1500, 576}, []int{2, 1, 1}
 	start := time.Now()
 	if err := r.ipd.StartGenerator(GeneratorConfig{Count: count, Rate: rate, Sizes: sizes, Weights: weights}); err != nil {
@@ -487,7 +480,7 @@ func TestIPDataGeneratorBackpressure(t *testing.T) {
 	const count = 400
 	// No flush timer: on a loaded machine it could send part-filled
 	// aggregates before the queue fills, and the count below would differ.
-	r := newIPRig(t, ipRigConfig{mru: 32768, dlBuffers: 8, post: -1, ip: IPDataConfig{FlushTimer: -1}})
+	r := newIPRig(t, ipRigConfig{mru: 32768, dlBuffers: 8, post: -1, ip: IPDataConfig{Format: framing.NTB16, FlushTimer: -1}})
 	if err := r.ipd.StartGenerator(GeneratorConfig{Count: count, Sizes: []int{1500, 64}}); err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +512,7 @@ func TestIPDataGeneratorBackpressure(t *testing.T) {
 }
 
 func TestIPDataGeneratorControl(t *testing.T) {
-	ipd, err := NewIPData(IPDataConfig{MaxAggregate: 2048})
+	ipd, err := NewIPData(IPDataConfig{Format: framing.NTB16, MaxAggregate: 2048})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -573,12 +566,12 @@ func TestIPDataGeneratorControl(t *testing.T) {
 func TestNewIPDataRejectsBadConfig(t *testing.T) {
 	bad := []IPDataConfig{
 		{Format: 9},
-		{MaxDatagrams: -1},
-		{MaxAggregate: 70000},
-		{Format: FormatNTB32, MaxAggregate: MaxIPAggregate + 1},
-		{MaxAggregate: 10},
-		{NTBDatagramAlign: 3},
-		{Format: FormatQMAP, QMAPCsum: 7},
+		{Format: framing.NTB16, MaxDatagrams: -1},
+		{Format: framing.NTB16, MaxAggregate: 70000},
+		{Format: framing.NTB32, MaxAggregate: MaxIPAggregate + 1},
+		{Format: framing.NTB16, MaxAggregate: 10},
+		{Format: framing.NTB16, NTBDatagramAlign: 3},
+		{Format: framing.QMAP, QMAPCsum: 7},
 	}
 	for _, cfg := range bad {
 		if _, err := NewIPData(cfg); !errors.Is(err, wire.ErrConfig) {
@@ -589,13 +582,8 @@ func TestNewIPDataRejectsBadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := ipd.Config(); c.Format != FormatNTB16 || c.MaxDatagrams != 32 || c.MaxAggregate != 32768 || c.FlushTimer != time.Millisecond {
+	if c := ipd.Config(); c.Format != framing.RawIP || c.MaxDatagrams != 32 || c.MaxAggregate != 32768 || c.FlushTimer != time.Millisecond {
 		t.Fatalf("defaults %+v", c)
-	}
-	for f, want := range map[Format]string{FormatNTB16: "ntb16", FormatRaw: "raw", 9: "Format(9)"} {
-		if f.String() != want {
-			t.Errorf("%d.String() = %q", f, f.String())
-		}
 	}
 }
 

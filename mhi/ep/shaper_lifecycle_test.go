@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
 
@@ -17,7 +18,7 @@ func (s *shaper) isRunning() bool {
 // for it, and drops what the closed device left queued; the same IPData on
 // a later device starts a new shaper that sends again.
 func TestShaperFollowsDeviceLifecycle(t *testing.T) {
-	ipd, err := NewIPData(IPDataConfig{Format: FormatRaw, Shape: ShapeConfig{UDPPort: 9, Rate: 1000}})
+	ipd, err := NewIPData(IPDataConfig{Format: framing.RawIP, Shape: ShapeConfig{UDPPort: 9, Rate: 1000}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestShapeBounds(t *testing.T) {
 		{ShapeConfig{UDPPort: 9, Rate: 1e-300}, false},
 		{ShapeConfig{UDPPort: 9, Rate: MinShapeRate / 2}, false},
 	} {
-		_, err := NewIPData(IPDataConfig{Format: FormatRaw, Shape: tc.sc})
+		_, err := NewIPData(IPDataConfig{Format: framing.RawIP, Shape: tc.sc})
 		if tc.ok && err != nil {
 			t.Errorf("%+v: %v", tc.sc, err)
 		}

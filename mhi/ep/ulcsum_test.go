@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
 )
 
@@ -125,7 +126,7 @@ func TestComputeTransportChecksum(t *testing.T) {
 // is passed on with it computed, one that computed its own (header zero)
 // unchanged, an impossible request unchanged and counted.
 func TestIPDataUplinkChecksumOffload(t *testing.T) {
-	r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: FormatQMAP, QMAPCsum: qmap.CsumV4}})
+	r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: framing.QMAP, QMAPCsum: qmap.CsumV4}})
 	offload := udp4Field(61, 0x5A5A) // rmnet leaves the complemented pseudo-header sum here
 	own := udp4Field(40, 0)
 	be.PutUint16(own[26:], udpChecksum(pseudo4(own[12:16], own[16:20], 17, len(own)-20), own[20:]))

@@ -9,6 +9,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/inproc"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
@@ -36,7 +37,7 @@ func openMockModem(t *testing.T, model string, ipd ep.IPDataConfig, opts mhi.Opt
 	if len(es) == 0 {
 		t.Fatalf("model %s missing from the device table", model)
 	}
-	ec, fns, err := mock.NewConfig(es[0], mock.ModemOptions{IPData: ipd})
+	ec, fns, err := mock.NewConfig(es[0], mock.ModemOptions{IPData: &ipd})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func TestRecoveryDeliversWhatTheDevicePosted(t *testing.T) {
 // sysErrs SYS_ERRs and returns the packets the modem put whole into host
 // buffers that the host did not deliver.
 func recoveryDeliveryOnce(t *testing.T, sysErrs uint64) (lost, stale int64) {
-	m := openMockModem(t, "qcom-sdx55m", ep.IPDataConfig{Format: ep.FormatRaw}, mhi.Options{})
+	m := openMockModem(t, "qcom-sdx55m", ep.IPDataConfig{Format: framing.RawIP}, mhi.Options{})
 	dev := upDataDevice(t, m)
 	if err := m.ipd.StartGenerator(ep.GeneratorConfig{Count: 20_000, Sizes: []int{64}}); err != nil {
 		t.Fatal(err)
@@ -195,7 +196,7 @@ func TestResetDuringSysErrWaitsForTheRecovery(t *testing.T) {
 	// The second of two consecutive SYS_ERRs waits RecoveryBackoff before
 	// its recovery starts: the window in which the Reset must wait.
 	const backoff = time.Second
-	m := openMockModem(t, "qcom-sdx55m", ep.IPDataConfig{Format: ep.FormatRaw}, mhi.Options{RecoveryBackoff: backoff, RecoveryBackoffMax: backoff})
+	m := openMockModem(t, "qcom-sdx55m", ep.IPDataConfig{Format: framing.RawIP}, mhi.Options{RecoveryBackoff: backoff, RecoveryBackoffMax: backoff})
 	dev := upDataDevice(t, m)
 	if err := m.ipd.StartGenerator(ep.GeneratorConfig{Count: 0, Sizes: []int{64}}); err != nil {
 		t.Fatal(err)
@@ -279,7 +280,7 @@ func TestDownDuringSysErrDeliversWhatTheDevicePosted(t *testing.T) {
 	const rounds = 10
 	var lost, stale int64
 	for range rounds {
-		m := openMockModem(t, "qcom-sdx55m", ep.IPDataConfig{Format: ep.FormatRaw}, mhi.Options{})
+		m := openMockModem(t, "qcom-sdx55m", ep.IPDataConfig{Format: framing.RawIP}, mhi.Options{})
 		dev := upDataDevice(t, m)
 		if err := m.ipd.StartGenerator(ep.GeneratorConfig{Count: 5000, Sizes: []int{64}}); err != nil {
 			t.Fatal(err)
@@ -332,7 +333,7 @@ func TestDownDuringSysErrDeliversWhatTheDevicePosted(t *testing.T) {
 // the same without the detector, deterministically.
 func TestResetRacingSysErrUnderTraffic(t *testing.T) {
 	for range 10 {
-		m := openMockModem(t, "qcom-sdx55m", ep.IPDataConfig{Format: ep.FormatRaw}, mhi.Options{})
+		m := openMockModem(t, "qcom-sdx55m", ep.IPDataConfig{Format: framing.RawIP}, mhi.Options{})
 		dev := upDataDevice(t, m)
 		if err := m.ipd.StartGenerator(ep.GeneratorConfig{Count: 0, Sizes: []int{64}}); err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/gso"
 	"github.com/gomhi/gomhi/mhinet/tun"
@@ -133,12 +134,12 @@ func benchBridges(b *testing.B, open func(testing.TB) *tun.Interface) {
 		ipd   ep.IPDataConfig
 		cfg   mhinet.Config
 	}{
-		{"raw", mock.DefaultModel, ep.IPDataConfig{Format: ep.FormatRaw}, mhinet.Config{Format: mhinet.FormatRawIP}},
+		{"raw", mock.DefaultModel, ep.IPDataConfig{Format: framing.RawIP}, mhinet.Config{Format: framing.RawIP}},
 		// mhinet's default uplink aggregates (rmnet's 4096 bytes, 16
 		// packets), then aggregates as large as a 16 KiB transmit buffer.
-		{"ntb16", "telit-fn990", ep.IPDataConfig{Format: ep.FormatNTB16}, mhinet.Config{Format: mhinet.FormatMBIM, TXAggregate: true}},
-		{"ntb16-16k", "telit-fn990", ep.IPDataConfig{Format: ep.FormatNTB16},
-			mhinet.Config{Format: mhinet.FormatMBIM, TXAggregate: true, TXAggMaxBytes: 16 << 10, TXAggMaxPackets: 64}},
+		{"ntb16", "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, TXAggregate: true}},
+		{"ntb16-16k", "telit-fn990", ep.IPDataConfig{Format: framing.NTB16},
+			mhinet.Config{Format: framing.NTB16, TXAggregate: true, TXAggMaxBytes: 16 << 10, TXAggMaxPackets: 64}},
 	} {
 		b.Run(c.name, func(b *testing.B) { benchBridge(b, open, c.model, c.ipd, c.cfg) })
 	}
@@ -215,7 +216,7 @@ func BenchmarkTCPGSO(b *testing.B) {
 			{"gso=on,gro=off", true, false},
 			{"gso=on", true, true},
 		} {
-			cfg := mhinet.Config{Format: mhinet.FormatMBIM, TXAggregate: true, TXAggMaxBytes: agg.bytes, TXAggMaxPackets: agg.pkts}
+			cfg := mhinet.Config{Format: framing.NTB16, TXAggregate: true, TXAggMaxBytes: agg.bytes, TXAggMaxPackets: agg.pkts}
 			b.Run(agg.name+"/"+c.name, func(b *testing.B) { benchTCPLoop(b, cfg, c.gso, c.gro) })
 		}
 	}
@@ -234,7 +235,7 @@ func benchTCPLoop(b *testing.B, cfg mhinet.Config, gsoOn, gro bool) {
 		}
 	}
 	loopRouting(b, ifc.Name())
-	r := newRig(b, ifc, "telit-fn990", ep.IPDataConfig{Format: ep.FormatNTB16}, cfg, tun.BridgeConfig{NoGRO: !gro}, true)
+	r := newRig(b, ifc, "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, cfg, tun.BridgeConfig{NoGRO: !gro}, true)
 	l := dialLoop(b)
 	const chunk = 64 << 10
 	total := int64(b.N) * chunk
@@ -311,8 +312,8 @@ func benchUDPDelivery(b *testing.B, gro bool) {
 	enterNetns(b)
 	ifc := openGSOTUN(b, netip.PrefixFrom(peerAddr, 32))
 	loopRouting(b, ifc.Name())
-	cfg := mhinet.Config{Format: mhinet.FormatMBIM, TXAggregate: true, TXAggMaxBytes: 16 << 10, TXAggMaxPackets: 64}
-	r := newRig(b, ifc, "telit-fn990", ep.IPDataConfig{Format: ep.FormatNTB16}, cfg, tun.BridgeConfig{NoGRO: !gro}, true)
+	cfg := mhinet.Config{Format: framing.NTB16, TXAggregate: true, TXAggMaxBytes: 16 << 10, TXAggMaxPackets: 64}
+	r := newRig(b, ifc, "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, cfg, tun.BridgeConfig{NoGRO: !gro}, true)
 	lc := net.ListenConfig{Control: markControl}
 	rx, err := lc.ListenPacket(context.Background(), "udp4", netip.AddrPortFrom(peerAddr, 0).String())
 	if err != nil {

@@ -9,21 +9,22 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/tun"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
-// formats pairs the host's framing with the mock modem's.
+// formats are the framings the bridge is tested in, each with a mock
+// model to speak it on.
 var formats = []struct {
 	name  string
 	model string
-	host  mhinet.Format
-	dev   ep.Format
+	f     framing.Format
 }{
-	{"raw", mock.DefaultModel, mhinet.FormatRawIP, ep.FormatRaw},
-	{"ntb16", "telit-fn990", mhinet.FormatMBIM, ep.FormatNTB16},
-	{"qmap", "telit-fn990", mhinet.FormatQMAP, ep.FormatQMAP},
+	{"raw", mock.DefaultModel, framing.RawIP},
+	{"ntb16", "telit-fn990", framing.NTB16},
+	{"qmap", "telit-fn990", framing.QMAP},
 }
 
 // rig is a bridge between a TUN Device and a device on the mock modem.
@@ -38,7 +39,7 @@ type rig struct {
 // Run; the cleanups undo it all in reverse order.
 func newRig(t testing.TB, td tun.Device, model string, ipd ep.IPDataConfig, cfg mhinet.Config, bcfg tun.BridgeConfig, run bool) *rig {
 	t.Helper()
-	m, err := mock.Open(mock.Options{Model: model, IPData: ipd})
+	m, err := mock.Open(mock.Options{Model: model, IPData: &ipd})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func TestBridgeChannelLoopback(t *testing.T) {
 	for _, f := range formats {
 		t.Run(f.name, func(t *testing.T) {
 			ct := tun.NewChannelTUN()
-			r := newRig(t, ct, f.model, ep.IPDataConfig{Format: f.dev}, mhinet.Config{Format: f.host, MRU: 4096}, tun.BridgeConfig{}, true)
+			r := newRig(t, ct, f.model, ep.IPDataConfig{Format: f.f}, mhinet.Config{Format: f.f, MRU: 4096}, tun.BridgeConfig{}, true)
 			const n = 3000
 			sent := make(map[uint32][]byte, n)
 			go func() {

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/testenv"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/tun"
@@ -385,7 +386,7 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 func TestPingThroughResponder(t *testing.T) {
 	enterNetns(t)
 	ifc := openTUN(t)
-	r := newRig(t, ifc, mock.DefaultModel, ep.IPDataConfig{Format: ep.FormatRaw, Responder: true}, mhinet.Config{}, tun.BridgeConfig{}, true)
+	r := newRig(t, ifc, mock.DefaultModel, ep.IPDataConfig{Format: framing.RawIP, Responder: true}, mhinet.Config{}, tun.BridgeConfig{}, true)
 	if m := r.mock.IPData.Mode(); m != ep.ModeResponder {
 		t.Fatalf("modem mode %v", m)
 	}

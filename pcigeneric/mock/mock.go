@@ -25,9 +25,11 @@ type Options struct {
 	// Memory is the DMA slab size in bytes (0: inproc.DefaultMemory).
 	Memory int
 	// IPData configures the mock modem's IP data function on the model's
-	// data channel pair (IP_HW0 or IP_HW0_MBIM). The zero value is internal
-	// loopback with NTB16 aggregation on IP_HW0_MBIM and raw IP on IP_HW0.
-	IPData ep.IPDataConfig
+	// data channel pair (IP_HW0 or IP_HW0_MBIM), in the framing given by
+	// its Format (whose zero value is raw IP). Nil is internal loopback in
+	// the pair's own framing (pcigeneric.PairFormat): NTB16 aggregation on
+	// IP_HW0_MBIM, raw IP on IP_HW0.
+	IPData *ep.IPDataConfig
 	// Modem overrides the mock modem's cellular configuration: identity
 	// fields set here replace the ones derived from the device-table
 	// entry (Identity); addressing, radio and signal as in

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
@@ -112,8 +113,9 @@ func LuhnValid(s string) bool {
 
 // ModemOptions configure the device side of a mock modem.
 type ModemOptions struct {
-	// IPData configures the IP data function (see Options.IPData).
-	IPData ep.IPDataConfig
+	// IPData configures the IP data function (see Options.IPData; nil:
+	// the pair's own framing).
+	IPData *ep.IPDataConfig
 	// Modem overrides the modem's configuration: non-empty identity
 	// fields replace the derived ones (Identity); addressing, radio,
 	// signal and the gating of IP data on a session (RequireConnect) as
@@ -259,14 +261,15 @@ func NewConfig(e pcigeneric.Entry, opts ModemOptions) (ep.Config, *Functions, er
 	return ec, fns, nil
 }
 
-// addDataFunctions puts the IP data function on the model's data pair (raw
-// IP on IP_HW0 unless ic says otherwise) and a raw one on the software data
-// pair if the model has it, both gated by the Modem, into fnByPair.
-func (fns *Functions) addDataFunctions(fnByPair map[string]ep.Function, cfg wire.ControllerConfig, ic ep.IPDataConfig) error {
+// addDataFunctions puts the IP data function on the model's data pair (ic,
+// or without it loopback in the pair's own framing) and a raw one on the
+// software data pair if the model has it, both gated by the Modem, into
+// fnByPair.
+func (fns *Functions) addDataFunctions(fnByPair map[string]ep.Function, cfg wire.ControllerConfig, ic *ep.IPDataConfig) error {
 	if pair := pcigeneric.DataPair(cfg); pair != "" {
-		dc := ic
-		if dc == (ep.IPDataConfig{}) && pair == ep.IPDataName {
-			dc.Format = ep.FormatRaw
+		dc := ep.IPDataConfig{Format: pcigeneric.PairFormat(pair)}
+		if ic != nil {
+			dc = *ic
 		}
 		dc.Gate = fns.Modem
 		ipd, err := ep.NewIPData(dc)
@@ -277,7 +280,7 @@ func (fns *Functions) addDataFunctions(fnByPair map[string]ep.Function, cfg wire
 		fns.DataPair, fns.IPData = pair, ipd
 	}
 	if _, ok := cfg.ChannelByName(SWDataPair, wire.Uplink); ok {
-		sw, err := ep.NewIPData(ep.IPDataConfig{Format: ep.FormatRaw, Responder: ic.Responder, Gate: fns.Modem})
+		sw, err := ep.NewIPData(ep.IPDataConfig{Format: framing.RawIP, Responder: ic != nil && ic.Responder, Gate: fns.Modem})
 		if err != nil {
 			return err
 		}

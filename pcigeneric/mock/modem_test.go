@@ -12,6 +12,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
@@ -236,7 +237,7 @@ func TestMockSWData(t *testing.T) {
 		if len(es) == 0 {
 			t.Fatalf("no entry for %s", tc.model)
 		}
-		ec, fns, err := NewConfig(es[0], ModemOptions{IPData: ep.IPDataConfig{Responder: tc.responder}, Modem: modem.Config{RequireConnect: true}})
+		ec, fns, err := NewConfig(es[0], ModemOptions{IPData: &ep.IPDataConfig{Responder: tc.responder}, Modem: modem.Config{RequireConnect: true}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -250,7 +251,7 @@ func TestMockSWData(t *testing.T) {
 			t.Fatalf("%s: IP_SW0 not given SWData", tc.model)
 		}
 		c := fns.SWData.Config()
-		if c.Format != ep.FormatRaw || c.Gate != ep.DataGate(fns.Modem) || (fns.SWData.Mode() == ep.ModeResponder) != tc.responder {
+		if c.Format != framing.RawIP || c.Gate != ep.DataGate(fns.Modem) || (fns.SWData.Mode() == ep.ModeResponder) != tc.responder {
 			t.Fatalf("%s: IP_SW0 function %+v mode %v", tc.model, c, fns.SWData.Mode())
 		}
 	}
@@ -271,6 +272,35 @@ func TestDataPairMatchesEp(t *testing.T) {
 		}
 		if got := pcigeneric.DataPair(info.Config); got != want {
 			t.Errorf("%s: DataPair = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// TestIPDataFraming: without IPData the data function speaks its pair's
+// own framing (pcigeneric.PairFormat: NTB16 on IP_HW0_MBIM, raw IP on
+// IP_HW0); an IPData given is taken as it is, raw IP on IP_HW0_MBIM
+// included.
+func TestIPDataFraming(t *testing.T) {
+	for _, tc := range []struct {
+		model string
+		ipd   *ep.IPDataConfig
+		want  framing.Format
+	}{
+		{"telit-fn990", nil, framing.NTB16},
+		{"qcom-sdx55m", nil, framing.RawIP},
+		{"telit-fn990", &ep.IPDataConfig{}, framing.RawIP},
+		{"telit-fn990", &ep.IPDataConfig{Format: framing.NTB32}, framing.NTB32},
+		{"qcom-sdx55m", &ep.IPDataConfig{Format: framing.QMAP}, framing.QMAP},
+	} {
+		_, fns, err := NewConfig(pcigeneric.EntriesFor(tc.model)[0], ModemOptions{IPData: tc.ipd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fns.IPData.Config().Format; got != tc.want {
+			t.Errorf("%s, IPData %+v: %v, want %v", tc.model, tc.ipd, got, tc.want)
+		}
+		if want := pcigeneric.PairFormat(fns.DataPair); tc.ipd == nil && want != tc.want {
+			t.Errorf("%s: PairFormat(%s) = %v", tc.model, fns.DataPair, want)
 		}
 	}
 }

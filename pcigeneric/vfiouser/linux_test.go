@@ -19,6 +19,7 @@ import (
 	"github.com/gomhi/gomhi/internal/labvm"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/internal/qemuguest"
@@ -389,7 +390,7 @@ func (r *guestRun) run(t *testing.T, k *linuxKernel, extraAppend string) {
 	dev, err := vfiouser.NewServerDevice(vfiouser.DeviceOptions{
 		Model:  r.model,
 		Logger: slog.New(slog.NewTextHandler(r.events, nil)),
-		IPData: r.ipdata,
+		IPData: &r.ipdata,
 		Device: func(c *ep.Config) {
 			// The main data pair's function (the mock also serves IP_SW0).
 			if ipd, ok := c.Functions[pcigeneric.DataPair(c.MHI)].(*ep.IPData); ok {
@@ -627,12 +628,12 @@ func TestLinuxDriverSDX55(t *testing.T) {
 }
 
 func testLinuxDriverSDX55(t *testing.T, k *linuxKernel) {
-	swip, err := ep.NewIPData(ep.IPDataConfig{Format: ep.FormatRaw, Responder: true})
+	swip, err := ep.NewIPData(ep.IPDataConfig{Format: framing.RawIP, Responder: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &guestRun{model: "qcom-sdx55m", profile: "sdx55",
-		ipdata: ep.IPDataConfig{Format: ep.FormatRaw, Responder: true},
+		ipdata: ep.IPDataConfig{Format: framing.RawIP, Responder: true},
 		ctlID:  &sdx55Identity,
 		swip:   swip,
 		onMark: func(r *guestRun, step string) {
@@ -780,7 +781,7 @@ func TestLinuxDriverFN990(t *testing.T) {
 func testLinuxDriverFN990(t *testing.T, k *linuxKernel) {
 	var genErr atomic.Value
 	r := &guestRun{model: "telit-fn990", profile: "fn990",
-		ipdata: ep.IPDataConfig{Format: ep.FormatNTB16, Responder: true},
+		ipdata: ep.IPDataConfig{Format: framing.NTB16, Responder: true},
 		ctlID:  &fn990Identity,
 		onMark: func(r *guestRun, step string) {
 			if step != "dl" {
@@ -859,7 +860,7 @@ func TestLinuxDriverCatchesBrokenModem(t *testing.T) {
 
 func testLinuxDriverCatchesBrokenModem(t *testing.T, k *linuxKernel) {
 	r := &guestRun{model: "qcom-sdx55m", profile: "sdx55",
-		ipdata: ep.IPDataConfig{Format: ep.FormatRaw, Responder: true},
+		ipdata: ep.IPDataConfig{Format: framing.RawIP, Responder: true},
 		onMark: func(r *guestRun, step string) {
 			if step != "traffic" {
 				return

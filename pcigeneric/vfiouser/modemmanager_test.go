@@ -22,6 +22,7 @@ import (
 	"github.com/gomhi/gomhi/internal/labvm"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
@@ -285,7 +286,7 @@ finish
 type mmModel struct {
 	name   string // device-table model
 	iface  string // the data interface Linux creates
-	format ep.Format
+	format framing.Format
 	// identity overrides what mock.Identity derives from the
 	// device table (non-empty fields win).
 	identity modem.Identity
@@ -304,10 +305,10 @@ type mmModel struct {
 // starts with 45.00, as a real FN990's does: ModemManager's Telit plugin
 // picks the FN990's band format by that prefix.
 var mmModels = map[string]mmModel{
-	"telit-fn990": {name: "telit-fn990", iface: "wwan0", format: ep.FormatNTB16,
+	"telit-fn990": {name: "telit-fn990", iface: "wwan0", format: framing.NTB16,
 		identity: modem.Identity{Firmware: "45.00.003-B012-P0H.000042", MSISDN: "+15555550142"},
 		mbim:     true, mmManufacturer: "telit", mmModel: "MBIM [17CB:0308]"},
-	"qcom-sdx55m": {name: "qcom-sdx55m", iface: "mhi_hwip0", format: ep.FormatRaw,
+	"qcom-sdx55m": {name: "qcom-sdx55m", iface: "mhi_hwip0", format: framing.RawIP,
 		identity: modem.Identity{MSISDN: "+15555550155"}},
 }
 
@@ -445,7 +446,7 @@ func (r *mmRun) run(t *testing.T) {
 	dev, err := vfiouser.NewServerDevice(vfiouser.DeviceOptions{
 		Model:  r.model.name,
 		Logger: slog.New(slog.NewTextHandler(r.events, nil)),
-		IPData: ep.IPDataConfig{Format: r.model.format, Responder: true},
+		IPData: &ep.IPDataConfig{Format: r.model.format, Responder: true},
 		Modem:  modem.Config{Identity: r.model.identity, RequireConnect: true},
 	})
 	if err != nil {

@@ -48,8 +48,8 @@ type DeviceOptions struct {
 	// ModemLogger receives the mock modem's own logs (nil: discard).
 	ModemLogger *slog.Logger
 	// IPData configures the mock modem's IP data function, as in
-	// mock.Options.
-	IPData ep.IPDataConfig
+	// mock.Options (nil: the pair's own framing).
+	IPData *ep.IPDataConfig
 	// Modem configures each session's mock modem as in mock.Options:
 	// with Modem.RequireConnect IP data is dropped and counted until the
 	// client connects a session over a control channel (MBIM CONNECT).

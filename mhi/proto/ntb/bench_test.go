@@ -12,10 +12,11 @@ import (
 var benchCases = prototest.BenchCases(8188)
 
 func BenchmarkBuildNTB(b *testing.B) {
-	for _, f := range []Format{NTB16, NTB32} {
+	for _, ntb32 := range []bool{false, true} {
+		f := variant(ntb32)
 		for _, c := range benchCases {
 			b.Run(fmt.Sprintf("%v/%s", f, c.Name), func(b *testing.B) {
-				cfg := Config{Format: f, MaxDatagrams: c.Max}
+				cfg := Config{NTB32: ntb32, MaxDatagrams: c.Max}
 				prototest.BenchBuild(b, new(Writer), cfg, prototest.Packets(c.Pkt, 1000), "datagrams/agg")
 			})
 		}
@@ -23,10 +24,11 @@ func BenchmarkBuildNTB(b *testing.B) {
 }
 
 func BenchmarkParseNTB(b *testing.B) {
-	for _, f := range []Format{NTB16, NTB32} {
+	for _, ntb32 := range []bool{false, true} {
+		f := variant(ntb32)
 		for _, c := range benchCases {
 			b.Run(fmt.Sprintf("%v/%s", f, c.Name), func(b *testing.B) {
-				cfg := Config{Format: f, MaxDatagrams: c.Max}
+				cfg := Config{NTB32: ntb32, MaxDatagrams: c.Max}
 				var p Parser
 				sum := 0
 				fn := func(d []byte, _ uint8) { sum += len(d) }

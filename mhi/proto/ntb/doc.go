@@ -25,8 +25,9 @@
 //
 // A [Writer] writes an aggregate into a buffer the caller owns, without
 // allocating in the steady state: [Writer.Reset] opens an aggregate,
-// [Writer.Add] copies datagrams in until it reports [ErrFull] or [ErrLimit],
-// and [Writer.Finish] writes the headers and returns the length. [Size] and
+// [Writer.Add] copies datagrams in until it reports framing.ErrFull or
+// framing.ErrLimit (it is a framing.Writer, mhi/proto/framing), and
+// [Writer.Finish] writes the headers and returns the length. [Size] and
 // [Fit] compute the exact size of an aggregate beforehand, so a modem can plan
 // how many packets go into a buffer.
 //

@@ -21,8 +21,8 @@ func seedAggregates(t testing.TB) [][]byte {
 		{Config{}, []int{20, 40, 1500}},
 		{Config{Session: 3, DatagramAlign: 8}, []int{64, 64, 64, 64, 64}},
 		{Config{Layout: NDPFirst, MaxDatagrams: 4}, []int{100, 1, 33}},
-		{Config{Format: NTB32}, []int{60, 1280}},
-		{Config{Format: NTB32, Layout: NDPFirst, Session: 0xFF}, []int{40}},
+		{Config{NTB32: true}, []int{60, 1280}},
+		{Config{NTB32: true, Layout: NDPFirst, Session: 0xFF}, []int{40}},
 		{Config{}, nil},
 	} {
 		var pkts [][]byte
@@ -143,7 +143,7 @@ func FuzzRoundTripNTB(f *testing.F) {
 	f.Fuzz(func(t *testing.T, flags, sid uint8, bufLen uint16, seed uint64, spec []byte) {
 		cfg := Config{Session: sid}
 		if flags&1 != 0 {
-			cfg.Format = NTB32
+			cfg.NTB32 = true
 		}
 		if flags&2 != 0 {
 			cfg.Layout = NDPFirst
@@ -154,7 +154,6 @@ func FuzzRoundTripNTB(f *testing.F) {
 		var p Parser
 		rt := prototest.RoundTrip[Config]{
 			Writer: new(Writer), Config: cfg, Size: Size, Fit: Fit,
-			ErrEmpty: ErrEmpty, ErrFull: ErrFull, ErrLimit: ErrLimit, ErrTooLarge: ErrTooLarge,
 			Check: func(agg []byte, pkts [][]byte) {
 				if err := samePackets(checkParse(t, &p, agg), pkts, sid); err != nil {
 					t.Fatal(err)
@@ -162,7 +161,7 @@ func FuzzRoundTripNTB(f *testing.F) {
 			},
 			TooLarge: func(_, held int) {
 				if held != 0 {
-					t.Fatal("ErrTooLarge on a non-empty aggregate")
+					t.Fatal("framing.ErrTooLarge on a non-empty aggregate")
 				}
 			},
 		}

@@ -5,26 +5,14 @@ import (
 	"errors"
 )
 
-// Format selects the 16-bit or the 32-bit variant of the NTB.
-type Format uint8
-
-const (
-	// NTB16 uses NTH16 and NDP16 (16-bit offsets, blocks up to 65535 bytes).
-	// It is the only format Linux's mhi_wwan_mbim handles.
-	NTB16 Format = iota
-	// NTB32 uses NTH32 and NDP32 (32-bit offsets).
-	NTB32
-)
-
-// String returns "NTB16" or "NTB32".
-func (f Format) String() string {
-	switch f {
-	case NTB16:
-		return "NTB16"
-	case NTB32:
+// variant names an NTB variant in messages: "NTB32" when ntb32, else
+// "NTB16". Which variant a Writer builds is Config.NTB32; a Parser takes
+// either (unless Only16).
+func variant(ntb32 bool) string {
+	if ntb32 {
 		return "NTB32"
 	}
-	return "NTB?"
+	return "NTB16"
 }
 
 // Signatures and fixed sizes of the NTB structures.
@@ -98,16 +86,17 @@ const (
 	NCM
 )
 
-// NDPSignature returns the NDP dwSignature for format f, kind k and session
-// id sid (placed in byte 3 for IPS and DSS, ignored for NCM).
-func NDPSignature(f Format, k NDPKind, sid uint8) uint32 {
+// NDPSignature returns the NDP dwSignature of an NDP16, or with ntb32 an
+// NDP32, for kind k and session id sid (placed in byte 3 for IPS and DSS,
+// ignored for NCM).
+func NDPSignature(ntb32 bool, k NDPKind, sid uint8) uint32 {
 	s := uint32(sid) << 24
 	switch {
-	case f == NTB16 && k == IPS:
+	case !ntb32 && k == IPS:
 		return SigIPS16 | s
-	case f == NTB16 && k == DSS:
+	case !ntb32 && k == DSS:
 		return SigDSS16 | s
-	case f == NTB16:
+	case !ntb32:
 		return SigNCM16
 	case k == IPS:
 		return SigIPS32 | s
@@ -152,24 +141,13 @@ var (
 	ErrBadIPVersion = errors.New("ntb: datagram is not IPv4 or IPv6")
 )
 
-// Builder errors.
+// Builder errors. Add, Append and the size functions also fail with the
+// shared outcomes of an aggregate writer: [framing.ErrFull],
+// [framing.ErrLimit], [framing.ErrTooLarge], [framing.ErrEmpty] and
+// [framing.ErrNotOpen] (see [framing.Writer]).
 var (
-	// ErrFull: the datagram does not fit in the rest of the buffer. Finish
-	// this aggregate and add the datagram to the next one.
-	ErrFull = errors.New("ntb: aggregate full")
-	// ErrLimit: the aggregate already holds the maximum number of datagrams.
-	// Finish it and add the datagram to the next one.
-	ErrLimit = errors.New("ntb: datagram limit reached")
-	// ErrTooLarge: the datagram would not fit even in an empty aggregate of
-	// this buffer, so retrying with a new aggregate cannot help.
-	ErrTooLarge = errors.New("ntb: datagram too large for buffer")
-	// ErrEmpty: a zero-length datagram cannot be encoded (it would read as a
-	// terminator).
-	ErrEmpty = errors.New("ntb: empty datagram")
 	// ErrShortBuffer: the buffer cannot hold even an empty aggregate.
 	ErrShortBuffer = errors.New("ntb: buffer too short")
-	// ErrNotOpen: Add was called without a successful Reset, or after Finish.
-	ErrNotOpen = errors.New("ntb: no open aggregate")
 	// ErrBadConfig: a Config field is out of range.
 	ErrBadConfig = errors.New("ntb: invalid configuration")
 )

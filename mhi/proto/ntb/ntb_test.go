@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/internal/prototest"
 )
 
@@ -27,8 +28,8 @@ func TestRoundTrip(t *testing.T) {
 		{"ntb16-sid7", Config{Session: 7}},
 		{"ntb16-max1", Config{MaxDatagrams: 1}},
 		{"ntb16-max200", Config{MaxDatagrams: 200}},
-		{"ntb32", Config{Format: NTB32}},
-		{"ntb32-first-align16", Config{Format: NTB32, Layout: NDPFirst, DatagramAlign: 16, Session: 255}},
+		{"ntb32", Config{NTB32: true}},
+		{"ntb32-first-align16", Config{NTB32: true, Layout: NDPFirst, DatagramAlign: 16, Session: 255}},
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, c := range cfgs {
@@ -39,7 +40,7 @@ func TestRoundTrip(t *testing.T) {
 					buf := make([]byte, bl)
 					err := w.Reset(buf, c.cfg)
 					empty, _ := Size(c.cfg, nil)
-					if empty > min(bl, 65535) || (c.cfg.Format == NTB16 && empty > 65535) {
+					if empty > min(bl, 65535) || (!c.cfg.NTB32 && empty > 65535) {
 						if !errors.Is(err, ErrShortBuffer) {
 							t.Fatalf("%s buf %d: Reset = %v, want ErrShortBuffer", c.name, bl, err)
 						}
@@ -50,14 +51,14 @@ func TestRoundTrip(t *testing.T) {
 					}
 					pkts, lens, n, err := prototest.AddUntilRefused(&w, r, pl, mix)
 					i := len(pkts)
-					if !isAny(err, ErrFull, ErrLimit, ErrTooLarge) {
+					if !isAny(err, framing.ErrFull, framing.ErrLimit, framing.ErrTooLarge) {
 						t.Fatalf("%s buf %d pkt %d: Add: %v", c.name, bl, n, err)
 					}
-					if errors.Is(err, ErrTooLarge) != (i == 0) {
-						t.Fatalf("%s buf %d pkt %d: ErrTooLarge after %d datagrams", c.name, bl, n, i)
+					if errors.Is(err, framing.ErrTooLarge) != (i == 0) {
+						t.Fatalf("%s buf %d pkt %d: framing.ErrTooLarge after %d datagrams", c.name, bl, n, i)
 					}
-					if errors.Is(err, ErrLimit) != (i == w.l.max) {
-						t.Fatalf("%s: ErrLimit at %d, max %d", c.name, i, w.l.max)
+					if errors.Is(err, framing.ErrLimit) != (i == w.l.max) {
+						t.Fatalf("%s: framing.ErrLimit at %d, max %d", c.name, i, w.l.max)
 					}
 					if w.Fits(n) {
 						t.Fatalf("%s: Fits(%d) true after %v", c.name, n, err)
@@ -114,15 +115,15 @@ func TestLimits(t *testing.T) {
 				t.Fatalf("Add %d: %v", i, err)
 			}
 		}
-		if err := w.Add(small); err != ErrLimit {
-			t.Fatalf("33rd Add = %v, want ErrLimit", err)
+		if err := w.Add(small); err != framing.ErrLimit {
+			t.Fatalf("33rd Add = %v, want framing.ErrLimit", err)
 		}
 		if w.Count() != 32 {
 			t.Fatalf("Count %d", w.Count())
 		}
 	})
 	t.Run("exact fit", func(t *testing.T) {
-		for _, cfg := range []Config{{}, {Layout: NDPFirst}, {Format: NTB32, DatagramAlign: 8}} {
+		for _, cfg := range []Config{{}, {Layout: NDPFirst}, {NTB32: true, DatagramAlign: 8}} {
 			lens := []int{100, 37, 1500, 3}
 			need, err := Size(cfg, lens)
 			if err != nil {
@@ -146,8 +147,8 @@ func TestLimits(t *testing.T) {
 				if i < len(pkts)-1 && err != nil {
 					t.Fatalf("Add %d: %v", i, err)
 				}
-				if i == len(pkts)-1 && err != ErrFull {
-					t.Fatalf("last Add into a buffer 1 byte short = %v, want ErrFull", err)
+				if i == len(pkts)-1 && err != framing.ErrFull {
+					t.Fatalf("last Add into a buffer 1 byte short = %v, want framing.ErrFull", err)
 				}
 			}
 		}
@@ -157,18 +158,18 @@ func TestLimits(t *testing.T) {
 		if err := w.Reset(make([]byte, 100), Config{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := w.Add(make([]byte, 100)); err != ErrTooLarge {
-			t.Fatalf("Add = %v, want ErrTooLarge", err)
+		if err := w.Add(make([]byte, 100)); err != framing.ErrTooLarge {
+			t.Fatalf("Add = %v, want framing.ErrTooLarge", err)
 		}
-		if err := w.Add(nil); err != ErrEmpty {
-			t.Fatalf("Add(nil) = %v, want ErrEmpty", err)
+		if err := w.Add(nil); err != framing.ErrEmpty {
+			t.Fatalf("Add(nil) = %v, want framing.ErrEmpty", err)
 		}
 		w.Finish()
-		if err := w.Add(small); err != ErrNotOpen {
-			t.Fatalf("Add after Finish = %v, want ErrNotOpen", err)
+		if err := w.Add(small); err != framing.ErrNotOpen {
+			t.Fatalf("Add after Finish = %v, want framing.ErrNotOpen", err)
 		}
 		var z Writer
-		if err := z.Add(small); err != ErrNotOpen {
+		if err := z.Add(small); err != framing.ErrNotOpen {
 			t.Fatalf("Add on zero Writer = %v", err)
 		}
 	})
@@ -184,14 +185,14 @@ func TestLimits(t *testing.T) {
 		if n := w.Finish(); n > 65535 {
 			t.Fatalf("NTB16 of %d bytes", n)
 		}
-		if _, err := Size(Config{MaxDatagrams: 100}, []int{40000, 40000}); !errors.Is(err, ErrTooLarge) {
+		if _, err := Size(Config{MaxDatagrams: 100}, []int{40000, 40000}); !errors.Is(err, framing.ErrTooLarge) {
 			t.Fatalf("Size over 65535 = %v", err)
 		}
 	})
 	t.Run("bad config", func(t *testing.T) {
 		for _, c := range []Config{
-			{Format: 2}, {Layout: 9}, {Kind: 7}, {MaxDatagrams: -1}, {MaxDatagrams: 16381},
-			{Format: NTB32, MaxDatagrams: 8189}, {DatagramAlign: 3}, {NDPAlign: 2}, {NDPAlign: 8192},
+			{Layout: 9}, {Kind: 7}, {MaxDatagrams: -1}, {MaxDatagrams: 16381},
+			{NTB32: true, MaxDatagrams: 8189}, {DatagramAlign: 3}, {NDPAlign: 2}, {NDPAlign: 8192},
 		} {
 			var w Writer
 			if err := w.Reset(make([]byte, 1000), c); !errors.Is(err, ErrBadConfig) {
@@ -201,7 +202,7 @@ func TestLimits(t *testing.T) {
 				t.Errorf("%+v: Size = %v", c, err)
 			}
 		}
-		for _, c := range []Config{{MaxDatagrams: 16380}, {Format: NTB32, MaxDatagrams: 8188}} {
+		for _, c := range []Config{{MaxDatagrams: 16380}, {NTB32: true, MaxDatagrams: 8188}} {
 			if _, err := Size(c, nil); err != nil {
 				t.Errorf("%+v: %v", c, err)
 			}
@@ -295,8 +296,8 @@ func TestTXForm(t *testing.T) {
 		err     error
 	}{
 		{make([]byte, 47), ip, ErrShortBuffer},
-		{make([]byte, 100), nil, ErrEmpty},
-		{make([]byte, 70000), make([]byte, 65535-27), ErrTooLarge},
+		{make([]byte, 100), nil, framing.ErrEmpty},
+		{make([]byte, 70000), make([]byte, 65535-27), framing.ErrTooLarge},
 	} {
 		if _, err := EncodeTX(c.dst, c.ip, 0, 0); err != c.err {
 			t.Errorf("EncodeTX(%d, %d) = %v, want %v", len(c.dst), len(c.ip), err, c.err)
@@ -309,18 +310,19 @@ func TestTXForm(t *testing.T) {
 
 func TestSessionIDs(t *testing.T) {
 	ip := []byte{0x60, 0, 0, 0}
-	for _, f := range []Format{NTB16, NTB32} {
+	for _, ntb32 := range []bool{false, true} {
+		f := variant(ntb32)
 		for _, sid := range []uint8{0, 1, '0', 0x7F, 0xFF} {
-			b := build(t, Config{Format: f, Session: sid}, 200, [][]byte{ip})
+			b := build(t, Config{NTB32: ntb32, Session: sid}, 200, [][]byte{ip})
 			ndp := int(le.Uint16(b[10:]))
-			if f == NTB32 {
+			if ntb32 {
 				ndp = int(le.Uint32(b[12:]))
 			}
 			if b[ndp+3] != sid {
 				t.Fatalf("%v: signature byte 3 = %#x, want %#x", f, b[ndp+3], sid)
 			}
 			lo := "IPS"
-			if f == NTB32 {
+			if ntb32 {
 				lo = "ips"
 			}
 			if string(b[ndp:ndp+3]) != lo {
@@ -342,8 +344,8 @@ func TestSessionIDs(t *testing.T) {
 			t.Fatalf("kind %d: %v %d %+v", k, err, len(g), p.Stats)
 		}
 	}
-	if NDPSignature(NTB16, NCM, 9) != SigNCM16 || NDPSignature(NTB32, NCM, 9) != SigNCM32 ||
-		NDPSignature(NTB32, DSS, 1) != SigDSS32|1<<24 {
+	if NDPSignature(false, NCM, 9) != SigNCM16 || NDPSignature(true, NCM, 9) != SigNCM32 ||
+		NDPSignature(true, DSS, 1) != SigDSS32|1<<24 {
 		t.Fatal("NDPSignature")
 	}
 }
@@ -444,7 +446,7 @@ func TestMalformed(t *testing.T) {
 		{"short ntb32", append([]byte("ncmh"), make([]byte, 27)...), Parser{}, ErrShort, nil},
 		{"bad signature", mut(func(b []byte) []byte { b[0] = 'X'; return b }), Parser{}, ErrBadSignature, nil},
 		{"ascii session not a signature", mut(func(b []byte) []byte { copy(b, "NCM0"); return b }), Parser{}, ErrBadSignature, nil},
-		{"ntb32 when Only16", build(t, Config{Format: NTB32}, 1000, pk), Parser{Only16: true}, ErrBadSignature, nil},
+		{"ntb32 when Only16", build(t, Config{NTB32: true}, 1000, pk), Parser{Only16: true}, ErrBadSignature, nil},
 		{"block length > received", good[:len(good)-1], Parser{}, ErrBadBlockLength, nil},
 		{"block length tiny", mut(func(b []byte) []byte { le.PutUint16(b[8:], 19); return b }), Parser{}, ErrBadBlockLength, nil},
 		{"ndp index 0", mut(func(b []byte) []byte { le.PutUint16(b[10:], 0); return b }), Parser{}, ErrBadNDPIndex, nil},
@@ -515,7 +517,7 @@ func TestStatsGet(t *testing.T) {
 			t.Fatalf("Get(%v) = %d", r, s.Get(r))
 		}
 	}
-	if s.Get(ErrFull) != 0 {
+	if s.Get(framing.ErrFull) != 0 {
 		t.Fatal("Get of a builder error")
 	}
 	rs := Reasons()

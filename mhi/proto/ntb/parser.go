@@ -65,8 +65,8 @@ var (
 
 // ntbWalk is the state of one Parse call.
 type ntbWalk struct {
-	p *Parser
-	f Format
+	p     *Parser
+	ntb32 bool // the block is an NTB32 (else an NTB16)
 	ntbLayout
 	blk      []byte // the block: the input up to the NTH's block length
 	blockLen uint64
@@ -97,13 +97,13 @@ func (w *ntbWalk) readNTH(b []byte) (ndpIdx uint64, ok bool) {
 	}
 	switch le.Uint32(b) {
 	case SigNTH16:
-		w.f, w.ntbLayout = NTB16, layout16
+		w.ntb32, w.ntbLayout = false, layout16
 	case SigNTH32:
 		if w.p.Only16 {
 			w.fail(ErrBadSignature)
 			return 0, false
 		}
-		w.f, w.ntbLayout = NTB32, layout32
+		w.ntb32, w.ntbLayout = true, layout32
 	default:
 		w.fail(ErrBadSignature)
 		return 0, false
@@ -113,7 +113,7 @@ func (w *ntbWalk) readNTH(b []byte) (ndpIdx uint64, ok bool) {
 		return 0, false
 	}
 	var blockLen uint64
-	if w.f == NTB16 {
+	if !w.ntb32 {
 		blockLen, ndpIdx = uint64(le.Uint16(b[8:])), uint64(le.Uint16(b[10:]))
 	} else {
 		blockLen, ndpIdx = uint64(le.Uint32(b[8:])), uint64(le.Uint32(b[12:]))
@@ -174,7 +174,7 @@ func (w *ntbWalk) walkNDP(ndpIdx uint64, fn func(datagram []byte, sid uint8)) (n
 	ndp := w.blk[ndpIdx:]
 	sig := le.Uint32(ndp)
 	ndpLen := uint64(le.Uint16(ndp[4:]))
-	if w.f == NTB16 {
+	if !w.ntb32 {
 		next = uint64(le.Uint16(ndp[6:]))
 	} else {
 		next = uint64(le.Uint32(ndp[8:]))
@@ -203,7 +203,7 @@ func (w *ntbWalk) walkEntries(ent []byte, count uint64, sid uint8, fn func(datag
 	for k := uint64(0); k < count; k++ {
 		e := ent[k*w.entLen:]
 		var idx, n uint64
-		if w.f == NTB16 {
+		if !w.ntb32 {
 			idx, n = uint64(le.Uint16(e)), uint64(le.Uint16(e[2:]))
 		} else {
 			idx, n = uint64(le.Uint32(e)), uint64(le.Uint32(e[4:]))

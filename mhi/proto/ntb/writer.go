@@ -3,6 +3,8 @@ package ntb
 import (
 	"fmt"
 	"math"
+
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 )
 
 // Layout selects where the Writer puts the NDP.
@@ -24,7 +26,7 @@ const (
 // NTB16 with one IPS NDP for session 0, at most 32 datagrams aligned to 4
 // bytes, NDP aligned to 4 bytes and placed after the datagrams.
 type Config struct {
-	Format        Format  // NTB16 or NTB32
+	NTB32         bool    // NTH32 and NDP32 (32-bit offsets) instead of NTH16 and NDP16
 	Layout        Layout  // NDPAfter or NDPFirst
 	Kind          NDPKind // NDP signature: IPS (default), DSS or NCM
 	Session       uint8   // MBIM session id, byte 3 of an IPS/DSS signature
@@ -35,7 +37,7 @@ type Config struct {
 
 // layout is a validated Config with the derived sizes.
 type layout struct {
-	f              Format
+	ntb32          bool
 	first          bool
 	max            int
 	dgAlign        int
@@ -51,17 +53,14 @@ type layout struct {
 
 func newLayout(c Config) (layout, error) {
 	var l layout
-	switch c.Format {
-	case NTB16:
-		l.nthLen, l.ndpHdr, l.entLen, l.ndpMin = NTH16Len, NDP16HeaderLen, NDP16EntryLen, NDP16MinLen
-		l.formatLimit = math.MaxUint16
-	case NTB32:
+	if c.NTB32 {
 		l.nthLen, l.ndpHdr, l.entLen, l.ndpMin = NTH32Len, NDP32HeaderLen, NDP32EntryLen, NDP32MinLen
 		l.formatLimit = maxBlock32
-	default:
-		return l, fmt.Errorf("%w: format %d", ErrBadConfig, c.Format)
+	} else {
+		l.nthLen, l.ndpHdr, l.entLen, l.ndpMin = NTH16Len, NDP16HeaderLen, NDP16EntryLen, NDP16MinLen
+		l.formatLimit = math.MaxUint16
 	}
-	l.f = c.Format
+	l.ntb32 = c.NTB32
 	switch c.Layout {
 	case NDPAfter:
 	case NDPFirst:
@@ -72,7 +71,7 @@ func newLayout(c Config) (layout, error) {
 	if c.Kind > NCM {
 		return l, fmt.Errorf("%w: NDP kind %d", ErrBadConfig, c.Kind)
 	}
-	l.sig = NDPSignature(c.Format, c.Kind, c.Session)
+	l.sig = NDPSignature(c.NTB32, c.Kind, c.Session)
 	l.max = c.MaxDatagrams
 	if l.max == 0 {
 		l.max = DefaultMaxDatagrams
@@ -82,7 +81,7 @@ func newLayout(c Config) (layout, error) {
 	}
 	if n := l.ndpLen(l.max); n > math.MaxUint16 {
 		return l, fmt.Errorf("%w: MaxDatagrams %d needs a %v NDP of %d bytes, more than wLength can hold",
-			ErrBadConfig, l.max, l.f, n)
+			ErrBadConfig, l.max, variant(l.ntb32), n)
 	}
 	l.dgAlign = c.DatagramAlign
 	if l.dgAlign == 0 {
@@ -127,31 +126,31 @@ func (l *layout) empty() int { return l.total(0, l.dataStart) }
 func (l *layout) limit(n int) int { return min(n, l.formatLimit) }
 
 // Size returns the exact length of the aggregate a Writer with cfg builds
-// from datagrams of the given lengths, in order. It fails with ErrBadConfig,
-// ErrEmpty for a zero length, ErrLimit for more than MaxDatagrams lengths,
-// or ErrTooLarge when the aggregate exceeds what the format can describe
-// (65535 bytes for NTB16).
+// from datagrams of the given lengths, in order. It fails with
+// ErrBadConfig, framing.ErrEmpty for a zero length, framing.ErrLimit for
+// more than MaxDatagrams lengths, or framing.ErrTooLarge when the
+// aggregate exceeds what the format can describe (65535 bytes for NTB16).
 func Size(cfg Config, lens []int) (int, error) {
 	l, err := newLayout(cfg)
 	if err != nil {
 		return 0, err
 	}
 	if len(lens) > l.max {
-		return 0, fmt.Errorf("%w: %d datagrams, limit %d", ErrLimit, len(lens), l.max)
+		return 0, fmt.Errorf("%w: %d datagrams, limit %d", framing.ErrLimit, len(lens), l.max)
 	}
 	off := l.dataStart
 	for i, n := range lens {
 		if n <= 0 {
-			return 0, fmt.Errorf("%w: datagram %d has length %d", ErrEmpty, i, n)
+			return 0, fmt.Errorf("%w: datagram %d has length %d", framing.ErrEmpty, i, n)
 		}
 		if n > l.formatLimit {
-			return 0, fmt.Errorf("%w: datagram %d has length %d", ErrTooLarge, i, n)
+			return 0, fmt.Errorf("%w: datagram %d has length %d", framing.ErrTooLarge, i, n)
 		}
 		off = alignUp(off, l.dgAlign) + n
 	}
 	t := l.total(len(lens), off)
 	if t > l.formatLimit {
-		return 0, fmt.Errorf("%w: aggregate of %d bytes exceeds the %v limit %d", ErrTooLarge, t, l.f, l.formatLimit)
+		return 0, fmt.Errorf("%w: aggregate of %d bytes exceeds the %v limit %d", framing.ErrTooLarge, t, variant(l.ntb32), l.formatLimit)
 	}
 	return t, nil
 }
@@ -203,6 +202,8 @@ type Writer struct {
 
 type entry struct{ idx, n int }
 
+var _ framing.Writer = (*Writer)(nil)
+
 // Reset starts a new aggregate in buf with the settings in cfg. Bytes of
 // buf beyond the returned aggregate length are never written. NTB16 uses at
 // most the first 65535 bytes of buf. Reset fails with ErrBadConfig or, if
@@ -217,7 +218,7 @@ func (w *Writer) Reset(buf []byte, cfg Config) error {
 	}
 	limit := l.limit(len(buf))
 	if e := l.empty(); e > limit {
-		return fmt.Errorf("%w: %d bytes, an empty %v aggregate needs %d", ErrShortBuffer, len(buf), l.f, e)
+		return fmt.Errorf("%w: %d bytes, an empty %v aggregate needs %d", ErrShortBuffer, len(buf), variant(l.ntb32), e)
 	}
 	w.l = l
 	w.buf = buf[:limit]
@@ -251,14 +252,10 @@ func (w *Writer) Fits(n int) bool {
 	return w.l.total(w.n+1, alignUp(w.off, w.l.dgAlign)+n) <= len(w.buf)
 }
 
-// Add copies one datagram into the aggregate. It returns ErrFull when the
-// datagram does not fit in the rest of the buffer and ErrLimit when the
-// aggregate already holds MaxDatagrams datagrams: in both cases finish this
-// aggregate and add the datagram to the next. ErrTooLarge means it would
-// not fit an empty aggregate either; ErrEmpty rejects a zero-length
-// datagram; ErrNotOpen means Reset has not succeeded or Finish was called.
-// A failed Add leaves the aggregate unchanged. Add does not allocate once
-// the Writer has seen MaxDatagrams datagrams in an earlier aggregate.
+// Add copies one datagram into the aggregate, or fails as
+// [framing.Writer] says (framing.ErrLimit: the aggregate holds
+// MaxDatagrams datagrams). Add does not allocate once the Writer has seen
+// MaxDatagrams datagrams in an earlier aggregate.
 func (w *Writer) Add(d []byte) error {
 	b, err := w.Append(len(d))
 	if err != nil {
@@ -274,27 +271,27 @@ func (w *Writer) Add(d []byte) error {
 // as Add does, leaving the aggregate unchanged.
 func (w *Writer) Append(n int) ([]byte, error) {
 	if !w.open {
-		return nil, ErrNotOpen
+		return nil, framing.ErrNotOpen
 	}
 	if n <= 0 {
-		return nil, ErrEmpty
+		return nil, framing.ErrEmpty
 	}
 	if w.n >= w.l.max {
-		return nil, ErrLimit
+		return nil, framing.ErrLimit
 	}
 	if n > len(w.buf) {
 		if w.n == 0 {
-			return nil, ErrTooLarge
+			return nil, framing.ErrTooLarge
 		}
-		return nil, ErrFull
+		return nil, framing.ErrFull
 	}
 	start := alignUp(w.off, w.l.dgAlign)
 	end := start + n
 	if w.l.total(w.n+1, end) > len(w.buf) {
 		if w.n == 0 {
-			return nil, ErrTooLarge
+			return nil, framing.ErrTooLarge
 		}
-		return nil, ErrFull
+		return nil, framing.ErrFull
 	}
 	clear(w.buf[w.off:start])
 	if w.l.first {
@@ -336,7 +333,7 @@ func (w *Writer) Finish() (n int) {
 	total := l.total(w.n, w.off)
 	ndpLen := l.ndpLen(w.n)
 	b := w.buf
-	if l.f == NTB16 {
+	if !l.ntb32 {
 		le.PutUint32(b[0:], SigNTH16)
 		le.PutUint16(b[4:], NTH16Len)
 		le.PutUint16(b[6:], w.seq)
@@ -364,7 +361,7 @@ func (w *Writer) Finish() (n int) {
 }
 
 func (w *Writer) putEntry(p, idx, n int) {
-	if w.l.f == NTB16 {
+	if !w.l.ntb32 {
 		le.PutUint16(w.buf[p:], uint16(idx))
 		le.PutUint16(w.buf[p+2:], uint16(n))
 		return
@@ -383,10 +380,10 @@ func PutTXHeader(hdr []byte, ipLen int, sid uint8, seq uint16) error {
 		return ErrShortBuffer
 	}
 	if ipLen <= 0 {
-		return ErrEmpty
+		return framing.ErrEmpty
 	}
 	if ipLen > math.MaxUint16-TXHeaderLen {
-		return ErrTooLarge
+		return framing.ErrTooLarge
 	}
 	le.PutUint32(hdr[0:], SigNTH16)
 	le.PutUint16(hdr[4:], NTH16Len)
@@ -404,8 +401,8 @@ func PutTXHeader(hdr []byte, ipLen int, sid uint8, seq uint16) error {
 
 // EncodeTX writes the single-datagram uplink NTB for ip into dst (header at
 // 0, packet at TXHeaderLen) and returns its length. It fails with
-// ErrShortBuffer if dst is smaller than TXHeaderLen+len(ip), ErrEmpty or
-// ErrTooLarge.
+// ErrShortBuffer if dst is smaller than TXHeaderLen+len(ip),
+// framing.ErrEmpty or framing.ErrTooLarge.
 func EncodeTX(dst, ip []byte, sid uint8, seq uint16) (int, error) {
 	n := TXHeaderLen + len(ip)
 	if len(dst) < n {

@@ -47,9 +47,10 @@
 // # Building
 //
 // A [Writer] writes an aggregate into a caller-owned buffer without
-// allocating: [Writer.Reset], then [Writer.Add] until it reports [ErrFull] or
-// [ErrLimit], then [Writer.Finish]. [Size], [FrameLen] and [Fit] compute
-// exact sizes beforehand.
+// allocating: [Writer.Reset], then [Writer.Add] until it reports
+// framing.ErrFull or framing.ErrLimit (it is a framing.Writer,
+// mhi/proto/framing), then [Writer.Finish]. [Size], [FrameLen] and [Fit]
+// compute exact sizes beforehand.
 //
 // # Parsing and ownership
 //

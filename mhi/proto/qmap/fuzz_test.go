@@ -159,7 +159,6 @@ func FuzzRoundTripQMAP(f *testing.F) {
 		ul4 := cfg.Csum == CsumV4 && cfg.Uplink
 		rt := prototest.RoundTrip[Config]{
 			Writer: new(Writer), Config: cfg, Size: Size, Fit: Fit,
-			ErrEmpty: ErrEmpty, ErrFull: ErrFull, ErrLimit: ErrLimit, ErrTooLarge: ErrTooLarge,
 			Check: func(agg []byte, pkts [][]byte) {
 				if len(agg) == 0 {
 					return
@@ -179,7 +178,7 @@ func FuzzRoundTripQMAP(f *testing.F) {
 			},
 			TooLarge: func(n, _ int) {
 				if fl, ferr := FrameLen(cfg, n); ferr == nil && fl <= int(bufLen) {
-					t.Fatalf("ErrTooLarge for a %d-byte frame in %d bytes", fl, bufLen)
+					t.Fatalf("framing.ErrTooLarge for a %d-byte frame in %d bytes", fl, bufLen)
 				}
 			},
 		}

@@ -181,23 +181,13 @@ var (
 	ErrCommandFrame = errors.New("qmap: command frame")
 )
 
-// Builder errors.
+// Builder errors. Add and the size functions also fail with the shared
+// outcomes of an aggregate writer: [framing.ErrFull], [framing.ErrLimit],
+// [framing.ErrTooLarge] (also: the payload exceeds MaxPayload),
+// [framing.ErrEmpty] and [framing.ErrNotOpen] (see [framing.Writer]).
 var (
-	// ErrFull: the frame does not fit in the rest of the buffer. Finish this
-	// aggregate and add the packet to the next one.
-	ErrFull = errors.New("qmap: aggregate full")
-	// ErrLimit: the aggregate already holds the maximum number of frames.
-	// Finish it and add the packet to the next one.
-	ErrLimit = errors.New("qmap: frame limit reached")
-	// ErrTooLarge: the frame would not fit even in an empty buffer, or its
-	// payload exceeds MaxPayload.
-	ErrTooLarge = errors.New("qmap: packet too large")
-	// ErrEmpty: a zero-length packet cannot be encoded (it would end the aggregate).
-	ErrEmpty = errors.New("qmap: empty packet")
 	// ErrShortBuffer: the destination is too small.
 	ErrShortBuffer = errors.New("qmap: buffer too short")
-	// ErrNotOpen: Add was called without a successful Reset, or after Finish.
-	ErrNotOpen = errors.New("qmap: no open aggregate")
 	// ErrBadConfig: a Config field is out of range.
 	ErrBadConfig = errors.New("qmap: invalid configuration")
 )

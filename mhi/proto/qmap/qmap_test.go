@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/internal/prototest"
 )
 
@@ -48,13 +49,13 @@ func TestRoundTrip(t *testing.T) {
 					}
 					pkts, lens, n, err := prototest.AddUntilRefused(&w, r, pl, mix)
 					i := len(pkts)
-					if errors.Is(err, ErrLimit) != (i == max) {
+					if errors.Is(err, framing.ErrLimit) != (i == max) {
 						t.Fatalf("%s: %v after %d packets", c.name, err, i)
 					}
-					if errors.Is(err, ErrTooLarge) && i != 0 && n < bl {
+					if errors.Is(err, framing.ErrTooLarge) && i != 0 && n < bl {
 						fl, _ := FrameLen(c.cfg, n)
 						if fl <= bl {
-							t.Fatalf("%s: ErrTooLarge for a %d-byte frame in %d bytes", c.name, fl, bl)
+							t.Fatalf("%s: framing.ErrTooLarge for a %d-byte frame in %d bytes", c.name, fl, bl)
 						}
 					}
 					if w.Fits(n) {
@@ -205,10 +206,10 @@ func TestLimits(t *testing.T) {
 				t.Fatal(i, err)
 			}
 		}
-		if err := w.Add(ip); err != ErrLimit {
+		if err := w.Add(ip); err != framing.ErrLimit {
 			t.Fatalf("33rd Add = %v", err)
 		}
-		if err := w.AddCommand(0, Command{}); err != ErrLimit {
+		if err := w.AddCommand(0, Command{}); err != framing.ErrLimit {
 			t.Fatalf("AddCommand = %v", err)
 		}
 	})
@@ -230,8 +231,8 @@ func TestLimits(t *testing.T) {
 				if i < len(lens)-1 && err != nil {
 					t.Fatal(err)
 				}
-				if i == len(lens)-1 && err != ErrFull {
-					t.Fatalf("last Add = %v, want ErrFull", err)
+				if i == len(lens)-1 && err != framing.ErrFull {
+					t.Fatalf("last Add = %v, want framing.ErrFull", err)
 				}
 			}
 			if n, sz, _ := Fit(cfg, need, lens); n != 4 || sz != need {
@@ -243,38 +244,38 @@ func TestLimits(t *testing.T) {
 		if _, err := FrameLen(Config{}, 65532); err != nil {
 			t.Fatalf("65532: %v", err)
 		}
-		if _, err := FrameLen(Config{}, 65533); !errors.Is(err, ErrTooLarge) {
+		if _, err := FrameLen(Config{}, 65533); !errors.Is(err, framing.ErrTooLarge) {
 			t.Fatalf("65533 (pads to 65536): %v", err)
 		}
 		if _, err := FrameLen(Config{Align: 1}, 65535); err != nil {
 			t.Fatalf("65535 unpadded: %v", err)
 		}
-		if _, err := FrameLen(Config{}, 0); err != ErrEmpty {
+		if _, err := FrameLen(Config{}, 0); err != framing.ErrEmpty {
 			t.Fatal(err)
 		}
-		if _, err := Size(Config{MaxPackets: 1}, []int{1, 1}); !errors.Is(err, ErrLimit) {
+		if _, err := Size(Config{MaxPackets: 1}, []int{1, 1}); !errors.Is(err, framing.ErrLimit) {
 			t.Fatal(err)
 		}
-		if _, err := Size(Config{}, []int{1, 0}); !errors.Is(err, ErrEmpty) {
+		if _, err := Size(Config{}, []int{1, 0}); !errors.Is(err, framing.ErrEmpty) {
 			t.Fatal(err)
 		}
 		var w Writer
 		_ = w.Reset(make([]byte, 1<<17), Config{})
-		if err := w.Add(make([]byte, 65533)); err != ErrTooLarge {
+		if err := w.Add(make([]byte, 65533)); err != framing.ErrTooLarge {
 			t.Fatalf("Add 65533 = %v", err)
 		}
 		_ = w.Reset(make([]byte, 10), Config{})
-		if err := w.Add(make([]byte, 7)); err != ErrTooLarge {
+		if err := w.Add(make([]byte, 7)); err != framing.ErrTooLarge {
 			t.Fatalf("Add into a too small buffer = %v", err)
 		}
-		if err := w.Add(nil); err != ErrEmpty {
+		if err := w.Add(nil); err != framing.ErrEmpty {
 			t.Fatal(err)
 		}
 		w.Finish()
-		if err := w.Add(ip); err != ErrNotOpen {
+		if err := w.Add(ip); err != framing.ErrNotOpen {
 			t.Fatal(err)
 		}
-		if err := w.Add(nil); err != ErrNotOpen {
+		if err := w.Add(nil); err != framing.ErrNotOpen {
 			t.Fatal(err)
 		}
 	})
@@ -422,7 +423,7 @@ func TestStatsGet(t *testing.T) {
 	if s.Errors() != 1+2+3+4+5+6 {
 		t.Fatalf("Errors = %d", s.Errors())
 	}
-	if s.Get(ErrFull) != 0 {
-		t.Fatal("Get(ErrFull)")
+	if s.Get(framing.ErrFull) != 0 {
+		t.Fatal("Get(framing.ErrFull)")
 	}
 }

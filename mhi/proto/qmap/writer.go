@@ -1,6 +1,10 @@
 package qmap
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gomhi/gomhi/mhi/proto/framing"
+)
 
 // Config describes the aggregates a Writer builds. The zero value writes
 // frames for mux id 0 without checksum offload, padded to 4 bytes, at most
@@ -76,35 +80,35 @@ func FrameLen(cfg Config, n int) (int, error) {
 		return 0, err
 	}
 	if n <= 0 {
-		return 0, ErrEmpty
+		return 0, framing.ErrEmpty
 	}
 	pad, total := l.frame(n, true)
 	if n+pad > MaxPayload {
-		return 0, fmt.Errorf("%w: %d-byte packet", ErrTooLarge, n)
+		return 0, fmt.Errorf("%w: %d-byte packet", framing.ErrTooLarge, n)
 	}
 	return total, nil
 }
 
 // Size returns the exact length of an aggregate of data frames carrying
 // packets of the given lengths. It fails for an invalid cfg, a length ≤ 0
-// (ErrEmpty), a payload over MaxPayload (ErrTooLarge) or more than
-// MaxPackets lengths (ErrLimit).
+// (framing.ErrEmpty), a payload over MaxPayload (framing.ErrTooLarge) or
+// more than MaxPackets lengths (framing.ErrLimit).
 func Size(cfg Config, lens []int) (int, error) {
 	l, err := newLayout(cfg)
 	if err != nil {
 		return 0, err
 	}
 	if len(lens) > l.max {
-		return 0, fmt.Errorf("%w: %d packets, limit %d", ErrLimit, len(lens), l.max)
+		return 0, fmt.Errorf("%w: %d packets, limit %d", framing.ErrLimit, len(lens), l.max)
 	}
 	total := 0
 	for i, n := range lens {
 		if n <= 0 {
-			return 0, fmt.Errorf("%w: packet %d has length %d", ErrEmpty, i, n)
+			return 0, fmt.Errorf("%w: packet %d has length %d", framing.ErrEmpty, i, n)
 		}
 		pad, t := l.frame(n, true)
 		if n+pad > MaxPayload {
-			return 0, fmt.Errorf("%w: packet %d has length %d", ErrTooLarge, i, n)
+			return 0, fmt.Errorf("%w: packet %d has length %d", framing.ErrTooLarge, i, n)
 		}
 		total += t
 	}
@@ -146,6 +150,8 @@ type Writer struct {
 	n     int
 	open  bool
 }
+
+var _ framing.Writer = (*Writer)(nil)
 
 // Reset starts a new, empty aggregate in buf with the settings in cfg.
 // Bytes of buf beyond the aggregate's length are never written.
@@ -190,18 +196,15 @@ func (w *Writer) Add(packet []byte) error {
 // AddPacket appends a data frame for packet on mux id mux with checksum
 // information cs (only Valid is used with CsumV5; with CsumV4 the fields
 // of the trailer, or of the uplink header; nothing with CsumNone; see
-// [Csum]). It returns ErrFull when the frame does not fit in
-// the rest of the buffer and ErrLimit when the aggregate holds MaxPackets
-// frames: finish this aggregate and add the packet to the next. ErrTooLarge
-// means it cannot fit even in an empty aggregate of this buffer; ErrEmpty
-// rejects a zero-length packet; ErrNotOpen means Reset has not succeeded or
-// Finish was called. A failed call leaves the aggregate unchanged.
+// [Csum]). It fails as [framing.Writer]'s Add says (framing.ErrLimit: the
+// aggregate holds MaxPackets frames; framing.ErrTooLarge also: the payload
+// exceeds MaxPayload), leaving the aggregate unchanged.
 func (w *Writer) AddPacket(packet []byte, mux uint8, cs Csum) error {
 	if len(packet) == 0 {
 		if !w.open {
-			return ErrNotOpen
+			return framing.ErrNotOpen
 		}
-		return ErrEmpty
+		return framing.ErrEmpty
 	}
 	start, pad, end, err := w.reserve(len(packet), true)
 	if err != nil {
@@ -279,20 +282,20 @@ func PutULHeader(b []byte, cs Csum) {
 // reserve claims room for a frame with an n-byte payload.
 func (w *Writer) reserve(n int, data bool) (start, pad, end int, err error) {
 	if !w.open {
-		return 0, 0, 0, ErrNotOpen
+		return 0, 0, 0, framing.ErrNotOpen
 	}
 	if w.n >= w.l.max {
-		return 0, 0, 0, ErrLimit
+		return 0, 0, 0, framing.ErrLimit
 	}
 	if n > MaxPayload {
-		return 0, 0, 0, ErrTooLarge
+		return 0, 0, 0, framing.ErrTooLarge
 	}
 	pad, t := w.l.frame(n, data)
 	if n+pad > MaxPayload || t > len(w.buf) {
-		return 0, 0, 0, ErrTooLarge
+		return 0, 0, 0, framing.ErrTooLarge
 	}
 	if t > len(w.buf)-w.off {
-		return 0, 0, 0, ErrFull
+		return 0, 0, 0, framing.ErrFull
 	}
 	start = w.off
 	w.off += t

@@ -15,9 +15,9 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
-	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
 	"github.com/gomhi/gomhi/sysfs"
 )
@@ -67,7 +67,7 @@ func (r *runner) open(ctx context.Context, n int) (*session, error) {
 	}
 	cfg := mhinet.Config{
 		Pair: s.pair, Format: r.o.Format, MRU: r.o.MRUs[0], Logger: r.o.Logger,
-		TXAggregate: r.o.Format != mhinet.FormatRawIP,
+		TXAggregate: r.o.Format != framing.RawIP,
 	}
 	if s.dev, err = mhinet.New(s.ctrl, cfg, r.rx); err != nil {
 		s.close()
@@ -83,7 +83,7 @@ func (r *runner) open(ctx context.Context, n int) (*session, error) {
 func (r *runner) openInproc(s *session) error {
 	m, err := mock.Open(mock.Options{
 		Model: r.o.Model, Name: devName, Logger: r.o.Logger,
-		IPData: ep.IPDataConfig{Format: mockformat.For(r.o.Format)},
+		IPData: &ep.IPDataConfig{Format: r.o.Format},
 	})
 	if err != nil {
 		return err

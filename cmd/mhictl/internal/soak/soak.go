@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
@@ -67,8 +68,9 @@ type Options struct {
 	Transport Transport
 	// Model is the modem the mock impersonates (default telit-fn990).
 	Model string
-	// Format is the data channel framing (default: the model's own).
-	Format mhinet.Format
+	// Format is the data channel framing (default: the model's own,
+	// pcigeneric.PairFormat).
+	Format framing.Format
 	// FormatSet says Format was chosen (the zero value is raw IP).
 	FormatSet bool
 	// Seed seeds every random choice: fault times, MRU order,
@@ -119,7 +121,7 @@ type Options struct {
 	// --socket SOCKET --ip-mode loopback --json-log' with the model and
 	// format given (the soak asks it for its counters with SIGUSR1 and
 	// reads them, MsgIPDataStats, from its standard output).
-	ServeCommand func(socket, model string, format mhinet.Format) *exec.Cmd
+	ServeCommand func(socket, model string, format framing.Format) *exec.Cmd
 	// Logger receives the stack's logs (nil: discard).
 	Logger *slog.Logger
 	// Progress, if set, is called after every sample.
@@ -220,12 +222,9 @@ func (o *Options) modelDefaults() error {
 		return optionsError("model %s has no IP data channel", o.Model)
 	}
 	if !o.FormatSet {
-		o.Format = mhinet.FormatRawIP
-		if pair == ep.IPDataMBIMName {
-			o.Format = mhinet.FormatMBIM
-		}
+		o.Format = pcigeneric.PairFormat(pair)
 	}
-	if o.Format > mhinet.FormatQMAP {
+	if !o.Format.Valid() {
 		return optionsError("format %d", o.Format)
 	}
 	return nil

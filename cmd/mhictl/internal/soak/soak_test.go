@@ -15,8 +15,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
-	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 )
 
@@ -38,13 +37,13 @@ func serve(spec string) int {
 	if len(parts) != 3 {
 		return 2
 	}
-	f, err := mhinet.ParseFormat(parts[2])
+	f, err := framing.Parse(parts[2])
 	if err != nil {
 		return 2
 	}
 	var served atomic.Pointer[ep.IPData]
 	dev, err := vfiouser.NewServerDevice(vfiouser.DeviceOptions{
-		Model: parts[1], IPData: ep.IPDataConfig{Format: mockformat.For(f)},
+		Model: parts[1], IPData: &ep.IPDataConfig{Format: f},
 		Device: func(ec *ep.Config) {
 			for _, fn := range ec.Functions {
 				if ipd, ok := fn.(*ep.IPData); ok {
@@ -147,7 +146,7 @@ func TestSoakVFIOUser(t *testing.T) {
 	}
 	o := quick(25 * time.Second)
 	o.Transport = VFIOUser
-	o.ServeCommand = func(socket, model string, format mhinet.Format) *exec.Cmd {
+	o.ServeCommand = func(socket, model string, format framing.Format) *exec.Cmd {
 		cmd := exec.Command(self, "-test.run=^$")
 		cmd.Env = append(os.Environ(), serveEnv+"="+socket+","+model+","+format.String())
 		return cmd

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 )
 
@@ -122,7 +123,7 @@ func SimulateRows(ctx context.Context, prof *Profile, rows []Row, packets, paral
 			}
 		}
 		rep, err := Run(ctx, Options{
-			Format: mhinet.FormatMBIM, Sizes: sizes, MRUs: []int{mru},
+			Format: framing.NTB16, Sizes: sizes, MRUs: []int{mru},
 			Packets: packets, Iterations: 1, Timing: prof, Parallel: parallel,
 		})
 		if err != nil {

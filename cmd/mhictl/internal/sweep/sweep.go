@@ -17,12 +17,12 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
-	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
 )
 
 // Mode says where the packets come from.
@@ -60,13 +60,13 @@ var ErrNotConserved = errors.New("sweep: packets not conserved")
 
 // Options configure a sweep.
 type Options struct {
-	Model      string        // modem model the mock impersonates (default telit-fn990)
-	Format     mhinet.Format // framing; the modem aggregates in the matching format
-	Mode       Mode          // Generator (default) or Loopback
-	Sizes      []int         // IP packet sizes in bytes
-	MRUs       []int         // receive buffer sizes
-	Packets    int           // packets per point and iteration
-	Iterations int           // iterations per point
+	Model      string         // modem model the mock impersonates (default telit-fn990)
+	Format     framing.Format // framing, the host's and the modem's
+	Mode       Mode           // Generator (default) or Loopback
+	Sizes      []int          // IP packet sizes in bytes
+	MRUs       []int          // receive buffer sizes
+	Packets    int            // packets per point and iteration
+	Iterations int            // iterations per point
 	// MaxDatagrams and MaxAggregate are the modem's aggregation limits
 	// (default 32 packets, 32768 bytes).
 	MaxDatagrams, MaxAggregate int
@@ -209,7 +209,7 @@ func (o *Options) defaults() error {
 	if o.Mode != Generator && o.Mode != Loopback {
 		return fmt.Errorf("sweep: mode %q, want generator or loopback", o.Mode)
 	}
-	if o.Format > mhinet.FormatQMAP {
+	if !o.Format.Valid() {
 		return fmt.Errorf("sweep: unknown format %d", o.Format)
 	}
 	if len(o.Sizes) == 0 {
@@ -246,12 +246,12 @@ func (o *Options) defaults() error {
 		// Every packet must fit one of the modem's aggregates.
 		need := s
 		switch o.Format {
-		case mhinet.FormatMBIM:
-			need, _ = ntb.Size(ntb.Config{}, []int{s})
-		case mhinet.FormatQMAP:
+		case framing.NTB16, framing.NTB32:
+			need, _ = ntb.Size(ntb.Config{NTB32: o.Format == framing.NTB32}, []int{s})
+		case framing.QMAP:
 			need, _ = qmap.Size(qmap.Config{}, []int{s})
 		}
-		if o.Format != mhinet.FormatRawIP && need > aggregate {
+		if o.Format != framing.RawIP && need > aggregate {
 			return fmt.Errorf("sweep: a %d-byte packet needs a %d-byte %s aggregate, more than the modem's %d (MaxAggregate)", s, need, o.Format, aggregate)
 		}
 	}
@@ -332,7 +332,7 @@ func runWallclock(ctx context.Context, o *Options, rep *Report) error {
 	if t == nil {
 		m, err := mock.Open(mock.Options{
 			Model: o.Model, Logger: o.Logger,
-			IPData: ep.IPDataConfig{Format: mockformat.For(o.Format), MaxDatagrams: o.MaxDatagrams, MaxAggregate: o.MaxAggregate},
+			IPData: &ep.IPDataConfig{Format: o.Format, MaxDatagrams: o.MaxDatagrams, MaxAggregate: o.MaxAggregate},
 		})
 		if err != nil {
 			return err
@@ -352,7 +352,7 @@ func runWallclock(ctx context.Context, o *Options, rep *Report) error {
 	// 4096 bytes and 16 packets) do not become the bottleneck.
 	dev, err := mhinet.New(t.Controller, mhinet.Config{
 		Pair: t.Pair, Format: o.Format, MRU: o.MRUs[0], MTU: max(maxSize, mhinet.DefaultMTU),
-		TXAggregate: o.Mode == Loopback && o.Format != mhinet.FormatRawIP, Logger: o.Logger,
+		TXAggregate: o.Mode == Loopback && o.Format != framing.RawIP, Logger: o.Logger,
 		TXAggMaxBytes: loopbackTXAggregate, TXAggMaxPackets: 256, TXAggTimeout: -1,
 	}, rx)
 	if err != nil {

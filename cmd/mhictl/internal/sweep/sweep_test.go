@@ -4,12 +4,12 @@ import (
 	"context"
 	"testing"
 
-	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 )
 
 func TestSweepSmallGrid(t *testing.T) {
 	for _, mode := range []Mode{Generator, Loopback} {
-		for _, f := range []mhinet.Format{mhinet.FormatMBIM, mhinet.FormatQMAP, mhinet.FormatRawIP} {
+		for _, f := range []framing.Format{framing.NTB16, framing.QMAP, framing.RawIP} {
 			t.Run(string(mode)+"-"+f.String(), func(t *testing.T) {
 				rep, err := Run(context.Background(), Options{
 					Mode: mode, Format: f, Sizes: []int{64, 1500}, MRUs: []int{1024, 32768},

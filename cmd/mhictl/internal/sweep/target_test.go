@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi/ep"
-	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
@@ -15,7 +15,7 @@ import (
 // modem is out of reach (IPData nil), as a modem in another process is.
 func openTarget(t *testing.T, ipd ep.IPDataConfig) *Target {
 	t.Helper()
-	m, err := mock.Open(mock.Options{Model: "telit-fn990", IPData: ipd})
+	m, err := mock.Open(mock.Options{Model: "telit-fn990", IPData: &ipd})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,9 +30,9 @@ func openTarget(t *testing.T, ipd ep.IPDataConfig) *Target {
 // mode only, and conserves every packet.
 func TestRunTarget(t *testing.T) {
 	o := Options{
-		Model: "telit-fn990", Mode: Loopback, Format: mhinet.FormatMBIM,
+		Model: "telit-fn990", Mode: Loopback, Format: framing.NTB16,
 		Sizes: []int{64, 1500}, MRUs: []int{3500, 32768}, Packets: 2000, Iterations: 2,
-		Target: openTarget(t, ep.IPDataConfig{Format: ep.FormatNTB16}),
+		Target: openTarget(t, ep.IPDataConfig{Format: framing.NTB16}),
 	}
 	rep, err := Run(context.Background(), o)
 	if err != nil {
@@ -59,12 +59,12 @@ func TestRunTargetMismatch(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		modem  ep.IPDataConfig
-		format mhinet.Format
+		format framing.Format
 		want   string
 	}{
-		{"responder", ep.IPDataConfig{Format: ep.FormatNTB16, Responder: true}, mhinet.FormatMBIM, "responder"},
-		{"qmap-into-mbim", ep.IPDataConfig{Format: ep.FormatNTB16}, mhinet.FormatQMAP, "nothing came back"},
-		{"raw-into-qmap", ep.IPDataConfig{Format: ep.FormatQMAP}, mhinet.FormatRawIP, "nothing came back"},
+		{"responder", ep.IPDataConfig{Format: framing.NTB16, Responder: true}, framing.NTB16, "responder"},
+		{"qmap-into-mbim", ep.IPDataConfig{Format: framing.NTB16}, framing.QMAP, "nothing came back"},
+		{"raw-into-qmap", ep.IPDataConfig{Format: framing.QMAP}, framing.RawIP, "nothing came back"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Run(context.Background(), Options{

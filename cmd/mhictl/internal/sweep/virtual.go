@@ -16,7 +16,6 @@ import (
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
-	"github.com/gomhi/gomhi/pcigeneric/mock/mockformat"
 )
 
 // In timing mode (Options.Timing) every point runs on a system of its own —
@@ -286,8 +285,8 @@ func openSimSystem(ctx context.Context, o *Options, m *model, mru, ipSize int) (
 func simMockOptions(o *Options, m *model, clk *simclock.Scheduler, h *simHost) mock.Options {
 	return mock.Options{
 		Model: o.Model, Logger: o.Logger,
-		IPData: ep.IPDataConfig{
-			Format: mockformat.For(o.Format), MaxDatagrams: o.MaxDatagrams, MaxAggregate: o.MaxAggregate,
+		IPData: &ep.IPDataConfig{
+			Format: o.Format, MaxDatagrams: o.MaxDatagrams, MaxAggregate: o.MaxAggregate,
 			NTBDatagramAlign: virtualNTBAlign, FlushTimer: virtualFlushTimer,
 		},
 		Device: func(c *ep.Config) {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 )
 
 // BenchmarkVirtualSweep simulates the default sweep's grid in virtual time
@@ -21,7 +21,7 @@ func BenchmarkVirtualSweep(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		rep, err := Run(context.Background(), Options{
-			Format: mhinet.FormatMBIM, Sizes: sizes, MRUs: mrus,
+			Format: framing.NTB16, Sizes: sizes, MRUs: mrus,
 			Packets: packets, Iterations: 1, Timing: prof, Parallel: 1,
 		})
 		if err != nil {

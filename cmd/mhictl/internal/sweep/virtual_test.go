@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 )
 
 // shipped loads a shipped profile.
@@ -25,7 +25,7 @@ func shipped(t *testing.T, name string) *Profile {
 func virtualRun(t *testing.T, prof *Profile, sizes, mrus []int, packets, iterations, parallel int) *Report {
 	t.Helper()
 	rep, err := Run(context.Background(), Options{
-		Format: mhinet.FormatMBIM, Sizes: sizes, MRUs: mrus,
+		Format: framing.NTB16, Sizes: sizes, MRUs: mrus,
 		Packets: packets, Iterations: iterations, Timing: prof, Parallel: parallel,
 	})
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"unsafe"
+
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 )
 
 // Packet returns an n-byte pseudo-random packet whose first nibble is 4
@@ -66,16 +68,12 @@ func OffsetIn(b, d []byte) (int, bool) {
 }
 
 // Writer is the aggregate writer of a framing codec (*ntb.Writer,
-// *qmap.Writer), configured by a C (its Config).
+// *qmap.Writer): a framing.Writer opened by a Reset that takes a C (its
+// Config).
 type Writer[C any] interface {
+	framing.Writer
 	// Reset opens an empty aggregate in buf.
 	Reset(buf []byte, cfg C) error
-	// Add appends one packet to the open aggregate.
-	Add(pkt []byte) error
-	// Finish closes the aggregate and returns its length.
-	Finish() int
-	// Count returns the number of packets in the open aggregate.
-	Count() int
 }
 
 // Build writes pkts with w into a fresh aggregate in a buffer of bufLen

@@ -3,6 +3,8 @@ package prototest
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/gomhi/gomhi/mhi/proto/framing"
 )
 
 // RoundTrip is the round-trip fuzz check of a codec's Writer: it writes
@@ -17,22 +19,20 @@ type RoundTrip[C any] struct {
 	// Size and Fit are the codec's functions of those names.
 	Size func(cfg C, lens []int) (int, error)
 	Fit  func(cfg C, bufLen int, lens []int) (n, size int, err error)
-	// ErrEmpty, ErrFull, ErrLimit and ErrTooLarge are the codec's writer
-	// errors of those names.
-	ErrEmpty, ErrFull, ErrLimit, ErrTooLarge error
 	// Check parses a finished aggregate and compares what it delivers with
 	// the packets written into it.
 	Check func(agg []byte, pkts [][]byte)
-	// TooLarge checks an ErrTooLarge from adding a packet of n bytes to an
+	// TooLarge checks a framing.ErrTooLarge from adding a packet of n bytes to an
 	// aggregate that holds held packets.
 	TooLarge func(n, held int)
 }
 
 // Run writes a packet of each of lens (made by Packet from r, every third
 // one IPv6) into aggregates in a buffer of bufLen bytes. A zero length
-// must fail with ErrEmpty; ErrFull or ErrLimit must come only on a
-// non-empty aggregate, which is then finished and the packet added to the
-// next; any other error than ErrTooLarge fails the test. Every finished
+// must fail with framing.ErrEmpty; framing.ErrFull or framing.ErrLimit
+// must come only on a non-empty aggregate, which is then finished and the
+// packet added to the next; any other error than framing.ErrTooLarge fails
+// the test. Every finished
 // aggregate must fit the buffer and agree with Size and Fit; the last one
 // is finished after the last packet. Nothing may be written past the
 // buffer. Run returns the error of the first Reset, when it fails, without
@@ -69,11 +69,11 @@ func (rt *RoundTrip[C]) Run(t *testing.T, r *rand.Rand, bufLen int, lens []int) 
 		err := w.Add(pk)
 		switch {
 		case n == 0:
-			if err != rt.ErrEmpty {
+			if err != framing.ErrEmpty {
 				t.Fatalf("Add of empty = %v", err)
 			}
 			continue
-		case err == rt.ErrFull || err == rt.ErrLimit:
+		case err == framing.ErrFull || err == framing.ErrLimit:
 			if len(pkts) == 0 {
 				t.Fatalf("%v on an empty aggregate", err)
 			}
@@ -84,7 +84,7 @@ func (rt *RoundTrip[C]) Run(t *testing.T, r *rand.Rand, bufLen int, lens []int) 
 		case nil:
 			pkts = append(pkts, pk)
 			plens = append(plens, n)
-		case rt.ErrTooLarge:
+		case framing.ErrTooLarge:
 			rt.TooLarge(n, len(pkts))
 		default:
 			t.Fatalf("Add %d bytes to a fresh aggregate: %v", n, err)
