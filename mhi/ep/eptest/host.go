@@ -28,6 +28,7 @@ type Mem struct {
 	base uint64
 	buf  []byte
 
+	// lockorder: Mem.mu
 	mu   sync.Mutex
 	next uint64 // bump allocator
 }
@@ -106,6 +107,11 @@ type IRQRecord struct {
 
 // IRQ records the vectors the device raises.
 type IRQ struct {
+	// The device raises interrupts holding its locks.
+	//
+	// lockorder: ep.Device.ctrlMu → IRQ.mu
+	// lockorder: ep.eventRing.mu → IRQ.mu
+	// lockorder: ep.channel.work → IRQ.mu
 	mu      sync.Mutex
 	records []IRQRecord
 }
