@@ -39,7 +39,7 @@ type Options struct {
 	// the mock's IP data on a connected session, as a real modem does:
 	// until a session is connected over a control channel (MBIM CONNECT),
 	// and after it is disconnected, every IP packet is dropped and counted
-	// (IPDataStats.DroppedGated).
+	// (ipdata.Stats.DroppedGated).
 	Modem modem.Config
 	// Device, if set, adjusts the mock modem's configuration before it starts.
 	Device func(*ep.Config)
