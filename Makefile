@@ -27,7 +27,7 @@ FUZZ_TARGETS += ./pcigeneric/vfiouser:FuzzServe:10000 ./pcigeneric/vfiouser/clie
 # The host's session clients on what the modem sends (MBIM, QMI, WDS settings).
 FUZZ_TARGETS += ./mhi/ctrlport:FuzzSessionReceive:50000
 # The mock modem's uplink checksum offload on what a host's QMAP header asks.
-FUZZ_TARGETS += ./mhi/ep:FuzzComputeTransportChecksum:100000
+FUZZ_TARGETS += ./mhi/ep/ipdata:FuzzComputeTransportChecksum:100000
 
 # `make fuzz-long` runs every target of FUZZ_TARGETS for FUZZTIME each, one
 # after the other, and appends one line per target (duration, execs,

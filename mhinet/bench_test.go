@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
@@ -32,7 +32,7 @@ func benchDevice(b *testing.B, mru int, txAgg bool) (*mock.Mock, *mhinet.Device,
 // benchDeviceCfg is benchDevice with a configuration (pair and format set
 // here).
 func benchDeviceCfg(b *testing.B, cfg mhinet.Config) (*mock.Mock, *mhinet.Device, *countingRx) {
-	m, err := mock.Open(mock.Options{Model: "telit-fn990", IPData: &ep.IPDataConfig{Format: framing.NTB16}})
+	m, err := mock.Open(mock.Options{Model: "telit-fn990", IPData: &ipdata.Config{Format: framing.NTB16}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func BenchmarkReceivePathRxCopy(b *testing.B) {
 func benchReceive(b *testing.B, cfg mhinet.Config, size int) {
 	m, _, rx := benchDeviceCfg(b, cfg)
 	gen := func(n int) {
-		if err := m.IPData.StartGenerator(ep.GeneratorConfig{Count: n, Sizes: []int{size}}); err != nil {
+		if err := m.IPData.StartGenerator(ipdata.GeneratorConfig{Count: n, Sizes: []int{size}}); err != nil {
 			b.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 )
@@ -20,7 +20,7 @@ func TestBurstModeNoStall(t *testing.T) {
 		runs = 20
 	}
 	for it := 0; it < runs; it++ {
-		r := newIPRig(t, "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, MRU: 3500, TXAggregate: true})
+		r := newIPRig(t, "telit-fn990", ipdata.Config{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, MRU: 3500, TXAggregate: true})
 		pkts := make([][]byte, 64)
 		for i := range pkts {
 			pkts[i] = ipv4(64, uint32(i))

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
@@ -95,7 +95,7 @@ type rig struct {
 
 func newRig(t *testing.T, cfg mhinet.Config) *rig {
 	t.Helper()
-	return newIPRig(t, mock.DefaultModel, ep.IPDataConfig{}, cfg)
+	return newIPRig(t, mock.DefaultModel, ipdata.Config{}, cfg)
 }
 
 // pushDL makes the modem send one downlink transfer.

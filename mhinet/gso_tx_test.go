@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/gso"
@@ -372,7 +372,7 @@ func BenchmarkTransmitGSO(b *testing.B) {
 // still down; the modem is closed when tb ends.
 func rawLoopbackDevice(tb testing.TB, rx mhinet.Receiver) *mhinet.Device {
 	tb.Helper()
-	m, err := mock.Open(mock.Options{Model: mock.DefaultModel, IPData: &ep.IPDataConfig{Format: framing.RawIP}})
+	m, err := mock.Open(mock.Options{Model: mock.DefaultModel, IPData: &ipdata.Config{Format: framing.RawIP}})
 	if err != nil {
 		tb.Fatal(err)
 	}

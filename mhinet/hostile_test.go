@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
@@ -67,7 +67,7 @@ type stormCase struct {
 // checks the chain is dropped, counted, its buffers back, and traffic on.
 func runStorm(t *testing.T, tc stormCase) {
 	tc.cfg.MRU = tc.mru
-	r := newHostileRig(t, shortTransferModel, ep.IPDataConfig{}, tc.cfg)
+	r := newHostileRig(t, shortTransferModel, ipdata.Config{}, tc.cfg)
 	if tc.tiny {
 		r.onDL(tinyOverflows)
 	}
@@ -152,7 +152,7 @@ func TestHostileReceive(t *testing.T) {
 // testStormBurst: three storms back to back are three drops and one
 // warning (rate-limited), and the traffic after them arrives.
 func testStormBurst(t *testing.T) {
-	r := newHostileRig(t, shortTransferModel, ep.IPDataConfig{}, mhinet.Config{MRU: 1024})
+	r := newHostileRig(t, shortTransferModel, ipdata.Config{}, mhinet.Config{MRU: 1024})
 	r.onDL(tinyOverflows)
 	storm := make([]byte, 200*1024)
 	var sent [][]byte
@@ -182,7 +182,7 @@ func testStormBurst(t *testing.T) {
 // still release the chain (it used to stay pinned, and leak into the first
 // transfer after the next Up).
 func testChainNeverEnds(t *testing.T) {
-	r := newHostileRig(t, shortTransferModel, ep.IPDataConfig{}, mhinet.Config{MRU: 1024, PoolBuffers: 8})
+	r := newHostileRig(t, shortTransferModel, ipdata.Config{}, mhinet.Config{MRU: 1024, PoolBuffers: 8})
 	r.rx.mu.Lock()
 	r.rx.keep = true
 	r.rx.mu.Unlock()
@@ -246,7 +246,7 @@ func testEmptyTransfers(t *testing.T) {
 		{"mbim", "telit-fn990", framing.NTB16, func(s mhinet.Stats) uint64 { return s.NTB.Short }},
 	} {
 		t.Run(f.name, func(t *testing.T) {
-			r := newHostileRig(t, f.model, ep.IPDataConfig{Format: f.format}, mhinet.Config{Format: f.format, MRU: 4096})
+			r := newHostileRig(t, f.model, ipdata.Config{Format: f.format}, mhinet.Config{Format: f.format, MRU: 4096})
 			var n atomic.Int32
 			r.onDL(func(ev *wire.Element, _ wire.Element) {
 				if ev.Code() == wire.CCEOT && n.Add(1)%4 == 0 {
@@ -295,7 +295,7 @@ func testEmptyTransfers(t *testing.T) {
 // holds is clamped by the core (LengthClamped); the NTB's own block length
 // then bounds the parse, and every packet arrives intact.
 func testLengthPastBuffer(t *testing.T) {
-	r := newHostileRig(t, "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, MRU: 4096})
+	r := newHostileRig(t, "telit-fn990", ipdata.Config{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, MRU: 4096})
 	r.onDL(func(ev *wire.Element, _ wire.Element) { setLen(ev, 0xFFFF) })
 	pkts := rawPackets(60, 300, 0)
 	aggs := aggregate(t, framing.NTB16, 4000, pkts)
@@ -376,7 +376,7 @@ func testLyingNTB(t *testing.T, ntb32 bool) {
 	}
 	for _, lc := range lies {
 		t.Run(lc.name, func(t *testing.T) {
-			r := newHostileRig(t, "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, MRU: 8192})
+			r := newHostileRig(t, "telit-fn990", ipdata.Config{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, MRU: 8192})
 			build := func(seq uint32) []byte {
 				buf := make([]byte, 8192)
 				var w ntb.Writer
@@ -435,7 +435,7 @@ func testLyingQMAP(t *testing.T) {
 	}
 	for _, lc := range lies {
 		t.Run(lc.name, func(t *testing.T) {
-			r := newHostileRig(t, shortTransferModel, ep.IPDataConfig{}, mhinet.Config{Format: framing.QMAP, MRU: 8192})
+			r := newHostileRig(t, shortTransferModel, ipdata.Config{}, mhinet.Config{Format: framing.QMAP, MRU: 8192})
 			build := func(seq uint32) ([]byte, int) {
 				buf := make([]byte, 8192)
 				var w qmap.Writer
@@ -481,7 +481,7 @@ func testLyingQMAP(t *testing.T) {
 // it without an event of its own, so its length is unknown: the host drops
 // it (RxUnreported) rather than chain it to the next transfer.
 func testBadPointer(t *testing.T, replay bool) {
-	r := newHostileRig(t, shortTransferModel, ep.IPDataConfig{}, mhinet.Config{MRU: 4096})
+	r := newHostileRig(t, shortTransferModel, ipdata.Config{}, mhinet.Config{MRU: 4096})
 	var other uint64
 	for _, ch := range r.ctrl.Status().Channels {
 		if ch.Num == r.ulNum {
@@ -527,7 +527,7 @@ func testBadPointer(t *testing.T, replay bool) {
 // completion completes the element, so every packet transmitted is
 // accounted for and the loopback brings each one back.
 func testTXBadPointer(t *testing.T, replay bool) {
-	r := newHostileRig(t, shortTransferModel, ep.IPDataConfig{}, mhinet.Config{MRU: 4096})
+	r := newHostileRig(t, shortTransferModel, ipdata.Config{}, mhinet.Config{MRU: 4096})
 	var dlRing uint64
 	for _, ch := range r.ctrl.Status().Channels {
 		if ch.Num == r.dlNum {

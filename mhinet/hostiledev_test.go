@@ -13,6 +13,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/mhi/msi"
 	"github.com/gomhi/gomhi/mhi/slab"
@@ -153,7 +154,7 @@ func (r hostileRaiser) Raise(v int) {
 type hostileRig struct {
 	tr     *hostileTransport
 	ctrl   *mhi.Controller
-	ipd    *ep.IPData
+	ipd    *ipdata.Function
 	dev    *mhinet.Device
 	rx     *collector
 	dlNum  uint8
@@ -186,14 +187,14 @@ func (w *warnCounter) count(msg string) int {
 
 // newHostileRig starts a hostile modem impersonating model with ipd on its
 // data pair, powers the controller up and brings a device with cfg up.
-func newHostileRig(t testing.TB, model string, ipd ep.IPDataConfig, cfg mhinet.Config) *hostileRig {
+func newHostileRig(t testing.TB, model string, ipd ipdata.Config, cfg mhinet.Config) *hostileRig {
 	t.Helper()
 	return newHostileRigRx(t, model, ipd, cfg, nil)
 }
 
 // newHostileRigRx is newHostileRig with rx as the device's receiver (nil:
 // the rig's collector).
-func newHostileRigRx(t testing.TB, model string, ipd ep.IPDataConfig, cfg mhinet.Config, rx mhinet.Receiver) *hostileRig {
+func newHostileRigRx(t testing.TB, model string, ipd ipdata.Config, cfg mhinet.Config, rx mhinet.Receiver) *hostileRig {
 	t.Helper()
 	info, ok := pcigeneric.Model(model)
 	if !ok {
@@ -201,7 +202,7 @@ func newHostileRigRx(t testing.TB, model string, ipd ep.IPDataConfig, cfg mhinet
 	}
 	mcfg := info.Config.WithLoopback()
 	pair := pcigeneric.DataPair(mcfg)
-	f, err := ep.NewIPData(ipd)
+	f, err := ipdata.New(ipd)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -17,7 +17,7 @@ import (
 // a minute here, so any such wait would show) — and transmitting after the
 // link went down fails instead of blocking.
 func TestDownAfterLinkDown(t *testing.T) {
-	m, err := mock.Open(mock.Options{IPData: &ep.IPDataConfig{},
+	m, err := mock.Open(mock.Options{IPData: &ipdata.Config{},
 		Host: func(o *mhi.Options) { o.HealthInterval = 10 * time.Millisecond }})
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
@@ -24,7 +24,7 @@ var formats = []struct {
 	{"qmap", framing.QMAP},
 }
 
-func newIPRig(t *testing.T, model string, dev ep.IPDataConfig, cfg mhinet.Config) *rig {
+func newIPRig(t *testing.T, model string, dev ipdata.Config, cfg mhinet.Config) *rig {
 	t.Helper()
 	m, err := mock.Open(mock.Options{Model: model, IPData: &dev})
 	if err != nil {
@@ -80,7 +80,7 @@ func TestInternalLoopbackAllFormats(t *testing.T) {
 					name += "-txagg"
 				}
 				t.Run(name+"-"+itoa(mru), func(t *testing.T) {
-					r := newIPRig(t, "telit-fn990", ep.IPDataConfig{Format: f.f},
+					r := newIPRig(t, "telit-fn990", ipdata.Config{Format: f.f},
 						mhinet.Config{Format: f.f, MRU: mru, TXAggregate: agg})
 					const n = 3000
 					var pkts [][]byte
@@ -113,9 +113,9 @@ func TestInternalLoopbackAllFormats(t *testing.T) {
 func TestGenerator(t *testing.T) {
 	for _, f := range formats {
 		t.Run(f.name, func(t *testing.T) {
-			r := newIPRig(t, "telit-fn990", ep.IPDataConfig{Format: f.f}, mhinet.Config{Format: f.f, MRU: 3500})
+			r := newIPRig(t, "telit-fn990", ipdata.Config{Format: f.f}, mhinet.Config{Format: f.f, MRU: 3500})
 			const n = 20000
-			if err := r.mock.IPData.StartGenerator(ep.GeneratorConfig{Count: n, Sizes: []int{64, 1263, 1500}}); err != nil {
+			if err := r.mock.IPData.StartGenerator(ipdata.GeneratorConfig{Count: n, Sizes: []int{64, 1263, 1500}}); err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -148,7 +148,7 @@ func itoa(n int) string {
 // After SYS_ERR the device refills its ring once the controller recovered,
 // and traffic flows again; what was in flight is counted, not lost silently.
 func TestRecoversFromSysErr(t *testing.T) {
-	r := newIPRig(t, "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, MRU: 3500})
+	r := newIPRig(t, "telit-fn990", ipdata.Config{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, MRU: 3500})
 	recovered := make(chan struct{}, 1)
 	r.mock.Controller.OnStatus(func(ev mhi.StatusEvent) {
 		if ev.Kind == mhi.StatusRecovered {
@@ -158,7 +158,7 @@ func TestRecoversFromSysErr(t *testing.T) {
 	run := func(n int) {
 		t.Helper()
 		base := r.rx.count()
-		if err := r.mock.IPData.StartGenerator(ep.GeneratorConfig{Count: n, Sizes: []int{700}}); err != nil {
+		if err := r.mock.IPData.StartGenerator(ipdata.GeneratorConfig{Count: n, Sizes: []int{700}}); err != nil {
 			t.Fatal(err)
 		}
 		if !r.rx.waitFor(t, base+n) {

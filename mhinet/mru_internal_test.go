@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -29,7 +29,7 @@ func (c *counter) Receive(pkts []Packet) {
 // must not stay dead: the next recovery, or the next MRU change, starts it
 // and refills its ring, and traffic flows.
 func TestMRUChangeStartFails(t *testing.T) {
-	m, err := mock.Open(mock.Options{Model: "telit-fn990", IPData: &ep.IPDataConfig{Format: framing.NTB16}})
+	m, err := mock.Open(mock.Options{Model: "telit-fn990", IPData: &ipdata.Config{Format: framing.NTB16}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestMRUChangeStartFails(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		base := rx.n.Load()
-		if err := m.IPData.StartGenerator(ep.GeneratorConfig{Count: 200, Sizes: []int{700}}); err != nil {
+		if err := m.IPData.StartGenerator(ipdata.GeneratorConfig{Count: 200, Sizes: []int{700}}); err != nil {
 			t.Fatal(err)
 		}
 		for rx.n.Load() < base+200 {

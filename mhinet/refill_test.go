@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -17,7 +17,7 @@ import (
 // wake the refill again under its own lock: the recovery deadlocked and the
 // device never received again.
 func TestSysErrWithStarvedPoolRecovers(t *testing.T) {
-	r := newIPRig(t, mock.DefaultModel, ep.IPDataConfig{}, mhinet.Config{MRU: 2048, PoolBuffers: 4})
+	r := newIPRig(t, mock.DefaultModel, ipdata.Config{}, mhinet.Config{MRU: 2048, PoolBuffers: 4})
 	pushRaw(t, r, 10, 0)
 	r.rx.waitFor(t, 10)
 	if s := r.dev.Stats(); s.RefillStarved == 0 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/simclock"
@@ -55,7 +56,7 @@ func (h *replayHost) service() {
 // prebuiltNTB returns one NTB16 of as many size-byte IPv4 datagrams as fit
 // 32 KiB (at most 32), as the modem aggregates them, and its datagram count.
 func prebuiltNTB(b testing.TB, size int) ([]byte, int) {
-	buf := make([]byte, ep.DefaultMaxAggregate)
+	buf := make([]byte, ipdata.DefaultMaxAggregate)
 	var w ntb.Writer
 	if err := w.Reset(buf, ntb.Config{}); err != nil {
 		b.Fatal(err)

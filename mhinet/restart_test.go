@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 )
@@ -20,16 +20,16 @@ func TestDownUpUnderTrafficConservesPackets(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		model string
-		ipd   ep.IPDataConfig
+		ipd   ipdata.Config
 		cfg   mhinet.Config
 	}{
-		{"raw", "qcom-sdx55m", ep.IPDataConfig{}, mhinet.Config{MRU: 2048}},
-		{"mbim", "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, MRU: 3500}},
+		{"raw", "qcom-sdx55m", ipdata.Config{}, mhinet.Config{MRU: 2048}},
+		{"mbim", "telit-fn990", ipdata.Config{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, MRU: 3500}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newIPRig(t, tc.model, tc.ipd, tc.cfg)
 			const n = 60000
-			if err := r.mock.IPData.StartGenerator(ep.GeneratorConfig{Count: n, Sizes: []int{100, 1400, 600}}); err != nil {
+			if err := r.mock.IPData.StartGenerator(ipdata.GeneratorConfig{Count: n, Sizes: []int{100, 1400, 600}}); err != nil {
 				t.Fatal(err)
 			}
 			done := r.mock.IPData.GeneratorDone()
@@ -50,7 +50,7 @@ func TestDownUpUnderTrafficConservesPackets(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			var m ep.IPDataStats
+			var m ipdata.Stats
 			var h mhinet.Stats
 			for {
 				m, h = r.mock.IPData.Stats(), r.dev.Stats()

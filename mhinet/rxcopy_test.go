@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
@@ -74,12 +74,12 @@ func TestRxCopyDeviceRewritesDeliveredBuffer(t *testing.T) {
 	formats := []struct {
 		name   string
 		model  string
-		ipd    ep.IPDataConfig
+		ipd    ipdata.Config
 		format framing.Format
 	}{
-		{"raw", shortTransferModel, ep.IPDataConfig{}, framing.RawIP},
-		{"mbim", "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, framing.NTB16},
-		{"qmap", shortTransferModel, ep.IPDataConfig{}, framing.QMAP},
+		{"raw", shortTransferModel, ipdata.Config{}, framing.RawIP},
+		{"mbim", "telit-fn990", ipdata.Config{Format: framing.NTB16}, framing.NTB16},
+		{"qmap", shortTransferModel, ipdata.Config{}, framing.QMAP},
 	}
 	modes := []struct {
 		mode        mhinet.RxCopyMode
@@ -163,7 +163,7 @@ func TestRxCopyAutoFollowsTransport(t *testing.T) {
 			t.Errorf("in-process mock, %s: copy %v, want %v", tc.mode, d.RxCopy(), tc.want)
 		}
 	}
-	r := newHostileRig(t, shortTransferModel, ep.IPDataConfig{}, mhinet.Config{})
+	r := newHostileRig(t, shortTransferModel, ipdata.Config{}, mhinet.Config{})
 	if !r.dev.RxCopy() || r.dev.Config().RxCopy != mhinet.RxCopyOn {
 		t.Errorf("untrusted transport, auto: copy %v (config %s), want on", r.dev.RxCopy(), r.dev.Config().RxCopy)
 	}

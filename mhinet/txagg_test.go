@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
@@ -68,12 +69,12 @@ func (r *ulRecorder) snapshot() []ulXfer {
 }
 
 // newRecRig is newIPRig with a recorder in front of the modem's function.
-func newRecRig(t *testing.T, model string, dev ep.IPDataConfig, cfg mhinet.Config) (*rig, *ulRecorder) {
+func newRecRig(t *testing.T, model string, dev ipdata.Config, cfg mhinet.Config) (*rig, *ulRecorder) {
 	t.Helper()
 	rec := &ulRecorder{qmap: dev.Format == framing.QMAP}
 	m, err := mock.Open(mock.Options{Model: model, IPData: &dev, Device: func(c *ep.Config) {
 		name := pcigeneric.DataPair(c.MHI) // not IP_SW0, which the mock also serves
-		if fn, ok := c.Functions[name].(*ep.IPData); ok {
+		if fn, ok := c.Functions[name].(*ipdata.Function); ok {
 			rec.inner = fn
 			c.Functions[name] = rec
 		}
@@ -164,7 +165,7 @@ func TestTXAggregationLimitsExact(t *testing.T) {
 	for _, f := range aggFormats {
 		for _, lim := range []struct{ bytes, pkts int }{{4096, 16}, {2000, 5}, {16384, 64}} {
 			t.Run(f.name+"-"+itoa(lim.bytes)+"-"+itoa(lim.pkts), func(t *testing.T) {
-				r, rec := newRecRig(t, f.model, ep.IPDataConfig{Format: f.f},
+				r, rec := newRecRig(t, f.model, ipdata.Config{Format: f.f},
 					mhinet.Config{Format: f.f, TXAggregate: true, TXAggMaxBytes: lim.bytes,
 						TXAggMaxPackets: lim.pkts, TXAggTimeout: time.Hour})
 				rng := rand.New(rand.NewPCG(1, uint64(lim.bytes)))
@@ -272,7 +273,7 @@ func TestTXAggregationTimer(t *testing.T) {
 // false, having checked nothing, when the second call came too late.
 func checkTXAggregationTimer(t *testing.T, f aggFormat, wait time.Duration) bool {
 	t.Helper()
-	r, rec := newRecRig(t, f.model, ep.IPDataConfig{Format: f.f},
+	r, rec := newRecRig(t, f.model, ipdata.Config{Format: f.f},
 		mhinet.Config{Format: f.f, TXAggregate: true, TXAggTimeout: wait})
 	start := time.Now()
 	if n, err := r.dev.Transmit([][]byte{ipv4(100, 1), ipv4(100, 2)}); n != 2 || err != nil {
@@ -313,7 +314,7 @@ func checkTXAggregationTimer(t *testing.T, f aggFormat, wait time.Duration) bool
 func TestTXAggregationPacketsAndFlush(t *testing.T) {
 	for _, f := range aggFormats {
 		t.Run(f.name, func(t *testing.T) {
-			r, rec := newRecRig(t, f.model, ep.IPDataConfig{Format: f.f},
+			r, rec := newRecRig(t, f.model, ipdata.Config{Format: f.f},
 				mhinet.Config{Format: f.f, TXAggregate: true, TXAggMaxPackets: 5, TXAggTimeout: time.Hour})
 			var pkts [][]byte
 			for i := range 23 {
@@ -338,7 +339,7 @@ func TestTXAggregationPacketsAndFlush(t *testing.T) {
 		})
 	}
 	t.Run("no-wait", func(t *testing.T) {
-		r, rec := newRecRig(t, "telit-fn990", ep.IPDataConfig{Format: framing.NTB16},
+		r, rec := newRecRig(t, "telit-fn990", ipdata.Config{Format: framing.NTB16},
 			mhinet.Config{Format: framing.NTB16, TXAggregate: true, TXAggTimeout: -1})
 		for i := range 3 {
 			transmitAll(t, r.dev, [][]byte{ipv4(100, uint32(2*i)), ipv4(100, uint32(2*i+1))})
@@ -359,7 +360,7 @@ func TestTXQMAPChecksumFramingLoopback(t *testing.T) {
 		for _, path := range []string{"copy", "aggregated", "zero-copy"} {
 			cfg := mhinet.Config{Format: framing.QMAP, QMAPCsum: mode, TXAggTimeout: -1,
 				TXAggregate: path == "aggregated", TXZeroCopy: path == "zero-copy"}
-			r := newIPRig(t, mock.DefaultModel, ep.IPDataConfig{Format: framing.QMAP, QMAPCsum: mode}, cfg)
+			r := newIPRig(t, mock.DefaultModel, ipdata.Config{Format: framing.QMAP, QMAPCsum: mode}, cfg)
 			var pkts [][]byte
 			for i := range 50 {
 				pkts = append(pkts, ipv4(40+i*13, uint32(i)))

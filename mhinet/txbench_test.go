@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
@@ -15,7 +15,7 @@ import (
 // sinkRig opens a mock modem whose IP data function answers only echo
 // requests and UDP to port 7, so the UDP packets of these benchmarks are
 // consumed and counted (DroppedNotAnswered): the uplink alone is measured.
-func sinkRig(b *testing.B, model string, dev ep.IPDataConfig, cfg mhinet.Config) (*mock.Mock, *mhinet.Device) {
+func sinkRig(b *testing.B, model string, dev ipdata.Config, cfg mhinet.Config) (*mock.Mock, *mhinet.Device) {
 	b.Helper()
 	dev.Responder = true
 	m, err := mock.Open(mock.Options{Model: model, IPData: &dev})
@@ -74,7 +74,7 @@ func BenchmarkUplink(b *testing.B) {
 					mode = "agg"
 				}
 				b.Run(fmt.Sprintf("%s/%s/%dB", f.name, mode, size), func(b *testing.B) {
-					m, d := sinkRig(b, f.model, ep.IPDataConfig{Format: f.f},
+					m, d := sinkRig(b, f.model, ipdata.Config{Format: f.f},
 						mhinet.Config{Format: f.f, TXAggregate: agg})
 					pkts := make([][]byte, 64)
 					for i := range pkts {
@@ -143,11 +143,11 @@ const (
 func BenchmarkHeadOfLine(b *testing.B) {
 	for _, mode := range []string{"zerocopy-only", "copy-only", "fallback", "unshaped"} {
 		b.Run(mode, func(b *testing.B) {
-			shape := ep.ShapeConfig{UDPPort: shapedPort, Rate: hlRate, Queue: hlQueue}
+			shape := ipdata.ShapeConfig{UDPPort: shapedPort, Rate: hlRate, Queue: hlQueue}
 			if mode == "unshaped" {
-				shape = ep.ShapeConfig{}
+				shape = ipdata.ShapeConfig{}
 			}
-			m, err := mock.Open(mock.Options{IPData: &ep.IPDataConfig{Format: framing.RawIP,
+			m, err := mock.Open(mock.Options{IPData: &ipdata.Config{Format: framing.RawIP,
 				Responder: true, Shape: shape}})
 			if err != nil {
 				b.Fatal(err)

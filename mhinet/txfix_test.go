@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
@@ -20,7 +20,7 @@ import (
 // Transmit.
 func TestZCFallbackAggregateLeavesWithNegativeTimeout(t *testing.T) {
 	m, err := mock.Open(mock.Options{Model: mock.DefaultModel,
-		IPData: &ep.IPDataConfig{Format: framing.QMAP, Shape: ep.ShapeConfig{UDPPort: shapedPort, Rate: 0.001}}})
+		IPData: &ipdata.Config{Format: framing.QMAP, Shape: ipdata.ShapeConfig{UDPPort: shapedPort, Rate: 0.001}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestZCFallbackAggregateLeavesWithNegativeTimeout(t *testing.T) {
 // is truncated into a smaller buffer, and an up device never answers
 // ErrDown (ErrBusy while the buffers are rebuilt).
 func TestSetMTUUnderLoadNeverTruncates(t *testing.T) {
-	r := newZCRig(t, ep.ShapeConfig{}, mhinet.Config{})
+	r := newZCRig(t, ipdata.ShapeConfig{}, mhinet.Config{})
 	var stop atomic.Bool
 	var downs, sent, attempts atomic.Int64
 	var wg sync.WaitGroup
@@ -134,7 +134,7 @@ func TestSetMTUUnderLoadNeverTruncates(t *testing.T) {
 // SetMTU) do not take the notify channel's room: every later release
 // reaches the caller.
 func TestZCNotifyChannelDrainedOnRealloc(t *testing.T) {
-	r := newZCRig(t, ep.ShapeConfig{}, mhinet.Config{TXZeroCopyNotify: true})
+	r := newZCRig(t, ipdata.ShapeConfig{}, mhinet.Config{TXZeroCopyNotify: true})
 	// takeAll hands every slot over empty: each is released at once,
 	// onto the notify channel, which nobody reads.
 	takeAll := func() int {
@@ -188,7 +188,7 @@ func TestZCNotifyChannelDrainedOnRealloc(t *testing.T) {
 // must not keep the old lend region (and write releases into freed
 // memory). Once the new region is forwarded, zero-copy works again.
 func TestSetMTUModemForgetsLendRegion(t *testing.T) {
-	r := newZCRig(t, ep.ShapeConfig{}, mhinet.Config{})
+	r := newZCRig(t, ipdata.ShapeConfig{}, mhinet.Config{})
 	send := func(n, seq int) {
 		for i := range n {
 			b, err := r.dev.TXBuffer()
@@ -237,7 +237,7 @@ func TestSetMTUModemForgetsLendRegion(t *testing.T) {
 
 // Down forgets every zero-copy slot; TxZCPending says so.
 func TestZCPendingZeroAfterDown(t *testing.T) {
-	r := newZCRig(t, ep.ShapeConfig{UDPPort: shapedPort, Rate: 0.001}, mhinet.Config{})
+	r := newZCRig(t, ipdata.ShapeConfig{UDPPort: shapedPort, Rate: 0.001}, mhinet.Config{})
 	for i := range 4 {
 		b, err := r.dev.TXBuffer()
 		if err != nil {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
@@ -74,9 +74,9 @@ type zcRig struct {
 
 // newZCRig opens a raw-IP mock modem in loopback that shapes shapedPort,
 // a zero-copy device on it, and forwards the lend region to the modem.
-func newZCRig(t testing.TB, shape ep.ShapeConfig, cfg mhinet.Config) *zcRig {
+func newZCRig(t testing.TB, shape ipdata.ShapeConfig, cfg mhinet.Config) *zcRig {
 	t.Helper()
-	m, err := mock.Open(mock.Options{IPData: &ep.IPDataConfig{Format: framing.RawIP, Shape: shape}})
+	m, err := mock.Open(mock.Options{IPData: &ipdata.Config{Format: framing.RawIP, Shape: shape}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func newZCRig(t testing.TB, shape ep.ShapeConfig, cfg mhinet.Config) *zcRig {
 // zero-copy and every later one is copied. Without the fallback the slots
 // run out instead.
 func TestZeroCopyFallbackThreshold(t *testing.T) {
-	never := ep.ShapeConfig{UDPPort: shapedPort, Rate: 0.001}
+	never := ipdata.ShapeConfig{UDPPort: shapedPort, Rate: 0.001}
 	t.Run("fallback", func(t *testing.T) {
 		r := newZCRig(t, never, mhinet.Config{})
 		half := r.elem / 2
@@ -172,7 +172,7 @@ func TestZeroCopyNoReuseBeforeRelease(t *testing.T) {
 			name = "zerocopy-only"
 		}
 		t.Run(name, func(t *testing.T) {
-			r := newZCRig(t, ep.ShapeConfig{UDPPort: shapedPort, Rate: 4000},
+			r := newZCRig(t, ipdata.ShapeConfig{UDPPort: shapedPort, Rate: 4000},
 				mhinet.Config{TXZeroCopyNotify: true, TXZeroCopyNoFallback: nofb})
 			const total = 1200
 			released := r.dev.TXReleased()
@@ -246,7 +246,7 @@ func TestZeroCopyNoReuseBeforeRelease(t *testing.T) {
 // or counted in a named error or drop counter on the host, and the modem
 // accounts for every one it received; the looped ones all arrive.
 func TestZeroCopyConservation(t *testing.T) {
-	r := newZCRig(t, ep.ShapeConfig{UDPPort: shapedPort, Rate: 2000, Queue: 8}, mhinet.Config{})
+	r := newZCRig(t, ipdata.ShapeConfig{UDPPort: shapedPort, Rate: 2000, Queue: 8}, mhinet.Config{})
 	const total = 900
 	var offered, rejected uint64
 	copyBuf := make([]byte, 2000)
@@ -333,7 +333,7 @@ func TestZeroCopyConservation(t *testing.T) {
 // unknown slots, slots the modem does not hold, stale tags and an index
 // that runs past the ring are counted and ignored.
 func TestZeroCopyBogusReleases(t *testing.T) {
-	r := newZCRig(t, ep.ShapeConfig{UDPPort: shapedPort, Rate: 0.001}, mhinet.Config{})
+	r := newZCRig(t, ipdata.ShapeConfig{UDPPort: shapedPort, Rate: 0.001}, mhinet.Config{})
 	reg, _ := r.dev.ZeroCopyRegion()
 	// Three slots of the shaped flow, which the modem holds.
 	var held []*mhinet.ZCBuffer
@@ -420,7 +420,7 @@ func transmitZC(t testing.TB, d *mhinet.Device, b *mhinet.ZCBuffer) {
 // first leaves one interval after the shaper starts); the free packets
 // sent after them arrive long before.
 func TestShapedFlowRate(t *testing.T) {
-	r := newZCRig(t, ep.ShapeConfig{UDPPort: shapedPort, Rate: 200}, mhinet.Config{})
+	r := newZCRig(t, ipdata.ShapeConfig{UDPPort: shapedPort, Rate: 200}, mhinet.Config{})
 	buf := make([]byte, 200)
 	start := time.Now()
 	for i := range 40 {

@@ -10,8 +10,8 @@ import (
 // names; this file keeps the host's side free of the mock.
 
 // dataPairNames are the IP data channel pairs, in the order DataPair
-// looks for them: the MBIM-framed pair first (ep.IPDataMBIMName), then
-// the raw or QMAP pair (ep.IPDataName).
+// looks for them: the MBIM-framed pair first (ipdata.MBIMName), then
+// the raw or QMAP pair (ipdata.Name).
 var dataPairNames = []string{"IP_HW0_MBIM", "IP_HW0"}
 
 // DataPair returns the name of a configuration's IP data channel pair:

@@ -21,7 +21,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/gomhi/gomhi/cmd/mhictl/internal/sweep"
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
@@ -121,7 +121,7 @@ func newBenchCmd(g *globalFlags) *cobra.Command {
 // register defines the flags on f.
 func (bf *benchFlags) register(f *pflag.FlagSet) {
 	f.BoolVar(&bf.quick, "quick", false, "small grid: quick sizes, MRUs, packets and iterations unless given explicitly")
-	f.IntSliceVar(&bf.sizes, "sizes", slices.Clone(sweep.DefaultSizes), fmt.Sprintf("packet sizes in bytes: with a timing profile Ethernet frames without FCS (the IP datagram is %d bytes shorter), with --timing wallclock IP packets (%d..%d)", sweep.FrameHeader, ep.GenMinPacket, mhinet.MaxMTU))
+	f.IntSliceVar(&bf.sizes, "sizes", slices.Clone(sweep.DefaultSizes), fmt.Sprintf("packet sizes in bytes: with a timing profile Ethernet frames without FCS (the IP datagram is %d bytes shorter), with --timing wallclock IP packets (%d..%d)", sweep.FrameHeader, ipdata.GenMinPacket, mhinet.MaxMTU))
 	f.IntSliceVar(&bf.mrus, "mrus", slices.Clone(sweep.DefaultMRUs), fmt.Sprintf("MRUs (receive buffer sizes) in bytes (%d..%d)", mhinet.MinMRU, mhinet.MaxMRU))
 	f.IntVar(&bf.packets, "packets", sweep.DefaultPackets, "packets per point and iteration")
 	f.IntVar(&bf.iterations, "iterations", sweep.DefaultIterations, "iterations per point")

@@ -19,6 +19,7 @@ import (
 	"github.com/gomhi/gomhi/cmd/mhictl/internal/faultsock"
 	"github.com/gomhi/gomhi/cmd/mhictl/internal/soak"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/loopback"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
@@ -121,7 +122,7 @@ func (sf *modemServeFlags) register(f *pflag.FlagSet) {
 	f.IntVar(&sf.ipd.maxAggregate, "max-aggregate", 0, "aggregation limit in bytes per downlink transfer (0: the modem's default, 32768)")
 	f.IntVar(&sf.ipd.genCount, "gen-count", 0, "generator: packets per session (0: until the client disconnects)")
 	f.Float64Var(&sf.ipd.genRate, "gen-rate", 0, "generator: packets per second (0: as fast as the client takes them)")
-	f.IntSliceVar(&sf.ipd.genSizes, "gen-size", []int{ep.DefaultGenPacket}, "generator: IP packet sizes, used in turn")
+	f.IntSliceVar(&sf.ipd.genSizes, "gen-size", []int{ipdata.DefaultGenPacket}, "generator: IP packet sizes, used in turn")
 	f.BoolVar(&sf.requireConnect, "require-connect", false, "pass no IP data until a session is connected over MBIM (as a real modem); dropped packets are counted")
 }
 
@@ -201,7 +202,7 @@ func (sf *modemServeFlags) run(ctx context.Context, g *globalFlags, out, errOut 
 // newDevice builds the served mock modem impersonating model, with the IP
 // data function, generator and boot ROM the flags ask for; it returns the
 // IP data framing too.
-func (sf *modemServeFlags) newDevice(model string, mlog, events *slog.Logger) (*vfiouser.ServerDevice, framing.Format, *atomic.Pointer[ep.IPData], error) {
+func (sf *modemServeFlags) newDevice(model string, mlog, events *slog.Logger) (*vfiouser.ServerDevice, framing.Format, *atomic.Pointer[ipdata.Function], error) {
 	ipc, format, gen, err := sf.ipd.build(model)
 	if err != nil {
 		return nil, format, nil, err
@@ -216,16 +217,16 @@ func (sf *modemServeFlags) newDevice(model string, mlog, events *slog.Logger) (*
 	}
 	// The IP data function of the main data pair in the current (or
 	// last) session: its counters judge a soak's phases.
-	served := new(atomic.Pointer[ep.IPData])
+	served := new(atomic.Pointer[ipdata.Function])
 	opts.Device = func(ec *ep.Config) {
 		ec.Boot = bc
 		// The generator runs on the main data pair only (IP_SW0, where
 		// the model has it, keeps its responder).
 		name := pcigeneric.DataPair(ec.MHI)
-		if f, ok := ec.Functions[name].(*ep.IPData); ok {
+		if f, ok := ec.Functions[name].(*ipdata.Function); ok {
 			served.Store(f)
 			if gen != nil {
-				ec.Functions[name] = generatorOnAttach{IPData: f, gen: *gen, log: events}
+				ec.Functions[name] = generatorOnAttach{Function: f, gen: *gen, log: events}
 			}
 		}
 	}

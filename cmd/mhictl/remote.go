@@ -10,6 +10,7 @@ import (
 
 	"github.com/gomhi/gomhi/cmd/mhictl/internal/sweep"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhinet"
@@ -101,55 +102,55 @@ type servedIPData struct {
 // build validates the flags for model and returns the function's
 // configuration, the host framing it matches, and, in generator mode, the
 // generator run each session starts (nil otherwise).
-func (s *servedIPData) build(model string) (ep.IPDataConfig, framing.Format, *ep.GeneratorConfig, error) {
+func (s *servedIPData) build(model string) (ipdata.Config, framing.Format, *ipdata.GeneratorConfig, error) {
 	info, ok := pcigeneric.Model(model)
 	if !ok {
-		return ep.IPDataConfig{}, 0, nil, fmt.Errorf("--model %q: %w (see 'mhictl models')", model, pcigeneric.ErrUnknownModel)
+		return ipdata.Config{}, 0, nil, fmt.Errorf("--model %q: %w (see 'mhictl models')", model, pcigeneric.ErrUnknownModel)
 	}
 	pair := pcigeneric.DataPair(info.Config)
 	format := pcigeneric.PairFormat(pair)
 	if s.format != "" {
 		var err error
 		if format, err = framing.Parse(s.format); err != nil {
-			return ep.IPDataConfig{}, 0, nil, fmt.Errorf("--format: %w", err)
+			return ipdata.Config{}, 0, nil, fmt.Errorf("--format: %w", err)
 		}
 	}
 	csum, err := qmapCsumSetting(s.qmapCsum, format)
 	if err != nil {
-		return ep.IPDataConfig{}, 0, nil, err
+		return ipdata.Config{}, 0, nil, err
 	}
 	mode := strings.ToLower(s.mode)
 	switch mode {
 	case "responder", "loopback", "generator":
 	default:
-		return ep.IPDataConfig{}, 0, nil, fmt.Errorf("--ip-mode %q: want %s", s.mode, strings.Join(ipModes, ", "))
+		return ipdata.Config{}, 0, nil, fmt.Errorf("--ip-mode %q: want %s", s.mode, strings.Join(ipModes, ", "))
 	}
 	if s.maxDatagrams < 0 || s.maxAggregate < 0 {
-		return ep.IPDataConfig{}, 0, nil, fmt.Errorf("--max-datagrams %d, --max-aggregate %d: want 0 (the modem's default) or more", s.maxDatagrams, s.maxAggregate)
+		return ipdata.Config{}, 0, nil, fmt.Errorf("--max-datagrams %d, --max-aggregate %d: want 0 (the modem's default) or more", s.maxDatagrams, s.maxAggregate)
 	}
-	cfg := ep.IPDataConfig{
+	cfg := ipdata.Config{
 		// A generator returns to this mode when a --gen-count run ends:
 		// answering, as a modem's network would, rather than looping the
 		// host's own packets back.
 		Format: format, QMAPCsum: csum, Responder: mode == "responder" || mode == "generator",
 		MaxDatagrams: s.maxDatagrams, MaxAggregate: s.maxAggregate,
 	}
-	if _, err := ep.NewIPData(cfg); err != nil {
-		return ep.IPDataConfig{}, 0, nil, err
+	if _, err := ipdata.New(cfg); err != nil {
+		return ipdata.Config{}, 0, nil, err
 	}
 	if mode != "generator" {
 		return cfg, format, nil, nil
 	}
 	if s.genCount < 0 || s.genRate < 0 {
-		return ep.IPDataConfig{}, 0, nil, fmt.Errorf("--gen-count %d, --gen-rate %g: want 0 (unbounded) or more", s.genCount, s.genRate)
+		return ipdata.Config{}, 0, nil, fmt.Errorf("--gen-count %d, --gen-rate %g: want 0 (unbounded) or more", s.genCount, s.genRate)
 	}
 	// Every size must fit one of the modem's aggregates; the sweep's
 	// validation applies the same rule.
 	check := sweep.Options{Model: info.Name, Format: format, Sizes: s.genSizes, MRUs: []int{mhinet.DefaultMRU}, MaxAggregate: s.maxAggregate}
 	if err := check.Validate(); err != nil {
-		return ep.IPDataConfig{}, 0, nil, fmt.Errorf("--gen-size: %w", err)
+		return ipdata.Config{}, 0, nil, fmt.Errorf("--gen-size: %w", err)
 	}
-	return cfg, format, &ep.GeneratorConfig{Count: s.genCount, Rate: s.genRate, Sizes: s.genSizes}, nil
+	return cfg, format, &ipdata.GeneratorConfig{Count: s.genCount, Rate: s.genRate, Sizes: s.genSizes}, nil
 }
 
 // generatorOnAttach is an IP data function that starts its generator as
@@ -157,14 +158,14 @@ func (s *servedIPData) build(model string) (ep.IPDataConfig, framing.Format, *ep
 // downlink packets whenever its client posts buffers, for the whole
 // session.
 type generatorOnAttach struct {
-	*ep.IPData
-	gen ep.GeneratorConfig
+	*ipdata.Function
+	gen ipdata.GeneratorConfig
 	log *slog.Logger
 }
 
 // Attach implements ep.PipeAttacher.
 func (g generatorOnAttach) Attach(p *ep.Pipe) {
-	g.IPData.Attach(p)
+	g.Function.Attach(p)
 	if err := g.StartGenerator(g.gen); err != nil {
 		g.log.Error("error", "err", fmt.Sprintf("starting the generator: %v", err))
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
@@ -386,7 +387,7 @@ func openMock(f *upFlags, s upSettings, info *pcigeneric.ModemInfo, d upData, lo
 	}
 	return mock.Open(mock.Options{
 		Model: info.Name, Name: f.name, Logger: log, Modem: modem.Config{RequireConnect: f.requireConnect},
-		IPData:      &ep.IPDataConfig{Format: d.format, QMAPCsum: d.qmapCsum, Responder: s.responder},
+		IPData:      &ipdata.Config{Format: d.format, QMAPCsum: d.qmapCsum, Responder: s.responder},
 		FirmwareDir: f.firmware, RDDMSize: f.rddmSize, Device: func(c *ep.Config) { c.Boot = bc },
 	})
 }

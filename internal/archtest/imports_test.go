@@ -35,8 +35,9 @@ type rule struct {
 }
 
 // mockSide is the mock modem: the device side, the cellular modem behind
-// it and what joins it to a host in one process.
-var mockSide = []string{"mhi/ep", "mhi/ep/modem", "mhi/inproc", "pcigeneric/mock"}
+// it, its IP data function, the fake host of their tests and what joins
+// it to a host in one process.
+var mockSide = []string{"mhi/ep", "mhi/ep/eptest", "mhi/ep/ipdata", "mhi/ep/modem", "mhi/inproc", "pcigeneric/mock"}
 
 // rules are the import rules of docs/ARCHITECTURE.md ("Imports").
 var rules = []rule{
@@ -51,6 +52,8 @@ var rules = []rule{
 	// should the modem come to need only interfaces of its own.
 	{name: "the endpoint does not link the modem behind it: its functions plug in",
 		pkgs: []string{"mhi/ep"}, forbid: []string{"mhi/ep/modem"}},
+	{name: "the endpoint does not link the IP data function: it plugs in as a Function",
+		pkgs: []string{"mhi/ep"}, forbid: []string{"mhi/ep/ipdata", "mhi/ep/eptest"}},
 	{name: "the codecs are neutral: host and mock both use them, they use nothing of ours but the framing type",
 		pkgs: []string{"mhi/proto/..."}, forbid: []string{"..."}, allow: []string{"mhi/proto/framing"}},
 	{name: "nothing under mhi/ uses the network layer",

@@ -65,7 +65,7 @@ type channel struct {
 	lastBufLen atomic.Uint32
 	// droppedUnits counts the units (packets) of queued downlink
 	// transfers the device dropped (dropQueueLocked, dropPartialLocked),
-	// as their producers declared them at commit (DLBuffer.units).
+	// as their producers declared them at commit (DLBuffer.Units).
 	droppedUnits atomic.Uint64
 
 	// mu guards runCancel and the downlink queue (dlQueue, whose fields

@@ -184,7 +184,7 @@ func (c *channel) commit(b DLBuffer, n int, empty bool) error {
 			c.num, c.cfg.Name, wire.ErrAborted)
 	}
 	c.reserved--
-	c.pushLocked(b.Buf[:n], b.units, b.headerBytes)
+	c.pushLocked(b.Buf[:n], b.Units, b.headerBytes)
 	c.mu.Unlock()
 	c.poke()
 	return nil

@@ -157,7 +157,7 @@ type Device struct {
 	// goMu guards goClosed: goFunc adds to wg only before Close waits.
 	// Nothing is taken while it is held.
 	//
-	// lockorder: shaper.mu → Device.goMu
+	// lockorder: Device.goMu
 	goMu     sync.Mutex
 	goClosed bool
 

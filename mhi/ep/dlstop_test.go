@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
 
@@ -253,46 +252,6 @@ func TestReservationAcrossResets(t *testing.T) {
 	}
 	if err := p.Commit(DLBuffer{}, 0); err == nil {
 		t.Fatal("commit of a zero DLBuffer accepted")
-	}
-}
-
-// The host's MRU change on a running modem: STOP, RESET, START with new
-// buffers, twice, in the middle of loopback traffic. Every packet arrives,
-// in order, and nothing is dropped.
-func TestIPDataDLRestartMidStream(t *testing.T) {
-	r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: framing.NTB16}, mru: 32768, dlBuffers: 6, ulSize: 2048})
-	cfg := r.ipd.Config()
-	pkts := testPackets(600, 1500, 64, 1263, 576)
-	ul := encodeUL(t, cfg, pkts, 1, r.ulSize)
-	for i, x := range ul {
-		switch i {
-		case 200:
-			r.restartDL(3500, 24) // Linux's old default: chains of OVERFLOW pieces
-		case 400:
-			r.restartDL(16384, 8)
-		}
-		r.sendUL(x)
-	}
-	s := r.waitAggregates(uint64(len(pkts)))
-	got, _ := decodeDL(t, cfg, r.transfers)
-	samePackets(t, got, pkts)
-	checkConservation(t, s)
-	d := r.dev.Stats()
-	if s.Dropped() != 0 || d.DLPartialDropped != 0 || d.DLDroppedOnReset != 0 || d.DLTransfers != s.DLAggregates {
-		t.Fatalf("stats %+v, device %+v", s, d)
-	}
-	if r.overflows == 0 {
-		t.Fatal("no OVERFLOW chains with 3500-byte buffers")
-	}
-	var sent, arrived int
-	for _, p := range pkts {
-		sent += len(p)
-	}
-	for _, p := range got {
-		arrived += len(p)
-	}
-	if sent != arrived {
-		t.Fatalf("%d bytes sent, %d arrived", sent, arrived)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/gomhi/gomhi/mhi/simclock"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
 
@@ -106,14 +107,22 @@ type DLBuffer struct {
 	Buf []byte
 	c   *channel
 	gen uint64
-	// units is what the transfer carries in its producer's terms (an
-	// IPData aggregate: its packets), counted if the device drops the
-	// queued transfer (IPDataStats.DLDroppedQueued).
-	units int
+	// Units is what the transfer carries in its producer's terms (an IP
+	// data aggregate: its packets), counted if the device drops the
+	// queued transfer (Pipe.DLDroppedUnits).
+	Units int
 	// headerBytes is what the modem's CPU handles of the transfer's
 	// packets in virtual time: the sum over its packets of their first
-	// Timing.HeaderWindow bytes.
+	// Timing.HeaderWindow bytes (AddPacket).
 	headerBytes int
+}
+
+// AddPacket accounts for a packet of n bytes written into b, for the
+// modem's per-packet header cost in virtual time (Timing.HeaderWindow).
+func (b *DLBuffer) AddPacket(n int) {
+	if w := b.c.d.cfg.Timing.HeaderWindow; w > 0 {
+		b.headerBytes += min(n, w)
+	}
 }
 
 // Reserve takes a slot in the downlink queue and a buffer of size bytes
@@ -169,3 +178,75 @@ func (p *Pipe) SendFunc(ctx context.Context, maxLen int, fill func(buf []byte) i
 // Done returns a channel closed when the device closes, for goroutines a
 // Function runs on its own.
 func (p *Pipe) Done() <-chan struct{} { return p.d.ctx.Done() }
+
+// Context returns the device's context, done when the device closes.
+func (p *Pipe) Context() context.Context { return p.d.ctx }
+
+// Go runs fn on a goroutine of the device's, which Close waits for; fn
+// gets the device's context. It returns false, running nothing, once the
+// device closes.
+func (p *Pipe) Go(fn func(ctx context.Context)) bool { return p.d.goFunc(fn) }
+
+// Clock returns the device's clock (Config.Clock), nil in real time.
+func (p *Pipe) Clock() *simclock.Scheduler { return p.d.cfg.Clock }
+
+// HostMemory returns the host memory the device reads and writes.
+func (p *Pipe) HostMemory() HostMemory { return p.d.mem }
+
+// DLDroppedUnits returns the units (DLBuffer.Units) of queued downlink
+// transfers the device dropped: all of them at an MHI reset, a partly
+// written one at a channel reset.
+func (p *Pipe) DLDroppedUnits() uint64 {
+	if p.dl == nil {
+		return 0
+	}
+	return p.dl.droppedUnits.Load()
+}
+
+// DLQueued returns the number of transfers in the downlink queue.
+func (p *Pipe) DLQueued() int {
+	if p.dl == nil {
+		return 0
+	}
+	p.dl.mu.Lock()
+	defer p.dl.mu.Unlock()
+	return p.dl.qCount
+}
+
+// OnDLSpace sets fn (nil: none) to be called, without the queue's lock,
+// whenever a transfer leaves the downlink queue.
+func (p *Pipe) OnDLSpace(fn func()) {
+	if p.dl == nil {
+		return
+	}
+	p.dl.mu.Lock()
+	p.dl.onSpace = fn
+	p.dl.mu.Unlock()
+}
+
+// ULElement returns, during Receive, the transfer ring element of the
+// uplink transfer being delivered when the transfer is that one element
+// (not a chain). It must be called on the uplink worker (from Receive).
+func (p *Pipe) ULElement() (wire.Element, bool) {
+	if p.ul == nil || len(p.ul.ulTREs) != 1 {
+		return wire.Element{}, false
+	}
+	return p.ul.ulTREs[0].el, true
+}
+
+// RunDLWithoutHost marks the pair's downlink channel running with no host
+// behind it, for benchmarks of a Function alone: the device never writes
+// its transfers; drain drops every queued one as the channel's worker does
+// after writing it, recycling the buffers.
+func (p *Pipe) RunDLWithoutHost() (drain func()) {
+	c := p.dl
+	c.setState(wire.ChannelRunning)
+	return func() {
+		c.mu.Lock()
+		n := c.qCount
+		c.mu.Unlock()
+		for range n {
+			c.popDL()
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/wire"
@@ -24,14 +25,14 @@ import (
 type mockModem struct {
 	dev      *ep.Device
 	ctrl     *mhi.Controller
-	ipd      *ep.IPData
+	ipd      *ipdata.Function
 	dataPair string
 	close    func() // powers down and stops the modem; idempotent
 }
 
 // openMockModem opens the mock modem of model (16 MiB of DMA memory),
 // powered up to M0, closed when the test ends if not before.
-func openMockModem(t *testing.T, model string, ipd ep.IPDataConfig, opts mhi.Options) *mockModem {
+func openMockModem(t *testing.T, model string, ipd ipdata.Config, opts mhi.Options) *mockModem {
 	t.Helper()
 	es := pcigeneric.EntriesFor(model)
 	if len(es) == 0 {
@@ -141,9 +142,9 @@ func TestRecoveryDeliversWhatTheDevicePosted(t *testing.T) {
 // sysErrs SYS_ERRs and returns the packets the modem put whole into host
 // buffers that the host did not deliver.
 func recoveryDeliveryOnce(t *testing.T, sysErrs uint64) (lost, stale int64) {
-	m := openMockModem(t, "qcom-sdx55m", ep.IPDataConfig{Format: framing.RawIP}, mhi.Options{})
+	m := openMockModem(t, "qcom-sdx55m", ipdata.Config{Format: framing.RawIP}, mhi.Options{})
 	dev := upDataDevice(t, m)
-	if err := m.ipd.StartGenerator(ep.GeneratorConfig{Count: 20_000, Sizes: []int{64}}); err != nil {
+	if err := m.ipd.StartGenerator(ipdata.GeneratorConfig{Count: 20_000, Sizes: []int{64}}); err != nil {
 		t.Fatal(err)
 	}
 	for i := uint64(1); i <= sysErrs; i++ {
@@ -158,7 +159,7 @@ func recoveryDeliveryOnce(t *testing.T, sysErrs uint64) (lost, stale int64) {
 	}
 	// Settled when delivery accounts for everything, or when nothing has
 	// arrived for 300 ms with nothing pending in the modem.
-	var s ep.IPDataStats
+	var s ipdata.Stats
 	var h mhinet.Stats
 	last, quiet := uint64(0), time.Now()
 	for ctx.Err() == nil {
@@ -196,9 +197,9 @@ func TestResetDuringSysErrWaitsForTheRecovery(t *testing.T) {
 	// The second of two consecutive SYS_ERRs waits RecoveryBackoff before
 	// its recovery starts: the window in which the Reset must wait.
 	const backoff = time.Second
-	m := openMockModem(t, "qcom-sdx55m", ep.IPDataConfig{Format: framing.RawIP}, mhi.Options{RecoveryBackoff: backoff, RecoveryBackoffMax: backoff})
+	m := openMockModem(t, "qcom-sdx55m", ipdata.Config{Format: framing.RawIP}, mhi.Options{RecoveryBackoff: backoff, RecoveryBackoffMax: backoff})
 	dev := upDataDevice(t, m)
-	if err := m.ipd.StartGenerator(ep.GeneratorConfig{Count: 0, Sizes: []int{64}}); err != nil {
+	if err := m.ipd.StartGenerator(ipdata.GeneratorConfig{Count: 0, Sizes: []int{64}}); err != nil {
 		t.Fatal(err)
 	}
 	defer m.ipd.StopGenerator()
@@ -280,9 +281,9 @@ func TestDownDuringSysErrDeliversWhatTheDevicePosted(t *testing.T) {
 	const rounds = 10
 	var lost, stale int64
 	for range rounds {
-		m := openMockModem(t, "qcom-sdx55m", ep.IPDataConfig{Format: framing.RawIP}, mhi.Options{})
+		m := openMockModem(t, "qcom-sdx55m", ipdata.Config{Format: framing.RawIP}, mhi.Options{})
 		dev := upDataDevice(t, m)
-		if err := m.ipd.StartGenerator(ep.GeneratorConfig{Count: 5000, Sizes: []int{64}}); err != nil {
+		if err := m.ipd.StartGenerator(ipdata.GeneratorConfig{Count: 5000, Sizes: []int{64}}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -299,7 +300,7 @@ func TestDownDuringSysErrDeliversWhatTheDevicePosted(t *testing.T) {
 			cancel()
 			t.Fatal(err)
 		}
-		var s ep.IPDataStats
+		var s ipdata.Stats
 		var h mhinet.Stats
 		for ctx.Err() == nil {
 			s, h = m.ipd.Stats(), dev.Stats()
@@ -333,9 +334,9 @@ func TestDownDuringSysErrDeliversWhatTheDevicePosted(t *testing.T) {
 // the same without the detector, deterministically.
 func TestResetRacingSysErrUnderTraffic(t *testing.T) {
 	for range 10 {
-		m := openMockModem(t, "qcom-sdx55m", ep.IPDataConfig{Format: framing.RawIP}, mhi.Options{})
+		m := openMockModem(t, "qcom-sdx55m", ipdata.Config{Format: framing.RawIP}, mhi.Options{})
 		dev := upDataDevice(t, m)
-		if err := m.ipd.StartGenerator(ep.GeneratorConfig{Count: 0, Sizes: []int{64}}); err != nil {
+		if err := m.ipd.StartGenerator(ipdata.GeneratorConfig{Count: 0, Sizes: []int{64}}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/gso"
@@ -131,21 +131,21 @@ func benchBridges(b *testing.B, open func(testing.TB) *tun.Interface) {
 	for _, c := range []struct {
 		name  string
 		model string
-		ipd   ep.IPDataConfig
+		ipd   ipdata.Config
 		cfg   mhinet.Config
 	}{
-		{"raw", mock.DefaultModel, ep.IPDataConfig{Format: framing.RawIP}, mhinet.Config{Format: framing.RawIP}},
+		{"raw", mock.DefaultModel, ipdata.Config{Format: framing.RawIP}, mhinet.Config{Format: framing.RawIP}},
 		// mhinet's default uplink aggregates (rmnet's 4096 bytes, 16
 		// packets), then aggregates as large as a 16 KiB transmit buffer.
-		{"ntb16", "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, TXAggregate: true}},
-		{"ntb16-16k", "telit-fn990", ep.IPDataConfig{Format: framing.NTB16},
+		{"ntb16", "telit-fn990", ipdata.Config{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, TXAggregate: true}},
+		{"ntb16-16k", "telit-fn990", ipdata.Config{Format: framing.NTB16},
 			mhinet.Config{Format: framing.NTB16, TXAggregate: true, TXAggMaxBytes: 16 << 10, TXAggMaxPackets: 64}},
 	} {
 		b.Run(c.name, func(b *testing.B) { benchBridge(b, open, c.model, c.ipd, c.cfg) })
 	}
 }
 
-func benchBridge(b *testing.B, open func(testing.TB) *tun.Interface, model string, ipd ep.IPDataConfig, cfg mhinet.Config) {
+func benchBridge(b *testing.B, open func(testing.TB) *tun.Interface, model string, ipd ipdata.Config, cfg mhinet.Config) {
 	enterNetns(b)
 	ifc := open(b)
 	r := newRig(b, ifc, model, ipd, cfg, tun.BridgeConfig{}, true)
@@ -235,7 +235,7 @@ func benchTCPLoop(b *testing.B, cfg mhinet.Config, gsoOn, gro bool) {
 		}
 	}
 	loopRouting(b, ifc.Name())
-	r := newRig(b, ifc, "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, cfg, tun.BridgeConfig{NoGRO: !gro}, true)
+	r := newRig(b, ifc, "telit-fn990", ipdata.Config{Format: framing.NTB16}, cfg, tun.BridgeConfig{NoGRO: !gro}, true)
 	l := dialLoop(b)
 	const chunk = 64 << 10
 	total := int64(b.N) * chunk
@@ -313,7 +313,7 @@ func benchUDPDelivery(b *testing.B, gro bool) {
 	ifc := openGSOTUN(b, netip.PrefixFrom(peerAddr, 32))
 	loopRouting(b, ifc.Name())
 	cfg := mhinet.Config{Format: framing.NTB16, TXAggregate: true, TXAggMaxBytes: 16 << 10, TXAggMaxPackets: 64}
-	r := newRig(b, ifc, "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, cfg, tun.BridgeConfig{NoGRO: !gro}, true)
+	r := newRig(b, ifc, "telit-fn990", ipdata.Config{Format: framing.NTB16}, cfg, tun.BridgeConfig{NoGRO: !gro}, true)
 	lc := net.ListenConfig{Control: markControl}
 	rx, err := lc.ListenPacket(context.Background(), "udp4", netip.AddrPortFrom(peerAddr, 0).String())
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/tun"
@@ -37,7 +37,7 @@ type rig struct {
 
 // newRig builds mock modem → device → bridge on td and, with run, starts
 // Run; the cleanups undo it all in reverse order.
-func newRig(t testing.TB, td tun.Device, model string, ipd ep.IPDataConfig, cfg mhinet.Config, bcfg tun.BridgeConfig, run bool) *rig {
+func newRig(t testing.TB, td tun.Device, model string, ipd ipdata.Config, cfg mhinet.Config, bcfg tun.BridgeConfig, run bool) *rig {
 	t.Helper()
 	m, err := mock.Open(mock.Options{Model: model, IPData: &ipd})
 	if err != nil {
@@ -132,7 +132,7 @@ func TestBridgeChannelLoopback(t *testing.T) {
 	for _, f := range formats {
 		t.Run(f.name, func(t *testing.T) {
 			ct := tun.NewChannelTUN()
-			r := newRig(t, ct, f.model, ep.IPDataConfig{Format: f.f}, mhinet.Config{Format: f.f, MRU: 4096}, tun.BridgeConfig{}, true)
+			r := newRig(t, ct, f.model, ipdata.Config{Format: f.f}, mhinet.Config{Format: f.f, MRU: 4096}, tun.BridgeConfig{}, true)
 			const n = 3000
 			sent := make(map[uint32][]byte, n)
 			go func() {
@@ -201,7 +201,7 @@ func TestBridgeBusyRetries(t *testing.T) {
 	for i := range n {
 		ct.FromStack <- ipv4(1000, uint32(i))
 	}
-	r := newRig(t, ct, mock.DefaultModel, ep.IPDataConfig{}, mhinet.Config{}, tun.BridgeConfig{Batch: n, BufSize: 2048}, true)
+	r := newRig(t, ct, mock.DefaultModel, ipdata.Config{}, mhinet.Config{}, tun.BridgeConfig{Batch: n, BufSize: 2048}, true)
 	got := 0
 	timeout := time.After(10 * time.Second)
 	for got < n {
@@ -230,7 +230,7 @@ func TestBridgeBusyRetries(t *testing.T) {
 // the device is down.
 func TestBridgeDrops(t *testing.T) {
 	ct := tun.NewChannelTUN()
-	r := newRig(t, ct, mock.DefaultModel, ep.IPDataConfig{}, mhinet.Config{}, tun.BridgeConfig{IPv4Only: true, BufSize: 1600}, true)
+	r := newRig(t, ct, mock.DefaultModel, ipdata.Config{}, mhinet.Config{}, tun.BridgeConfig{IPv4Only: true, BufSize: 1600}, true)
 	v6 := make([]byte, 48)
 	v6[0] = 0x60
 	ct.FromStack <- []byte{0x00, 1, 2, 3} // not IP
@@ -271,7 +271,7 @@ func TestBridgeDrops(t *testing.T) {
 // silently.
 func TestBridgeWriteErrors(t *testing.T) {
 	ct := tun.NewChannelTUN()
-	r := newRig(t, ct, mock.DefaultModel, ep.IPDataConfig{}, mhinet.Config{}, tun.BridgeConfig{}, false)
+	r := newRig(t, ct, mock.DefaultModel, ipdata.Config{}, mhinet.Config{}, tun.BridgeConfig{}, false)
 	// Transmit directly; the modem loops the packets back to Receive.
 	if _, err := r.dev.Transmit([][]byte{ipv4(200, 1)}); err != nil {
 		t.Fatal(err)
@@ -307,7 +307,7 @@ func TestBridgeRunLifecycle(t *testing.T) {
 	if err := tun.NewBridge(ct, tun.BridgeConfig{}).Run(context.Background()); !errors.Is(err, tun.ErrNotAttached) {
 		t.Fatalf("Run without device: %v", err)
 	}
-	r := newRig(t, ct, mock.DefaultModel, ep.IPDataConfig{}, mhinet.Config{}, tun.BridgeConfig{}, false)
+	r := newRig(t, ct, mock.DefaultModel, ipdata.Config{}, mhinet.Config{}, tun.BridgeConfig{}, false)
 	for round := range 2 { // a second Run after a cancelled one works
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
@@ -349,7 +349,7 @@ func TestBridgeRunLifecycle(t *testing.T) {
 // rejects what the device cannot take, leaving both unchanged.
 func TestBridgeSetMTU(t *testing.T) {
 	ct := tun.NewChannelTUN()
-	r := newRig(t, ct, mock.DefaultModel, ep.IPDataConfig{}, mhinet.Config{}, tun.BridgeConfig{}, false)
+	r := newRig(t, ct, mock.DefaultModel, ipdata.Config{}, mhinet.Config{}, tun.BridgeConfig{}, false)
 	for _, n := range []int{1280, 9000, 1500} {
 		if err := r.bridge.SetMTU(n); err != nil {
 			t.Fatal(err)

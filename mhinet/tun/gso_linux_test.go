@@ -20,7 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/testenv"
 	"github.com/gomhi/gomhi/mhinet"
@@ -67,7 +67,7 @@ func tcpSuperFrame(payload []byte, mss int, seq uint32) []byte {
 func TestBridgeGSOChannel(t *testing.T) {
 	td := tun.NewChannelTUN()
 	td.VnetHdr = true
-	r := newRig(t, td, "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, TXAggregate: true}, tun.BridgeConfig{}, true)
+	r := newRig(t, td, "telit-fn990", ipdata.Config{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, TXAggregate: true}, tun.BridgeConfig{}, true)
 
 	payload := make([]byte, 60000)
 	for i := range payload {
@@ -187,9 +187,9 @@ func TestGSOUDPSegmentThroughResponder(t *testing.T) {
 	ifc := openGSOTUN(t)
 	t.Logf("offloads %v", ifc.Offloads())
 	uso := ifc.Offloads()&tun.OffloadUSO4 != 0
-	r := newRig(t, ifc, mock.DefaultModel, ep.IPDataConfig{Format: framing.RawIP, Responder: true}, mhinet.Config{}, tun.BridgeConfig{}, true)
+	r := newRig(t, ifc, mock.DefaultModel, ipdata.Config{Format: framing.RawIP, Responder: true}, mhinet.Config{}, tun.BridgeConfig{}, true)
 
-	conn, err := net.DialUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(localAddr, 0)), net.UDPAddrFromAddrPort(netip.AddrPortFrom(peerAddr, ep.EchoPort)))
+	conn, err := net.DialUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(localAddr, 0)), net.UDPAddrFromAddrPort(netip.AddrPortFrom(peerAddr, ipdata.EchoPort)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +374,7 @@ func TestGSOTCPThroughLoopback(t *testing.T) {
 			enterNetns(t)
 			ifc := openGSOTUN(t, netip.PrefixFrom(peerAddr, 32))
 			loopRouting(t, ifc.Name())
-			r := newRig(t, ifc, "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, TXAggregate: true}, tun.BridgeConfig{NoGRO: !gro}, true)
+			r := newRig(t, ifc, "telit-fn990", ipdata.Config{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, TXAggregate: true}, tun.BridgeConfig{NoGRO: !gro}, true)
 			checkTCPLoop(t, r, dialLoop(t), gro, "Tcp")
 		})
 	}
@@ -394,7 +394,7 @@ func TestGSOTCP6ThroughLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	loopRoutingFor(t, ifc.Name(), "-6", "2001:db8::/64")
-	r := newRig(t, ifc, "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, TXAggregate: true}, tun.BridgeConfig{}, true)
+	r := newRig(t, ifc, "telit-fn990", ipdata.Config{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, TXAggregate: true}, tun.BridgeConfig{}, true)
 	checkTCPLoop(t, r, dialLoopBetween(t, local, peer), true, "Tcp")
 }
 
@@ -464,7 +464,7 @@ func TestGROUDPThroughLoopback(t *testing.T) {
 			ifc := openGSOTUN(t, netip.PrefixFrom(peerAddr, 32))
 			loopRouting(t, ifc.Name())
 			uso := ifc.Offloads()&tun.OffloadUSO4 != 0
-			r := newRig(t, ifc, "telit-fn990", ep.IPDataConfig{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, TXAggregate: true}, tun.BridgeConfig{NoGRO: !gro}, true)
+			r := newRig(t, ifc, "telit-fn990", ipdata.Config{Format: framing.NTB16}, mhinet.Config{Format: framing.NTB16, TXAggregate: true}, tun.BridgeConfig{NoGRO: !gro}, true)
 
 			lc := net.ListenConfig{Control: markControl}
 			rx, err := lc.ListenPacket(context.Background(), "udp4", netip.AddrPortFrom(peerAddr, 0).String())

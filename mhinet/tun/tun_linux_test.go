@@ -15,7 +15,7 @@ import (
 	"github.com/jsimonetti/rtnetlink/v2"
 	"golang.org/x/sys/unix"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/testenv"
 	"github.com/gomhi/gomhi/mhinet"
@@ -301,7 +301,7 @@ func TestBridgeUDPThroughMock(t *testing.T) {
 	enterNetns(t)
 	ifc := openTUN(t)
 	capture := packetSocket(t, ifc.Index())
-	r := newRig(t, ifc, mock.DefaultModel, ep.IPDataConfig{}, mhinet.Config{}, tun.BridgeConfig{}, true)
+	r := newRig(t, ifc, mock.DefaultModel, ipdata.Config{}, mhinet.Config{}, tun.BridgeConfig{}, true)
 
 	conn, err := net.DialUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(localAddr, 0)), net.UDPAddrFromAddrPort(netip.AddrPortFrom(peerAddr, 9)))
 	if err != nil {
@@ -380,19 +380,19 @@ func readIncoming(t testing.TB, fd int) []byte {
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
-// A real round trip: with the modem's IP responder (ep.ModeResponder) a
+// A real round trip: with the modem's IP responder (ipdata.ModeResponder) a
 // UDP datagram to the echo port and an ICMP echo request sent from the
 // host stack come back through the bridge as answers the stack accepts.
 func TestPingThroughResponder(t *testing.T) {
 	enterNetns(t)
 	ifc := openTUN(t)
-	r := newRig(t, ifc, mock.DefaultModel, ep.IPDataConfig{Format: framing.RawIP, Responder: true}, mhinet.Config{}, tun.BridgeConfig{}, true)
-	if m := r.mock.IPData.Mode(); m != ep.ModeResponder {
+	r := newRig(t, ifc, mock.DefaultModel, ipdata.Config{Format: framing.RawIP, Responder: true}, mhinet.Config{}, tun.BridgeConfig{}, true)
+	if m := r.mock.IPData.Mode(); m != ipdata.ModeResponder {
 		t.Fatalf("modem mode %v", m)
 	}
 
 	// UDP echo.
-	conn, err := net.DialUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(localAddr, 0)), net.UDPAddrFromAddrPort(netip.AddrPortFrom(peerAddr, ep.EchoPort)))
+	conn, err := net.DialUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(localAddr, 0)), net.UDPAddrFromAddrPort(netip.AddrPortFrom(peerAddr, ipdata.EchoPort)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/pcigeneric"
@@ -29,7 +30,7 @@ type Options struct {
 	// its Format (whose zero value is raw IP). Nil is internal loopback in
 	// the pair's own framing (pcigeneric.PairFormat): NTB16 aggregation on
 	// IP_HW0_MBIM, raw IP on IP_HW0.
-	IPData *ep.IPDataConfig
+	IPData *ipdata.Config
 	// Modem overrides the mock modem's cellular configuration: identity
 	// fields set here replace the ones derived from the device-table
 	// entry (Identity); addressing, radio and signal as in
@@ -38,7 +39,7 @@ type Options struct {
 	// the mock's IP data on a connected session, as a real modem does:
 	// until a session is connected over a control channel (MBIM CONNECT),
 	// and after it is disconnected, every IP packet is dropped and counted
-	// (IPDataStats.DroppedGated).
+	// (ipdata.Stats.DroppedGated).
 	Modem modem.Config
 	// Device, if set, adjusts the mock modem's configuration before it starts.
 	Device func(*ep.Config)
@@ -66,7 +67,7 @@ type Mock struct {
 	// DataPair names the model's IP data channel pair ("" if it has none).
 	DataPair string
 	// IPData is the mock modem's function on DataPair (nil if none).
-	IPData *ep.IPData
+	IPData *ipdata.Function
 	// Modem is the mock modem's cellular state: identity, registration,
 	// the data session that gates IP data with Modem.RequireConnect.
 	Modem *modem.Modem

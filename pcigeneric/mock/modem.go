@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
@@ -115,7 +116,7 @@ func LuhnValid(s string) bool {
 type ModemOptions struct {
 	// IPData configures the IP data function (see Options.IPData; nil:
 	// the pair's own framing).
-	IPData *ep.IPDataConfig
+	IPData *ipdata.Config
 	// Modem overrides the modem's configuration: non-empty identity
 	// fields replace the derived ones (Identity); addressing, radio,
 	// signal and the gating of IP data on a session (RequireConnect) as
@@ -137,11 +138,11 @@ type Functions struct {
 	// DataPair names the IP data pair ("" if the model has none); IPData
 	// is its function.
 	DataPair string
-	IPData   *ep.IPData
+	IPData   *ipdata.Function
 	// SWData is the function of the software data pair IP_SW0 (channels
 	// 46/47; Linux 6.12+ gives it an mhi_swip interface), raw IP in the
 	// main pair's mode, gated like it; nil if the model has no IP_SW0.
-	SWData *ep.IPData
+	SWData *ipdata.Function
 	// MBIM answers on the "MBIM" pair (nil if the model has none).
 	MBIM *modem.MBIM
 	// QMI answers on the "QMI" pair (nil if the model has none).
@@ -265,14 +266,14 @@ func NewConfig(e pcigeneric.Entry, opts ModemOptions) (ep.Config, *Functions, er
 // or without it loopback in the pair's own framing) and a raw one on the
 // software data pair if the model has it, both gated by the Modem, into
 // fnByPair.
-func (fns *Functions) addDataFunctions(fnByPair map[string]ep.Function, cfg wire.ControllerConfig, ic *ep.IPDataConfig) error {
+func (fns *Functions) addDataFunctions(fnByPair map[string]ep.Function, cfg wire.ControllerConfig, ic *ipdata.Config) error {
 	if pair := pcigeneric.DataPair(cfg); pair != "" {
-		dc := ep.IPDataConfig{Format: pcigeneric.PairFormat(pair)}
+		dc := ipdata.Config{Format: pcigeneric.PairFormat(pair)}
 		if ic != nil {
 			dc = *ic
 		}
 		dc.Gate = fns.Modem
-		ipd, err := ep.NewIPData(dc)
+		ipd, err := ipdata.New(dc)
 		if err != nil {
 			return err
 		}
@@ -280,7 +281,7 @@ func (fns *Functions) addDataFunctions(fnByPair map[string]ep.Function, cfg wire
 		fns.DataPair, fns.IPData = pair, ipd
 	}
 	if _, ok := cfg.ChannelByName(SWDataPair, wire.Uplink); ok {
-		sw, err := ep.NewIPData(ep.IPDataConfig{Format: framing.RawIP, Responder: ic != nil && ic.Responder, Gate: fns.Modem})
+		sw, err := ipdata.New(ipdata.Config{Format: framing.RawIP, Responder: ic != nil && ic.Responder, Gate: fns.Modem})
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/wire"
@@ -237,7 +238,7 @@ func TestMockSWData(t *testing.T) {
 		if len(es) == 0 {
 			t.Fatalf("no entry for %s", tc.model)
 		}
-		ec, fns, err := NewConfig(es[0], ModemOptions{IPData: &ep.IPDataConfig{Responder: tc.responder}, Modem: modem.Config{RequireConnect: true}})
+		ec, fns, err := NewConfig(es[0], ModemOptions{IPData: &ipdata.Config{Responder: tc.responder}, Modem: modem.Config{RequireConnect: true}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,7 +252,7 @@ func TestMockSWData(t *testing.T) {
 			t.Fatalf("%s: IP_SW0 not given SWData", tc.model)
 		}
 		c := fns.SWData.Config()
-		if c.Format != framing.RawIP || c.Gate != ep.DataGate(fns.Modem) || (fns.SWData.Mode() == ep.ModeResponder) != tc.responder {
+		if c.Format != framing.RawIP || c.Gate != ipdata.Gate(fns.Modem) || (fns.SWData.Mode() == ipdata.ModeResponder) != tc.responder {
 			t.Fatalf("%s: IP_SW0 function %+v mode %v", tc.model, c, fns.SWData.Mode())
 		}
 	}
@@ -259,12 +260,12 @@ func TestMockSWData(t *testing.T) {
 
 // TestDataPairMatchesEp: pcigeneric.DataPair, which names the data pair
 // without importing the mock, finds the pair the mock modem serves IP data
-// on (ep.IPDataMBIMName before ep.IPDataName) for every model.
+// on (ipdata.MBIMName before ipdata.Name) for every model.
 func TestDataPairMatchesEp(t *testing.T) {
 	for _, name := range pcigeneric.Models() {
 		info, _ := pcigeneric.Model(name)
 		want := ""
-		for _, pair := range []string{ep.IPDataMBIMName, ep.IPDataName} {
+		for _, pair := range []string{ipdata.MBIMName, ipdata.Name} {
 			if _, ok := info.Config.ChannelByName(pair, wire.Uplink); ok {
 				want = pair
 				break
@@ -283,14 +284,14 @@ func TestDataPairMatchesEp(t *testing.T) {
 func TestIPDataFraming(t *testing.T) {
 	for _, tc := range []struct {
 		model string
-		ipd   *ep.IPDataConfig
+		ipd   *ipdata.Config
 		want  framing.Format
 	}{
 		{"telit-fn990", nil, framing.NTB16},
 		{"qcom-sdx55m", nil, framing.RawIP},
-		{"telit-fn990", &ep.IPDataConfig{}, framing.RawIP},
-		{"telit-fn990", &ep.IPDataConfig{Format: framing.NTB32}, framing.NTB32},
-		{"qcom-sdx55m", &ep.IPDataConfig{Format: framing.QMAP}, framing.QMAP},
+		{"telit-fn990", &ipdata.Config{}, framing.RawIP},
+		{"telit-fn990", &ipdata.Config{Format: framing.NTB32}, framing.NTB32},
+		{"qcom-sdx55m", &ipdata.Config{Format: framing.QMAP}, framing.QMAP},
 	} {
 		_, fns, err := NewConfig(pcigeneric.EntriesFor(tc.model)[0], ModemOptions{IPData: tc.ipd})
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gomhi/gomhi/internal/labvm"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/testenv/logbuf"
 	"github.com/gomhi/gomhi/mhi/wire"
@@ -177,7 +178,7 @@ func TestLinuxDriverBootsFromPBL(t *testing.T) {
 	lk := bootEnv(t, img)
 	var events logbuf.Buffer
 	r := &guestRun{model: "qcom-sdx55m", profile: "boot",
-		ipdata: ep.IPDataConfig{Format: framing.RawIP, Responder: true},
+		ipdata: ipdata.Config{Format: framing.RawIP, Responder: true},
 		device: func(c *ep.Config) {
 			c.Boot = ep.BootConfig{Start: ep.BootPBL, SBL: ep.ImageCheck{SHA256: sum[:]},
 				OnImage: vfiouser.BootImageLogger(slog.New(slog.NewJSONHandler(&events, nil)))}
@@ -245,7 +246,7 @@ func TestLinuxDriverRefusedImage(t *testing.T) {
 	var events logbuf.Buffer
 	var boot ep.BootStatus
 	r := &guestRun{model: "qcom-sdx55m", profile: "badimage",
-		ipdata: ep.IPDataConfig{Format: framing.RawIP, Responder: true},
+		ipdata: ipdata.Config{Format: framing.RawIP, Responder: true},
 		onMark: func(r *guestRun, step string) {
 			if m := r.dev.Modem(); m != nil && step == "refused" {
 				boot = m.BootStatus()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gomhi/gomhi/internal/labvm"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/wire"
@@ -317,7 +318,7 @@ func linuxKernelEnv(t *testing.T, k labvm.Kernel) *linuxKernel {
 type guestRun struct {
 	model   string
 	profile string
-	ipdata  ep.IPDataConfig
+	ipdata  ipdata.Config
 	// onMark reacts to a "MARK <step>" line of the guest.
 	onMark func(r *guestRun, step string)
 	// modem setup for each session (faults)
@@ -329,11 +330,11 @@ type guestRun struct {
 
 	// swip, if set, answers on IP_SW0 (a second responder) when the
 	// model has that pair.
-	swip *ep.IPData
+	swip *ipdata.Function
 
 	kernel *linuxKernel
 	dev    *vfiouser.ServerDevice
-	ipd    atomic.Pointer[ep.IPData]
+	ipd    atomic.Pointer[ipdata.Function]
 	ctl    atomic.Pointer[ctlSetup]
 	events *eventLog
 
@@ -348,8 +349,8 @@ type guestRun struct {
 
 // markSnap is the modem's view at a guest's MARK line.
 type markSnap struct {
-	ip     ep.IPDataStats
-	swip   ep.IPDataStats // the IP_SW0 responder's, if any
+	ip     ipdata.Stats
+	swip   ipdata.Stats // the IP_SW0 responder's, if any
 	irq    vfiouser.IRQStats
 	modem  ep.Stats
 	status ep.Status
@@ -378,7 +379,7 @@ func (l *eventLog) String() string {
 }
 
 // ipData returns the session's IP data function, waiting for the session.
-func (r *guestRun) ipData() *ep.IPData { return r.ipd.Load() }
+func (r *guestRun) ipData() *ipdata.Function { return r.ipd.Load() }
 
 // run serves the modem, boots the guest on kernel k and returns the serial
 // log.
@@ -393,7 +394,7 @@ func (r *guestRun) run(t *testing.T, k *linuxKernel, extraAppend string) {
 		IPData: &r.ipdata,
 		Device: func(c *ep.Config) {
 			// The main data pair's function (the mock also serves IP_SW0).
-			if ipd, ok := c.Functions[pcigeneric.DataPair(c.MHI)].(*ep.IPData); ok {
+			if ipd, ok := c.Functions[pcigeneric.DataPair(c.MHI)].(*ipdata.Function); ok {
 				r.ipd.Store(ipd)
 			}
 			if r.swip != nil && slices.ContainsFunc(c.MHI.Channels, func(ch wire.ChannelConfig) bool { return ch.Name == ipSW0 }) {
@@ -628,12 +629,12 @@ func TestLinuxDriverSDX55(t *testing.T) {
 }
 
 func testLinuxDriverSDX55(t *testing.T, k *linuxKernel) {
-	swip, err := ep.NewIPData(ep.IPDataConfig{Format: framing.RawIP, Responder: true})
+	swip, err := ipdata.New(ipdata.Config{Format: framing.RawIP, Responder: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &guestRun{model: "qcom-sdx55m", profile: "sdx55",
-		ipdata: ep.IPDataConfig{Format: framing.RawIP, Responder: true},
+		ipdata: ipdata.Config{Format: framing.RawIP, Responder: true},
 		ctlID:  &sdx55Identity,
 		swip:   swip,
 		onMark: func(r *guestRun, step string) {
@@ -781,14 +782,14 @@ func TestLinuxDriverFN990(t *testing.T) {
 func testLinuxDriverFN990(t *testing.T, k *linuxKernel) {
 	var genErr atomic.Value
 	r := &guestRun{model: "telit-fn990", profile: "fn990",
-		ipdata: ep.IPDataConfig{Format: framing.NTB16, Responder: true},
+		ipdata: ipdata.Config{Format: framing.NTB16, Responder: true},
 		ctlID:  &fn990Identity,
 		onMark: func(r *guestRun, step string) {
 			if step != "dl" {
 				return
 			}
 			ipd := r.ipData()
-			err := ipd.StartGenerator(ep.GeneratorConfig{Count: dlPackets, Sizes: []int{dlPacketSize},
+			err := ipd.StartGenerator(ipdata.GeneratorConfig{Count: dlPackets, Sizes: []int{dlPacketSize},
 				Src: [4]byte{198, 51, 100, 1}, Dst: [4]byte{192, 0, 2, 1}})
 			if err == nil {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -826,7 +827,7 @@ func testLinuxDriverFN990(t *testing.T, k *linuxKernel) {
 	if g["rx_errors"] != 0 || g["rx_dropped"] != 0 {
 		t.Errorf("guest rx_errors %d, rx_dropped %d; want 0", g["rx_errors"], g["rx_dropped"])
 	}
-	if m.FlushFull == 0 || m.AvgDatagrams() > ep.DefaultMaxDatagrams {
+	if m.FlushFull == 0 || m.AvgDatagrams() > ipdata.DefaultMaxDatagrams {
 		t.Errorf("no full 32-datagram NTB, or more than 32 per NTB (%.1f average)", m.AvgDatagrams())
 	}
 	if m.DeaggErrors() != 0 {
@@ -834,7 +835,7 @@ func testLinuxDriverFN990(t *testing.T, k *linuxKernel) {
 	}
 	// The driver's receive buffers are its MRU: the FN990 entry's 32 KiB.
 	for _, c := range r.mark(t, "stats").status.Channels {
-		if c.Name == ep.IPDataMBIMName && c.Dir == wire.Downlink {
+		if c.Name == ipdata.MBIMName && c.Dir == wire.Downlink {
 			t.Logf("downlink channel %d: host buffers of %d bytes", c.Num, c.HostBufferLen)
 			if c.HostBufferLen != 32768 {
 				t.Errorf("host buffers of %d bytes on channel %d, want 32768 (mhi_pci_generic's mru_default for the FN990)", c.HostBufferLen, c.Num)
@@ -860,7 +861,7 @@ func TestLinuxDriverCatchesBrokenModem(t *testing.T) {
 
 func testLinuxDriverCatchesBrokenModem(t *testing.T, k *linuxKernel) {
 	r := &guestRun{model: "qcom-sdx55m", profile: "sdx55",
-		ipdata: ep.IPDataConfig{Format: framing.RawIP, Responder: true},
+		ipdata: ipdata.Config{Format: framing.RawIP, Responder: true},
 		onMark: func(r *guestRun, step string) {
 			if step != "traffic" {
 				return

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gomhi/gomhi/internal/labvm"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
@@ -331,7 +332,7 @@ type mmSnap struct {
 	device  ep.Stats      // the MHI side (resets, SYS_ERRs)
 	modem   modem.Stats
 	session modem.Session
-	ip      ep.IPDataStats
+	ip      ipdata.Stats
 	mbim    modem.MBIMStats
 	qmi     modem.QMIStats
 	at_     modem.ATStats
@@ -446,7 +447,7 @@ func (r *mmRun) run(t *testing.T) {
 	dev, err := vfiouser.NewServerDevice(vfiouser.DeviceOptions{
 		Model:  r.model.name,
 		Logger: slog.New(slog.NewTextHandler(r.events, nil)),
-		IPData: &ep.IPDataConfig{Format: r.model.format, Responder: true},
+		IPData: &ipdata.Config{Format: r.model.format, Responder: true},
 		Modem:  modem.Config{Identity: r.model.identity, RequireConnect: true},
 	})
 	if err != nil {

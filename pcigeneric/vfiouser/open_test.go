@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
 )
@@ -43,7 +44,7 @@ func TestOpen(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Info.Name != "telit-fn990" || r.DataPair != ep.IPDataMBIMName || r.Path != sock {
+		if r.Info.Name != "telit-fn990" || r.DataPair != ipdata.MBIMName || r.Path != sock {
 			t.Errorf("open %d: model %s, pair %s, path %s", i, r.Info.Name, r.DataPair, r.Path)
 		}
 		if err := r.Controller.PowerUp(); err != nil {

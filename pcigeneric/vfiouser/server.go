@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
@@ -49,7 +50,7 @@ type DeviceOptions struct {
 	ModemLogger *slog.Logger
 	// IPData configures the mock modem's IP data function, as in
 	// mock.Options (nil: the pair's own framing).
-	IPData *ep.IPDataConfig
+	IPData *ipdata.Config
 	// Modem configures each session's mock modem as in mock.Options:
 	// with Modem.RequireConnect IP data is dropped and counted until the
 	// client connects a session over a control channel (MBIM CONNECT).
@@ -481,7 +482,7 @@ func logDisconnect(dev *ServerDevice, modem *ep.Device, ec ep.Config, fns *mock.
 		"interrupts", ms.InterruptsRaised, "interrupts_dropped", ms.InterruptsDropped, "resets", ms.Resets,
 		"m3_entries", ms.M3Entries, "m3_exits", ms.M3Exits)
 	for name, f := range ec.Functions {
-		if ipd, ok := f.(interface{ Stats() ep.IPDataStats }); ok {
+		if ipd, ok := f.(interface{ Stats() ipdata.Stats }); ok {
 			st := ipd.Stats()
 			dev.log.Info("ip_data", "pair", name, "ul_packets", st.ULPackets, "gen_packets", st.GenPackets,
 				"dl_packets", st.DLPackets, "dl_aggregates", st.DLAggregates, "answered", st.Answered,

@@ -8,7 +8,7 @@
 // well, as on a real modem whose control ports all talk to one baseband.
 // The answerers are ep.Functions on the device's control channel pairs:
 // MBIM ("MBIM", channels 12/13), QMI ("QMI", 14/15) and AT ("DUN" and
-// "DUN2"). The Modem is also the ep.DataGate of the device's IP data
+// "DUN2"). The Modem is also the ipdata.Gate of the device's IP data
 // function: with Config.RequireConnect, IP data flows only while a session
 // is connected.
 //

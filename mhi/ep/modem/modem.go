@@ -6,8 +6,6 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
-
-	"github.com/gomhi/gomhi/mhi/ep"
 )
 
 // This file holds the modem's cellular state: what its control functions
@@ -175,7 +173,7 @@ type Stats struct {
 
 // Modem is the cellular state of the mock modem, shared by its control
 // functions and consulted by its IP data function (it implements
-// ep.DataGate). All methods are safe for concurrent use.
+// ipdata.Gate). All methods are safe for concurrent use.
 type Modem struct {
 	cfg Config
 
@@ -539,11 +537,9 @@ func (m *Modem) setSessionType(id uint32, t IPType) (Session, error) {
 	return s, nil
 }
 
-// DataAllowed implements ep.DataGate: IP data flows unless the modem requires
+// DataAllowed implements ipdata.Gate: IP data flows unless the modem requires
 // a connected session and none is.
 func (m *Modem) DataAllowed() bool { return m.dataOpen.Load() }
-
-var _ ep.DataGate = (*Modem)(nil)
 
 func (m *Modem) updateGateLocked() {
 	m.dataOpen.Store(!m.cfg.RequireConnect || m.session.Active)

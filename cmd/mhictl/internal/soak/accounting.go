@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhinet"
 )
 
@@ -78,7 +78,7 @@ type modemDelta struct {
 	deagg                      uint64
 }
 
-func modemBetween(a, b ep.IPDataStats) modemDelta {
+func modemBetween(a, b ipdata.Stats) modemDelta {
 	d := modemDelta{
 		ul: b.ULPackets - a.ULPackets, gen: b.GenPackets - a.GenPackets, dl: b.DLPackets - a.DLPackets,
 		droppedQueued: b.DLDroppedQueued - a.DLDroppedQueued,

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhinet"
 )
 
@@ -124,7 +125,7 @@ func (r *runner) generate(st *phaseState, tag uint16, size uint64, changeMRU fun
 	ipd := s.ipd
 	release()
 	before := ipd.Stats().GenPackets
-	cfg := ep.GeneratorConfig{Count: int(size), Sizes: r.o.Sizes, SrcPort: tag}
+	cfg := ipdata.GeneratorConfig{Count: int(size), Sizes: r.o.Sizes, SrcPort: tag}
 	if err := ipd.StartGenerator(cfg); err != nil {
 		return 0, fmt.Errorf("soak: start the generator: %w", err)
 	}
@@ -228,7 +229,7 @@ func (r *runner) sentBase() uint64 {
 // snapshot is the counters a phase check compares.
 type snapshot struct {
 	host         hostCounts
-	modem        ep.IPDataStats
+	modem        ipdata.Stats
 	modemOK      bool
 	modemSession int // the session whose modem the counters are of
 	recovered    uint64
@@ -363,7 +364,7 @@ func (r *runner) faultBound() uint64 {
 	}
 	ul, dl := s.channels()
 	elems := uint64(ul.Config().Elements + dl.Config().Elements)
-	const perElement = ep.DefaultMaxDatagrams
+	const perElement = ipdata.DefaultMaxDatagrams
 	const modemQueue = ep.DefaultDLQueueDepth + 2 // queue, open aggregate, one being looped
 	b := (elems + modemQueue) * perElement
 	r.bound.Store(b)

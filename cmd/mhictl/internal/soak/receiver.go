@@ -4,12 +4,12 @@ import (
 	"encoding/binary"
 	"sync"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhinet"
 )
 
 // Every data packet is an IPv4/UDP datagram in the mock generator's format
-// (ep.GeneratedSeq checks it: header checksum, lengths, and a payload
+// (ipdata.GeneratedSeq checks it: header checksum, lengths, and a payload
 // pattern derived from the sequence number), so that generated and looped
 // packets are checked alike. The UDP source port carries the phase's tag:
 // a packet of another phase is late, not merely lost.
@@ -43,7 +43,7 @@ func putPacket(b []byte, seq uint64, tag uint16) {
 	be.PutUint16(b[26:], 0)
 	be.PutUint64(b[seqOff:], seq)
 	fill := byte(seq)
-	for i := ep.GenMinPacket; i < n; i++ {
+	for i := ipdata.GenMinPacket; i < n; i++ {
 		b[i] = fill + byte(i)
 	}
 }
@@ -169,7 +169,7 @@ func (r *receiver) Receive(pkts []mhinet.Packet) {
 			}
 		}
 		r.c.Handed++
-		seq, ok := ep.GeneratedSeq(p.Data)
+		seq, ok := ipdata.GeneratedSeq(p.Data)
 		switch {
 		case !ok:
 			r.c.Corrupt++

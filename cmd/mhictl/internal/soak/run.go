@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/sysfs"
 )
 
@@ -202,7 +202,7 @@ func (r *runner) hostTotals() hostCounts {
 // modemStats returns the modem's IP data counters and the session they
 // belong to: the in-process modem's, or (remote) the served modem's,
 // asked for over its side channel (session.remoteStats).
-func (r *runner) modemStats(remote bool) (st ep.IPDataStats, session int, ok bool) {
+func (r *runner) modemStats(remote bool) (st ipdata.Stats, session int, ok bool) {
 	r.sessMu.RLock()
 	s := r.sess
 	if s == nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
@@ -33,16 +34,16 @@ type session struct {
 	pair string
 	dev  *mhinet.Device
 
-	mock *mock.Mock // Inproc
-	ipd  *ep.IPData // Inproc: the modem's IP data function
-	epd  *ep.Device // Inproc: the modem
+	mock *mock.Mock       // Inproc
+	ipd  *ipdata.Function // Inproc: the modem's IP data function
+	epd  *ep.Device       // Inproc: the modem
 
 	remote  *client.Remote // VFIOUser
 	proc    *exec.Cmd
 	out     *tailBuffer // the server's output
 	exited  chan struct{}
-	statsMu sync.Mutex          // one request for the served modem's counters at a time
-	stats   chan ep.IPDataStats // the server's answers (MsgIPDataStats)
+	statsMu sync.Mutex        // one request for the served modem's counters at a time
+	stats   chan ipdata.Stats // the server's answers (MsgIPDataStats)
 }
 
 // Channels returns the data pair's uplink and downlink channels.
@@ -83,7 +84,7 @@ func (r *runner) open(ctx context.Context, n int) (*session, error) {
 func (r *runner) openInproc(s *session) error {
 	m, err := mock.Open(mock.Options{
 		Model: r.o.Model, Name: devName, Logger: r.o.Logger,
-		IPData: &ep.IPDataConfig{Format: r.o.Format},
+		IPData: &ipdata.Config{Format: r.o.Format},
 	})
 	if err != nil {
 		return err
@@ -103,7 +104,7 @@ func (r *runner) openRemote(ctx context.Context, s *session) error {
 	_ = os.Remove(sock)
 	s.proc = r.o.ServeCommand(sock, r.o.Model, r.o.Format)
 	s.out = &tailBuffer{max: 8 << 10}
-	s.stats = make(chan ep.IPDataStats, 1)
+	s.stats = make(chan ipdata.Stats, 1)
 	s.proc.Stdout, s.proc.Stderr = &serverOutput{tail: s.out, stats: s.stats}, s.out
 	if err := s.proc.Start(); err != nil {
 		s.proc = nil
@@ -146,9 +147,9 @@ const statsTimeout = 5 * time.Second
 // it answers with a MsgIPDataStats line on standard output) and waits for
 // them; false if it does not answer (it exited, or the session is not
 // served by a process).
-func (s *session) remoteStats() (ep.IPDataStats, bool) {
+func (s *session) remoteStats() (ipdata.Stats, bool) {
 	if s.proc == nil || s.proc.Process == nil {
-		return ep.IPDataStats{}, false
+		return ipdata.Stats{}, false
 	}
 	s.statsMu.Lock()
 	defer s.statsMu.Unlock()
@@ -157,7 +158,7 @@ func (s *session) remoteStats() (ep.IPDataStats, bool) {
 	default:
 	}
 	if err := s.proc.Process.Signal(syscall.SIGUSR1); err != nil {
-		return ep.IPDataStats{}, false
+		return ipdata.Stats{}, false
 	}
 	t := time.NewTimer(statsTimeout)
 	defer t.Stop()
@@ -167,14 +168,14 @@ func (s *session) remoteStats() (ep.IPDataStats, bool) {
 	case <-s.exited:
 	case <-t.C:
 	}
-	return ep.IPDataStats{}, false
+	return ipdata.Stats{}, false
 }
 
 // serverOutput is the served modem's standard output: kept in the tail
 // buffer, and its MsgIPDataStats lines (JSON) handed to stats.
 type serverOutput struct {
 	tail    *tailBuffer
-	stats   chan<- ep.IPDataStats
+	stats   chan<- ipdata.Stats
 	partial []byte
 }
 
@@ -203,8 +204,8 @@ func (o *serverOutput) line(l []byte) {
 		return
 	}
 	var m struct {
-		Msg   string          `json:"msg"`
-		Stats *ep.IPDataStats `json:"stats"`
+		Msg   string        `json:"msg"`
+		Stats *ipdata.Stats `json:"stats"`
 	}
 	if json.Unmarshal(l, &m) != nil || m.Msg != MsgIPDataStats || m.Stats == nil {
 		return

@@ -18,7 +18,7 @@ import (
 	"os/exec"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
@@ -254,8 +254,8 @@ func (o *Options) trafficDefaults() error {
 		o.Sizes = DefaultSizes
 	}
 	for _, s := range o.Sizes {
-		if s < ep.GenMinPacket || s > mhinet.DefaultMTU {
-			return optionsError("packet size %d, want %d..%d", s, ep.GenMinPacket, mhinet.DefaultMTU)
+		if s < ipdata.GenMinPacket || s > mhinet.DefaultMTU {
+			return optionsError("packet size %d, want %d..%d", s, ipdata.GenMinPacket, mhinet.DefaultMTU)
 		}
 	}
 	return nil
@@ -296,7 +296,7 @@ func (o *Options) timingDefaults() {
 func (o Options) Validate() error { return o.defaults() }
 
 // Messages of a served modem ('mhictl modem serve --json-log') that carry
-// its IP data counters (ep.IPDataStats, as the "stats" attribute of a JSON
+// its IP data counters (ipdata.Stats, as the "stats" attribute of a JSON
 // log line on standard output): on SIGUSR1 those of the current session,
 // and at exit those of the last one, after its modem stopped.
 const (

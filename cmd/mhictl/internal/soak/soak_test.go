@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 )
@@ -41,12 +42,12 @@ func serve(spec string) int {
 	if err != nil {
 		return 2
 	}
-	var served atomic.Pointer[ep.IPData]
+	var served atomic.Pointer[ipdata.Function]
 	dev, err := vfiouser.NewServerDevice(vfiouser.DeviceOptions{
-		Model: parts[1], IPData: &ep.IPDataConfig{Format: f},
+		Model: parts[1], IPData: &ipdata.Config{Format: f},
 		Device: func(ec *ep.Config) {
 			for _, fn := range ec.Functions {
-				if ipd, ok := fn.(*ep.IPData); ok {
+				if ipd, ok := fn.(*ipdata.Function); ok {
 					served.Store(ipd)
 				}
 			}

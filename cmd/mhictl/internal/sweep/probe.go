@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhinet"
 )
 
@@ -36,7 +36,7 @@ func probePacket() []byte {
 	}
 	be.PutUint16(p[10:], ^uint16(sum))
 	be.PutUint16(p[20:], 40000)
-	be.PutUint16(p[22:], ep.EchoPort)
+	be.PutUint16(p[22:], ipdata.EchoPort)
 	be.PutUint16(p[24:], uint16(8+len(payload)))
 	copy(p[28:], payload)
 	return p

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 )
 
 // A timing profile is the set of named parameters of the sweep's timing
@@ -326,17 +327,17 @@ func newModel(p *Profile) (model, error) {
 }
 
 // link returns the generator's link.
-func (m *model) link() *ep.Link {
-	return &ep.Link{BitsPerSecond: m.linkRate, FrameOverhead: ep.EthernetOverhead}
+func (m *model) link() *ipdata.Link {
+	return &ipdata.Link{BitsPerSecond: m.linkRate, FrameOverhead: ipdata.EthernetOverhead}
 }
 
 // ingressQueue returns the modem's receive queue (nil: none, the packets
 // go straight into aggregates as they arrive).
-func (m *model) ingressQueue() *ep.Ingress {
+func (m *model) ingressQueue() *ipdata.Ingress {
 	if m.ingress <= 0 {
 		return nil
 	}
-	return &ep.Ingress{Bytes: m.ingress, Block: IngressBlock, FrameHeader: FrameHeader}
+	return &ipdata.Ingress{Bytes: m.ingress, Block: IngressBlock, FrameHeader: FrameHeader}
 }
 
 // modemTiming returns the mock modem's data-path timing.
@@ -364,5 +365,5 @@ const FrameHeader = 14
 // frames of size bytes (the thread's size: header and IP datagram), with
 // the FCS, preamble and inter-frame gap on the wire.
 func LineRatePPS(linkRate float64, size int) float64 {
-	return linkRate / (8 * float64(size-FrameHeader+ep.EthernetOverhead))
+	return linkRate / (8 * float64(size-FrameHeader+ipdata.EthernetOverhead))
 }

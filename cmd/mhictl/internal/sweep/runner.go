@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhinet"
 )
 
@@ -75,7 +75,7 @@ func (d *delta) fill(p *Point) {
 // snapshot is every counter an iteration looks at.
 type snapshot struct {
 	host    mhinet.Stats
-	modem   ep.IPDataStats
+	modem   ipdata.Stats
 	events  uint64
 	rxPkts  uint64
 	rxBytes uint64
@@ -103,7 +103,7 @@ func (r *runner) iteration(ctx context.Context, size int) (delta, error) {
 	var err error
 	switch r.o.Mode {
 	case Generator:
-		err = r.t.IPData.StartGenerator(ep.GeneratorConfig{Count: r.o.Packets, Sizes: []int{size}})
+		err = r.t.IPData.StartGenerator(ipdata.GeneratorConfig{Count: r.o.Packets, Sizes: []int{size}})
 		sent = n
 	case Loopback:
 		sent, err = r.transmit(ctx, size, before.rxPkts)

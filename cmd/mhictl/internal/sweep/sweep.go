@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
@@ -106,7 +106,7 @@ type Target struct {
 	// Loopback mode runs, a probe packet first checks that the modem loops
 	// packets back in Format (ErrModemMismatch), and a packet the modem
 	// drops counts as lost, its counters being out of reach.
-	IPData *ep.IPData
+	IPData *ipdata.Function
 }
 
 // Errors of a sweep on a Target.
@@ -238,10 +238,10 @@ func (o *Options) defaults() error {
 			return err
 		}
 	}
-	aggregate := cmp.Or(o.MaxAggregate, ep.DefaultMaxAggregate)
+	aggregate := cmp.Or(o.MaxAggregate, ipdata.DefaultMaxAggregate)
 	for _, s := range o.Sizes {
-		if s < ep.GenMinPacket || s > mhinet.MaxMTU {
-			return fmt.Errorf("sweep: packet size %d, want %d..%d", s, ep.GenMinPacket, mhinet.MaxMTU)
+		if s < ipdata.GenMinPacket || s > mhinet.MaxMTU {
+			return fmt.Errorf("sweep: packet size %d, want %d..%d", s, ipdata.GenMinPacket, mhinet.MaxMTU)
 		}
 		// Every packet must fit one of the modem's aggregates.
 		need := s
@@ -266,8 +266,8 @@ func (o *Options) defaults() error {
 			return fmt.Errorf("sweep: timing profile %q: virtual time needs the in-process mock modem, not a target", o.Timing.Name)
 		}
 		for _, s := range o.Sizes {
-			if ip := s - FrameHeader; ip < ep.GenMinPacket {
-				return fmt.Errorf("sweep: packet size %d: in timing mode sizes are frames of %d header bytes and a datagram of at least %d bytes", s, FrameHeader, ep.GenMinPacket)
+			if ip := s - FrameHeader; ip < ipdata.GenMinPacket {
+				return fmt.Errorf("sweep: packet size %d: in timing mode sizes are frames of %d header bytes and a datagram of at least %d bytes", s, FrameHeader, ipdata.GenMinPacket)
 			}
 		}
 	}
@@ -332,7 +332,7 @@ func runWallclock(ctx context.Context, o *Options, rep *Report) error {
 	if t == nil {
 		m, err := mock.Open(mock.Options{
 			Model: o.Model, Logger: o.Logger,
-			IPData: &ep.IPDataConfig{Format: o.Format, MaxDatagrams: o.MaxDatagrams, MaxAggregate: o.MaxAggregate},
+			IPData: &ipdata.Config{Format: o.Format, MaxDatagrams: o.MaxDatagrams, MaxAggregate: o.MaxAggregate},
 		})
 		if err != nil {
 			return err

@@ -6,14 +6,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // openTarget opens a powered-up mock and returns it as a Target whose
 // modem is out of reach (IPData nil), as a modem in another process is.
-func openTarget(t *testing.T, ipd ep.IPDataConfig) *Target {
+func openTarget(t *testing.T, ipd ipdata.Config) *Target {
 	t.Helper()
 	m, err := mock.Open(mock.Options{Model: "telit-fn990", IPData: &ipd})
 	if err != nil {
@@ -32,7 +32,7 @@ func TestRunTarget(t *testing.T) {
 	o := Options{
 		Model: "telit-fn990", Mode: Loopback, Format: framing.NTB16,
 		Sizes: []int{64, 1500}, MRUs: []int{3500, 32768}, Packets: 2000, Iterations: 2,
-		Target: openTarget(t, ep.IPDataConfig{Format: framing.NTB16}),
+		Target: openTarget(t, ipdata.Config{Format: framing.NTB16}),
 	}
 	rep, err := Run(context.Background(), o)
 	if err != nil {
@@ -58,13 +58,13 @@ func TestRunTarget(t *testing.T) {
 func TestRunTargetMismatch(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		modem  ep.IPDataConfig
+		modem  ipdata.Config
 		format framing.Format
 		want   string
 	}{
-		{"responder", ep.IPDataConfig{Format: framing.NTB16, Responder: true}, framing.NTB16, "responder"},
-		{"qmap-into-mbim", ep.IPDataConfig{Format: framing.NTB16}, framing.QMAP, "nothing came back"},
-		{"raw-into-qmap", ep.IPDataConfig{Format: framing.QMAP}, framing.RawIP, "nothing came back"},
+		{"responder", ipdata.Config{Format: framing.NTB16, Responder: true}, framing.NTB16, "responder"},
+		{"qmap-into-mbim", ipdata.Config{Format: framing.NTB16}, framing.QMAP, "nothing came back"},
+		{"raw-into-qmap", ipdata.Config{Format: framing.QMAP}, framing.RawIP, "nothing came back"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Run(context.Background(), Options{

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/simclock"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
@@ -285,7 +286,7 @@ func openSimSystem(ctx context.Context, o *Options, m *model, mru, ipSize int) (
 func simMockOptions(o *Options, m *model, clk *simclock.Scheduler, h *simHost) mock.Options {
 	return mock.Options{
 		Model: o.Model, Logger: o.Logger,
-		IPData: &ep.IPDataConfig{
+		IPData: &ipdata.Config{
 			Format: o.Format, MaxDatagrams: o.MaxDatagrams, MaxAggregate: o.MaxAggregate,
 			NTBDatagramAlign: virtualNTBAlign, FlushTimer: virtualFlushTimer,
 		},
@@ -337,7 +338,7 @@ type iterSnapshot struct {
 
 // snapshot reads the counters of an iteration's snapshot but its start
 // (on the clock's goroutine).
-func (h *simHost) snapshot(ipd *ep.IPData, dev *mhinet.Device) iterSnapshot {
+func (h *simHost) snapshot(ipd *ipdata.Function, dev *mhinet.Device) iterSnapshot {
 	var s iterSnapshot
 	_, _, s.rxPkts, s.rxBytes = h.counters()
 	s.events = h.dl.EventRingEvents()
@@ -350,7 +351,7 @@ func (h *simHost) snapshot(ipd *ep.IPData, dev *mhinet.Device) iterSnapshot {
 // iteration lets the generator put n packets into the modem at the
 // link's line rate and waits, in virtual time, for all of them to be
 // delivered. Packets the modem had no buffer for are dropped and counted.
-func (h *simHost) iteration(ctx context.Context, o *Options, ipd *ep.IPData, dev *mhinet.Device, ipSize int) (delta, error) {
+func (h *simHost) iteration(ctx context.Context, o *Options, ipd *ipdata.Function, dev *mhinet.Device, ipSize int) (delta, error) {
 	// Start from a quiet system: nothing scheduled.
 	if err := h.quiesce(ctx); err != nil {
 		return delta{}, err
@@ -374,7 +375,7 @@ func (h *simHost) iteration(ctx context.Context, o *Options, ipd *ep.IPData, dev
 // startIteration takes the snapshot before an iteration and starts the
 // generator, on the clock's goroutine. If the generator does not start
 // the iteration is over at once, with h.end -1.
-func (h *simHost) startIteration(ctx context.Context, o *Options, ipd *ep.IPData, dev *mhinet.Device, ipSize int) (iterSnapshot, error) {
+func (h *simHost) startIteration(ctx context.Context, o *Options, ipd *ipdata.Function, dev *mhinet.Device, ipSize int) (iterSnapshot, error) {
 	var before iterSnapshot
 	h.done = make(chan struct{})
 	err := h.clk.Call(ctx, func() {
@@ -382,7 +383,7 @@ func (h *simHost) startIteration(ctx context.Context, o *Options, ipd *ep.IPData
 		before.start = h.clk.Now()
 		h.target = before.rxPkts + uint64(o.Packets)
 		h.active = true
-		if err := ipd.StartGenerator(ep.GeneratorConfig{
+		if err := ipd.StartGenerator(ipdata.GeneratorConfig{
 			Count: o.Packets, Sizes: []int{ipSize}, Link: h.m.link(), Ingress: h.m.ingressQueue(),
 		}); err != nil {
 			h.active = false
@@ -397,7 +398,7 @@ func (h *simHost) startIteration(ctx context.Context, o *Options, ipd *ep.IPData
 // simulation that stops moving (a model or code fault: it would otherwise
 // wait forever), then for the generator to end, and stops it if it does
 // not or the simulation stalled.
-func (h *simHost) waitIteration(ctx context.Context, o *Options, ipd *ep.IPData) (stalled bool, err error) {
+func (h *simHost) waitIteration(ctx context.Context, o *Options, ipd *ipdata.Function) (stalled bool, err error) {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	last, lastMove := h.rx.pkts.Load(), time.Now()
@@ -430,7 +431,7 @@ wait:
 // iterationDelta computes an iteration's figures from the snapshots
 // before and after it, and fails it if it stalled with packets neither
 // delivered nor counted as dropped.
-func (h *simHost) iterationDelta(o *Options, ipd *ep.IPData, before, after iterSnapshot, stalled bool) (delta, error) {
+func (h *simHost) iterationDelta(o *Options, ipd *ipdata.Function, before, after iterSnapshot, stalled bool) (delta, error) {
 	d := between(before.snapshot, after.snapshot)
 	d.elapsed = h.end - before.start
 	d.sent = uint64(o.Packets) + after.modem.DroppedOverrun - before.modem.DroppedOverrun

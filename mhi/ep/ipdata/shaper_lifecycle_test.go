@@ -1,9 +1,11 @@
-package ep
+package ipdata
 
 import (
 	"errors"
 	"testing"
 
+	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/eptest"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
@@ -15,17 +17,17 @@ func (s *shaper) isRunning() bool {
 }
 
 // The shaper is one of the device's goroutines: Close stops it and waits
-// for it, and drops what the closed device left queued; the same IPData on
+// for it, and drops what the closed device left queued; the same Function on
 // a later device starts a new shaper that sends again.
 func TestShaperFollowsDeviceLifecycle(t *testing.T) {
-	ipd, err := NewIPData(IPDataConfig{Format: framing.RawIP, Shape: ShapeConfig{UDPPort: 9, Rate: 1000}})
+	ipd, err := New(Config{Format: framing.RawIP, Shape: ShapeConfig{UDPPort: 9, Rate: 1000}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	pkt := udpTo(false, 9, false)
-	open := func() (*testHost, *Pipe) {
-		h := newHost(t, func(c *Config) { c.Functions = map[string]Function{IPDataName: ipd} })
-		p, ok := h.dev.Pipe(IPDataName)
+	open := func() (*eptest.Host, *ep.Pipe) {
+		h := eptest.NewHost(t, func(c *ep.Config) { c.Functions = map[string]ep.Function{Name: ipd} })
+		p, ok := h.Dev.Pipe(Name)
 		if !ok {
 			t.Fatal("no IP data pipe")
 		}
@@ -37,8 +39,8 @@ func TestShaperFollowsDeviceLifecycle(t *testing.T) {
 	for range 2 {
 		ipd.enqueueShaped(p1, pkt, pkt, false, 0, 0, 0, 0)
 	}
-	h1.waitFor("shaper sends", func() bool { return ipd.Stats().ShapedSent == 1 })
-	if err := h1.dev.Close(); err != nil {
+	h1.WaitFor("shaper sends", func() bool { return ipd.Stats().ShapedSent == 1 })
+	if err := h1.Dev.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if ipd.shp.isRunning() {
@@ -54,8 +56,8 @@ func TestShaperFollowsDeviceLifecycle(t *testing.T) {
 
 	h2, p2 := open()
 	ipd.enqueueShaped(p2, pkt, pkt, false, 0, 0, 0, 0)
-	h2.waitFor("a new shaper sends", func() bool { return ipd.Stats().ShapedSent == 2 })
-	_ = h2.dev.Close()
+	h2.WaitFor("a new shaper sends", func() bool { return ipd.Stats().ShapedSent == 2 })
+	_ = h2.Dev.Close()
 	if ipd.shp.isRunning() {
 		t.Fatal("second shaper still running after Close returned")
 	}
@@ -75,7 +77,7 @@ func TestShapeBounds(t *testing.T) {
 		{ShapeConfig{UDPPort: 9, Rate: 1e-300}, false},
 		{ShapeConfig{UDPPort: 9, Rate: MinShapeRate / 2}, false},
 	} {
-		_, err := NewIPData(IPDataConfig{Format: framing.RawIP, Shape: tc.sc})
+		_, err := New(Config{Format: framing.RawIP, Shape: tc.sc})
 		if tc.ok && err != nil {
 			t.Errorf("%+v: %v", tc.sc, err)
 		}

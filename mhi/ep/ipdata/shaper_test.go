@@ -1,4 +1,4 @@
-package ep
+package ipdata
 
 import (
 	"encoding/binary"
@@ -30,7 +30,7 @@ func udpTo(v6 bool, port uint16, frag bool) []byte {
 }
 
 func TestShapedFlowMatch(t *testing.T) {
-	f, err := NewIPData(IPDataConfig{Format: framing.RawIP, Shape: ShapeConfig{UDPPort: 9, Rate: 10}})
+	f, err := New(Config{Format: framing.RawIP, Shape: ShapeConfig{UDPPort: 9, Rate: 10}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,11 +61,11 @@ func TestShapedFlowMatch(t *testing.T) {
 
 func TestShapeAndLendRegionValidation(t *testing.T) {
 	for _, sc := range []ShapeConfig{{UDPPort: 9}, {UDPPort: 9, Rate: -1}, {UDPPort: 9, Rate: 1, Queue: -1}} {
-		if _, err := NewIPData(IPDataConfig{Format: framing.RawIP, Shape: sc}); !errors.Is(err, wire.ErrConfig) {
+		if _, err := New(Config{Format: framing.RawIP, Shape: sc}); !errors.Is(err, wire.ErrConfig) {
 			t.Errorf("shape %+v: %v", sc, err)
 		}
 	}
-	f, err := NewIPData(IPDataConfig{Format: framing.RawIP})
+	f, err := New(Config{Format: framing.RawIP})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package ep
+package ipdata
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/eptest"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
@@ -31,7 +33,7 @@ func testPackets(n int, sizes ...int) [][]byte {
 
 // encodeUL frames packets as the host's uplink would for cfg, perTransfer
 // packets at most in one transfer of at most maxLen bytes.
-func encodeUL(t *testing.T, cfg IPDataConfig, pkts [][]byte, perTransfer, maxLen int) [][]byte {
+func encodeUL(t *testing.T, cfg Config, pkts [][]byte, perTransfer, maxLen int) [][]byte {
 	t.Helper()
 	if cfg.UplinkRaw || cfg.Format == framing.RawIP {
 		return pkts
@@ -75,7 +77,7 @@ func encodeUL(t *testing.T, cfg IPDataConfig, pkts [][]byte, perTransfer, maxLen
 
 // decodeDL splits the downlink transfers into packets, checking the
 // framing fields cfg asks for; it also returns the packets per transfer.
-func decodeDL(t *testing.T, cfg IPDataConfig, transfers [][]byte) (pkts [][]byte, per []int) {
+func decodeDL(t *testing.T, cfg Config, transfers [][]byte) (pkts [][]byte, per []int) {
 	t.Helper()
 	var np ntb.Parser
 	qp := qmap.Parser{Csum: cfg.QMAPCsum}
@@ -123,7 +125,7 @@ func le32(b []byte) uint32 {
 
 // checkConservation asserts that every packet in is out, pending or
 // dropped under a name.
-func checkConservation(t *testing.T, s IPDataStats) {
+func checkConservation(t *testing.T, s Stats) {
 	t.Helper()
 	if in, out := s.ULPackets+s.GenPackets, s.DLPackets+s.Pending+s.Dropped(); in != out {
 		t.Fatalf("conservation: %d packets in, %d out+pending+dropped (%+v)", in, out, s)
@@ -143,11 +145,11 @@ func samePackets(t *testing.T, got, want [][]byte) {
 	}
 }
 
-// waitAggregates pumps until the IPData has sent every packet and the host
+// waitAggregates pumps until the Function has sent every packet and the host
 // has every transfer.
-func (r *ipRig) waitAggregates(packets uint64) IPDataStats {
-	r.t.Helper()
-	var s IPDataStats
+func (r *ipRig) waitAggregates(packets uint64) Stats {
+	r.T.Helper()
+	var s Stats
 	r.pumpUntil("all packets", func() bool {
 		s = r.ipd.Stats()
 		return s.DLPackets+s.Dropped() >= packets && uint64(len(r.transfers)) == s.DLAggregates
@@ -159,20 +161,20 @@ func TestIPDataRoundTrip(t *testing.T) {
 	sizes := []int{64, 1500, 576, 40, 1263, 1262}
 	tests := []struct {
 		name        string
-		cfg         IPDataConfig
+		cfg         Config
 		perTransfer int // uplink packets per transfer
 		mru         int
 	}{
-		{"raw", IPDataConfig{Format: framing.RawIP}, 1, 0},
-		{"ntb16 one datagram per uplink NTB", IPDataConfig{Format: framing.NTB16, Session: 2}, 1, 0},
-		{"ntb16 aggregated uplink", IPDataConfig{Format: framing.NTB16}, 10, 0},
-		{"ntb16 raw uplink", IPDataConfig{Format: framing.NTB16, UplinkRaw: true}, 1, 0},
-		{"ntb16 8-byte alignment", IPDataConfig{Format: framing.NTB16, NTBDatagramAlign: 8}, 3, 0},
-		{"ntb16 into 3500-byte buffers", IPDataConfig{Format: framing.NTB16}, 4, 3500},
-		{"ntb32", IPDataConfig{Format: framing.NTB32, MaxAggregate: 48000}, 5, 0},
-		{"qmap", IPDataConfig{Format: framing.QMAP, QMAPMux: 3}, 4, 0},
-		{"qmap checksum v4", IPDataConfig{Format: framing.QMAP, QMAPCsum: qmap.CsumV4, QMAPCsumValid: true}, 1, 0},
-		{"qmap checksum v5", IPDataConfig{Format: framing.QMAP, QMAPCsum: qmap.CsumV5, QMAPCsumValid: true}, 3, 0},
+		{"raw", Config{Format: framing.RawIP}, 1, 0},
+		{"ntb16 one datagram per uplink NTB", Config{Format: framing.NTB16, Session: 2}, 1, 0},
+		{"ntb16 aggregated uplink", Config{Format: framing.NTB16}, 10, 0},
+		{"ntb16 raw uplink", Config{Format: framing.NTB16, UplinkRaw: true}, 1, 0},
+		{"ntb16 8-byte alignment", Config{Format: framing.NTB16, NTBDatagramAlign: 8}, 3, 0},
+		{"ntb16 into 3500-byte buffers", Config{Format: framing.NTB16}, 4, 3500},
+		{"ntb32", Config{Format: framing.NTB32, MaxAggregate: 48000}, 5, 0},
+		{"qmap", Config{Format: framing.QMAP, QMAPMux: 3}, 4, 0},
+		{"qmap checksum v4", Config{Format: framing.QMAP, QMAPCsum: qmap.CsumV4, QMAPCsumValid: true}, 1, 0},
+		{"qmap checksum v5", Config{Format: framing.QMAP, QMAPCsum: qmap.CsumV5, QMAPCsumValid: true}, 3, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -201,7 +203,7 @@ func TestIPDataRoundTrip(t *testing.T) {
 			if tc.mru == 3500 && r.overflows == 0 {
 				t.Fatalf("no OVERFLOW completions with 3500-byte buffers")
 			}
-			if d := r.dev.Stats(); d.DLTransfers != s.DLAggregates || d.DLPartialDropped != 0 || d.DLDroppedOnReset != 0 {
+			if d := r.Dev.Stats(); d.DLTransfers != s.DLAggregates || d.DLPartialDropped != 0 || d.DLDroppedOnReset != 0 {
 				t.Fatalf("device stats %+v", d)
 			}
 		})
@@ -228,7 +230,7 @@ func TestIPDataAggregationLimits(t *testing.T) {
 	}
 	tests := []struct {
 		name      string
-		cfg       IPDataConfig
+		cfg       Config
 		n, size   int
 		mru       int
 		wantPer   []int
@@ -237,12 +239,12 @@ func TestIPDataAggregationLimits(t *testing.T) {
 		wantTREs  int // DL completions, 0 = one per transfer
 		perUplink int
 	}{
-		{"32 datagrams", IPDataConfig{Format: framing.NTB16}, 40, 100, 0, []int{32, 8}, 1, 0, 0, 40},
-		{"MaxDatagrams 5", IPDataConfig{Format: framing.NTB16, MaxDatagrams: 5}, 12, 100, 0, []int{5, 5, 2}, 2, 0, 0, 12},
-		{"qmap 32 frames", IPDataConfig{Format: framing.QMAP}, 40, 100, 0, []int{32, 8}, 1, 0, 0, 40},
-		{"MaxAggregate bytes", IPDataConfig{Format: framing.NTB16, MaxAggregate: 4096}, 10, 1000, 0, ntbSizes(4096, 10, 1000), 0, 2, 0, 10},
-		{"1263-byte cliff arithmetic", IPDataConfig{Format: framing.NTB16, MaxAggregate: 32768, NTBDatagramAlign: 8}, 26, 1249, 0, []int{25, 1}, 0, 1, 0, 26},
-		{"aggregate larger than one host TRE", IPDataConfig{Format: framing.NTB16}, 21, 1500, 3500, []int{21}, 0, 0, 10, 21},
+		{"32 datagrams", Config{Format: framing.NTB16}, 40, 100, 0, []int{32, 8}, 1, 0, 0, 40},
+		{"MaxDatagrams 5", Config{Format: framing.NTB16, MaxDatagrams: 5}, 12, 100, 0, []int{5, 5, 2}, 2, 0, 0, 12},
+		{"qmap 32 frames", Config{Format: framing.QMAP}, 40, 100, 0, []int{32, 8}, 1, 0, 0, 40},
+		{"MaxAggregate bytes", Config{Format: framing.NTB16, MaxAggregate: 4096}, 10, 1000, 0, ntbSizes(4096, 10, 1000), 0, 2, 0, 10},
+		{"1263-byte cliff arithmetic", Config{Format: framing.NTB16, MaxAggregate: 32768, NTBDatagramAlign: 8}, 26, 1249, 0, []int{25, 1}, 0, 1, 0, 26},
+		{"aggregate larger than one host TRE", Config{Format: framing.NTB16}, 21, 1500, 3500, []int{21}, 0, 0, 10, 21},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -293,13 +295,13 @@ func TestIPDataAggregationLimits(t *testing.T) {
 func TestIPDataFlushPolicy(t *testing.T) {
 	tests := []struct {
 		name      string
-		cfg       IPDataConfig
+		cfg       Config
 		wantIdle  uint64
 		wantTimer uint64
 		minDelay  time.Duration
 	}{
-		{"idle flush answers a ping at once", IPDataConfig{Format: framing.NTB16, FlushTimer: -1}, 1, 0, 0},
-		{"timer flush without idle flush", IPDataConfig{Format: framing.NTB16, NoIdleFlush: true, FlushTimer: 5 * time.Millisecond}, 0, 1, 5 * time.Millisecond},
+		{"idle flush answers a ping at once", Config{Format: framing.NTB16, FlushTimer: -1}, 1, 0, 0},
+		{"timer flush without idle flush", Config{Format: framing.NTB16, NoIdleFlush: true, FlushTimer: 5 * time.Millisecond}, 0, 1, 5 * time.Millisecond},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -321,7 +323,7 @@ func TestIPDataFlushPolicy(t *testing.T) {
 	}
 
 	t.Run("no idle flush and no timer: waits for Flush", func(t *testing.T) {
-		r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: framing.NTB16, NoIdleFlush: true, FlushTimer: -1}})
+		r := newIPRig(t, ipRigConfig{ip: Config{Format: framing.NTB16, NoIdleFlush: true, FlushTimer: -1}})
 		r.sendUL(encodeUL(t, r.ipd.Config(), testPackets(3, 100), 1, r.ulSize)[0])
 		r.pumpUntil("packet taken", func() bool { return r.ipd.Stats().Pending == 1 })
 		r.pumpFor(20 * time.Millisecond)
@@ -358,7 +360,7 @@ func TestIPDataMalformedUplink(t *testing.T) {
 	notIP[0] = 0x25
 
 	t.Run("ntb", func(t *testing.T) {
-		r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: framing.NTB16}})
+		r := newIPRig(t, ipRigConfig{ip: Config{Format: framing.NTB16}})
 		r.sendUL([]byte("this is not an NTB at all, just some bytes......"))
 		r.sendUL(ntbOf(good[0]))
 		r.sendUL(badEntry)
@@ -385,7 +387,7 @@ func TestIPDataMalformedUplink(t *testing.T) {
 	})
 
 	t.Run("qmap", func(t *testing.T) {
-		cfg := IPDataConfig{Format: framing.QMAP}
+		cfg := Config{Format: framing.QMAP}
 		r := newIPRig(t, ipRigConfig{ip: cfg})
 		ul := encodeUL(t, r.ipd.Config(), good[:3], 3, r.ulSize)[0]
 		r.sendUL(ul[:len(ul)-10]) // last frame truncated
@@ -406,7 +408,7 @@ func TestIPDataMalformedUplink(t *testing.T) {
 	})
 
 	t.Run("raw empty transfer", func(t *testing.T) {
-		r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: framing.RawIP}})
+		r := newIPRig(t, ipRigConfig{ip: Config{Format: framing.RawIP}})
 		r.sendUL(nil)
 		r.sendUL(good[0])
 		s := r.waitAggregates(2)
@@ -422,7 +424,7 @@ func TestIPDataGeneratorRate(t *testing.T) {
 		count = 300
 		rate  = 3000.0
 	)
-	r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: framing.NTB16}, mru: 4096, dlBuffers: 24})
+	r := newIPRig(t, ipRigConfig{ip: Config{Format: framing.NTB16}, mru: 4096, dlBuffers: 24})
 	sizes, weights := []int{64, 1500, 576}, []int{2, 1, 1}
 	start := time.Now()
 	if err := r.ipd.StartGenerator(GeneratorConfig{Count: count, Rate: rate, Sizes: sizes, Weights: weights}); err != nil {
@@ -480,17 +482,17 @@ func TestIPDataGeneratorBackpressure(t *testing.T) {
 	const count = 400
 	// No flush timer: on a loaded machine it could send part-filled
 	// aggregates before the queue fills, and the count below would differ.
-	r := newIPRig(t, ipRigConfig{mru: 32768, dlBuffers: 8, post: -1, ip: IPDataConfig{Format: framing.NTB16, FlushTimer: -1}})
+	r := newIPRig(t, ipRigConfig{mru: 32768, dlBuffers: 8, post: -1, ip: Config{Format: framing.NTB16, FlushTimer: -1}})
 	if err := r.ipd.StartGenerator(GeneratorConfig{Count: count, Sizes: []int{1500, 64}}); err != nil {
 		t.Fatal(err)
 	}
 	// No host buffers: the queue fills and the generator waits.
 	// Four full aggregates of 32 packets (16 of each size fit 32 KiB).
-	const held = DefaultDLQueueDepth * DefaultMaxDatagrams
-	r.waitFor("generator blocked", func() bool {
-		return pendingDL(r.testHost, dlChan) == DefaultDLQueueDepth && r.ipd.GeneratorSent() == held
+	const held = ep.DefaultDLQueueDepth * DefaultMaxDatagrams
+	r.WaitFor("generator blocked", func() bool {
+		return r.PendingDL(dlChan) == ep.DefaultDLQueueDepth && r.ipd.GeneratorSent() == held
 	})
-	r.stayFor(20*time.Millisecond, "generator waits", func() bool { return r.ipd.GeneratorSent() == held })
+	r.StayFor(20*time.Millisecond, "generator waits", func() bool { return r.ipd.GeneratorSent() == held })
 	// A ping on the uplink meanwhile is consumed, counted, not looped.
 	r.sendUL(encodeUL(t, r.ipd.Config(), testPackets(1, 64), 1, r.ulSize)[0])
 	r.pumpUntil("uplink sunk", func() bool { return r.ipd.Stats().DroppedSunk == 1 })
@@ -512,7 +514,7 @@ func TestIPDataGeneratorBackpressure(t *testing.T) {
 }
 
 func TestIPDataGeneratorControl(t *testing.T) {
-	ipd, err := NewIPData(IPDataConfig{Format: framing.NTB16, MaxAggregate: 2048})
+	ipd, err := New(Config{Format: framing.NTB16, MaxAggregate: 2048})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -522,7 +524,7 @@ func TestIPDataGeneratorControl(t *testing.T) {
 	if n, err := ipd.WaitGenerator(context.Background()); n != 0 || err != nil || ipd.GeneratorDone() != nil {
 		t.Fatalf("WaitGenerator without a run = %d, %v", n, err)
 	}
-	h := newHost(t, func(c *Config) { c.Functions = map[string]Function{IPDataName: ipd} })
+	h := eptest.NewHost(t, func(c *ep.Config) { c.Functions = map[string]ep.Function{Name: ipd} })
 	bad := []GeneratorConfig{
 		{Count: -1},
 		{Sizes: []int{20}},
@@ -555,30 +557,30 @@ func TestIPDataGeneratorControl(t *testing.T) {
 	if err := ipd.StartGenerator(GeneratorConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	_ = h.dev.Close()
+	_ = h.Dev.Close()
 	select {
 	case <-ipd.GeneratorDone():
-	case <-time.After(waitTimeout):
+	case <-time.After(eptest.WaitTimeout):
 		t.Fatal("generator survives Close")
 	}
 }
 
 func TestNewIPDataRejectsBadConfig(t *testing.T) {
-	bad := []IPDataConfig{
+	bad := []Config{
 		{Format: 9},
 		{Format: framing.NTB16, MaxDatagrams: -1},
 		{Format: framing.NTB16, MaxAggregate: 70000},
-		{Format: framing.NTB32, MaxAggregate: MaxIPAggregate + 1},
+		{Format: framing.NTB32, MaxAggregate: MaxAggregate + 1},
 		{Format: framing.NTB16, MaxAggregate: 10},
 		{Format: framing.NTB16, NTBDatagramAlign: 3},
 		{Format: framing.QMAP, QMAPCsum: 7},
 	}
 	for _, cfg := range bad {
-		if _, err := NewIPData(cfg); !errors.Is(err, wire.ErrConfig) {
-			t.Errorf("NewIPData(%+v) = %v", cfg, err)
+		if _, err := New(cfg); !errors.Is(err, wire.ErrConfig) {
+			t.Errorf("New(%+v) = %v", cfg, err)
 		}
 	}
-	ipd, err := NewIPData(IPDataConfig{})
+	ipd, err := New(Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

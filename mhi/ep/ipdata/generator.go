@@ -1,4 +1,4 @@
-package ep
+package ipdata
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhi/simclock"
@@ -164,7 +165,7 @@ func (g *genPacket) put(b []byte) {
 // are consumed and counted as DroppedSunk. The function returns to
 // the mode it had before (loopback or responder) when the run ends (all
 // sent, StopGenerator, device closed).
-func (f *IPData) StartGenerator(cfg GeneratorConfig) error {
+func (f *Function) StartGenerator(cfg GeneratorConfig) error {
 	p := f.pipe.Load()
 	if p == nil {
 		return ErrNotAttached
@@ -181,11 +182,11 @@ func (f *IPData) StartGenerator(cfg GeneratorConfig) error {
 			return ErrGeneratorRunning
 		}
 	}
-	ctx, cancel := context.WithCancel(p.d.ctx) // ends with the device too
+	ctx, cancel := context.WithCancel(p.Context()) // ends with the device too
 	g := &genRun{cfg: cfg, cancel: cancel, done: make(chan struct{})}
 	f.gen = g
 	f.mode.Store(uint32(ModeGenerator))
-	if clk := p.d.cfg.Clock; clk != nil {
+	if clk := p.Clock(); clk != nil {
 		f.startVirtualGenerator(ctx, clk, p, g)
 		return nil
 	}
@@ -194,9 +195,9 @@ func (f *IPData) StartGenerator(cfg GeneratorConfig) error {
 }
 
 // checkGenerator applies defaults and validates cfg.
-func (f *IPData) checkGenerator(cfg *GeneratorConfig) error {
+func (f *Function) checkGenerator(cfg *GeneratorConfig) error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("ep: generator: %w: "+format, append([]any{wire.ErrConfig}, args...)...)
+		return fmt.Errorf("ipdata: generator: %w: "+format, append([]any{wire.ErrConfig}, args...)...)
 	}
 	if cfg.Count < 0 || cfg.Rate < 0 {
 		return bad("count %d, rate %g", cfg.Count, cfg.Rate)
@@ -261,7 +262,7 @@ func (f *IPData) checkGenerator(cfg *GeneratorConfig) error {
 }
 
 // fitsEmpty reports whether a packet of n bytes fits an empty aggregate.
-func (f *IPData) fitsEmpty(n int) bool {
+func (f *Function) fitsEmpty(n int) bool {
 	switch a := f.agg.(type) {
 	case *ntbAgg:
 		size, err := ntb.Size(a.cfg, []int{n})
@@ -274,7 +275,7 @@ func (f *IPData) fitsEmpty(n int) bool {
 }
 
 // StopGenerator ends the running generator, if any, and waits for it.
-func (f *IPData) StopGenerator() {
+func (f *Function) StopGenerator() {
 	f.genMu.Lock()
 	g := f.gen
 	f.genMu.Unlock()
@@ -289,7 +290,7 @@ func (f *IPData) StopGenerator() {
 
 // GeneratorDone returns a channel closed when the current (or last)
 // generator run ends; nil if none was started.
-func (f *IPData) GeneratorDone() <-chan struct{} {
+func (f *Function) GeneratorDone() <-chan struct{} {
 	f.genMu.Lock()
 	defer f.genMu.Unlock()
 	if f.gen == nil {
@@ -300,7 +301,7 @@ func (f *IPData) GeneratorDone() <-chan struct{} {
 
 // WaitGenerator waits until the current (or last) generator run ends and
 // returns the number of packets it sent, or ctx's error.
-func (f *IPData) WaitGenerator(ctx context.Context) (uint64, error) {
+func (f *Function) WaitGenerator(ctx context.Context) (uint64, error) {
 	f.genMu.Lock()
 	g := f.gen
 	f.genMu.Unlock()
@@ -317,7 +318,7 @@ func (f *IPData) WaitGenerator(ctx context.Context) (uint64, error) {
 
 // GeneratorErr returns why the last generator run ended early (nil when
 // it sent all it was asked to, or is still running, or none was started).
-func (f *IPData) GeneratorErr() error {
+func (f *Function) GeneratorErr() error {
 	f.genMu.Lock()
 	g := f.gen
 	f.genMu.Unlock()
@@ -334,7 +335,7 @@ func (f *IPData) GeneratorErr() error {
 
 // GeneratorSent returns the number of packets the current (or last)
 // generator run has put into downlink aggregates.
-func (f *IPData) GeneratorSent() uint64 {
+func (f *Function) GeneratorSent() uint64 {
 	f.genMu.Lock()
 	defer f.genMu.Unlock()
 	if f.gen == nil {
@@ -344,7 +345,7 @@ func (f *IPData) GeneratorSent() uint64 {
 }
 
 // runGenerator is the generator goroutine.
-func (f *IPData) runGenerator(ctx context.Context, p *Pipe, g *genRun) {
+func (f *Function) runGenerator(ctx context.Context, p *ep.Pipe, g *genRun) {
 	defer close(g.done)
 	defer g.cancel()
 	defer func() { f.mode.Store(f.idleMode.Load()) }()
@@ -399,9 +400,9 @@ func (f *IPData) runGenerator(ctx context.Context, p *Pipe, g *genRun) {
 }
 
 // pipeClock returns the clock of the device the function is attached to.
-func (f *IPData) pipeClock() *simclock.Scheduler {
+func (f *Function) pipeClock() *simclock.Scheduler {
 	if p := f.pipe.Load(); p != nil {
-		return p.d.cfg.Clock
+		return p.Clock()
 	}
 	return nil
 }
@@ -410,8 +411,8 @@ func (f *IPData) pipeClock() *simclock.Scheduler {
 // every packet due before the next other event, so the packets of a burst
 // cost no event each, and their order with everything else is exact.
 type vgen struct {
-	f       *IPData
-	p       *Pipe
+	f       *Function
+	p       *ep.Pipe
 	g       *genRun
 	ctx     context.Context
 	clk     *simclock.Scheduler
@@ -434,7 +435,7 @@ type vgen struct {
 // startVirtualGenerator starts a generator run as events of clk: packets
 // arrive at the link's line rate (or cfg.Rate), or, with neither, as fast
 // as the modem has downlink buffers for them.
-func (f *IPData) startVirtualGenerator(ctx context.Context, clk *simclock.Scheduler, p *Pipe, g *genRun) {
+func (f *Function) startVirtualGenerator(ctx context.Context, clk *simclock.Scheduler, p *ep.Pipe, g *genRun) {
 	maxSize := 0
 	for _, n := range g.cfg.Sizes {
 		maxSize = max(maxSize, n)
@@ -450,21 +451,15 @@ func (f *IPData) startVirtualGenerator(ctx context.Context, clk *simclock.Schedu
 	if g.cfg.Ingress != nil {
 		v.timer = clk.NewTimer(v.runIngress)
 		v.fifo = make([]int, 0, 64)
-		if p.dl != nil {
-			// A transfer that leaves the queue may leave the downlink idle.
-			p.dl.mu.Lock()
-			p.dl.onSpace = func() { v.timer.Reset(0) }
-			p.dl.mu.Unlock()
-		}
+		// A transfer that leaves the queue may leave the downlink idle.
+		p.OnDLSpace(func() { v.timer.Reset(0) })
 	}
-	if p.dl != nil && g.cfg.Link == nil && g.cfg.Rate == 0 {
-		p.dl.mu.Lock()
-		p.dl.onSpace = func() {
+	if g.cfg.Link == nil && g.cfg.Rate == 0 {
+		p.OnDLSpace(func() {
 			if !v.timer.Pending() {
 				v.timer.Reset(0)
 			}
-		}
-		p.dl.mu.Unlock()
+		})
 	}
 	v.timer.Reset(0)
 }
@@ -585,12 +580,7 @@ func (v *vgen) runIngress() {
 // downlinkIdle reports whether the modem has nothing queued for the host
 // and no aggregate open.
 func (v *vgen) downlinkIdle() bool {
-	if v.p.dl == nil {
-		return true
-	}
-	v.p.dl.mu.Lock()
-	idle := v.p.dl.qCount == 0
-	v.p.dl.mu.Unlock()
+	idle := v.p.DLQueued() == 0
 	v.f.mu.Lock()
 	idle = idle && !(v.f.open && v.f.agg.Count() > 0)
 	v.f.mu.Unlock()
@@ -704,11 +694,7 @@ func (v *vgen) dropUntil(at, sp time.Duration) {
 func (v *vgen) finish(err error) {
 	v.done = true
 	f := v.f
-	if v.p.dl != nil {
-		v.p.dl.mu.Lock()
-		v.p.dl.onSpace = nil
-		v.p.dl.mu.Unlock()
-	}
+	v.p.OnDLSpace(nil)
 	if f.cfg.FlushTimer <= 0 {
 		f.Flush()
 	}

@@ -1,4 +1,4 @@
-package ep
+package ipdata
 
 import "github.com/gomhi/gomhi/mhi/proto/qmap"
 
@@ -9,7 +9,7 @@ import "github.com/gomhi/gomhi/mhi/proto/qmap"
 // scratch buffer (the transfer may be host memory a modem does not
 // write), and computed true. A request the packet cannot satisfy is
 // counted (ULCsumBad) and the packet passed on as it came.
-func (f *IPData) ulChecksum(pk qmap.Packet) (data []byte, computed bool) {
+func (f *Function) ulChecksum(pk qmap.Packet) (data []byte, computed bool) {
 	if !pk.Csum.Valid || f.qmapP.Csum != qmap.CsumV4 {
 		return pk.Data, false
 	}

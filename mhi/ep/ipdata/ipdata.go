@@ -1,4 +1,9 @@
-package ep
+// Package ipdata is the modem's IP data function: what the modem does with
+// the packets on its data channels — answer, loop back, generate, shape —
+// and how it frames them. Function is the ep.Function behind the IP_HW0 /
+// IP_HW0_MBIM pair; Gate is what it asks whether data may flow (the modem's
+// state, mhi/ep/modem, answers).
+package ipdata
 
 import (
 	"context"
@@ -8,21 +13,22 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
 
-// IPDataName and IPDataMBIMName are the channel pair names (100/101) an
-// IPData is normally attached to: raw IP / QMAP for mhi_net, MBIM NTBs for
+// Name and MBIMName are the channel pair names (100/101) an
+// Function is normally attached to: raw IP / QMAP for mhi_net, MBIM NTBs for
 // mhi_wwan_mbim.
 const (
-	IPDataName     = "IP_HW0"
-	IPDataMBIMName = "IP_HW0_MBIM"
+	Name     = "IP_HW0"
+	MBIMName = "IP_HW0_MBIM"
 )
 
-// Defaults applied by NewIPData to zero fields of IPDataConfig.
+// Defaults applied by New to zero fields of Config.
 const (
 	// DefaultMaxDatagrams is the most packets the modem puts in one
 	// downlink aggregate.
@@ -33,11 +39,11 @@ const (
 	// DefaultFlushTimer is the safety flush: an aggregate is sent at the
 	// latest this long after its first packet.
 	DefaultFlushTimer = time.Millisecond
-	// MaxIPAggregate bounds IPDataConfig.MaxAggregate.
-	MaxIPAggregate = 1 << 20
+	// MaxAggregate bounds Config.MaxAggregate.
+	MaxAggregate = 1 << 20
 )
 
-// Mode is what an IPData does with the packets it carries.
+// Mode is what an Function does with the packets it carries.
 type Mode uint32
 
 // Modes.
@@ -68,8 +74,8 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
-// IPDataConfig configures an IPData.
-type IPDataConfig struct {
+// Config configures an Function.
+type Config struct {
 	// Format frames the downlink and, unless UplinkRaw, the uplink: one
 	// packet per transfer (framing.RawIP, the zero value), MBIM NTB16 or
 	// NTB32 aggregates, or QMAP aggregates (mux QMAPMux, checksum framing
@@ -125,10 +131,10 @@ type IPDataConfig struct {
 	// (a Modem with RequireConnect: only while a session is connected).
 	// Packets it refuses, uplink and generated alike, are dropped and
 	// counted in DroppedGated.
-	Gate DataGate
+	Gate Gate
 }
 
-// IPData is the Function of an IP data channel pair (IP_HW0 or
+// Function is the Function of an IP data channel pair (IP_HW0 or
 // IP_HW0_MBIM, channels 100/101): a modem in internal loopback, or a
 // packet generator, aggregating downlink packets the way a Qualcomm modem
 // does (by default up to 32 packets in a 32 KiB aggregate, NTB or QMAP;
@@ -138,9 +144,9 @@ type IPDataConfig struct {
 // (Pipe.Reserve) and sent when they hold MaxDatagrams packets, when the
 // next packet does not fit MaxAggregate, when the uplink goes idle, or
 // when the flush timer expires. All methods are safe for concurrent use.
-type IPData struct {
-	cfg      IPDataConfig
-	pipe     atomic.Pointer[Pipe]
+type Function struct {
+	cfg      Config
+	pipe     atomic.Pointer[ep.Pipe]
 	mode     atomic.Uint32
 	idleMode atomic.Uint32 // the mode to return to after a generator run
 	reply    []byte        // responder scratch (the uplink worker's only)
@@ -151,10 +157,11 @@ type IPData struct {
 	// the aggregate is reserved in and committed to the downlink queue
 	// (its channel's mu).
 	//
-	// lockorder: channel.work → IPData.mu → channel.mu
+	// lockorder: ep.channel.work → Function.mu → ep.channel.mu
 	mu       sync.Mutex
 	agg      aggWriter
-	cur      DLBuffer
+	cur      ep.DLBuffer
+	curPipe  *ep.Pipe // the pipe cur was reserved on
 	open     bool
 	aggSeq   uint64 // aggregates opened
 	timer    flushTimer
@@ -169,8 +176,8 @@ type IPData struct {
 	// held. Stats takes it, which the control functions call under their
 	// mu (MBIMOptions and QMIOptions.PacketStatistics, by function value).
 	//
-	// lockorder: channel.work → modem.MBIM.mu → IPData.statMu
-	// lockorder: modem.QMI.mu → IPData.statMu
+	// lockorder: ep.channel.work → modem.MBIM.mu → Function.statMu
+	// lockorder: modem.QMI.mu → Function.statMu
 	statMu   sync.Mutex
 	ntbSnap  ntb.Stats
 	qmapSnap qmap.Stats
@@ -178,7 +185,7 @@ type IPData struct {
 	// genMu guards gen; StartGenerator holds it while it sets the
 	// downlink queue's onSpace (under the channel's mu).
 	//
-	// lockorder: IPData.genMu → channel.mu
+	// lockorder: Function.genMu → ep.channel.mu
 	genMu sync.Mutex
 	gen   *genRun
 
@@ -187,7 +194,7 @@ type IPData struct {
 	st ipCounters
 }
 
-// ipCounters are an IPData's counters.
+// ipCounters are an Function's counters.
 type ipCounters struct {
 	ulTransfers, ulBytes, ulPackets, ulMalformed atomic.Uint64
 	genPackets                                   atomic.Uint64
@@ -204,14 +211,14 @@ type ipCounters struct {
 	shapedQueued, lentHeld                       atomic.Int64
 }
 
-// IPDataStats is a snapshot of an IPData's counters. Conservation: every
+// Stats is a snapshot of an Function's counters. Conservation: every
 // packet in (ULPackets + GenPackets) is out (DLPackets), waiting in the
 // open aggregate (Pending), or dropped under a named reason (Dropped).
 // Packets in aggregates already committed to the downlink queue are out;
 // the device counts queued transfers an MHI reset drops
 // (Stats.DLDroppedOnReset) and partial ones a channel reset drops
 // (Stats.DLPartialDropped).
-type IPDataStats struct {
+type Stats struct {
 	ULTransfers uint64 // uplink transfers received
 	ULBytes     uint64 // their bytes
 	ULPackets   uint64 // IP packets found in them (malformed parts excluded)
@@ -290,34 +297,34 @@ type IPDataStats struct {
 }
 
 // Dropped returns the packets dropped for any reason.
-func (s IPDataStats) Dropped() uint64 {
+func (s Stats) Dropped() uint64 {
 	return s.DroppedSunk + s.DroppedAborted + s.DroppedTooLarge + s.DroppedEmpty + s.DroppedReset +
 		s.DroppedNotAnswered + s.DroppedShaped + s.DroppedGated + s.DroppedOverrun
 }
 
 // DeaggErrors returns the malformations the uplink parsers counted.
-func (s IPDataStats) DeaggErrors() uint64 { return s.NTB.Errors() + s.QMAP.Errors() }
+func (s Stats) DeaggErrors() uint64 { return s.NTB.Errors() + s.QMAP.Errors() }
 
 // AvgDatagrams returns the average number of packets per downlink aggregate.
-func (s IPDataStats) AvgDatagrams() float64 {
+func (s Stats) AvgDatagrams() float64 {
 	if s.DLAggregates == 0 {
 		return 0
 	}
 	return float64(s.DLPackets) / float64(s.DLAggregates)
 }
 
-// Errors of IPData methods.
+// Errors of Function methods.
 var (
 	// ErrGeneratorRunning: StartGenerator while a generator runs.
-	ErrGeneratorRunning = errors.New("ep: generator already running")
-	// ErrNotAttached: the IPData is not attached to a device's pipe yet.
-	ErrNotAttached = errors.New("ep: IP data function not attached to a device")
+	ErrGeneratorRunning = errors.New("ipdata: generator already running")
+	// ErrNotAttached: the Function is not attached to a device's pipe yet.
+	ErrNotAttached = errors.New("ipdata: function not attached to a device")
 )
 
-// NewIPData validates cfg, applies its defaults and returns the Function.
+// New validates cfg, applies its defaults and returns the Function.
 // Attach it with Config.Functions under the pair's name, e.g.
-// Functions: map[string]Function{IPDataMBIMName: ipd}.
-func NewIPData(cfg IPDataConfig) (*IPData, error) {
+// Functions: map[string]Function{MBIMName: ipd}.
+func New(cfg Config) (*Function, error) {
 	if cfg.MaxDatagrams == 0 {
 		cfg.MaxDatagrams = DefaultMaxDatagrams
 	}
@@ -327,16 +334,16 @@ func NewIPData(cfg IPDataConfig) (*IPData, error) {
 	if cfg.FlushTimer == 0 {
 		cfg.FlushTimer = DefaultFlushTimer
 	}
-	bad := func(format string, args ...any) (*IPData, error) {
-		return nil, fmt.Errorf("ep: IP data: %w: "+format, append([]any{wire.ErrConfig}, args...)...)
+	bad := func(format string, args ...any) (*Function, error) {
+		return nil, fmt.Errorf("ipdata: %w: "+format, append([]any{wire.ErrConfig}, args...)...)
 	}
-	if cfg.MaxDatagrams < 1 || cfg.MaxAggregate < 1 || cfg.MaxAggregate > MaxIPAggregate {
-		return bad("MaxDatagrams %d, MaxAggregate %d (want ≥ 1 and 1…%d)", cfg.MaxDatagrams, cfg.MaxAggregate, MaxIPAggregate)
+	if cfg.MaxDatagrams < 1 || cfg.MaxAggregate < 1 || cfg.MaxAggregate > MaxAggregate {
+		return bad("MaxDatagrams %d, MaxAggregate %d (want ≥ 1 and 1…%d)", cfg.MaxDatagrams, cfg.MaxAggregate, MaxAggregate)
 	}
 	if err := validShape(&cfg.Shape); err != nil {
 		return bad("shape: %v", err)
 	}
-	f := &IPData{cfg: cfg}
+	f := &Function{cfg: cfg}
 	if cfg.Responder {
 		f.mode.Store(uint32(ModeResponder))
 		f.idleMode.Store(uint32(ModeResponder))
@@ -374,15 +381,15 @@ func NewIPData(cfg IPDataConfig) (*IPData, error) {
 }
 
 // Config returns the configuration with its defaults applied.
-func (f *IPData) Config() IPDataConfig { return f.cfg }
+func (f *Function) Config() Config { return f.cfg }
 
 // Attach implements PipeAttacher. On a device with a Clock the flush timer
 // becomes one of the clock's events.
-func (f *IPData) Attach(p *Pipe) {
+func (f *Function) Attach(p *ep.Pipe) {
 	if !f.pipe.CompareAndSwap(nil, p) {
 		return
 	}
-	if clk := p.d.cfg.Clock; clk != nil {
+	if clk := p.Clock(); clk != nil {
 		f.mu.Lock()
 		f.timer.Stop()
 		f.timer = clk.NewTimer(f.onTimer)
@@ -398,12 +405,12 @@ type flushTimer interface {
 }
 
 // Mode returns what the function does now.
-func (f *IPData) Mode() Mode { return Mode(f.mode.Load()) }
+func (f *Function) Mode() Mode { return Mode(f.mode.Load()) }
 
 // Stats returns a snapshot of the counters.
-func (f *IPData) Stats() IPDataStats {
+func (f *Function) Stats() Stats {
 	c := &f.st
-	s := IPDataStats{
+	s := Stats{
 		ULTransfers:        c.ulTransfers.Load(),
 		ULBytes:            c.ulBytes.Load(),
 		ULPackets:          c.ulPackets.Load(),
@@ -435,8 +442,8 @@ func (f *IPData) Stats() IPDataStats {
 		DroppedGated:       c.droppedGated.Load(),
 		DroppedOverrun:     c.droppedOverrun.Load(),
 	}
-	if p := f.pipe.Load(); p != nil && p.dl != nil {
-		s.DLDroppedQueued = p.dl.droppedUnits.Load()
+	if p := f.pipe.Load(); p != nil {
+		s.DLDroppedQueued = p.DLDroppedUnits()
 	}
 	f.statMu.Lock()
 	s.NTB, s.QMAP = f.ntbSnap, f.qmapSnap
@@ -447,9 +454,9 @@ func (f *IPData) Stats() IPDataStats {
 // ulReceive is the state of one Receive call, shared with the parser
 // callbacks.
 type ulReceive struct {
-	f       *IPData
+	f       *Function
 	ctx     context.Context
-	p       *Pipe
+	p       *ep.Pipe
 	sink    bool
 	respond bool
 	taken   int   // packets accounted for
@@ -526,7 +533,7 @@ func (r *ulReceive) packet(pkt []byte, inTransfer bool) {
 // parts are counted by reason and dropped; the rest is looped. If the
 // channel stops before the first packet found room, the transfer is left
 // for redelivery; after that, the rest of it is counted as DroppedAborted.
-func (f *IPData) Receive(ctx context.Context, p *Pipe, transfer []byte) error {
+func (f *Function) Receive(ctx context.Context, p *ep.Pipe, transfer []byte) error {
 	mode := f.Mode()
 	r := ulReceive{f: f, ctx: ctx, p: p, sink: mode == ModeGenerator, respond: mode == ModeResponder, transfer: transfer}
 	r.base, r.slot, r.tag, r.gen, r.lent = f.lentSlot(p)
@@ -575,7 +582,7 @@ func (f *IPData) Receive(ctx context.Context, p *Pipe, transfer []byte) error {
 
 // Idle implements Idler: the uplink ran dry, so the open aggregate leaves
 // now (unless NoIdleFlush).
-func (f *IPData) Idle(*Pipe) {
+func (f *Function) Idle(*ep.Pipe) {
 	if f.cfg.NoIdleFlush {
 		return
 	}
@@ -583,11 +590,11 @@ func (f *IPData) Idle(*Pipe) {
 }
 
 // Flush sends the open aggregate now, if it holds any packet.
-func (f *IPData) Flush() { f.flushOpen(&f.st.flushIdle) }
+func (f *Function) Flush() { f.flushOpen(&f.st.flushIdle) }
 
 // flushOpen sends the open aggregate, counting the flush in cause; it
 // also ends an aggregation window (WindowTimer).
-func (f *IPData) flushOpen(cause *atomic.Uint64) {
+func (f *Function) flushOpen(cause *atomic.Uint64) {
 	f.mu.Lock()
 	if f.window {
 		f.window = false
@@ -600,7 +607,7 @@ func (f *IPData) flushOpen(cause *atomic.Uint64) {
 }
 
 // onTimer is the safety flush, or the end of a window (WindowTimer).
-func (f *IPData) onTimer() {
+func (f *Function) onTimer() {
 	f.mu.Lock()
 	switch {
 	case f.cfg.WindowTimer:
@@ -616,7 +623,7 @@ func (f *IPData) onTimer() {
 
 // bufSize is the size of the queue buffer reserved for an aggregate that
 // starts with a packet of n bytes.
-func (f *IPData) bufSize(n int) int {
+func (f *Function) bufSize(n int) int {
 	if f.cfg.Format == framing.RawIP {
 		return max(n, f.cfg.MaxAggregate)
 	}
@@ -627,7 +634,7 @@ func (f *IPData) bufSize(n int) int {
 // downlink buffer when needed (blocking while the queue is full) and
 // flushing as the limits say. It fails only when ctx ends or the device
 // closes while it waits for room; the packet is then not accounted for.
-func (f *IPData) add(ctx context.Context, p *Pipe, pkt []byte) error {
+func (f *Function) add(ctx context.Context, p *ep.Pipe, pkt []byte) error {
 	if len(pkt) == 0 {
 		f.st.droppedEmpty.Add(1)
 		return nil
@@ -636,14 +643,14 @@ func (f *IPData) add(ctx context.Context, p *Pipe, pkt []byte) error {
 }
 
 // errNoBuffer: put without blocking found the downlink queue full.
-var errNoBuffer = errors.New("ep: no downlink buffer free")
+var errNoBuffer = errors.New("ipdata: no downlink buffer free")
 
 // put adds one packet of n bytes to the open aggregate, like add: the
 // bytes of pkt, or, with gen, a generated packet written in place into the
 // aggregate (when the format's writer can reserve room for it; otherwise
 // through gen's scratch buffer). Without block it fails with errNoBuffer
 // instead of waiting for a downlink buffer, accounting for nothing.
-func (f *IPData) put(ctx context.Context, p *Pipe, n int, pkt []byte, gen *genPacket, block bool) error {
+func (f *Function) put(ctx context.Context, p *ep.Pipe, n int, pkt []byte, gen *genPacket, block bool) error {
 	f.mu.Lock()
 	err := f.putLocked(ctx, p, n, pkt, gen, block)
 	f.mu.Unlock()
@@ -654,7 +661,7 @@ func (f *IPData) put(ctx context.Context, p *Pipe, n int, pkt []byte, gen *genPa
 // like put (without blocking), sequence numbers from gen.seq on, holding
 // f.mu across them; it returns how many it put, stopping at the first
 // errNoBuffer (not returned) or other error.
-func (f *IPData) putGenerated(ctx context.Context, p *Pipe, sizes []int, gen *genPacket) (int, error) {
+func (f *Function) putGenerated(ctx context.Context, p *ep.Pipe, sizes []int, gen *genPacket) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i, n := range sizes {
@@ -671,7 +678,7 @@ func (f *IPData) putGenerated(ctx context.Context, p *Pipe, sizes []int, gen *ge
 
 // putLocked is put with f.mu held; it may release it while it waits for
 // a downlink buffer, and holds it again when it returns.
-func (f *IPData) putLocked(ctx context.Context, p *Pipe, n int, pkt []byte, gen *genPacket, block bool) error {
+func (f *Function) putLocked(ctx context.Context, p *ep.Pipe, n int, pkt []byte, gen *genPacket, block bool) error {
 	for {
 		if !f.open {
 			f.mu.Unlock()
@@ -685,19 +692,17 @@ func (f *IPData) putLocked(ctx context.Context, p *Pipe, n int, pkt []byte, gen 
 				continue
 			}
 			if err := f.agg.reset(b.Buf); err != nil {
-				// Ruled out by NewIPData's checks.
+				// Ruled out by New's checks.
 				p.Release(b)
 				f.st.droppedTooLarge.Add(1)
 				return nil
 			}
-			f.cur, f.open = b, true
+			f.cur, f.curPipe, f.open = b, p, true
 			f.aggSeq++
 		}
 		switch err := f.addToAggregateLocked(n, pkt, gen); {
 		case err == nil:
-			if w := p.d.cfg.Timing.HeaderWindow; w > 0 {
-				f.cur.headerBytes += min(n, w)
-			}
+			f.cur.AddPacket(n)
 			f.addedLocked()
 			return nil
 		case errors.Is(err, framing.ErrFull) || errors.Is(err, framing.ErrLimit):
@@ -723,7 +728,7 @@ func (f *IPData) putLocked(ctx context.Context, p *Pipe, n int, pkt []byte, gen 
 
 // reserveAggregate reserves a downlink buffer for a new aggregate whose
 // first packet has n bytes. Without block a full queue is errNoBuffer.
-func (f *IPData) reserveAggregate(ctx context.Context, p *Pipe, n int, block bool) (DLBuffer, error) {
+func (f *Function) reserveAggregate(ctx context.Context, p *ep.Pipe, n int, block bool) (ep.DLBuffer, error) {
 	if block {
 		return p.Reserve(ctx, f.bufSize(n))
 	}
@@ -738,7 +743,7 @@ func (f *IPData) reserveAggregate(ctx context.Context, p *Pipe, n int, block boo
 // aggregate: pkt, or gen's packet generated in place (or through its
 // scratch buffer when the writer cannot reserve room). It returns the
 // aggregate writer's verdict. f.mu must be held and an aggregate open.
-func (f *IPData) addToAggregateLocked(n int, pkt []byte, gen *genPacket) error {
+func (f *Function) addToAggregateLocked(n int, pkt []byte, gen *genPacket) error {
 	if gen == nil {
 		return f.agg.Add(pkt)
 	}
@@ -758,7 +763,7 @@ func (f *IPData) addToAggregateLocked(n int, pkt []byte, gen *genPacket) error {
 // window opens one and arms the timer; a full aggregate (every packet, for
 // raw IP) is flushed; otherwise an aggregate's first packet arms the flush
 // timer. f.mu must be held.
-func (f *IPData) addedLocked() {
+func (f *Function) addedLocked() {
 	f.st.pending.Add(1)
 	if f.cfg.WindowTimer && !f.window && f.cfg.FlushTimer > 0 {
 		f.window = true
@@ -775,14 +780,14 @@ func (f *IPData) addedLocked() {
 
 // flushLocked finishes the open aggregate and commits it to the downlink
 // queue. f.mu must be held and an aggregate open.
-func (f *IPData) flushLocked(cause *atomic.Uint64) {
+func (f *Function) flushLocked(cause *atomic.Uint64) {
 	n := f.agg.Finish()
 	cnt := f.agg.Count()
-	b := f.cur
-	f.cur, f.open = DLBuffer{}, false
+	b, p := f.cur, f.curPipe
+	f.cur, f.curPipe, f.open = ep.DLBuffer{}, nil, false
 	f.st.pending.Add(-int64(cnt))
-	b.units = cnt
-	if err := b.c.commit(b, n, false); err != nil {
+	b.Units = cnt
+	if err := p.Commit(b, n); err != nil {
 		f.st.droppedReset.Add(uint64(cnt))
 		return
 	}

@@ -1,4 +1,4 @@
-package ep
+package ipdata
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/proto/lend"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
@@ -36,7 +37,7 @@ import (
 // The shaper is a goroutine of the device whose pipe queued the first
 // waiting packet: it starts with that packet, and Device.Close stops it
 // and waits for it. Packets a closed device's pipe left in the queue are
-// dropped (DroppedShaped); an IPData attached to a later device starts a
+// dropped (DroppedShaped); an Function attached to a later device starts a
 // new shaper for it.
 
 // ShapeConfig shapes one uplink flow in the modem. The zero value shapes
@@ -71,9 +72,9 @@ type shapedPkt struct {
 	n    int
 	slot int
 	tag  uint16
-	gen  uint64 // lendGen when queued
-	buf  []byte // the copy (reused across packets)
-	p    *Pipe  // the pipe it arrived on
+	gen  uint64   // lendGen when queued
+	buf  []byte   // the copy (reused across packets)
+	p    *ep.Pipe // the pipe it arrived on
 }
 
 // shaper is the state of the shaped flow and of the lending protocol.
@@ -81,12 +82,12 @@ type shaper struct {
 	// mu guards the fields below; Receive takes it (under the uplink
 	// channel's work), and starts the shaper goroutine under it.
 	//
-	// lockorder: channel.work → shaper.mu → Device.goMu
+	// lockorder: ep.channel.work → shaper.mu → ep.Device.goMu
 	mu      sync.Mutex
 	q       []shapedPkt // ring of cfg.Queue entries
 	head, n int
-	running bool  // a shaper goroutine runs
-	owner   *Pipe // the pipe whose device runs it
+	running bool     // a shaper goroutine runs
+	owner   *ep.Pipe // the pipe whose device runs it
 	wake    chan struct{}
 
 	lend    lend.Region
@@ -116,11 +117,11 @@ func validShape(c *ShapeConfig) error {
 // slots and where their release ring is (the harness forwards the host's
 // mhinet.Device.ZeroCopyRegion). Releases start at index 0 of the ring. It fails with
 // wire.ErrConfig for an inconsistent region.
-func (f *IPData) SetLendRegion(r lend.Region) error {
+func (f *Function) SetLendRegion(r lend.Region) error {
 	if r.Slots < 1 || r.Slots > 0xFFFF || r.SlotSize < 1 || r.Headroom < 0 || r.Headroom >= r.SlotSize ||
 		r.RingEntries < r.Slots || r.RingEntries&(r.RingEntries-1) != 0 ||
 		r.TagIOVA%4 != 0 || r.ProdIOVA%4 != 0 || r.ConsIOVA%4 != 0 || r.RingIOVA%4 != 0 {
-		return fmt.Errorf("ep: lend region %+v: %w", r, wire.ErrConfig)
+		return fmt.Errorf("ipdata: lend region %+v: %w", r, wire.ErrConfig)
 	}
 	s := &f.shp
 	s.mu.Lock()
@@ -132,7 +133,7 @@ func (f *IPData) SetLendRegion(r lend.Region) error {
 
 // ClearLendRegion forgets the lend region: every buffer is treated as an
 // ordinary one again.
-func (f *IPData) ClearLendRegion() {
+func (f *Function) ClearLendRegion() {
 	s := &f.shp
 	s.mu.Lock()
 	s.lendOn = false
@@ -146,7 +147,7 @@ func (f *IPData) ClearLendRegion() {
 // still in its queue without reading them (DroppedShaped). Lent packets
 // queued before a ClearLendRegion or SetLendRegion are dropped the same
 // way.
-func (f *IPData) PipeStateChanged(_ *Pipe, dir wire.Direction, st wire.ChannelState) {
+func (f *Function) PipeStateChanged(_ *ep.Pipe, dir wire.Direction, st wire.ChannelState) {
 	if dir == wire.Uplink && st == wire.ChannelDisabled {
 		f.ClearLendRegion()
 	}
@@ -155,15 +156,18 @@ func (f *IPData) PipeStateChanged(_ *Pipe, dir wire.Direction, st wire.ChannelSt
 // lentSlot reports whether the transfer being delivered on p's uplink is
 // one element inside a lent slot, and which. It runs on the uplink worker,
 // which owns the gathered elements.
-func (f *IPData) lentSlot(p *Pipe) (base uint64, slot int, tag uint16, gen uint64, ok bool) {
+func (f *Function) lentSlot(p *ep.Pipe) (base uint64, slot int, tag uint16, gen uint64, ok bool) {
 	s := &f.shp
 	s.mu.Lock()
 	r, on, gen := s.lend, s.lendOn, s.lendGen
 	s.mu.Unlock()
-	if !on || p.ul == nil || len(p.ul.ulTREs) != 1 {
+	if !on {
 		return 0, 0, 0, 0, false
 	}
-	el := p.ul.ulTREs[0].el
+	el, ok := p.ULElement()
+	if !ok {
+		return 0, 0, 0, 0, false
+	}
 	ptr, n := el.Ptr, uint64(el.Length())
 	if ptr < r.DataIOVA {
 		return 0, 0, 0, 0, false
@@ -182,10 +186,10 @@ func (f *IPData) lentSlot(p *Pipe) (base uint64, slot int, tag uint16, gen uint6
 	return ptr, slot, uint16(w), gen, true
 }
 
-func (f *IPData) hostMem(p *Pipe) HostMemory { return p.d.mem }
+func (f *Function) hostMem(p *ep.Pipe) ep.HostMemory { return p.HostMemory() }
 
 // release writes slot's release to the host's ring.
-func (f *IPData) release(p *Pipe, slot int, tag uint16, gen uint64) {
+func (f *Function) release(p *ep.Pipe, slot int, tag uint16, gen uint64) {
 	s := &f.shp
 	mem := f.hostMem(p)
 	s.mu.Lock()
@@ -213,7 +217,7 @@ func (f *IPData) release(p *Pipe, slot int, tag uint16, gen uint64) {
 }
 
 // shapedFlow reports whether pkt is a UDP datagram of the shaped flow.
-func (f *IPData) shapedFlow(pkt []byte) bool {
+func (f *Function) shapedFlow(pkt []byte) bool {
 	port := f.cfg.Shape.UDPPort
 	if port == 0 || len(pkt) < 1 {
 		return false
@@ -240,7 +244,7 @@ func (f *IPData) shapedFlow(pkt []byte) bool {
 // received; lent says pkt lies in a lent slot starting at iova base (the
 // transfer's first byte). It reports whether the modem now holds the
 // slot.
-func (f *IPData) enqueueShaped(p *Pipe, transfer, pkt []byte, lent bool, base uint64, slot int, tag uint16, gen uint64) (held bool) {
+func (f *Function) enqueueShaped(p *ep.Pipe, transfer, pkt []byte, lent bool, base uint64, slot int, tag uint16, gen uint64) (held bool) {
 	s := &f.shp
 	f.st.ulPackets.Add(1)
 	s.mu.Lock()
@@ -256,7 +260,7 @@ func (f *IPData) enqueueShaped(p *Pipe, transfer, pkt []byte, lent bool, base ui
 	if !s.running {
 		// Start (or restart, on a new device) the shaper, tied to p's
 		// device; a closed device takes nothing.
-		if !p.d.goFunc(func(ctx context.Context) { f.runShaper(ctx, p) }) {
+		if !p.Go(func(ctx context.Context) { f.runShaper(ctx, p) }) {
 			s.mu.Unlock()
 			f.st.droppedShaped.Add(1)
 			return false
@@ -288,7 +292,7 @@ func (f *IPData) enqueueShaped(p *Pipe, transfer, pkt []byte, lent bool, base ui
 
 // runShaper sends the shaped flow's packets at its rate until p's device
 // closes (ctx is the device's); it runs as one of the device's goroutines.
-func (f *IPData) runShaper(ctx context.Context, p *Pipe) {
+func (f *Function) runShaper(ctx context.Context, p *ep.Pipe) {
 	s := &f.shp
 	defer f.shaperExit(p)
 	interval := time.Duration(float64(time.Second) / f.cfg.Shape.Rate)
@@ -370,7 +374,7 @@ func (f *IPData) runShaper(ctx context.Context, p *Pipe) {
 // pipe left in the queue are dropped (DroppedShaped; lent slots are not
 // released: the device is gone), and if packets of another device's pipe
 // wait, a shaper starts for it.
-func (f *IPData) shaperExit(p *Pipe) {
+func (f *Function) shaperExit(p *ep.Pipe) {
 	s := &f.shp
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -402,7 +406,7 @@ func (f *IPData) shaperExit(p *Pipe) {
 			break
 		}
 		next := s.q[s.head].p
-		if next.d.goFunc(func(ctx context.Context) { f.runShaper(ctx, next) }) {
+		if next.Go(func(ctx context.Context) { f.runShaper(ctx, next) }) {
 			s.running, s.owner = true, next
 			break
 		}
@@ -412,7 +416,7 @@ func (f *IPData) shaperExit(p *Pipe) {
 
 // deliverShaped does with a shaped packet what the mode says, as Receive
 // does with other packets (which it counted in ULPackets already).
-func (f *IPData) deliverShaped(ctx context.Context, p *Pipe, pkt []byte, reply *[]byte) {
+func (f *Function) deliverShaped(ctx context.Context, p *ep.Pipe, pkt []byte, reply *[]byte) {
 	switch f.Mode() {
 	case ModeGenerator:
 		f.st.droppedSunk.Add(1)

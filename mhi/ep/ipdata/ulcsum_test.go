@@ -1,4 +1,4 @@
-package ep
+package ipdata
 
 import (
 	"bytes"
@@ -126,7 +126,7 @@ func TestComputeTransportChecksum(t *testing.T) {
 // is passed on with it computed, one that computed its own (header zero)
 // unchanged, an impossible request unchanged and counted.
 func TestIPDataUplinkChecksumOffload(t *testing.T) {
-	r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: framing.QMAP, QMAPCsum: qmap.CsumV4}})
+	r := newIPRig(t, ipRigConfig{ip: Config{Format: framing.QMAP, QMAPCsum: qmap.CsumV4}})
 	offload := udp4Field(61, 0x5A5A) // rmnet leaves the complemented pseudo-header sum here
 	own := udp4Field(40, 0)
 	be.PutUint16(own[26:], udpChecksum(pseudo4(own[12:16], own[16:20], 17, len(own)-20), own[20:]))

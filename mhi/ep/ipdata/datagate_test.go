@@ -1,4 +1,4 @@
-package ep
+package ipdata
 
 import (
 	"sync/atomic"
@@ -8,7 +8,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 )
 
-// testGate is a DataGate a test opens and closes (the modem's, in
+// testGate is a Gate a test opens and closes (the modem's, in
 // mhi/ep/modem, opens while a session is connected).
 type testGate struct{ atomic.Bool }
 
@@ -18,7 +18,7 @@ func (g *testGate) DataAllowed() bool { return g.Load() }
 // counted; once it opens they flow.
 func TestIPDataGate(t *testing.T) {
 	var gate testGate // closed
-	r := newIPRig(t, ipRigConfig{ip: IPDataConfig{Format: framing.RawIP, Gate: &gate}})
+	r := newIPRig(t, ipRigConfig{ip: Config{Format: framing.RawIP, Gate: &gate}})
 	pkts := testPackets(3, 100)
 	for _, p := range pkts {
 		r.sendUL(p)

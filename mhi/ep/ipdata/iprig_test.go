@@ -1,10 +1,12 @@
-package ep
+package ipdata
 
 import (
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/eptest"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
 
@@ -14,8 +16,8 @@ import (
 // queued as long as the ring has room. It is single-threaded: every wait
 // pumps event ring 1.
 type ipRig struct {
-	*testHost
-	ipd *IPData
+	*eptest.Host
+	ipd *Function
 
 	ulN, dlN int // ring elements
 	mru      int
@@ -38,7 +40,7 @@ const (
 
 // ipRigConfig shapes an ipRig.
 type ipRigConfig struct {
-	ip        IPDataConfig
+	ip        Config
 	mru       int // DL buffer size (default 32768)
 	dlBuffers int // DL buffers the host owns (default 8)
 	post      int // of those, posted at start (default all)
@@ -64,26 +66,26 @@ func newIPRig(tb testing.TB, rc ipRigConfig) *ipRig {
 	if rc.ring == 0 {
 		rc.ring = 32
 	}
-	ipd, err := NewIPData(rc.ip)
+	ipd, err := New(rc.ip)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	h := newHost(tb, func(c *Config) {
-		c.Functions = map[string]Function{IPDataName: ipd}
+	h := eptest.NewHost(tb, func(c *ep.Config) {
+		c.Functions = map[string]ep.Function{Name: ipd}
 		c.BurstPollInterval = 100 * time.Microsecond
 		c.MHI.EventRings[1].Elements = 64
 		c.DLQueueDepth = rc.depth
 	})
-	r := &ipRig{testHost: h, ipd: ipd, ulN: rc.ring, dlN: rc.ring, mru: rc.mru, ulSize: rc.ulSize,
+	r := &ipRig{Host: h, ipd: ipd, ulN: rc.ring, dlN: rc.ring, mru: rc.mru, ulSize: rc.ulSize,
 		dlBuf: map[uint64]uint64{}}
-	h.powerUp()
+	h.PowerUp()
 	r.startIP(ulChan)
 	for range rc.ring {
-		r.ulBufs = append(r.ulBufs, h.mem.alloc(tb, rc.ulSize, 8))
+		r.ulBufs = append(r.ulBufs, h.Mem.Alloc(tb, rc.ulSize, 8))
 	}
 	r.startIP(dlChan)
 	for range rc.dlBuffers {
-		r.dlPool = append(r.dlPool, h.mem.alloc(tb, rc.mru, 8))
+		r.dlPool = append(r.dlPool, h.Mem.Alloc(tb, rc.mru, 8))
 	}
 	r.post(rc.post)
 	return r
@@ -91,10 +93,10 @@ func newIPRig(tb testing.TB, rc ipRigConfig) *ipRig {
 
 // startIP initialises and starts one of the IP channels.
 func (r *ipRig) startIP(ch uint8) {
-	r.t.Helper()
-	r.initChannel(ch, r.ulN)
+	r.T.Helper()
+	r.InitChannel(ch, r.ulN)
 	if ev := r.commandPumping(wire.PktStartChanCmd, ch); ev.Code() != wire.CCSuccess {
-		r.t.Fatalf("START(%d) = %s", ch, ev.Code())
+		r.T.Fatalf("START(%d) = %s", ch, ev.Code())
 	}
 }
 
@@ -103,31 +105,31 @@ func (r *ipRig) post(n int) {
 	for ; n > 0 && len(r.dlPool) > 0; n-- {
 		buf := r.dlPool[len(r.dlPool)-1]
 		r.dlPool = r.dlPool[:len(r.dlPool)-1]
-		tre := r.queue(dlChan, buf, uint32(r.mru), wire.TREIEOT|wire.TREBEI)
+		tre := r.Queue(dlChan, buf, uint32(r.mru), wire.TREIEOT|wire.TREBEI)
 		r.dlBuf[tre] = buf
 	}
-	r.ring(dlChan)
+	r.Ring(dlChan)
 }
 
 // step handles one event of ring 1 if there is one.
 func (r *ipRig) step() bool {
-	if r.pendingEvents(1) == 0 {
+	if r.PendingEvents(1) == 0 {
 		return false
 	}
-	ev := r.nextEvent(1)
+	ev := r.NextEvent(1)
 	switch {
 	case ev.Code() == wire.CCDBMode:
-		r.ring(ev.Channel())
+		r.Ring(ev.Channel())
 	case ev.Channel() == ulChan:
 		r.ulOut--
 	case ev.Channel() == dlChan:
 		r.dlEvents++
 		buf, ok := r.dlBuf[ev.Ptr]
 		if !ok {
-			r.t.Fatalf("DL event for unknown TRE: %v", ev)
+			r.T.Fatalf("DL event for unknown TRE: %v", ev)
 		}
 		delete(r.dlBuf, ev.Ptr)
-		r.cur = append(r.cur, r.read(buf, int(ev.Length()))...)
+		r.cur = append(r.cur, r.Read(buf, int(ev.Length()))...)
 		switch ev.Code() {
 		case wire.CCOverflow:
 			r.overflows++
@@ -135,25 +137,25 @@ func (r *ipRig) step() bool {
 			r.transfers = append(r.transfers, r.cur)
 			r.cur = nil
 		default:
-			r.t.Fatalf("DL event %v", ev)
+			r.T.Fatalf("DL event %v", ev)
 		}
 		r.dlPool = append(r.dlPool, buf)
 		r.post(1)
 	default:
-		r.t.Fatalf("unexpected event %v", ev)
+		r.T.Fatalf("unexpected event %v", ev)
 	}
 	return true
 }
 
 // pumpUntil handles events until cond holds.
 func (r *ipRig) pumpUntil(what string, cond func() bool) {
-	r.t.Helper()
-	deadline := time.Now().Add(waitTimeout)
+	r.T.Helper()
+	deadline := time.Now().Add(eptest.WaitTimeout)
 	for !cond() {
 		if !r.step() {
 			if time.Now().After(deadline) {
-				r.t.Fatalf("timed out waiting for %s: %d DL transfers, stats %+v, ip %+v",
-					what, len(r.transfers), r.dev.Stats(), r.ipd.Stats())
+				r.T.Fatalf("timed out waiting for %s: %d DL transfers, stats %+v, ip %+v",
+					what, len(r.transfers), r.Dev.Stats(), r.ipd.Stats())
 			}
 			time.Sleep(50 * time.Microsecond)
 		}
@@ -172,32 +174,32 @@ func (r *ipRig) pumpFor(d time.Duration) {
 
 // sendUL queues one uplink transfer, waiting for ring room.
 func (r *ipRig) sendUL(data []byte) {
-	r.t.Helper()
+	r.T.Helper()
 	if len(data) > r.ulSize {
-		r.t.Fatalf("UL transfer of %d bytes, buffers hold %d", len(data), r.ulSize)
+		r.T.Fatalf("UL transfer of %d bytes, buffers hold %d", len(data), r.ulSize)
 	}
 	r.pumpUntil("UL ring room", func() bool { return r.ulOut < r.ulN-1 })
-	ring := r.ch[ulChan]
-	buf := r.ulBufs[ring.wp]
-	r.write(buf, data)
-	r.queue(ulChan, buf, uint32(len(data)), wire.TREIEOT|wire.TREBEI)
+	ring := r.Ch[ulChan]
+	buf := r.ulBufs[ring.Wp]
+	r.Write(buf, data)
+	r.Queue(ulChan, buf, uint32(len(data)), wire.TREIEOT|wire.TREBEI)
 	r.ulOut++
-	r.ring(ulChan)
+	r.Ring(ulChan)
 }
 
 // commandPumping posts a command and waits for its completion on ring 0
 // while handling ring 1, as a host whose event processing runs on its own.
 func (r *ipRig) commandPumping(t wire.PacketType, ch uint8) wire.Element {
-	r.t.Helper()
-	addr := r.cmd.addr(r.cmd.wp)
-	r.writeElement(addr, wire.CommandElement(t, ch))
-	r.cmd.wp = (r.cmd.wp + 1) % r.cmd.n
-	r.store64(r.cmdCtx+wire.CtxWP, r.cmd.addr(r.cmd.wp))
-	r.setReg64(wire.RegCRDBLower, r.cmd.addr(r.cmd.wp))
-	r.pumpUntil(fmt.Sprintf("completion of %s(%d)", t, ch), func() bool { return r.pendingEvents(0) > 0 })
-	ev := r.nextEvent(0)
+	r.T.Helper()
+	addr := r.Cmd.Addr(r.Cmd.Wp)
+	r.WriteElement(addr, wire.CommandElement(t, ch))
+	r.Cmd.Wp = (r.Cmd.Wp + 1) % r.Cmd.N
+	r.Store64(r.CmdCtx+wire.CtxWP, r.Cmd.Addr(r.Cmd.Wp))
+	r.SetReg64(wire.RegCRDBLower, r.Cmd.Addr(r.Cmd.Wp))
+	r.pumpUntil(fmt.Sprintf("completion of %s(%d)", t, ch), func() bool { return r.PendingEvents(0) > 0 })
+	ev := r.NextEvent(0)
 	if ev.Type() != wire.PktCmdCompletion || ev.Ptr != addr {
-		r.t.Fatalf("reply to %s(%d): %v", t, ch, ev)
+		r.T.Fatalf("reply to %s(%d): %v", t, ch, ev)
 	}
 	return ev
 }
@@ -206,24 +208,24 @@ func (r *ipRig) commandPumping(t wire.PacketType, ch uint8) wire.Element {
 // reclaim its buffers, START it again on a fresh ring with buffers of the
 // new size.
 func (r *ipRig) restartDL(mru, buffers int) {
-	r.t.Helper()
+	r.T.Helper()
 	if ev := r.commandPumping(wire.PktStopChanCmd, dlChan); ev.Code() != wire.CCSuccess {
-		r.t.Fatalf("STOP = %s", ev.Code())
+		r.T.Fatalf("STOP = %s", ev.Code())
 	}
 	// Completions posted before the STOP finished are still on ring 1.
 	for r.step() {
 	}
 	if ev := r.commandPumping(wire.PktResetChanCmd, dlChan); ev.Code() != wire.CCSuccess {
-		r.t.Fatalf("RESET = %s", ev.Code())
+		r.T.Fatalf("RESET = %s", ev.Code())
 	}
 	if len(r.cur) != 0 {
-		r.t.Fatalf("host holds %d bytes of an unfinished transfer after STOP", len(r.cur))
+		r.T.Fatalf("host holds %d bytes of an unfinished transfer after STOP", len(r.cur))
 	}
 	r.dlBuf = map[uint64]uint64{}
 	r.mru = mru
 	r.dlPool = nil
 	for range buffers {
-		r.dlPool = append(r.dlPool, r.mem.alloc(r.t, mru, 8))
+		r.dlPool = append(r.dlPool, r.Mem.Alloc(r.T, mru, 8))
 	}
 	r.startIP(dlChan)
 	r.post(buffers)

@@ -1,4 +1,4 @@
-package ep
+package ipdata
 
 import (
 	"encoding/binary"
@@ -164,9 +164,9 @@ func pseudo6(src, dst []byte, next byte, n int) uint32 {
 
 // SetMode switches between ModeLoopback and ModeResponder (the generator
 // has its own StartGenerator). It fails while the generator runs.
-func (f *IPData) SetMode(m Mode) error {
+func (f *Function) SetMode(m Mode) error {
 	if m != ModeLoopback && m != ModeResponder {
-		return fmt.Errorf("ep: SetMode(%s): only loopback and responder can be set", m)
+		return fmt.Errorf("ipdata: SetMode(%s): only loopback and responder can be set", m)
 	}
 	f.genMu.Lock()
 	defer f.genMu.Unlock()

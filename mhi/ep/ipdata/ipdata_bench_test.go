@@ -1,35 +1,24 @@
-package ep
+package ipdata
 
 import (
 	"context"
 	"fmt"
 	"testing"
 
+	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/eptest"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
-	"github.com/gomhi/gomhi/mhi/wire"
 )
 
 // benchPipe returns ipd's pipe on a device whose downlink channel (101)
-// accepts transfers without a host: the benchmark drains the queue itself.
-func benchPipe(b *testing.B, ipd *IPData) (*Pipe, *channel) {
+// accepts transfers without a host, and what drains its queue: the
+// benchmark drains it itself.
+func benchPipe(b *testing.B, ipd *Function) (*ep.Pipe, func()) {
 	b.Helper()
-	h := newHost(b, func(c *Config) { c.Functions = map[string]Function{IPDataName: ipd} })
-	p, _ := h.dev.Pipe(IPDataName)
-	dl := h.dev.channelByNum(dlChan)
-	dl.setState(wire.ChannelRunning)
-	return p, dl
-}
-
-// drain drops every queued downlink transfer the way the worker does
-// after writing it, recycling the buffers.
-func drain(c *channel) {
-	c.mu.Lock()
-	n := c.qCount
-	c.mu.Unlock()
-	for range n {
-		c.popDL()
-	}
+	h := eptest.NewHost(b, func(c *ep.Config) { c.Functions = map[string]ep.Function{Name: ipd} })
+	p, _ := h.Dev.Pipe(Name)
+	return p, p.RunDLWithoutHost()
 }
 
 // BenchmarkIPDataReceive measures the function alone: raw uplink packets
@@ -37,21 +26,21 @@ func drain(c *channel) {
 func BenchmarkIPDataReceive(b *testing.B) {
 	formats := []struct {
 		name string
-		cfg  IPDataConfig
+		cfg  Config
 	}{
-		{"ntb16", IPDataConfig{Format: framing.NTB16, UplinkRaw: true}},
-		{"ntb16-from-ntb", IPDataConfig{Format: framing.NTB16}},
-		{"qmap", IPDataConfig{Format: framing.QMAP, UplinkRaw: true}},
-		{"raw", IPDataConfig{Format: framing.RawIP}},
+		{"ntb16", Config{Format: framing.NTB16, UplinkRaw: true}},
+		{"ntb16-from-ntb", Config{Format: framing.NTB16}},
+		{"qmap", Config{Format: framing.QMAP, UplinkRaw: true}},
+		{"raw", Config{Format: framing.RawIP}},
 	}
 	for _, f := range formats {
 		for _, size := range []int{64, 1500} {
 			b.Run(fmt.Sprintf("%s/%dB", f.name, size), func(b *testing.B) {
-				ipd, err := NewIPData(f.cfg)
+				ipd, err := New(f.cfg)
 				if err != nil {
 					b.Fatal(err)
 				}
-				p, dl := benchPipe(b, ipd)
+				p, drain := benchPipe(b, ipd)
 				pkt := testPacket(size, 1)
 				if !f.cfg.UplinkRaw && f.cfg.Format == framing.NTB16 {
 					// One-datagram uplink NTBs, as mhi_wwan_mbim sends.
@@ -68,7 +57,7 @@ func BenchmarkIPDataReceive(b *testing.B) {
 					if err := ipd.Receive(ctx, p, pkt); err != nil {
 						b.Fatal(err)
 					}
-					drain(dl)
+					drain()
 				}
 				b.StopTimer()
 				ipd.Flush()

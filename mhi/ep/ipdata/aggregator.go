@@ -1,4 +1,4 @@
-package ep
+package ipdata
 
 import (
 	"errors"
@@ -11,8 +11,8 @@ import (
 // errAggNoReserve: the writer cannot reserve room for a packet to be
 // written in place; copy it in with Add. It is internal, as are an
 // aggWriter's framing.Writer outcomes (full, limit, too large, empty),
-// which an IPData turns into flushes or named drops.
-var errAggNoReserve = errors.New("ep: aggregate writer cannot reserve in place")
+// which an Function turns into flushes or named drops.
+var errAggNoReserve = errors.New("ipdata: aggregate writer cannot reserve in place")
 
 // aggWriter builds one downlink aggregate in place in a reserved queue
 // buffer: a framing.Writer (Add, Count, Finish) that it opens itself.
