@@ -388,31 +388,9 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	if err := cfg.check(); err != nil {
 		return sum, err
 	}
-	opts, err := cfg.kernelOptions()
-	if errors.Is(err, labvm.ErrMissing) && !cfg.NoSetup {
-		// First use: fill the cache as make test-deps does, then look
-		// again.
-		fmt.Fprintf(cfg.Log, "lab: %v\nlab: preparing the cache %s (first use: downloads QEMU, busybox and Debian's kernels, no root needed)\n", err, labvm.CacheDir())
-		if serr := labvm.Setup(ctx, cfg.Log, cfg.Userland == UserlandModemManager); serr != nil {
-			return sum, failed("%w", serr)
-		}
-		opts, err = cfg.kernelOptions()
-	}
+	env, err := cfg.findGuest(ctx)
 	if err != nil {
 		return sum, err
-	}
-	env, err := labvm.Find(opts)
-	if errors.Is(err, labvm.ErrMissing) && !cfg.NoSetup {
-		// First use: fill the cache as make test-deps does, then look
-		// again.
-		fmt.Fprintf(cfg.Log, "lab: %v\nlab: preparing the cache %s (first use: downloads QEMU, busybox and Debian's kernels, no root needed)\n", err, labvm.CacheDir())
-		if serr := labvm.Setup(ctx, cfg.Log, cfg.Userland == UserlandModemManager); serr != nil {
-			return sum, failed("%w", serr)
-		}
-		env, err = labvm.Find(opts)
-	}
-	if err != nil {
-		return sum, failed("%w", err)
 	}
 	sum.Kernel = env.Release
 	mods, err := modules(env, cfg.Driver)
@@ -427,25 +405,15 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 			return sum, err
 		}
 	}
+	rootfs, err := cfg.findRootFS(ctx)
+	if err != nil {
+		return sum, err
+	}
 	dir, err := os.MkdirTemp("", "mhictl-lab-")
 	if err != nil {
 		return sum, failed("%w", err)
 	}
 	defer os.RemoveAll(dir)
-	var rootfs string
-	if cfg.Userland == UserlandModemManager {
-		rootfs, err = labvm.FindRootFS()
-		if errors.Is(err, labvm.ErrMissing) && !cfg.NoSetup {
-			fmt.Fprintf(cfg.Log, "lab: %v\nlab: building it (first use of --userland modemmanager: mmdebstrap, about 160 Debian packages)\n", err)
-			if serr := labvm.Setup(ctx, cfg.Log, true); serr != nil {
-				return sum, failed("%w", serr)
-			}
-			rootfs, err = labvm.FindRootFS()
-		}
-		if err != nil {
-			return sum, failed("%w", err)
-		}
-	}
 	socks := make([]string, cfg.Modems)
 	for i := range socks {
 		socks[i] = filepath.Join(dir, fmt.Sprintf("modem%d.sock", i))
@@ -456,24 +424,10 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	var srvs []*server
-	defer func() {
-		for i, srv := range srvs {
-			r := srv.stop()
-			if i == 0 {
-				sum.Modem = r
-			}
-			if len(socks) > 1 {
-				sum.Modems = append(sum.Modems, r)
-			}
-		}
-	}()
-	for _, sock := range socks {
-		srv, err := startServer(ctx, cfg, sock)
-		if err != nil {
-			return sum, err
-		}
-		srvs = append(srvs, srv)
+	srvs, err := serveModems(ctx, cfg, socks)
+	defer func() { sum.Modem, sum.Modems = stopModems(srvs) }()
+	if err != nil {
+		return sum, err
 	}
 	boot := labvm.Boot{Args: cfg.qemuArgs(socks), Initrd: initrd, Timeout: cfg.Timeout}
 	if rootfs != "" {
@@ -491,54 +445,166 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		sum.ExitStatus = 0
 		return sum, ctx.Err()
 	}
-	var (
-		mu      sync.Mutex
-		started bool
-		status  = -1
-	)
-	qemuStart := time.Now()
-	boot.OnLine = func(line string) {
-		if rest, ok := strings.CutPrefix(line, "LAB-"); ok {
-			word, arg, _ := strings.Cut(rest, " ")
-			mu.Lock()
-			defer mu.Unlock()
-			switch word {
-			case "START":
-				started = true
-				sum.BootS = time.Since(qemuStart).Seconds()
-			case "EXIT":
-				if n, err := strconv.Atoi(strings.TrimSpace(arg)); err == nil {
-					status = n
-				}
-			case "WARN":
-				fmt.Fprintf(cfg.Log, "lab: %s\n", arg)
-			case "INJECT":
-				fault, which, _ := strings.Cut(strings.TrimSpace(arg), " ")
-				what := ""
-				if i, err := strconv.Atoi(which); which != "" && (err != nil || i < 0 || i >= len(socks)) {
-					what = fmt.Sprintf("refused: no modem %q (the guest has %d)", which, len(socks))
-				} else if what, err = faultsock.Request(socks[i], fault); err != nil {
-					what = "refused: " + err.Error()
-				}
-				fmt.Fprintf(cfg.Log, "lab: inject %s into modem %s: %s\n", fault, cmp.Or(which, "0"), what)
-				sum.Injected = append(sum.Injected, fault+": "+what)
-			}
-			return
-		}
-		fmt.Fprintln(cfg.Console, line)
-	}
+	gc := &guestConsole{cfg: &cfg, socks: socks, status: -1, start: time.Now()}
+	boot.OnLine = gc.line
 	res := env.Run(ctx, boot)
-	mu.Lock()
-	defer mu.Unlock()
+	return gc.verdict(ctx, res, sum)
+}
+
+// withSetup runs find; when what it looks for is missing from the cache
+// (labvm.ErrMissing) and cfg allows, it fills the cache first (as make
+// test-deps does: first use) and runs find again.
+func (cfg *Config) withSetup(ctx context.Context, rootFS bool, find func() error) error {
+	err := find()
+	if !errors.Is(err, labvm.ErrMissing) || cfg.NoSetup {
+		return err
+	}
+	fmt.Fprintf(cfg.Log, "lab: %v\nlab: preparing the cache %s (first use: downloads QEMU, busybox and Debian's kernels, no root needed)\n", err, labvm.CacheDir())
+	if serr := labvm.Setup(ctx, cfg.Log, rootFS); serr != nil {
+		return failed("%w", serr)
+	}
+	return find()
+}
+
+// findGuest finds QEMU, busybox and the kernel --kernel names, filling the
+// cache first when it lacks them.
+func (cfg *Config) findGuest(ctx context.Context) (*labvm.Env, error) {
+	rootFS := cfg.Userland == UserlandModemManager
+	var opts labvm.Options
+	err := cfg.withSetup(ctx, rootFS, func() (err error) {
+		opts, err = cfg.kernelOptions()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var env *labvm.Env
+	err = cfg.withSetup(ctx, rootFS, func() (err error) {
+		env, err = labvm.Find(opts)
+		return err
+	})
+	if err != nil {
+		return nil, failed("%w", err)
+	}
+	return env, nil
+}
+
+// findRootFS returns the Debian root file system the ModemManager user
+// land boots ("" for the minimal one), building it first when missing.
+func (cfg *Config) findRootFS(ctx context.Context) (string, error) {
+	if cfg.Userland != UserlandModemManager {
+		return "", nil
+	}
+	var rootfs string
+	err := cfg.withSetup(ctx, true, func() (err error) {
+		rootfs, err = labvm.FindRootFS()
+		return err
+	})
+	if err != nil {
+		return "", failed("%w", err)
+	}
+	return rootfs, nil
+}
+
+// serveModems starts one served modem per socket; on an error the ones
+// started are returned too, for stopModems.
+func serveModems(ctx context.Context, cfg Config, socks []string) ([]*server, error) {
+	var srvs []*server
+	for _, sock := range socks {
+		srv, err := startServer(ctx, cfg, sock)
+		if err != nil {
+			return srvs, err
+		}
+		srvs = append(srvs, srv)
+	}
+	return srvs, nil
+}
+
+// stopModems stops the served modems and returns modem 0's report and,
+// with several, every modem's.
+func stopModems(srvs []*server) (first ModemReport, all []ModemReport) {
+	for i, srv := range srvs {
+		r := srv.stop()
+		if i == 0 {
+			first = r
+		}
+		all = append(all, r)
+	}
+	if len(all) < 2 {
+		all = nil
+	}
+	return first, all
+}
+
+// guestConsole follows the guest's console: lines starting with "LAB-"
+// are the guest's reports to the lab, every other line goes to
+// cfg.Console.
+type guestConsole struct {
+	cfg   *Config
+	socks []string
+	start time.Time
+
+	mu       sync.Mutex
+	started  bool // LAB-START: the script began
+	status   int  // LAB-EXIT's status, -1 before
+	bootS    float64
+	injected []string
+}
+
+// line handles one console line.
+func (g *guestConsole) line(line string) {
+	rest, ok := strings.CutPrefix(line, "LAB-")
+	if !ok {
+		fmt.Fprintln(g.cfg.Console, line)
+		return
+	}
+	word, arg, _ := strings.Cut(rest, " ")
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch word {
+	case "START":
+		g.started = true
+		g.bootS = time.Since(g.start).Seconds()
+	case "EXIT":
+		if n, err := strconv.Atoi(strings.TrimSpace(arg)); err == nil {
+			g.status = n
+		}
+	case "WARN":
+		fmt.Fprintf(g.cfg.Log, "lab: %s\n", arg)
+	case "INJECT":
+		g.inject(strings.TrimSpace(arg))
+	}
+}
+
+// inject relays "FAULT [MODEM]" to the served modem's fault socket.
+func (g *guestConsole) inject(arg string) {
+	fault, which, _ := strings.Cut(arg, " ")
+	what := ""
+	if i, err := strconv.Atoi(which); which != "" && (err != nil || i < 0 || i >= len(g.socks)) {
+		what = fmt.Sprintf("refused: no modem %q (the guest has %d)", which, len(g.socks))
+	} else if what, err = faultsock.Request(g.socks[i], fault); err != nil {
+		what = "refused: " + err.Error()
+	}
+	fmt.Fprintf(g.cfg.Log, "lab: inject %s into modem %s: %s\n", fault, cmp.Or(which, "0"), what)
+	g.injected = append(g.injected, fault+": "+what)
+}
+
+// verdict turns QEMU's result and what the guest reported into the
+// summary's exit status (and the lab's error, if the guest never reached
+// the script).
+func (g *guestConsole) verdict(ctx context.Context, res labvm.Result, sum Summary) (Summary, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	sum.BootS, sum.Injected = g.bootS, g.injected
 	switch {
-	case status >= 0:
-		sum.ExitStatus = status
+	case g.status >= 0:
+		sum.ExitStatus = g.status
 	case errors.Is(res.Err, context.DeadlineExceeded):
 		sum.ExitStatus = ExitTimeout
-		sum.Reason = fmt.Sprintf("--timeout %v passed", cfg.Timeout)
+		sum.Reason = fmt.Sprintf("--timeout %v passed", g.cfg.Timeout)
 	case ctx.Err() != nil:
 		return sum, ctx.Err()
-	case !started:
+	case !g.started:
 		sum.Reason = fmt.Sprintf("the guest ended before the script started (qemu: %v)", errText(res.Err))
 		return sum, failed("%s\n%s", sum.Reason, lastLines(res.Stderr, 5))
 	default:
