@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -16,7 +17,7 @@ import (
 // socket, package faultsock), with what each does.
 var modemFaults = []struct{ name, help string }{
 	{"sys-err", "the modem raises SYS_ERR (the host resets and recovers it); its cellular state is kept"},
-	{"crash", "the baseband crashes: its cellular state restarts (sessions end) and it raises SYS_ERR; with 'modem serve --rddm' it enters RAM-dump mode"},
+	{"crash", "the baseband crashes: its cellular state restarts (sessions end), it raises SYS_ERR (with 'modem serve --rddm' it enters RAM-dump mode) and, rebooting, is not READY for 3 s after the host's reset"},
 	{"surprise-removal", "the modem falls off the bus: the server exits at once, as if the device vanished (the client's accesses fail from then on)"},
 }
 
@@ -28,6 +29,12 @@ func faultNames() []string {
 	}
 	return out
 }
+
+// crashReboot is how long a crashed modem stays in RESET after the host's
+// reset, as a real modem rebooting its firmware (within the 8 s Linux and
+// gomhi wait for READY). Coming back at once let the new ports race the
+// old ones' removal in udev, which ModemManager 1.20.4 loses.
+const crashReboot = 3 * time.Second
 
 // errNoModemSession: a fault needs a client's session.
 var errNoModemSession = errors.New("no client is connected: the modem has no session to fail")
@@ -43,9 +50,14 @@ func modemFaultApplier(dev *vfiouser.ServerDevice, exit func()) faultsock.Apply 
 				return "", errNoModemSession
 			}
 			if fault == "crash" {
+				// The baseband restarts and, as a real modem's firmware
+				// reboots, the modem is not READY for crashReboot after
+				// the host's reset (docs/LAB.md).
 				if f := dev.Functions(); f != nil && f.Modem != nil {
 					f.Modem.Restart()
 				}
+				m.SetNeverReady(true)
+				time.AfterFunc(crashReboot, func() { m.SetNeverReady(false) })
 			}
 			m.InjectSysErr()
 			return "SYS_ERR raised", nil
