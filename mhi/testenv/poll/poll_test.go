@@ -65,7 +65,7 @@ type recorder struct {
 	failed string
 }
 
-func (r *recorder) Helper() {}
+func (r *recorder) Helper()                           {}
 func (r *recorder) Fatalf(format string, args ...any) { r.failed = fmt.Sprintf(format, args...) }
 func (r *recorder) Fatal(args ...any)                 { r.failed = fmt.Sprint(args...) }
 
