@@ -500,6 +500,27 @@ func (ch *Channel) onEvent(ev wire.Element) {
 		c.log.Warn("transfer event points outside the queued elements", "channel", ch.cfg.Num, "event", ev, "err", err)
 		return
 	}
+	comps, bytes := ch.complete(ev, idx)
+	ch.comps = comps
+	h := ch.handler
+	ch.mu.Unlock()
+	ch.stats.Completed.Add(uint64(len(comps)))
+	ch.stats.Bytes.Add(bytes)
+	if code == wire.CCOverflow {
+		ch.stats.Overflows.Add(1)
+	}
+	if h != nil {
+		for _, comp := range comps {
+			h(comp)
+		}
+	}
+}
+
+// complete takes the queued elements up to and including idx, the one ev
+// points at, off the ring and returns their completions and the bytes they
+// carry; ev's length applies to the last. Called with ch.mu held.
+func (ch *Channel) complete(ev wire.Element, idx int) ([]Completion, uint64) {
+	c, code := ch.ctrl, ev.Code()
 	comps := ch.comps[:0]
 	var bytes uint64
 	for {
@@ -529,19 +550,7 @@ func (ch *Channel) onEvent(ev wire.Element) {
 			break
 		}
 	}
-	ch.comps = comps
-	h := ch.handler
-	ch.mu.Unlock()
-	ch.stats.Completed.Add(uint64(len(comps)))
-	ch.stats.Bytes.Add(bytes)
-	if code == wire.CCOverflow {
-		ch.stats.Overflows.Add(1)
-	}
-	if h != nil {
-		for _, comp := range comps {
-			h(comp)
-		}
-	}
+	return comps, bytes
 }
 
 // ChannelStatus describes a channel for status displays.
