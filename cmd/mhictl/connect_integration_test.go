@@ -21,6 +21,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/testenv"
+	"github.com/gomhi/gomhi/mhi/testenv/atterm"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -33,8 +34,6 @@ import (
 // (testenv).
 
 const mbimProxyBin = "/usr/libexec/mbim-proxy"
-
-func needTool(t *testing.T, name, pkg string) { t.Helper(); testenv.LookPath(t, name, pkg) }
 
 func needFile(t *testing.T, path, pkg string) {
 	t.Helper()
@@ -274,7 +273,7 @@ func scrape(t *testing.T, u *upProc) string {
 // session `mhictl connect` made is up; the ports are listed in the tree,
 // over netlink and in the metrics; the links go with `up`.
 func TestUpControlMBIM(t *testing.T) {
-	needTool(t, "mbimcli", "libmbim-utils")
+	testenv.LookPath(t, "mbimcli", "libmbim-utils")
 	if !inNetns(t) {
 		return
 	}
@@ -353,7 +352,7 @@ func TestUpControlMBIM(t *testing.T) {
 // `mhictl modem serve --require-connect` over vfio-user; the TUN has no
 // address until the session gives it one.
 func TestUpControlVFIOUser(t *testing.T) {
-	needTool(t, "mbimcli", "libmbim-utils")
+	testenv.LookPath(t, "mbimcli", "libmbim-utils")
 	if !inNetns(t) {
 		return
 	}
@@ -501,7 +500,7 @@ func qmicliSession(t *testing.T, dev []string, id modem.Identity, seq uint16) {
 // and the call it starts is the modem's session (the gate opens and
 // closes with it).
 func TestUpControlQMI(t *testing.T) {
-	needTool(t, "qmicli", "libqmi-utils")
+	testenv.LookPath(t, "qmicli", "libqmi-utils")
 	if !inNetns(t) {
 		return
 	}
@@ -561,28 +560,6 @@ func TestUpControlQMIConnect(t *testing.T) {
 	}
 }
 
-// converse writes s to a terminal and reads until a final result line.
-func converse(t *testing.T, f *os.File, s string) string {
-	t.Helper()
-	if _, err := f.WriteString(s); err != nil {
-		t.Fatal(err)
-	}
-	var got []byte
-	buf := make([]byte, 512)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_ = f.SetReadDeadline(deadline)
-		n, err := f.Read(buf)
-		if err != nil {
-			t.Fatalf("read after %q: %v (got %q)", s, err, got)
-		}
-		got = append(got, buf[:n]...)
-		if bytes.HasSuffix(got, []byte("OK\r\n")) || bytes.HasSuffix(got, []byte("ERROR\r\n")) {
-			return string(got)
-		}
-	}
-}
-
 // TestUpControlAT: ATI on the AT ports of `mhictl up` (telit-fn990: DUN
 // and DUN2) answers with the model's strings, opened as a terminal
 // program opens them.
@@ -596,15 +573,15 @@ func TestUpControlAT(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := converse(t, term, "ATI\r")
+		got := atterm.Converse(t, term, "ATI\r")
 		want := "ATI\r\r\n" + id.Manufacturer + "\r\n" + id.Model + "\r\nRevision: " + id.Firmware + "\r\n\r\nOK\r\n"
 		if got != want {
 			t.Errorf("%s: ATI answered %q, want %q", name, got, want)
 		}
-		if got := converse(t, term, "AT+CGSN\r"); !strings.Contains(got, id.IMEI) {
+		if got := atterm.Converse(t, term, "AT+CGSN\r"); !strings.Contains(got, id.IMEI) {
 			t.Errorf("%s: AT+CGSN answered %q, want the IMEI %s", name, got, id.IMEI)
 		}
-		if got := converse(t, term, "AT+NOSUCH\r"); !strings.HasSuffix(got, "ERROR\r\n") {
+		if got := atterm.Converse(t, term, "AT+NOSUCH\r"); !strings.HasSuffix(got, "ERROR\r\n") {
 			t.Errorf("%s: an unknown command answered %q", name, got)
 		}
 		t.Logf("%s: ATI answered %q", name, got)

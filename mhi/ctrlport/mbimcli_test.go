@@ -27,11 +27,6 @@ import (
 
 const mbimProxyPath = "/usr/libexec/mbim-proxy"
 
-func needTool(t *testing.T, name, pkg string) string {
-	t.Helper()
-	return testenv.LookPath(t, name, pkg)
-}
-
 // mbimcli runs mbimcli with a timeout and returns its combined output.
 func mbimcli(t *testing.T, args ...string) (string, error) {
 	t.Helper()
@@ -101,7 +96,7 @@ func newToolPort(t *testing.T, mc modem.Config, mo modem.MBIMOptions) (*mockMode
 }
 
 func TestMbimcliDirect(t *testing.T) {
-	needTool(t, "mbimcli", "libmbim-utils")
+	testenv.LookPath(t, "mbimcli", "libmbim-utils")
 	mm, p := newToolPort(t, modem.Config{}, modem.MBIMOptions{})
 	mbimcliSession(t, mm, []string{"-d", p.Link()})
 	st := mm.mbim.Stats()
@@ -114,7 +109,7 @@ func TestMbimcliDirect(t *testing.T) {
 // A client killed while its transaction is in flight leaves an answer
 // nobody reads; the next client works.
 func TestMbimcliKilledMidTransaction(t *testing.T) {
-	needTool(t, "mbimcli", "libmbim-utils")
+	testenv.LookPath(t, "mbimcli", "libmbim-utils")
 	hold := make(chan struct{})
 	var once sync.Once
 	held := make(chan struct{})
@@ -151,7 +146,7 @@ func isCommandDone(msg []byte, cid uint32) bool {
 // Broken on purpose: a modem that answers with the wrong transaction id
 // must make mbimcli fail (libmbim matches replies by TID).
 func TestMbimcliWrongTIDFails(t *testing.T) {
-	needTool(t, "mbimcli", "libmbim-utils")
+	testenv.LookPath(t, "mbimcli", "libmbim-utils")
 	_, p := newToolPort(t, modem.Config{}, modem.MBIMOptions{Mangle: func(msg []byte) {
 		if isCommandDone(msg, mbim.CIDSignalState) {
 			binary.LittleEndian.PutUint32(msg[8:], binary.LittleEndian.Uint32(msg[8:])+1000)
@@ -175,7 +170,7 @@ func inNetns(t *testing.T) bool {
 	t.Helper()
 	return reexec.InNetns(t, func(t *testing.T) {
 		testenv.NeedRoot(t, "network namespaces; mbim-proxy serves uid 0 only")
-		needTool(t, "unshare", "util-linux")
+		testenv.LookPath(t, "unshare", "util-linux")
 	})
 }
 
@@ -226,7 +221,7 @@ func killProxiesInNetns(t *testing.T) {
 }
 
 func TestMbimcliProxy(t *testing.T) {
-	needTool(t, "mbimcli", "libmbim-utils")
+	testenv.LookPath(t, "mbimcli", "libmbim-utils")
 	if !inNetns(t) {
 		return
 	}

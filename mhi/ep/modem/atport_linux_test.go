@@ -1,17 +1,14 @@
 package modem_test
 
 import (
-	"bytes"
 	"os"
-	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
-	"github.com/gomhi/gomhi/mhi/proto/at"
+	"github.com/gomhi/gomhi/mhi/testenv/atterm"
 )
 
 // TestATOverPTY: a terminal (this test, opening the PTY as minicom would)
@@ -34,45 +31,20 @@ func TestATOverPTY(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = term.Close() })
-		got := converse(t, term, "ATI\r")
+		got := atterm.Converse(t, term, "ATI\r")
 		want := "ATI\r\r\nTelit\r\nFN990\r\nRevision: LE1.0.0.0-001\r\n\r\nOK\r\n"
 		if got != want {
 			t.Fatalf("%s: ATI answered %q, want %q", pair, got, want)
 		}
-		if got := converse(t, term, "ATE0\r"); got != "ATE0\r\r\nOK\r\n" {
+		if got := atterm.Converse(t, term, "ATE0\r"); got != "ATE0\r\r\nOK\r\n" {
 			t.Fatalf("%s: ATE0: %q", pair, got)
 		}
-		if got := converse(t, term, "AT+CGMM;+CSQ\r"); got != "\r\nFN990\r\n\r\n+CSQ: 20,99\r\n\r\nOK\r\n" {
+		if got := atterm.Converse(t, term, "AT+CGMM;+CSQ\r"); got != "\r\nFN990\r\n\r\n+CSQ: 20,99\r\n\r\nOK\r\n" {
 			t.Fatalf("%s: %q", pair, got)
 		}
 		t.Logf("%s (%s): ATI answered %q", pair, path, want)
 	}
 	if st := a.Stats(); st.Lines != 6 || st.OK != 6 {
 		t.Fatalf("AT stats %+v", st)
-	}
-}
-
-// converse writes s and reads until a final result line.
-func converse(t *testing.T, f *os.File, s string) string {
-	t.Helper()
-	if _, err := f.WriteString(s); err != nil {
-		t.Fatal(err)
-	}
-	var got []byte
-	buf := make([]byte, 512)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_ = f.SetReadDeadline(deadline)
-		n, err := f.Read(buf)
-		if err != nil {
-			t.Fatalf("read after %q: %v (got %q)", s, err, got)
-		}
-		got = append(got, buf[:n]...)
-		if bytes.HasSuffix(got, []byte("\r\n")) {
-			lines := strings.Split(strings.TrimRight(string(got), "\r\n"), "\r\n")
-			if _, ok := at.ParseFinal([]byte(lines[len(lines)-1])); ok {
-				return string(got)
-			}
-		}
 	}
 }

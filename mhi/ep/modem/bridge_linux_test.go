@@ -2,10 +2,8 @@ package modem_test
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"sync"
 	"testing"
@@ -16,7 +14,6 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/proto/qmi"
-	"github.com/gomhi/gomhi/mhi/testenv"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -27,21 +24,6 @@ import (
 // Debian's qmicli, or a terminal, talks to the mock modem through the real
 // MHI path (host stack, rings, events, the mock's channel code) exactly as
 // through Linux's /dev/wwan0qmi0 or /dev/wwan0at0.
-
-// needTool finds a program, skipping the test when it is missing (failing
-// it under CI=true, naming the Debian package).
-func needTool(t *testing.T, name, pkg string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err == nil {
-		return p
-	}
-	if _, serr := os.Stat(name); serr == nil {
-		return name
-	}
-	testenv.Need(t, fmt.Sprintf("%s (Debian package %s)", name, pkg), err)
-	return ""
-}
 
 // openPTY returns a raw pseudo-terminal: the master and the slave's path.
 // The test keeps a slave descriptor open so that the terminal keeps its

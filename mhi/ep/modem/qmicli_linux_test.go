@@ -35,7 +35,7 @@ type qmiRig struct {
 
 func newQMIRig(t *testing.T, corrupt func([]byte)) *qmiRig {
 	t.Helper()
-	qmicli := needTool(t, "qmicli", "libqmi-utils")
+	qmicli := testenv.LookPath(t, "qmicli", "libqmi-utils")
 	m, err := modem.New(modem.Config{RequireConnect: true, Identity: qmiTestIdentity})
 	if err != nil {
 		t.Fatal(err)
@@ -146,8 +146,8 @@ func TestQMICLIDirect(t *testing.T) {
 // and PID namespace (so the auto-spawned proxy dies with the script).
 func TestQMICLIProxy(t *testing.T) {
 	r := newQMIRig(t, nil)
-	needTool(t, "/usr/libexec/qmi-proxy", "libqmi-proxy")
-	unshare := needTool(t, "unshare", "util-linux")
+	testenv.LookPath(t, "/usr/libexec/qmi-proxy", "libqmi-proxy")
+	unshare := testenv.LookPath(t, "unshare", "util-linux")
 	testenv.NeedRoot(t, "unshare of network and PID namespaces")
 	script := `set -e
 Q="` + r.qmicli + ` -p -d ` + r.path + ` --device-open-qmi"
