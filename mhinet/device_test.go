@@ -14,6 +14,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -338,12 +339,7 @@ func TestTransmit(t *testing.T) {
 				}
 			}
 			var s mhinet.Stats
-			for time.Now().Before(deadline) {
-				if s = r.dev.Stats(); s.TxPackets == 300 {
-					break
-				}
-				time.Sleep(time.Millisecond)
-			}
+			poll.Until(10*time.Second, func() bool { s = r.dev.Stats(); return s.TxPackets == 300 })
 			if s.TxPackets != 300 || s.TxEmpty != 1 || s.TxTooLong != 1 || s.TxErrors != 2 {
 				t.Fatalf("stats %+v", s)
 			}

@@ -10,7 +10,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhinet"
-	"github.com/gomhi/gomhi/pcigeneric/mock"
+	"github.com/gomhi/gomhi/mhinet/mhinettest"
 )
 
 // formats are the framings the host and the mock modem both speak.
@@ -24,27 +24,14 @@ var formats = []struct {
 	{"qmap", framing.QMAP},
 }
 
+// newIPRig builds the mock modem of model with dev as its IP data
+// function, and a device with cfg on its data pair delivering to a
+// collector.
 func newIPRig(t *testing.T, model string, dev ipdata.Config, cfg mhinet.Config) *rig {
 	t.Helper()
-	m, err := mock.Open(mock.Options{Model: model, IPData: &dev})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close() })
-	if err := m.Controller.PowerUp(); err != nil {
-		t.Fatal(err)
-	}
 	rx := newCollector()
-	cfg.Pair = m.DataPair
-	d, err := mhinet.New(m.Controller, cfg, rx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Up(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Down() })
-	return &rig{mock: m, dev: d, rx: rx}
+	r := mhinettest.New(t, mhinettest.Options{Model: model, IPData: &dev, Net: &cfg, Receiver: rx})
+	return &rig{mock: r.Mock, dev: r.Net, rx: rx}
 }
 
 func transmitAll(t *testing.T, d *mhinet.Device, pkts [][]byte) {

@@ -2,6 +2,7 @@ package inproc_test
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -10,7 +11,9 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/mhi/loopback"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
+	"github.com/gomhi/gomhi/mhinet/mhinettest"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
 
@@ -43,39 +46,29 @@ func newRigOptions(tb testing.TB, cfg wire.ControllerConfig, opts mhi.Options) *
 	return newRigWith(tb, cfg, nil, opts)
 }
 
+// newRigWith builds a bare device offering cfg, adjusted by mod, and a
+// controller with opts for it.
 func newRigWith(tb testing.TB, cfg wire.ControllerConfig, mod func(*ep.Config), opts mhi.Options) *rig {
 	tb.Helper()
-	ec := ep.Config{MHI: cfg, SerialNumber: 0x1234abcd}
-	if mod != nil {
-		mod(&ec)
-	}
-	tr, err := inproc.New(ec, inproc.Options{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ctrl, err := mhi.NewController(tr, cfg, opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	r := &rig{t: tr, dev: tr.Device(), ctrl: ctrl}
-	tb.Cleanup(func() {
-		_ = ctrl.PowerDown()
-		_ = tr.Close()
-	})
-	return r
+	r := mhinettest.New(tb, mhinettest.Options{MHI: &cfg,
+		Device: func(ec *ep.Config) {
+			ec.SerialNumber = 0x1234abcd
+			if mod != nil {
+				mod(ec)
+			}
+		},
+		Host: func(o *mhi.Options) { *o = opts }})
+	return &rig{t: r.Transport, dev: r.Device, ctrl: r.Controller}
 }
 
+// waitGoroutines waits until at most want goroutines run.
 func waitGoroutines(tb testing.TB, want int) {
 	tb.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > want {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			n := runtime.Stack(buf, true)
-			tb.Fatalf("goroutines: %d, want at most %d\n%s", runtime.NumGoroutine(), want, buf[:n])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Wait(tb, 5*time.Second, func() bool { return runtime.NumGoroutine() <= want }, func() string {
+		buf := make([]byte, 1<<16)
+		n := runtime.Stack(buf, true)
+		return fmt.Sprintf("goroutines: %d, want at most %d\n%s", runtime.NumGoroutine(), want, buf[:n])
+	})
 }
 
 func TestPowerUpReachesM0InAMSS(t *testing.T) {

@@ -4,13 +4,17 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/mhinet/mhinettest"
 	"github.com/gomhi/gomhi/mhinet/tun"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -39,29 +43,18 @@ type rig struct {
 // Run; the cleanups undo it all in reverse order.
 func newRig(t testing.TB, td tun.Device, model string, ipd ipdata.Config, cfg mhinet.Config, bcfg tun.BridgeConfig, run bool) *rig {
 	t.Helper()
-	m, err := mock.Open(mock.Options{Model: model, IPData: &ipd})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close() })
-	if err := m.Controller.PowerUp(); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Pair = m.DataPair
 	if bcfg.BusyTimeout == 0 {
 		// The tests count every packet: a loaded machine (-race, -cpu 1)
 		// must not turn a slow uplink into drops.
 		bcfg.BusyTimeout = 10 * time.Second
 	}
-	b, dev, err := tun.Connect(td, m.Controller, cfg, bcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := dev.Up(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dev.Down() })
-	r := &rig{mock: m, dev: dev, bridge: b, runErr: make(chan error, 1)}
+	var b *tun.Bridge
+	mr := mhinettest.New(t, mhinettest.Options{Model: model, IPData: &ipd, Net: &cfg,
+		Connect: func(ctrl *mhi.Controller, cfg mhinet.Config) (dev *mhinet.Device, err error) {
+			b, dev, err = tun.Connect(td, ctrl, cfg, bcfg)
+			return dev, err
+		}})
+	r := &rig{mock: mr.Mock, dev: mr.Net, bridge: b, runErr: make(chan error, 1)}
 	if run {
 		r.start(t)
 	}
@@ -88,29 +81,17 @@ func (r *rig) start(t testing.TB) {
 // waitStats polls the bridge until ok or the deadline.
 func (r *rig) waitStats(t testing.TB, what string, ok func(tun.BridgeStats) bool) tun.BridgeStats {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s := r.bridge.Stats()
-		if ok(s) {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: bridge %+v device %+v", what, s, r.dev.Stats())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	var s tun.BridgeStats
+	poll.Wait(t, 10*time.Second, func() bool { s = r.bridge.Stats(); return ok(s) }, func() string {
+		return fmt.Sprintf("waiting for %s: bridge %+v device %+v", what, s, r.dev.Stats())
+	})
+	return s
 }
 
 // eventually polls ok until it holds or ten seconds pass.
 func eventually(t testing.TB, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Wait(t, 10*time.Second, ok, func() string { return "timed out waiting for " + what })
 }
 
 // ipv4 returns an IPv4/UDP-looking packet of n bytes (n ≥ 24) carrying seq.
@@ -177,13 +158,11 @@ func TestBridgeChannelLoopback(t *testing.T) {
 			}
 			// The modem counts an aggregate once its commit returns, which
 			// can be after the host has delivered it.
-			deadline := time.Now().Add(10 * time.Second)
-			ms := r.mock.IPData.Stats()
-			for (ms.ULPackets != n || ms.DLPackets != n) && time.Now().Before(deadline) {
-				time.Sleep(time.Millisecond)
+			var ms ipdata.Stats
+			if !poll.Until(10*time.Second, func() bool {
 				ms = r.mock.IPData.Stats()
-			}
-			if ms.ULPackets != n || ms.DLPackets != n {
+				return ms.ULPackets == n && ms.DLPackets == n
+			}) {
 				t.Errorf("modem %+v", ms)
 			}
 			if s.UplinkReads >= n {
@@ -287,17 +266,11 @@ func TestBridgeWriteErrors(t *testing.T) {
 		t.Fatalf("bridge %+v", s)
 	}
 	// Every packet was released: the whole pool is back (less the ring).
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ds := r.dev.Stats()
-		if ds.PoolFree+ds.RxPosted == ds.PoolBuffers {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("receive buffers held: %+v", ds)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	var ds mhinet.Stats
+	poll.Wait(t, 5*time.Second, func() bool {
+		ds = r.dev.Stats()
+		return ds.PoolFree+ds.RxPosted == ds.PoolBuffers
+	}, func() string { return fmt.Sprintf("receive buffers held: %+v", ds) })
 }
 
 // Run's contract: it needs an attached device, runs once at a time, ends

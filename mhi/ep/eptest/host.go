@@ -1,3 +1,6 @@
+// Package eptest is test support for the mock modem: a fake host that
+// drives an ep.Device through its registers and memory, as Linux's MHI
+// host does, on fake DMA memory with a recording interrupt line.
 package eptest
 
 import (
@@ -10,20 +13,22 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
 
-// testBase is the IOVA of the fake host memory: non-zero, so that a zero
+// MemBase is the IOVA of the fake host memory: non-zero, so that a zero
 // pointer is always out of bounds.
-const testBase = 0x1000_0000
+const MemBase = 0x1000_0000
 
-const testMemSize = 4 << 20
+// MemSize is the size of the fake host memory in bytes.
+const MemSize = 4 << 20
 
 // WaitTimeout bounds every wait of the tests; waits poll and return as soon
 // as their condition holds.
 const WaitTimeout = 5 * time.Second
 
-// Mem is host memory for the device: one slab at testBase.
+// Mem is host memory for the device: one slab at MemBase.
 type Mem struct {
 	base uint64
 	buf  []byte
@@ -33,10 +38,12 @@ type Mem struct {
 	next uint64 // bump allocator
 }
 
+// NewMem returns MemSize bytes of zeroed memory at MemBase.
 func NewMem() *Mem {
-	return &Mem{base: testBase, buf: make([]byte, testMemSize), next: testBase}
+	return &Mem{base: MemBase, buf: make([]byte, MemSize), next: MemBase}
 }
 
+// offset returns the slab offset of n bytes at iova, or ErrBounds.
 func (m *Mem) offset(iova uint64, n int) (int, error) {
 	size := uint64(len(m.buf))
 	if iova < m.base || iova-m.base > size || uint64(n) > size-(iova-m.base) {
@@ -45,6 +52,7 @@ func (m *Mem) offset(iova uint64, n int) (int, error) {
 	return int(iova - m.base), nil
 }
 
+// ReadAt copies len(p) bytes at iova into p (ep.HostMemory).
 func (m *Mem) ReadAt(p []byte, iova uint64) error {
 	off, err := m.offset(iova, len(p))
 	if err != nil {
@@ -54,6 +62,7 @@ func (m *Mem) ReadAt(p []byte, iova uint64) error {
 	return nil
 }
 
+// WriteAt copies p to iova (ep.HostMemory).
 func (m *Mem) WriteAt(p []byte, iova uint64) error {
 	off, err := m.offset(iova, len(p))
 	if err != nil {
@@ -63,6 +72,7 @@ func (m *Mem) WriteAt(p []byte, iova uint64) error {
 	return nil
 }
 
+// Load32 reads the aligned 32-bit word at iova atomically (ep.HostMemory).
 func (m *Mem) Load32(iova uint64) (uint32, error) {
 	off, err := m.offset(iova, 4)
 	if err != nil {
@@ -74,6 +84,7 @@ func (m *Mem) Load32(iova uint64) (uint32, error) {
 	return wire.Load32(m.buf, off), nil
 }
 
+// Store32 writes the aligned 32-bit word at iova atomically (ep.HostMemory).
 func (m *Mem) Store32(iova uint64, v uint32) error {
 	off, err := m.offset(iova, 4)
 	if err != nil {
@@ -116,6 +127,7 @@ type IRQ struct {
 	records []IRQRecord
 }
 
+// Raise records an interrupt on vector v.
 func (f *IRQ) Raise(v int) {
 	f.mu.Lock()
 	f.records = append(f.records, IRQRecord{Vector: v, At: time.Now()})
@@ -143,6 +155,7 @@ type Ring struct {
 	CtxIOVA uint64
 }
 
+// Addr returns the IOVA of element i.
 func (r *Ring) Addr(i uint64) uint64 { return r.Base + i*wire.ElementSize }
 
 // EventRing is an event ring as the host sees it.
@@ -155,21 +168,22 @@ type EventRing struct {
 	Recycle bool // hand each consumed slot back at once
 }
 
+// Addr returns the IOVA of element i.
 func (r *EventRing) Addr(i uint64) uint64 { return r.Base + i*wire.ElementSize }
 
 // Host drives a Device the way Linux's MHI host does, directly through
 // registers and memory.
 type Host struct {
-	T   testing.TB
-	Mem *Mem
-	Irq *IRQ
-	Dev *ep.Device
-	Cfg ep.Config
+	T   testing.TB // the test the host fails
+	Mem *Mem       // host memory the device reaches
+	Irq *IRQ       // the interrupts the device raised
+	Dev *ep.Device // the device under test
+	Cfg ep.Config  // the device's configuration
 
-	ChCtx, ErCtx, CmdCtx uint64
-	Cmd                  Ring
-	Ev                   []*EventRing
-	Ch                   map[uint8]*Ring
+	ChCtx, ErCtx, CmdCtx uint64          // context arrays (SetupContexts)
+	Cmd                  Ring            // the command ring
+	Ev                   []*EventRing    // the event rings
+	Ch                   map[uint8]*Ring // the channels' rings (InitChannel)
 }
 
 // ControllerConfig offers LOOPBACK 0/1 on control ring 0 and one burst
@@ -227,31 +241,24 @@ func NewHost(tb testing.TB, mod func(*ep.Config)) *Host {
 	return h
 }
 
-// WaitFor polls cond until it holds or the deadline passes.
+// WaitFor polls cond until it holds, failing the test after WaitTimeout.
 func (h *Host) WaitFor(what string, cond func() bool) {
 	h.T.Helper()
-	deadline := time.Now().Add(WaitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			h.T.Fatalf("timed out waiting for %s (stats %+v)", what, h.Dev.Stats())
-		}
-		time.Sleep(200 * time.Microsecond)
-	}
+	poll.Wait(h.T, WaitTimeout, cond, func() string {
+		return fmt.Sprintf("timed out waiting for %s (stats %+v)", what, h.Dev.Stats())
+	})
 }
 
-// WaitUntil polls cond until it holds or the deadline passes.
+// WaitUntil polls cond until it holds, failing tb after WaitTimeout.
 func WaitUntil(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(WaitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Wait(tb, WaitTimeout, cond, func() string { return "timed out waiting for " + what })
 }
 
-func (h *Host) Reg(off uint32) uint32       { return h.Dev.ReadRegister(off) }
+// Reg reads the device register at off.
+func (h *Host) Reg(off uint32) uint32 { return h.Dev.ReadRegister(off) }
+
+// SetReg writes v to the device register at off.
 func (h *Host) SetReg(off uint32, v uint32) { h.Dev.WriteRegister(off, v) }
 
 // SetReg64 writes a 64-bit register pair high half first, like the host.
@@ -260,6 +267,7 @@ func (h *Host) SetReg64(lowOff uint32, v uint64) {
 	h.SetReg(lowOff, uint32(v))
 }
 
+// Load64 reads a 64-bit value at iova as two 32-bit loads, high half first.
 func (h *Host) Load64(iova uint64) uint64 {
 	h.T.Helper()
 	hi, err := h.Mem.Load32(iova + 4)
@@ -273,6 +281,7 @@ func (h *Host) Load64(iova uint64) uint64 {
 	return uint64(hi)<<32 | uint64(lo)
 }
 
+// Store64 writes a 64-bit value at iova as two 32-bit stores, high half first.
 func (h *Host) Store64(iova, v uint64) {
 	h.T.Helper()
 	if err := h.Mem.Store32(iova+4, uint32(v>>32)); err != nil {
@@ -283,6 +292,7 @@ func (h *Host) Store64(iova, v uint64) {
 	}
 }
 
+// Write copies p to host memory at iova.
 func (h *Host) Write(iova uint64, p []byte) {
 	h.T.Helper()
 	if err := h.Mem.WriteAt(p, iova); err != nil {
@@ -290,6 +300,7 @@ func (h *Host) Write(iova uint64, p []byte) {
 	}
 }
 
+// Read returns n bytes of host memory at iova.
 func (h *Host) Read(iova uint64, n int) []byte {
 	h.T.Helper()
 	p := make([]byte, n)
@@ -299,22 +310,26 @@ func (h *Host) Read(iova uint64, n int) []byte {
 	return p
 }
 
+// WriteContext writes context c at iova.
 func (h *Host) WriteContext(iova uint64, c wire.Context) {
 	var b [wire.ContextSize]byte
 	c.Put(b[:])
 	h.Write(iova, b[:])
 }
 
+// WriteElement writes ring element e at iova.
 func (h *Host) WriteElement(iova uint64, e wire.Element) {
 	var b [wire.ElementSize]byte
 	e.Put(b[:])
 	h.Write(iova, b[:])
 }
 
+// ReadElement reads the ring element at iova.
 func (h *Host) ReadElement(iova uint64) wire.Element {
 	return wire.ParseElement(h.Read(iova, wire.ElementSize))
 }
 
+// State returns the MHI state MHISTATUS shows.
 func (h *Host) State() wire.State {
 	return wire.State((h.Reg(wire.RegMHISTATUS) & wire.MHISTATUSStateMask) >> wire.MHISTATUSStateShift)
 }
@@ -366,6 +381,8 @@ func (h *Host) HandEventRing(i int) {
 	h.RingEventDoorbell(i)
 }
 
+// RingEventDoorbell publishes event ring i's wp in its context and rings
+// its doorbell.
 func (h *Host) RingEventDoorbell(i int) {
 	r := h.Ev[i]
 	h.Store64(r.CtxIOVA+wire.CtxWP, r.Addr(r.Wp))
@@ -424,15 +441,23 @@ func (h *Host) PendingEvents(i int) uint64 {
 	return (idx + r.N - r.Rp) % r.N
 }
 
-// Command posts a command and returns its completion event, checking that
-// it points at the command.
-func (h *Host) Command(t wire.PacketType, ch uint8) wire.Element {
+// PostCommand writes a command and rings the command doorbell without
+// waiting for the completion; it returns the command's IOVA.
+func (h *Host) PostCommand(t wire.PacketType, ch uint8) uint64 {
 	h.T.Helper()
 	addr := h.Cmd.Addr(h.Cmd.Wp)
 	h.WriteElement(addr, wire.CommandElement(t, ch))
 	h.Cmd.Wp = (h.Cmd.Wp + 1) % h.Cmd.N
 	h.Store64(h.CmdCtx+wire.CtxWP, h.Cmd.Addr(h.Cmd.Wp))
 	h.SetReg64(wire.RegCRDBLower, h.Cmd.Addr(h.Cmd.Wp))
+	return addr
+}
+
+// Command posts a command and returns its completion event, checking that
+// it points at the command.
+func (h *Host) Command(t wire.PacketType, ch uint8) wire.Element {
+	h.T.Helper()
+	addr := h.PostCommand(t, ch)
 	ev := h.NextEvent(0)
 	if ev.Type() != wire.PktCmdCompletion || ev.Ptr != addr {
 		h.T.Fatalf("reply to %s(%d): %v, want CMD_COMPLETION for 0x%x", t, ch, ev, addr)
@@ -477,6 +502,7 @@ func (h *Host) StartChannel(ch uint8) *Ring {
 	return r
 }
 
+// ChState returns channel ch's state from its context.
 func (h *Host) ChState(ch uint8) wire.ChannelState {
 	h.T.Helper()
 	v, err := h.Mem.Load32(h.ChCtx + uint64(ch)*wire.ContextSize + wire.CtxCfg)
@@ -492,6 +518,8 @@ func (h *Host) Queue(ch uint8, buf uint64, n uint32, flags uint32) uint64 {
 	return h.QueueElement(ch, wire.TransferTRE(buf, n, flags))
 }
 
+// QueueElement writes el on channel ch's ring and publishes the new wp in
+// the context (no doorbell). It returns the element's IOVA.
 func (h *Host) QueueElement(ch uint8, el wire.Element) uint64 {
 	h.T.Helper()
 	r := h.Ch[ch]

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/ep/eptest"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
 
@@ -147,19 +148,20 @@ func (r *ipRig) step() bool {
 	return true
 }
 
-// pumpUntil handles events until cond holds.
+// pumpUntil handles events until cond holds, checking it before each.
 func (r *ipRig) pumpUntil(what string, cond func() bool) {
 	r.T.Helper()
-	deadline := time.Now().Add(eptest.WaitTimeout)
-	for !cond() {
-		if !r.step() {
-			if time.Now().After(deadline) {
-				r.T.Fatalf("timed out waiting for %s: %d DL transfers, stats %+v, ip %+v",
-					what, len(r.transfers), r.Dev.Stats(), r.ipd.Stats())
+	poll.Wait(r.T, eptest.WaitTimeout, func() bool {
+		for !cond() {
+			if !r.step() {
+				return false
 			}
-			time.Sleep(50 * time.Microsecond)
 		}
-	}
+		return true
+	}, func() string {
+		return fmt.Sprintf("timed out waiting for %s: %d DL transfers, stats %+v, ip %+v",
+			what, len(r.transfers), r.Dev.Stats(), r.ipd.Stats())
+	})
 }
 
 // pumpFor handles events for d.
@@ -191,11 +193,7 @@ func (r *ipRig) sendUL(data []byte) {
 // while handling ring 1, as a host whose event processing runs on its own.
 func (r *ipRig) commandPumping(t wire.PacketType, ch uint8) wire.Element {
 	r.T.Helper()
-	addr := r.Cmd.Addr(r.Cmd.Wp)
-	r.WriteElement(addr, wire.CommandElement(t, ch))
-	r.Cmd.Wp = (r.Cmd.Wp + 1) % r.Cmd.N
-	r.Store64(r.CmdCtx+wire.CtxWP, r.Cmd.Addr(r.Cmd.Wp))
-	r.SetReg64(wire.RegCRDBLower, r.Cmd.Addr(r.Cmd.Wp))
+	addr := r.PostCommand(t, ch)
 	r.pumpUntil(fmt.Sprintf("completion of %s(%d)", t, ch), func() bool { return r.PendingEvents(0) > 0 })
 	ev := r.NextEvent(0)
 	if ev.Type() != wire.PktCmdCompletion || ev.Ptr != addr {
