@@ -4,8 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"testing"
-	"time"
 
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
 
@@ -29,17 +29,14 @@ func bootDevice(t *testing.T, bc BootConfig) (*Device, *fakeMem, *fakeIRQ) {
 // waitReg polls register off until done holds.
 func waitReg(t *testing.T, d *Device, off uint32, done func(uint32) bool) uint32 {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		v := d.ReadRegister(off)
-		if done(v) {
-			return v
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("register 0x%x = 0x%x: condition not met in %v", off, v, waitTimeout)
-		}
-		time.Sleep(time.Millisecond)
+	var v uint32
+	if !poll.Until(waitTimeout, func() bool {
+		v = d.ReadRegister(off)
+		return done(v)
+	}) {
+		t.Fatalf("register 0x%x = 0x%x: condition not met in %v", off, v, waitTimeout)
 	}
+	return v
 }
 
 // offerImage writes an image doorbell as Linux does.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
 
@@ -1045,13 +1046,9 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = h.dev.Close() // idempotent
-	deadline := time.Now().Add(waitTimeout)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			b := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines after Close, %d before\n%s", runtime.NumGoroutine(), base, b[:runtime.Stack(b, true)])
-		}
-		time.Sleep(time.Millisecond)
+	if !poll.Until(waitTimeout, func() bool { return runtime.NumGoroutine() <= base }) {
+		b := make([]byte, 1<<16)
+		t.Fatalf("%d goroutines after Close, %d before\n%s", runtime.NumGoroutine(), base, b[:runtime.Stack(b, true)])
 	}
 	// Register access after Close is harmless.
 	h.setReg64(ChannelDoorbellOffset, 0)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
 
@@ -260,10 +261,7 @@ func TestReservationAcrossResets(t *testing.T) {
 // completion, so the host sees RUNNING a moment before the pipe does.
 func waitDownlinkRunning(t *testing.T, p *Pipe) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); p.DownlinkState() != wire.ChannelRunning; {
-		if time.Now().After(deadline) {
-			t.Fatalf("downlink %s after 5 s, want RUNNING", p.DownlinkState())
-		}
-		time.Sleep(time.Millisecond)
+	if !poll.Until(5*time.Second, func() bool { return p.DownlinkState() == wire.ChannelRunning }) {
+		t.Fatalf("downlink %s after 5 s, want RUNNING", p.DownlinkState())
 	}
 }

@@ -60,6 +60,7 @@ func converse(t *testing.T, f *os.File, s string) string {
 	}
 	var got []byte
 	buf := make([]byte, 512)
+	// Not poll: blocking reads under one read deadline, nothing to poll.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		_ = f.SetReadDeadline(deadline)
