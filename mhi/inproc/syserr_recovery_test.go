@@ -11,6 +11,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
@@ -90,12 +91,8 @@ func upDataDevice(t *testing.T, m *mockModem) *mhinet.Device {
 // waitRecoveries waits until the controller has recovered n times.
 func waitRecoveries(t *testing.T, c *mhi.Controller, n uint64) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for c.Stats().Recoveries < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d recoveries of %d within 20 s (host PM %s)", c.Stats().Recoveries, n, c.PMState())
-		}
-		time.Sleep(time.Millisecond)
+	if !poll.Until(20*time.Second, func() bool { return c.Stats().Recoveries >= n }) {
+		t.Fatalf("%d recoveries of %d within 20 s (host PM %s)", c.Stats().Recoveries, n, c.PMState())
 	}
 }
 
@@ -105,12 +102,8 @@ func waitRecoveries(t *testing.T, c *mhi.Controller, n uint64) {
 // whole of it), its SYS_ERR count moved.
 func waitSysErrNoticed(t *testing.T, c *mhi.Controller, before uint64) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for c.PMState() == "M0" && c.Stats().SysErrs == before {
-		if time.Now().After(deadline) {
-			t.Fatalf("the host did not notice the SYS_ERR within 20 s (host PM %s, %d SYS_ERRs)", c.PMState(), c.Stats().SysErrs)
-		}
-		time.Sleep(10 * time.Microsecond)
+	if !poll.Until(20*time.Second, func() bool { return c.PMState() != "M0" || c.Stats().SysErrs != before }) {
+		t.Fatalf("the host did not notice the SYS_ERR within 20 s (host PM %s, %d SYS_ERRs)", c.PMState(), c.Stats().SysErrs)
 	}
 }
 
@@ -216,12 +209,8 @@ func TestResetDuringSysErrWaitsForTheRecovery(t *testing.T) {
 			dl.Num(), before.CtxState, before.Pending, wire.ChannelRunning)
 	}
 	m.dev.InjectSysErr()
-	deadline := time.Now().Add(backoff / 2)
-	for m.ctrl.PMState() == "M0" {
-		if time.Now().After(deadline) {
-			t.Fatalf("the host did not notice the second SYS_ERR within %v", backoff/2)
-		}
-		time.Sleep(50 * time.Microsecond)
+	if !poll.Until(backoff/2, func() bool { return m.ctrl.PMState() != "M0" }) {
+		t.Fatalf("the host did not notice the second SYS_ERR within %v", backoff/2)
 	}
 	noticed := time.Now()
 	attempts := m.ctrl.Stats().RecoveryAttempts
