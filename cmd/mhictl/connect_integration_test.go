@@ -21,6 +21,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/testenv"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -214,16 +215,11 @@ func startMBIMProxy(t *testing.T) {
 			t.Logf("mbim-proxy log:\n%s", log.String())
 		}
 	})
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	if !poll.Until(5*time.Second, func() bool {
 		b, _ := os.ReadFile("/proc/net/unix")
-		if bytes.Contains(b, []byte("@mbim-proxy")) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("mbim-proxy did not listen")
-		}
-		time.Sleep(10 * time.Millisecond)
+		return bytes.Contains(b, []byte("@mbim-proxy"))
+	}) {
+		t.Fatal("mbim-proxy did not listen")
 	}
 }
 
@@ -569,6 +565,7 @@ func converse(t *testing.T, f *os.File, s string) string {
 	}
 	var got []byte
 	buf := make([]byte, 512)
+	// Not poll: blocking reads under one read deadline, nothing to poll.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		_ = f.SetReadDeadline(deadline)
