@@ -155,18 +155,18 @@ func recoveryDeliveryOnce(t *testing.T, sysErrs uint64) (lost, stale int64) {
 	var s ipdata.Stats
 	var h mhinet.Stats
 	last, quiet := uint64(0), time.Now()
-	for ctx.Err() == nil {
+	rest, _ := ctx.Deadline() // the rest of the 10 s WaitGenerator had
+	poll.Until(time.Until(rest), func() bool {
 		s, h = m.ipd.Stats(), dev.Stats()
 		if s.Pending == 0 && s.DLPackets-s.DLDroppedQueued == h.RxPackets {
-			break
+			return true
 		}
 		if h.RxPackets != last {
 			last, quiet = h.RxPackets, time.Now()
-		} else if s.Pending == 0 && time.Since(quiet) > 300*time.Millisecond {
-			break
+			return false
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return s.Pending == 0 && time.Since(quiet) > 300*time.Millisecond
+	})
 	if s.DLPackets == 0 || h.RxPackets == 0 {
 		t.Fatalf("modem sent %d packets, host delivered %d: no traffic", s.DLPackets, h.RxPackets)
 	}
@@ -291,13 +291,11 @@ func TestDownDuringSysErrDeliversWhatTheDevicePosted(t *testing.T) {
 		}
 		var s ipdata.Stats
 		var h mhinet.Stats
-		for ctx.Err() == nil {
+		rest, _ := ctx.Deadline() // the rest of the 10 s WaitGenerator had
+		poll.Until(time.Until(rest), func() bool {
 			s, h = m.ipd.Stats(), dev.Stats()
-			if s.Pending == 0 && s.DLPackets-s.DLDroppedQueued == h.RxPackets {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return s.Pending == 0 && s.DLPackets-s.DLDroppedQueued == h.RxPackets
+		})
 		cancel()
 		if s.DLPackets == 0 || h.RxPackets == 0 {
 			t.Fatalf("modem sent %d packets, host delivered %d: no traffic", s.DLPackets, h.RxPackets)
