@@ -68,6 +68,7 @@ func reportCPU(b *testing.B, start time.Duration) {
 }
 
 func waitCount(b *testing.B, c *atomic.Uint64, want uint64) {
+	// Not poll: a benchmark's wait in its timed loop, every 20 µs; poll's pauses (up to 20 ms) would count as time per op.
 	deadline := time.Now().Add(30 * time.Second)
 	for c.Load() < want {
 		if time.Now().After(deadline) {

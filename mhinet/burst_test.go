@@ -7,6 +7,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhinet"
 )
 
@@ -32,10 +33,7 @@ func TestBurstModeNoStall(t *testing.T) {
 				time.Sleep(5 * time.Microsecond)
 			}
 		}
-		deadline := time.Now().Add(3 * time.Second)
-		for r.rx.count() < 5000 && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
+		poll.Until(3*time.Second, func() bool { return r.rx.count() >= 5000 })
 		if r.rx.count() < 5000 {
 			t.Logf("iteration %d: got %d", it, r.rx.count())
 			r.dump(t)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/mhinet/gso"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
@@ -39,17 +40,14 @@ func (c *copyRx) snapshot() [][]byte {
 
 func (c *copyRx) wait(t *testing.T, n int) [][]byte {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := c.snapshot()
-		if len(got) >= n {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("received %d of %d packets", len(got), n)
-		}
-		time.Sleep(time.Millisecond)
+	var got [][]byte
+	if !poll.Until(10*time.Second, func() bool {
+		got = c.snapshot()
+		return len(got) >= n
+	}) {
+		t.Fatalf("received %d of %d packets", len(got), n)
 	}
+	return got
 }
 
 // inetSum is the ones' complement sum of b folded to 16 bits, from the
@@ -140,6 +138,7 @@ func (g gsoPkt) in() mhinet.GSOPacket { return mhinet.GSOPacket{Hdr: g.h, Data: 
 // nothing is pending.
 func transmitGSOAll(t testing.TB, d *mhinet.Device, pkts []mhinet.GSOPacket) (busy int) {
 	t.Helper()
+	// Not poll: a send loop, retried every 50 µs on ErrBusy.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		n, err := d.TransmitGSO(pkts)
@@ -309,12 +308,9 @@ func TestTransmitGSOBusy(t *testing.T) {
 	// elements (the scratch holds five of these super-packets, 150
 	// segments; the ring 127): ErrBusy with segments pending, which
 	// DropGSOPending drops and counts.
-	deadline := time.Now().Add(10 * time.Second)
-	for s := d.Stats(); s.TxPackets != s.TxQueued; s = d.Stats() {
-		if time.Now().After(deadline) {
-			t.Fatalf("uplink never idle: %+v", s)
-		}
-		time.Sleep(time.Millisecond)
+	var s mhinet.Stats
+	if !poll.Until(10*time.Second, func() bool { s = d.Stats(); return s.TxPackets == s.TxQueued }) {
+		t.Fatalf("uplink never idle: %+v", s)
 	}
 	n, err := d.TransmitGSO(in)
 	if !errors.Is(err, mhinet.ErrBusy) || n == 0 || n == len(in) {

@@ -10,6 +10,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
 )
@@ -556,11 +557,10 @@ func testTXBadPointer(t *testing.T, replay bool) {
 	}
 	r.rx.waitFor(t, sent-1)
 	s := r.quiesce(t)
-	deadline := time.Now().Add(5 * time.Second)
-	for s.TxPackets+s.TxDropped+s.TxErrors < sent && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
+	poll.Until(5*time.Second, func() bool {
 		s = r.dev.Stats()
-	}
+		return s.TxPackets+s.TxDropped+s.TxErrors >= sent
+	})
 	if cs := r.ctrl.Stats(); cs.BadEventPtr != 1 {
 		t.Errorf("BadEventPtr %d, want 1", cs.BadEventPtr)
 	}

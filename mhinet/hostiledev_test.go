@@ -17,6 +17,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/mhi/msi"
 	"github.com/gomhi/gomhi/mhi/slab"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
@@ -312,18 +313,12 @@ func (r *hostileRig) quiesce(t testing.TB) mhinet.Stats {
 	var last mhinet.Stats
 	var lastEvents uint64
 	stable := 0
-	deadline := time.Now().Add(10 * time.Second)
-	for stable < 5 {
-		if time.Now().After(deadline) {
-			t.Fatalf("device never settled (the modem wrote %d of %d pushed transfers, events posted/handled %s): %+v",
-				r.tr.dev.Stats().DLTransfers, r.pushed.Load(), r.eventsString(), r.dev.Stats())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !poll.Until(10*time.Second, func() bool {
 		events, drained := r.eventsDrained()
 		s := r.dev.Stats()
 		if !drained || r.tr.dev.Stats().DLTransfers < r.pushed.Load() {
 			stable = 0
-			continue
+			return false
 		}
 		if s.RxElements == last.RxElements && s.RxPackets == last.RxPackets && s.RxPosted == last.RxPosted && events == lastEvents {
 			stable++
@@ -331,6 +326,10 @@ func (r *hostileRig) quiesce(t testing.TB) mhinet.Stats {
 			stable = 0
 		}
 		last, lastEvents = s, events
+		return stable >= 5
+	}) {
+		t.Fatalf("device never settled (the modem wrote %d of %d pushed transfers, events posted/handled %s): %+v",
+			r.tr.dev.Stats().DLTransfers, r.pushed.Load(), r.eventsString(), r.dev.Stats())
 	}
 	return last
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -47,12 +48,8 @@ func TestDownAfterLinkDown(t *testing.T) {
 	}
 
 	m.Transport.Unplug(nil)
-	deadline := time.Now().Add(20 * time.Second)
-	for m.Controller.PMState() != mhi.PMLinkDown {
-		if time.Now().After(deadline) {
-			t.Fatalf("host state %s 20 s after the modem fell off the bus", m.Controller.PMState())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !poll.Until(20*time.Second, func() bool { return m.Controller.PMState() == mhi.PMLinkDown }) {
+		t.Fatalf("host state %s 20 s after the modem fell off the bus", m.Controller.PMState())
 	}
 	// Writes before the host noticed (a refill's doorbell) went nowhere;
 	// none may follow.

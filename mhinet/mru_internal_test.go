@@ -9,6 +9,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
@@ -49,22 +50,16 @@ func TestMRUChangeStartFails(t *testing.T) {
 
 	traffic := func(step string) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for d.Stats().RxPosted == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no receive buffer posted: %+v", step, d.Stats())
-			}
-			time.Sleep(time.Millisecond)
+		start := time.Now() // 5 s for both waits
+		if !poll.Until(5*time.Second, func() bool { return d.Stats().RxPosted != 0 }) {
+			t.Fatalf("%s: no receive buffer posted: %+v", step, d.Stats())
 		}
 		base := rx.n.Load()
 		if err := m.IPData.StartGenerator(ipdata.GeneratorConfig{Count: 200, Sizes: []int{700}}); err != nil {
 			t.Fatal(err)
 		}
-		for rx.n.Load() < base+200 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d of 200 packets received", step, rx.n.Load()-base)
-			}
-			time.Sleep(time.Millisecond)
+		if !poll.Until(5*time.Second-time.Since(start), func() bool { return rx.n.Load() >= base+200 }) {
+			t.Fatalf("%s: %d of 200 packets received", step, rx.n.Load()-base)
 		}
 	}
 	injected := errors.New("injected: START_CHAN_CMD lost to a SYS_ERR")

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -24,14 +25,10 @@ func TestSysErrWithStarvedPoolRecovers(t *testing.T) {
 		t.Fatalf("setup: the pool never starved: %+v", s)
 	}
 	r.mock.Transport.Device().InjectSysErr()
-	deadline := time.Now().Add(10 * time.Second)
 	// The controller's counter: the device's Stats would wait for the
 	// lock a deadlocked refill holds.
-	for r.mock.Controller.Stats().Recoveries == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no recovery within 10 s: the recovery hangs")
-		}
-		time.Sleep(time.Millisecond)
+	if !poll.Until(10*time.Second, func() bool { return r.mock.Controller.Stats().Recoveries != 0 }) {
+		t.Fatal("no recovery within 10 s: the recovery hangs")
 	}
 	pushRaw(t, r, 10, 10)
 	if !r.rx.waitFor(t, 20) {

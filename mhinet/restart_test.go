@@ -1,12 +1,12 @@
 package mhinet_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhinet"
 )
 
@@ -48,25 +48,19 @@ func TestDownUpUnderTrafficConservesPackets(t *testing.T) {
 					restarts++
 				}
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
 			var m ipdata.Stats
 			var h mhinet.Stats
-			for {
+			if !poll.Until(10*time.Second, func() bool {
 				m, h = r.mock.IPData.Stats(), r.dev.Stats()
 				// Every generated packet sent or dropped too: the modem
 				// takes an aggregate off Pending before it commits it
 				// and counts it in DLPackets after.
-				if m.Pending == 0 && m.DLPackets-m.DLDroppedQueued == h.RxPackets && m.DLPackets+m.Dropped() == n {
-					break
-				}
-				if ctx.Err() != nil {
-					r.dump(t)
-					t.Fatalf("after %d restarts: the modem put %d packets whole into host buffers (%d sent, %d dropped in its queue; %d generated, %d sent or dropped of %d), the host delivered %d: %d lost without a packet counter (controller stale completions %d)",
-						restarts, m.DLPackets-m.DLDroppedQueued, m.DLPackets, m.DLDroppedQueued, m.GenPackets, m.DLPackets+m.Dropped(), n, h.RxPackets,
-						int64(m.DLPackets-m.DLDroppedQueued)-int64(h.RxPackets), r.mock.Controller.Stats().StaleCompletion)
-				}
-				time.Sleep(5 * time.Millisecond)
+				return m.Pending == 0 && m.DLPackets-m.DLDroppedQueued == h.RxPackets && m.DLPackets+m.Dropped() == n
+			}) {
+				r.dump(t)
+				t.Fatalf("after %d restarts: the modem put %d packets whole into host buffers (%d sent, %d dropped in its queue; %d generated, %d sent or dropped of %d), the host delivered %d: %d lost without a packet counter (controller stale completions %d)",
+					restarts, m.DLPackets-m.DLDroppedQueued, m.DLPackets, m.DLDroppedQueued, m.GenPackets, m.DLPackets+m.Dropped(), n, h.RxPackets,
+					int64(m.DLPackets-m.DLDroppedQueued)-int64(h.RxPackets), r.mock.Controller.Stats().StaleCompletion)
 			}
 			if got := r.rx.count(); uint64(got) != h.RxPackets {
 				t.Errorf("receiver got %d packets, the device counted %d", got, h.RxPackets)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
@@ -110,12 +111,8 @@ func TestRxCopyDeviceRewritesDeliveredBuffer(t *testing.T) {
 					if err := r.push(data); err != nil {
 						t.Fatal(err)
 					}
-					deadline := time.Now().Add(5 * time.Second)
-					for pkts, _ := x.counts(); pkts != i+1; pkts, _ = x.counts() {
-						if time.Now().After(deadline) {
-							t.Fatalf("packet %d not delivered: %s", i, hostileString(dev.Stats()))
-						}
-						time.Sleep(100 * time.Microsecond)
+					if !poll.Until(5*time.Second, func() bool { pkts, _ := x.counts(); return pkts == i+1 }) {
+						t.Fatalf("packet %d not delivered: %s", i, hostileString(dev.Stats()))
 					}
 				}
 				pkts, changed := x.counts()

@@ -14,6 +14,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
@@ -105,17 +106,11 @@ func newRecRig(t *testing.T, model string, dev ipdata.Config, cfg mhinet.Config)
 // waitStats polls until cond holds or 10 s pass.
 func waitStats(t *testing.T, d *mhinet.Device, what string, cond func(mhinet.Stats) bool) mhinet.Stats {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s := d.Stats()
-		if cond(s) {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: stats %+v", what, s)
-		}
-		time.Sleep(200 * time.Microsecond)
+	var s mhinet.Stats
+	if !poll.Until(10*time.Second, func() bool { s = d.Stats(); return cond(s) }) {
+		t.Fatalf("%s: stats %+v", what, s)
 	}
+	return s
 }
 
 // aggFormat is a framing with a mock model to speak it on.

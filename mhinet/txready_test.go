@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhinet"
 )
 
@@ -44,12 +45,8 @@ func TestTransmitReady(t *testing.T) {
 	}
 	// Every uplink completion in (they may follow the looped-back
 	// packets), then take the value they left.
-	deadline := time.Now().Add(5 * time.Second)
-	for r.dev.Stats().TxPackets != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("uplink completions: %+v", r.dev.Stats())
-		}
-		time.Sleep(time.Millisecond)
+	if !poll.Until(5*time.Second, func() bool { return r.dev.Stats().TxPackets == n }) {
+		t.Fatalf("uplink completions: %+v", r.dev.Stats())
 	}
 	select {
 	case <-ready:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -183,6 +184,7 @@ func TestZeroCopyNoReuseBeforeRelease(t *testing.T) {
 				}
 			}
 			var owned []*mhinet.ZCBuffer
+			// Not poll: the send loop below waits for released slots on a channel, up to this deadline, which the receive wait shares.
 			deadline := time.Now().Add(20 * time.Second)
 			for i := 0; i < total; {
 				var b *mhinet.ZCBuffer
@@ -216,12 +218,7 @@ func TestZeroCopyNoReuseBeforeRelease(t *testing.T) {
 				}
 				i++
 			}
-			for time.Now().Before(deadline) {
-				if got, _, _ := r.rx.counts(); got == total {
-					break
-				}
-				time.Sleep(time.Millisecond)
-			}
+			poll.Until(time.Until(deadline), func() bool { got, _, _ := r.rx.counts(); return got == total })
 			got, bad, dups := r.rx.counts()
 			s, ms := r.dev.Stats(), r.mock.IPData.Stats()
 			if got != total || bad != 0 || dups != 0 {
@@ -250,6 +247,7 @@ func TestZeroCopyConservation(t *testing.T) {
 	const total = 900
 	var offered, rejected uint64
 	copyBuf := make([]byte, 2000)
+	// Not poll: send loops, each send retried every 50 µs on ErrBusy, all within this deadline.
 	deadline := time.Now().Add(20 * time.Second)
 	for i := 0; i < total; i++ {
 		port := uint16(freePort)
@@ -320,10 +318,7 @@ func TestZeroCopyConservation(t *testing.T) {
 	if ms.ULPackets != s.TxPackets || ms.ULPackets != ms.DLPackets+ms.Dropped() || ms.DroppedShaped == 0 {
 		t.Fatalf("modem %+v; host %+v", ms, s)
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for got, _, _ := r.rx.counts(); uint64(got) != ms.DLPackets && time.Now().Before(deadline); got, _, _ = r.rx.counts() {
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(10*time.Second, func() bool { got, _, _ := r.rx.counts(); return uint64(got) == ms.DLPackets })
 	if got, bad, dups := r.rx.counts(); uint64(got) != ms.DLPackets || bad != 0 || dups != 0 {
 		t.Fatalf("received %d (%d bad, %d twice), modem sent %d", got, bad, dups, ms.DLPackets)
 	}
@@ -402,16 +397,13 @@ func TestZeroCopyBogusReleases(t *testing.T) {
 // transmitZC hands b over, retrying while the ring is full.
 func transmitZC(t testing.TB, d *mhinet.Device, b *mhinet.ZCBuffer) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n, err := d.TransmitZC([]*mhinet.ZCBuffer{b})
-		if n == 1 {
-			return
-		}
-		if !errors.Is(err, mhinet.ErrBusy) || time.Now().After(deadline) {
-			t.Fatalf("TransmitZC: %d, %v", n, err)
-		}
-		time.Sleep(50 * time.Microsecond)
+	var n int
+	var err error
+	if !poll.Until(10*time.Second, func() bool {
+		n, err = d.TransmitZC([]*mhinet.ZCBuffer{b})
+		return n == 1 || !errors.Is(err, mhinet.ErrBusy)
+	}) || n != 1 {
+		t.Fatalf("TransmitZC: %d, %v", n, err)
 	}
 }
 
@@ -429,10 +421,7 @@ func TestShapedFlowRate(t *testing.T) {
 	for i := range 200 {
 		transmitAll2(t, r.dev, udp4(buf, 200, freePort, uint32(1000+i)))
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for got, _, _ := r.rx.counts(); got < 240 && time.Now().Before(deadline); got, _, _ = r.rx.counts() {
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(10*time.Second, func() bool { got, _, _ := r.rx.counts(); return got >= 240 })
 	r.rx.mu.Lock()
 	defer r.rx.mu.Unlock()
 	if r.rx.byPort[shapedPort] != 40 || r.rx.byPort[freePort] != 200 || r.rx.bad != 0 {

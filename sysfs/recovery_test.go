@@ -8,6 +8,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/hostile"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/sysfs"
 )
 
@@ -31,16 +32,12 @@ func TestTreeShowsRecoveryFailed(t *testing.T) {
 	}
 	dev.SetBehaviour(hostile.Behaviour{SysErrAtM0: true})
 	dev.EnterSysErr()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		got, _ := tr.Get("devices/mhi0/pm_state")
-		if got == mhi.PMRecoveryFailed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pm_state = %q, want %s", got, mhi.PMRecoveryFailed)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var got string
+	if !poll.Until(3*time.Second, func() bool {
+		got, _ = tr.Get("devices/mhi0/pm_state")
+		return got == mhi.PMRecoveryFailed
+	}) {
+		t.Fatalf("pm_state = %q, want %s", got, mhi.PMRecoveryFailed)
 	}
 	for path, want := range map[string]string{
 		"devices/mhi0/recovery":                    "failed: ",

@@ -22,6 +22,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/testenv"
 	"github.com/gomhi/gomhi/mhi/testenv/atterm"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -213,16 +214,11 @@ func startMBIMProxy(t *testing.T) {
 			t.Logf("mbim-proxy log:\n%s", log.String())
 		}
 	})
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	if !poll.Until(5*time.Second, func() bool {
 		b, _ := os.ReadFile("/proc/net/unix")
-		if bytes.Contains(b, []byte("@mbim-proxy")) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("mbim-proxy did not listen")
-		}
-		time.Sleep(10 * time.Millisecond)
+		return bytes.Contains(b, []byte("@mbim-proxy"))
+	}) {
+		t.Fatal("mbim-proxy did not listen")
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 )
 
 // TestDumpFromRunningStack: `mhictl up --rddm --rddm-size` on the embedded
@@ -66,16 +67,12 @@ func TestDumpFromRunningStack(t *testing.T) {
 	}
 
 	// The running stack recovers the device after the dump.
-	deadline := time.Now().Add(15 * time.Second)
 	var state, pm []byte
-	for time.Now().Before(deadline) {
+	poll.Until(15*time.Second, func() bool {
 		state, _ = os.ReadFile(filepath.Join(u.mount, "devices/mhi0/state"))
 		pm, _ = os.ReadFile(filepath.Join(u.mount, "devices/mhi0/pm_state"))
-		if strings.TrimSpace(string(state)) == "M0" && strings.TrimSpace(string(pm)) == "M0" {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return strings.TrimSpace(string(state)) == "M0" && strings.TrimSpace(string(pm)) == "M0"
+	})
 	if strings.TrimSpace(string(state)) != "M0" || strings.TrimSpace(string(pm)) != "M0" {
 		t.Fatalf("after the dump: state %q, pm_state %q\n%s", state, pm, u.logText())
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/gomhi/gomhi/mhi/testenv"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 )
 
 // docMetricRE matches a row of the metrics table in docs/CONTROL.md.
@@ -39,18 +40,13 @@ func TestMetricsPromtool(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(u.mount, "devices/mhi0/soc_reset"), []byte("1\n"), 0o200); err != nil {
 		t.Fatalf("soc_reset: %v", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
 	var text string
-	for {
+	if !poll.Until(10*time.Second, func() bool {
 		text = scrape(t, u)
-		if strings.Contains(text, `mhi_controller_soc_resets_total{device="mhi0"} 1`) &&
-			strings.Contains(text, `mhi_controller_recoveries_total{device="mhi0"} 1`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no recovery after the SoC reset:\n%s", grepLines(text, "mhi_controller_"))
-		}
-		time.Sleep(100 * time.Millisecond)
+		return strings.Contains(text, `mhi_controller_soc_resets_total{device="mhi0"} 1`) &&
+			strings.Contains(text, `mhi_controller_recoveries_total{device="mhi0"} 1`)
+	}) {
+		t.Fatalf("no recovery after the SoC reset:\n%s", grepLines(text, "mhi_controller_"))
 	}
 
 	cmd := exec.Command(promtool, "check", "metrics")

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 )
 
 // `mhictl modem serve` in one process, `mhictl modem loopback` in another:
@@ -23,15 +25,8 @@ func TestModemServeAcrossProcesses(t *testing.T) {
 			_ = srv.Wait()
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(sock); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the server did not create its socket")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !poll.Until(10*time.Second, func() bool { _, err := os.Stat(sock); return err == nil }) {
+		t.Fatal("the server did not create its socket")
 	}
 	for i := 0; i < 2; i++ { // the server takes a second client after the first
 		out, err := mhictl("modem", "loopback", "--socket", sock, "--count", "200", "--json").Output()

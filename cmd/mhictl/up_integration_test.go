@@ -132,6 +132,7 @@ func ping(t *testing.T, seq uint16) bool {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 1500)
+	// Not poll: blocking reads under one read deadline, nothing to poll.
 	deadline := time.Now().Add(2 * time.Second)
 	for {
 		_ = c.SetReadDeadline(deadline)

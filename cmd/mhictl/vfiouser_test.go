@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/cmd/mhictl/internal/sweep"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 )
@@ -234,17 +235,9 @@ func TestVFIOUserGenerator(t *testing.T) {
 	port := testPort(2)
 	up := mhictl("up", "--vfio-user", sock, "--netlink-port", port)
 	upLog := startProc(t, up, "ready")
-	deadline := time.Now().Add(10 * time.Second)
-	var st map[string]uint64
-	for {
-		st = statsOf(t, port)
-		if st["net/rx_packets"] >= 3000 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	poll.Until(10*time.Second, func() bool { return statsOf(t, port)["net/rx_packets"] >= 3000 })
 	time.Sleep(100 * time.Millisecond) // anything beyond the count would show now
-	st = statsOf(t, port)
+	st := statsOf(t, port)
 	if st["net/rx_packets"] != 3000 || st["net/rx_errors"] != 0 {
 		t.Fatalf("received %d packets, %d errors; want 3000, 0", st["net/rx_packets"], st["net/rx_errors"])
 	}
@@ -404,10 +397,8 @@ func TestUpVFIOUserServerGone(t *testing.T) {
 	if ok, _ := srvLog.wait(15 * time.Second); !ok {
 		t.Fatal("the server still runs after SIGKILL")
 	}
-	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(upLog.String(), "went away"); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("up did not notice its modem died:\n%s", upLog)
-		}
+	if !poll.Until(15*time.Second, func() bool { return strings.Contains(upLog.String(), "went away") }) {
+		t.Fatalf("up did not notice its modem died:\n%s", upLog)
 	}
 	ok, err := upLog.wait(15 * time.Second)
 	if !ok {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
@@ -61,11 +62,5 @@ func ctx(t testing.TB) context.Context {
 // waitFor polls cond for up to 5 s.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Wait(t, 5*time.Second, cond, func() string { return "timed out waiting for " + what })
 }

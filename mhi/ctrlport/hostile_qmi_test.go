@@ -17,6 +17,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/proto/qmi"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"golang.org/x/sys/unix"
 )
 
@@ -361,12 +362,11 @@ func atAttacks() []attack {
 				// Read until the answer is there (a loaded machine may take
 				// longer than any fixed read), bounded.
 				var got []byte
-				deadline := time.Now().Add(5 * time.Second)
-				for !bytes.Contains(got, []byte("+CSQ: 20,99")) {
-					if time.Now().After(deadline) {
-						t.Fatalf("waiting for the +CSQ line without OK: the client read %q", got)
-					}
+				if !poll.Until(5*time.Second, func() bool {
 					got = append(got, readFor(c, 100*time.Millisecond)...)
+					return bytes.Contains(got, []byte("+CSQ: 20,99"))
+				}) {
+					t.Fatalf("waiting for the +CSQ line without OK: the client read %q", got)
 				}
 			}
 			// Nothing on the host waits for the OK: the next line, to an
@@ -442,12 +442,11 @@ func atExchange(t *testing.T, c *os.File) {
 		t.Fatal(err)
 	}
 	var got []byte
-	deadline := time.Now().Add(5 * time.Second)
-	for !bytes.Contains(got, []byte("\r\nOK\r\n")) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no OK to ATI; read %q", tail(got))
-		}
+	if !poll.Until(5*time.Second, func() bool {
 		got = append(got, readFor(c, 100*time.Millisecond)...)
+		return bytes.Contains(got, []byte("\r\nOK\r\n"))
+	}) {
+		t.Fatalf("no OK to ATI; read %q", tail(got))
 	}
 	if !bytes.Contains(got, []byte("FN990")) {
 		t.Errorf("ATI answered %q", tail(got))

@@ -20,6 +20,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/hostile"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 	"github.com/gomhi/gomhi/mhi/testenv/fuzzcheck"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"golang.org/x/sys/unix"
@@ -185,20 +186,17 @@ func (r *hrig) setDLHook(f func(ev *wire.Element) bool) {
 // element queued. It returns the element's length.
 func (r *hrig) complete(t *testing.T, num uint8, data []byte, code wire.CompletionCode) int {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		_, tre, err := r.dev.NextTRE(num)
-		if err == nil {
-			if _, err := r.dev.CompleteDL(num, data, code); err != nil {
-				t.Fatalf("CompleteDL on channel %d: %v", num, err)
-			}
-			return int(tre.Length())
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the host has no downlink element queued on channel %d: %v (pair stats %+v)", num, err, r.ctrl.Stats())
-		}
-		time.Sleep(time.Millisecond)
+	var tre wire.Element
+	if err := poll.UntilNil(2*time.Second, func() (err error) {
+		_, tre, err = r.dev.NextTRE(num)
+		return err
+	}); err != nil {
+		t.Fatalf("the host has no downlink element queued on channel %d: %v (pair stats %+v)", num, err, r.ctrl.Stats())
 	}
+	if _, err := r.dev.CompleteDL(num, data, code); err != nil {
+		t.Fatalf("CompleteDL on channel %d: %v", num, err)
+	}
+	return int(tre.Length())
 }
 
 // send writes msg as an honest device does: as many elements as it
@@ -206,19 +204,14 @@ func (r *hrig) complete(t *testing.T, num uint8, data []byte, code wire.Completi
 func (r *hrig) send(t *testing.T, num uint8, msg []byte) {
 	t.Helper()
 	for {
-		deadline := time.Now().Add(2 * time.Second)
-		var size int
-		for {
-			_, tre, err := r.dev.NextTRE(num)
-			if err == nil {
-				size = int(tre.Length())
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the host has no downlink element queued on channel %d: %v", num, err)
-			}
-			time.Sleep(time.Millisecond)
+		var tre wire.Element
+		if err := poll.UntilNil(2*time.Second, func() (err error) {
+			_, tre, err = r.dev.NextTRE(num)
+			return err
+		}); err != nil {
+			t.Fatalf("the host has no downlink element queued on channel %d: %v", num, err)
 		}
+		size := int(tre.Length())
 		if len(msg) <= size {
 			r.complete(t, num, msg, wire.CCEOT)
 			return
@@ -440,6 +433,7 @@ func flushClient(t *testing.T, c *os.File, queue int) {
 func readFor(c *os.File, d time.Duration) []byte {
 	var out []byte
 	buf := make([]byte, 64<<10)
+	// Not poll: it reads for all of d (a read deadline), it waits for no condition.
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		_ = c.SetReadDeadline(deadline)

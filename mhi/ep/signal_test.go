@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 )
 
 // condition is a counter guarded by mu with a signal broadcast whenever it
@@ -45,16 +47,9 @@ func (c *condition) waiters() (waiting, spare int) {
 // untilWaiting polls until n waiters are registered.
 func (c *condition) untilWaiting(t *testing.T, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if w, _ := c.waiters(); w == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			w, _ := c.waiters()
-			t.Fatalf("%d waiters registered, want %d", w, n)
-		}
-		time.Sleep(time.Millisecond)
+	if !poll.Until(5*time.Second, func() bool { w, _ := c.waiters(); return w == n }) {
+		w, _ := c.waiters()
+		t.Fatalf("%d waiters registered, want %d", w, n)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/hostile"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
 
@@ -133,7 +134,7 @@ func treIOVA(t *testing.T, r *scriptRig, num uint8, i int) uint64 {
 // expectCounter waits up to a second for counter to reach want.
 func expectCounter(t *testing.T, r *scriptRig, what string, want uint64, counter func(mhi.ControllerStatsSnapshot) uint64) {
 	t.Helper()
-	if !waitUntil(time.Second, func() bool { return counter(r.ctrl.Stats()) >= want }) {
+	if !poll.Until(time.Second, func() bool { return counter(r.ctrl.Stats()) >= want }) {
 		t.Fatalf("%s = %d, want %d", what, counter(r.ctrl.Stats()), want)
 	}
 }
@@ -317,7 +318,7 @@ func TestMaliciousDevice(t *testing.T) {
 			if err := ch.Kick(); err != nil {
 				t.Fatalf("Kick: %v", err)
 			}
-			if !waitUntil(time.Second, func() bool { return len(k.completions()) == 2 }) {
+			if !poll.Until(time.Second, func() bool { return len(k.completions()) == 2 }) {
 				t.Fatalf("completions after Kick: %+v", k.completions())
 			}
 			k.check(t)
@@ -376,19 +377,15 @@ func TestMaliciousDevice(t *testing.T) {
 			// handed the slots back (its write pointer just behind base);
 			// this scripted device drops an event that finds the ring
 			// full instead of waiting, so wait for the host first.
-			deadline := time.Now().Add(5 * time.Second)
-			for {
-				c, err := r.dev.Context(hostile.EventContext, 0)
-				if err != nil {
+			var c wire.Context
+			if !poll.Until(5*time.Second, func() bool {
+				var err error
+				if c, err = r.dev.Context(hostile.EventContext, 0); err != nil {
 					t.Fatal(err)
 				}
-				if c.WP == base+length-wire.ElementSize {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the host did not consume the repaired ring: wp 0x%x, want 0x%x", c.WP, base+length-wire.ElementSize)
-				}
-				time.Sleep(time.Millisecond)
+				return c.WP == base+length-wire.ElementSize
+			}) {
+				t.Fatalf("the host did not consume the repaired ring: wp 0x%x, want 0x%x", c.WP, base+length-wire.ElementSize)
 			}
 			stillM0(t, r)
 		}},
@@ -453,7 +450,7 @@ func TestMaliciousDevice(t *testing.T) {
 			if _, err := r.dev.CompleteDL(hostile.LoopbackDL, make([]byte, 100), wire.CCEOT); err != nil {
 				t.Fatal(err)
 			}
-			if !waitUntil(time.Second, func() bool { return len(k.completions()) == 1 }) {
+			if !poll.Until(time.Second, func() bool { return len(k.completions()) == 1 }) {
 				t.Fatal("no completion")
 			}
 			if c := k.completions()[0]; c.Len != 256 || c.Cookie != 0 {
@@ -479,7 +476,7 @@ func TestMaliciousDevice(t *testing.T) {
 			if _, err := r.dev.CompleteDL(hostile.LoopbackDL, []byte("x"), wire.CCBadTRE); err != nil {
 				t.Fatal(err)
 			}
-			if !waitUntil(time.Second, func() bool { return len(k.completions()) == 1 }) {
+			if !poll.Until(time.Second, func() bool { return len(k.completions()) == 1 }) {
 				t.Fatal("no completion")
 			}
 			if c := k.completions()[0]; !errors.Is(c.Err, mhi.ErrBadDevice) || c.Len != 0 {
@@ -573,7 +570,7 @@ func TestMaliciousDevice(t *testing.T) {
 			if err := r.dev.Post(0, wire.EEEvent(wire.EEPBL), wire.EEEvent(0x77), wire.EEEvent(wire.EEAMSS)); err != nil {
 				t.Fatal(err)
 			}
-			if !waitUntil(time.Second, func() bool {
+			if !poll.Until(time.Second, func() bool {
 				n := 0
 				for _, ev := range r.statusEvents() {
 					if ev.Kind == mhi.StatusEE {
@@ -657,7 +654,7 @@ func TestMaliciousDevice(t *testing.T) {
 			r.dev.SetBehaviour(hostile.Behaviour{SysErrAtM0: true})
 			start := time.Now()
 			r.dev.EnterSysErr()
-			if !waitUntil(2*time.Second, func() bool { return r.ctrl.PMState() == mhi.PMRecoveryFailed }) {
+			if !poll.Until(2*time.Second, func() bool { return r.ctrl.PMState() == mhi.PMRecoveryFailed }) {
 				t.Fatalf("host state %s, want %s (recovery %+v)", r.ctrl.PMState(), mhi.PMRecoveryFailed, r.ctrl.Recovery())
 			}
 			t.Logf("gave up after %v: %+v", time.Since(start), r.ctrl.Recovery())
@@ -669,7 +666,7 @@ func TestMaliciousDevice(t *testing.T) {
 				t.Fatalf("%d device resets for %d attempts", resets, mhi.DefaultRecoveryLimit)
 			}
 			var failed *mhi.StatusEvent
-			waitUntil(time.Second, func() bool {
+			poll.Until(time.Second, func() bool {
 				for _, ev := range r.statusEvents() {
 					if ev.Kind == mhi.StatusFailed {
 						failed = &ev
@@ -701,7 +698,7 @@ func TestMaliciousDevice(t *testing.T) {
 			mustPowerUp(t, r)
 			r.dev.SetRegister(wire.RegMHISTATUS, wire.MHISTATUSSysErr|wire.MHISTATUSReady|0xFF00)
 			r.h.Raise(0)
-			if !waitUntil(2*time.Second, func() bool { return r.ctrl.PMState() == mhi.PMRecoveryFailed }) {
+			if !poll.Until(2*time.Second, func() bool { return r.ctrl.PMState() == mhi.PMRecoveryFailed }) {
 				t.Fatalf("host state %s (recovery %+v)", r.ctrl.PMState(), r.ctrl.Recovery())
 			}
 			if rec := r.ctrl.Recovery(); rec.Failures != 2 {

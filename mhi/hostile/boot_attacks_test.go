@@ -9,6 +9,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/hostile"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
 
@@ -100,7 +101,7 @@ func crashIntoRDDM(t *testing.T, r *scriptRig, fix func()) {
 	before := r.ctrl.Stats()
 	r.dev.SetRegister(hostile.BHIOffset+wire.BHIExecEnv, uint32(wire.EERDDM))
 	r.dev.EnterSysErr()
-	if !waitUntil(2*time.Second, func() bool {
+	if !poll.Until(2*time.Second, func() bool {
 		s := r.ctrl.Stats()
 		return s.Dumps+s.DumpErrors > before.Dumps+before.DumpErrors
 	}) {
@@ -110,7 +111,7 @@ func crashIntoRDDM(t *testing.T, r *scriptRig, fix func()) {
 		fix()
 	}
 	r.dev.UnpinRegister(hostile.BHIOffset + wire.BHIExecEnv)
-	if !waitUntil(2*time.Second, func() bool { return r.ctrl.PMState() == "M0" }) {
+	if !poll.Until(2*time.Second, func() bool { return r.ctrl.PMState() == "M0" }) {
 		t.Fatalf("not recovered after the dump: %s", r.ctrl.PMState())
 	}
 }
@@ -146,7 +147,7 @@ func TestMaliciousBoot(t *testing.T) {
 			run: func(t *testing.T, r *scriptRig) {
 				var posted atomic.Bool
 				go func() {
-					if waitUntil(time.Second, func() bool { return r.dev.State() == wire.StateM0 }) {
+					if poll.Until(time.Second, func() bool { return r.dev.State() == wire.StateM0 }) {
 						_ = r.dev.Post(0, wire.EEEvent(wire.EERDDM), wire.EEEvent(wire.EESBL), wire.EEEvent(wire.EEPBL), wire.EEEvent(0xEE))
 						posted.Store(true)
 					}
@@ -162,7 +163,7 @@ func TestMaliciousBoot(t *testing.T) {
 				r.dev.SetRegister(hostile.BHIOffset+wire.BHIExecEnv, uint32(wire.EEPBL))
 				r.dev.SetRegister(hostile.BHIOffset+wire.BHIStatus, wire.BHIStatusSuccess<<wire.BHIStatusShift)
 				go func() {
-					if waitUntil(time.Second, func() bool { return r.dev.State() == wire.StateM0 }) {
+					if poll.Until(time.Second, func() bool { return r.dev.State() == wire.StateM0 }) {
 						_ = r.dev.Post(0, wire.EEEvent(wire.EESBL))
 					}
 				}()
@@ -223,7 +224,7 @@ func TestMaliciousBoot(t *testing.T) {
 			// Both sides in M3: the device, and the host, which has seen
 			// the device's STATE_CHANGE and finished its suspend (until
 			// then a Resume finds nothing to resume).
-			if !waitUntil(time.Second, func() bool {
+			if !poll.Until(time.Second, func() bool {
 				return r.dev.State() == wire.StateM3 && r.ctrl.PMState() == "M3" && r.ctrl.Stats().AutoSuspends == 1
 			}) {
 				t.Fatalf("no auto-suspend: device %s, host %s, %d auto-suspends", r.dev.State(), r.ctrl.PMState(), r.ctrl.Stats().AutoSuspends)

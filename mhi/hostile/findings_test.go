@@ -14,6 +14,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/hostile"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
 
@@ -179,7 +180,7 @@ func TestFindingStuckBadEventRingRPRecovers(t *testing.T) {
 		r.h.Raise(1)
 		time.Sleep(100 * time.Microsecond)
 	}
-	if !waitUntil(2*time.Second, func() bool { return r.ctrl.Stats().Recoveries >= 1 && r.ctrl.Status().PM == "M0" }) {
+	if !poll.Until(2*time.Second, func() bool { return r.ctrl.Stats().Recoveries >= 1 && r.ctrl.Status().PM == "M0" }) {
 		t.Fatalf("no recovery from a read pointer stuck outside the ring: %+v", r.ctrl.Status().Stats)
 	}
 	sendUL(t, r, hostile.LoopbackUL)

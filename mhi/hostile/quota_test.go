@@ -7,6 +7,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/hostile"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
 
@@ -40,7 +41,7 @@ func TestEventQuotaBoundsOnePass(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := uint64(len(evs))
-	if !waitUntil(2*time.Second, func() bool { return r.ctrl.Stats().Events-before.Events >= n }) {
+	if !poll.Until(2*time.Second, func() bool { return r.ctrl.Stats().Events-before.Events >= n }) {
 		t.Fatalf("%d of %d events handled (stats %+v)", r.ctrl.Stats().Events-before.Events, n, r.ctrl.Stats())
 	}
 	after := r.ctrl.Stats()
@@ -114,7 +115,7 @@ func TestEventDrainBounded(t *testing.T) {
 	if err := dev.Post(1, tr.ev); err != nil {
 		t.Fatal(err)
 	}
-	if !waitUntil(2*time.Second, func() bool { return tr.refills.Load() > 100 }) {
+	if !poll.Until(2*time.Second, func() bool { return tr.refills.Load() > 100 }) {
 		t.Fatalf("the device does not refill: %+v", r.ctrl.Stats())
 	}
 	errc := make(chan error, 1)

@@ -13,6 +13,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/hostile"
 	"github.com/gomhi/gomhi/mhi/inproc"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
 
@@ -55,14 +56,10 @@ func newMockRig(tb testing.TB, opts mhi.Options) *mockRig {
 // test with a dump when they do not within 3 s.
 func settleGoroutines(tb testing.TB, base int) {
 	tb.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			n := runtime.Stack(buf, true)
-			tb.Fatalf("goroutine leak: %d running, %d before\n%s", runtime.NumGoroutine(), base, buf[:n])
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !poll.Until(3*time.Second, func() bool { return runtime.NumGoroutine() <= base }) {
+		buf := make([]byte, 1<<16)
+		n := runtime.Stack(buf, true)
+		tb.Fatalf("goroutine leak: %d running, %d before\n%s", runtime.NumGoroutine(), base, buf[:n])
 	}
 }
 
@@ -197,18 +194,6 @@ func (k *tracker) check(tb testing.TB) {
 	for _, e := range k.errs {
 		tb.Error(e)
 	}
-}
-
-// waitUntil polls cond every millisecond until it holds or d passes.
-func waitUntil(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return true
 }
 
 func mustPowerUp(t *testing.T, r *scriptRig) {

@@ -11,6 +11,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/loopback"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
 
@@ -171,10 +172,7 @@ func TestRDDMCollectedAndRecovered(t *testing.T) {
 		t.Fatalf("dump of %d bytes (sha256 %x), want %d bytes (sha256 %x)", len(dump), sha256.Sum256(dump), len(want), sha256.Sum256(want))
 	}
 	// The recovery that collected it brings the device back.
-	deadline := time.Now().Add(5 * time.Second)
-	for r.ctrl.PMState() != "M0" && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(5*time.Second, func() bool { return r.ctrl.PMState() == "M0" })
 	if st, ee := r.ctrl.State(); st != wire.StateM0 || ee != wire.EEAMSS {
 		t.Fatalf("after the dump: %s/%s (pm %s)", st, ee, r.ctrl.PMState())
 	}
@@ -206,10 +204,7 @@ func TestAutoSuspendAndWake(t *testing.T) {
 		t.Fatal(err)
 	}
 	for round := 1; round <= 3; round++ {
-		deadline := time.Now().Add(3 * time.Second)
-		for r.dev.State() != wire.StateM3 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
+		poll.Until(3*time.Second, func() bool { return r.dev.State() == wire.StateM3 })
 		if r.dev.State() != wire.StateM3 || r.ctrl.PMState() != "M3" {
 			t.Fatalf("round %d: device %s host %s after the idle time, want M3", round, r.dev.State(), r.ctrl.PMState())
 		}
@@ -242,10 +237,7 @@ func TestEDLProgrammer(t *testing.T) {
 		c.Boot = ep.BootConfig{EDL: ep.ImageCheck{SHA256: sum[:]}, OnImage: got.add}
 	}, mhi.Options{Name: "mhi0", PollInterval: 20 * time.Millisecond, Firmware: fwFor(nil, prog)})
 	r.dev.EnterEDL()
-	deadline := time.Now().Add(2 * time.Second)
-	for r.dev.BootStatus().EE != wire.EEEDL && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(2*time.Second, func() bool { return r.dev.BootStatus().EE == wire.EEEDL })
 	if err := r.ctrl.PowerUp(); err != nil {
 		t.Fatal(err)
 	}
@@ -271,13 +263,10 @@ func TestEnterEDL(t *testing.T) {
 	if err := r.ctrl.EnterEDL(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, ee := r.ctrl.State(); ee == wire.EEFP && r.ctrl.PMState() == "M0" {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(5*time.Second, func() bool {
+		_, ee := r.ctrl.State()
+		return ee == wire.EEFP && r.ctrl.PMState() == "M0"
+	})
 	if _, ee := r.ctrl.State(); ee != wire.EEFP || r.ctrl.PMState() != "M0" {
 		t.Fatalf("after EnterEDL: EE %s, host %s", ee, r.ctrl.PMState())
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/inproc"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
 
@@ -148,12 +149,8 @@ func TestLinkCheckNeedsBothRegisters(t *testing.T) {
 	if err := ctrl.PowerUp(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for ctrl.Stats().HealthChecks < 5 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d health checks in 20 s", ctrl.Stats().HealthChecks)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !poll.Until(20*time.Second, func() bool { return ctrl.Stats().HealthChecks >= 5 }) {
+		t.Fatalf("%d health checks in 20 s", ctrl.Stats().HealthChecks)
 	}
 	if pm := ctrl.PMState(); pm != "M0" {
 		t.Fatalf("host state %s with only MHIVER reading all ones", pm)

@@ -11,6 +11,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/mhi/loopback"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 )
 
@@ -208,9 +209,7 @@ func TestClientStartWaitsForRecovery(t *testing.T) {
 	start := time.Now()
 	r.dev.InjectSysErr()
 	// Wait until the recovery has begun, then ask for the channel.
-	for r.ctrl.PMState() == "M0" && time.Since(start) < time.Second {
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(time.Second, func() bool { return r.ctrl.PMState() != "M0" })
 	clientErr := dl.Start(h)
 	select {
 	case err := <-result:
@@ -327,11 +326,7 @@ func TestSoCResetWriteFailureStillRecovers(t *testing.T) {
 		t.Fatalf("channel 0: Reset still waiting 10s after a failed SoC reset request (host PM %s, recovery attempts %d)",
 			ctrl.PMState(), ctrl.Stats().RecoveryAttempts)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for ctrl.Stats().Recoveries < 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no recovery within 10s after a failed SoC reset request (host PM %s)", ctrl.PMState())
-		}
-		time.Sleep(time.Millisecond)
+	if !poll.Until(10*time.Second, func() bool { return ctrl.Stats().Recoveries >= 1 }) {
+		t.Fatalf("no recovery within 10s after a failed SoC reset request (host PM %s)", ctrl.PMState())
 	}
 }

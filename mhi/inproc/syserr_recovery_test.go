@@ -11,6 +11,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
 	"github.com/gomhi/gomhi/pcigeneric"
@@ -90,12 +91,8 @@ func upDataDevice(t *testing.T, m *mockModem) *mhinet.Device {
 // waitRecoveries waits until the controller has recovered n times.
 func waitRecoveries(t *testing.T, c *mhi.Controller, n uint64) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for c.Stats().Recoveries < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d recoveries of %d within 20 s (host PM %s)", c.Stats().Recoveries, n, c.PMState())
-		}
-		time.Sleep(time.Millisecond)
+	if !poll.Until(20*time.Second, func() bool { return c.Stats().Recoveries >= n }) {
+		t.Fatalf("%d recoveries of %d within 20 s (host PM %s)", c.Stats().Recoveries, n, c.PMState())
 	}
 }
 
@@ -105,12 +102,8 @@ func waitRecoveries(t *testing.T, c *mhi.Controller, n uint64) {
 // whole of it), its SYS_ERR count moved.
 func waitSysErrNoticed(t *testing.T, c *mhi.Controller, before uint64) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for c.PMState() == "M0" && c.Stats().SysErrs == before {
-		if time.Now().After(deadline) {
-			t.Fatalf("the host did not notice the SYS_ERR within 20 s (host PM %s, %d SYS_ERRs)", c.PMState(), c.Stats().SysErrs)
-		}
-		time.Sleep(10 * time.Microsecond)
+	if !poll.Until(20*time.Second, func() bool { return c.PMState() != "M0" || c.Stats().SysErrs != before }) {
+		t.Fatalf("the host did not notice the SYS_ERR within 20 s (host PM %s, %d SYS_ERRs)", c.PMState(), c.Stats().SysErrs)
 	}
 }
 
@@ -162,18 +155,18 @@ func recoveryDeliveryOnce(t *testing.T, sysErrs uint64) (lost, stale int64) {
 	var s ipdata.Stats
 	var h mhinet.Stats
 	last, quiet := uint64(0), time.Now()
-	for ctx.Err() == nil {
+	rest, _ := ctx.Deadline() // the rest of the 10 s WaitGenerator had
+	poll.Until(time.Until(rest), func() bool {
 		s, h = m.ipd.Stats(), dev.Stats()
 		if s.Pending == 0 && s.DLPackets-s.DLDroppedQueued == h.RxPackets {
-			break
+			return true
 		}
 		if h.RxPackets != last {
 			last, quiet = h.RxPackets, time.Now()
-		} else if s.Pending == 0 && time.Since(quiet) > 300*time.Millisecond {
-			break
+			return false
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return s.Pending == 0 && time.Since(quiet) > 300*time.Millisecond
+	})
 	if s.DLPackets == 0 || h.RxPackets == 0 {
 		t.Fatalf("modem sent %d packets, host delivered %d: no traffic", s.DLPackets, h.RxPackets)
 	}
@@ -216,12 +209,8 @@ func TestResetDuringSysErrWaitsForTheRecovery(t *testing.T) {
 			dl.Num(), before.CtxState, before.Pending, wire.ChannelRunning)
 	}
 	m.dev.InjectSysErr()
-	deadline := time.Now().Add(backoff / 2)
-	for m.ctrl.PMState() == "M0" {
-		if time.Now().After(deadline) {
-			t.Fatalf("the host did not notice the second SYS_ERR within %v", backoff/2)
-		}
-		time.Sleep(50 * time.Microsecond)
+	if !poll.Until(backoff/2, func() bool { return m.ctrl.PMState() != "M0" }) {
+		t.Fatalf("the host did not notice the second SYS_ERR within %v", backoff/2)
 	}
 	noticed := time.Now()
 	attempts := m.ctrl.Stats().RecoveryAttempts
@@ -302,13 +291,11 @@ func TestDownDuringSysErrDeliversWhatTheDevicePosted(t *testing.T) {
 		}
 		var s ipdata.Stats
 		var h mhinet.Stats
-		for ctx.Err() == nil {
+		rest, _ := ctx.Deadline() // the rest of the 10 s WaitGenerator had
+		poll.Until(time.Until(rest), func() bool {
 			s, h = m.ipd.Stats(), dev.Stats()
-			if s.Pending == 0 && s.DLPackets-s.DLDroppedQueued == h.RxPackets {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return s.Pending == 0 && s.DLPackets-s.DLDroppedQueued == h.RxPackets
+		})
 		cancel()
 		if s.DLPackets == 0 || h.RxPackets == 0 {
 			t.Fatalf("modem sent %d packets, host delivered %d: no traffic", s.DLPackets, h.RxPackets)

@@ -13,6 +13,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/mhi/loopback"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -56,14 +57,7 @@ func openMock(t *testing.T, opts mhi.Options) (ctrl *mhi.Controller, dev *ep.Dev
 
 // waitRecoveries waits until the controller has recovered n times.
 func waitRecoveries(c *mhi.Controller, n uint64) bool {
-	deadline := time.Now().Add(20 * time.Second)
-	for c.Stats().Recoveries < n {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return true
+	return poll.Until(20*time.Second, func() bool { return c.Stats().Recoveries >= n })
 }
 
 // TestCloseReleasesTheClient opens, uses and closes clients on one

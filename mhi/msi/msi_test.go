@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 )
 
 // TestDelivery raises vectors while the handler is blocked and checks
@@ -22,7 +24,7 @@ func TestDelivery(t *testing.T) {
 		got <- v
 	})
 	d.Raise(63) // held in the handler until the others are pending
-	waitFor(t, func() bool { return d.pending.Load() == 0 })
+	poll.Wait(t, 5*time.Second, func() bool { return d.pending.Load() == 0 }, func() string { return "condition not reached" })
 	for _, v := range []int{9, 0, 9, 40, 0} {
 		d.Raise(v)
 	}
@@ -116,15 +118,4 @@ func gate(t *testing.T) (<-chan struct{}, func()) {
 	open := func() { once.Do(func() { close(c) }) }
 	t.Cleanup(open)
 	return c, open
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached")
-		}
-		time.Sleep(time.Millisecond)
-	}
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 )
 
 // TestOrder: events run in order of time and, at equal times, of
@@ -121,15 +123,14 @@ func TestServe(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for n := 0; n < 3; {
+	if !poll.Until(10*time.Second, func() bool {
+		var n int
 		if err := s.Call(ctx, func() { n = len(ran) }); err != nil {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("events ran %v", ran)
-		}
-		time.Sleep(time.Millisecond)
+		return n >= 3
+	}) {
+		t.Fatalf("events ran %v", ran)
 	}
 	cancel()
 	<-done

@@ -98,6 +98,7 @@ func vnetTUN() (fd int, err error) {
 
 // readTUN reads frames (virtio_net_hdr + packet) until keep accepts one.
 func readTUN(fd int, buf []byte, keep func(VirtioNetHdr, []byte) bool) (VirtioNetHdr, []byte, error) {
+	// Not poll: reads that block in poll(2), up to 500 ms each, nothing to sleep between.
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
@@ -413,6 +414,7 @@ func TestKernelTCPTSO(t *testing.T) {
 		}
 		var got []byte
 		rb := make([]byte, 65536)
+		// Not poll: reads that block in poll(2), up to 200 ms each, nothing to sleep between.
 		deadline := time.Now().Add(3 * time.Second)
 		for len(got) < sent && time.Now().Before(deadline) {
 			pfd := []unix.PollFd{{Fd: int32(s), Events: unix.POLLIN}}

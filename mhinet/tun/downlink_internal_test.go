@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhinet"
 )
 
@@ -38,12 +39,8 @@ func TestDownlinkWriterQueue(t *testing.T) {
 	}()
 	// Nobody reads the stack yet: ChannelQueue packets fill it, the
 	// writer waits in Write, the queue fills, Receive waits.
-	deadline := time.Now().Add(10 * time.Second)
-	for b.Stats().DownlinkQueueFull == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("queue never full: %+v", b.Stats())
-		}
-		time.Sleep(time.Millisecond)
+	if !poll.Until(10*time.Second, func() bool { return b.Stats().DownlinkQueueFull != 0 }) {
+		t.Fatalf("queue never full: %+v", b.Stats())
 	}
 	for want := range n {
 		select {

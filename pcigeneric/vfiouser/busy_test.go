@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
 )
@@ -32,14 +33,10 @@ func TestListenAndServeBusy(t *testing.T) {
 		}
 	}()
 	var first *client.Transport
-	var err error
-	for range 100 {
-		if first, err = client.Dial(path, client.Options{Memory: 1 << 20}); err == nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err != nil {
+	if err := poll.UntilNil(time.Second, func() (err error) {
+		first, err = client.Dial(path, client.Options{Memory: 1 << 20})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -21,6 +21,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/internal/qemuguest"
@@ -531,13 +532,10 @@ func serve(t *testing.T, sock string, dev *vfiouser.ServerDevice) (stop func()) 
 // waitSocket waits up to 2 s for a socket to appear at path.
 func waitSocket(t *testing.T, path string) {
 	t.Helper()
-	for i := 0; i < 200; i++ {
-		if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("server socket %s never appeared", path)
+	poll.Wait(t, 2*time.Second, func() bool {
+		fi, err := os.Stat(path)
+		return err == nil && fi.Mode()&os.ModeSocket != 0
+	}, func() string { return fmt.Sprintf("server socket %s never appeared", path) })
 }
 
 func errText(err error) string {

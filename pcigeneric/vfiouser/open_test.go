@@ -9,6 +9,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
 )
@@ -31,13 +32,8 @@ func TestOpen(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(sock); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no socket")
-		}
+	if !poll.Until(5*time.Second, func() bool { _, err := os.Stat(sock); return err == nil }) {
+		t.Fatal("no socket")
 	}
 	for i := range 2 {
 		r, err := client.Open(sock, client.OpenOptions{Name: "mhi7"})

@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/loopback"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
 )
@@ -101,13 +103,8 @@ func TestBootAndAutoSuspendOverVFIOUser(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(sock); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no socket")
-		}
+	if !poll.Until(5*time.Second, func() bool { _, err := os.Stat(sock); return err == nil }) {
+		t.Fatal("no socket")
 	}
 	r, err := client.Open(sock, client.OpenOptions{FirmwareDir: fw})
 	if err != nil {
@@ -130,10 +127,7 @@ func TestBootAndAutoSuspendOverVFIOUser(t *testing.T) {
 	}
 	m := dev.Modem()
 	for round := 1; round <= 2; round++ {
-		deadline := time.Now().Add(5 * time.Second)
-		for m.State() != wire.StateM3 && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
+		poll.Until(5*time.Second, func() bool { return m.State() == wire.StateM3 })
 		if m.State() != wire.StateM3 {
 			t.Fatalf("round %d: modem in %s after the idle time", round, m.State())
 		}
@@ -153,11 +147,12 @@ func TestBootAndAutoSuspendOverVFIOUser(t *testing.T) {
 	// The host counts a resume when its Resume sees the M0 event, which
 	// may be after the event's handler rang the held doorbells and the
 	// loopback finished: wait for the counts to agree, bounded.
-	hs, ds := r.Controller.Stats(), m.Stats()
-	for deadline := time.Now().Add(5 * time.Second); hs.Resumes != ds.M3Exits && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
+	var hs mhi.ControllerStatsSnapshot
+	var ds ep.Stats
+	poll.Until(5*time.Second, func() bool {
 		hs, ds = r.Controller.Stats(), m.Stats()
-	}
+		return hs.Resumes == ds.M3Exits
+	})
 	if hs.Suspends < 2 || hs.Suspends != ds.M3Entries || hs.Resumes != ds.M3Exits {
 		t.Fatalf("host %d suspends, %d resumes; modem %d M3 entries, %d exits", hs.Suspends, hs.Resumes, ds.M3Entries, ds.M3Exits)
 	}

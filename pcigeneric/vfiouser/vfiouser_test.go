@@ -15,6 +15,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/loopback"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
@@ -406,34 +407,26 @@ func TestReconnect(t *testing.T) {
 	go func() { done <- ListenAndServe(ctx, path, dev) }()
 	var tr *client.Transport
 	var conn *net.UnixConn // round 1's connection, which the test cuts
-	var err error
-	for range 100 {
-		if tr, err = client.Dial(path, client.Options{Memory: 8 << 20}); err == nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	err := poll.UntilNil(time.Second, func() (err error) {
+		tr, err = client.Dial(path, client.Options{Memory: 8 << 20})
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for round := range 3 {
 		if round > 0 {
 			// The server takes the next client once the last one is gone.
-			deadline := time.Now().Add(5 * time.Second)
-			for {
+			if err = poll.UntilNil(5*time.Second, func() (err error) {
 				opts := client.Options{Memory: 8 << 20, Timeout: time.Second}
 				if round != 1 {
 					tr, err = client.Dial(path, opts)
 				} else if conn, err = net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"}); err == nil {
 					tr, err = client.New(conn, opts)
 				}
-				if err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal(err)
-				}
-				time.Sleep(10 * time.Millisecond)
+				return err
+			}); err != nil {
+				t.Fatal(err)
 			}
 		}
 		info, _ := pcigeneric.Model(mock.DefaultModel)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi/testenv/fuzzcheck"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/sysfs"
 	"github.com/gomhi/gomhi/sysfs/sysfstest"
@@ -179,17 +180,14 @@ const settleBound = 10 * time.Second
 // settle waits for the device to be in M0 with receive buffers posted.
 func settle(t *testing.T, dev sysfstest.Device) {
 	t.Helper()
-	deadline := time.Now().Add(settleBound)
-	for {
-		st, _ := dev.Mock.Controller.State()
-		posted := dev.Net.Stats().RxPosted
-		if st == wire.StateM0 && posted > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the device is in %s with %d receive buffers posted %v after the writes", st, posted, settleBound)
-		}
-		time.Sleep(time.Millisecond)
+	var st wire.State
+	var posted int
+	if !poll.Until(settleBound, func() bool {
+		st, _ = dev.Mock.Controller.State()
+		posted = dev.Net.Stats().RxPosted
+		return st == wire.StateM0 && posted > 0
+	}) {
+		t.Fatalf("the device is in %s with %d receive buffers posted %v after the writes", st, posted, settleBound)
 	}
 }
 

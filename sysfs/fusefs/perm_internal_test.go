@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"github.com/gomhi/gomhi/mhi/testenv"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 
 	"context"
 	"log/slog"
@@ -71,13 +72,10 @@ func TestOpenWriteNeedsRoot(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Wait until setpriv has exec'd sleep with the new identity.
-		deadline := time.Now().Add(5 * time.Second)
-		for time.Now().Before(deadline) {
-			if b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/comm"); err == nil && strings.TrimSpace(string(b)) == "sleep" {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		poll.Until(5*time.Second, func() bool {
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/comm")
+			return err == nil && strings.TrimSpace(string(b)) == "sleep"
+		})
 		_, _, errno := mru.Open(caller(65534, uint32(cmd.Process.Pid)), syscall.O_WRONLY)
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/testenv/reexec"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
@@ -60,10 +61,7 @@ func newDumpTree(t testing.TB) (*sysfs.Tree, *mock.Mock, *mock.Mock) {
 // waitM0 waits for the recovery after a crash to bring c back to M0.
 func waitM0(t testing.TB, c *mhi.Controller) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for c.PMState() != "M0" && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(10*time.Second, func() bool { return c.PMState() == "M0" })
 	if st, ee := c.State(); st != wire.StateM0 || ee != wire.EEAMSS || c.PMState() != "M0" {
 		t.Fatalf("after the dump: %s/%s (pm %s)", st, ee, c.PMState())
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/proto/at"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 )
 
 // atTester types into the DUN and DUN2 ports of a ctrlRig.
@@ -47,12 +48,11 @@ func (h *atTester) chat(port, in string) string {
 	h.t.Helper()
 	h.r.write(port, []byte(in))
 	var got []byte
-	deadline := time.Now().Add(waitTimeout)
-	for !complete(got) {
-		if time.Now().After(deadline) {
-			h.t.Fatalf("%s: no final result for %q; got %q", port, in, got)
-		}
+	if !poll.Until(waitTimeout, func() bool {
 		got = append(got, h.r.readDL(port)...)
+		return complete(got)
+	}) {
+		h.t.Fatalf("%s: no final result for %q; got %q", port, in, got)
 	}
 	return string(got)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/inproc"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
 
@@ -146,14 +147,8 @@ func (r *ctrlRig) quiet(name string, d time.Duration) {
 	}
 }
 
-// waitUntil polls cond until it holds or the deadline passes.
+// waitUntil polls cond until it holds, for up to waitTimeout.
 func waitUntil(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Wait(tb, waitTimeout, cond, func() string { return "timed out waiting for " + what })
 }

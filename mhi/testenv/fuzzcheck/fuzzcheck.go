@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 )
 
 // Settle is how long Check waits for descriptors and goroutines released
@@ -56,33 +58,30 @@ func openFDs() map[string]string {
 // opened since (with what it refers to) and, for goroutines, every stack.
 // It returns "" when nothing leaked.
 func (s State) Leaks() string {
-	deadline := time.Now().Add(Settle)
-	for {
-		now := openFDs()
-		var extra []string
-		for fd, target := range now {
+	var extra []string
+	var g int
+	if poll.Until(Settle, func() bool {
+		extra = nil
+		for fd, target := range openFDs() {
 			if old, ok := s.fds[fd]; !ok || old != target {
 				extra = append(extra, fd+" -> "+target)
 			}
 		}
-		g := runtime.NumGoroutine()
-		if len(extra) == 0 && g <= s.goroutines {
-			return ""
-		}
-		if time.Now().After(deadline) {
-			slices.Sort(extra)
-			var b strings.Builder
-			if len(extra) > 0 {
-				fmt.Fprintf(&b, "%d descriptors leaked: %s\n", len(extra), strings.Join(extra, ", "))
-			}
-			if g > s.goroutines {
-				fmt.Fprintf(&b, "%d goroutines, %d before:\n", g, s.goroutines)
-				_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
-			}
-			return b.String()
-		}
-		time.Sleep(time.Millisecond)
+		g = runtime.NumGoroutine()
+		return len(extra) == 0 && g <= s.goroutines
+	}) {
+		return ""
 	}
+	slices.Sort(extra)
+	var b strings.Builder
+	if len(extra) > 0 {
+		fmt.Fprintf(&b, "%d descriptors leaked: %s\n", len(extra), strings.Join(extra, ", "))
+	}
+	if g > s.goroutines {
+		fmt.Fprintf(&b, "%d goroutines, %d before:\n", g, s.goroutines)
+		_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+	}
+	return b.String()
 }
 
 // Check fails tb with Leaks' description if anything leaked.
