@@ -327,6 +327,7 @@ func TestTransmit(t *testing.T) {
 			}
 			pkts = append(pkts, nil, make([]byte, 9000)) // an empty and an oversized one
 			sent := 0
+			// Not poll: a send loop that makes progress each round, retried at once on ErrBusy.
 			deadline := time.Now().Add(10 * time.Second)
 			for sent < len(pkts) && time.Now().Before(deadline) {
 				n, err := r.dev.Transmit(pkts[sent:])
