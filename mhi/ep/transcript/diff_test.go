@@ -1,0 +1,198 @@
+package transcript_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gomhi/gomhi/mhi/ep/transcript"
+)
+
+// rulesFile is the repository's rules file.
+var rulesFile = filepath.Join("..", "..", "..", "docs", "transcript-rules.yaml")
+
+// The scenario's transcripts are recorded once for all the tests.
+var (
+	baseOnce         sync.Once
+	baseA, baseB     []byte
+	baseMRU          []byte
+	baseErr          string
+	defaultScenario  = scenario{model: "qcom-sdx55m", mru: 32768, packets: 6}
+	smallMRUScenario = scenario{model: "qcom-sdx55m", mru: 16384, packets: 6}
+)
+
+// transcripts returns two recordings of the default scenario and one of
+// the same scenario at another MRU.
+func transcripts(t *testing.T) (a, b, mru []byte) {
+	t.Helper()
+	baseOnce.Do(func() {
+		baseA = recordScenario(t, defaultScenario)
+		baseB = recordScenario(t, defaultScenario)
+		baseMRU = recordScenario(t, smallMRUScenario)
+	})
+	if baseA == nil {
+		t.Fatal("the scenario's recording failed")
+	}
+	return baseA, baseB, baseMRU
+}
+
+func read(t *testing.T, b []byte) []transcript.Record {
+	t.Helper()
+	recs, err := transcript.Read(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+func rules(t *testing.T) *transcript.Rules {
+	t.Helper()
+	rs, err := transcript.LoadRules(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+// report renders a result's differences for a failure message.
+func report(res transcript.Result) string {
+	var b strings.Builder
+	for _, d := range res.Differences {
+		j, _ := json.Marshal(d)
+		b.Write(j)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// The scenario's record covers what the comparison is about: every phase
+// of the scenario, the data channels, hundreds of records.
+func TestScenarioRecord(t *testing.T) {
+	a, _, _ := transcripts(t)
+	recs := read(t, a)
+	if len(recs) < 150 {
+		t.Fatalf("%d records", len(recs))
+	}
+	kinds := map[transcript.Kind]int{}
+	for _, r := range recs {
+		kinds[r.Kind]++
+		if strings.Contains(r.String(), "=0x") && r.Kind == transcript.KindElement && r.Fields["ptr"] != "0x0" {
+			t.Errorf("an address in %s", r)
+		}
+	}
+	for _, k := range []transcript.Kind{transcript.KindRegRead, transcript.KindRegWrite, transcript.KindContext,
+		transcript.KindElement, transcript.KindDoorbell, transcript.KindEvent, transcript.KindState,
+		transcript.KindEE, transcript.KindIRQ} {
+		if kinds[k] == 0 {
+			t.Errorf("no %s record", k)
+		}
+	}
+}
+
+func TestSelfDiffIsEmpty(t *testing.T) {
+	a, _, _ := transcripts(t)
+	recs := read(t, a)
+	res := transcript.Diff(recs, recs, nil)
+	if len(res.Differences) != 0 || res.Unexplained != 0 {
+		t.Fatalf("self-diff:\n%s", report(res))
+	}
+	if res.Compared < 150 {
+		t.Fatalf("compared %d", res.Compared)
+	}
+}
+
+// Two runs of the same scenario leave transcripts with no difference,
+// without any rule.
+func TestTwoRunsDiffClean(t *testing.T) {
+	a, b, _ := transcripts(t)
+	res := transcript.Diff(read(t, a), read(t, b), nil)
+	if len(res.Differences) != 0 {
+		t.Fatalf("two runs differ:\n%s", report(res))
+	}
+}
+
+// A fifth of the events cut out: unexplained differences, even with the
+// rules.
+func TestCutFifthIsUnexplained(t *testing.T) {
+	a, _, _ := transcripts(t)
+	recs := read(t, a)
+	var cut []transcript.Record
+	for i, r := range recs {
+		if i%5 != 2 {
+			cut = append(cut, r)
+		}
+	}
+	res := transcript.Diff(recs, cut, rules(t))
+	if res.Unexplained == 0 {
+		t.Fatalf("a fifth cut out, nothing unexplained:\n%s", report(res))
+	}
+	missing := 0
+	for _, d := range res.Differences {
+		if d.Kind == transcript.DiffMissing {
+			missing++
+		}
+	}
+	if missing == 0 {
+		t.Fatalf("nothing missing:\n%s", report(res))
+	}
+}
+
+// One context field changed: an unexplained context-field difference
+// (ring-size for the ring length), and nothing else.
+func TestContextFieldChangedIsUnexplained(t *testing.T) {
+	a, _, _ := transcripts(t)
+	for _, tc := range []struct {
+		field string
+		kind  transcript.DiffKind
+	}{{"erindex", transcript.DiffContextField}, {"rlen", transcript.DiffRingSize}} {
+		recs := read(t, a)
+		changed := read(t, a)
+		for i := range changed {
+			if changed[i].Kind == transcript.KindContext && changed[i].Name == "ch101" {
+				changed[i].Fields[tc.field] += "7"
+				break
+			}
+		}
+		res := transcript.Diff(recs, changed, rules(t))
+		if len(res.Differences) != 1 || res.Unexplained != 1 {
+			t.Fatalf("%s changed:\n%s", tc.field, report(res))
+		}
+		d := res.Differences[0]
+		if d.Kind != tc.kind || d.Field != tc.field || d.Where != "context:ch101" || d.ExplainedBy != "" {
+			t.Fatalf("%s changed: %+v", tc.field, d)
+		}
+	}
+}
+
+// Two MRUs: the downlink buffers' length differs, and the rules file
+// explains it; without the rules it is unexplained.
+func TestMRUChangeIsExplained(t *testing.T) {
+	a, _, mru := transcripts(t)
+	ra, rm := read(t, a), read(t, mru)
+	res := transcript.Diff(ra, rm, rules(t))
+	if len(res.Differences) == 0 || res.Unexplained != 0 {
+		t.Fatalf("MRU 32768 against 16384 with the rules:\n%s", report(res))
+	}
+	for _, d := range res.Differences {
+		if d.Kind != transcript.DiffElementField || d.Field != "len" || d.Phase != transcript.PhaseData {
+			t.Errorf("not the MRU: %+v", d)
+		}
+	}
+	if res := transcript.Diff(ra, rm, nil); res.Unexplained == 0 {
+		t.Fatal("MRU change without rules: nothing unexplained")
+	}
+}
+
+// The repository's rules file parses.
+func TestRulesFileParses(t *testing.T) {
+	if _, err := os.Stat(rulesFile); err != nil {
+		t.Fatal(err)
+	}
+	if len(rules(t).Rules) == 0 {
+		t.Fatal("no rules")
+	}
+}

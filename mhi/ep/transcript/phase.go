@@ -1,0 +1,169 @@
+package transcript
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/gomhi/gomhi/mhi/wire"
+)
+
+// The phases of a transcript. A phase that comes back is numbered from its
+// second time: channel-start#2 after an MRU change restarted a channel.
+const (
+	PhasePowerUp      = "power-up"      // from the start to the first START_CHAN
+	PhaseChannelStart = "channel-start" // from a START_CHAN on
+	PhaseChannelStop  = "channel-stop"  // a STOP_CHAN or RESET_CHAN a START_CHAN follows
+	PhaseData         = "data"          // the data channels' records, compared by shape
+	PhaseSysErr       = "sys-err"       // from SYS_ERR to the channels' restart
+	PhaseSuspend      = "suspend"       // from M3
+	PhaseResume       = "resume"        // from M0 after M3
+	PhaseShutdown     = "shutdown"      // from the last STOP/RESET_CHAN or MHI reset
+)
+
+// item is a record prepared for comparison: its phase, the stream it is
+// aligned in, and what is compared (for data records, their shape).
+type item struct {
+	rec    *Record
+	phase  string
+	stream string
+	key    string
+	data   bool
+}
+
+// phaser follows the phases of a transcript record by record.
+type phaser struct {
+	cur, label  string
+	count       map[string]int
+	lastRestart int // index of the last START_CHAN or M0: no shutdown before it
+}
+
+func (p *phaser) enter(name string) {
+	if p.cur == name {
+		return
+	}
+	p.cur = name
+	p.count[name]++
+	p.label = name
+	if n := p.count[name]; n > 1 {
+		p.label = name + "#" + strconv.Itoa(n)
+	}
+}
+
+// step moves to the phase record i begins, if it begins one.
+func (p *phaser) step(i int, rec *Record) {
+	stopping := isCommand(rec, wire.PktStopChanCmd) || isCommand(rec, wire.PktResetChanCmd)
+	switch {
+	case isState(rec, wire.StateSysErr):
+		p.enter(PhaseSysErr)
+	case isState(rec, wire.StateM3):
+		p.enter(PhaseSuspend)
+	case isState(rec, wire.StateM0) && p.cur == PhaseSuspend:
+		p.enter(PhaseResume)
+	case isCommand(rec, wire.PktStartChanCmd):
+		p.enter(PhaseChannelStart)
+	case (stopping || isMHIReset(rec)) && i > p.lastRestart:
+		p.enter(PhaseShutdown)
+	case stopping && p.cur != PhaseSysErr:
+		p.enter(PhaseChannelStop)
+	}
+}
+
+func isState(rec *Record, st wire.State) bool {
+	return rec.Kind == KindState && rec.Fields["state"] == st.String()
+}
+
+func isCommand(rec *Record, t wire.PacketType) bool {
+	return rec.Kind == KindElement && rec.Name == "cmd" && rec.Fields["type"] == t.String()
+}
+
+// isMHIReset reports a write of MHICTRL with RESET set.
+func isMHIReset(rec *Record) bool {
+	if rec.Kind != KindRegWrite || rec.Name != "MHICTRL" {
+		return false
+	}
+	v, err := strconv.ParseUint(strings.TrimPrefix(rec.Fields["value"], "0x"), 16, 32)
+	return err == nil && v&wire.MHICTRLReset != 0
+}
+
+// prepare turns a transcript into the items compared. State and EE
+// records after the host's last register write are left out, and so are
+// READY and EE records in the shutdown phase: what the device does on its
+// own after the host's final reset (READY a moment later) happens before
+// or after the host's last writes, as it happens, since no host waits for
+// it.
+func prepare(recs []Record) []item {
+	p := &phaser{cur: PhasePowerUp, label: PhasePowerUp, count: map[string]int{PhasePowerUp: 1}, lastRestart: -1}
+	lastHost := -1
+	for i := range recs {
+		rec := &recs[i]
+		if isCommand(rec, wire.PktStartChanCmd) || isState(rec, wire.StateM0) {
+			p.lastRestart = i
+		}
+		if rec.Kind == KindRegWrite || rec.Kind == KindDoorbell {
+			lastHost = i
+		}
+	}
+	seenER := map[string]bool{} // event rings whose first doorbell of the session was seen
+	items := make([]item, 0, len(recs))
+	for i := range recs {
+		rec := &recs[i]
+		p.step(i, rec)
+		if isState(rec, wire.StateReset) {
+			clear(seenER)
+		}
+		if (rec.Kind == KindState || rec.Kind == KindEE) && i > lastHost ||
+			p.cur == PhaseShutdown && (isState(rec, wire.StateReady) || rec.Kind == KindEE) {
+			continue
+		}
+		it := classify(rec, seenER)
+		it.rec = rec
+		it.phase = p.label
+		if it.data {
+			it.phase = PhaseData
+		}
+		items = append(items, it)
+	}
+	return items
+}
+
+// classify says in which stream a record is compared and what is
+// compared. Control records (registers, contexts, commands, states, the
+// first doorbell of each event ring) are aligned in order within their
+// phase; data records (transfer rings, transfer events, the other event
+// ring doorbells, interrupts) by their shape, whatever their number.
+func classify(rec *Record, seenER map[string]bool) item {
+	f := rec.Fields
+	switch rec.Kind {
+	case KindRegRead:
+		return item{stream: "reg-read", key: rec.Name}
+	case KindRegWrite:
+		return item{stream: "reg-write", key: rec.Name + "=" + f["value"]}
+	case KindContext:
+		return item{stream: "context:" + rec.Name, key: fieldString(f)}
+	case KindElement:
+		if rec.Name == "cmd" {
+			return item{stream: "cmd", key: "element" + fieldString(f, "slot")}
+		}
+		return item{stream: "element:" + rec.Name, key: fieldString(f, "slot"), data: true}
+	case KindDoorbell:
+		switch {
+		case rec.Name == "cmd":
+			return item{stream: "cmd", key: "doorbell" + fieldString(f, "slot")}
+		case strings.HasPrefix(rec.Name, "er") && !seenER[rec.Name]:
+			seenER[rec.Name] = true
+			return item{stream: "doorbell:" + rec.Name, key: fieldString(f)}
+		}
+		return item{stream: "doorbell:" + rec.Name, key: fieldString(f, "slot"), data: true}
+	case KindEvent:
+		switch f["type"] {
+		case wire.PktTxEvent.String():
+			return item{stream: "event:" + rec.Name + "/ch" + f["chan"], key: fieldString(f, "slot", "len", "tre"), data: true}
+		case wire.PktCmdCompletion.String():
+			return item{stream: "cmd", key: "event" + fieldString(f, "slot", "cmd")}
+		}
+		return item{stream: "state", key: "event" + fieldString(f, "slot")}
+	case KindIRQ:
+		return item{stream: "irq", key: fieldString(f), data: true}
+	}
+	return item{stream: "state", key: string(rec.Kind) + fieldString(f)}
+}
