@@ -3,6 +3,8 @@ package transcript_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -194,5 +196,89 @@ func TestRulesFileParses(t *testing.T) {
 	}
 	if len(rules(t).Rules) == 0 {
 		t.Fatal("no rules")
+	}
+}
+
+// updateFixture rewrites testdata/sdx55.jsonl from a fresh recording:
+// go test -run TestFixtureCurrent ./mhi/ep/transcript -args -update-fixture
+var updateFixture = flag.Bool("update-fixture", false, "rewrite testdata/sdx55.jsonl from a fresh recording of the scenario")
+
+// fixture is a recording of the default scenario, checked in: the seed of
+// FuzzRead, the input of mhictl's transcript tests, and the pinned record
+// of how gomhi's host drives the modem.
+const fixture = "testdata/sdx55.jsonl"
+
+// TestFixtureCurrent: a fresh recording of the scenario compares clean with
+// the checked-in one, without rules. When gomhi's host or the mock modem
+// changes what the device observes on purpose, rewrite it (-update-fixture)
+// and say what changed in the commit.
+func TestFixtureCurrent(t *testing.T) {
+	a, _, _ := transcripts(t)
+	if *updateFixture {
+		if err := os.WriteFile(fixture, a, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := transcript.Diff(read(t, b), read(t, a), nil)
+	if len(res.Differences) != 0 {
+		t.Fatalf("the scenario's record (B) differs from %s (A); if on purpose, rewrite it with -update-fixture:\n%s", fixture, report(res))
+	}
+}
+
+func TestRulesRejected(t *testing.T) {
+	for _, tc := range []struct{ name, yaml string }{
+		{"no reason", "rules:\n  - kind: missing\n"},
+		{"unknown kind", "rules:\n  - kind: nonsense\n    reason: r\n"},
+		{"unknown key", "rules:\n  - kinds: missing\n    reason: r\n"},
+		{"bad pattern", "rules:\n  - where: \"[\"\n    reason: r\n"},
+		{"not yaml", "rules: [\n"},
+	} {
+		if _, err := transcript.ParseRules([]byte(tc.yaml)); !errors.Is(err, transcript.ErrRules) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+	rs, err := transcript.ParseRules(nil)
+	if err != nil || len(rs.Rules) != 0 {
+		t.Fatalf("empty rules: %v %+v", rs, err)
+	}
+}
+
+func TestRuleMatching(t *testing.T) {
+	rs, err := transcript.ParseRules([]byte(`rules:
+  - kind: element-field
+    field: len
+    phase: channel-start
+    channels: [101]
+    reason: the one
+  - where: "context:er*"
+    reason: the other
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		d    transcript.Difference
+		want string
+	}{
+		{transcript.Difference{Kind: transcript.DiffElementField, Field: "len", Phase: "channel-start#2", Where: "element:ch101"}, "the one"},
+		{transcript.Difference{Kind: transcript.DiffElementField, Field: "len", Phase: "channel-start", Where: "event:er2/ch101"}, "the one"},
+		{transcript.Difference{Kind: transcript.DiffElementField, Field: "len", Phase: "channel-start", Where: "cmd", A: "element chan=101 type=START_CHAN_CMD"}, "the one"},
+		{transcript.Difference{Kind: transcript.DiffElementField, Field: "len", Phase: "channel-start", Where: "element:ch100"}, ""},
+		{transcript.Difference{Kind: transcript.DiffElementField, Field: "len", Phase: "channel-startx", Where: "element:ch101"}, ""},
+		{transcript.Difference{Kind: transcript.DiffElementField, Field: "flags", Phase: "channel-start", Where: "element:ch101"}, ""},
+		{transcript.Difference{Kind: transcript.DiffContextField, Field: "msivec", Phase: "power-up", Where: "context:er1"}, "the other"},
+		{transcript.Difference{Kind: transcript.DiffContextField, Field: "msivec", Phase: "power-up", Where: "context:ch1"}, ""},
+	} {
+		if got := rs.Explain(tc.d); got != tc.want {
+			t.Errorf("%+v: explained by %q, want %q", tc.d, got, tc.want)
+		}
+	}
+	var none *transcript.Rules
+	if none.Explain(transcript.Difference{Kind: transcript.DiffMissing}) != "" {
+		t.Fatal("nil rules explained something")
 	}
 }
