@@ -158,17 +158,10 @@ func fieldDiffs(k groupKey, a, b *Record) []Difference {
 // which distinct records occur, not how many. A shape of A that differs
 // from one of B in a single field is reported as that field's difference.
 func compareShapes(k groupKey, a, b []item) []Difference {
-	sa, sb := uniqueKeys(a), uniqueKeys(b)
-	for key := range sa {
-		if _, ok := sb[key]; ok {
-			delete(sa, key)
-			delete(sb, key)
-		}
-	}
-	onlyB := sortedItems(sb)
+	onlyA, onlyB := distinctOnly(a, b)
 	var ds []Difference
 	var missing []item
-	for _, x := range sortedItems(sa) {
+	for _, x := range onlyA {
 		var field string
 		y, ok := take(&onlyB, func(y item) bool {
 			field = singleField(x.rec, y.rec)

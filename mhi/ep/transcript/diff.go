@@ -136,14 +136,21 @@ func missingExtra(k groupKey, a, b []item) []Difference {
 // compareSets compares which keys occur, not how often nor in which order
 // (the host's register reads: its polls depend on timing).
 func compareSets(k groupKey, a, b []item) []Difference {
-	onlyA, onlyB := uniqueKeys(a), uniqueKeys(b)
-	for key := range onlyA {
-		if _, ok := onlyB[key]; ok {
-			delete(onlyA, key)
-			delete(onlyB, key)
+	onlyA, onlyB := distinctOnly(a, b)
+	return missingExtra(k, onlyA, onlyB)
+}
+
+// distinctOnly returns the distinct keys of a that b lacks and those of b
+// that a lacks, each by its first item, in key order.
+func distinctOnly(a, b []item) (onlyA, onlyB []item) {
+	ka, kb := uniqueKeys(a), uniqueKeys(b)
+	for key := range ka {
+		if _, ok := kb[key]; ok {
+			delete(ka, key)
+			delete(kb, key)
 		}
 	}
-	return missingExtra(k, sortedItems(onlyA), sortedItems(onlyB))
+	return sortedItems(ka), sortedItems(kb)
 }
 
 // uniqueKeys maps each key of items to its first item.
