@@ -44,17 +44,18 @@ func newTranscriptDiffCmd() *cobra.Command {
 --transcript FILE' or 'mhictl modem serve --transcript FILE': one JSON object
 per line, what the mock modem observed of its host (register accesses,
 contexts, ring elements, doorbells) and what it answered (events, state
-changes, interrupts), with ring slots and names instead of addresses.
+changes, interrupts), and the DMA maps a vfio-user client made, with ring
+slots and names instead of addresses.
 
 The records are split into phases (power-up, channel-start, channel-stop,
 sys-err, suspend, resume, shutdown; a phase that comes back is numbered,
 channel-start#2) derived from the state changes and the commands. The control
 records of each phase are aligned per stream (register writes, commands and
-their completions, states and EEs, each ring's contexts) and every difference
-is reported with its kind: register-order, register-value, context-field,
-ring-size, element-field, event-field, doorbell-field, state-value,
-command-order, state-order, doorbell-order, missing (in A only), extra (in B
-only). Register reads are compared as the set of registers read (a host's
+their completions, states and EEs, each ring's contexts, the DMA maps when
+both have some) and every difference is reported with its kind:
+register-order, register-value, context-field, ring-size, element-field,
+event-field, doorbell-field, dma-field, state-value, command-order,
+state-order, doorbell-order, missing (in A only), extra (in B only). Register reads are compared as the set of registers read (a host's
 polls depend on timing). The data channels' records (transfer elements,
 transfer events, their doorbells, interrupts) form the phase "data" and are
 compared by their shape per ring: which distinct elements occur, not how

@@ -142,6 +142,15 @@ func TestTranscriptUpAndServe(t *testing.T) {
 		if len(recs) < 100 {
 			t.Fatalf("%s: %d records", f, len(recs))
 		}
+		maps := 0
+		for _, r := range recs {
+			if r.Kind == transcript.KindDMAMap {
+				maps++
+			}
+		}
+		if (maps > 0) != (f == served) {
+			t.Errorf("%s: %d DMA maps recorded", f, maps)
+		}
 	}
 	out, err := run(t, "transcript", "diff", inproc, served, "--rules", transcriptRules)
 	if err != nil {

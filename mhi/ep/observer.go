@@ -37,6 +37,14 @@ const (
 	ObserveEE
 	// ObserveInterrupt: the device raised MSI vector Value.
 	ObserveInterrupt
+	// ObserveDMAMap: the transport made Value bytes of host memory
+	// visible to the device, with access Flags (vfio-user's DMA_MAP: READ
+	// 1, WRITE 2). A transport with maps reports it (vfio-user), not the
+	// device.
+	ObserveDMAMap
+	// ObserveDMAUnmap: the transport took Value bytes back (Flags: the
+	// unmap's; vfio-user's ALL, 2, takes every map).
+	ObserveDMAUnmap
 )
 
 // RingKind names the kind of ring an Observation is about.
@@ -66,6 +74,8 @@ type Observation struct {
 	Context wire.Context
 	// Element is the element read or the event written.
 	Element wire.Element
+	// Flags are a DMA map's or unmap's flags.
+	Flags uint32
 }
 
 // observe hands o to the configured Observer; callers check that there is

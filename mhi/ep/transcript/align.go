@@ -92,6 +92,8 @@ func fieldKind(rec *Record) DiffKind {
 		return DiffContextField
 	case KindRegWrite:
 		return DiffRegisterValue
+	case KindDMAMap, KindDMAUnmap:
+		return DiffDMAField
 	}
 	return DiffStateValue
 }

@@ -24,6 +24,7 @@ const (
 	DiffCommandOrder  DiffKind = "command-order"  // the same command or completion, elsewhere
 	DiffStateOrder    DiffKind = "state-order"    // the same state change, elsewhere
 	DiffDoorbellOrder DiffKind = "doorbell-order" // the same doorbell, elsewhere
+	DiffDMAField      DiffKind = "dma-field"      // a DMA map's size or flags
 	DiffMissing       DiffKind = "missing"        // in A only
 	DiffExtra         DiffKind = "extra"          // in B only
 )
@@ -32,7 +33,8 @@ const (
 var diffKinds = map[DiffKind]bool{
 	DiffRegisterOrder: true, DiffRegisterValue: true, DiffContextField: true, DiffRingSize: true,
 	DiffElementField: true, DiffEventField: true, DiffDoorbellField: true, DiffStateValue: true,
-	DiffCommandOrder: true, DiffStateOrder: true, DiffDoorbellOrder: true, DiffMissing: true, DiffExtra: true,
+	DiffCommandOrder: true, DiffStateOrder: true, DiffDoorbellOrder: true, DiffDMAField: true,
+	DiffMissing: true, DiffExtra: true,
 }
 
 // Difference is one way in which transcript B differs from A.
@@ -85,6 +87,11 @@ func group(items []item, order *[]groupKey, groups map[groupKey][]item) {
 // with rules (nil: nothing is explained).
 func Diff(a, b []Record, rules *Rules) Result {
 	ia, ib := prepare(a), prepare(b)
+	if !hasStream(ia, "dma") || !hasStream(ib, "dma") {
+		// A transport without DMA maps (in process) reports none: maps
+		// are compared only between two that have them.
+		ia, ib = dropStream(ia, "dma"), dropStream(ib, "dma")
+	}
 	var order []groupKey
 	ga, gb := map[groupKey][]item{}, map[groupKey][]item{}
 	group(ia, &order, ga)
@@ -118,6 +125,16 @@ func Diff(a, b []Record, rules *Rules) Result {
 		}
 	}
 	return res
+}
+
+// hasStream reports whether an item of items is in stream.
+func hasStream(items []item, stream string) bool {
+	return slices.ContainsFunc(items, func(it item) bool { return it.stream == stream })
+}
+
+// dropStream returns items without those of stream.
+func dropStream(items []item, stream string) []item {
+	return slices.DeleteFunc(items, func(it item) bool { return it.stream == stream })
 }
 
 // missingExtra reports the items only a has as missing, those only b has

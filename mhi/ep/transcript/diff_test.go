@@ -282,3 +282,22 @@ func TestRuleMatching(t *testing.T) {
 		t.Fatal("nil rules explained something")
 	}
 }
+
+// DMA maps are compared between two transcripts that have them, and left
+// out against one without (the in-process transport has none).
+func TestDMAMapsCompared(t *testing.T) {
+	a, _, _ := transcripts(t)
+	base := read(t, a)
+	withMap := func(size string) []transcript.Record {
+		recs := read(t, a)
+		m := transcript.Record{Seq: 0, Kind: transcript.KindDMAMap, Fields: map[string]string{"size": size, "flags": "0x3"}}
+		return append([]transcript.Record{m}, recs...)
+	}
+	if res := transcript.Diff(base, withMap("0x4000000"), nil); len(res.Differences) != 0 {
+		t.Fatalf("maps on one side only:\n%s", report(res))
+	}
+	res := transcript.Diff(withMap("0x4000000"), withMap("0x8000000"), nil)
+	if len(res.Differences) != 1 || res.Differences[0].Kind != transcript.DiffDMAField || res.Differences[0].Field != "size" {
+		t.Fatalf("map sizes differ:\n%s", report(res))
+	}
+}

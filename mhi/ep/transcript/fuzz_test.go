@@ -36,6 +36,8 @@ func FuzzRead(f *testing.F) {
 		`{"seq":2,"kind":"element","name":"cmd","fields":{"type":"START_CHAN_CMD","chan":"100"}}` + "\n" +
 			`{"seq":3,"kind":"element","name":"cmd","fields":{"type":"RESET_CHAN_CMD","chan":"100"}}`,
 		`{"seq":1,"kind":"context","name":"ch1","fields":{"":"x"}}`,
+		`{"seq":1,"kind":"dma-map","fields":{"size":"0x4000000","flags":"0x3"}}` + "\n" +
+			`{"seq":9,"kind":"dma-unmap","fields":{"size":"0x0","flags":"0x2"}}`,
 	} {
 		f.Add([]byte(s))
 	}

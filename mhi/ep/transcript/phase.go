@@ -164,6 +164,8 @@ func classify(rec *Record, seenER map[string]bool) item {
 		return item{stream: "state", key: "event" + fieldString(f, "slot")}
 	case KindIRQ:
 		return item{stream: "irq", key: fieldString(f), data: true}
+	case KindDMAMap, KindDMAUnmap:
+		return item{stream: "dma", key: string(rec.Kind) + fieldString(f)}
 	}
 	return item{stream: "state", key: string(rec.Kind) + fieldString(f)}
 }

@@ -41,12 +41,14 @@ const (
 	KindState    Kind = "state"     // fields: state
 	KindEE       Kind = "ee"        // fields: ee
 	KindIRQ      Kind = "irq"       // fields: vector
+	KindDMAMap   Kind = "dma-map"   // fields: size, flags (the transport's)
+	KindDMAUnmap Kind = "dma-unmap" // fields: size, flags (the transport's)
 )
 
 // knownKinds are the kinds a transcript may hold.
 var knownKinds = map[Kind]bool{
 	KindRegRead: true, KindRegWrite: true, KindContext: true, KindElement: true, KindDoorbell: true,
-	KindEvent: true, KindState: true, KindEE: true, KindIRQ: true,
+	KindEvent: true, KindState: true, KindEE: true, KindIRQ: true, KindDMAMap: true, KindDMAUnmap: true,
 }
 
 // Record is one line of a transcript.

@@ -143,6 +143,10 @@ func (r *Recorder) Observe(o ep.Observation) {
 		r.emitLocked(r.newLocked(KindEE, "", "ee", wire.ExecEnv(o.Value).String()))
 	case ep.ObserveInterrupt:
 		r.emitLocked(r.newLocked(KindIRQ, "", "vector", strconv.FormatUint(o.Value, 10)))
+	case ep.ObserveDMAMap:
+		r.emitLocked(r.newLocked(KindDMAMap, "", "size", hex(o.Value), "flags", hex(uint64(o.Flags))))
+	case ep.ObserveDMAUnmap:
+		r.emitLocked(r.newLocked(KindDMAUnmap, "", "size", hex(o.Value), "flags", hex(uint64(o.Flags))))
 	}
 }
 
