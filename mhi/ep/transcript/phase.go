@@ -24,6 +24,7 @@ const (
 // aligned in, and what is compared (for data records, their shape).
 type item struct {
 	rec    *Record
+	index  int // of rec in its transcript
 	phase  string
 	stream string
 	key    string
@@ -85,6 +86,17 @@ func isMHIReset(rec *Record) bool {
 	return err == nil && v&wire.MHICTRLReset != 0
 }
 
+// Phases returns the phase of each record of recs (a transcript in
+// sequence order, as Read returns it), as Diff assigns them; a record left
+// out of the comparison has the phase "".
+func Phases(recs []Record) []string {
+	phases := make([]string, len(recs))
+	for _, it := range prepare(recs) {
+		phases[it.index] = it.phase
+	}
+	return phases
+}
+
 // prepare turns a transcript into the items compared. State and EE
 // records after the host's last register write are left out, and so are
 // READY and EE records in the shutdown phase: what the device does on its
@@ -103,12 +115,16 @@ func prepare(recs []Record) []item {
 			lastHost = i
 		}
 	}
-	seenER := map[string]bool{} // event rings whose first doorbell of the session was seen
+	// The event rings whose first doorbell since the host last programmed
+	// the event context array (ECABAP) was seen: that doorbell is the
+	// host's initial wp, compared in order; a doorbell that comes late from
+	// before a reset (an event the host was still handling) is not it.
+	seenER := map[string]bool{}
 	items := make([]item, 0, len(recs))
 	for i := range recs {
 		rec := &recs[i]
 		p.step(i, rec)
-		if isState(rec, wire.StateReset) {
+		if rec.Kind == KindRegWrite && rec.Name == "ECABAP_LOWER" {
 			clear(seenER)
 		}
 		if (rec.Kind == KindState || rec.Kind == KindEE) && i > lastHost ||
@@ -116,7 +132,7 @@ func prepare(recs []Record) []item {
 			continue
 		}
 		it := classify(rec, seenER)
-		it.rec = rec
+		it.rec, it.index = rec, i
 		it.phase = p.label
 		if it.data {
 			it.phase = PhaseData
@@ -128,7 +144,7 @@ func prepare(recs []Record) []item {
 
 // classify says in which stream a record is compared and what is
 // compared. Control records (registers, contexts, commands, states, the
-// first doorbell of each event ring) are aligned in order within their
+// first doorbell of each event ring after ECABAP) are aligned in order within their
 // phase; data records (transfer rings, transfer events, the other event
 // ring doorbells, interrupts) by their shape, whatever their number.
 func classify(rec *Record, seenER map[string]bool) item {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/ep/transcript"
 	"github.com/gomhi/gomhi/mhi/testenv/poll"
@@ -36,6 +37,9 @@ type scenario struct {
 	model   string
 	mru     int
 	packets int
+	// suspend adds an M3 suspend and resume, sysErr a SYS_ERR and its
+	// recovery, each followed by packets again.
+	suspend, sysErr bool
 }
 
 // ipv4 returns a minimal IPv4 packet of n bytes carrying seq.
@@ -82,20 +86,47 @@ func recordScenario(t *testing.T, sc scenario) []byte {
 	if err := n.Up(); err != nil {
 		t.Fatal(err)
 	}
-	for i := range sc.packets {
-		modes := obs.n.Load()
-		if _, err := n.Transmit([][]byte{ipv4(100+i%3*500, uint32(i))}); err != nil {
+	traffic := func() {
+		for i := range sc.packets {
+			modes := obs.n.Load()
+			if _, err := n.Transmit([][]byte{ipv4(100+i%3*500, uint32(i))}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-got:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("packet %d not looped back", i)
+			}
+			// The uplink burst channel gives up polling: a DB_MODE.
+			if !poll.Until(10*time.Second, func() bool { return obs.n.Load() > modes }) {
+				t.Fatalf("packet %d: no DB_MODE", i)
+			}
+		}
+	}
+	traffic()
+	if sc.suspend {
+		if err := m.Controller.Suspend(); err != nil {
 			t.Fatal(err)
 		}
+		if err := m.Controller.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		traffic()
+	}
+	if sc.sysErr {
+		recovered := make(chan struct{}, 1)
+		defer m.Controller.OnStatus(func(ev mhi.StatusEvent) {
+			if ev.Kind == mhi.StatusRecovered {
+				recovered <- struct{}{}
+			}
+		})()
+		m.Transport.Device().InjectSysErr()
 		select {
-		case <-got:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("packet %d not looped back", i)
+		case <-recovered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no recovery from SYS_ERR")
 		}
-		// The uplink burst channel gives up polling: a DB_MODE.
-		if !poll.Until(10*time.Second, func() bool { return obs.n.Load() > modes }) {
-			t.Fatalf("packet %d: no DB_MODE", i)
-		}
+		traffic()
 	}
 	if err := n.Down(); err != nil {
 		t.Fatal(err)
@@ -108,4 +139,26 @@ func recordScenario(t *testing.T, sc scenario) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// A scenario through suspend and resume and a SYS_ERR with its recovery:
+// every phase is found, and two runs compare clean.
+func TestPhasesSuspendSysErr(t *testing.T) {
+	sc := scenario{model: "qcom-sdx55m", mru: 32768, packets: 3, suspend: true, sysErr: true}
+	a := read(t, recordScenario(t, sc))
+	seen := map[string]bool{}
+	for _, p := range transcript.Phases(a) {
+		seen[p] = true
+	}
+	for _, p := range []string{transcript.PhasePowerUp, transcript.PhaseChannelStart, transcript.PhaseData,
+		transcript.PhaseSuspend, transcript.PhaseResume, transcript.PhaseSysErr,
+		transcript.PhaseChannelStart + "#2", transcript.PhaseShutdown} {
+		if !seen[p] {
+			t.Errorf("no record in phase %s (phases %v)", p, seen)
+		}
+	}
+	b := read(t, recordScenario(t, sc))
+	if res := transcript.Diff(a, b, nil); len(res.Differences) != 0 {
+		t.Fatalf("two runs differ:\n%s", report(res))
+	}
 }
