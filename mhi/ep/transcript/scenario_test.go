@@ -13,6 +13,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
@@ -74,7 +75,7 @@ func recordScenario(t *testing.T, sc scenario) []byte {
 		t.Fatal(err)
 	}
 	got := make(chan int, 64)
-	n, err := mhinet.New(m.Controller, mhinet.Config{Pair: m.DataPair, MRU: sc.mru}, mhinet.ReceiverFunc(func(p []mhinet.Packet) {
+	n, err := mhinet.New(m.Controller, mhinet.Config{Pair: m.DataPair, Format: pcigeneric.PairFormat(m.DataPair), MRU: sc.mru}, mhinet.ReceiverFunc(func(p []mhinet.Packet) {
 		for _, x := range p {
 			x.Release()
 		}
