@@ -51,15 +51,16 @@ The records are split into phases (power-up, channel-start, channel-stop,
 sys-err, suspend, resume, shutdown; a phase that comes back is numbered,
 channel-start#2) derived from the state changes and the commands. The control
 records of each phase are aligned per stream (register writes, commands and
-their completions, states and EEs, each ring's contexts, the DMA maps when
-both have some) and every difference is reported with its kind:
+their completions, states and EEs, each ring's contexts) and every
+difference is reported with its kind:
 register-order, register-value, context-field, ring-size, element-field,
 event-field, doorbell-field, dma-field, state-value, command-order,
 state-order, doorbell-order, missing (in A only), extra (in B only). Register reads are compared as the set of registers read (a host's
 polls depend on timing). The data channels' records (transfer elements,
 transfer events, their doorbells, interrupts) form the phase "data" and are
 compared by their shape per ring: which distinct elements occur, not how
-many, since traffic differs from run to run.
+many, since traffic differs from run to run. So are the DMA maps, in the
+phase "dma", when both transcripts have some.
 
 --rules FILE (docs/transcript-rules.yaml in the repository) lists the
 differences that are explained, each with its reason; they are reported but

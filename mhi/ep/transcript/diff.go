@@ -106,7 +106,7 @@ func Diff(a, b []Record, rules *Rules) Result {
 	for _, k := range order {
 		var ds []Difference
 		switch {
-		case k.phase == PhaseData:
+		case k.phase == PhaseData || k.phase == PhaseDMA:
 			ds = compareShapes(k, ga[k], gb[k])
 		case k.stream == "reg-read":
 			ds = compareSets(k, ga[k], gb[k])

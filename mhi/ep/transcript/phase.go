@@ -18,6 +18,7 @@ const (
 	PhaseSuspend      = "suspend"       // from M3
 	PhaseResume       = "resume"        // from M0 after M3
 	PhaseShutdown     = "shutdown"      // from the last STOP/RESET_CHAN or MHI reset
+	PhaseDMA          = "dma"           // the transport's DMA maps, compared by shape
 )
 
 // item is a record prepared for comparison: its phase, the stream it is
@@ -134,7 +135,10 @@ func prepare(recs []Record) []item {
 		it := classify(rec, seenER)
 		it.rec, it.index = rec, i
 		it.phase = p.label
-		if it.data {
+		switch {
+		case it.stream == "dma":
+			it.phase = PhaseDMA
+		case it.data:
 			it.phase = PhaseData
 		}
 		items = append(items, it)
@@ -144,9 +148,10 @@ func prepare(recs []Record) []item {
 
 // classify says in which stream a record is compared and what is
 // compared. Control records (registers, contexts, commands, states, the
-// first doorbell of each event ring after ECABAP) are aligned in order within their
-// phase; data records (transfer rings, transfer events, the other event
-// ring doorbells, interrupts) by their shape, whatever their number.
+// first doorbell of each event ring after ECABAP) are aligned in order
+// within their phase; data records (transfer rings, transfer events, the
+// other event ring doorbells, interrupts, and in their own phase the DMA
+// maps) by their shape, whatever their number.
 func classify(rec *Record, seenER map[string]bool) item {
 	f := rec.Fields
 	switch rec.Kind {
@@ -181,7 +186,7 @@ func classify(rec *Record, seenER map[string]bool) item {
 	case KindIRQ:
 		return item{stream: "irq", key: fieldString(f), data: true}
 	case KindDMAMap, KindDMAUnmap:
-		return item{stream: "dma", key: string(rec.Kind) + fieldString(f)}
+		return item{stream: "dma", key: string(rec.Kind) + fieldString(f), data: true}
 	}
 	return item{stream: "state", key: string(rec.Kind) + fieldString(f)}
 }
