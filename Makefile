@@ -28,6 +28,8 @@ FUZZ_TARGETS += ./pcigeneric/vfiouser:FuzzServe:10000 ./pcigeneric/vfiouser/clie
 FUZZ_TARGETS += ./mhi/ctrlport:FuzzSessionReceive:50000
 # The mock modem's uplink checksum offload on what a host's QMAP header asks.
 FUZZ_TARGETS += ./mhi/ep/ipdata:FuzzComputeTransportChecksum:100000
+# Transcripts ('mhictl transcript diff' reads files it is given).
+FUZZ_TARGETS += ./mhi/ep/transcript:FuzzRead:50000
 
 # `make fuzz-long` runs every target of FUZZ_TARGETS for FUZZTIME each, one
 # after the other, and appends one line per target (duration, execs,

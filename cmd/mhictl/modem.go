@@ -47,6 +47,8 @@ type modemServeFlags struct {
 	// requireConnect gates IP data on a connected session.
 	requireConnect bool
 	boot           bootFlags
+	// transcript is the file the served modem's transcript goes to.
+	transcript string
 }
 
 func newModemServeCmd(g *globalFlags) *cobra.Command {
@@ -124,6 +126,7 @@ func (sf *modemServeFlags) register(f *pflag.FlagSet) {
 	f.Float64Var(&sf.ipd.genRate, "gen-rate", 0, "generator: packets per second (0: as fast as the client takes them)")
 	f.IntSliceVar(&sf.ipd.genSizes, "gen-size", []int{ipdata.DefaultGenPacket}, "generator: IP packet sizes, used in turn")
 	f.BoolVar(&sf.requireConnect, "require-connect", false, "pass no IP data until a session is connected over MBIM (as a real modem); dropped packets are counted")
+	f.StringVar(&sf.transcript, "transcript", "", "write what the modem observes of its clients to FILE, one JSON object per line, every session in turn, for 'mhictl transcript diff'")
 }
 
 // validate checks the flags that need no modem model.
@@ -148,7 +151,18 @@ func (sf *modemServeFlags) run(ctx context.Context, g *globalFlags, out, errOut 
 	} else {
 		events = slog.New(slog.NewTextHandler(errOut, nil))
 	}
-	dev, format, served, err := sf.newDevice(g.model, mlog, events)
+	rec, record, err := openTranscript(sf.transcript)
+	if err != nil {
+		return err
+	}
+	if rec != nil {
+		defer func() {
+			if err := rec.Close(); err != nil {
+				events.Error("transcript", "file", sf.transcript, "err", err)
+			}
+		}()
+	}
+	dev, format, served, err := sf.newDevice(g.model, mlog, events, record)
 	if err != nil {
 		return err
 	}
@@ -200,9 +214,10 @@ func (sf *modemServeFlags) run(ctx context.Context, g *globalFlags, out, errOut 
 }
 
 // newDevice builds the served mock modem impersonating model, with the IP
-// data function, generator and boot ROM the flags ask for; it returns the
-// IP data framing too.
-func (sf *modemServeFlags) newDevice(model string, mlog, events *slog.Logger) (*vfiouser.ServerDevice, framing.Format, *atomic.Pointer[ipdata.Function], error) {
+// data function, generator and boot ROM the flags ask for, and record
+// applied to each session's device configuration; it returns the IP data
+// framing too.
+func (sf *modemServeFlags) newDevice(model string, mlog, events *slog.Logger, record func(*ep.Config)) (*vfiouser.ServerDevice, framing.Format, *atomic.Pointer[ipdata.Function], error) {
 	ipc, format, gen, err := sf.ipd.build(model)
 	if err != nil {
 		return nil, format, nil, err
@@ -220,6 +235,7 @@ func (sf *modemServeFlags) newDevice(model string, mlog, events *slog.Logger) (*
 	served := new(atomic.Pointer[ipdata.Function])
 	opts.Device = func(ec *ep.Config) {
 		ec.Boot = bc
+		record(ec)
 		// The generator runs on the main data pair only (IP_SW0, where
 		// the model has it, keeps its responder).
 		name := pcigeneric.DataPair(ec.MHI)

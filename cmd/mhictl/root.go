@@ -54,6 +54,7 @@ func newRootCmd() *cobra.Command {
 		newSuspendCmd(),
 		newResumeCmd(),
 		newLabCmd(g),
+		newTranscriptCmd(),
 	)
 	return root
 }

@@ -54,6 +54,8 @@ type upFlags struct {
 	autosuspend time.Duration
 	rddmSize    int
 	boot        bootFlags
+	// transcript is the file the embedded mock's transcript goes to.
+	transcript string
 }
 
 func newUpCmd(g *globalFlags) *cobra.Command {
@@ -115,6 +117,7 @@ without an address until a session is connected.`,
 	fl.StringVar(&f.firmware, "firmware", "", "directory with the images the model's table entry names (Linux's fw and edl: qcom/sdx55m/sbl1.mbn…), downloaded when the modem boots in PBL or EDL")
 	fl.DurationVar(&f.autosuspend, "autosuspend", 0, "suspend the modem (M3) after this long without traffic and resume it on demand (0: off; attribute autosuspend_ms)")
 	fl.IntVar(&f.rddmSize, "rddm-size", 0, "bytes of host memory kept for a RAM dump: a modem that crashes into RDDM has its dump collected before recovery (0: off; attribute rddm)")
+	fl.StringVar(&f.transcript, "transcript", "", "write what the embedded mock observes of the host to FILE, one JSON object per line, for 'mhictl transcript diff' (the served modem's: 'mhictl modem serve --transcript')")
 	f.boot.add(cmd, true)
 	return cmd
 }
@@ -181,7 +184,7 @@ func checkUpFlags(cmd *cobra.Command, f *upFlags) (upSettings, error) {
 			return s, fmt.Errorf("--tun-addr %q: %w", f.tunAddr, err)
 		}
 	}
-	if err := checkModemSource(cmd, f.device, f.vfioUser, "modem-mode", "require-connect", "boot-ee", "sbl-sha256", "rddm"); err != nil {
+	if err := checkModemSource(cmd, f.device, f.vfioUser, "modem-mode", "require-connect", "boot-ee", "sbl-sha256", "rddm", "transcript"); err != nil {
 		return s, err
 	}
 	var err error
@@ -333,11 +336,11 @@ func openModem(g *globalFlags, f *upFlags, s upSettings, log *slog.Logger, out u
 		return nil, nil, err
 	}
 	if m.ctrl == nil {
-		mm, err := openMock(f, s, m.info, m.data, log)
+		mm, closeMock, err := openMock(f, s, m.info, m.data, log)
 		if err != nil {
 			return nil, nil, err
 		}
-		undo.add(func() { _ = mm.Close() })
+		undo.add(closeMock)
 		m.ctrl, m.embedded = mm.Controller, mm
 	}
 	if err := m.ctrl.PowerUp(); err != nil {
@@ -379,17 +382,34 @@ func openModem(g *globalFlags, f *upFlags, s upSettings, log *slog.Logger, out u
 }
 
 // openMock starts the in-process mock modem impersonating info, its IP
-// data function in the framing the host uses (d); the caller closes it.
-func openMock(f *upFlags, s upSettings, info *pcigeneric.ModemInfo, d upData, log *slog.Logger) (*mock.Mock, error) {
+// data function in the framing the host uses (d), recording its transcript
+// with --transcript. The cleanup closes it, then the transcript.
+func openMock(f *upFlags, s upSettings, info *pcigeneric.ModemInfo, d upData, log *slog.Logger) (*mock.Mock, func(), error) {
 	bc, err := f.boot.config(log.With("side", "modem"))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return mock.Open(mock.Options{
+	rec, record, err := openTranscript(f.transcript)
+	if err != nil {
+		return nil, nil, err
+	}
+	closeRec := func() {
+		if rec != nil {
+			if err := rec.Close(); err != nil {
+				log.Error("transcript not written in full", "file", f.transcript, "err", err)
+			}
+		}
+	}
+	m, err := mock.Open(mock.Options{
 		Model: info.Name, Name: f.name, Logger: log, Modem: modem.Config{RequireConnect: f.requireConnect},
 		IPData:      &ipdata.Config{Format: d.format, QMAPCsum: d.qmapCsum, Responder: s.responder},
-		FirmwareDir: f.firmware, RDDMSize: f.rddmSize, Device: func(c *ep.Config) { c.Boot = bc },
+		FirmwareDir: f.firmware, RDDMSize: f.rddmSize, Device: func(c *ep.Config) { c.Boot = bc; record(c) },
 	})
+	if err != nil {
+		closeRec()
+		return nil, nil, err
+	}
+	return m, func() { _ = m.Close(); closeRec() }, nil
 }
 
 // upNet is up's network device and, with --tun, its interface.

@@ -185,7 +185,7 @@ func (d *Device) startEELocked() {
 	if b.edlArmed {
 		ee, b.edlArmed = wire.EEEDL, false
 	}
-	d.ee = ee
+	d.setEELocked(ee)
 	b.awaitImage = ee == wire.EEPBL || ee == wire.EEEDL
 	b.edlLoaded, b.amssDue, b.dumped = false, false, false
 	b.errCode, b.errDbg = 0, [3]uint32{}
@@ -320,7 +320,7 @@ func (d *Device) bhiTransfer() {
 		if ee == wire.EEEDL {
 			d.boot.edlLoaded = true
 		} else {
-			d.ee = wire.EESBL
+			d.setEELocked(wire.EESBL)
 		}
 		d.readyPending = true
 		d.readyAt = time.Now().Add(d.cfg.ReadyDelay)
@@ -443,7 +443,7 @@ func (d *Device) bootEEAtM0Locked() wire.ExecEnv {
 		b.amssDue = true
 		b.amssAt = time.Now().Add(d.sblTime())
 	case d.ee == wire.EEEDL && b.edlLoaded:
-		d.ee = wire.EEFP
+		d.setEELocked(wire.EEFP)
 	}
 	return d.ee
 }
@@ -470,7 +470,7 @@ func (d *Device) advanceBoot() time.Duration {
 		return wait
 	}
 	b.amssDue = false
-	d.ee = wire.EEAMSS
+	d.setEELocked(wire.EEAMSS)
 	s := d.sess
 	d.regMu.Unlock()
 	d.log.Debug("mhi-ep: SBL -> AMSS")
@@ -486,7 +486,7 @@ func (d *Device) enterRDDMLocked() bool {
 	if !d.cfg.Boot.RDDM {
 		return false
 	}
-	d.ee = wire.EERDDM
+	d.setEELocked(wire.EERDDM)
 	d.boot.dumped = false
 	return true
 }

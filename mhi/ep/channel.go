@@ -275,6 +275,10 @@ func (c *channel) readTRE(addr uint64) (wire.Element, error) {
 	if err != nil {
 		return el, err
 	}
+	if c.d.observing() {
+		c.d.observe(Observation{Kind: ObserveElement, Ring: RingChannel, Index: int(c.num),
+			Slot: (addr - c.ring.base) / wire.ElementSize, Element: el})
+	}
 	if el.Type() != wire.PktTransfer {
 		return el, fmt.Errorf("element at 0x%x is %s, not a transfer TRE", addr, el.Type())
 	}

@@ -50,6 +50,9 @@ func (c *channel) loadRing(s *session) (loadedRing, error) {
 	if err != nil {
 		return lr, err
 	}
+	if c.d.observing() {
+		c.d.observe(Observation{Kind: ObserveContext, Ring: RingChannel, Index: int(c.num), Context: ctx})
+	}
 	lr.ctx = ctx
 	if lr.ring, err = c.d.newRingGeometry(ctx.RBase, ctx.RLen); err != nil {
 		return lr, err

@@ -24,6 +24,9 @@ func (d *Device) startCommandRing(s *session, crdbSeq uint32) {
 	cr.ctxIOVA = s.cmdCtxBase
 	cr.dbSeq = crdbSeq
 	ctx, err := d.readContext(cr.ctxIOVA, &cr.ctxBuf)
+	if err == nil && d.observing() {
+		d.observe(Observation{Kind: ObserveContext, Ring: RingCommand, Context: ctx})
+	}
 	if err == nil {
 		cr.ring, err = d.newRingGeometry(ctx.RBase, ctx.RLen)
 	}
@@ -70,6 +73,9 @@ func (d *Device) processCommands(s *session) {
 		if err != nil {
 			d.boundsViolation("command element unreadable", "addr", addr, "err", err)
 		} else {
+			if d.observing() {
+				d.observe(Observation{Kind: ObserveElement, Ring: RingCommand, Slot: cr.rd, Element: el})
+			}
 			code, started = d.executeCommand(s, el)
 		}
 		cr.rd = cr.ring.next(cr.rd)

@@ -99,6 +99,11 @@ type Config struct {
 	// Boot configures the boot ROM: the EE the device starts in, the
 	// images it accepts over BHI and BHIe, RDDM (bootrom.go).
 	Boot BootConfig
+	// Observer, if set, is told everything the device observes of its
+	// host: register accesses, contexts, elements, and the events,
+	// state changes and interrupts it answers with (observer.go). Nil
+	// observes nothing and costs nothing.
+	Observer Observer
 }
 
 // withDefaults returns cfg with zero fields replaced by their defaults.
@@ -381,6 +386,9 @@ func (d *Device) kickControl() {
 func (d *Device) setStateLocked(s wire.State) {
 	d.state = s
 	d.stateNow.Store(uint32(s))
+	if d.observing() {
+		d.observe(Observation{Kind: ObserveState, Value: uint64(s)})
+	}
 }
 
 // raise signals vector to the host unless a DropInterrupts fault eats it.
@@ -394,6 +402,9 @@ func (d *Device) raise(vector int) {
 		return
 	}
 	d.stats.interruptsRaised.Add(1)
+	if d.observing() {
+		d.observe(Observation{Kind: ObserveInterrupt, Value: uint64(vector)})
+	}
 	d.irq.Raise(vector)
 }
 

@@ -88,6 +88,9 @@ func (d *Device) postEvent(s *session, ringIdx int, ev wire.Element, opt eventOp
 		d.boundsViolation("event slot not writable", "ring", ringIdx, "slot", slot, "err", err)
 		return err
 	}
+	if d.observing() {
+		d.observe(Observation{Kind: ObserveEvent, Ring: RingEvent, Index: ringIdx, Slot: er.wr, Element: ev})
+	}
 	er.wr = er.ring.next(er.wr)
 	rp := er.ring.addr(er.wr)
 	if opt.corruptRP {
@@ -128,6 +131,9 @@ func (d *Device) loadEventRing(er *eventRing) error {
 			d.log.Warn("mhi-ep: bad event ring context", "ring", er.index, "err", err)
 		}
 		return fmt.Errorf("event ring %d: %w", er.index, err)
+	}
+	if d.observing() {
+		d.observe(Observation{Kind: ObserveContext, Ring: RingEvent, Index: er.index, Context: ctx})
 	}
 	er.msiVec = int(ctx.Index)
 	er.modDelay = time.Duration(ctx.IntModT()) * time.Millisecond

@@ -90,6 +90,9 @@ func (d *Device) ReadRegister(off uint32) uint32 {
 	}
 	d.regMu.Lock()
 	v, ok := d.readRegisterLocked(off)
+	if d.observing() {
+		d.observe(Observation{Kind: ObserveRegisterRead, Offset: off, Value: uint64(v)})
+	}
 	d.regMu.Unlock()
 	if !ok {
 		d.badRegister("read", off)
@@ -252,6 +255,10 @@ func (d *Device) WriteRegister(off, v uint32) {
 		return
 	}
 	d.regMu.Lock()
+	if d.observing() {
+		// Before the write takes effect: what it sets off comes after.
+		d.observe(Observation{Kind: ObserveRegisterWrite, Offset: off, Value: uint64(v)})
+	}
 	ok := d.writeRegisterLocked(off, v)
 	d.regMu.Unlock()
 	if !ok {

@@ -395,7 +395,7 @@ func serveConn(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error
 		conn.Close()
 		return err
 	}
-	s.modem = modem
+	s.modem, s.obs = modem, ec.Observer
 	dev.mu.Lock()
 	dev.modem, dev.fns, dev.irqs = modem, fns, s.irqs
 	dev.mu.Unlock()
@@ -520,6 +520,9 @@ type session struct {
 	mem   *dmaTable
 	irqs  *irqTable
 	modem *ep.Device
+	// obs is told of the session's DMA maps and unmaps (the modem's
+	// ep.Config.Observer; nil: nobody).
+	obs ep.Observer
 
 	nextID  atomic.Uint32
 	pmu     sync.Mutex
@@ -756,6 +759,9 @@ func (s *session) dispatch(m protocol.Message, fds []int) (any, error) {
 	case protocol.DMAUnmap:
 		n := s.mem.remove(b.IOVA, b.Size, b.Flags&protocol.DMAUnmapAll != 0)
 		log.Info("dma_unmap", "iova", b.IOVA, "size", b.Size, "flags", b.Flags, "regions", n)
+		if s.obs != nil {
+			s.obs.Observe(ep.Observation{Kind: ep.ObserveDMAUnmap, Value: b.Size, Flags: b.Flags})
+		}
 		return protocol.DMAUnmap{Argsz: 24, Flags: b.Flags, IOVA: b.IOVA, Size: b.Size}, nil
 	case protocol.DeviceInfo:
 		return protocol.DeviceInfo{Argsz: 16, Flags: protocol.DeviceFlagPCI | protocol.DeviceFlagReset, NumRegions: protocol.NumRegions, NumIRQs: protocol.NumIRQs}, nil
@@ -817,6 +823,9 @@ func (s *session) dmaMap(b protocol.DMAMap, fds []int) error {
 	}
 	s.dev.maps.Add(1)
 	s.dev.log.Info("dma_map", "iova", b.IOVA, "size", b.Size, "offset", b.Offset, "flags", b.Flags, "fd", fd >= 0)
+	if s.obs != nil {
+		s.obs.Observe(ep.Observation{Kind: ep.ObserveDMAMap, Value: b.Size, Flags: b.Flags})
+	}
 	return nil
 }
 
