@@ -99,6 +99,11 @@ type Config struct {
 	// Boot configures the boot ROM: the EE the device starts in, the
 	// images it accepts over BHI and BHIe, RDDM (bootrom.go).
 	Boot BootConfig
+	// NoM3 makes the device one that does not support M3, as the QDU100
+	// (Linux's no_m3): a host's M3 request is ignored — the device stays
+	// in M0, posts no state change and counts the request in
+	// Stats.M3Refused — so a host that suspends it times out.
+	NoM3 bool
 }
 
 // withDefaults returns cfg with zero fields replaced by their defaults.

@@ -510,7 +510,11 @@ func (f *MBIM) answerRadioState(m *mbim.Message, set bool, buf []byte) (mbim.Sta
 		if req.RadioState > mbim.RadioOn {
 			return mbim.StatusInvalidParameters, nil
 		}
-		f.modem.SetRadio(req.RadioState == mbim.RadioOn)
+		if err := f.modem.PowerRadio(req.RadioState == mbim.RadioOn); err != nil {
+			// FCC-locked: the radio stays off (ModemManager then runs its
+			// FCC unlock dispatcher).
+			return mbim.StatusOperationNotAllowed, f.radioState().AppendTo(buf)
+		}
 	}
 	return mbim.StatusSuccess, f.radioState().AppendTo(buf)
 }
@@ -751,6 +755,7 @@ func (f *MBIM) connect(m *mbim.Message, buf []byte) (mbim.Status, []byte) {
 	}
 	switch req.ActivationCommand {
 	case mbim.ActivationCommandDeactivate:
+		f.modem.ReleasePDN()
 		f.modem.Disconnect()
 		return reply(mbim.StatusSuccess)
 	case mbim.ActivationCommandActivate:
@@ -767,6 +772,12 @@ func (f *MBIM) connect(m *mbim.Message, buf []byte) (mbim.Status, []byte) {
 		return reply(mbim.StatusSuccess)
 	case errors.Is(err, ErrNoAPN):
 		return reply(mbim.StatusInvalidAccessString)
+	case errors.Is(err, ErrPDNHeld):
+		// The modem's autoconnect holds the PDN (OpenMPTCProuter #4030,
+		// QModem #251): the status the reports show.
+		return reply(mbim.StatusContextNotActivated)
+	case errors.Is(err, ErrCrashed):
+		return reply(mbim.StatusFailure) // the reply is lost in the crash anyway
 	case errors.Is(err, ErrRadioOff):
 		return reply(mbim.StatusRadioPowerOff)
 	case errors.Is(err, ErrSessionActive):
