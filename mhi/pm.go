@@ -322,6 +322,9 @@ func (c *Controller) pollReg(off uint32, timeout time.Duration, abortable bool, 
 }
 
 func (c *Controller) readyTimeout() time.Duration {
+	if d := time.Duration(c.readyTO.Load()); d > 0 {
+		return d
+	}
 	if c.cfg.ReadyTimeout > c.Timeout() {
 		return c.cfg.ReadyTimeout
 	}
@@ -334,14 +337,49 @@ func (c *Controller) waitReady() error {
 	if v, err := c.pollReg(wire.RegMHICTRL, to, true, func(v uint32) bool { return v&wire.MHICTRLReset == 0 }); err != nil {
 		return fmt.Errorf("%s: MHICTRL.RESET still set after %v (MHICTRL=0x%x): %w", c.name, to, v, err)
 	}
-	v, err := c.pollReg(wire.RegMHISTATUS, to, true, func(v uint32) bool {
-		return v&wire.MHISTATUSReady != 0 && v&wire.MHISTATUSSysErr == 0
-	})
+	ready := func(v uint32) bool { return v&wire.MHISTATUSReady != 0 && v&wire.MHISTATUSSysErr == 0 }
+	start := time.Now()
+	first := min(to, ReadyNotice)
+	v, err := c.pollReg(wire.RegMHISTATUS, first, true, ready)
+	if errors.Is(err, ErrTimeout) && to > first {
+		// A slow modem (Linux's ready_timeout_ms): say so, and wait on.
+		c.stats.SlowReadies.Add(1)
+		c.log.Info("device not READY yet; waiting for it", "waited", first, "timeout", to)
+		v, err = c.pollReg(wire.RegMHISTATUS, to-first, true, ready)
+	}
 	if err != nil {
-		return fmt.Errorf("%s: device not READY after %v (MHISTATUS=0x%x): %w", c.name, to, v, err)
+		if errors.Is(err, ErrTimeout) {
+			return fmt.Errorf("%s: device not READY after %v (MHISTATUS=0x%x): gave up at the ready timeout %v "+
+				"(a slow modem may need a longer one: mhictl up --ready-timeout): %w", c.name, time.Since(start).Round(time.Millisecond), v, to, err)
+		}
+		return fmt.Errorf("%s: device not READY after %v (MHISTATUS=0x%x): %w", c.name, time.Since(start).Round(time.Millisecond), v, err)
+	}
+	if d := time.Since(start); d > first {
+		c.log.Info("device READY after a slow start", "waited", d.Round(time.Millisecond), "timeout", to)
 	}
 	return nil
 }
+
+// ReadyNotice is how long the host waits for READY before it says that
+// the device is slow to become READY (and counts it in SlowReadies).
+const ReadyNotice = 2 * time.Second
+
+// SetReadyTimeout changes how long the host waits for READY at power-up
+// and after a reset (0: what the configuration gives).
+func (c *Controller) SetReadyTimeout(d time.Duration) error {
+	if d < 0 || d > 10*time.Minute || d > 0 && d < time.Millisecond {
+		return fmt.Errorf("%s: ready timeout %v outside 1ms..10m (0: the configuration's): %w", c.name, d, wire.ErrConfig)
+	}
+	c.readyTO.Store(int64(d))
+	return nil
+}
+
+// ReadyTimeout returns how long the host waits for READY.
+func (c *Controller) ReadyTimeout() time.Duration { return c.readyTimeout() }
+
+// NoM3 reports whether the host refuses to suspend the device: its table
+// entry says it has no M3, or it ignored an M3 request.
+func (c *Controller) NoM3() bool { return c.noM3.Load() }
 
 // resetDevice sets MHICTRL.RESET and waits for the device to clear it.
 func (c *Controller) resetDevice(abortable bool) error {
@@ -368,6 +406,10 @@ func (c *Controller) resetDevice(abortable bool) error {
 // back meanwhile are rung), any other answer starts a recovery as from
 // SYS_ERR. Either way Suspend returns an error wrapping ErrTimeout.
 func (c *Controller) Suspend() error {
+	if c.noM3.Load() {
+		c.stats.SuspendsRefused.Add(1)
+		return fmt.Errorf("%s: suspend refused: %w: the device table or an ignored M3 request says so; the device stays in M0 and keeps running", c.name, ErrNoM3)
+	}
 	c.mu.Lock()
 	if c.pm != pmM0 {
 		pm := c.pm
@@ -417,8 +459,14 @@ func (c *Controller) abandonSuspend(cause error) error {
 		c.mu.Unlock()
 		if back {
 			c.onM0()
-			c.log.Warn("device did not acknowledge M3; suspend withdrawn, back in M0", "timeout", to)
-			return fmt.Errorf("%s: suspend: device did not acknowledge M3 within %v; suspend withdrawn, host and device back in M0: %w", c.name, to, cause)
+			// A device that stays in M0 when asked for M3 has no M3 (as
+			// the QDU100): the host stops asking, auto-suspend included.
+			c.noM3.Store(true)
+			auto := c.pmAuto.idle.Swap(0) > 0
+			c.log.Warn("device did not acknowledge M3; suspend withdrawn, back in M0; treating it as a device without M3 from now on",
+				"timeout", to, "autosuspend_turned_off", auto)
+			return fmt.Errorf("%s: suspend: device did not acknowledge M3 within %v; suspend withdrawn, host and device back in M0 "+
+				"and running; the device is taken as one without M3, further suspends are refused: %w: %w", c.name, to, ErrNoM3, cause)
 		}
 	}
 	devState := wire.State((st & wire.MHISTATUSStateMask) >> wire.MHISTATUSStateShift)

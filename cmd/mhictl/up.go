@@ -54,6 +54,10 @@ type upFlags struct {
 	autosuspend time.Duration
 	rddmSize    int
 	boot        bootFlags
+	// quirks are the embedded mock's field failures (--quirk).
+	quirks quirkFlag
+	// readyTimeout is --ready-timeout (0: the model's).
+	readyTimeout time.Duration
 }
 
 func newUpCmd(g *globalFlags) *cobra.Command {
@@ -115,6 +119,8 @@ without an address until a session is connected.`,
 	fl.StringVar(&f.firmware, "firmware", "", "directory with the images the model's table entry names (Linux's fw and edl: qcom/sdx55m/sbl1.mbn…), downloaded when the modem boots in PBL or EDL")
 	fl.DurationVar(&f.autosuspend, "autosuspend", 0, "suspend the modem (M3) after this long without traffic and resume it on demand (0: off; attribute autosuspend_ms)")
 	fl.IntVar(&f.rddmSize, "rddm-size", 0, "bytes of host memory kept for a RAM dump: a modem that crashes into RDDM has its dump collected before recovery (0: off; attribute rddm)")
+	fl.DurationVar(&f.readyTimeout, "ready-timeout", 0, "how long to wait for the modem to become READY at power-up and after a reset (0: the model's table entry: its ready timeout or, without one, its timeout)")
+	f.quirks.add(fl, "the embedded mock")
 	f.boot.add(cmd, true)
 	return cmd
 }
@@ -181,8 +187,14 @@ func checkUpFlags(cmd *cobra.Command, f *upFlags) (upSettings, error) {
 			return s, fmt.Errorf("--tun-addr %q: %w", f.tunAddr, err)
 		}
 	}
-	if err := checkModemSource(cmd, f.device, f.vfioUser, "modem-mode", "require-connect", "boot-ee", "sbl-sha256", "rddm"); err != nil {
+	if err := checkModemSource(cmd, f.device, f.vfioUser, "modem-mode", "require-connect", "boot-ee", "sbl-sha256", "rddm", "quirk"); err != nil {
 		return s, err
+	}
+	if err := f.quirks.parse(); err != nil {
+		return s, err
+	}
+	if f.readyTimeout < 0 {
+		return s, fmt.Errorf("--ready-timeout %v: want 0 (the model's) or more", f.readyTimeout)
 	}
 	var err error
 	if s.rxCopy, err = mhinet.ParseRxCopyMode(f.rxCopy); err != nil {
@@ -340,6 +352,11 @@ func openModem(g *globalFlags, f *upFlags, s upSettings, log *slog.Logger, out u
 		undo.add(func() { _ = mm.Close() })
 		m.ctrl, m.embedded = mm.Controller, mm
 	}
+	if f.readyTimeout > 0 {
+		if err := m.ctrl.SetReadyTimeout(f.readyTimeout); err != nil {
+			return nil, nil, fmt.Errorf("--ready-timeout: %w", err)
+		}
+	}
 	if err := m.ctrl.PowerUp(); err != nil {
 		return nil, nil, err
 	}
@@ -389,6 +406,7 @@ func openMock(f *upFlags, s upSettings, info *pcigeneric.ModemInfo, d upData, lo
 		Model: info.Name, Name: f.name, Logger: log, Modem: modem.Config{RequireConnect: f.requireConnect},
 		IPData:      &ipdata.Config{Format: d.format, QMAPCsum: d.qmapCsum, Responder: s.responder},
 		FirmwareDir: f.firmware, RDDMSize: f.rddmSize, Device: func(c *ep.Config) { c.Boot = bc },
+		Quirks: f.quirks.set,
 	})
 }
 
@@ -410,7 +428,7 @@ func openNetwork(ctx context.Context, f *upFlags, s upSettings, m *upModem, log 
 			undo.run()
 		}
 	}()
-	devCfg := mhinet.Config{Pair: m.data.pair, Format: m.data.format, QMAPCsum: m.data.qmapCsum, MRU: m.data.mru,
+	devCfg := mhinet.Config{Pair: m.data.pair, Format: m.data.format, QMAPCsum: m.data.qmapCsum, MRU: m.data.mru, FollowSession: true,
 		Logger: log, RxCopy: s.rxCopy}
 	n := &upNet{}
 	var bridge *tun.Bridge

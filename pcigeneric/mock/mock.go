@@ -114,7 +114,7 @@ func Open(opts Options) (*Mock, error) {
 		return nil, err
 	}
 	fns.Start(tr.Device())
-	hostOpts := mhi.Options{Name: opts.Name, Logger: log.With("side", "host"),
+	hostOpts := mhi.Options{Name: opts.Name, Logger: log.With("side", "host"), NoM3: info.NoM3,
 		Firmware: pcigeneric.FirmwareFromDir(info, opts.FirmwareDir), RDDMSize: opts.RDDMSize}
 	if opts.Host != nil {
 		opts.Host(&hostOpts)
