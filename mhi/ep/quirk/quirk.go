@@ -99,14 +99,18 @@ const (
 var registry = []Quirk{
 	{
 		Name: "sdx72-mux-112",
-		Description: "the modem numbers its data session from mux id 112: downlink MBIM NDPs are signed IPS<112> " +
-			"(QMAP frames carry mux id 112) for the host's session 0, and uplink on any other session is dropped",
+		Description: "the modem numbers its data session from mux id 112: downlink MBIM NDPs of the host's session 0 " +
+			"are signed IPS<112> (QMAP frames carry mux id 112); uplink is taken on any session",
 		Source: "linux-arm-msm, June 2024 (\"bad packet session (112)\"); Linux commits for the Foxconn T99W760 (915a5f60), DW5934e and T99W640 setting the mux-id base",
 		apply: func(t *Target, _ string) error {
 			if t.IPData == nil {
 				return nil
 			}
-			t.IPData.Session, t.IPData.QMAPMux, t.IPData.StrictSession = SDX72MuxBase, SDX72MuxBase, true
+			// Only the downlink is renumbered: the reports show the
+			// host dropping the modem's session 112, not the modem
+			// refusing the host's session 0 (ipdata.Config.StrictSession
+			// models that, should a report show it).
+			t.IPData.Session, t.IPData.QMAPMux = SDX72MuxBase, SDX72MuxBase
 			return nil
 		},
 	},

@@ -73,7 +73,7 @@ func TestQuirkApply(t *testing.T) {
 	case !mc.FCCLocked || !mc.AutoconnectPDN || mc.CrashOnConnect == nil || mc.Addressing.MTU != 1430:
 		t.Errorf("modem config: FCC %v, autoconnect %v, crash hook %v, MTU %d", mc.FCCLocked, mc.AutoconnectPDN,
 			mc.CrashOnConnect != nil, mc.Addressing.MTU)
-	case dc.Session != 112 || dc.QMAPMux != 112 || !dc.StrictSession || dc.NetworkMTU != 1430 || dc.NTBSequenceGlitch != quirk.DefaultGlitchEvery:
+	case dc.Session != 112 || dc.QMAPMux != 112 || dc.NetworkMTU != 1430 || dc.NTBSequenceGlitch != quirk.DefaultGlitchEvery:
 		t.Errorf("IP data config: %+v", dc)
 	}
 	// Before the modem started, the crash hook does nothing.
