@@ -180,6 +180,11 @@ type ModemStats struct {
 	IPAnswered     uint64 `json:"ip_answered"`
 	IPDropped      uint64 `json:"ip_dropped"`
 	IPDroppedGated uint64 `json:"ip_dropped_gated"`
+	// IPDroppedOverMTU counts uplink packets the network dropped for
+	// being longer than its MTU (the mtu-1400 quirk); IPNTBGlitches the
+	// downlink NTBs whose sequence number skipped (ntb-sequence-glitch).
+	IPDroppedOverMTU uint64 `json:"ip_dropped_over_mtu"`
+	IPNTBGlitches    uint64 `json:"ip_ntb_sequence_glitches"`
 
 	Connects        uint64 `json:"connects"`
 	Disconnects     uint64 `json:"disconnects"`
@@ -215,6 +220,7 @@ func (f *Functions) Stats() ModemStats {
 		st := f.IPData.Stats()
 		s.IPULPackets, s.IPDLPackets, s.IPAnswered = st.ULPackets, st.DLPackets, st.Answered
 		s.IPDropped, s.IPDroppedGated = st.Dropped(), st.DroppedGated
+		s.IPDroppedOverMTU, s.IPNTBGlitches = st.DroppedOverMTU, st.NTBSequenceGlitches
 	}
 	if f.Modem != nil {
 		st := f.Modem.Stats()
