@@ -59,7 +59,7 @@ type Options struct {
 	// NoM3 says the device does not support M3 (the device table's
 	// no_m3, as Linux's mhi_pci_generic has for the QDU100): Suspend and
 	// auto-suspend are refused with ErrNoM3. A device that ignores an M3
-	// request is treated so from then on too.
+	// request twice in a row is treated so from then on too.
 	NoM3 bool
 	// ReadyTimeout, if non-zero, replaces the READY wait the
 	// configuration gives (its ReadyTimeout, or its Timeout): at power-up
@@ -134,8 +134,9 @@ type Controller struct {
 	pmAuto   autoSuspend
 	// noM3: suspend is refused (Options.NoM3, or learned); readyTO
 	// overrides the READY wait (Options.ReadyTimeout, SetReadyTimeout).
-	noM3    atomic.Bool
-	readyTO atomic.Int64
+	noM3      atomic.Bool
+	m3Ignored atomic.Int32 // M3 requests in a row the device ignored
+	readyTO   atomic.Int64
 
 	chCtx, erCtx, cmdCtx DMABuffer
 	allocated            bool

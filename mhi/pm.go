@@ -360,6 +360,10 @@ func (c *Controller) waitReady() error {
 	return nil
 }
 
+// noM3Strikes is the number of M3 requests in a row a device must ignore
+// (staying in M0) before the host takes it as one without M3.
+const noM3Strikes = 2
+
 // ReadyNotice is how long the host waits for READY before it says that
 // the device is slow to become READY (and counts it in SlowReadies).
 const ReadyNotice = 2 * time.Second
@@ -427,6 +431,7 @@ func (c *Controller) Suspend() error {
 	}
 	err := c.waitFor("M3", c.Timeout(), func() bool { return c.devState == wire.StateM3 })
 	if err == nil {
+		c.m3Ignored.Store(0)
 		c.stats.Suspends.Add(1)
 		return nil
 	}
@@ -459,14 +464,22 @@ func (c *Controller) abandonSuspend(cause error) error {
 		c.mu.Unlock()
 		if back {
 			c.onM0()
-			// A device that stays in M0 when asked for M3 has no M3 (as
-			// the QDU100): the host stops asking, auto-suspend included.
-			c.noM3.Store(true)
+			// A device that stays in M0 when asked for M3 may have no M3
+			// (as the QDU100): auto-suspend, which would hold the data
+			// path for a timeout every idle period, is turned off; a
+			// second ignored request in a row and the host stops asking.
 			auto := c.pmAuto.idle.Swap(0) > 0
-			c.log.Warn("device did not acknowledge M3; suspend withdrawn, back in M0; treating it as a device without M3 from now on",
-				"timeout", to, "autosuspend_turned_off", auto)
+			if c.m3Ignored.Add(1) >= noM3Strikes {
+				c.noM3.Store(true)
+				c.log.Warn("device ignored M3 again; suspend withdrawn, back in M0; treating it as a device without M3 from now on",
+					"timeout", to, "autosuspend_turned_off", auto)
+				return fmt.Errorf("%s: suspend: device ignored M3 again (%v); suspend withdrawn, host and device back in M0 "+
+					"and running; the device is taken as one without M3 (as Linux's no_m3), further suspends are refused: %w: %w", c.name, to, ErrNoM3, cause)
+			}
+			c.log.Warn("device did not acknowledge M3; suspend withdrawn, back in M0; it may not support M3", "timeout", to, "autosuspend_turned_off", auto)
 			return fmt.Errorf("%s: suspend: device did not acknowledge M3 within %v; suspend withdrawn, host and device back in M0 "+
-				"and running; the device is taken as one without M3, further suspends are refused: %w: %w", c.name, to, ErrNoM3, cause)
+				"and running; the device may not support M3 (as the QDU100, Linux's no_m3): auto-suspend is off, and if it ignores M3 "+
+				"once more suspends are refused: %w", c.name, to, cause)
 		}
 	}
 	devState := wire.State((st & wire.MHISTATUSStateMask) >> wire.MHISTATUSStateShift)

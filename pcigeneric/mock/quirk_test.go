@@ -43,9 +43,10 @@ func loopbackRuns(t *testing.T, ctrl *mhi.Controller) {
 }
 
 // TestQuirkNoM3: a device that ignores M3: the first suspend times out,
-// is withdrawn with an error that says the device has no M3, and the
-// device keeps running in M0; later suspends and auto-suspend are refused
-// at once.
+// is withdrawn with an error that says the device may have no M3 and
+// auto-suspend is off, and the device keeps running in M0; the second
+// makes the host take it as one without M3; later suspends and
+// auto-suspend are refused at once.
 func TestQuirkNoM3(t *testing.T) {
 	m := openQuirky(t, "telit-fn990", "no-m3")
 	ctrl := m.Controller
@@ -55,11 +56,23 @@ func TestQuirkNoM3(t *testing.T) {
 	if err := ctrl.SetTimeout(300 * time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
+	if err := ctrl.SetAutoSuspend(time.Hour); err != nil {
+		t.Fatal(err)
+	}
 	err := ctrl.Suspend()
-	if !errors.Is(err, mhi.ErrNoM3) || !errors.Is(err, mhi.ErrTimeout) || !strings.Contains(err.Error(), "back in M0") {
+	if !errors.Is(err, mhi.ErrTimeout) || errors.Is(err, mhi.ErrNoM3) || !strings.Contains(err.Error(), "may not support M3") {
 		t.Fatalf("suspend of a device without M3: %v", err)
 	}
 	t.Logf("first suspend: %v", err)
+	if a := ctrl.AutoSuspend(); a != 0 {
+		t.Errorf("auto-suspend %v after an ignored M3, want off", a)
+	}
+	loopbackRuns(t, ctrl)
+	err = ctrl.Suspend()
+	if !errors.Is(err, mhi.ErrTimeout) || !errors.Is(err, mhi.ErrNoM3) || !strings.Contains(err.Error(), "back in M0") {
+		t.Fatalf("second suspend: %v", err)
+	}
+	t.Logf("second suspend: %v", err)
 	if pm := ctrl.PMState(); pm != "M0" {
 		t.Fatalf("host in %s after the refused suspend, want M0", pm)
 	}
@@ -74,8 +87,8 @@ func TestQuirkNoM3(t *testing.T) {
 	if st := ctrl.Stats(); st.SuspendsRefused != 1 || st.Suspends != 0 {
 		t.Errorf("suspends %d, refused %d; want 0, 1", st.Suspends, st.SuspendsRefused)
 	}
-	if ds := m.Transport.Device().Stats(); ds.M3Refused != 1 || ds.M3Entries != 0 {
-		t.Errorf("device: M3 refused %d, entered %d; want 1, 0", ds.M3Refused, ds.M3Entries)
+	if ds := m.Transport.Device().Stats(); ds.M3Refused != 2 || ds.M3Entries != 0 {
+		t.Errorf("device: M3 refused %d, entered %d; want 2, 0", ds.M3Refused, ds.M3Entries)
 	}
 	loopbackRuns(t, ctrl)
 }
