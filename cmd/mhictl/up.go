@@ -351,6 +351,9 @@ func openModem(g *globalFlags, f *upFlags, s upSettings, log *slog.Logger, out u
 		}
 		undo.add(func() { _ = mm.Close() })
 		m.ctrl, m.embedded = mm.Controller, mm
+		if len(f.quirks.set) > 0 {
+			out.printf("%s: the embedded mock reproduces the field failures %s (docs/QUIRKS.md)", f.name, f.quirks.set)
+		}
 	}
 	if f.readyTimeout > 0 {
 		if err := m.ctrl.SetReadyTimeout(f.readyTimeout); err != nil {
@@ -392,6 +395,9 @@ func openModem(g *globalFlags, f *upFlags, s upSettings, log *slog.Logger, out u
 	}
 	st, ee := m.ctrl.State()
 	out.printf("%s: %s (%s) in %s, EE %s", f.name, m.info.Name, m.data.pair, st, ee)
+	if n := m.ctrl.Stats().SlowReadies; n > 0 {
+		out.printf("%s: the modem was slow to become READY (waited within the ready timeout %v)", f.name, m.ctrl.ReadyTimeout())
+	}
 	return m, undo.run, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
@@ -115,8 +116,8 @@ func TestQuirkAutoconnectPDNQMI(t *testing.T) {
 func TestQuirkCrashOnConnect(t *testing.T) {
 	m, s := quirkSession(t, "telit-fn990", "MBIM", "crash-on-connect")
 	_, err := s.Connect(ctx(t), ctrlport.SessionRequest{APN: "internet"})
-	if err == nil {
-		t.Fatal("the connect the modem crashed on succeeded")
+	if !errors.Is(err, ctrlport.ErrDeviceDown) {
+		t.Fatalf("connect the modem crashed on: %v, want ErrDeviceDown", err)
 	}
 	t.Logf("connect during the crash: %v", err)
 	waitFor(t, "the host to recover from the SYS_ERR", func() bool {
@@ -128,5 +129,23 @@ func TestQuirkCrashOnConnect(t *testing.T) {
 	}
 	if st := m.Modem.Stats(); st.Restarts != 1 || st.Connects != 1 {
 		t.Errorf("modem %+v, want one restart and one session", st)
+	}
+}
+
+// TestQuirkCrashOnConnectQMI: the same over QMI: the START_NETWORK the
+// modem crashes on fails at once, the next connect succeeds.
+func TestQuirkCrashOnConnectQMI(t *testing.T) {
+	m, s := quirkSession(t, "telit-fn920c04", "QMI", "crash-on-connect")
+	start := time.Now()
+	_, err := s.Connect(ctx(t), ctrlport.SessionRequest{APN: "internet"})
+	if err == nil || !errors.Is(err, ctrlport.ErrDeviceDown) || time.Since(start) > 3*time.Second {
+		t.Fatalf("connect during the crash: %v after %v, want ErrDeviceDown at once", err, time.Since(start))
+	}
+	waitFor(t, "the host to recover from the SYS_ERR", func() bool {
+		st := m.Controller.Stats()
+		return st.SysErrs >= 1 && st.Recoveries >= 1 && m.Controller.PMState() == "M0"
+	})
+	if _, err := s.Connect(ctx(t), ctrlport.SessionRequest{APN: "internet"}); err != nil {
+		t.Fatalf("connect after the recovery: %v", err)
 	}
 }
