@@ -167,17 +167,37 @@ func TestQuirkUpCrashOnConnect(t *testing.T) {
 }
 
 // TestQuirkUpFCCLocked: `mhictl connect` to an FCC-locked modem fails with
-// a message that says FCC lock and what unlocks it.
+// a message that says FCC lock and what unlocks it; after Quectel's public
+// unlock through the port ('mbimcli --quectel-set-radio-state=on', what
+// ModemManager's Quectel fcc-unlock script runs) the connect succeeds and
+// pings pass.
 func TestQuirkUpFCCLocked(t *testing.T) {
+	needTool(t, "mbimcli", "libmbim-utils")
 	if !inNetns(t) {
 		return
 	}
-	u := startUp(t, "--model", "telit-fn990", "--require-connect", "--tun-addr", "", "--quirk", "fcc-locked")
+	runDir := filepath.Join(t.TempDir(), "run")
+	u := startUp(t, "--model", "telit-fn990", "--require-connect", "--tun-addr", "", "--run-dir", runDir, "--quirk", "fcc-locked")
 	out, err := runCmd(t, mhictl("connect", "mhi0", "--apn", "internet"))
 	if err == nil || !strings.Contains(out, "FCC-locked") || !strings.Contains(out, "unlock") {
 		t.Fatalf("connect of an FCC-locked modem: %v\n%s", err, out)
 	}
 	t.Logf("$ mhictl connect mhi0 --apn internet\n%s", out)
+	link := filepath.Join(runDir, "wwan0mbim0")
+	if out, err := mbimcli(t, "-d", link, "--quectel-query-radio-state"); err != nil || !strings.Contains(out, "fcc-locked") {
+		t.Fatalf("mbimcli --quectel-query-radio-state: %v\n%s", err, out)
+	}
+	if out, err := mbimcli(t, "-d", link, "--quectel-set-radio-state=on"); err != nil {
+		t.Fatalf("mbimcli --quectel-set-radio-state=on: %v\n%s", err, out)
+	}
+	var c connectOut
+	mhictlJSON(t, &c, "connect", "mhi0", "--apn", "internet")
+	if c.State != "connected" {
+		t.Fatalf("connect after the unlock: %+v", c)
+	}
+	if got := pings(t, 1, 3); got != 3 {
+		t.Fatalf("%d of 3 pings after the unlock:\n%s", got, u.logText())
+	}
 	u.stop(t)
 }
 

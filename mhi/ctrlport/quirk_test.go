@@ -10,12 +10,19 @@ import (
 	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
 	"github.com/gomhi/gomhi/mhi/ep/quirk"
+	"github.com/gomhi/gomhi/mhi/proto/mbim"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
 // quirkSession starts the embedded mock of model with the quirks named,
 // powers it up and returns a session on its pair (MBIM or QMI).
 func quirkSession(t *testing.T, model, pair, quirks string) (*mock.Mock, *ctrlport.Session) {
+	m, _, s := quirkPortSession(t, model, pair, quirks)
+	return m, s
+}
+
+// quirkPortSession is quirkSession, with the port.
+func quirkPortSession(t *testing.T, model, pair, quirks string) (*mock.Mock, *ctrlport.Port, *ctrlport.Session) {
 	t.Helper()
 	set, err := quirk.Parse(quirks)
 	if err != nil {
@@ -42,14 +49,15 @@ func quirkSession(t *testing.T, model, pair, quirks string) (*mock.Mock, *ctrlpo
 	}
 	s := ctrlport.NewSession(client, ctrlport.SessionOptions{})
 	t.Cleanup(s.Close)
-	return m, s
+	return m, p, s
 }
 
 // TestQuirkFCCLockedMBIM: an FCC-locked modem refuses to switch its radio
-// on; the connect fails saying so and what unlocks it. Once unlocked, the
-// session switches the radio on and connects.
+// on; the connect fails saying so and what unlocks it. Once unlocked with
+// Quectel's public procedure (what 'mbimcli --quectel-set-radio-state=on'
+// sends), the session connects.
 func TestQuirkFCCLockedMBIM(t *testing.T) {
-	m, s := quirkSession(t, "telit-fn990", "MBIM", "fcc-locked")
+	m, p, s := quirkPortSession(t, "telit-fn990", "MBIM", "fcc-locked")
 	_, err := s.Connect(ctx(t), ctrlport.SessionRequest{APN: "internet"})
 	if !errors.Is(err, ctrlport.ErrFCCLocked) || !errors.Is(err, ctrlport.ErrSessionRefused) ||
 		!strings.Contains(err.Error(), "radio FCC-locked") || !strings.Contains(err.Error(), "unlock") {
@@ -59,7 +67,23 @@ func TestQuirkFCCLockedMBIM(t *testing.T) {
 	if m.Modem.Radio() || m.Modem.Session().Active {
 		t.Fatal("the locked modem's radio or session is on")
 	}
-	m.Modem.UnlockFCC()
+	c := ctrlport.NewMBIMClient(p.Pair(), ctrlport.MBIMClientOptions{FirstTID: 0x100})
+	defer c.Close()
+	quectel := func(ct mbim.CommandType, info []byte) uint32 {
+		t.Helper()
+		st, out, err := c.Command(ctx(t), mbim.ServiceQuectel, mbim.CIDQuectelRadioState, ct, info)
+		v, verr := out.U32(0)
+		if err != nil || st != mbim.StatusSuccess || verr != nil {
+			t.Fatalf("Quectel RADIO_STATE %s: %v %v %v", ct, st, err, verr)
+		}
+		return v
+	}
+	if v := quectel(mbim.CommandQuery, nil); v != mbim.QuectelRadioFCCLocked {
+		t.Fatalf("Quectel radio state %d, want fcc-locked (4)", v)
+	}
+	if v := quectel(mbim.CommandSet, []byte{1, 0, 0, 0}); v != mbim.QuectelRadioOn || m.Modem.FCCLocked() {
+		t.Fatalf("after the unlock: Quectel radio state %d, locked %v", v, m.Modem.FCCLocked())
+	}
 	if _, err := s.Connect(ctx(t), ctrlport.SessionRequest{APN: "internet"}); err != nil {
 		t.Fatalf("connect after the unlock: %v", err)
 	}

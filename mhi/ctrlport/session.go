@@ -257,8 +257,8 @@ func (s *MBIMSession) Connect(ctx context.Context, req SessionRequest) (SessionC
 // FCCUnlockHint says what unlocks an FCC-locked module: gomhi does not
 // run the vendors' procedures.
 const FCCUnlockHint = "the modem keeps its radio off until its vendor's FCC unlock procedure runs " +
-	"(ModemManager's fcc-unlock.d scripts, e.g. 'mbimcli --quectel-set-radio-state=on' on Quectel modules); " +
-	"gomhi does not run it"
+	"(ModemManager's fcc-unlock.d scripts; on a Quectel module 'mbimcli -d PORT --quectel-set-radio-state=on', " +
+	"PORT the modem's MBIM port, e.g. /run/gomhi/mhi0/wwan0mbim0: 'mhictl get DEV ports'); gomhi does not run it"
 
 // radioOn switches the radio on (RADIO_STATE set). A modem that refuses
 // with OPERATION_NOT_ALLOWED, or answers with its software radio still
@@ -277,6 +277,9 @@ func (s *MBIMSession) radioOn(ctx context.Context) error {
 		if err == nil {
 			err = fmt.Errorf("RADIO_STATE set on: the software radio stays off")
 		}
+		if s.quectelFCCLocked(ctx) {
+			err = fmt.Errorf("%w; the modem's Quectel service reports the radio fcc-locked", err)
+		}
 		return fmt.Errorf("%w: %w: %s (%w)", ErrSessionRefused, ErrFCCLocked, FCCUnlockHint, err)
 	case err == nil && rs.Hw != mbim.RadioOn:
 		return fmt.Errorf("%w: the radio is off by its hardware switch (rfkill, W_DISABLE#)", ErrSessionRefused)
@@ -284,6 +287,22 @@ func (s *MBIMSession) radioOn(ctx context.Context) error {
 		return fmt.Errorf("%w: switching the radio on: %w", ErrSessionRefused, err)
 	}
 	return nil
+}
+
+// quectelFCCLocked asks the Quectel service's RADIO_STATE whether the
+// radio is FCC-locked (a modem without the service answers otherwise).
+func (s *MBIMSession) quectelFCCLocked(ctx context.Context) bool {
+	var st mbim.Status
+	var info mbim.Info
+	err := s.withOpen(ctx, func() (err error) {
+		st, info, err = s.c.Command(ctx, mbim.ServiceQuectel, mbim.CIDQuectelRadioState, mbim.CommandQuery, nil)
+		return err
+	})
+	if err != nil || st != mbim.StatusSuccess {
+		return false
+	}
+	v, err := info.U32(0)
+	return err == nil && v == mbim.QuectelRadioFCCLocked
 }
 
 // attach attaches the packet service; a modem without the CID (answering

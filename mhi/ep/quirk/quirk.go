@@ -129,7 +129,8 @@ var registry = []Quirk{
 		Name: "fcc-locked",
 		Description: "the radio stays off: MBIM RADIO_STATE set on answers OPERATION_NOT_ALLOWED with the software " +
 			"radio off, QMI DMS SET_OPERATING_MODE online InvalidTransition, AT+CFUN=1 +CME ERROR 3; a connect " +
-			"meets a radio that is off (MBIM RADIO_POWER_OFF); the lock survives a crash (no public unlock is modelled)",
+			"meets a radio that is off (MBIM RADIO_POWER_OFF); the lock survives a crash; Quectel's public unlock lifts it " +
+			"(MBIM Quectel service RADIO_STATE: query fcc-locked, set on unlocks: 'mbimcli --quectel-set-radio-state=on')",
 		Source: "Ysurac/openmptcprouter #3979; ModemManager's FCC unlock procedure (fcc-unlock.d, docs)",
 		apply: func(t *Target, _ string) error {
 			t.Modem.FCCLocked = true
