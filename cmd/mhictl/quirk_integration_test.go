@@ -208,3 +208,30 @@ func TestQuirkUpUnknown(t *testing.T) {
 		t.Fatalf("up --quirk no-such-quirk: %v\n%s", err, out)
 	}
 }
+
+// TestQuirkUpSlowReady: `up` waits out a modem slow to become READY within
+// its ready timeout and says so; with --ready-timeout shorter than the
+// modem's delay it gives up saying what it waited for and how to wait
+// longer.
+func TestQuirkUpSlowReady(t *testing.T) {
+	if !inNetns(t) {
+		return
+	}
+	u := startUp(t, "--model", "telit-fn990", "--quirk", "slow-ready=3s")
+	if !strings.Contains(u.logText(), "slow to reach READY") {
+		t.Errorf("up did not say the modem was slow:\n%s", u.logText())
+	}
+	if got := pings(t, 1, 3); got != 3 {
+		t.Fatalf("%d of 3 pings", got)
+	}
+	if st := localStats(t); st["mhi/slow_readies"] != 1 {
+		t.Errorf("mhi/slow_readies %d, want 1", st["mhi/slow_readies"])
+	}
+	u.stop(t)
+
+	out, err := runCmd(t, mhictl("up", "--model", "telit-fn990", "--quirk", "slow-ready=3s", "--ready-timeout", "1s"))
+	if err == nil || !strings.Contains(out, "not READY") || !strings.Contains(out, "--ready-timeout") {
+		t.Fatalf("up with a ready timeout shorter than the modem's delay: %v\n%s", err, out)
+	}
+	t.Logf("$ mhictl up --quirk slow-ready=3s --ready-timeout 1s\n%s", out)
+}

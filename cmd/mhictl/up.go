@@ -396,7 +396,9 @@ func openModem(g *globalFlags, f *upFlags, s upSettings, log *slog.Logger, out u
 	st, ee := m.ctrl.State()
 	out.printf("%s: %s (%s) in %s, EE %s", f.name, m.info.Name, m.data.pair, st, ee)
 	if n := m.ctrl.Stats().SlowReadies; n > 0 {
-		out.printf("%s: the modem was slow to become READY (waited within the ready timeout %v)", f.name, m.ctrl.ReadyTimeout())
+		// No "ready" in lower case: tests and scripts wait for up's
+		// "ready" line.
+		out.printf("%s: the modem was slow to reach READY (waited within the READY timeout %v)", f.name, m.ctrl.ReadyTimeout())
 	}
 	return m, undo.run, nil
 }
