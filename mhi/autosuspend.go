@@ -48,6 +48,9 @@ func (c *Controller) SetAutoSuspend(idle time.Duration) error {
 	if idle < 0 || idle > time.Hour || idle > 0 && idle < time.Millisecond {
 		return fmt.Errorf("%s: auto-suspend delay %v outside 1ms..1h (0: off): %w", c.name, idle, wire.ErrConfig)
 	}
+	if idle > 0 && c.noM3.Load() {
+		return fmt.Errorf("%s: auto-suspend refused: %w", c.name, ErrNoM3)
+	}
 	c.pmAuto.idle.Store(int64(idle))
 	c.noteActivity()
 	c.kickPM()
@@ -103,7 +106,7 @@ func (c *Controller) pmWorker(stop <-chan struct{}) {
 // wakes it again at once.
 func (c *Controller) autoSuspendNow() error {
 	if err := c.Suspend(); err != nil {
-		if errors.Is(err, ErrWrongState) {
+		if errors.Is(err, ErrWrongState) || errors.Is(err, ErrNoM3) && c.AutoSuspend() == 0 {
 			return nil
 		}
 		return err

@@ -56,6 +56,15 @@ type Options struct {
 	// still answers on the bus (health.go; default DefaultHealthInterval,
 	// negative: never). A device that reads as all ones enters LINK_DOWN.
 	HealthInterval time.Duration
+	// NoM3 says the device does not support M3 (the device table's
+	// no_m3, as Linux's mhi_pci_generic has for the QDU100): Suspend and
+	// auto-suspend are refused with ErrNoM3. A device that ignores an M3
+	// request twice in a row is treated so from then on too.
+	NoM3 bool
+	// ReadyTimeout, if non-zero, replaces the READY wait the
+	// configuration gives (its ReadyTimeout, or its Timeout): at power-up
+	// and after every reset (SetReadyTimeout changes it).
+	ReadyTimeout time.Duration
 }
 
 // Defaults of the recovery options.
@@ -123,6 +132,11 @@ type Controller struct {
 	fbcName  string
 	rddm     rddmState
 	pmAuto   autoSuspend
+	// noM3: suspend is refused (Options.NoM3, or learned); readyTO
+	// overrides the READY wait (Options.ReadyTimeout, SetReadyTimeout).
+	noM3      atomic.Bool
+	m3Ignored atomic.Int32 // M3 requests in a row the device ignored
+	readyTO   atomic.Int64
 
 	chCtx, erCtx, cmdCtx DMABuffer
 	allocated            bool
@@ -269,6 +283,8 @@ func NewController(t Transport, cfg wire.ControllerConfig, opts Options) (*Contr
 	}
 	c.recBackoffMax = max(c.recBackoffMax, c.recBackoff)
 	c.recLimit = opts.RecoveryLimit
+	c.noM3.Store(opts.NoM3)
+	c.readyTO.Store(int64(max(opts.ReadyTimeout, 0)))
 	if c.recLimit == 0 {
 		c.recLimit = DefaultRecoveryLimit
 	}
@@ -518,6 +534,11 @@ type ControllerStats struct {
 	Suspends     atomic.Uint64
 	Resumes      atomic.Uint64
 	AutoSuspends atomic.Uint64
+	// SuspendsRefused counts suspends refused because the device has no
+	// M3 (ErrNoM3); SlowReadies the waits for READY that took longer
+	// than ReadyNotice.
+	SuspendsRefused atomic.Uint64
+	SlowReadies     atomic.Uint64
 
 	// EventPasses counts passes over an event ring that found events,
 	// EventQuotaReached those that stopped at Options.EventQuota with
@@ -563,6 +584,8 @@ type ControllerStatsSnapshot struct {
 	Suspends              uint64 `json:"suspends"`
 	Resumes               uint64 `json:"resumes"`
 	AutoSuspends          uint64 `json:"auto_suspends"`
+	SuspendsRefused       uint64 `json:"suspends_refused"`
+	SlowReadies           uint64 `json:"slow_readies"`
 	// Gauges: consecutive recoveries so far, the backoff before the next
 	// one, and 1 in RECOVERY_FAILED.
 	RecoveryConsecutive uint64 `json:"recovery_consecutive"`
@@ -593,6 +616,7 @@ func (s *ControllerStats) snapshot() ControllerStatsSnapshot {
 		FirmwareImages: s.FirmwareImages.Load(), FirmwareErrors: s.FirmwareErrors.Load(),
 		Dumps: s.Dumps.Load(), DumpErrors: s.DumpErrors.Load(),
 		Suspends: s.Suspends.Load(), Resumes: s.Resumes.Load(), AutoSuspends: s.AutoSuspends.Load(),
+		SuspendsRefused: s.SuspendsRefused.Load(), SlowReadies: s.SlowReadies.Load(),
 		HealthChecks: s.HealthChecks.Load(),
 	}
 }

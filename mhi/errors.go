@@ -38,4 +38,7 @@ var (
 	// ErrDoorbell: the elements were queued but the doorbell write failed
 	// (see Channel.Queue).
 	ErrDoorbell = errors.New("mhi: doorbell write failed")
+	// ErrNoM3: the device does not support M3 (its table entry says so,
+	// as Linux's no_m3, or it ignored an M3 request): suspend is refused.
+	ErrNoM3 = errors.New("mhi: the device does not support M3 (suspend)")
 )

@@ -322,6 +322,9 @@ func (c *Controller) pollReg(off uint32, timeout time.Duration, abortable bool, 
 }
 
 func (c *Controller) readyTimeout() time.Duration {
+	if d := time.Duration(c.readyTO.Load()); d > 0 {
+		return d
+	}
 	if c.cfg.ReadyTimeout > c.Timeout() {
 		return c.cfg.ReadyTimeout
 	}
@@ -334,14 +337,53 @@ func (c *Controller) waitReady() error {
 	if v, err := c.pollReg(wire.RegMHICTRL, to, true, func(v uint32) bool { return v&wire.MHICTRLReset == 0 }); err != nil {
 		return fmt.Errorf("%s: MHICTRL.RESET still set after %v (MHICTRL=0x%x): %w", c.name, to, v, err)
 	}
-	v, err := c.pollReg(wire.RegMHISTATUS, to, true, func(v uint32) bool {
-		return v&wire.MHISTATUSReady != 0 && v&wire.MHISTATUSSysErr == 0
-	})
+	ready := func(v uint32) bool { return v&wire.MHISTATUSReady != 0 && v&wire.MHISTATUSSysErr == 0 }
+	start := time.Now()
+	first := min(to, ReadyNotice)
+	v, err := c.pollReg(wire.RegMHISTATUS, first, true, ready)
+	if errors.Is(err, ErrTimeout) && to > first {
+		// A slow modem (Linux's ready_timeout_ms): say so, and wait on.
+		c.stats.SlowReadies.Add(1)
+		c.log.Info("device not READY yet; waiting for it", "waited", first, "timeout", to)
+		v, err = c.pollReg(wire.RegMHISTATUS, to-first, true, ready)
+	}
 	if err != nil {
-		return fmt.Errorf("%s: device not READY after %v (MHISTATUS=0x%x): %w", c.name, to, v, err)
+		if errors.Is(err, ErrTimeout) {
+			return fmt.Errorf("%s: device not READY after %v (MHISTATUS=0x%x): gave up at the ready timeout %v "+
+				"(a slow modem may need a longer one: mhictl up --ready-timeout): %w", c.name, time.Since(start).Round(time.Millisecond), v, to, err)
+		}
+		return fmt.Errorf("%s: device not READY after %v (MHISTATUS=0x%x): %w", c.name, time.Since(start).Round(time.Millisecond), v, err)
+	}
+	if d := time.Since(start); d > first {
+		c.log.Info("device READY after a slow start", "waited", d.Round(time.Millisecond), "timeout", to)
 	}
 	return nil
 }
+
+// noM3Strikes is the number of M3 requests in a row a device must ignore
+// (staying in M0) before the host takes it as one without M3.
+const noM3Strikes = 2
+
+// ReadyNotice is how long the host waits for READY before it says that
+// the device is slow to become READY (and counts it in SlowReadies).
+const ReadyNotice = 2 * time.Second
+
+// SetReadyTimeout changes how long the host waits for READY at power-up
+// and after a reset (0: what the configuration gives).
+func (c *Controller) SetReadyTimeout(d time.Duration) error {
+	if d < 0 || d > 10*time.Minute || d > 0 && d < time.Millisecond {
+		return fmt.Errorf("%s: ready timeout %v outside 1ms..10m (0: the configuration's): %w", c.name, d, wire.ErrConfig)
+	}
+	c.readyTO.Store(int64(d))
+	return nil
+}
+
+// ReadyTimeout returns how long the host waits for READY.
+func (c *Controller) ReadyTimeout() time.Duration { return c.readyTimeout() }
+
+// NoM3 reports whether the host refuses to suspend the device: its table
+// entry says it has no M3, or it ignored an M3 request.
+func (c *Controller) NoM3() bool { return c.noM3.Load() }
 
 // resetDevice sets MHICTRL.RESET and waits for the device to clear it.
 func (c *Controller) resetDevice(abortable bool) error {
@@ -368,6 +410,10 @@ func (c *Controller) resetDevice(abortable bool) error {
 // back meanwhile are rung), any other answer starts a recovery as from
 // SYS_ERR. Either way Suspend returns an error wrapping ErrTimeout.
 func (c *Controller) Suspend() error {
+	if c.noM3.Load() {
+		c.stats.SuspendsRefused.Add(1)
+		return fmt.Errorf("%s: suspend refused: %w: the device table or an ignored M3 request says so; the device stays in M0 and keeps running", c.name, ErrNoM3)
+	}
 	c.mu.Lock()
 	if c.pm != pmM0 {
 		pm := c.pm
@@ -385,6 +431,7 @@ func (c *Controller) Suspend() error {
 	}
 	err := c.waitFor("M3", c.Timeout(), func() bool { return c.devState == wire.StateM3 })
 	if err == nil {
+		c.m3Ignored.Store(0)
 		c.stats.Suspends.Add(1)
 		return nil
 	}
@@ -417,8 +464,22 @@ func (c *Controller) abandonSuspend(cause error) error {
 		c.mu.Unlock()
 		if back {
 			c.onM0()
-			c.log.Warn("device did not acknowledge M3; suspend withdrawn, back in M0", "timeout", to)
-			return fmt.Errorf("%s: suspend: device did not acknowledge M3 within %v; suspend withdrawn, host and device back in M0: %w", c.name, to, cause)
+			// A device that stays in M0 when asked for M3 may have no M3
+			// (as the QDU100): auto-suspend, which would hold the data
+			// path for a timeout every idle period, is turned off; a
+			// second ignored request in a row and the host stops asking.
+			auto := c.pmAuto.idle.Swap(0) > 0
+			if c.m3Ignored.Add(1) >= noM3Strikes {
+				c.noM3.Store(true)
+				c.log.Warn("device ignored M3 again; suspend withdrawn, back in M0; treating it as a device without M3 from now on",
+					"timeout", to, "autosuspend_turned_off", auto)
+				return fmt.Errorf("%s: suspend: device ignored M3 again (%v); suspend withdrawn, host and device back in M0 "+
+					"and running; the device is taken as one without M3 (as Linux's no_m3), further suspends are refused: %w: %w", c.name, to, ErrNoM3, cause)
+			}
+			c.log.Warn("device did not acknowledge M3; suspend withdrawn, back in M0; it may not support M3", "timeout", to, "autosuspend_turned_off", auto)
+			return fmt.Errorf("%s: suspend: device did not acknowledge M3 within %v; suspend withdrawn, host and device back in M0 "+
+				"and running; the device may not support M3 (as the QDU100, Linux's no_m3): auto-suspend is off, and if it ignores M3 "+
+				"once more suspends are refused: %w", c.name, to, cause)
 		}
 	}
 	devState := wire.State((st & wire.MHISTATUSStateMask) >> wire.MHISTATUSStateShift)

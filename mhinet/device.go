@@ -91,6 +91,11 @@ type Config struct {
 	TXZeroCopyNotify bool
 	// Session is the MBIM session id (or QMAP mux id) of transmitted packets.
 	Session uint8
+	// FollowSession makes the uplink follow the session (mux id) the
+	// modem sends the downlink on, from its first packet: a modem that
+	// numbers its session from mux id 112 (the SDX72 in MBIM mode) gets
+	// its uplink on 112 too. Counted in TxSessionFollows.
+	FollowSession bool
 	// QMAPCsum is the QMAP checksum offload framing, both ways, as rmnet's
 	// INGRESS_ and EGRESS_MAP_CKSUMV4/V5 flags: CsumV4 is the downlink
 	// trailer and the uplink checksum header, CsumV5 the MAPv5 header.
@@ -581,6 +586,7 @@ func (d *Device) Stats() Stats {
 	d.c.snapshot(&s)
 	ps := d.framer.parserStats()
 	s.NTB, s.QMAP = ps.NTB, ps.QMAP
+	s.RxNTBSequenceGaps, s.TxSession, s.TxSessionFollows = ps.RxNTBSequenceGaps, ps.TxSession, ps.TxSessionFollows
 	s.RxErrors += s.NTB.Errors() + s.QMAP.Errors()
 	s.GSO = d.gsoTx.stats()
 	return s

@@ -31,16 +31,16 @@ type ntbFraming struct {
 	// lockorder: Device.chainMu → ntbFraming.mu
 	mu     sync.Mutex
 	parser ntb.Parser
+	watch  *rxWatch
 
-	// Transmit side (txPath.mu).
-	session uint8
-	agg     ntb.Config
-	w       ntb.Writer
-	seq     uint16
+	// Transmit side (txPath.mu); the session comes from watch.
+	agg ntb.Config
+	w   ntb.Writer
+	seq uint16
 }
 
 func newNTBFraming(cfg *Config, _ *counters) framer {
-	f := &ntbFraming{session: cfg.Session, agg: ntb.Config{Session: cfg.Session, MaxDatagrams: cfg.TXAggMaxPackets}}
+	f := &ntbFraming{watch: newRxWatch(cfg), agg: ntb.Config{Session: cfg.Session, MaxDatagrams: cfg.TXAggMaxPackets}}
 	f.parser.AnyProtocol = false
 	return f
 }
@@ -48,9 +48,14 @@ func newNTBFraming(cfg *Config, _ *counters) framer {
 // parse cuts the datagrams out of one NTB.
 func (f *ntbFraming) parse(data []byte, b *rxBuffer, batch []Packet) []Packet {
 	f.mu.Lock()
+	gaps := f.parser.Stats.SequenceGaps
 	_, _ = f.parser.Parse(data, func(dg []byte, sid uint8) {
+		f.watch.seen(sid)
 		batch = append(batch, Packet{Data: dg, Mux: sid, buf: b})
 	})
+	if n := f.parser.Stats.SequenceGaps - gaps; n > 0 {
+		f.watch.glitches(n, f.parser.Stats.SequenceGaps)
+	}
 	f.mu.Unlock()
 	return batch
 }
@@ -59,13 +64,15 @@ func (f *ntbFraming) parserStats() (s Stats) {
 	f.mu.Lock()
 	s.NTB = f.parser.Stats
 	f.mu.Unlock()
+	s.RxNTBSequenceGaps = s.NTB.SequenceGaps
+	s.TxSession, s.TxSessionFollows = uint64(f.watch.session()), f.watch.follows.Load()
 	return s
 }
 
 func (f *ntbFraming) frameLen(n int) (int, error) { return ntb.TXHeaderLen + n, nil }
 
 func (f *ntbFraming) encode(dst, p []byte) (int, error) {
-	n, err := ntb.EncodeTX(dst, p, f.session, f.seq)
+	n, err := ntb.EncodeTX(dst, p, f.watch.session(), f.seq)
 	if err != nil {
 		return 0, fmt.Errorf("mhinet: transmit: %w", err)
 	}
@@ -76,7 +83,7 @@ func (f *ntbFraming) encode(dst, p []byte) (int, error) {
 func (f *ntbFraming) zcHeadroom() (int, error) { return ntb.TXHeaderLen, nil }
 
 func (f *ntbFraming) zcFrame(frame []byte, n int) (int, error) {
-	if err := ntb.PutTXHeader(frame, n, f.session, f.seq); err != nil {
+	if err := ntb.PutTXHeader(frame, n, f.watch.session(), f.seq); err != nil {
 		return 0, fmt.Errorf("mhinet: transmit: %w", err)
 	}
 	f.seq++
@@ -86,6 +93,7 @@ func (f *ntbFraming) zcFrame(frame []byte, n int) (int, error) {
 func (f *ntbFraming) aggFrameLen(n int) (int, error) { return ntb.Size(f.agg, []int{n}) }
 
 func (f *ntbFraming) aggReset(buf []byte) error {
+	f.agg.Session = f.watch.session()
 	if err := f.w.Reset(buf, f.agg); err != nil {
 		return err
 	}

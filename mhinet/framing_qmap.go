@@ -32,6 +32,7 @@ type qmapFraming struct {
 	// lockorder: Device.chainMu → qmapFraming.mu
 	mu     sync.Mutex
 	parser qmap.Parser
+	watch  *rxWatch
 
 	// Transmit side (txPath.mu).
 	cfg qmap.Config
@@ -40,7 +41,7 @@ type qmapFraming struct {
 
 func newQMAPFraming(cfg *Config, _ *counters) framer {
 	f := &qmapFraming{cfg: qmap.Config{Mux: cfg.Session, MaxPackets: cfg.TXAggMaxPackets,
-		Csum: cfg.QMAPCsum, Uplink: true}}
+		Csum: cfg.QMAPCsum, Uplink: true}, watch: newRxWatch(cfg)}
 	f.parser.Csum = cfg.QMAPCsum
 	return f
 }
@@ -49,6 +50,7 @@ func newQMAPFraming(cfg *Config, _ *counters) framer {
 func (f *qmapFraming) parse(data []byte, b *rxBuffer, batch []Packet) []Packet {
 	f.mu.Lock()
 	_, _ = f.parser.Parse(data, func(p qmap.Packet) {
+		f.watch.seen(p.Mux)
 		batch = append(batch, Packet{Data: p.Data, Mux: p.Mux, buf: b})
 	})
 	f.mu.Unlock()
@@ -59,12 +61,14 @@ func (f *qmapFraming) parserStats() (s Stats) {
 	f.mu.Lock()
 	s.QMAP = f.parser.Stats
 	f.mu.Unlock()
+	s.TxSession, s.TxSessionFollows = uint64(f.watch.session()), f.watch.follows.Load()
 	return s
 }
 
 func (f *qmapFraming) frameLen(n int) (int, error) { return qmap.FrameLen(f.cfg, n) }
 
 func (f *qmapFraming) encode(dst, p []byte) (int, error) {
+	f.cfg.Mux = f.watch.session()
 	c := f.cfg
 	c.MaxPackets = 1
 	err := f.w.Reset(dst, c)
@@ -93,7 +97,7 @@ func (f *qmapFraming) zcHeadroom() (int, error) {
 func (f *qmapFraming) zcFrame(frame []byte, n int) (int, error) {
 	headroom := qmap.HeaderLen
 	pad := (4 - n%4) % 4
-	h := qmap.Header{Pad: uint8(pad), Mux: f.cfg.Mux, Len: uint16(n + pad)}
+	h := qmap.Header{Pad: uint8(pad), Mux: f.watch.session(), Len: uint16(n + pad)}
 	switch f.cfg.Csum {
 	case qmap.CsumV4:
 		headroom += qmap.ULHeaderLen
@@ -114,7 +118,10 @@ func (f *qmapFraming) zcFrame(frame []byte, n int) (int, error) {
 
 func (f *qmapFraming) aggFrameLen(n int) (int, error) { return qmap.FrameLen(f.cfg, n) }
 
-func (f *qmapFraming) aggReset(buf []byte) error { return f.w.Reset(buf, f.cfg) }
+func (f *qmapFraming) aggReset(buf []byte) error {
+	f.cfg.Mux = f.watch.session()
+	return f.w.Reset(buf, f.cfg)
+}
 
 func (f *qmapFraming) aggAdd(p []byte) error {
 	return f.w.Add(p)

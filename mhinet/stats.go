@@ -157,6 +157,16 @@ type Stats struct {
 	TxZCReleased   uint64 `json:"tx_zerocopy_released"`
 	TxZCBadRelease uint64 `json:"tx_zerocopy_bad_release"`
 
+	// RxNTBSequenceGaps counts received NTBs whose wSequence did not
+	// follow the previous one's (the datagrams are delivered; logged at
+	// most every 10 s).
+	RxNTBSequenceGaps uint64 `json:"rx_ntb_sequence_gaps"`
+	// TxSession is the MBIM session id or QMAP mux id transmitted on;
+	// TxSessionFollows counts the times it followed the modem's downlink
+	// (Config.FollowSession).
+	TxSession        uint64 `json:"tx_session"`
+	TxSessionFollows uint64 `json:"tx_session_follows"`
+
 	// Parse errors by reason (MBIM and QMAP formats).
 	NTB  ntb.Stats  `json:"ntb"`
 	QMAP qmap.Stats `json:"qmap"`

@@ -63,7 +63,7 @@ func OpenPassthrough(addr string, opts PassthroughOptions) (*Passthrough, error)
 		_ = dev.Close()
 		return nil, err
 	}
-	ctrl, err := mhi.NewController(tr, info.Config, mhi.Options{Name: opts.Name, Logger: opts.Logger,
+	ctrl, err := mhi.NewController(tr, info.Config, mhi.Options{Name: opts.Name, Logger: opts.Logger, NoM3: info.NoM3,
 		Firmware: FirmwareFromDir(info, opts.FirmwareDir), RDDMSize: opts.RDDMSize})
 	if err != nil {
 		_ = tr.Close()

@@ -29,6 +29,7 @@ type labFlags struct {
 	noSetup           bool
 	files             []string
 	jsonOut           bool
+	quirks            quirkFlag
 }
 
 func (lf *labFlags) register(f *pflag.FlagSet, withJSON bool) {
@@ -43,6 +44,7 @@ func (lf *labFlags) register(f *pflag.FlagSet, withJSON bool) {
 	f.BoolVar(&lf.noSetup, "no-setup", false, "when the cache lacks QEMU, busybox or the kernel, fail (status 125) instead of preparing it first as 'make test-deps' does")
 	f.IntVar(&lf.modems, "modems", 1, "modems in the guest (1 to 4), each served by its own 'mhictl modem serve'; with --driver gomhi each is driven by its own 'mhictl up --device ADDR --name mhiN --tun mhiN'; modem N's data interface has 192.0.2.16N+1 with the peer 192.0.2.16N+2 (LAB_NETDEVS lists them)")
 	f.IntVar(&lf.memory, "memory", 0, "guest memory in MiB (0: 256, 512 with --driver gomhi)")
+	lf.quirks.add(f, "the served modem (passed to 'mhictl modem serve')")
 	if withJSON {
 		f.BoolVar(&lf.jsonOut, "json", false, "print a JSON summary as the last line of standard output")
 	}
@@ -53,6 +55,12 @@ func (lf *labFlags) config(g *globalFlags, cmd *cobra.Command) (lab.Config, erro
 	serve, err := shlex.Split(lf.serveArgs)
 	if err != nil {
 		return lab.Config{}, fmt.Errorf("--serve-args: %w", err)
+	}
+	if err := lf.quirks.parse(); err != nil {
+		return lab.Config{}, err
+	}
+	if len(lf.quirks.set) > 0 {
+		serve = append(serve, "--quirk", lf.quirks.set.String())
 	}
 	up, err := shlex.Split(lf.upArgs)
 	if err != nil {

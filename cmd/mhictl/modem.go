@@ -34,7 +34,7 @@ func newModemCmd(g *globalFlags) *cobra.Command {
 		Use:   "modem",
 		Short: "Serve the mock modem as a vfio-user PCI device",
 	}
-	cmd.AddCommand(newModemServeCmd(g), newModemLoopbackCmd(), newModemInjectCmd())
+	cmd.AddCommand(newModemServeCmd(g), newModemLoopbackCmd(), newModemInjectCmd(), newModemQuirksCmd())
 	return cmd
 }
 
@@ -49,6 +49,7 @@ type modemServeFlags struct {
 	boot           bootFlags
 	// transcript is the file the served modem's transcript goes to.
 	transcript string
+	quirks     quirkFlag
 }
 
 func newModemServeCmd(g *globalFlags) *cobra.Command {
@@ -94,6 +95,9 @@ stage, size and SHA-256, and --sbl-sha256 makes the modem refuse any other
 image. With --rddm a crash enters RAM-dump mode and serves a RAM dump over
 BHIe ('mhictl dump --vfio-user PATH').
 
+With --quirk NAME[,NAME…] the modem reproduces field failures ('mhictl modem
+quirks' lists them, docs/QUIRKS.md).
+
 Beside --socket the server listens on PATH.faults, where 'mhictl modem inject'
 makes the modem fail as a real one does (SYS_ERR, a crash, surprise removal).`,
 		Example: `  mhictl modem serve --socket /run/mhi/vu.sock
@@ -127,6 +131,7 @@ func (sf *modemServeFlags) register(f *pflag.FlagSet) {
 	f.IntSliceVar(&sf.ipd.genSizes, "gen-size", []int{ipdata.DefaultGenPacket}, "generator: IP packet sizes, used in turn")
 	f.BoolVar(&sf.requireConnect, "require-connect", false, "pass no IP data until a session is connected over MBIM (as a real modem); dropped packets are counted")
 	f.StringVar(&sf.transcript, "transcript", "", "write what the modem observes of its clients to FILE, one JSON object per line, every session in turn, for 'mhictl transcript diff'")
+	sf.quirks.add(f, "the served modem")
 }
 
 // validate checks the flags that need no modem model.
@@ -134,7 +139,7 @@ func (sf *modemServeFlags) validate() error {
 	if sf.socket == "" {
 		return errors.New("--socket is required")
 	}
-	return nil
+	return sf.quirks.parse()
 }
 
 // run builds the mock modem, listens on --socket and serves one client
@@ -204,7 +209,8 @@ func (sf *modemServeFlags) run(ctx context.Context, g *globalFlags, out, errOut 
 	p := dev.PCI
 	events.Info("listen", "socket", sf.socket, "model", dev.Entry.Info.Name,
 		"ids", fmt.Sprintf("%04x:%04x %04x:%04x", p.Vendor, p.Device, p.SubVendor, p.SubDevice),
-		"bar0", p.BARSize, "vectors", p.Vectors, "faults", faults, "ip_mode", strings.ToLower(sf.ipd.mode), "format", format.String())
+		"bar0", p.BARSize, "vectors", p.Vectors, "faults", faults, "ip_mode", strings.ToLower(sf.ipd.mode), "format", format.String(),
+		"quirks", sf.quirks.set.String())
 	err = ln.Serve(ctx, dev)
 	logIPData(soak.MsgIPDataFinal)
 	st := dev.Stats()
@@ -228,7 +234,7 @@ func (sf *modemServeFlags) newDevice(model string, mlog, events *slog.Logger, re
 	}
 	opts := vfiouser.DeviceOptions{
 		Model: model, Vectors: sf.vectors, Logger: events, ModemLogger: mlog.With("side", "modem"),
-		IPData: &ipc, Modem: modem.Config{RequireConnect: sf.requireConnect},
+		IPData: &ipc, Modem: modem.Config{RequireConnect: sf.requireConnect}, Quirks: sf.quirks.set,
 	}
 	// The IP data function of the main data pair in the current (or
 	// last) session: its counters judge a soak's phases.

@@ -56,6 +56,10 @@ type upFlags struct {
 	boot        bootFlags
 	// transcript is the file the embedded mock's transcript goes to.
 	transcript string
+	// quirks are the embedded mock's field failures (--quirk).
+	quirks quirkFlag
+	// readyTimeout is --ready-timeout (0: the model's).
+	readyTimeout time.Duration
 }
 
 func newUpCmd(g *globalFlags) *cobra.Command {
@@ -118,6 +122,8 @@ without an address until a session is connected.`,
 	fl.DurationVar(&f.autosuspend, "autosuspend", 0, "suspend the modem (M3) after this long without traffic and resume it on demand (0: off; attribute autosuspend_ms)")
 	fl.IntVar(&f.rddmSize, "rddm-size", 0, "bytes of host memory kept for a RAM dump: a modem that crashes into RDDM has its dump collected before recovery (0: off; attribute rddm)")
 	fl.StringVar(&f.transcript, "transcript", "", "write what the embedded mock observes of the host to FILE, one JSON object per line, for 'mhictl transcript diff' (the served modem's: 'mhictl modem serve --transcript')")
+	fl.DurationVar(&f.readyTimeout, "ready-timeout", 0, "how long to wait for the modem to become READY at power-up and after a reset (0: the model's table entry: its ready timeout or, without one, its timeout)")
+	f.quirks.add(fl, "the embedded mock")
 	f.boot.add(cmd, true)
 	return cmd
 }
@@ -184,8 +190,14 @@ func checkUpFlags(cmd *cobra.Command, f *upFlags) (upSettings, error) {
 			return s, fmt.Errorf("--tun-addr %q: %w", f.tunAddr, err)
 		}
 	}
-	if err := checkModemSource(cmd, f.device, f.vfioUser, "modem-mode", "require-connect", "boot-ee", "sbl-sha256", "rddm", "transcript"); err != nil {
+	if err := checkModemSource(cmd, f.device, f.vfioUser, "modem-mode", "require-connect", "boot-ee", "sbl-sha256", "rddm", "transcript", "quirk"); err != nil {
 		return s, err
+	}
+	if err := f.quirks.parse(); err != nil {
+		return s, err
+	}
+	if f.readyTimeout < 0 {
+		return s, fmt.Errorf("--ready-timeout %v: want 0 (the model's) or more", f.readyTimeout)
 	}
 	var err error
 	if s.rxCopy, err = mhinet.ParseRxCopyMode(f.rxCopy); err != nil {
@@ -342,6 +354,14 @@ func openModem(g *globalFlags, f *upFlags, s upSettings, log *slog.Logger, out u
 		}
 		undo.add(closeMock)
 		m.ctrl, m.embedded = mm.Controller, mm
+		if len(f.quirks.set) > 0 {
+			out.printf("%s: the embedded mock reproduces the field failures %s (docs/QUIRKS.md)", f.name, f.quirks.set)
+		}
+	}
+	if f.readyTimeout > 0 {
+		if err := m.ctrl.SetReadyTimeout(f.readyTimeout); err != nil {
+			return nil, nil, fmt.Errorf("--ready-timeout: %w", err)
+		}
 	}
 	if err := m.ctrl.PowerUp(); err != nil {
 		return nil, nil, err
@@ -378,6 +398,11 @@ func openModem(g *globalFlags, f *upFlags, s upSettings, log *slog.Logger, out u
 	}
 	st, ee := m.ctrl.State()
 	out.printf("%s: %s (%s) in %s, EE %s", f.name, m.info.Name, m.data.pair, st, ee)
+	if n := m.ctrl.Stats().SlowReadies; n > 0 {
+		// No "ready" in lower case: tests and scripts wait for up's
+		// "ready" line.
+		out.printf("%s: the modem was slow to reach READY (waited within the READY timeout %v)", f.name, m.ctrl.ReadyTimeout())
+	}
 	return m, undo.run, nil
 }
 
@@ -404,6 +429,7 @@ func openMock(f *upFlags, s upSettings, info *pcigeneric.ModemInfo, d upData, lo
 		Model: info.Name, Name: f.name, Logger: log, Modem: modem.Config{RequireConnect: f.requireConnect},
 		IPData:      &ipdata.Config{Format: d.format, QMAPCsum: d.qmapCsum, Responder: s.responder},
 		FirmwareDir: f.firmware, RDDMSize: f.rddmSize, Device: func(c *ep.Config) { c.Boot = bc; record(c) },
+		Quirks: f.quirks.set,
 	})
 	if err != nil {
 		closeRec()
@@ -430,7 +456,7 @@ func openNetwork(ctx context.Context, f *upFlags, s upSettings, m *upModem, log 
 			undo.run()
 		}
 	}()
-	devCfg := mhinet.Config{Pair: m.data.pair, Format: m.data.format, QMAPCsum: m.data.qmapCsum, MRU: m.data.mru,
+	devCfg := mhinet.Config{Pair: m.data.pair, Format: m.data.format, QMAPCsum: m.data.qmapCsum, MRU: m.data.mru, FollowSession: true,
 		Logger: log, RxCopy: s.rxCopy}
 	n := &upNet{}
 	var bridge *tun.Bridge

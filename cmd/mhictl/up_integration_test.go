@@ -66,7 +66,7 @@ func startUp(t *testing.T, args ...string) *upProc {
 	// Registered first, so run last: after startProc's cleanup has
 	// killed and waited for the process.
 	t.Cleanup(func() { _ = syscall.Unmount(u.mount, syscall.MNT_DETACH) })
-	u.log = startProc(t, u.cmd, "ready")
+	u.log = startProc(t, u.cmd, "ready (SIGINT")
 	return u
 }
 

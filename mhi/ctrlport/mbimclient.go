@@ -25,7 +25,16 @@ var (
 	// ErrStatus: a COMMAND_DONE, OPEN_DONE or CLOSE_DONE with a status
 	// other than Success (the typed helpers return it; Command does not).
 	ErrStatus = errors.New("ctrlport: MBIM status")
+	// ErrDeviceDown: the device crashed (SYS_ERR) or went away while a
+	// request was in flight: no answer will come.
+	ErrDeviceDown = errors.New("ctrlport: the modem crashed (SYS_ERR) or went away; the request was not answered")
 )
+
+// downNotifier is a MessageTransport that tells when the device crashed
+// or went away (a Pair does), so that requests in flight fail at once.
+type downNotifier interface {
+	OnDown(f func(error)) (cancel func())
+}
 
 // FunctionError is a FUNCTION_ERROR answer; it matches ErrFunctionError.
 type FunctionError struct {
@@ -121,8 +130,26 @@ func NewMBIMClient(t MessageTransport, opts MBIMClientOptions) *MBIMClient {
 		opts.MaxControlTransfer = 4096
 	}
 	c := &MBIMClient{t: t, opts: opts, next: opts.FirstTID, waiters: map[uint32]chan mbimReply{}}
-	c.cancel = t.Subscribe(c.receive)
+	cancel := t.Subscribe(c.receive)
+	c.cancel = cancel
+	if dn, ok := t.(downNotifier); ok {
+		cancelDown := dn.OnDown(c.failPending)
+		c.cancel = func() { cancel(); cancelDown() }
+	}
 	return c
+}
+
+// failPending fails every transaction in flight with err.
+func (c *MBIMClient) failPending(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for tid, w := range c.waiters {
+		select {
+		case w <- mbimReply{err: err}:
+		default:
+		}
+		delete(c.waiters, tid)
+	}
 }
 
 // Close stops listening; transactions in flight fail with their context.
@@ -363,6 +390,23 @@ func (c *MBIMClient) RegistrationState(ctx context.Context) (mbim.RegistrationSt
 func (c *MBIMClient) Attach(ctx context.Context) (mbim.PacketService, error) {
 	req := mbim.PacketServiceSet{Action: mbim.PacketServiceActionAttach}
 	return basicAs(ctx, c, mbim.CIDPacketService, mbim.CommandSet, req.AppendTo(nil), mbim.ParsePacketService)
+}
+
+// SetRadio sets RADIO_STATE (the software radio switch) on or off and
+// returns the state the modem answers with. A refusal is a *StatusError;
+// its InformationBuffer, when it has one, is decoded all the same (an
+// FCC-locked modem answers OPERATION_NOT_ALLOWED with its radio off).
+func (c *MBIMClient) SetRadio(ctx context.Context, on bool) (mbim.RadioState, error) {
+	req := mbim.RadioStateSet{RadioState: mbim.RadioOff}
+	if on {
+		req.RadioState = mbim.RadioOn
+	}
+	in, err := c.basic(ctx, mbim.CIDRadioState, mbim.CommandSet, req.AppendTo(nil))
+	rs, perr := mbim.ParseRadioState(in)
+	if err != nil {
+		return rs, err
+	}
+	return rs, perr
 }
 
 // Connect activates session 0 with an access point name and an MBIM IP

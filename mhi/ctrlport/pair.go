@@ -143,6 +143,8 @@ type Pair struct {
 	warned   map[string]time.Time
 	subs     map[int]func([]byte)
 	nextSub  int
+	// downSubs hear that the device crashed or went away (OnDown).
+	downSubs map[int]func(error)
 	down     bool // SYS_ERR until recovery
 	closed   bool
 	stats    PairStats
@@ -270,7 +272,18 @@ func (p *Pair) onStatus(ev mhi.StatusEvent) {
 		}
 		p.abandonJoinLocked()
 		p.cond.Broadcast()
+		fs := make([]func(error), 0, len(p.downSubs))
+		for _, f := range p.downSubs {
+			fs = append(fs, f)
+		}
 		p.mu.Unlock()
+		cause := ErrDeviceDown
+		if ev.Err != nil {
+			cause = fmt.Errorf("%w: %w", ErrDeviceDown, ev.Err)
+		}
+		for _, f := range fs {
+			f(cause)
+		}
 	case mhi.StatusRecovered:
 		p.mu.Lock()
 		p.down = false
@@ -479,6 +492,25 @@ func (p *Pair) Subscribe(f func(msg []byte)) (cancel func()) {
 	return func() {
 		p.mu.Lock()
 		delete(p.subs, id)
+		p.mu.Unlock()
+	}
+}
+
+// OnDown calls f (from the controller's status listener; it must not
+// block) when the device crashes (SYS_ERR) or goes away: a request in
+// flight will not be answered. It returns a function that removes f.
+func (p *Pair) OnDown(f func(error)) (cancel func()) {
+	p.mu.Lock()
+	if p.downSubs == nil {
+		p.downSubs = map[int]func(error){}
+	}
+	id := p.nextSub
+	p.nextSub++
+	p.downSubs[id] = f
+	p.mu.Unlock()
+	return func() {
+		p.mu.Lock()
+		delete(p.downSubs, id)
 		p.mu.Unlock()
 	}
 }

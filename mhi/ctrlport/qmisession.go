@@ -42,6 +42,20 @@ type qmiReply struct {
 	err error
 }
 
+// failPending fails every request in flight with err: the device
+// crashed or went away, no response will come.
+func (s *QMISession) failPending(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, w := range s.waiters {
+		select {
+		case w <- qmiReply{err: err}:
+		default:
+		}
+		delete(s.waiters, k)
+	}
+}
+
 // QMICTLFirstTID is the first CTL transaction id a QMISession uses.
 const QMICTLFirstTID = 200
 
@@ -94,7 +108,12 @@ func (e *QMIError) Unwrap() error { return ErrQMIStatus }
 // NewQMISession starts a QMI session client on t.
 func NewQMISession(t MessageTransport) *QMISession {
 	s := &QMISession{t: t, ctlTID: QMICTLFirstTID, svcTID: 1, waiters: map[qmiWaitKey]chan qmiReply{}, cids: map[uint8]bool{}}
-	s.cancel = t.Subscribe(s.receive)
+	cancel := t.Subscribe(s.receive)
+	s.cancel = cancel
+	if dn, ok := t.(downNotifier); ok {
+		cancelDown := dn.OnDown(s.failPending)
+		s.cancel = func() { cancel(); cancelDown() }
+	}
 	return s
 }
 
@@ -255,6 +274,9 @@ func (s *QMISession) transact(ctx context.Context, svc qmi.Service, cid uint8, m
 	}
 	select {
 	case rep := <-w:
+		if errors.Is(rep.err, ErrDeviceDown) {
+			return qmi.Frame{}, fmt.Errorf("ctrlport: %s: %w", op, rep.err)
+		}
 		if rep.err != nil {
 			return qmi.Frame{}, fmt.Errorf("ctrlport: %s: malformed response: %w", op, rep.err)
 		}

@@ -36,6 +36,11 @@ var (
 	// ErrSessionRefused: the modem refused or failed the connect; the
 	// error names its status.
 	ErrSessionRefused = errors.New("ctrlport: the modem did not connect the session")
+	// ErrFCCLocked: the modem keeps its radio off: it refused to switch
+	// it on (MBIM RADIO_STATE set: OPERATION_NOT_ALLOWED, or the software
+	// radio still off), as an FCC-locked module does until its vendor's
+	// unlock procedure.
+	ErrFCCLocked = errors.New("ctrlport: radio FCC-locked")
 	// ErrHostConfig: the session connected but the host side (addresses,
 	// routes, MTU) could not be configured; the session was disconnected
 	// again.
@@ -212,7 +217,17 @@ func (s *MBIMSession) Connect(ctx context.Context, req SessionRequest) (SessionC
 	if err := req.validate(); err != nil {
 		return SessionConfig{}, err
 	}
-	if err := s.attach(ctx); err != nil {
+	err := s.attach(ctx)
+	var se *StatusError
+	if errors.As(err, &se) && se.Status == mbim.StatusRadioPowerOff {
+		// The radio is off: switch it on, as ModemManager's enable does,
+		// and learn whether the modem is FCC-locked.
+		if perr := s.radioOn(ctx); perr != nil {
+			return SessionConfig{}, perr
+		}
+		err = s.attach(ctx)
+	}
+	if err != nil {
 		return SessionConfig{}, fmt.Errorf("%w: packet service attach: %w", ErrSessionRefused, err)
 	}
 	ci, mayBeActive, err := s.activate(ctx, req)
@@ -239,6 +254,57 @@ func (s *MBIMSession) Connect(ctx context.Context, req SessionRequest) (SessionC
 	return cfg, nil
 }
 
+// FCCUnlockHint says what unlocks an FCC-locked module: gomhi does not
+// run the vendors' procedures.
+const FCCUnlockHint = "the modem keeps its radio off until its vendor's FCC unlock procedure runs " +
+	"(ModemManager's fcc-unlock.d scripts; on a Quectel module 'mbimcli -d PORT --quectel-set-radio-state=on', " +
+	"PORT the modem's MBIM port, e.g. /run/gomhi/mhi0/wwan0mbim0: 'mhictl get DEV ports'); gomhi does not run it"
+
+// radioOn switches the radio on (RADIO_STATE set). A modem that refuses
+// with OPERATION_NOT_ALLOWED, or answers with its software radio still
+// off, is FCC-locked (ErrFCCLocked); one whose hardware switch is off is
+// rfkilled.
+func (s *MBIMSession) radioOn(ctx context.Context) error {
+	var rs mbim.RadioState
+	err := s.withOpen(ctx, func() (err error) {
+		rs, err = s.c.SetRadio(ctx, true)
+		return err
+	})
+	var se *StatusError
+	switch {
+	case errors.As(err, &se) && se.Status == mbim.StatusOperationNotAllowed,
+		err == nil && rs.Hw == mbim.RadioOn && rs.Sw != mbim.RadioOn:
+		if err == nil {
+			err = fmt.Errorf("RADIO_STATE set on: the software radio stays off")
+		}
+		if s.quectelFCCLocked(ctx) {
+			err = fmt.Errorf("%w; the modem's Quectel service reports the radio fcc-locked", err)
+		}
+		return fmt.Errorf("%w: %w: %s (%w)", ErrSessionRefused, ErrFCCLocked, FCCUnlockHint, err)
+	case err == nil && rs.Hw != mbim.RadioOn:
+		return fmt.Errorf("%w: the radio is off by its hardware switch (rfkill, W_DISABLE#)", ErrSessionRefused)
+	case err != nil:
+		return fmt.Errorf("%w: switching the radio on: %w", ErrSessionRefused, err)
+	}
+	return nil
+}
+
+// quectelFCCLocked asks the Quectel service's RADIO_STATE whether the
+// radio is FCC-locked (a modem without the service answers otherwise).
+func (s *MBIMSession) quectelFCCLocked(ctx context.Context) bool {
+	var st mbim.Status
+	var info mbim.Info
+	err := s.withOpen(ctx, func() (err error) {
+		st, info, err = s.c.Command(ctx, mbim.ServiceQuectel, mbim.CIDQuectelRadioState, mbim.CommandQuery, nil)
+		return err
+	})
+	if err != nil || st != mbim.StatusSuccess {
+		return false
+	}
+	v, err := info.U32(0)
+	return err == nil && v == mbim.QuectelRadioFCCLocked
+}
+
 // attach attaches the packet service; a modem without the CID (answering
 // NoDeviceSupport) is taken as attaching on its own.
 func (s *MBIMSession) attach(ctx context.Context) error {
@@ -263,11 +329,26 @@ func unlessStatus(err error, st mbim.Status) error {
 // all the same (an answer that says nothing usable, or not what was asked
 // for), so that it must be deactivated again.
 func (s *MBIMSession) activate(ctx context.Context, req SessionRequest) (ci mbim.ConnectInfo, mayBeActive bool, err error) {
-	err = s.withOpen(ctx, func() (err error) {
-		ci, err = s.c.Connect(ctx, req.APN, mbimIPTypes[req.IPType])
-		return err
-	})
+	connect := func() error {
+		return s.withOpen(ctx, func() (err error) {
+			ci, err = s.c.Connect(ctx, req.APN, mbimIPTypes[req.IPType])
+			return err
+		})
+	}
+	err = connect()
 	var se *StatusError
+	if errors.As(err, &se) && se.Status == mbim.StatusContextNotActivated {
+		// A context the modem activated itself (its own autoconnect)
+		// may hold the default PDN (OpenMPTCProuter #4030, QModem #251):
+		// deactivate it and try once more.
+		if derr := s.Disconnect(ctx); derr == nil {
+			if rerr := connect(); rerr == nil {
+				err = nil
+			} else {
+				err = fmt.Errorf("%w (again after deactivating a context the modem's own autoconnect may hold)", rerr)
+			}
+		}
+	}
 	switch {
 	case errors.As(err, &se) && se.Status == mbim.StatusMaxActivatedContexts:
 		return ci, false, fmt.Errorf("%w: the modem has a session connected already (disconnect it first): %w", ErrSessionActive, err)

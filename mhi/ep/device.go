@@ -104,6 +104,11 @@ type Config struct {
 	// state changes and interrupts it answers with (observer.go). Nil
 	// observes nothing and costs nothing.
 	Observer Observer
+	// NoM3 makes the device one that does not support M3, as the QDU100
+	// (Linux's no_m3): a host's M3 request is ignored — the device stays
+	// in M0, posts no state change and counts the request in
+	// Stats.M3Refused — so a host that suspends it times out.
+	NoM3 bool
 }
 
 // withDefaults returns cfg with zero fields replaced by their defaults.

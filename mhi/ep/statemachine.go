@@ -144,6 +144,11 @@ func (d *Device) followRequestedState(written bool) {
 		d.enterM0FromReady()
 	case req == wire.StateM0 && cur == wire.StateM3:
 		d.resumeM0()
+	case req == wire.StateM3 && cur == wire.StateM0 && d.cfg.NoM3:
+		if written {
+			d.stats.m3Refused.Add(1)
+			d.log.Warn("mhi-ep: host requested M3, which this device does not support (no M3): staying in M0")
+		}
 	case req == wire.StateM3 && cur == wire.StateM0:
 		d.enterM3()
 	case req == wire.StateSysErr:

@@ -41,6 +41,7 @@ type counters struct {
 	dumpsWritten          atomic.Uint64
 	dumpsFailed           atomic.Uint64
 	m3Entries             atomic.Uint64
+	m3Refused             atomic.Uint64
 	m3Exits               atomic.Uint64
 }
 
@@ -79,6 +80,7 @@ type Stats struct {
 	DumpsWritten          uint64   // RAM dumps delivered over BHIe
 	DumpsFailed           uint64   // RAM dumps the host's vector table could not take
 	M3Entries             uint64   // M0 -> M3 transitions (suspends)
+	M3Refused             uint64   // M3 requests ignored by a device without M3 (Config.NoM3)
 	M3Exits               uint64   // M3 -> M0 transitions (resumes)
 }
 
@@ -119,6 +121,7 @@ func (d *Device) Stats() Stats {
 		DumpsWritten:          c.dumpsWritten.Load(),
 		DumpsFailed:           c.dumpsFailed.Load(),
 		M3Entries:             c.m3Entries.Load(),
+		M3Refused:             c.m3Refused.Load(),
 		M3Exits:               c.m3Exits.Load(),
 	}
 	for i := range c.eventsPosted {

@@ -8,6 +8,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
+	"github.com/gomhi/gomhi/mhi/ep/quirk"
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/pcigeneric"
 )
@@ -53,6 +54,9 @@ type Options struct {
 	// in PBL (ep.BootConfig.Start); RDDMSize enables RAM-dump collection.
 	FirmwareDir string
 	RDDMSize    int
+	// Quirks are the field failures the mock reproduces (mhi/ep/quirk,
+	// docs/QUIRKS.md).
+	Quirks quirk.Set
 }
 
 // Mock is a mock modem in this process joined to a host controller by the
@@ -96,7 +100,7 @@ func Open(opts Options) (*Mock, error) {
 		entry = es[0]
 	}
 	ec, fns, err := NewConfig(entry, ModemOptions{
-		IPData: opts.IPData, Modem: opts.Modem, Logger: log.With("side", "modem"),
+		IPData: opts.IPData, Modem: opts.Modem, Logger: log.With("side", "modem"), Quirks: opts.Quirks,
 	})
 	if err != nil {
 		return nil, err
@@ -109,7 +113,8 @@ func Open(opts Options) (*Mock, error) {
 	if err != nil {
 		return nil, err
 	}
-	hostOpts := mhi.Options{Name: opts.Name, Logger: log.With("side", "host"),
+	fns.Start(tr.Device())
+	hostOpts := mhi.Options{Name: opts.Name, Logger: log.With("side", "host"), NoM3: info.NoM3,
 		Firmware: pcigeneric.FirmwareFromDir(info, opts.FirmwareDir), RDDMSize: opts.RDDMSize}
 	if opts.Host != nil {
 		opts.Host(&hostOpts)

@@ -9,6 +9,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
+	"github.com/gomhi/gomhi/mhi/ep/quirk"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/mbim"
 	"github.com/gomhi/gomhi/mhi/wire"
@@ -124,6 +125,10 @@ type ModemOptions struct {
 	Modem modem.Config
 	// Logger receives the functions' logs (nil: discard).
 	Logger *slog.Logger
+	// Quirks are the field failures the modem reproduces (mhi/ep/quirk,
+	// docs/QUIRKS.md), applied to the device, modem and IP data
+	// configurations built from the other options.
+	Quirks quirk.Set
 }
 
 // SWDataPair is the name of the software IP data channel pair (46/47).
@@ -152,6 +157,19 @@ type Functions struct {
 	// ControlPairs lists the control channel pairs given a function, in
 	// channel order.
 	ControlPairs []string
+	// Quirks are the field failures the modem reproduces.
+	Quirks quirk.Set
+
+	target *quirk.Target
+}
+
+// Start hands the started endpoint to the quirks that act on the running
+// modem (crash-on-connect). Whoever builds the ep.Device from NewConfig's
+// configuration calls it before a host drives the device.
+func (f *Functions) Start(dev *ep.Device) {
+	if f.target != nil {
+		f.target.Start(quirk.Running{Device: dev, Modem: f.Modem})
+	}
 }
 
 // ModemStats are the modem side's counters, as the attribute tree
@@ -162,6 +180,11 @@ type ModemStats struct {
 	IPAnswered     uint64 `json:"ip_answered"`
 	IPDropped      uint64 `json:"ip_dropped"`
 	IPDroppedGated uint64 `json:"ip_dropped_gated"`
+	// IPDroppedOverMTU counts uplink packets the network dropped for
+	// being longer than its MTU (the mtu-1400 quirk); IPNTBGlitches the
+	// downlink NTBs whose sequence number skipped (ntb-sequence-glitch).
+	IPDroppedOverMTU uint64 `json:"ip_dropped_over_mtu"`
+	IPNTBGlitches    uint64 `json:"ip_ntb_sequence_glitches"`
 
 	Connects        uint64 `json:"connects"`
 	Disconnects     uint64 `json:"disconnects"`
@@ -197,6 +220,7 @@ func (f *Functions) Stats() ModemStats {
 		st := f.IPData.Stats()
 		s.IPULPackets, s.IPDLPackets, s.IPAnswered = st.ULPackets, st.DLPackets, st.Answered
 		s.IPDropped, s.IPDroppedGated = st.Dropped(), st.DroppedGated
+		s.IPDroppedOverMTU, s.IPNTBGlitches = st.DroppedOverMTU, st.NTBSequenceGlitches
 	}
 	if f.Modem != nil {
 		st := f.Modem.Stats()
@@ -248,12 +272,24 @@ func NewConfig(e pcigeneric.Entry, opts ModemOptions) (ep.Config, *Functions, er
 
 	mc := opts.Modem
 	mc.Identity = mergeIdentity(Identity(e), mc.Identity)
+	var dc *ipdata.Config
+	if pair := pcigeneric.DataPair(cfg); pair != "" {
+		c := ipdata.Config{Format: pcigeneric.PairFormat(pair)}
+		if opts.IPData != nil {
+			c = *opts.IPData
+		}
+		dc = &c
+	}
+	target := &quirk.Target{Device: &ec, Modem: &mc, IPData: dc}
+	if err := opts.Quirks.Apply(target); err != nil {
+		return ep.Config{}, nil, fmt.Errorf("pcigeneric: mock %s: %w", info.Name, err)
+	}
 	m, err := modem.New(mc)
 	if err != nil {
 		return ep.Config{}, nil, fmt.Errorf("pcigeneric: mock %s: %w", info.Name, err)
 	}
-	fns := &Functions{Modem: m}
-	if err := fns.addDataFunctions(ec.Functions, cfg, opts.IPData); err != nil {
+	fns := &Functions{Modem: m, Quirks: opts.Quirks, target: target}
+	if err := fns.addDataFunctions(ec.Functions, cfg, dc, opts.IPData != nil && opts.IPData.Responder); err != nil {
 		return ep.Config{}, nil, err
 	}
 	if err := fns.addControlFunctions(ec.Functions, cfg, log); err != nil {
@@ -262,16 +298,13 @@ func NewConfig(e pcigeneric.Entry, opts ModemOptions) (ep.Config, *Functions, er
 	return ec, fns, nil
 }
 
-// addDataFunctions puts the IP data function on the model's data pair (ic,
-// or without it loopback in the pair's own framing) and a raw one on the
-// software data pair if the model has it, both gated by the Modem, into
-// fnByPair.
-func (fns *Functions) addDataFunctions(fnByPair map[string]ep.Function, cfg wire.ControllerConfig, ic *ipdata.Config) error {
-	if pair := pcigeneric.DataPair(cfg); pair != "" {
-		dc := ipdata.Config{Format: pcigeneric.PairFormat(pair)}
-		if ic != nil {
-			dc = *ic
-		}
+// addDataFunctions puts the IP data function on the model's data pair (dc:
+// the caller's configuration or loopback in the pair's own framing, with
+// the quirks applied) and a raw one on the software data pair if the model
+// has it (answering if responder), both gated by the Modem, into fnByPair.
+func (fns *Functions) addDataFunctions(fnByPair map[string]ep.Function, cfg wire.ControllerConfig, ic *ipdata.Config, responder bool) error {
+	if pair := pcigeneric.DataPair(cfg); pair != "" && ic != nil {
+		dc := *ic
 		dc.Gate = fns.Modem
 		ipd, err := ipdata.New(dc)
 		if err != nil {
@@ -281,7 +314,7 @@ func (fns *Functions) addDataFunctions(fnByPair map[string]ep.Function, cfg wire
 		fns.DataPair, fns.IPData = pair, ipd
 	}
 	if _, ok := cfg.ChannelByName(SWDataPair, wire.Uplink); ok {
-		sw, err := ipdata.New(ipdata.Config{Format: framing.RawIP, Responder: ic != nil && ic.Responder, Gate: fns.Modem})
+		sw, err := ipdata.New(ipdata.Config{Format: framing.RawIP, Responder: responder, Gate: fns.Modem})
 		if err != nil {
 			return err
 		}

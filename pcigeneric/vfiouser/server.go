@@ -18,6 +18,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
+	"github.com/gomhi/gomhi/mhi/ep/quirk"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser/protocol"
@@ -59,6 +60,9 @@ type DeviceOptions struct {
 	Modem modem.Config
 	// Device, if set, adjusts each session's modem configuration.
 	Device func(*ep.Config)
+	// Quirks are the field failures each session's modem reproduces
+	// (mhi/ep/quirk, docs/QUIRKS.md).
+	Quirks quirk.Set
 	// OnRegister, if set, is called with every BAR0 register access the
 	// client makes, in order, from the session's handler goroutine.
 	OnRegister func(RegisterAccess)
@@ -160,7 +164,7 @@ func NewServerDevice(opts DeviceOptions) (*ServerDevice, error) {
 	d := &ServerDevice{Entry: entry, opts: opts, log: log}
 	d.cfg = func() (ep.Config, *mock.Functions, error) {
 		ec, fns, err := mock.NewConfig(entry, mock.ModemOptions{
-			IPData: opts.IPData, Modem: opts.Modem, Logger: mlog,
+			IPData: opts.IPData, Modem: opts.Modem, Logger: mlog, Quirks: opts.Quirks,
 		})
 		if err != nil {
 			return ep.Config{}, nil, err
@@ -396,6 +400,7 @@ func serveConn(ctx context.Context, conn *net.UnixConn, dev *ServerDevice) error
 		return err
 	}
 	s.modem, s.obs = modem, ec.Observer
+	fns.Start(modem)
 	dev.mu.Lock()
 	dev.modem, dev.fns, dev.irqs = modem, fns, s.irqs
 	dev.mu.Unlock()

@@ -2,6 +2,7 @@ package ipdata
 
 import (
 	"errors"
+	"sync/atomic"
 
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
@@ -31,9 +32,29 @@ type aggWriter interface {
 type ntbAgg struct {
 	ntb.Writer
 	cfg ntb.Config
+	// glitchEvery > 0 makes every glitchEvery-th NTB skip ahead in its
+	// wSequence (Config.NTBSequenceGlitch), counted in glitches.
+	glitchEvery int
+	opened      int
+	glitches    *atomic.Uint64
 }
 
-func (a *ntbAgg) reset(buf []byte) error { return a.Reset(buf, a.cfg) }
+// ntbGlitchSkip is how far a glitching NTB's wSequence jumps ahead.
+const ntbGlitchSkip = 5
+
+func (a *ntbAgg) reset(buf []byte) error {
+	if err := a.Reset(buf, a.cfg); err != nil {
+		return err
+	}
+	if a.glitchEvery > 0 {
+		a.opened++
+		if a.opened%a.glitchEvery == 0 {
+			a.SetSequence(a.Sequence() + ntbGlitchSkip)
+			a.glitches.Add(1)
+		}
+	}
+	return nil
+}
 
 func (a *ntbAgg) reserve(n int) ([]byte, error) { return a.Append(n) }
 

@@ -127,6 +127,22 @@ type Config struct {
 	// Shape makes the modem a slow consumer of one uplink flow (see
 	// ShapeConfig and SetLendRegion); the zero value shapes nothing.
 	Shape ShapeConfig
+	// NetworkMTU, if non-zero, is the MTU of the network behind the
+	// modem: uplink packets longer than it are dropped, silently as a
+	// real network does, and counted in DroppedOverMTU (the mtu-1400
+	// quirk).
+	NetworkMTU int
+	// StrictSession drops uplink packets whose MBIM session (NDP
+	// signature) or QMAP mux id is not the one the modem numbers its
+	// session with (Session, QMAPMux), counted in DroppedSession, as a
+	// modem whose sessions start at mux id 112 does with the host's
+	// session 0 (the sdx72-mux-112 quirk).
+	StrictSession bool
+	// NTBSequenceGlitch, if non-zero, makes every NTBSequenceGlitch-th
+	// downlink NTB skip ahead in its wSequence (counted in
+	// NTBSequenceGlitches), as the firmware behind mhi_wwan_mbim's
+	// "sequence number glitch" storms does (the ntb-sequence-glitch quirk).
+	NTBSequenceGlitch int
 	// Gate, when set, is asked for every packet whether IP data may flow
 	// (a Modem with RequireConnect: only while a session is connected).
 	// Packets it refuses, uplink and generated alike, are dropped and
@@ -207,6 +223,7 @@ type ipCounters struct {
 	droppedShaped, shapedSent, lentReleased      atomic.Uint64
 	lendErrors, droppedGated                     atomic.Uint64
 	droppedOverrun                               atomic.Uint64
+	droppedOverMTU, droppedSession, ntbGlitches  atomic.Uint64
 	ulCsumComputed, ulCsumBad                    atomic.Uint64
 	shapedQueued, lentHeld                       atomic.Int64
 }
@@ -284,6 +301,15 @@ type Stats struct {
 	// the Gate refused them: no data session was connected.
 	DroppedGated uint64
 
+	// DroppedOverMTU counts uplink packets longer than NetworkMTU;
+	// DroppedSession those on a session other than the modem's
+	// (StrictSession).
+	DroppedOverMTU uint64
+	DroppedSession uint64
+	// NTBSequenceGlitches counts downlink NTBs whose wSequence skipped
+	// ahead (NTBSequenceGlitch).
+	NTBSequenceGlitches uint64
+
 	// DroppedOverrun counts generated packets that arrived on the
 	// generator's link (GeneratorConfig.Link) while every downlink buffer
 	// of the modem was taken: a link does not wait, so they are lost.
@@ -299,7 +325,7 @@ type Stats struct {
 // Dropped returns the packets dropped for any reason.
 func (s Stats) Dropped() uint64 {
 	return s.DroppedSunk + s.DroppedAborted + s.DroppedTooLarge + s.DroppedEmpty + s.DroppedReset +
-		s.DroppedNotAnswered + s.DroppedShaped + s.DroppedGated + s.DroppedOverrun
+		s.DroppedNotAnswered + s.DroppedShaped + s.DroppedGated + s.DroppedOverrun + s.DroppedOverMTU + s.DroppedSession
 }
 
 // DeaggErrors returns the malformations the uplink parsers counted.
@@ -361,7 +387,7 @@ func New(cfg Config) (*Function, error) {
 		if _, _, err := ntb.Fit(nc, cfg.MaxAggregate, nil); err != nil {
 			return bad("MaxAggregate %d: %v", cfg.MaxAggregate, err)
 		}
-		f.agg = &ntbAgg{cfg: nc}
+		f.agg = &ntbAgg{cfg: nc, glitchEvery: cfg.NTBSequenceGlitch, glitches: &f.st.ntbGlitches}
 	case framing.QMAP:
 		qc := qmap.Config{Mux: cfg.QMAPMux, Csum: cfg.QMAPCsum, CsumValid: cfg.QMAPCsumValid,
 			MaxPackets: cfg.MaxDatagrams}
@@ -411,36 +437,39 @@ func (f *Function) Mode() Mode { return Mode(f.mode.Load()) }
 func (f *Function) Stats() Stats {
 	c := &f.st
 	s := Stats{
-		ULTransfers:        c.ulTransfers.Load(),
-		ULBytes:            c.ulBytes.Load(),
-		ULPackets:          c.ulPackets.Load(),
-		ULMalformed:        c.ulMalformed.Load(),
-		ULCsumComputed:     c.ulCsumComputed.Load(),
-		ULCsumBad:          c.ulCsumBad.Load(),
-		GenPackets:         c.genPackets.Load(),
-		DLAggregates:       c.dlAggregates.Load(),
-		DLPackets:          c.dlPackets.Load(),
-		DLBytes:            c.dlBytes.Load(),
-		Pending:            uint64(max(c.pending.Load(), 0)),
-		FlushFull:          c.flushFull.Load(),
-		FlushSize:          c.flushSize.Load(),
-		FlushIdle:          c.flushIdle.Load(),
-		FlushTimer:         c.flushTimer.Load(),
-		DroppedSunk:        c.droppedSunk.Load(),
-		DroppedAborted:     c.droppedAborted.Load(),
-		DroppedTooLarge:    c.droppedTooLarge.Load(),
-		DroppedEmpty:       c.droppedEmpty.Load(),
-		DroppedReset:       c.droppedReset.Load(),
-		DroppedNotAnswered: c.droppedNotAnswered.Load(),
-		Answered:           c.answered.Load(),
-		DroppedShaped:      c.droppedShaped.Load(),
-		ShapedQueued:       uint64(max(c.shapedQueued.Load(), 0)),
-		ShapedSent:         c.shapedSent.Load(),
-		LentHeld:           uint64(max(c.lentHeld.Load(), 0)),
-		LentReleased:       c.lentReleased.Load(),
-		LendErrors:         c.lendErrors.Load(),
-		DroppedGated:       c.droppedGated.Load(),
-		DroppedOverrun:     c.droppedOverrun.Load(),
+		ULTransfers:         c.ulTransfers.Load(),
+		ULBytes:             c.ulBytes.Load(),
+		ULPackets:           c.ulPackets.Load(),
+		ULMalformed:         c.ulMalformed.Load(),
+		ULCsumComputed:      c.ulCsumComputed.Load(),
+		ULCsumBad:           c.ulCsumBad.Load(),
+		GenPackets:          c.genPackets.Load(),
+		DLAggregates:        c.dlAggregates.Load(),
+		DLPackets:           c.dlPackets.Load(),
+		DLBytes:             c.dlBytes.Load(),
+		Pending:             uint64(max(c.pending.Load(), 0)),
+		FlushFull:           c.flushFull.Load(),
+		FlushSize:           c.flushSize.Load(),
+		FlushIdle:           c.flushIdle.Load(),
+		FlushTimer:          c.flushTimer.Load(),
+		DroppedSunk:         c.droppedSunk.Load(),
+		DroppedAborted:      c.droppedAborted.Load(),
+		DroppedTooLarge:     c.droppedTooLarge.Load(),
+		DroppedEmpty:        c.droppedEmpty.Load(),
+		DroppedReset:        c.droppedReset.Load(),
+		DroppedNotAnswered:  c.droppedNotAnswered.Load(),
+		Answered:            c.answered.Load(),
+		DroppedShaped:       c.droppedShaped.Load(),
+		ShapedQueued:        uint64(max(c.shapedQueued.Load(), 0)),
+		ShapedSent:          c.shapedSent.Load(),
+		LentHeld:            uint64(max(c.lentHeld.Load(), 0)),
+		LentReleased:        c.lentReleased.Load(),
+		LendErrors:          c.lendErrors.Load(),
+		DroppedGated:        c.droppedGated.Load(),
+		DroppedOverrun:      c.droppedOverrun.Load(),
+		DroppedOverMTU:      c.droppedOverMTU.Load(),
+		DroppedSession:      c.droppedSession.Load(),
+		NTBSequenceGlitches: c.ntbGlitches.Load(),
 	}
 	if p := f.pipe.Load(); p != nil {
 		s.DLDroppedQueued = p.DLDroppedUnits()
@@ -468,10 +497,13 @@ type ulReceive struct {
 	transfer []byte
 	lent     bool
 	held     bool
-	base     uint64
-	slot     int
-	tag      uint16
-	gen      uint64
+	// wrongSession: the packet at hand is on another session than the
+	// modem's (Config.StrictSession).
+	wrongSession bool
+	base         uint64
+	slot         int
+	tag          uint16
+	gen          uint64
 }
 
 // packet handles one uplink packet. inTransfer tells whether pkt is a
@@ -489,6 +521,16 @@ func (r *ulReceive) packet(pkt []byte, inTransfer bool) {
 		r.taken++
 		f.st.ulPackets.Add(1)
 		f.st.droppedGated.Add(1)
+		return
+	case r.wrongSession:
+		r.taken++
+		f.st.ulPackets.Add(1)
+		f.st.droppedSession.Add(1)
+		return
+	case f.cfg.NetworkMTU > 0 && len(pkt) > f.cfg.NetworkMTU:
+		r.taken++
+		f.st.ulPackets.Add(1)
+		f.st.droppedOverMTU.Add(1)
 		return
 	case f.cfg.Shape.UDPPort != 0 && f.shapedFlow(pkt):
 		if f.enqueueShaped(r.p, r.transfer, pkt, r.lent && !r.held && inTransfer, r.base, r.slot, r.tag, r.gen) {
@@ -545,6 +587,7 @@ func (f *Function) Receive(ctx context.Context, p *ep.Pipe, transfer []byte) err
 		before := f.qmapP.Stats
 		_, parseErr = f.qmapP.Parse(transfer, func(pk qmap.Packet) {
 			data, computed := f.ulChecksum(pk)
+			r.wrongSession = f.cfg.StrictSession && pk.Mux != f.cfg.QMAPMux
 			r.packet(data, !computed)
 		})
 		if r.aborted && r.taken == 0 {
@@ -555,7 +598,10 @@ func (f *Function) Receive(ctx context.Context, p *ep.Pipe, transfer []byte) err
 		f.statMu.Unlock()
 	default:
 		before := f.ntbP.Stats
-		_, parseErr = f.ntbP.Parse(transfer, func(d []byte, _ uint8) { r.packet(d, true) })
+		_, parseErr = f.ntbP.Parse(transfer, func(d []byte, sid uint8) {
+			r.wrongSession = f.cfg.StrictSession && sid != f.cfg.Session
+			r.packet(d, true)
+		})
 		if r.aborted && r.taken == 0 {
 			f.ntbP.Stats = before
 		}

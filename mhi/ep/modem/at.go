@@ -552,7 +552,9 @@ func (a *AT) cfun(port *atPort, c *at.Command) atResult {
 		}
 		switch fun {
 		case 1:
-			a.m.SetRadio(true)
+			if err := a.m.PowerRadio(true); err != nil {
+				return cmeErr(at.CMEOperationNotAllowed)
+			}
 		case 0, 4:
 			a.cfunOff = fun
 			a.m.SetRadio(false)

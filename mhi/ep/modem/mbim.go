@@ -2,6 +2,7 @@ package modem
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -381,8 +382,11 @@ func (f *MBIM) send(ctx context.Context, p mbimOut, msg []byte) {
 func (f *MBIM) command(ctx context.Context, p mbimOut, m *mbim.Message) {
 	f.stats.Commands++
 	status, info := mbim.StatusNoDeviceSupport, []byte(nil)
-	if m.Service == mbim.ServiceBasicConnect {
+	switch {
+	case m.Service == mbim.ServiceBasicConnect:
 		status, info = f.basicConnect(m)
+	case m.Service == mbim.ServiceQuectel && f.modem.cfg.FCCLocked:
+		status, info = f.quectelRadioState(m)
 	}
 	if status == mbim.StatusNoDeviceSupport {
 		f.stats.NotSupported++
@@ -500,6 +504,39 @@ func (f *MBIM) malformed(m *mbim.Message, err error) (mbim.Status, []byte) {
 	return mbim.StatusInvalidParameters, nil
 }
 
+// quectelRadioState answers the Quectel service's RADIO_STATE, which an
+// FCC-locked modem offers (Config.FCCLocked): a query reports fcc-locked
+// (4) while the lock holds, else on or off; a set on is Quectel's public
+// FCC unlock (ModemManager's fcc-unlock script for Quectel modules runs
+// 'mbimcli --quectel-set-radio-state=on'): the lock goes and the radio
+// comes on. Called with f.mu held.
+func (f *MBIM) quectelRadioState(m *mbim.Message) (mbim.Status, []byte) {
+	if m.CID != mbim.CIDQuectelRadioState {
+		return mbim.StatusNoDeviceSupport, nil
+	}
+	if m.Command == mbim.CommandSet {
+		v, err := m.Info.U32(0)
+		if err != nil || v != mbim.QuectelRadioOn && v != mbim.QuectelRadioOff {
+			return mbim.StatusInvalidParameters, nil
+		}
+		if v == mbim.QuectelRadioOn {
+			f.modem.UnlockFCC()
+		}
+		if err := f.modem.PowerRadio(v == mbim.QuectelRadioOn); err != nil {
+			return mbim.StatusFailure, nil
+		}
+	}
+	st := mbim.QuectelRadioOff
+	switch {
+	case f.modem.FCCLocked():
+		st = mbim.QuectelRadioFCCLocked
+	case f.modem.Radio():
+		st = mbim.QuectelRadioOn
+	}
+	f.info = binary.LittleEndian.AppendUint32(f.info[:0], st)
+	return mbim.StatusSuccess, f.info
+}
+
 // answerRadioState answers RADIO_STATE; a set switches the radio.
 func (f *MBIM) answerRadioState(m *mbim.Message, set bool, buf []byte) (mbim.Status, []byte) {
 	if set {
@@ -510,7 +547,11 @@ func (f *MBIM) answerRadioState(m *mbim.Message, set bool, buf []byte) (mbim.Sta
 		if req.RadioState > mbim.RadioOn {
 			return mbim.StatusInvalidParameters, nil
 		}
-		f.modem.SetRadio(req.RadioState == mbim.RadioOn)
+		if err := f.modem.PowerRadio(req.RadioState == mbim.RadioOn); err != nil {
+			// FCC-locked: the radio stays off (ModemManager then runs its
+			// FCC unlock dispatcher).
+			return mbim.StatusOperationNotAllowed, f.radioState().AppendTo(buf)
+		}
 	}
 	return mbim.StatusSuccess, f.radioState().AppendTo(buf)
 }
@@ -751,6 +792,7 @@ func (f *MBIM) connect(m *mbim.Message, buf []byte) (mbim.Status, []byte) {
 	}
 	switch req.ActivationCommand {
 	case mbim.ActivationCommandDeactivate:
+		f.modem.ReleasePDN()
 		f.modem.Disconnect()
 		return reply(mbim.StatusSuccess)
 	case mbim.ActivationCommandActivate:
@@ -767,6 +809,12 @@ func (f *MBIM) connect(m *mbim.Message, buf []byte) (mbim.Status, []byte) {
 		return reply(mbim.StatusSuccess)
 	case errors.Is(err, ErrNoAPN):
 		return reply(mbim.StatusInvalidAccessString)
+	case errors.Is(err, ErrPDNHeld):
+		// The modem's autoconnect holds the PDN (OpenMPTCProuter #4030,
+		// QModem #251): the status the reports show.
+		return reply(mbim.StatusContextNotActivated)
+	case errors.Is(err, ErrCrashed):
+		return reply(mbim.StatusFailure) // the reply is lost in the crash anyway
 	case errors.Is(err, ErrRadioOff):
 		return reply(mbim.StatusRadioPowerOff)
 	case errors.Is(err, ErrSessionActive):

@@ -93,6 +93,31 @@ type Config struct {
 	// RSSI is the signal in the 0–31 scale of 3GPP 27.007 (+CSQ); zero
 	// means the default, 20 (about -73 dBm).
 	RSSI int
+
+	// The field failures below are what the quirks of mhi/ep/quirk set
+	// (docs/QUIRKS.md).
+
+	// FCCLocked starts the modem FCC-locked, as Lenovo/Foxconn and
+	// Quectel modules ship: its radio is off and every request to switch
+	// it on fails (ErrFCCLocked: MBIM RADIO_STATE set answers
+	// OPERATION_NOT_ALLOWED, QMI DMS SET_OPERATING_MODE online
+	// InvalidTransition, AT+CFUN=1 an error) until UnlockFCC. The lock
+	// survives Restart, as a real module's does a crash.
+	FCCLocked bool
+	// AutoconnectPDN models the modem's own autoconnect holding the
+	// default PDN: every session activation the host asks for fails with
+	// ErrPDNHeld (MBIM CONNECT: CONTEXT_NOT_ACTIVATED; QMI START_NETWORK:
+	// CallFailed, call-end reason 241) until the host first deactivates
+	// (MBIM CONNECT deactivate, QMI STOP_NETWORK or disabling autoconnect
+	// with WDS SET_AUTOCONNECT_SETTINGS), which releases the PDN for good.
+	AutoconnectPDN bool
+	// CrashOnConnect, if set, is called instead of completing the first
+	// session activation the host asks for (MBIM CONNECT activate, QMI
+	// START_NETWORK): the firmware crashes right when a session connects.
+	// The activation fails with ErrCrashed; the function (pcigeneric/mock
+	// binds it) raises SYS_ERR and restarts the modem. Later activations
+	// proceed normally.
+	CrashOnConnect func()
 }
 
 // Default identity strings, used for fields left empty.
@@ -123,6 +148,15 @@ var (
 	ErrSessionActive = errors.New("modem: a session is already connected")
 	// ErrNoSession: the operation names a session that is not the active one.
 	ErrNoSession = errors.New("modem: no such active session")
+	// ErrFCCLocked: the radio cannot be switched on: the modem is
+	// FCC-locked until the vendor's unlock procedure (Config.FCCLocked).
+	ErrFCCLocked = errors.New("modem: radio FCC-locked")
+	// ErrPDNHeld: the modem's own autoconnect holds the default PDN
+	// (Config.AutoconnectPDN); deactivate first.
+	ErrPDNHeld = errors.New("modem: the default PDN is held by the modem's autoconnect")
+	// ErrCrashed: the modem crashed while activating the session
+	// (Config.CrashOnConnect).
+	ErrCrashed = errors.New("modem: the firmware crashed while connecting")
 )
 
 // RegisterState is the network registration state.
@@ -188,7 +222,12 @@ type Modem struct {
 	nextID   uint32
 	subs     map[int]func(Event)
 	nextSub  int
-	dataOpen atomic.Bool // what DataAllowed answers, updated under mu
+	// The field failures' state (Config): the FCC lock, the PDN the
+	// modem's autoconnect holds, the crash still due.
+	fccLocked bool
+	pdnHeld   bool
+	crashDue  bool
+	dataOpen  atomic.Bool // what DataAllowed answers, updated under mu
 
 	connects, disconnects, connectFail, restarts atomic.Uint64
 }
@@ -256,7 +295,11 @@ func New(cfg Config) (*Modem, error) {
 			return nil, fmt.Errorf("%w: IPv6 DNS server %v", ErrConfig, d)
 		}
 	}
-	m := &Modem{cfg: cfg, radio: !cfg.RadioOff, rssi: cfg.RSSI, subs: map[int]func(Event){}}
+	if cfg.FCCLocked {
+		cfg.RadioOff = true
+	}
+	m := &Modem{cfg: cfg, radio: !cfg.RadioOff, rssi: cfg.RSSI, subs: map[int]func(Event){},
+		fccLocked: cfg.FCCLocked, pdnHeld: cfg.AutoconnectPDN, crashDue: cfg.CrashOnConnect != nil}
 	m.attached = m.radio
 	m.updateGateLocked()
 	return m, nil
@@ -331,6 +374,53 @@ func (m *Modem) SetRadio(on bool) {
 	m.updateGateLocked()
 	m.mu.Unlock()
 	m.publish(evs...)
+}
+
+// PowerRadio switches the radio as a host's request does (MBIM
+// RADIO_STATE set, QMI DMS SET_OPERATING_MODE, AT+CFUN): as SetRadio, but
+// switching it on fails with ErrFCCLocked while the modem is FCC-locked.
+func (m *Modem) PowerRadio(on bool) error {
+	m.mu.Lock()
+	locked := m.fccLocked
+	m.mu.Unlock()
+	if on && locked {
+		return fmt.Errorf("modem: radio on: %w (unlock: the vendor's FCC unlock procedure)", ErrFCCLocked)
+	}
+	m.SetRadio(on)
+	return nil
+}
+
+// FCCLocked reports whether the modem is FCC-locked.
+func (m *Modem) FCCLocked() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.fccLocked
+}
+
+// UnlockFCC lifts the FCC lock, as the vendor's unlock procedure does;
+// the radio stays off until the host switches it on.
+func (m *Modem) UnlockFCC() {
+	m.mu.Lock()
+	m.fccLocked = false
+	m.mu.Unlock()
+}
+
+// ReleasePDN ends what holds the default PDN (Config.AutoconnectPDN): the
+// host deactivated, or disabled the modem's autoconnect. It reports
+// whether the PDN was held.
+func (m *Modem) ReleasePDN() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	held := m.pdnHeld
+	m.pdnHeld = false
+	return held
+}
+
+// PDNHeld reports whether the modem's autoconnect holds the default PDN.
+func (m *Modem) PDNHeld() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pdnHeld
 }
 
 // Restart models the baseband restarting, as it does when the modem
@@ -458,9 +548,25 @@ func (m *Modem) Connect(apn string, t IPType) (Session, error) {
 	}
 	m.mu.Lock()
 	if !m.radio {
+		locked := m.fccLocked
 		m.mu.Unlock()
 		m.connectFail.Add(1)
+		if locked {
+			return Session{}, fmt.Errorf("modem: connect: %w: %w", ErrRadioOff, ErrFCCLocked)
+		}
 		return Session{}, fmt.Errorf("modem: connect: %w", ErrRadioOff)
+	}
+	if m.pdnHeld && !m.session.Active {
+		m.mu.Unlock()
+		m.connectFail.Add(1)
+		return Session{}, fmt.Errorf("modem: connect: %w", ErrPDNHeld)
+	}
+	if m.crashDue {
+		m.crashDue = false
+		m.mu.Unlock()
+		m.connectFail.Add(1)
+		m.cfg.CrashOnConnect()
+		return Session{}, fmt.Errorf("modem: connect: %w", ErrCrashed)
 	}
 	if m.session.Active {
 		s := m.session

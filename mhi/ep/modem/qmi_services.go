@@ -94,6 +94,10 @@ const (
 	wdsCERClientEnd     = 2
 	wdsCERNoService     = 3
 	wdsCERReleaseNormal = 5
+	// wdsCERPDNHeld is the call-end reason the reports of a modem whose
+	// own autoconnect holds the default PDN show (OpenMPTCProuter #4030,
+	// QModem #251).
+	wdsCERPDNHeld = 241
 )
 
 // dms answers DMS requests.
@@ -205,7 +209,10 @@ func (q *QMI) setOperatingMode(r *qmiReq) {
 	}
 	switch v[0] {
 	case dmsModeOnline:
-		q.m.SetRadio(true)
+		if err := q.m.PowerRadio(true); err != nil {
+			r.fail(qmi.ErrInvalidTransition) // FCC-locked: what ModemManager reads as the lock
+			return
+		}
 	case dmsModeLowPower, dmsModeOffline, dmsModePersistentLowPower, dmsModeOnlyLowPower:
 		q.offMode = v[0]
 		q.m.SetRadio(false)
@@ -688,7 +695,16 @@ func (q *QMI) wds(r *qmiReq) {
 		r.ok() // packet service status indications go to call holders anyway
 	case qmi.WDSGetAutoconnectSettings:
 		r.ok()
-		r.b.TLVU8(0x01, 0) // autoconnect disabled
+		if q.m.PDNHeld() {
+			r.b.TLVU8(0x01, 1) // enabled: it holds the default PDN
+		} else {
+			r.b.TLVU8(0x01, 0) // autoconnect disabled
+		}
+	case qmi.WDSSetAutoconnectSettings:
+		if v, ok := r.f.TLVs.Find(0x01); ok && len(v) == 1 && v[0] == 0 {
+			q.m.ReleasePDN()
+		}
+		r.ok()
 	case qmi.WDSGetLTEAttachPDNList:
 		r.ok()
 		r.b.Begin(0x10) // current list: the default profile
@@ -723,6 +739,10 @@ func (q *QMI) stopNetwork(r *qmiReq) {
 	}
 	rd := qmi.NewReader(v)
 	h := rd.U32()
+	if c.call == nil && h == wdsGlobalHandle && q.m.ReleasePDN() {
+		r.ok() // the call the modem's autoconnect held ends
+		return
+	}
 	if c.call == nil {
 		r.fail(qmi.ErrNoEffect)
 		return
@@ -906,6 +926,9 @@ func (q *QMI) startNetwork(r *qmiReq) {
 			q.ownSession = s.ID
 		case errors.Is(err, ErrNoAPN):
 			callFailed(wdsCERUnspecified, true)
+			return
+		case errors.Is(err, ErrPDNHeld):
+			callFailed(wdsCERPDNHeld, false)
 			return
 		case errors.Is(err, ErrRadioOff), errors.Is(err, ErrDetached):
 			callFailed(wdsCERNoService, false)

@@ -56,6 +56,10 @@ var (
 	ServiceDSS                      = mustUUID("c08a26dd-7718-4382-8482-6e0d583c4d0e")
 	ServiceMSBasicConnectExtensions = mustUUID("3d01dcc5-fef5-4d05-0d3a-bef7058e9aaf")
 	ServiceQMI                      = mustUUID("d1a30bc2-f97a-6e43-bf65-c7e24fb0f0d3")
+	// ServiceQuectel is Quectel's vendor service (libmbim's uuid_quectel,
+	// since 1.26.2): its RADIO_STATE is the FCC unlock ModemManager's
+	// Quectel fcc-unlock script sends ('mbimcli --quectel-set-radio-state=on').
+	ServiceQuectel = mustUUID("11223344-5566-7788-99aa-bbccddeeff11")
 	// ServiceProxyControl is libmbim's private service between mbim-proxy
 	// and its clients; it never reaches a device.
 	ServiceProxyControl = mustUUID("838cf7fb-8d0d-4d7f-871e-d71dbefbb39b")
@@ -71,5 +75,15 @@ var serviceNames = map[UUID]string{
 	ServiceBasicConnect: "BASIC_CONNECT", ServiceSMS: "SMS", ServiceUSSD: "USSD",
 	ServicePhonebook: "PHONEBOOK", ServiceSTK: "STK", ServiceAuth: "AUTH", ServiceDSS: "DSS",
 	ServiceMSBasicConnectExtensions: "MS_BASIC_CONNECT_EXTENSIONS", ServiceQMI: "QMI",
-	ServiceProxyControl: "PROXY_CONTROL",
+	ServiceProxyControl: "PROXY_CONTROL", ServiceQuectel: "QUECTEL",
 }
+
+// CIDQuectelRadioState is the Quectel service's RADIO_STATE (set: u32
+// state; query: empty; response: u32 state), and its states
+// (MbimQuectelRadioSwitchState).
+const (
+	CIDQuectelRadioState  uint32 = 1
+	QuectelRadioOff       uint32 = 0
+	QuectelRadioOn        uint32 = 1
+	QuectelRadioFCCLocked uint32 = 4
+)

@@ -90,7 +90,7 @@ func Open(path string, opts OpenOptions) (*Remote, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ctrl, err := mhi.NewController(tr, cfg, mhi.Options{Name: opts.Name, Logger: log,
+	ctrl, err := mhi.NewController(tr, cfg, mhi.Options{Name: opts.Name, Logger: log, NoM3: e.Info.NoM3,
 		Firmware: pcigeneric.FirmwareFromDir(e.Info, opts.FirmwareDir), RDDMSize: opts.RDDMSize})
 	if err != nil {
 		_ = tr.Close()
