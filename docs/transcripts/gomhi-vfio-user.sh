@@ -1,7 +1,7 @@
 #!/bin/sh
 # gomhi's side of the transcript comparison (docs/FIDELITY.md §10): the
 # served mock modem records gomhi's host ('mhictl up --vfio-user', with a
-# TUN) pinging the gateway five times, then stopped by SIGTERM.
+# TUN) pinging the gateway ten times, then stopped by SIGTERM.
 #   unshare -n sh docs/transcripts/gomhi-vfio-user.sh MODEL OUT.jsonl [MHICTL] [PING]
 # (root, in a network namespace of its own: it configures a TUN.)
 # TestTranscriptLinux (cmd/mhictl) runs the same scenario.
@@ -15,7 +15,7 @@ i=0; while [ ! -S "$dir/m.sock" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); d
 "$mhictl" up --vfio-user "$dir/m.sock" --tun mhi0 --tun-addr 192.0.2.1/24 --run-dir "$dir/run" 2>"$dir/up.log" &
 up=$!
 i=0; while ! grep -q ready "$dir/up.log" && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
-$ping -c 5 -W 5 192.0.2.2
+$ping -c 10 -W 5 192.0.2.2
 kill -TERM $up; wait $up
 kill -TERM $srv; wait $srv
 rm -rf "$dir"
