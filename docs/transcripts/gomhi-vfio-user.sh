@@ -4,7 +4,7 @@
 # TUN) pinging the gateway ten times, then stopped by SIGTERM.
 #   unshare -n sh docs/transcripts/gomhi-vfio-user.sh MODEL OUT.jsonl [MHICTL] [PING]
 # (root, in a network namespace of its own: it configures a TUN.)
-# TestTranscriptLinux (cmd/mhictl) runs the same scenario.
+# TestTranscriptAgainstLinux (cmd/mhictl) runs the same scenario, and compares.
 set -e
 model=$1 out=$2 mhictl=${3:-mhictl} ping=${4:-ping}
 dir=$(mktemp -d)
