@@ -150,7 +150,8 @@ func (c *Controller) checkBlock(name string, off uint32, size uint64, regLen uin
 }
 
 // initMMIO reads the device's doorbell offsets and programs the context
-// bases, the event ring counts and the address limits, in Linux's order.
+// bases, the address limits and the event ring counts (NER, then NHWER, a
+// read-modify-write each), in Linux's order.
 // readLayout has checked MHIREGLEN and BHIOFF.
 func (c *Controller) initMMIO() error {
 	var err error
@@ -189,10 +190,6 @@ func (c *Controller) initMMIO() error {
 			return err
 		}
 	}
-	nhwer := uint32(c.cfg.HWEventRings())
-	if err := c.rmw(wire.RegMHICFG, wire.MHICFGNERMask|wire.MHICFGNHWERMask, ner<<wire.MHICFGNERShift|nhwer<<wire.MHICFGNHWERShift); err != nil {
-		return err
-	}
 	const iovaStop = 0xFFFFFFFF // 32-bit DMA width, as every modem in Linux's table
 	for _, w := range []struct {
 		off uint32
@@ -207,7 +204,12 @@ func (c *Controller) initMMIO() error {
 			return err
 		}
 	}
-	return nil
+	// The event ring counts last, one field at a time, as Linux 6.1 to 7.3
+	// do (their transcripts: docs/FIDELITY.md §10).
+	if err := c.rmw(wire.RegMHICFG, wire.MHICFGNERMask, ner<<wire.MHICFGNERShift); err != nil {
+		return err
+	}
+	return c.rmw(wire.RegMHICFG, wire.MHICFGNHWERMask, uint32(c.cfg.HWEventRings())<<wire.MHICFGNHWERShift)
 }
 
 func (c *Controller) chdb(ch uint8) uint32 { return c.chdbOff + wire.DoorbellStride*uint32(ch) }

@@ -163,3 +163,109 @@ func TestTranscriptUpAndServe(t *testing.T) {
 		t.Fatalf("up --vfio-user --transcript: %v", err)
 	}
 }
+
+// linuxTranscripts holds Linux's transcripts and the scenario's scripts
+// (docs/transcripts; docs/FIDELITY.md §10).
+var linuxTranscripts = filepath.Join("..", "..", "docs", "transcripts")
+
+// Kernels and models of the comparison with Linux's host.
+var (
+	transcriptKernels = []string{"6.1", "6.12", "7.3"}
+	transcriptModels  = []string{"telit-fn990", "qcom-sdx55m"}
+)
+
+// linuxFixture is Linux's transcript of kernel on model, recorded in the
+// lab by TestTranscriptLinuxCurrent's scenario.
+func linuxFixture(kernel, model string) string {
+	return filepath.Join(linuxTranscripts, "linux-"+kernel+"-"+model+".jsonl")
+}
+
+// recordGomhiPinging records gomhi's host on model pinging the gateway
+// ten times (as the lab's ping.sh: 56 bytes of data), then stopped: over
+// vfio-user against 'modem serve --transcript', or with the embedded mock
+// ('up --transcript'). Root, in the test's network namespace.
+func recordGomhiPinging(t *testing.T, model string, vfioUser bool) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "gomhi.jsonl")
+	var u *upProc
+	var stopServer func()
+	if vfioUser {
+		srv, sock, srvLog := serveModem(t, "--model", model, "--transcript", f)
+		u = startUp(t, "--vfio-user", sock)
+		stopServer = func() { sigterm(t, srv, srvLog) }
+	} else {
+		u = startUp(t, "--model", model, "--transcript", f)
+	}
+	for i := uint16(1); i <= 10; i++ {
+		if !pingData(t, i, make([]byte, 56)) {
+			t.Fatalf("%s: ping %d not answered:\n%s", model, i, u.logText())
+		}
+	}
+	u.stop(t)
+	if stopServer != nil {
+		stopServer()
+	}
+	return f
+}
+
+// diffAgainstLinux compares gomhi's transcript with Linux's of every
+// kernel under the rules: nothing unexplained, hundreds of records.
+func diffAgainstLinux(t *testing.T, model, gomhi, what string) {
+	t.Helper()
+	for _, k := range transcriptKernels {
+		out, err := run(t, "transcript", "diff", linuxFixture(k, model), gomhi, "--json", "--rules", transcriptRules)
+		var res transcript.Result
+		if jerr := json.Unmarshal([]byte(out), &res); jerr != nil {
+			t.Fatalf("%v\n%s", jerr, out)
+		}
+		if err != nil || res.Unexplained != 0 || res.Compared < 200 {
+			text, _ := run(t, "transcript", "diff", linuxFixture(k, model), gomhi, "--rules", transcriptRules)
+			t.Errorf("Linux %s against gomhi's host (%s) on %s: %v, %d compared, %d unexplained\n%s", k, what, model, err, res.Compared, res.Unexplained, text)
+			continue
+		}
+		t.Logf("Linux %s against gomhi's host (%s) on %s: %d records compared, %d differences, all explained", k, what, model, res.Compared, len(res.Differences))
+	}
+}
+
+// TestTranscriptAgainstLinux: gomhi's host ('mhictl up --vfio-user' on a
+// served modem, and 'mhictl up' on the embedded mock) pinging ten times
+// and stopped programs the device as Linux 6.1's, 6.12's and 7.3's hosts
+// do in the lab (their checked-in transcripts: the guest pinging ten
+// times and powering off), but for the differences
+// docs/transcript-rules.yaml explains, on telit-fn990 and qcom-sdx55m.
+// TestTranscriptLinuxCurrent keeps the Linux transcripts current.
+func TestTranscriptAgainstLinux(t *testing.T) {
+	if !inNetns(t) {
+		return
+	}
+	for _, model := range transcriptModels {
+		diffAgainstLinux(t, model, recordGomhiPinging(t, model, true), "vfio-user")
+		diffAgainstLinux(t, model, recordGomhiPinging(t, model, false), "in process")
+	}
+}
+
+// TestTranscriptLinuxCurrent runs the Linux side of the comparison in the
+// lab — Linux's drivers in the guest, docs/transcripts/ping.sh, the guest
+// powering off — once per kernel (one model each, in turn), and requires
+// the record to match the checked-in one with no rule at all: Linux's
+// host does the same each run, so a difference means the kernel package
+// or the served modem changed and the fixture must be recorded again
+// (docs/FIDELITY.md §10 says how).
+func TestTranscriptLinuxCurrent(t *testing.T) {
+	needLab(t)
+	script := filepath.Join(linuxTranscripts, "ping.sh")
+	for i, k := range transcriptKernels {
+		model := transcriptModels[i%len(transcriptModels)]
+		f := filepath.Join(t.TempDir(), "linux.jsonl")
+		status, out, errOut := labRun(t, "--kernel", k, "--model", model, "--serve-args", "--transcript "+f, script)
+		if status != 0 {
+			t.Fatalf("Linux %s on %s: lab exit %d\n%s\n%s", k, model, status, out, errOut)
+		}
+		diff, err := run(t, "transcript", "diff", linuxFixture(k, model), f)
+		if err != nil {
+			t.Errorf("Linux %s on %s: the checked-in transcript is not current: %v\n%s", k, model, err, diff)
+			continue
+		}
+		t.Logf("Linux %s on %s: %s", k, model, strings.TrimSpace(diff))
+	}
+}

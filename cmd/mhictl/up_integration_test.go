@@ -121,12 +121,18 @@ func udpEcho(t *testing.T, n int) (sent, got int) {
 // ping sends one ICMP echo request through a raw socket and waits for the reply.
 func ping(t *testing.T, seq uint16) bool {
 	t.Helper()
+	return pingData(t, seq, []byte("gomhi"))
+}
+
+// pingData is ping with data as the request's payload.
+func pingData(t *testing.T, seq uint16, data []byte) bool {
+	t.Helper()
 	c, err := net.ListenPacket("ip4:icmp", "198.18.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	req := []byte{8, 0, 0, 0, 0x47, 0x4d, byte(seq >> 8), byte(seq), 'g', 'o', 'm', 'h', 'i'}
+	req := append([]byte{8, 0, 0, 0, 0x47, 0x4d, byte(seq >> 8), byte(seq)}, data...)
 	binary.BigEndian.PutUint16(req[2:], icmpChecksum(req))
 	if _, err := c.WriteTo(req, &net.IPAddr{IP: net.IPv4(198, 18, 0, 2)}); err != nil {
 		t.Fatal(err)

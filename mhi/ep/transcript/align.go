@@ -70,10 +70,18 @@ func orderKind(stream string) DiffKind {
 
 // identity is what two records must share to be compared field by field.
 func identity(rec *Record) string {
+	if c, ok := rec.Fields["for"]; ok {
+		// A command's doorbell or completion (commandsRung).
+		return string(rec.Kind) + " " + rec.Name + " for " + c
+	}
 	switch rec.Kind {
 	case KindRegWrite, KindRegRead, KindDoorbell, KindContext:
 		return string(rec.Kind) + " " + rec.Name
 	case KindElement, KindEvent:
+		if chn, ok := rec.Fields["chan"]; ok && rec.Name == "cmd" {
+			// A command for another channel is another command.
+			return string(rec.Kind) + " " + rec.Fields["type"] + " chan=" + chn
+		}
 		return string(rec.Kind) + " " + rec.Fields["type"]
 	}
 	return string(rec.Kind)
@@ -148,6 +156,9 @@ func fieldDiffs(k groupKey, a, b *Record) []Difference {
 	}
 	var ds []Difference
 	for _, f := range unionKeys(a.Fields, b.Fields) {
+		if k.stream == "cmd" && (f == "slot" || f == "cmd") {
+			continue // positions, left out of the comparison (classify)
+		}
 		if a.Fields[f] != b.Fields[f] {
 			ds = append(ds, Difference{Kind: kind, Phase: k.phase, Where: k.stream, Field: f,
 				A: a.Fields[f], B: b.Fields[f]})

@@ -241,6 +241,7 @@ func TestRulesRejected(t *testing.T) {
 		{"unknown kind", "rules:\n  - kind: nonsense\n    reason: r\n"},
 		{"unknown key", "rules:\n  - kinds: missing\n    reason: r\n"},
 		{"bad pattern", "rules:\n  - where: \"[\"\n    reason: r\n"},
+		{"bad regexp", "rules:\n  - a: \"(\"\n    reason: r\n"},
 		{"not yaml", "rules: [\n"},
 	} {
 		if _, err := transcript.ParseRules([]byte(tc.yaml)); !errors.Is(err, transcript.ErrRules) {
@@ -262,6 +263,14 @@ func TestRuleMatching(t *testing.T) {
     reason: the one
   - where: "context:er*"
     reason: the other
+  - where: irq
+    a: "^irq vector=0$"
+    reason: the shared vector
+  - kind: register-value
+    field: MHICFG
+    a: "^0x2040280$"
+    b: "^0x2060280$"
+    reason: the table
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -278,6 +287,11 @@ func TestRuleMatching(t *testing.T) {
 		{transcript.Difference{Kind: transcript.DiffElementField, Field: "flags", Phase: "channel-start", Where: "element:ch101"}, ""},
 		{transcript.Difference{Kind: transcript.DiffContextField, Field: "msivec", Phase: "power-up", Where: "context:er1"}, "the other"},
 		{transcript.Difference{Kind: transcript.DiffContextField, Field: "msivec", Phase: "power-up", Where: "context:ch1"}, ""},
+		{transcript.Difference{Kind: transcript.DiffMissing, Phase: "data", Where: "irq", A: "irq vector=0"}, "the shared vector"},
+		{transcript.Difference{Kind: transcript.DiffMissing, Phase: "data", Where: "irq", A: "irq vector=10"}, ""},
+		{transcript.Difference{Kind: transcript.DiffExtra, Phase: "data", Where: "irq", B: "irq vector=0"}, ""},
+		{transcript.Difference{Kind: transcript.DiffRegisterValue, Field: "MHICFG", Where: "reg-write", A: "0x2040280", B: "0x2060280"}, "the table"},
+		{transcript.Difference{Kind: transcript.DiffRegisterValue, Field: "MHICFG", Where: "reg-write", A: "0x2040280", B: "0x2070280"}, ""},
 	} {
 		if got := rs.Explain(tc.d); got != tc.want {
 			t.Errorf("%+v: explained by %q, want %q", tc.d, got, tc.want)

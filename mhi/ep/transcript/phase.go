@@ -74,7 +74,12 @@ func isState(rec *Record, st wire.State) bool {
 	return rec.Kind == KindState && rec.Fields["state"] == st.String()
 }
 
+// isCommand reports a command of type t, or the doorbell that rings it
+// (commandsRung): the doorbell begins the command's phase.
 func isCommand(rec *Record, t wire.PacketType) bool {
+	if rec.Kind == KindDoorbell && rec.Name == "cmd" {
+		return strings.HasPrefix(rec.Fields["for"], t.String()+" ")
+	}
 	return rec.Kind == KindElement && rec.Name == "cmd" && rec.Fields["type"] == t.String()
 }
 
@@ -121,9 +126,13 @@ func prepare(recs []Record) []item {
 	// host's initial wp, compared in order; a doorbell that comes late from
 	// before a reset (an event the host was still handling) is not it.
 	seenER := map[string]bool{}
+	about := commandsRung(recs)
 	items := make([]item, 0, len(recs))
 	for i := range recs {
 		rec := &recs[i]
+		if c, ok := about[i]; ok {
+			rec = withCommand(rec, c)
+		}
 		p.step(i, rec)
 		if rec.Kind == KindRegWrite && rec.Name == "ECABAP_LOWER" {
 			clear(seenER)

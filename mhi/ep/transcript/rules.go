@@ -33,6 +33,12 @@ type Rule struct {
 	// difference's stream names (element:ch101, event:er2/ch101) or its
 	// record's chan field.
 	Channels []int `yaml:"channels"`
+	// A and B are regular expressions the difference's A and B (a
+	// record's text, or a field's value) must match: "^0$", "^irq
+	// vector=0$"; one with A only never matches a difference that has no A
+	// (an extra record).
+	A string `yaml:"a"`
+	B string `yaml:"b"`
 	// Reason says why the difference is expected.
 	Reason string `yaml:"reason"`
 }
@@ -74,6 +80,11 @@ func ParseRules(b []byte) (*Rules, error) {
 		if _, err := path.Match(r.Where, ""); err != nil {
 			return nil, fmt.Errorf("%w: rule %d: where %q: %w", ErrRules, i+1, r.Where, err)
 		}
+		for _, re := range []string{r.A, r.B} {
+			if _, err := regexp.Compile(re); err != nil {
+				return nil, fmt.Errorf("%w: rule %d: %w", ErrRules, i+1, err)
+			}
+		}
 	}
 	return &rs, nil
 }
@@ -104,6 +115,9 @@ func (r Rule) matches(d Difference) bool {
 			return false
 		}
 	}
+	if !matchesText(r.A, d.A) || !matchesText(r.B, d.B) {
+		return false
+	}
 	if len(r.Channels) == 0 {
 		return true
 	}
@@ -123,6 +137,16 @@ var (
 	streamChannel = regexp.MustCompile(`(?:^|[:/])ch([0-9]+)$`)
 	fieldChannel  = regexp.MustCompile(`\bchan=([0-9]+)\b`)
 )
+
+// matchesText reports whether text matches the regular expression re ("":
+// anything). ParseRules has checked re; a bad one matches nothing.
+func matchesText(re, text string) bool {
+	if re == "" {
+		return true
+	}
+	ok, err := regexp.MatchString(re, text)
+	return err == nil && ok
+}
 
 // channelOf finds the channel a difference is about: in its stream, or in
 // the chan field of its records.
