@@ -10,6 +10,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/testenv/logbuf"
 	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/mhinet/mhinettest"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
@@ -21,25 +22,9 @@ func newQuirkRig(t *testing.T, model, quirks string, dc *ipdata.Config, cfg mhin
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := mock.Open(mock.Options{Model: model, Quirks: set, IPData: dc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close() })
-	if err := m.Controller.PowerUp(); err != nil {
-		t.Fatal(err)
-	}
 	rx := newCollector()
-	cfg.Pair = m.DataPair
-	d, err := mhinet.New(m.Controller, cfg, rx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Up(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Down() })
-	return &rig{mock: m, dev: d, rx: rx}
+	r := mhinettest.New(t, mhinettest.Options{Model: model, IPData: dc, Quirks: set, Net: &cfg, Receiver: rx})
+	return &rig{mock: r.Mock, dev: r.Net, rx: rx}
 }
 
 // TestQuirkSDX72Mux112: the modem sends the session as mux id 112; the

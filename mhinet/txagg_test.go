@@ -16,6 +16,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
 	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/mhinet/mhinettest"
 	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
@@ -73,34 +74,18 @@ func (r *ulRecorder) snapshot() []ulXfer {
 func newRecRig(t *testing.T, model string, dev ipdata.Config, cfg mhinet.Config) (*rig, *ulRecorder) {
 	t.Helper()
 	rec := &ulRecorder{qmap: dev.Format == framing.QMAP}
-	m, err := mock.Open(mock.Options{Model: model, IPData: &dev, Device: func(c *ep.Config) {
+	rx := newCollector()
+	r := mhinettest.New(t, mhinettest.Options{Model: model, IPData: &dev, Net: &cfg, Receiver: rx, Device: func(c *ep.Config) {
 		name := pcigeneric.DataPair(c.MHI) // not IP_SW0, which the mock also serves
 		if fn, ok := c.Functions[name].(*ipdata.Function); ok {
 			rec.inner = fn
 			c.Functions[name] = rec
 		}
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if rec.inner == nil {
 		t.Fatal("no IP data function to record")
 	}
-	t.Cleanup(func() { _ = m.Close() })
-	if err := m.Controller.PowerUp(); err != nil {
-		t.Fatal(err)
-	}
-	rx := newCollector()
-	cfg.Pair = m.DataPair
-	d, err := mhinet.New(m.Controller, cfg, rx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Up(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Down() })
-	return &rig{mock: m, dev: d, rx: rx}, rec
+	return &rig{mock: r.Mock, dev: r.Net, rx: rx}, rec
 }
 
 // waitStats polls until cond holds or 10 s pass.

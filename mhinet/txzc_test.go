@@ -10,6 +10,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/mhinet/mhinettest"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
@@ -77,25 +78,10 @@ type zcRig struct {
 // a zero-copy device on it, and forwards the lend region to the modem.
 func newZCRig(t testing.TB, shape ipdata.ShapeConfig, cfg mhinet.Config) *zcRig {
 	t.Helper()
-	m, err := mock.Open(mock.Options{IPData: &ipdata.Config{Format: framing.RawIP, Shape: shape}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close() })
-	if err := m.Controller.PowerUp(); err != nil {
-		t.Fatal(err)
-	}
 	rx := newUDPCollector()
-	cfg.Pair = m.DataPair
 	cfg.TXZeroCopy = true
-	d, err := mhinet.New(m.Controller, cfg, rx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Up(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Down() })
+	r := mhinettest.New(t, mhinettest.Options{IPData: &ipdata.Config{Format: framing.RawIP, Shape: shape}, Net: &cfg, Receiver: rx})
+	m, d := r.Mock, r.Net
 	reg, err := d.ZeroCopyRegion()
 	if err != nil {
 		t.Fatal(err)

@@ -49,6 +49,7 @@ func dfPing(t *testing.T, size int, seq uint16) (bool, error) {
 		return false, err
 	}
 	buf := make([]byte, 65536)
+	// Not poll: blocking reads under one read deadline, nothing to poll.
 	deadline := time.Now().Add(2 * time.Second)
 	for {
 		_ = c.SetReadDeadline(deadline)

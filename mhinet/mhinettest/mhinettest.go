@@ -12,6 +12,7 @@ import (
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
+	"github.com/gomhi/gomhi/mhi/ep/quirk"
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
@@ -28,10 +29,13 @@ type Options struct {
 	// IPData configures the mock modem's IP data function, as
 	// mock.Options.IPData (nil: internal loopback in the pair's framing).
 	IPData *ipdata.Config
+	// Quirks are the field failures the mock modem reproduces, as
+	// mock.Options.Quirks (docs/QUIRKS.md).
+	Quirks quirk.Set
 	// MHI, if set, replaces the model: the device is a bare ep.Device
 	// offering this channel configuration, with no functions but those
 	// Device gives it, and the controller is built for the same
-	// configuration. Model and IPData must be unset.
+	// configuration. Model, IPData and Quirks must be unset.
 	MHI *wire.ControllerConfig
 	// Device, if set, adjusts the device's configuration before it
 	// starts.
@@ -76,12 +80,12 @@ func New(tb testing.TB, o Options) *Rig {
 	tb.Helper()
 	r := &Rig{}
 	if o.MHI != nil {
-		if o.Model != "" || o.IPData != nil {
-			tb.Fatal("mhinettest: Options.MHI with a model or IPData")
+		if o.Model != "" || o.IPData != nil || len(o.Quirks) > 0 {
+			tb.Fatal("mhinettest: Options.MHI with a model, IPData or quirks")
 		}
 		r.Transport, r.Controller = bare(tb, *o.MHI, o.Device, o.Host)
 	} else {
-		m, err := mock.Open(mock.Options{Model: o.Model, IPData: o.IPData, Device: o.Device, Host: o.Host})
+		m, err := mock.Open(mock.Options{Model: o.Model, IPData: o.IPData, Quirks: o.Quirks, Device: o.Device, Host: o.Host})
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -1,15 +1,14 @@
 package vfiouser
 
 import (
-	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
 	"github.com/gomhi/gomhi/mhi/ep/quirk"
+	"github.com/gomhi/gomhi/mhi/testenv/poll"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser/client"
 )
 
@@ -26,23 +25,7 @@ func TestQuirkServed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ListenAndServe(ctx, sock, dev) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(sock); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no socket")
-		}
-	}
+	listen(t, sock, dev)
 	r, err := client.Open(sock, client.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -63,11 +46,6 @@ func TestQuirkServed(t *testing.T) {
 	if _, err := fns.Modem.Connect("internet", 0); err == nil {
 		t.Fatal("the first connect succeeded")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for r.Controller.Stats().SysErrs == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no SYS_ERR after the crash on connect")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Wait(t, 10*time.Second, func() bool { return r.Controller.Stats().SysErrs > 0 },
+		func() string { return "no SYS_ERR after the crash on connect" })
 }
