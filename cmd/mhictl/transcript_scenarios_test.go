@@ -74,7 +74,7 @@ func linuxScenarioFixture(name, kernel, model string) string {
 // With GOMHI_TRANSCRIPT_KEEP=DIR the record is also copied to DIR, to read.
 func recordGomhiScenario(t *testing.T, sc transcriptScenario, model string) string {
 	t.Helper()
-	f := filepath.Join(t.TempDir(), "gomhi-"+sc.name+".jsonl")
+	f := filepath.Join(t.TempDir(), "gomhi-"+sc.name+"-"+model+".jsonl")
 	srv, sock, srvLog := serveModem(t, "--model", model, "--transcript", f)
 	u := startUp(t, append([]string{"--vfio-user", sock}, sc.upArgs...)...)
 	sc.drive(t, u, sock)
@@ -96,16 +96,18 @@ func recordGomhiScenario(t *testing.T, sc transcriptScenario, model string) stri
 // recovery and through an M3/M0 cycle programs the device as Linux 6.1's,
 // 6.12's and 7.3's hosts do through the same scenarios in the lab (their
 // checked-in transcripts), but for the differences
-// docs/transcript-rules.yaml explains, on the qcom-sdx55m.
+// docs/transcript-rules.yaml explains, on the telit-fn990 and the
+// qcom-sdx55m.
 func TestTranscriptScenariosAgainstLinux(t *testing.T) {
 	if !inNetns(t) {
 		return
 	}
-	const model = "qcom-sdx55m"
-	for _, sc := range transcriptScenarios {
-		gomhi := recordGomhiScenario(t, sc, model)
-		for _, k := range transcriptKernels {
-			diffOneAgainstLinux(t, linuxScenarioFixture(sc.name, k, model), gomhi, sc.name+", Linux "+k+", "+model)
+	for _, model := range transcriptModels {
+		for _, sc := range transcriptScenarios {
+			gomhi := recordGomhiScenario(t, sc, model)
+			for _, k := range transcriptKernels {
+				diffOneAgainstLinux(t, linuxScenarioFixture(sc.name, k, model), gomhi, sc.name+", Linux "+k+", "+model)
+			}
 		}
 	}
 }

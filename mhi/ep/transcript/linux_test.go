@@ -99,8 +99,10 @@ func TestResumeRingsEventRingsAsLinux(t *testing.T) {
 			t.Errorf("%s: event rings rung at resume %v, want all %d", what, rung, ner)
 		}
 	}
-	for _, kernel := range []string{"6.1", "6.12", "7.3"} {
-		check("Linux "+kernel, linuxTranscript(t, "suspend-"+kernel, "qcom-sdx55m"))
+	for _, model := range []string{"telit-fn990", "qcom-sdx55m"} {
+		for _, kernel := range []string{"6.1", "6.12", "7.3"} {
+			check("Linux "+kernel+" on "+model, linuxTranscript(t, "suspend-"+kernel, model))
+		}
+		check("gomhi on "+model, read(t, recordScenario(t, scenario{model: model, mru: 32768, packets: 3, suspend: true})))
 	}
-	check("gomhi", read(t, recordScenario(t, scenario{model: "qcom-sdx55m", mru: 32768, packets: 3, suspend: true})))
 }
