@@ -36,10 +36,10 @@ func pingN(t *testing.T, u *upProc, seq uint16, n int) {
 
 // transcriptScenarios: SYS_ERR recovery (five pings, SYS_ERR injected
 // through the served modem's fault socket, the recovery, five pings) and
-// M3/M0 (five pings, 'mhictl suspend' and 'mhictl resume', five pings;
-// Linux's mhi_pci_generic suspends after 2 s idle and resumes on the
-// next ping, which the device sees the same way: M3 requested and
-// entered, M0 requested and entered, then the traffic).
+// M3/M0 as Linux's mhi_pci_generic does it with runtime PM (five pings;
+// 'up --autosuspend 2s', Linux's delay, suspends the idle modem; a second
+// more of idle, as Linux's script sleeps 4 s; five pings, the first of
+// which resumes it on demand).
 var transcriptScenarios = []transcriptScenario{
 	{name: "syserr", drive: func(t *testing.T, u *upProc, sock string) {
 		pingN(t, u, 1, 5)
@@ -51,15 +51,27 @@ var transcriptScenarios = []transcriptScenario{
 		}
 		pingN(t, u, 11, 5)
 	}},
-	{name: "suspend", drive: func(t *testing.T, u *upProc, sock string) {
+	{name: "suspend", upArgs: []string{"--autosuspend", "2s"}, drive: func(t *testing.T, u *upProc, sock string) {
 		pingN(t, u, 1, 5)
-		for _, verb := range []string{"suspend", "resume"} {
-			if out, err := runCmd(t, mhictl(verb, "mhi0")); err != nil {
-				t.Fatalf("%s: %v\n%s", verb, err, out)
-			}
+		if !poll.Until(10*time.Second, func() bool { return hostPM(u) == "M3" }) {
+			t.Fatalf("not auto-suspended 10 s after the pings:\n%s", u.logText())
 		}
+		time.Sleep(time.Second)
 		pingN(t, u, 11, 5)
+		if st := hostPM(u); st != "M0" {
+			t.Fatalf("host PM %s after the pings, want M0 (resumed on demand)", st)
+		}
 	}},
+}
+
+// hostPM is the host's power state of mhi0 as the attribute tree of the
+// 'up' says it (its pm_state file: "M0", "M3"…), "" when unreadable.
+func hostPM(u *upProc) string {
+	b, err := os.ReadFile(filepath.Join(u.mount, "devices", "mhi0", "pm_state"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // linuxScenarioFixture is Linux's transcript of the scenario on kernel
