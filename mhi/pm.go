@@ -517,6 +517,7 @@ func (c *Controller) Resume() error {
 	err = c.waitFor("M0", to, func() bool { return c.devState == wire.StateM0 })
 	if err == nil {
 		c.stats.Resumes.Add(1)
+		c.ringEventRings()
 		c.onM0() // in case the M0 event was handled before the host left M3
 		return nil
 	}
@@ -531,6 +532,7 @@ func (c *Controller) Resume() error {
 			c.devState = wire.StateM0
 		}
 		c.mu.Unlock()
+		c.ringEventRings()
 		c.onM0()
 		c.log.Warn("device reports M0 but never announced it", "timeout", to)
 		return nil
@@ -538,6 +540,20 @@ func (c *Controller) Resume() error {
 	s := wire.State((st & wire.MHISTATUSStateMask) >> wire.MHISTATUSStateShift)
 	c.requestRecovery(fmt.Sprintf("M0 not acknowledged after M3, device reports %s (MHISTATUS=0x%x)", s, st))
 	return fmt.Errorf("%s: resume: device did not announce M0 within %v and reports %s; recovering it: %w", c.name, to, s, err)
+}
+
+// ringEventRings rings every event ring's doorbell with the host's write
+// pointer, as Linux's M0 transition does after M3 (mhi_pm_m0_transition):
+// the device learns each ring's free space again, whether or not it kept
+// it in M3. Failures are counted in DoorbellErrors.
+func (c *Controller) ringEventRings() {
+	c.procMu.RLock()
+	defer c.procMu.RUnlock()
+	for _, er := range c.eventRings {
+		er.mu.Lock()
+		_ = c.gatedDoorbell(c.erdb(er.index), er.iova(er.wp))
+		er.mu.Unlock()
+	}
 }
 
 // PowerDown resets the device, returns every queued buffer with wire.ErrAborted,

@@ -213,18 +213,25 @@ func recordGomhiPinging(t *testing.T, model string, vfioUser bool) string {
 func diffAgainstLinux(t *testing.T, model, gomhi, what string) {
 	t.Helper()
 	for _, k := range transcriptKernels {
-		out, err := run(t, "transcript", "diff", linuxFixture(k, model), gomhi, "--json", "--rules", transcriptRules)
-		var res transcript.Result
-		if jerr := json.Unmarshal([]byte(out), &res); jerr != nil {
-			t.Fatalf("%v\n%s", jerr, out)
-		}
-		if err != nil || res.Unexplained != 0 || res.Compared < 200 {
-			text, _ := run(t, "transcript", "diff", linuxFixture(k, model), gomhi, "--rules", transcriptRules)
-			t.Errorf("Linux %s against gomhi's host (%s) on %s: %v, %d compared, %d unexplained\n%s", k, what, model, err, res.Compared, res.Unexplained, text)
-			continue
-		}
-		t.Logf("Linux %s against gomhi's host (%s) on %s: %d records compared, %d differences, all explained", k, what, model, res.Compared, len(res.Differences))
+		diffOneAgainstLinux(t, linuxFixture(k, model), gomhi, "Linux "+k+" against gomhi's host ("+what+") on "+model)
 	}
+}
+
+// diffOneAgainstLinux compares gomhi's transcript with Linux's (the file
+// linux) under the rules: nothing unexplained, at least 200 records.
+func diffOneAgainstLinux(t *testing.T, linux, gomhi, what string) {
+	t.Helper()
+	out, err := run(t, "transcript", "diff", linux, gomhi, "--json", "--rules", transcriptRules)
+	var res transcript.Result
+	if jerr := json.Unmarshal([]byte(out), &res); jerr != nil {
+		t.Fatalf("%v\n%s", jerr, out)
+	}
+	if err != nil || res.Unexplained != 0 || res.Compared < 200 {
+		text, _ := run(t, "transcript", "diff", linux, gomhi, "--rules", transcriptRules)
+		t.Errorf("%s: %v, %d compared, %d unexplained\n%s", what, err, res.Compared, res.Unexplained, text)
+		return
+	}
+	t.Logf("%s: %d records compared, %d differences, all explained", what, res.Compared, len(res.Differences))
 }
 
 // TestTranscriptAgainstLinux: gomhi's host ('mhictl up --vfio-user' on a

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -59,5 +60,49 @@ func TestPowerUpWritesAsLinux(t *testing.T) {
 				t.Errorf("%s against Linux %s: power-up writes\n got %v\nwant %v", model, kernel, got, want)
 			}
 		}
+	}
+}
+
+// ringsRungAtResume lists the event rings whose doorbell the host rings
+// between the M0 that ends an M3 and the next ring element the device
+// reads, and the number of event rings the host programmed (MHICFG's NER).
+func ringsRungAtResume(recs []transcript.Record) (rung []string, ner int) {
+	m3, m0 := false, false
+	for _, r := range recs {
+		switch {
+		case r.Kind == transcript.KindRegWrite && r.Name == "MHICFG":
+			if v, err := strconv.ParseUint(strings.TrimPrefix(r.Fields["value"], "0x"), 16, 32); err == nil {
+				ner = int(v >> 16 & 0xff)
+			}
+		case r.Kind == transcript.KindState && r.Fields["state"] == "M3":
+			m3 = true
+		case r.Kind == transcript.KindState && r.Fields["state"] == "M0" && m3:
+			m0 = true
+		case m0 && r.Kind == transcript.KindElement:
+			return rung, ner
+		case m0 && r.Kind == transcript.KindDoorbell && strings.HasPrefix(r.Name, "er") && !slices.Contains(rung, r.Name):
+			rung = append(rung, r.Name)
+		}
+	}
+	return rung, ner
+}
+
+// TestResumeRingsEventRingsAsLinux: on resume from M3 gomhi's host rings
+// every event ring's doorbell, as Linux 6.1, 6.12 and 7.3 do
+// (mhi_pm_m0_transition; their checked-in suspend transcripts): the
+// device learns each ring's free space again whether or not it kept it in
+// M3. gomhi used to ring only the rings it then processed events on.
+func TestResumeRingsEventRingsAsLinux(t *testing.T) {
+	check := func(what string, recs []transcript.Record) {
+		rung, ner := ringsRungAtResume(recs)
+		if ner == 0 || len(rung) != ner {
+			t.Errorf("%s: event rings rung at resume %v, want all %d", what, rung, ner)
+		}
+	}
+	for _, model := range []string{"telit-fn990", "qcom-sdx55m"} {
+		for _, kernel := range []string{"6.1", "6.12", "7.3"} {
+			check("Linux "+kernel+" on "+model, linuxTranscript(t, "suspend-"+kernel, model))
+		}
+		check("gomhi on "+model, read(t, recordScenario(t, scenario{model: model, mru: 32768, packets: 3, suspend: true})))
 	}
 }
