@@ -141,3 +141,36 @@ func TestLabQuirkFCCLocked(t *testing.T) {
 	_, out, errOut := labRun(t, "--json", "--userland", "modemmanager", "--model", "quectel-em1xx", "--quirk", "fcc-locked", "--timeout", "4m", writeScript(t, labQuirkFCCLocked))
 	requireLabChecks(t, out, errOut, "enable-refused", "unlock-script-missing", "enable-unlocked", "connect", "ping")
 }
+
+// labQuirkCrashOnConnect: ModemManager connects a modem whose firmware
+// crashes on the first CONNECT (mmcli's timeout cut to 10 s: by default the
+// first connect hangs for 30 s), then enables and connects the modem it
+// re-creates, and pings.
+const labQuirkCrashOnConnect = labChecks + `state() { mmcli -m "$1" -K | sed -n 's/^modem.generic.state *: *//p'; }
+m=$LAB_MM_MODEM
+mmcli -m $m --enable >/dev/null; check enable $? "$(state $m)"
+i=0; while [ $i -lt 120 ] && [ "$(state $m)" != registered ]; do sleep 0.5; i=$((i+1)); done
+out=$(mmcli --timeout=10 -m $m --simple-connect="apn=internet" 2>&1); [ $? != 0 ]; check first-connect-fails $? "$out"
+dmesg | grep -q 'firmware crashed'; check kernel-saw-crash $? "$(dmesg | grep 'firmware crashed' | tr '\n' ' ')"
+grep -q "no longer controllable, reprobing" "$LAB_MM_LOG"; check reprobed $? "$(grep -m 1 'no longer controllable' "$LAB_MM_LOG")"
+i=0; while [ $i -lt 60 ]; do n=$(mmcli -L | grep -o 'Modem/[0-9]*' | cut -d/ -f2 | tail -n 1); [ -n "$n" ] && [ "$n" != "$m" ] && [ -n "$(state $n)" ] && break; sleep 0.5; i=$((i+1)); done
+[ -n "$n" ] && [ "$n" != "$m" ]; check modem-recreated $? "Modem/$n, $(state $n), after $i half seconds more"
+mmcli -m $n --enable >/dev/null; check enable-again $? ""
+i=0; while [ $i -lt 120 ] && [ "$(state $n)" != registered ]; do sleep 0.5; i=$((i+1)); done
+out=$(mmcli -m $n --simple-connect="apn=internet" 2>&1); check second-connect $? "$out; $(state $n)"
+nd=$(ls /sys/class/net | grep -E 'mhi_hwip|wwan' | head -n 1); ip link set $nd up; ip addr add 192.0.2.1 peer "$LAB_PEER" dev $nd 2>/dev/null
+out=$(ping -c 3 -W 5 "$LAB_PEER" 2>&1 | grep transmitted); echo "$out" | grep -q " 3 received"; check ping $? "$out"
+`
+
+// TestLabQuirkCrashOnConnect: ModemManager 1.20 against firmware that
+// crashes on the first CONNECT. Linux logs "firmware crashed" and recovers
+// the device; ModemManager finds its MBIM port "no longer controllable",
+// drops the modem and re-creates it (a new index, disabled), but the
+// connect in flight gets no answer and fails only when mmcli's call times
+// out. Enabling and connecting the new modem succeed and it carries
+// traffic.
+func TestLabQuirkCrashOnConnect(t *testing.T) {
+	needLab(t)
+	_, out, errOut := labRun(t, "--json", "--userland", "modemmanager", "--model", "telit-fn990", "--quirk", "crash-on-connect", "--timeout", "4m", writeScript(t, labQuirkCrashOnConnect))
+	requireLabChecks(t, out, errOut, "enable", "first-connect-fails", "kernel-saw-crash", "reprobed", "modem-recreated", "enable-again", "second-connect", "ping")
+}
