@@ -182,3 +182,50 @@ func TestSetupChecksAFullCache(t *testing.T) {
 		t.Errorf("Find after Setup: %v", err)
 	}
 }
+
+// TestVirtioBlkModules: the virtio modules a kernel has as files are
+// loaded in order, the ones it builds in are skipped, and one it has in
+// neither form is an error; without a modules.builtin, missing ones are
+// taken as built in (the 7.x cache's layout).
+func TestVirtioBlkModules(t *testing.T) {
+	mk := func(t *testing.T, files []string, builtin string) *Env {
+		dir := t.TempDir()
+		for _, f := range files {
+			p := filepath.Join(dir, f)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if builtin != "" {
+			if err := os.WriteFile(filepath.Join(dir, "modules.builtin"), []byte(builtin), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return &Env{Modules: dir, Release: "test"}
+	}
+	// bookworm: all modules.
+	all := mk(t, VirtioBlkModules, "kernel/fs/ext4/ext4.ko\n")
+	if got, err := all.VirtioBlkModules(); err != nil || !slices.Equal(got, VirtioBlkModules) {
+		t.Errorf("all modules: %v, %v", got, err)
+	}
+	// virtio, virtio_ring and virtio_pci built in, the rest .ko.xz.
+	builtin := "kernel/drivers/virtio/virtio.ko\nkernel/drivers/virtio/virtio_ring.ko\nkernel/drivers/virtio/virtio_pci.ko\n"
+	trixie := mk(t, []string{"kernel/drivers/virtio/virtio_pci_modern_dev.ko.xz", "kernel/drivers/virtio/virtio_pci_legacy_dev.ko.xz", "kernel/drivers/block/virtio_blk.ko.xz"}, builtin)
+	want := []string{"kernel/drivers/virtio/virtio_pci_modern_dev.ko.xz", "kernel/drivers/virtio/virtio_pci_legacy_dev.ko.xz", "kernel/drivers/block/virtio_blk.ko.xz"}
+	if got, err := trixie.VirtioBlkModules(); err != nil || !slices.Equal(got, want) {
+		t.Errorf("trixie: %v, %v; want %v", got, err, want)
+	}
+	// virtio_blk neither a file nor built in: an error naming it.
+	none := mk(t, nil, builtin+"kernel/drivers/virtio/virtio_pci_modern_dev.ko\nkernel/drivers/virtio/virtio_pci_legacy_dev.ko\n")
+	if got, err := none.VirtioBlkModules(); err == nil || !strings.Contains(err.Error(), "virtio_blk") {
+		t.Errorf("without virtio_blk: %v, %v", got, err)
+	}
+	// No modules.builtin (the 7.x cache): what is not a file is skipped.
+	nolist := mk(t, []string{"kernel/drivers/block/virtio_blk.ko.xz"}, "")
+	if got, err := nolist.VirtioBlkModules(); err != nil || !slices.Equal(got, []string{"kernel/drivers/block/virtio_blk.ko.xz"}) {
+		t.Errorf("no modules.builtin: %v, %v", got, err)
+	}
+}

@@ -25,7 +25,10 @@ func RootFSImage() string {
 
 // VirtioBlkModules are the kernel modules (paths under
 // lib/modules/<version>, in insmod order) the initramfs loads to reach a
-// virtio disk: Debian's cloud kernel builds virtio as modules.
+// virtio disk: bookworm's cloud kernel (6.1) builds them all as modules;
+// trixie's (6.12) and its backports (7.x) build virtio, virtio_ring and
+// virtio_pci into the kernel. Env.VirtioBlkModules says which a kernel has
+// as files.
 var VirtioBlkModules = []string{
 	"kernel/drivers/virtio/virtio_ring.ko",
 	"kernel/drivers/virtio/virtio.ko",
@@ -33,6 +36,43 @@ var VirtioBlkModules = []string{
 	"kernel/drivers/virtio/virtio_pci_legacy_dev.ko",
 	"kernel/drivers/virtio/virtio_pci.ko",
 	"kernel/drivers/block/virtio_blk.ko",
+}
+
+// VirtioBlkModules returns the modules of VirtioBlkModules that e's kernel
+// has as files, in insmod order and as Env.Module names them (".ko.xz" for
+// a compressed one, which Build decompresses); the others are
+// taken to be built in. When the kernel's modules.builtin is there, a
+// module that is neither a file nor listed in it is an error naming it:
+// that kernel cannot reach the disk.
+func (e *Env) VirtioBlkModules() ([]string, error) {
+	builtin, haveList := e.BuiltinModules()
+	var load []string
+	for _, m := range VirtioBlkModules {
+		rel, err := e.Module(m)
+		switch {
+		case err == nil:
+			load = append(load, rel)
+		case builtin[m] || !haveList:
+		default:
+			return nil, fmt.Errorf("kernel %s has no %s, neither as a module nor built in: the guest cannot mount the Debian root file system: %w", e.Release, filepath.Base(m), os.ErrNotExist)
+		}
+	}
+	return load, nil
+}
+
+// BuiltinModules reads the kernel's modules.builtin: the module paths
+// (under lib/modules/<version>) built into the kernel; ok is false when the
+// kernel has no such list.
+func (e *Env) BuiltinModules() (builtin map[string]bool, ok bool) {
+	b, err := os.ReadFile(filepath.Join(e.Modules, "modules.builtin"))
+	if err != nil {
+		return nil, false
+	}
+	builtin = map[string]bool{}
+	for _, l := range strings.Split(string(b), "\n") {
+		builtin[strings.TrimSpace(l)] = true
+	}
+	return builtin, true
 }
 
 // FindRootFS returns the ModemManager guest's root file system image; an

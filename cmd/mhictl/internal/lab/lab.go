@@ -326,12 +326,7 @@ func fileExists(p string) bool {
 // (modules.builtin) needs no loading, one that is neither is an error
 // naming its kernel option.
 func modules(e *labvm.Env, driver string) ([]string, error) {
-	builtin := map[string]bool{}
-	if b, err := os.ReadFile(filepath.Join(e.Modules, "modules.builtin")); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			builtin[strings.TrimSpace(l)] = true
-		}
-	}
+	builtin, _ := e.BuiltinModules()
 	want := linuxModules
 	if driver == DriverGomhi {
 		want = vfioModules
@@ -720,7 +715,11 @@ func (cfg *Config) buildInitramfs(env *labvm.Env, dir string, mods, linuxMods []
 		}
 		files["lab/init"] = p
 		init = initramfsInit
-		modules = append(modules, labvm.VirtioBlkModules...)
+		virtio, err := env.VirtioBlkModules()
+		if err != nil {
+			return "", failed("%w", err)
+		}
+		modules = append(modules, virtio...)
 	}
 	initrd, err := env.Build(filepath.Join(dir, "initramfs"), labvm.Initramfs{Init: init, Modules: modules, Files: files, Programs: programs})
 	if err != nil {
