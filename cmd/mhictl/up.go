@@ -366,31 +366,7 @@ func openModem(g *globalFlags, f *upFlags, s upSettings, log *slog.Logger, out u
 	if err := m.ctrl.PowerUp(); err != nil {
 		return nil, nil, err
 	}
-	// What befalls the device, said as it happens: a crash and its
-	// recovery (the service's log is where a user looks first), and a
-	// device that falls off the bus, here and to systemd; the tree
-	// (pm_state LINK_DOWN), the metrics and the controller's own error log
-	// say it too, and SIGTERM still stops up at once.
-	undo.add(m.ctrl.OnStatus(func(ev mhi.StatusEvent) {
-		switch ev.Kind {
-		case mhi.StatusSysErr:
-			out.printf("%s: the modem raised SYS_ERR: recovering", f.name)
-		case mhi.StatusRecovered:
-			dump := ""
-			if b, at := m.ctrl.LastDump(); len(b) > 0 && time.Since(at) < time.Minute {
-				dump = fmt.Sprintf("; a RAM dump of %d bytes was collected at %s ('mhictl dump %s --out FILE' fetches it)", len(b), at.Format(time.RFC3339), f.name)
-			}
-			out.printf("%s: recovered from SYS_ERR: channels restarted%s", f.name, dump)
-		case mhi.StatusRecoveryFailed:
-			out.printf("%s: a recovery attempt failed: %v; another follows", f.name, ev.Err)
-		case mhi.StatusFailed:
-			out.printf("%s: %v: the modem is left alone", f.name, ev.Err)
-			_ = sdNotify("STATUS=" + ev.Err.Error())
-		case mhi.StatusLinkDown:
-			out.printf("%v: its channels are stopped and it is left alone (pm_state %s); SIGTERM stops up", ev.Err, mhi.PMLinkDown)
-			_ = sdNotify("STATUS=" + ev.Err.Error())
-		}
-	}))
+	undo.add(m.ctrl.OnStatus(reportStatus(m.ctrl, f.name, out)))
 	if f.autosuspend != 0 {
 		if err := m.ctrl.SetAutoSuspend(f.autosuspend); err != nil {
 			return nil, nil, fmt.Errorf("--autosuspend: %w", err)
@@ -404,6 +380,34 @@ func openModem(g *globalFlags, f *upFlags, s upSettings, log *slog.Logger, out u
 		out.printf("%s: the modem was slow to reach READY (waited within the READY timeout %v)", f.name, m.ctrl.ReadyTimeout())
 	}
 	return m, undo.run, nil
+}
+
+// reportStatus says what befalls the device as it happens: a crash and its
+// recovery (the service's log is where a user looks first), and a device
+// that falls off the bus, here and to systemd; the tree (pm_state
+// LINK_DOWN), the metrics and the controller's own error log say it too,
+// and SIGTERM still stops up at once.
+func reportStatus(ctrl *mhi.Controller, name string, out upLog) func(mhi.StatusEvent) {
+	return func(ev mhi.StatusEvent) {
+		switch ev.Kind {
+		case mhi.StatusSysErr:
+			out.printf("%s: the modem raised SYS_ERR: recovering", name)
+		case mhi.StatusRecovered:
+			dump := ""
+			if b, at := ctrl.LastDump(); len(b) > 0 && time.Since(at) < time.Minute {
+				dump = fmt.Sprintf("; a RAM dump of %d bytes was collected at %s ('mhictl dump %s --out FILE' fetches it)", len(b), at.Format(time.RFC3339), name)
+			}
+			out.printf("%s: recovered from SYS_ERR: channels restarted%s", name, dump)
+		case mhi.StatusRecoveryFailed:
+			out.printf("%s: a recovery attempt failed: %v; another follows", name, ev.Err)
+		case mhi.StatusFailed:
+			out.printf("%s: %v: the modem is left alone", name, ev.Err)
+			_ = sdNotify("STATUS=" + ev.Err.Error())
+		case mhi.StatusLinkDown:
+			out.printf("%v: its channels are stopped and it is left alone (pm_state %s); SIGTERM stops up", ev.Err, mhi.PMLinkDown)
+			_ = sdNotify("STATUS=" + ev.Err.Error())
+		}
+	}
 }
 
 // openMock starts the in-process mock modem impersonating info, its IP
