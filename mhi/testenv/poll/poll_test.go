@@ -88,3 +88,13 @@ func TestWaitFailsWithTheMomentsDescription(t *testing.T) {
 		t.Fatalf("WaitNil failed with %q", r.failed)
 	}
 }
+
+// TestUntilLooksOnceMoreAtTheEnd: a condition that turns true while Until
+// waits out its last pause is seen — after the timeout, cond is called once
+// more before Until gives up (with timeout 0: the first call, then that one).
+func TestUntilLooksOnceMoreAtTheEnd(t *testing.T) {
+	calls := 0
+	if !poll.Until(0, func() bool { calls++; return calls == 2 }) {
+		t.Fatalf("Until(0) gave up after %d calls without the last look", calls)
+	}
+}
