@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/rand"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gomhi/gomhi/cmd/mhictl/internal/lab"
 )
 
 // The real-modem rehearsal: gomhi's own host drives the served mock modem
@@ -106,6 +109,21 @@ st=$(mhictl status mhi1 2>&1 | head -n 1); echo "$st" | grep -q "^mhi1: .*host P
 
 var labCheckLine = regexp.MustCompile(`(?m)^CHECK (\S+) (PASS|FAIL)(.*)$`)
 
+// vfioUserErrors returns, for the lab's JSON summary (the output's last
+// line), the vfio-user errors every served modem logged: QEMU and the
+// guest's kernel drove it, so there must be none.
+func vfioUserErrors(t *testing.T, out string) []string {
+	t.Helper()
+	sum := labSummary(t, out)
+	var bad []string
+	for i, m := range append([]lab.ModemReport{sum.Modem}, sum.Modems...) {
+		if m.VFIOUserErrors != 0 {
+			bad = append(bad, fmt.Sprintf("modem report %d: %d vfio-user errors: %s", i, m.VFIOUserErrors, strings.Join(m.Errors, "; ")))
+		}
+	}
+	return bad
+}
+
 // requireLabChecks fails unless every named check passed.
 func requireLabChecks(t *testing.T, out, errOut string, names ...string) {
 	t.Helper()
@@ -126,6 +144,7 @@ func requireLabChecks(t *testing.T, out, errOut string, names ...string) {
 			bad = append(bad, n+": "+v)
 		}
 	}
+	bad = append(bad, vfioUserErrors(t, out)...)
 	if len(bad) > 0 {
 		t.Fatalf("guest checks failed:\n%s\n--- console:\n%s\n--- lab:\n%s\n--- failed: %s", strings.Join(bad, "\n"), out, errOut, strings.Join(bad, "; "))
 	}

@@ -264,9 +264,12 @@ func TestTranscriptLinuxCurrent(t *testing.T) {
 	for i, k := range transcriptKernels {
 		model := transcriptModels[i%len(transcriptModels)]
 		f := filepath.Join(t.TempDir(), "linux.jsonl")
-		status, out, errOut := labRun(t, "--kernel", k, "--model", model, "--serve-args", "--transcript "+f, script)
+		status, out, errOut := labRun(t, "--json", "--kernel", k, "--model", model, "--serve-args", "--transcript "+f, script)
 		if status != 0 {
 			t.Fatalf("Linux %s on %s: lab exit %d\n%s\n%s", k, model, status, out, errOut)
+		}
+		if bad := vfioUserErrors(t, out); len(bad) > 0 {
+			t.Errorf("Linux %s on %s: %s", k, model, strings.Join(bad, "; "))
 		}
 		diff, err := run(t, "transcript", "diff", linuxFixture(k, model), f)
 		if err != nil {
