@@ -189,6 +189,14 @@ func TestSoakDetectsSabotage(t *testing.T) {
 			// restart a stopped channel.
 			if tc.sab.stallDataDevice {
 				o.RestartGap, o.SysErrGap = -1, -1
+				// Phases long enough that the stall lands while a phase
+				// still has far more to send than the queues and rings
+				// hold: the sender then blocks and the stuck check sees
+				// it. With 1000-packet phases the stall could land after
+				// the last send of a phase (≈100 packets in flight), and
+				// the phase's own conservation check, at its settle
+				// deadline, named the loss first (seen once in CI).
+				o.PhasePackets = 20000
 			}
 			s, err := Run(context.Background(), o)
 			if !errors.Is(err, ErrViolation) {
