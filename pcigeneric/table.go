@@ -103,6 +103,12 @@ type ModemInfo struct {
 	// ResetOnRemove says the modem gets a SoC reset when the driver
 	// releases it.
 	ResetOnRemove bool
+	// MuxIDBase is the wire number of the modem's first data session: the
+	// MBIM session id in its NDP signatures, or the QMAP mux id, of
+	// session 0; session N is MuxIDBase+N. Zero for most modems; 112 for
+	// the SDX72 in MBIM mode (Linux's mux_id in the T99W640 and DW5934e
+	// entries, 6.12 and later).
+	MuxIDBase uint8
 	// Config is the MHI configuration: channels, event rings, timeouts.
 	Config wire.ControllerConfig
 }
