@@ -412,24 +412,45 @@ func (c *MBIMClient) SetRadio(ctx context.Context, on bool) (mbim.RadioState, er
 // Connect activates session 0 with an access point name and an MBIM IP
 // type (mbim.IPTypeIPv4…).
 func (c *MBIMClient) Connect(ctx context.Context, apn string, ipType uint32) (mbim.ConnectInfo, error) {
-	req := mbim.ConnectSet{ActivationCommand: mbim.ActivationCommandActivate, AccessString: apn, IPType: ipType, ContextType: mbim.ContextTypeInternet}
+	return c.ConnectSession(ctx, 0, apn, ipType)
+}
+
+// ConnectSession activates session sid (CONNECT's SessionId) with an
+// access point name and an MBIM IP type.
+func (c *MBIMClient) ConnectSession(ctx context.Context, sid uint32, apn string, ipType uint32) (mbim.ConnectInfo, error) {
+	req := mbim.ConnectSet{SessionID: sid, ActivationCommand: mbim.ActivationCommandActivate, AccessString: apn, IPType: ipType, ContextType: mbim.ContextTypeInternet}
 	return basicAs(ctx, c, mbim.CIDConnect, mbim.CommandSet, req.AppendTo(nil), mbim.ParseConnectInfo)
 }
 
 // Disconnect deactivates session 0.
 func (c *MBIMClient) Disconnect(ctx context.Context) (mbim.ConnectInfo, error) {
-	req := mbim.ConnectSet{ActivationCommand: mbim.ActivationCommandDeactivate, ContextType: mbim.ContextTypeInternet}
+	return c.DisconnectSession(ctx, 0)
+}
+
+// DisconnectSession deactivates session sid.
+func (c *MBIMClient) DisconnectSession(ctx context.Context, sid uint32) (mbim.ConnectInfo, error) {
+	req := mbim.ConnectSet{SessionID: sid, ActivationCommand: mbim.ActivationCommandDeactivate, ContextType: mbim.ContextTypeInternet}
 	return basicAs(ctx, c, mbim.CIDConnect, mbim.CommandSet, req.AppendTo(nil), mbim.ParseConnectInfo)
 }
 
 // IPConfiguration queries IP_CONFIGURATION of session 0.
 func (c *MBIMClient) IPConfiguration(ctx context.Context) (mbim.IPConfiguration, error) {
-	q := mbim.IPConfiguration{}
+	return c.IPConfigurationOf(ctx, 0)
+}
+
+// IPConfigurationOf queries IP_CONFIGURATION of session sid.
+func (c *MBIMClient) IPConfigurationOf(ctx context.Context, sid uint32) (mbim.IPConfiguration, error) {
+	q := mbim.IPConfiguration{SessionID: sid}
 	return basicAs(ctx, c, mbim.CIDIPConfiguration, mbim.CommandQuery, q.AppendTo(nil), mbim.ParseIPConfiguration)
 }
 
 // ConnectionState queries CONNECT for session 0.
 func (c *MBIMClient) ConnectionState(ctx context.Context) (mbim.ConnectInfo, error) {
-	q := mbim.ConnectInfo{}
+	return c.ConnectionStateOf(ctx, 0)
+}
+
+// ConnectionStateOf queries CONNECT for session sid.
+func (c *MBIMClient) ConnectionStateOf(ctx context.Context, sid uint32) (mbim.ConnectInfo, error) {
+	q := mbim.ConnectInfo{SessionID: sid}
 	return basicAs(ctx, c, mbim.CIDConnect, mbim.CommandQuery, q.AppendTo(nil), mbim.ParseConnectInfo)
 }

@@ -24,10 +24,13 @@ type QMISession struct {
 	t      MessageTransport
 	cancel func()
 	notify atomic.Pointer[func()]
+	tids   *qmiTIDs
+	// number is the session number; bind, when set, the Bind Mux Data
+	// Port request each of its WDS clients sends before START_NETWORK.
+	number uint8
+	bind   *QMIMuxBinding
 
 	mu        sync.Mutex
-	ctlTID    uint8
-	svcTID    uint16
 	waiters   map[qmiWaitKey]chan qmiReply
 	calls     []qmiCall
 	cids      map[uint8]bool // WDS client ids this session holds (calls and calls being made)
@@ -54,6 +57,56 @@ func (s *QMISession) failPending(err error) {
 		}
 		delete(s.waiters, k)
 	}
+}
+
+// qmiTIDs are the transaction ids the sessions of one port share, so
+// that two sessions never wait for the same CTL transaction id.
+type qmiTIDs struct {
+	mu     sync.Mutex
+	ctlTID uint8
+	svcTID uint16
+}
+
+// next returns the next transaction id for svc.
+func (t *qmiTIDs) next(svc qmi.Service) uint16 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if svc == qmi.CTL {
+		tid := uint16(t.ctlTID)
+		if t.ctlTID++; t.ctlTID == 255 {
+			t.ctlTID = QMICTLFirstTID
+		}
+		return tid
+	}
+	tid := t.svcTID
+	if t.svcTID++; t.svcTID == 0 {
+		t.svcTID = 1
+	}
+	return tid
+}
+
+// QMIMuxBinding is what a session N > 0 binds its WDS clients to with
+// WDS BIND_MUX_DATA_PORT (0x00A2): the data endpoint (TLV 0x10: type,
+// interface number) and the mux id (TLV 0x11) its packets carry on the
+// QMAP link.
+type QMIMuxBinding struct {
+	EndpointType  uint32
+	EndpointIface uint32
+	MuxID         uint8
+}
+
+// The data endpoint an MHI modem's IP_HW0 channel is: endpoint type PCIe
+// (libqmi's QMI_DATA_ENDPOINT_TYPE_PCIE, 3) and interface number 4, the
+// number ModemManager (from 1.22) and oFono bind PCIe modems to.
+const (
+	QMIEndpointPCIe      uint32 = 3
+	QMIEndpointIfacePCIe uint32 = 4
+)
+
+// MuxBinding is the binding of session n whose mux ids start at base:
+// the PCIe endpoint and mux id base + n.
+func MuxBinding(base, n uint8) *QMIMuxBinding {
+	return &QMIMuxBinding{EndpointType: QMIEndpointPCIe, EndpointIface: QMIEndpointIfacePCIe, MuxID: base + n}
 }
 
 // QMICTLFirstTID is the first CTL transaction id a QMISession uses.
@@ -107,7 +160,11 @@ func (e *QMIError) Unwrap() error { return ErrQMIStatus }
 
 // NewQMISession starts a QMI session client on t.
 func NewQMISession(t MessageTransport) *QMISession {
-	s := &QMISession{t: t, ctlTID: QMICTLFirstTID, svcTID: 1, waiters: map[qmiWaitKey]chan qmiReply{}, cids: map[uint8]bool{}}
+	return newQMISession(t, &qmiTIDs{ctlTID: QMICTLFirstTID, svcTID: 1}, 0, nil)
+}
+
+func newQMISession(t MessageTransport, tids *qmiTIDs, n uint8, bind *QMIMuxBinding) *QMISession {
+	s := &QMISession{t: t, tids: tids, number: n, bind: bind, waiters: map[qmiWaitKey]chan qmiReply{}, cids: map[uint8]bool{}}
 	cancel := t.Subscribe(s.receive)
 	s.cancel = cancel
 	if dn, ok := t.(downNotifier); ok {
@@ -116,6 +173,18 @@ func NewQMISession(t MessageTransport) *QMISession {
 	}
 	return s
 }
+
+// Sibling returns a session client for session n on the same transport,
+// sharing this one's transaction ids. With bind set, each of its WDS
+// clients is bound to bind's endpoint and mux id (WDS BIND_MUX_DATA_PORT)
+// before it starts a call; without, its calls are unbound, carried on
+// the endpoint's default mux id (session 0's).
+func (s *QMISession) Sibling(n uint8, bind *QMIMuxBinding) *QMISession {
+	return newQMISession(s.t, s.tids, n, bind)
+}
+
+// Number returns the session number.
+func (s *QMISession) Number() uint8 { return s.number }
 
 // Protocol returns "qmi".
 func (s *QMISession) Protocol() string { return "qmi" }
@@ -235,20 +304,11 @@ func (s *QMISession) indication(f qmi.Frame) {
 // is a *QMIError.
 func (s *QMISession) transact(ctx context.Context, svc qmi.Service, cid uint8, msg qmi.MessageID, tlvs func(b *qmi.Builder)) (qmi.Frame, error) {
 	op := svc.String() + " " + svc.MessageName(msg)
-	s.mu.Lock()
-	var tid uint16
 	if svc == qmi.CTL {
 		cid = 0
-		tid = uint16(s.ctlTID)
-		if s.ctlTID++; s.ctlTID == 255 {
-			s.ctlTID = QMICTLFirstTID
-		}
-	} else {
-		tid = s.svcTID
-		if s.svcTID++; s.svcTID == 0 {
-			s.svcTID = 1
-		}
 	}
+	tid := s.tids.next(svc)
+	s.mu.Lock()
 	k := qmiWaitKey{svc, cid, tid}
 	w := make(chan qmiReply, 1)
 	s.waiters[k] = w
@@ -497,6 +557,10 @@ func (s *QMISession) Connect(ctx context.Context, req SessionRequest) (SessionCo
 		if err != nil {
 			return fail(err)
 		}
+		if err := s.bindMux(ctx, cid); err != nil {
+			s.release(ctx, qmi.WDS, cid)
+			return fail(err)
+		}
 		if _, err := s.transact(ctx, qmi.WDS, cid, qmi.WDSSetIPFamily, func(b *qmi.Builder) { b.TLVU8(0x01, fam) }); err != nil && qmiCode(err) != qmi.ErrInvalidQMICommand {
 			s.release(ctx, qmi.WDS, cid)
 			return fail(err)
@@ -532,6 +596,24 @@ func (s *QMISession) Connect(ctx context.Context, req SessionRequest) (SessionCo
 	s.calls = calls
 	s.mu.Unlock()
 	return cfg, nil
+}
+
+// bindMux binds WDS client cid to the session's endpoint and mux id
+// (nothing for an unbound session).
+func (s *QMISession) bindMux(ctx context.Context, cid uint8) error {
+	b := s.bind
+	if b == nil {
+		return nil
+	}
+	_, err := s.transact(ctx, qmi.WDS, cid, qmi.WDSBindMuxDataPort, func(qb *qmi.Builder) {
+		ep := binary.LittleEndian.AppendUint32(nil, b.EndpointType)
+		qb.TLV(0x10, binary.LittleEndian.AppendUint32(ep, b.EndpointIface))
+		qb.TLVU8(0x11, b.MuxID)
+	})
+	if err != nil {
+		return fmt.Errorf("binding session %d to mux id %d: %w", s.number, b.MuxID, err)
+	}
+	return nil
 }
 
 // stop ends calls and releases their client ids. A client id the modem

@@ -53,6 +53,31 @@ type SessionRequest struct {
 	APN string
 	// IPType is IPTypeIPv4 (also ""), IPTypeIPv6 or IPTypeIPv4v6.
 	IPType string
+	// Interface names the host interface the session is to configure
+	// ("": the session's default). A Session whose host cannot make one
+	// (HostPreparer) accepts only its own interface's name.
+	Interface string
+}
+
+// MaxInterfaceName is the longest interface name Linux takes (IFNAMSIZ
+// less the NUL).
+const MaxInterfaceName = 15
+
+// ValidInterfaceName checks name as Linux checks a network interface's
+// name: 1..15 bytes, not "." or "..", no '/', ':' or white space.
+func ValidInterfaceName(name string) error {
+	if name == "" || len(name) > MaxInterfaceName {
+		return fmt.Errorf("%w: interface name %q: want 1..%d bytes", ErrSessionRequest, name, MaxInterfaceName)
+	}
+	if name == "." || name == ".." {
+		return fmt.Errorf("%w: interface name %q", ErrSessionRequest, name)
+	}
+	for _, c := range []byte(name) {
+		if c <= ' ' || c >= 0x7f || c == '/' || c == ':' {
+			return fmt.Errorf("%w: interface name %q holds %q: no '/', ':', white space or control characters", ErrSessionRequest, name, c)
+		}
+	}
+	return nil
 }
 
 // validate checks r and fills the default IP type.
@@ -69,6 +94,9 @@ func (r *SessionRequest) validate() error {
 	case IPTypeIPv4, IPTypeIPv6, IPTypeIPv4v6:
 	default:
 		return fmt.Errorf("%w: IP type %q: want ipv4, ipv6 or ipv4v6", ErrSessionRequest, r.IPType)
+	}
+	if r.Interface != "" {
+		return ValidInterfaceName(r.Interface)
 	}
 	return nil
 }
@@ -109,22 +137,61 @@ type SessionClient interface {
 }
 
 // MBIMSession is a SessionClient over MBIM (BASIC_CONNECT PACKET_SERVICE,
-// CONNECT, IP_CONFIGURATION) on session 0. It shares its transport (a
-// Port's Pair) with the port's clients: its transaction ids are far from
-// theirs, and it opens the MBIM function only when the modem answers
-// NotOpened (a client's CLOSE closed it), so that a running mbim-proxy,
-// which holds the function open, is not disturbed.
+// CONNECT, IP_CONFIGURATION) on one session number (CONNECT's
+// SessionId: 0 for NewMBIMSession, n for Sibling(n)). It shares its
+// transport (a Port's Pair) with the port's clients: its transaction ids
+// are far from theirs, and it opens the MBIM function only when the modem
+// answers NotOpened (a client's CLOSE closed it), so that a running
+// mbim-proxy, which holds the function open, is not disturbed. The
+// sessions of one device share one MBIMClient; an indication reaches the
+// session it names.
 type MBIMSession struct {
+	hub    *mbimHub
 	c      *MBIMClient
+	sid    uint32
 	notify atomic.Pointer[func()]
 }
 
-// NewMBIMSession starts an MBIM session client on t.
+// mbimHub is the MBIMClient the sessions of one port share, and the
+// sessions its indications are routed to.
+type mbimHub struct {
+	c *MBIMClient
+
+	mu       sync.Mutex
+	sessions map[uint32]*MBIMSession
+	closed   bool
+}
+
+// NewMBIMSession starts an MBIM session client for session 0 on t.
 func NewMBIMSession(t MessageTransport) *MBIMSession {
-	s := &MBIMSession{}
-	s.c = NewMBIMClient(t, MBIMClientOptions{OnIndication: s.indication})
+	h := &mbimHub{sessions: map[uint32]*MBIMSession{}}
+	h.c = NewMBIMClient(t, MBIMClientOptions{OnIndication: h.indication})
+	s := &MBIMSession{hub: h, c: h.c}
+	h.sessions[0] = s
 	return s
 }
+
+// ErrSessionNumber: a session number a client cannot take (one already
+// made on the client, or beyond what the protocol carries).
+var ErrSessionNumber = errors.New("ctrlport: invalid session number")
+
+// Sibling returns the session client for session n on the same MBIM
+// client (its indications routed to it by their SessionId). It fails
+// with ErrSessionNumber if n has one already.
+func (s *MBIMSession) Sibling(n uint8) (*MBIMSession, error) {
+	h := s.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.sessions[uint32(n)]; ok {
+		return nil, fmt.Errorf("%w: MBIM session %d has a client already", ErrSessionNumber, n)
+	}
+	o := &MBIMSession{hub: h, c: h.c, sid: uint32(n)}
+	h.sessions[uint32(n)] = o
+	return o, nil
+}
+
+// Number returns the session number (CONNECT's SessionId).
+func (s *MBIMSession) Number() uint8 { return uint8(s.sid) }
 
 // Client returns the MBIM client the session uses.
 func (s *MBIMSession) Client() *MBIMClient { return s.c }
@@ -135,27 +202,56 @@ func (s *MBIMSession) Protocol() string { return "mbim" }
 // Notify implements SessionClient.
 func (s *MBIMSession) Notify(f func()) { s.notify.Store(&f) }
 
-// Close stops the client.
-func (s *MBIMSession) Close() { s.c.Close() }
+// Close stops the session; the shared client stops with the last
+// session closed.
+func (s *MBIMSession) Close() {
+	h := s.hub
+	h.mu.Lock()
+	if h.sessions[s.sid] == s {
+		delete(h.sessions, s.sid)
+	}
+	last := len(h.sessions) == 0 && !h.closed
+	if last {
+		h.closed = true
+	}
+	h.mu.Unlock()
+	if last {
+		h.c.Close()
+	}
+}
 
-// indication watches CONNECT and PACKET_SERVICE indications: either may
-// mean the session ended on the modem's side.
-func (s *MBIMSession) indication(svc mbim.UUID, cid uint32, info mbim.Info) {
+// indication watches CONNECT and PACKET_SERVICE indications: a CONNECT
+// that is not activated may mean the end of the session it names (only
+// that one); a PACKET_SERVICE or RADIO_STATE change may mean the end of
+// every session.
+func (h *mbimHub) indication(svc mbim.UUID, cid uint32, info mbim.Info) {
 	if svc != mbim.ServiceBasicConnect {
 		return
 	}
+	var only *uint32
 	switch cid {
 	case mbim.CIDConnect:
 		ci, err := mbim.ParseConnectInfo(info)
-		if err != nil || ci.SessionID != 0 || ci.ActivationState == mbim.ActivationStateActivated {
+		if err != nil || ci.ActivationState == mbim.ActivationStateActivated {
 			return
 		}
+		only = &ci.SessionID
 	case mbim.CIDPacketService, mbim.CIDRadioState:
 	default:
 		return
 	}
-	if f := s.notify.Load(); f != nil {
-		(*f)()
+	h.mu.Lock()
+	var targets []*MBIMSession
+	for sid, s := range h.sessions {
+		if only == nil || *only == sid {
+			targets = append(targets, s)
+		}
+	}
+	h.mu.Unlock()
+	for _, s := range targets {
+		if f := s.notify.Load(); f != nil {
+			(*f)()
+		}
 	}
 }
 
@@ -206,7 +302,7 @@ func mbimIPTypeFits(req string, got uint32) bool {
 }
 
 // Connect attaches the packet service (a modem without the CID, answering
-// NoDeviceSupport, is taken as attaching on its own), activates session 0
+// NoDeviceSupport, is taken as attaching on its own), activates the session
 // with req's APN and IP type, and reads IP_CONFIGURATION. A CONNECT reply
 // for another session, with an IP type the request did not ask for, or
 // that does not parse is refused, and so is an IP_CONFIGURATION that
@@ -241,9 +337,9 @@ func (s *MBIMSession) Connect(ctx context.Context, req SessionRequest) (SessionC
 	if ci.IPType == mbim.IPTypeDefault {
 		cfg.IPType = req.IPType
 	}
-	ipc, err := s.c.IPConfiguration(ctx)
-	if err == nil && ipc.SessionID != 0 {
-		err = fmt.Errorf("%w: IP_CONFIGURATION answered for session %d, asked for session 0", mbim.ErrWrongMessage, ipc.SessionID)
+	ipc, err := s.c.IPConfigurationOf(ctx, s.sid)
+	if err == nil && ipc.SessionID != s.sid {
+		err = fmt.Errorf("%w: IP_CONFIGURATION answered for session %d, asked for session %d", mbim.ErrWrongMessage, ipc.SessionID, s.sid)
 	}
 	if err != nil {
 		return s.undoConnect(ctx, req, fmt.Errorf("IP_CONFIGURATION: %w", err))
@@ -324,14 +420,14 @@ func unlessStatus(err error, st mbim.Status) error {
 	return err
 }
 
-// activate sends CONNECT for session 0 and checks the answer. With an
+// activate sends CONNECT for the session and checks the answer. With an
 // error, mayBeActive says that the modem may have activated the session
 // all the same (an answer that says nothing usable, or not what was asked
 // for), so that it must be deactivated again.
 func (s *MBIMSession) activate(ctx context.Context, req SessionRequest) (ci mbim.ConnectInfo, mayBeActive bool, err error) {
 	connect := func() error {
 		return s.withOpen(ctx, func() (err error) {
-			ci, err = s.c.Connect(ctx, req.APN, mbimIPTypes[req.IPType])
+			ci, err = s.c.ConnectSession(ctx, s.sid, req.APN, mbimIPTypes[req.IPType])
 			return err
 		})
 	}
@@ -350,6 +446,8 @@ func (s *MBIMSession) activate(ctx context.Context, req SessionRequest) (ci mbim
 		}
 	}
 	switch {
+	case errors.As(err, &se) && se.Status == mbim.StatusMaxActivatedContexts && s.sid != 0:
+		return ci, false, fmt.Errorf("%w: session %d: the modem has as many sessions activated as it takes, or this one already: %w", ErrSessionRefused, s.sid, err)
 	case errors.As(err, &se) && se.Status == mbim.StatusMaxActivatedContexts:
 		return ci, false, fmt.Errorf("%w: the modem has a session connected already (disconnect it first): %w", ErrSessionActive, err)
 	case errors.As(err, &se):
@@ -357,8 +455,8 @@ func (s *MBIMSession) activate(ctx context.Context, req SessionRequest) (ci mbim
 		return ci, false, fmt.Errorf("%w: APN %q, %s: %w", ErrSessionRefused, req.APN, req.IPType, err)
 	case err != nil:
 		return ci, true, err
-	case ci.SessionID != 0:
-		return ci, true, fmt.Errorf("%w: CONNECT answered for session %d, asked for session 0", mbim.ErrWrongMessage, ci.SessionID)
+	case ci.SessionID != s.sid:
+		return ci, true, fmt.Errorf("%w: CONNECT answered for session %d, asked for session %d", mbim.ErrWrongMessage, ci.SessionID, s.sid)
 	case ci.ActivationState != mbim.ActivationStateActivated:
 		return ci, true, fmt.Errorf("activation state %d after CONNECT", ci.ActivationState)
 	case !mbimIPTypeFits(req.IPType, ci.IPType):
@@ -429,19 +527,19 @@ func applyMBIMIPConfiguration(cfg *SessionConfig, ipc mbim.IPConfiguration) erro
 	return nil
 }
 
-// Disconnect deactivates session 0.
+// Disconnect deactivates the session.
 func (s *MBIMSession) Disconnect(ctx context.Context) error {
 	return s.withOpen(ctx, func() error {
-		_, err := s.c.Disconnect(ctx)
+		_, err := s.c.DisconnectSession(ctx, s.sid)
 		return unlessStatus(err, mbim.StatusContextNotActivated)
 	})
 }
 
-// Active queries CONNECT for session 0.
+// Active queries CONNECT for the session.
 func (s *MBIMSession) Active(ctx context.Context) (bool, error) {
 	var ci mbim.ConnectInfo
 	err := s.withOpen(ctx, func() (err error) {
-		ci, err = s.c.ConnectionState(ctx)
+		ci, err = s.c.ConnectionStateOf(ctx, s.sid)
 		return err
 	})
 	return ci.ActivationState == mbim.ActivationStateActivated, err
@@ -458,8 +556,27 @@ type HostConfigurer interface {
 	Remove(cfg SessionConfig) error
 }
 
+// HostPreparer is a HostConfigurer that makes its interface for each
+// connect (a session N > 0's own TUN) and removes it again.
+type HostPreparer interface {
+	HostConfigurer
+	// Prepare makes the interface, named name ("": the session's
+	// default), before the modem is asked to connect; an error refuses
+	// the connect (ErrInterfaceTaken for a name in use).
+	Prepare(name string) error
+	// Release removes what Prepare made: after a failed connect, and
+	// after Remove when the session ends.
+	Release() error
+}
+
+// ErrInterfaceTaken: the interface name a connect asks for is in use.
+var ErrInterfaceTaken = errors.New("ctrlport: interface name in use")
+
 // SessionOptions configure a Session.
 type SessionOptions struct {
+	// Number is the session number (MBIM SessionId, the QMAP mux id
+	// less the model's base), shown in its state.
+	Number uint8
 	// Host, if set, configures the host side of a connected session.
 	Host HostConfigurer
 	// Timeout bounds one connect or disconnect (default
@@ -483,6 +600,8 @@ const (
 // SessionState is a Session's state: connected or not, and what was
 // configured.
 type SessionState struct {
+	// Session is the session number.
+	Session   uint8  `json:"session"`
 	State     string `json:"state"` // StateConnected or StateDisconnected
 	Interface string `json:"interface"`
 	SessionConfig
@@ -547,13 +666,16 @@ func NewSession(client SessionClient, opts SessionOptions) *Session {
 	}
 	s := &Session{client: client, opts: opts, log: log.With("protocol", client.Protocol())}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.state = SessionState{State: StateDisconnected, SessionConfig: SessionConfig{Protocol: client.Protocol()}, Since: time.Now()}
+	s.state = SessionState{Session: opts.Number, State: StateDisconnected, SessionConfig: SessionConfig{Protocol: client.Protocol()}, Since: time.Now()}
 	if opts.Host != nil {
 		s.state.Interface = opts.Host.Interface()
 	}
 	client.Notify(s.maybeLost)
 	return s
 }
+
+// Number returns the session number.
+func (s *Session) Number() uint8 { return s.opts.Number }
 
 // Protocol returns the client's protocol.
 func (s *Session) Protocol() string { return s.client.Protocol() }
@@ -583,6 +705,7 @@ func (s *Session) set(st SessionState) {
 		st.Interface = s.opts.Host.Interface()
 	}
 	st.Protocol = s.client.Protocol()
+	st.Session = s.opts.Number
 	s.mu.Lock()
 	s.state = st
 	s.mu.Unlock()
@@ -599,7 +722,7 @@ func (s *Session) fail(counter *uint64, err error) {
 // ErrSessionRequest for an invalid request, ErrSessionActive while
 // connected, ErrSessionRefused when the modem does not connect and
 // ErrHostConfig when the host cannot be configured (the modem's session
-// is then disconnected again).
+// is then disconnected again, and an interface made for it removed).
 func (s *Session) Connect(ctx context.Context, req SessionRequest) (SessionState, error) {
 	if err := req.validate(); err != nil {
 		s.fail(&s.stats.ConnectFailures, err)
@@ -608,9 +731,14 @@ func (s *Session) Connect(ctx context.Context, req SessionRequest) (SessionState
 	s.op.Lock()
 	defer s.op.Unlock()
 	if cur := s.State(); cur.Connected() {
-		err := fmt.Errorf("%w (APN %q, %s); disconnect first", ErrSessionActive, cur.APN, cur.IPType)
+		err := fmt.Errorf("%w: session %d (APN %q, %s); disconnect first", ErrSessionActive, s.opts.Number, cur.APN, cur.IPType)
 		s.fail(&s.stats.ConnectFailures, err)
 		return cur, err
+	}
+	release, err := s.prepareHost(req.Interface)
+	if err != nil {
+		s.fail(&s.stats.ConnectFailures, err)
+		return s.State(), err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
@@ -624,7 +752,8 @@ func (s *Session) Connect(ctx context.Context, req SessionRequest) (SessionState
 		}
 	}
 	if err != nil {
-		s.log.Warn("session connect failed", "apn", req.APN, "ip_type", req.IPType, "err", err)
+		release()
+		s.log.Warn("session connect failed", "session", s.opts.Number, "apn", req.APN, "ip_type", req.IPType, "err", err)
 		if errors.Is(err, ErrBadSessionConfig) {
 			s.mu.Lock()
 			s.stats.ConfigRefused++
@@ -637,8 +766,10 @@ func (s *Session) Connect(ctx context.Context, req SessionRequest) (SessionState
 		if herr := h.Apply(cfg); herr != nil {
 			derr := s.client.Disconnect(ctx)
 			_ = h.Remove(cfg)
-			err := fmt.Errorf("%w: %s: %w", ErrHostConfig, h.Interface(), errors.Join(herr, derr))
-			s.log.Warn("session connected but the host could not be configured; disconnected", "err", err)
+			name := h.Interface()
+			release()
+			err := fmt.Errorf("%w: %s: %w", ErrHostConfig, name, errors.Join(herr, derr))
+			s.log.Warn("session connected but the host could not be configured; disconnected", "session", s.opts.Number, "err", err)
 			s.fail(&s.stats.ConnectFailures, err)
 			return s.State(), err
 		}
@@ -648,8 +779,48 @@ func (s *Session) Connect(ctx context.Context, req SessionRequest) (SessionState
 	s.stats.Connects++
 	st := s.state
 	s.mu.Unlock()
-	s.log.Info("session connected", "apn", cfg.APN, "ip_type", cfg.IPType, "ipv4", cfg.IPv4, "ipv6", cfg.IPv6, "mtu", cfg.MTU, "interface", st.Interface)
+	s.log.Info("session connected", "session", s.opts.Number, "apn", cfg.APN, "ip_type", cfg.IPType, "ipv4", cfg.IPv4, "ipv6", cfg.IPv6, "mtu", cfg.MTU, "interface", st.Interface)
 	return st, nil
+}
+
+// prepareHost makes the session's interface when its host makes one per
+// connect (HostPreparer), or checks that name is the host's own
+// interface; release undoes it.
+func (s *Session) prepareHost(name string) (release func(), err error) {
+	nothing := func() {}
+	h := s.opts.Host
+	if p, ok := h.(HostPreparer); ok {
+		if err := p.Prepare(name); err != nil {
+			return nothing, fmt.Errorf("%w: session %d: %w", ErrHostConfig, s.opts.Number, err)
+		}
+		return func() {
+			if err := p.Release(); err != nil {
+				s.log.Warn("removing the session's interface", "session", s.opts.Number, "err", err)
+			}
+		}, nil
+	}
+	switch {
+	case name == "":
+	case h == nil:
+		return nothing, fmt.Errorf("%w: interface %q: session %d configures no interface (the host stack runs without one)", ErrSessionRequest, name, s.opts.Number)
+	case name != h.Interface():
+		return nothing, fmt.Errorf("%w: interface %q: session %d configures %s", ErrSessionRequest, name, s.opts.Number, h.Interface())
+	}
+	return nothing, nil
+}
+
+// unconfigure removes the session's configuration from the host and the
+// interface made for it, if any.
+func (s *Session) unconfigure(cfg SessionConfig) error {
+	h := s.opts.Host
+	if h == nil {
+		return nil
+	}
+	err := h.Remove(cfg)
+	if p, ok := h.(HostPreparer); ok {
+		err = errors.Join(err, p.Release())
+	}
+	return err
 }
 
 // Disconnect deactivates the modem's session (whoever connected it) and
@@ -668,8 +839,8 @@ func (s *Session) Disconnect(ctx context.Context) (SessionState, error) {
 		return s.State(), err
 	}
 	var herr error
-	if cur.Connected() && s.opts.Host != nil {
-		herr = s.opts.Host.Remove(cur.SessionConfig)
+	if cur.Connected() {
+		herr = s.unconfigure(cur.SessionConfig)
 	}
 	s.set(SessionState{State: StateDisconnected})
 	s.mu.Lock()
@@ -750,10 +921,8 @@ func (s *Session) check() {
 	// Let the client drop what it holds for the ended session (QMI
 	// client ids); the modem has nothing left to deactivate.
 	_ = s.client.Disconnect(ctx)
-	if s.opts.Host != nil {
-		if err := s.opts.Host.Remove(cur.SessionConfig); err != nil {
-			s.log.Warn("removing the ended session's configuration", "err", err)
-		}
+	if err := s.unconfigure(cur.SessionConfig); err != nil {
+		s.log.Warn("removing the ended session's configuration", "session", s.opts.Number, "err", err)
 	}
 	s.set(SessionState{State: StateDisconnected, LastError: "the modem ended the session"})
 	s.mu.Lock()
