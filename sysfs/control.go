@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/gomhi/gomhi/mhi/ctrlport"
@@ -40,12 +41,46 @@ func addControl(dir *Dir, d Device) {
 			}
 		}
 	}
-	if s := d.Session; s != nil {
-		dir.Mkdir("session").Add(sessionAttrs(s)...)
+	switch {
+	case d.Sessions != nil:
+		addSessions(dir, stats, d)
+	case d.Session != nil:
+		s := d.Session
+		dir.Mkdir("session").Add(sessionAttrs(s, s.Connect, s.Disconnect)...)
 		stats.Mkdir("session").Add(counterAttrs("session", func() any { return s.Stats() })...)
 	}
 	for name, f := range d.Stats {
 		stats.Mkdir(name).Add(counterAttrs(name, f)...)
+	}
+}
+
+// addSessions adds session/ and stats/session (session 0, as a device
+// with one session shows it) and sessions/<N>/, stats/sessions/<N>/ for
+// every session of d.Sessions.
+func addSessions(dir, stats *Dir, d Device) {
+	ss := d.Sessions
+	ops := func(n int) (connect func(context.Context, ctrlport.SessionRequest) (ctrlport.SessionState, error), disconnect func(context.Context) (ctrlport.SessionState, error)) {
+		return func(ctx context.Context, r ctrlport.SessionRequest) (ctrlport.SessionState, error) { return ss.Connect(ctx, n, r) },
+			func(ctx context.Context) (ctrlport.SessionState, error) { return ss.Disconnect(ctx, n) }
+	}
+	all := ss.All()
+	c0, d0 := ops(0)
+	dir.Mkdir("session").Add(sessionAttrs(all[0], c0, d0)...)
+	stats.Mkdir("session").Add(counterAttrs("session", func() any { return all[0].Stats() })...)
+	sdir, sstats := dir.Mkdir("sessions"), stats.Mkdir("sessions")
+	if d.SessionsStats != nil {
+		sstats.Add(counterAttrs("sessions", d.SessionsStats)...)
+	}
+	for i, s := range all {
+		name := strconv.Itoa(i)
+		c, dc := ops(i)
+		sdir.Mkdir(name).Add(sessionAttrs(s, c, dc)...)
+		st := sstats.Mkdir(name)
+		st.Add(counterAttrs("session", func() any { return s.Stats() })...)
+		if d.SessionData != nil {
+			n := uint8(i)
+			st.Add(counterAttrs("sessions", func() any { return d.SessionData(n) })...)
+		}
 	}
 }
 
@@ -73,13 +108,17 @@ func validString[T interface {
 	return v.String()
 }
 
-// sessionAttrs are the attributes of session/: the state and what the
-// session configured, connect and disconnect.
-func sessionAttrs(s *ctrlport.Session) []*Attr {
+// sessionAttrs are the attributes of session/ and sessions/<N>/: the
+// state and what the session configured, connect and disconnect (through
+// connect and disconnect: the session's own, or its set's, which checks
+// the number).
+func sessionAttrs(s *ctrlport.Session, connect func(context.Context, ctrlport.SessionRequest) (ctrlport.SessionState, error),
+	disconnect func(context.Context) (ctrlport.SessionState, error)) []*Attr {
 	st := func(f func(ctrlport.SessionState) string) func() string {
 		return func() string { return f(s.State()) }
 	}
 	return []*Attr{
+		UintAttr("number", "session number (MBIM SessionId; the QMAP mux id less the model's base)", func() uint64 { return uint64(s.Number()) }, nil, 0, 0),
 		StringAttr("state", "data session: connected or disconnected", st(func(c ctrlport.SessionState) string { return c.State })),
 		StringAttr("protocol", "control protocol the session is driven over (mbim, qmi)", st(func(c ctrlport.SessionState) string { return c.Protocol })),
 		StringAttr("apn", "access point name of the connected session", st(func(c ctrlport.SessionState) string { return c.APN })),
@@ -91,39 +130,44 @@ func sessionAttrs(s *ctrlport.Session) []*Attr {
 		StringAttr("gateway6", "IPv6 gateway", st(func(c ctrlport.SessionState) string { return validString(c.Gateway6) })),
 		StringAttr("dns6", "IPv6 DNS servers, space-separated", st(func(c ctrlport.SessionState) string { return joinAddrs(c.DNS6) })),
 		UintAttr("mtu", "MTU the network assigned (0: none)", func() uint64 { return uint64(max(s.State().MTU, 0)) }, nil, 0, 0),
-		StringAttr("interface", "network interface the session configured (empty without --tun)", st(func(c ctrlport.SessionState) string { return c.Interface })),
+		StringAttr("interface", "network interface the session configured (empty without --tun, or while a session N > 0 is disconnected)", st(func(c ctrlport.SessionState) string { return c.Interface })),
 		StringAttr("last_error", "why the last connect or disconnect failed", st(func(c ctrlport.SessionState) string { return c.LastError })),
-		CommandAttr("connect", `write "APN [ipv4|ipv6|ipv4v6]": connect the data session and configure the interface`,
-			func(v string) error { return sessionConnect(s, v) }),
-		ActionAttr("disconnect", "write 1: disconnect the data session and remove its addresses",
-			func() error { _, err := s.Disconnect(context.Background()); return sessionErr(err) }),
+		CommandAttr("connect", `write "APN [ipv4|ipv6|ipv4v6 [INTERFACE]]": connect the data session and configure its interface (INTERFACE: a session N > 0's own TUN, default <tun>.<N>)`,
+			func(v string) error { return sessionConnect(connect, v) }),
+		ActionAttr("disconnect", "write 1: disconnect the data session and remove its addresses (a session N > 0: its interface too)",
+			func() error { _, err := disconnect(context.Background()); return sessionErr(err) }),
 	}
 }
 
-// sessionConnect parses "APN [IP_TYPE]" and connects.
-func sessionConnect(s *ctrlport.Session, v string) error {
+// sessionConnect parses "APN [IP_TYPE [INTERFACE]]" and connects.
+func sessionConnect(connect func(context.Context, ctrlport.SessionRequest) (ctrlport.SessionState, error), v string) error {
 	f := strings.Fields(v)
-	if len(f) < 1 || len(f) > 2 {
-		return fmt.Errorf("connect: want \"APN [ipv4|ipv6|ipv4v6]\", not %q: %w", v, ErrInvalid)
+	if len(f) < 1 || len(f) > 3 {
+		return fmt.Errorf("connect: want \"APN [ipv4|ipv6|ipv4v6 [INTERFACE]]\", not %q: %w", v, ErrInvalid)
 	}
 	req := ctrlport.SessionRequest{APN: f[0]}
-	if len(f) == 2 {
+	if len(f) >= 2 {
 		req.IPType = f[1]
 	}
-	_, err := s.Connect(context.Background(), req)
+	if len(f) == 3 {
+		req.Interface = f[2]
+	}
+	_, err := connect(context.Background(), req)
 	return sessionErr(err)
 }
 
-// sessionErr maps session errors to the tree's: an invalid request is
-// ErrInvalid, a session already connected ErrBusy; the rest pass as they
-// are (the servers report them as I/O errors with their message).
+// sessionErr maps session errors to the tree's: an invalid request, a
+// session number beyond the limit or one not connected is ErrInvalid, a
+// session already connected or an interface name in use ErrBusy; the
+// rest pass as they are (the servers report them as I/O errors with
+// their message).
 func sessionErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ctrlport.ErrSessionRequest):
+	case errors.Is(err, ctrlport.ErrSessionRequest), errors.Is(err, ctrlport.ErrSessionLimit), errors.Is(err, ctrlport.ErrSessionNotConnected):
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
-	case errors.Is(err, ctrlport.ErrSessionActive):
+	case errors.Is(err, ctrlport.ErrSessionActive), errors.Is(err, ctrlport.ErrInterfaceTaken):
 		return fmt.Errorf("%w: %w", ErrBusy, err)
 	}
 	return err

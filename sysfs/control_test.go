@@ -87,3 +87,56 @@ func TestTreeControlPortsAndSession(t *testing.T) {
 		t.Errorf("after disconnect: state %q ipv4 %q data %v", got, get("session/ipv4"), d.Mock.Modem.DataAllowed())
 	}
 }
+
+func TestTreeSessionsByNumber(t *testing.T) {
+	d := sysfstest.NewControlDevice(t, "mhi0", "")
+	tr := sysfs.NewTree()
+	tr.AddDevice("mhi0", d.Binding())
+	get := func(p string) string {
+		t.Helper()
+		v, err := tr.Get("devices/mhi0/" + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if get("sessions/0/number") != "0" || get("sessions/1/number") != "1" || get("sessions/1/state") != "disconnected" {
+		t.Errorf("sessions/0, sessions/1: %q %q %q", get("sessions/0/number"), get("sessions/1/number"), get("sessions/1/state"))
+	}
+	if _, err := tr.Get("devices/mhi0/sessions/2/state"); !errors.Is(err, sysfs.ErrNotFound) {
+		t.Errorf("sessions/2 of a device taking 2: %v", err)
+	}
+	if err := tr.Set("devices/mhi0/sessions/1/disconnect", "1"); !errors.Is(err, sysfs.ErrInvalid) {
+		t.Errorf("disconnect of an idle session 1: %v, want ErrInvalid", err)
+	}
+	if err := tr.Set("devices/mhi0/sessions/1/connect", "ims ipv4 bad/name"); !errors.Is(err, sysfs.ErrInvalid) {
+		t.Errorf("connect with a bad interface name: %v, want ErrInvalid", err)
+	}
+	// sessions/0 is session/.
+	if err := tr.Set("devices/mhi0/sessions/0/connect", "internet"); err != nil {
+		t.Fatal(err)
+	}
+	if get("session/state") != "connected" || get("sessions/0/ipv4") != "198.18.0.1/24" || get("stats/sessions/0/connects") != "1" {
+		t.Errorf("after connecting sessions/0: session/state %q, sessions/0/ipv4 %q", get("session/state"), get("sessions/0/ipv4"))
+	}
+	d.SessionData.Set(1, sysfstest.SessionRow{RxPackets: 7, TxBytes: 700})
+	d.SessionData.SetUnknown(3)
+	if get("stats/sessions/1/rx_packets") != "7" || get("stats/sessions/1/tx_bytes") != "700" || get("stats/sessions/rx_session_unknown") != "3" {
+		t.Error("per-session data counters not in the tree")
+	}
+	m := scrape(t, tr).text
+	for _, want := range []string{
+		`mhi_sessions_rx_packets_total{device="mhi0",session="1"} 7`,
+		`mhi_sessions_tx_bytes_total{device="mhi0",session="1"} 700`,
+		`mhi_sessions_rx_packets_total{device="mhi0",session="0"} 0`,
+		`mhi_sessions_rx_session_unknown_total{device="mhi0"} 3`,
+		`mhi_sessions_up{device="mhi0",session="0"} 1`,
+		`mhi_sessions_up{device="mhi0",session="1"} 0`,
+		`mhi_sessions_connects_total{device="mhi0",session="0"} 1`,
+		`mhi_session_up{device="mhi0"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}

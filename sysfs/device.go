@@ -27,9 +27,20 @@ type Device struct {
 	// Ports are the device's control ports (ports/<name>; counters
 	// under stats/ports/<name>).
 	Ports []Port
-	// Session, if set, is the device's data session (session/…;
-	// counters under stats/session).
+	// Session, if set and Sessions is not, is the device's data session
+	// (session/…; counters under stats/session).
 	Session *ctrlport.Session
+	// Sessions, if set, are the device's data sessions by number:
+	// sessions/<N>/… with counters under stats/sessions/<N>/, session 0
+	// also as session/ and stats/session (Session is then ignored).
+	Sessions *ctrlport.Sessions
+	// SessionData, if set, returns the data-path counters of session n
+	// (always a struct of the same type; zero for a session without
+	// traffic), shown in stats/sessions/<N>/ beside its control counters.
+	SessionData func(n uint8) any
+	// SessionsStats, if set, returns the counters of the sessions'
+	// demultiplexer (stats/sessions/: rx_session_unknown…).
+	SessionsStats func() any
 	// Stats adds counter groups under stats/<name>: functions returning
 	// structs whose integer fields with JSON names are the counters
 	// (e.g. "modem", the embedded mock's own counters).

@@ -20,11 +20,14 @@ import (
 //   - stats/mhi/<attr> → mhi_controller_<attr>{device}; stats/<group>/<attr>
 //     → mhi_<group>_<attr>{device} (net, session, modem);
 //     stats/ports/<port>/<attr> → mhi_port_<attr>{device, port};
+//     stats/sessions/<N>/<attr> → mhi_sessions_<attr>{device, session};
 //   - channels/<num>_<name>/<attr> → mhi_channel_<attr>{device, channel,
 //     channel_name};
 //   - mhi_device_info{device, model, state, ee, pm_state} 1, and with a
 //     session mhi_session_info{device, state, protocol, apn, ip_type, ipv4,
-//     ipv6, interface} 1 and mhi_session_up{device}.
+//     ipv6, interface} 1 and mhi_session_up{device} (session 0), and per
+//     session sessions/<N>/ mhi_sessions_info{device, session, …} 1 and
+//     mhi_sessions_up{device, session}.
 //
 // Counters end in _total, values are in base units (a name ending in
 // _bytes, or _seconds for attributes kept in milliseconds), and each
@@ -64,6 +67,10 @@ var (
 	channelLabels = []string{"device", "channel", "channel_name"}
 	infoLabels    = []string{"device", "model", "state", "ee", "pm_state"}
 	sessionLabels = []string{"device", "state", "protocol", "apn", "ip_type", "ipv4", "ipv6", "interface"}
+	// sessionsLabels label the families of sessions/<N> and
+	// stats/sessions/<N>.
+	sessionsLabels     = []string{"device", "session"}
+	sessionsInfoLabels = []string{"device", "session", "state", "protocol", "apn", "ip_type", "ipv4", "ipv6", "interface"}
 )
 
 // Help texts of the families that are not one attribute each.
@@ -71,6 +78,10 @@ const (
 	deviceInfoHelp  = "the device's model and state: MHI state, execution environment and host power-management state (pm_state RECOVERY_FAILED: recovery gave up); always 1"
 	sessionInfoHelp = "the device's data session: state, control protocol, APN, IP type, addresses and interface; always 1"
 	sessionUpHelp   = "1 while the device's data session is connected, else 0"
+	// SessionsInfoHelp and SessionsUpHelp are the HELP texts of
+	// mhi_sessions_info and mhi_sessions_up.
+	SessionsInfoHelp = "one data session of the device, by number: state, control protocol, APN, IP type, addresses and interface; always 1"
+	SessionsUpHelp   = "1 while the device's data session of this number is connected, else 0"
 )
 
 func (c *Collector) collectDevice(ch chan<- prometheus.Metric, dev *Dir) {
@@ -86,23 +97,7 @@ func (c *Collector) collectDevice(ch chan<- prometheus.Metric, dev *Dir) {
 	c.send(ch, "mhi_device_info", deviceInfoHelp, prometheus.GaugeValue, 1, infoLabels,
 		dev.Name, info["model"], info["state"], info["ee"], info["pm_state"])
 	if stats, ok := dev.Dir("stats"); ok {
-		for _, group := range stats.Dirs() {
-			prefix := group.Name + "_"
-			switch group.Name {
-			case "mhi":
-				prefix = "controller_"
-			case "ports":
-				for _, port := range group.Dirs() {
-					for _, a := range port.Attrs() {
-						c.attrMetric(ch, "port_", a, portLabels, []string{dev.Name, port.Name})
-					}
-				}
-				continue
-			}
-			for _, a := range group.Attrs() {
-				c.attrMetric(ch, prefix, a, deviceLabels, dl)
-			}
-		}
+		c.collectStats(ch, dev.Name, stats)
 	}
 	if chans, ok := dev.Dir("channels"); ok {
 		for _, chd := range chans.Dirs() {
@@ -112,21 +107,73 @@ func (c *Collector) collectDevice(ch chan<- prometheus.Metric, dev *Dir) {
 			}
 		}
 	}
-	if sess, ok := dev.Dir("session"); ok {
-		v := map[string]string{}
-		for _, a := range sess.Attrs() {
-			if a.Type == String && a.Readable() {
-				v[a.Name], _ = a.Read()
+	c.collectSessions(ch, dev)
+}
+
+// collectStats sends the counter groups under stats/.
+func (c *Collector) collectStats(ch chan<- prometheus.Metric, dev string, stats *Dir) {
+	dl := []string{dev}
+	for _, group := range stats.Dirs() {
+		prefix := group.Name + "_"
+		switch group.Name {
+		case "mhi":
+			prefix = "controller_"
+		case "ports":
+			for _, port := range group.Dirs() {
+				for _, a := range port.Attrs() {
+					c.attrMetric(ch, "port_", a, portLabels, []string{dev, port.Name})
+				}
+			}
+			continue
+		case "sessions":
+			for _, sd := range group.Dirs() {
+				for _, a := range sd.Attrs() {
+					c.attrMetric(ch, "sessions_", a, sessionsLabels, []string{dev, sd.Name})
+				}
 			}
 		}
+		for _, a := range group.Attrs() {
+			c.attrMetric(ch, prefix, a, deviceLabels, dl)
+		}
+	}
+}
+
+// collectSessions sends the info and up families of session/ and of
+// each sessions/<N>/.
+func (c *Collector) collectSessions(ch chan<- prometheus.Metric, dev *Dir) {
+	if sess, ok := dev.Dir("session"); ok {
+		v := stringAttrs(sess)
 		c.send(ch, "mhi_session_info", sessionInfoHelp, prometheus.GaugeValue, 1, sessionLabels,
 			dev.Name, v["state"], v["protocol"], v["apn"], v["ip_type"], v["ipv4"], v["ipv6"], v["interface"])
-		up := 0.0
-		if v["state"] == "connected" {
-			up = 1
-		}
-		c.send(ch, "mhi_session_up", sessionUpHelp, prometheus.GaugeValue, up, deviceLabels, dev.Name)
+		c.send(ch, "mhi_session_up", sessionUpHelp, prometheus.GaugeValue, upValue(v["state"]), deviceLabels, dev.Name)
 	}
+	if sessions, ok := dev.Dir("sessions"); ok {
+		for _, sd := range sessions.Dirs() {
+			v := stringAttrs(sd)
+			c.send(ch, "mhi_sessions_info", SessionsInfoHelp, prometheus.GaugeValue, 1, sessionsInfoLabels,
+				dev.Name, sd.Name, v["state"], v["protocol"], v["apn"], v["ip_type"], v["ipv4"], v["ipv6"], v["interface"])
+			c.send(ch, "mhi_sessions_up", SessionsUpHelp, prometheus.GaugeValue, upValue(v["state"]), sessionsLabels, dev.Name, sd.Name)
+		}
+	}
+}
+
+// stringAttrs reads d's readable String attributes.
+func stringAttrs(d *Dir) map[string]string {
+	v := map[string]string{}
+	for _, a := range d.Attrs() {
+		if a.Type == String && a.Readable() {
+			v[a.Name], _ = a.Read()
+		}
+	}
+	return v
+}
+
+// upValue is 1 for a connected session's state, else 0.
+func upValue(state string) float64 {
+	if state == "connected" {
+		return 1
+	}
+	return 0
 }
 
 // attrMetric sends a's value as mhi_<prefix><name>, if a is a readable

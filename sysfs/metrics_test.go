@@ -301,6 +301,12 @@ func metricRows(t *testing.T, tr *sysfs.Tree) []metricRow {
 		case parts[0] == "stats" && parts[1] == "ports":
 			r.name, r.attr, r.was = sysfs.MetricName("port_", a), "stats/ports/<port>/"+a.Name, "mhi_port_"+a.Name
 			r.labels = "device, port"
+		case parts[0] == "stats" && parts[1] == "sessions" && len(parts) == 4:
+			r.name, r.attr, r.was = sysfs.MetricName("sessions_", a), "stats/sessions/<n>/"+a.Name, sysfs.MetricName("sessions_", a)
+			r.labels = "device, session"
+		case parts[0] == "stats" && parts[1] == "sessions":
+			r.name, r.attr = sysfs.MetricName("sessions_", a), "stats/sessions/"+a.Name
+			r.was = r.name // new with sessions by number
 		case parts[0] == "stats" && parts[1] == "mhi":
 			r.name, r.attr, r.was = sysfs.MetricName("controller_", a), "stats/mhi/"+a.Name, "mhi_mhi_"+a.Name
 		case parts[0] == "stats":
@@ -313,6 +319,8 @@ func metricRows(t *testing.T, tr *sysfs.Tree) []metricRow {
 	add(metricRow{name: "mhi_device_info", typ: "gauge", labels: "device, model, state, ee, pm_state", attr: "model, state, ee, pm_state", was: "mhi_device_info"})
 	add(metricRow{name: "mhi_session_info", typ: "gauge", labels: "device, state, protocol, apn, ip_type, ipv4, ipv6, interface", attr: "session/…", was: "mhi_session_info"})
 	add(metricRow{name: "mhi_session_up", typ: "gauge", labels: "device", attr: "session/state", was: "mhi_session_up"})
+	add(metricRow{name: "mhi_sessions_info", typ: "gauge", labels: "device, session, state, protocol, apn, ip_type, ipv4, ipv6, interface", attr: "sessions/<n>/…", was: "mhi_sessions_info"})
+	add(metricRow{name: "mhi_sessions_up", typ: "gauge", labels: "device, session", attr: "sessions/<n>/state", was: "mhi_sessions_up"})
 	// The rows and the collector's families must be the same set, with
 	// the same types and HELP texts.
 	fams := gather(t, tr)

@@ -174,6 +174,18 @@ var statDocs = map[string]map[string]statDoc{
 		"config_refused": counter("connects refused because the modem assigned an invalid configuration (addresses, prefixes, gateways, DNS servers, MTU)"),
 		"state_checks":   counter("times the session asked the modem whether it still stands, after an indication said it might not"),
 	},
+	// Per session (stats/sessions/<N>/, beside the "session" counters of
+	// that session): tun.SessionStats of the session's interface; and the
+	// demultiplexer's tun.MuxStats in stats/sessions/ itself.
+	"sessions": {
+		"rx_packets":         counter("packets of this session delivered to its interface"),
+		"rx_bytes":           counterBytes("bytes of the packets of this session delivered to its interface"),
+		"tx_packets":         counter("packets of this session's interface sent on the uplink with its session id or mux id"),
+		"tx_bytes":           counterBytes("bytes of the packets of this session's interface sent on the uplink"),
+		"rx_dropped":         counter("packets of this session dropped on the way to its interface (queue full, interface gone)"),
+		"tx_dropped":         counter("packets of this session's interface dropped on the way to the uplink"),
+		"rx_session_unknown": counter("downlink packets for a session with no interface (one the host has not connected, or a session or mux id the device invented): counted and released, never delivered to another session"),
+	},
 	// ctrlport.PortStats, with its pair's PairStats as pair_….
 	"ports": {
 		"ul_messages":        counter("messages framed from the port's clients and queued on the uplink channel"),

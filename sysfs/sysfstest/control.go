@@ -2,6 +2,7 @@ package sysfstest
 
 import (
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi/ctrlport"
@@ -18,6 +19,59 @@ type ControlDevice struct {
 	Device
 	Port    *ctrlport.Port
 	Session *ctrlport.Session
+	// Sessions are sessions 0 (Session) and 1 over the same MBIM client,
+	// without a host side; SessionData their fake data counters.
+	Sessions    *ctrlport.Sessions
+	SessionData *SessionCounters
+}
+
+// SessionRow is the fake data counters of one session, as the host's
+// data path (tun.SessionStats) reports them.
+type SessionRow struct {
+	RxPackets uint64 `json:"rx_packets"`
+	RxBytes   uint64 `json:"rx_bytes"`
+	TxPackets uint64 `json:"tx_packets"`
+	TxBytes   uint64 `json:"tx_bytes"`
+	RxDropped uint64 `json:"rx_dropped"`
+	TxDropped uint64 `json:"tx_dropped"`
+}
+
+// SessionCounters are fake per-session data counters and the
+// demultiplexer's unknown-session counter a test sets.
+type SessionCounters struct {
+	mu      sync.Mutex
+	rows    map[uint8]SessionRow
+	unknown uint64
+}
+
+// Set sets session n's counters.
+func (c *SessionCounters) Set(n uint8, r SessionRow) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rows[n] = r
+}
+
+// SetUnknown sets the unknown-session counter.
+func (c *SessionCounters) SetUnknown(v uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unknown = v
+}
+
+// Row returns session n's counters (zero if unset).
+func (c *SessionCounters) Row(n uint8) any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rows[n]
+}
+
+// Mux returns the demultiplexer's counters.
+func (c *SessionCounters) Mux() any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return struct {
+		UnknownSession uint64 `json:"rx_session_unknown"`
+	}{c.unknown}
 }
 
 // Binding returns the tree binding of d: the device, its port (as
@@ -26,6 +80,7 @@ func (d ControlDevice) Binding() sysfs.Device {
 	b := d.Device.Binding()
 	b.Ports = []sysfs.Port{{Name: "wwan0mbim0", Path: d.Port.Link(), Stats: func() any { return d.Port.Stats() }}}
 	b.Session = d.Session
+	b.Sessions, b.SessionData, b.SessionsStats = d.Sessions, d.SessionData.Row, d.SessionData.Mux
 	b.Stats = map[string]func() any{"modem": func() any { return d.Mock.Functions.Stats() }}
 	return b
 }
@@ -44,7 +99,18 @@ func NewControlDevice(tb testing.TB, name, model string) ControlDevice {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = p.Close() })
-	s := ctrlport.NewSession(ctrlport.NewMBIMSession(p.Pair()), ctrlport.SessionOptions{})
-	tb.Cleanup(s.Close)
-	return ControlDevice{Device: Device{Mock: m, Net: n}, Port: p, Session: s}
+	s0 := ctrlport.NewMBIMSession(p.Pair())
+	ss, err := ctrlport.NewSessions(ctrlport.SessionsOptions{Limit: 2, Client: func(n uint8) (ctrlport.SessionClient, error) {
+		if n == 0 {
+			return s0, nil
+		}
+		return s0.Sibling(n)
+	}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(ss.Close)
+	s, _ := ss.Get(0)
+	return ControlDevice{Device: Device{Mock: m, Net: n}, Port: p, Session: s, Sessions: ss,
+		SessionData: &SessionCounters{rows: map[uint8]SessionRow{}}}
 }
