@@ -60,7 +60,9 @@ func addControl(dir *Dir, d Device) {
 func addSessions(dir, stats *Dir, d Device) {
 	ss := d.Sessions
 	ops := func(n int) (connect func(context.Context, ctrlport.SessionRequest) (ctrlport.SessionState, error), disconnect func(context.Context) (ctrlport.SessionState, error)) {
-		return func(ctx context.Context, r ctrlport.SessionRequest) (ctrlport.SessionState, error) { return ss.Connect(ctx, n, r) },
+		return func(ctx context.Context, r ctrlport.SessionRequest) (ctrlport.SessionState, error) {
+				return ss.Connect(ctx, n, r)
+			},
 			func(ctx context.Context) (ctrlport.SessionState, error) { return ss.Disconnect(ctx, n) }
 	}
 	all := ss.All()
