@@ -176,6 +176,7 @@ func decodePort(ad *netlink.AttributeDecoder) (Port, error) {
 // device name and the SESSION nest, which it must hold.
 func decodeSession(b []byte) (Session, error) {
 	var s Session
+	var num uint32
 	found := false
 	err := attrFields{
 		str: map[uint16]*string{AttrDevName: &s.Device},
@@ -189,7 +190,7 @@ func decodeSession(b []byte) (Session, error) {
 						SessAttrInterface: &s.Interface, SessAttrLastError: &s.LastError,
 					},
 					strs: map[uint16]*[]string{SessAttrDNS4: &s.DNS4, SessAttrDNS6: &s.DNS6},
-					u32:  map[uint16]*uint32{SessAttrMTU: &s.MTU},
+					u32:  map[uint16]*uint32{SessAttrMTU: &s.MTU, SessAttrNumber: &num},
 				}.decode(sd)
 			},
 		},
@@ -200,5 +201,9 @@ func decodeSession(b []byte) (Session, error) {
 	if !found {
 		return s, errors.New("reply has no session nest")
 	}
+	if num > MaxSessionID {
+		return s, fmt.Errorf("session number %d, beyond %d", num, MaxSessionID)
+	}
+	s.Session = uint8(num)
 	return s, nil
 }

@@ -64,6 +64,11 @@ type Request struct {
 	AutosuspendMs, PMRequest *uint32
 	// APN and IPType are the CONNECT values ("" when absent).
 	APN, IPType string
+	// SessionID is the session number of a CONNECT, DISCONNECT or
+	// GET_SESSION (nil: absent, session 0); Interface a CONNECT's
+	// interface name.
+	SessionID *uint32
+	Interface string
 	// DumpCrash and DumpWaitMs are the GET_DUMP values (rddm.go).
 	DumpCrash  bool
 	DumpWaitMs *uint32
@@ -212,9 +217,9 @@ var mhiPolicy = [cmdMax + 1]uint32{
 	CmdSetDevice:    1<<AttrDevName | 1<<AttrMRU | 1<<AttrMTU | 1<<AttrTimeoutMs | 1<<AttrAutosuspendMs | 1<<AttrPMRequest,
 	CmdGetStats:     1 << AttrDevName,
 	CmdDumpChannels: 1 << AttrDevName,
-	CmdConnect:      1<<AttrDevName | 1<<AttrAPN | 1<<AttrIPType,
-	CmdDisconnect:   1 << AttrDevName,
-	CmdGetSession:   1 << AttrDevName,
+	CmdConnect:      1<<AttrDevName | 1<<AttrAPN | 1<<AttrIPType | 1<<AttrSessionID | 1<<AttrInterface,
+	CmdDisconnect:   1<<AttrDevName | 1<<AttrSessionID,
+	CmdGetSession:   1<<AttrDevName | 1<<AttrSessionID,
 	CmdDumpPorts:    1 << AttrDevName,
 	CmdGetDump:      1<<AttrDevName | 1<<AttrDumpCrash | 1<<AttrDumpWaitMs,
 }
@@ -279,7 +284,7 @@ func (r *Request) decodeMHIAttr(typ, raw uint16, p []byte, off int) error {
 		default:
 			r.TimeoutMs = &v
 		}
-	case AttrAPN, AttrIPType:
+	case AttrAPN, AttrIPType, AttrSessionID, AttrInterface:
 		return r.decodeSessionAttr(typ, name, p, off)
 	case AttrDumpCrash, AttrDumpWaitMs, AttrDumpSize, AttrDumpSHA256, AttrDumpTime, AttrDumpOffset, AttrDumpData:
 		return r.decodeDumpAttr(typ, name, p, off)

@@ -90,7 +90,7 @@ func (s *Server) getFamily(r *reply) error {
 			{CmdDumpChannels, unix.GENL_CMD_CAP_DUMP | unix.GENL_CMD_CAP_HASPOL},
 			{CmdConnect, unix.GENL_CMD_CAP_DO | unix.GENL_CMD_CAP_HASPOL | unix.GENL_ADMIN_PERM},
 			{CmdDisconnect, unix.GENL_CMD_CAP_DO | unix.GENL_CMD_CAP_HASPOL | unix.GENL_ADMIN_PERM},
-			{CmdGetSession, unix.GENL_CMD_CAP_DO | unix.GENL_CMD_CAP_HASPOL},
+			{CmdGetSession, unix.GENL_CMD_CAP_DO | unix.GENL_CMD_CAP_DUMP | unix.GENL_CMD_CAP_HASPOL},
 			{CmdDumpPorts, unix.GENL_CMD_CAP_DUMP | unix.GENL_CMD_CAP_HASPOL},
 			{CmdGetDump, unix.GENL_CMD_CAP_DO | unix.GENL_CMD_CAP_DUMP | unix.GENL_CMD_CAP_HASPOL | unix.GENL_ADMIN_PERM},
 		} {

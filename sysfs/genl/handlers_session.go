@@ -1,8 +1,10 @@
 package genl
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"path"
 	"strconv"
 	"strings"
 
@@ -17,7 +19,17 @@ import (
 // which go through the tree's session/ and ports/ entries like every
 // other command.
 
-// sessionDir checks that the device exists and has a data session.
+// sessionNumber is the request's session number (0 when absent).
+func sessionNumber(req *Request) int {
+	if req.SessionID == nil {
+		return 0
+	}
+	return int(*req.SessionID)
+}
+
+// sessionDir checks that the device exists and has the data session the
+// request names: sessions/<N> on a device with several, session/ (N = 0
+// only) on one with one.
 func (s *Server) sessionDir(req *Request) (string, error) {
 	base, err := s.devicePath(req)
 	if err != nil {
@@ -27,28 +39,48 @@ func (s *Server) sessionDir(req *Request) (string, error) {
 		return "", &RequestError{Errno: unix.EOPNOTSUPP, Offset: req.AttrOffset(AttrDevName), Err: err,
 			Msg: fmt.Sprintf("%s has no data session (its model has no MBIM or QMI control channel, or the host stack drives none)", req.DevName)}
 	}
-	return base + "/session", nil
+	n := sessionNumber(req)
+	sd, err := s.tree.LookupDir(base + "/sessions")
+	if err != nil {
+		if n != 0 {
+			return "", reqErr(unix.EINVAL, req.AttrOffset(AttrSessionID), "%s: session %d: the device has session 0 only", req.DevName, n)
+		}
+		return base + "/session", nil
+	}
+	dir := base + "/sessions/" + strconv.Itoa(n)
+	if _, err := s.tree.LookupDir(dir); err != nil {
+		return "", reqErr(unix.EINVAL, req.AttrOffset(AttrSessionID), "%s: session %d is beyond the limit: the device takes sessions 0..%d",
+			req.DevName, n, len(sd.Dirs())-1)
+	}
+	return dir, nil
 }
 
-// connect writes "APN [IP_TYPE]" to session/connect and answers with
-// the session.
+// connect writes "APN [IP_TYPE [INTERFACE]]" to the session's connect
+// file and answers with the session.
 func (s *Server) connect(r *reply, cred *unix.Ucred) error {
 	req := r.req
 	v := req.APN
-	if req.IPType != "" {
-		v += " " + req.IPType
+	if req.IPType != "" || req.Interface != "" {
+		v += " " + cmp.Or(req.IPType, "ipv4")
+	}
+	if req.Interface != "" {
+		v += " " + req.Interface
 	}
 	return s.setSession(r, cred, CmdConnect, "connect", v, func(err error) int {
-		if errors.Is(err, sysfs.ErrInvalid) && strings.Contains(err.Error(), "IP type") {
+		switch {
+		case errors.Is(err, sysfs.ErrInvalid) && strings.Contains(err.Error(), "IP type"):
 			return req.AttrOffset(AttrIPType)
+		case req.Interface != "" && strings.Contains(err.Error(), req.Interface):
+			return req.AttrOffset(AttrInterface)
 		}
 		return req.AttrOffset(AttrAPN)
 	})
 }
 
-// disconnect writes session/disconnect and answers with the session.
+// disconnect writes the session's disconnect file and answers with the
+// session.
 func (s *Server) disconnect(r *reply, cred *unix.Ucred) error {
-	return s.setSession(r, cred, CmdDisconnect, "disconnect", "1", nil)
+	return s.setSession(r, cred, CmdDisconnect, "disconnect", "1", func(error) int { return r.req.AttrOffset(AttrSessionID) })
 }
 
 // setSession lets an authorized sender write value to the session's
@@ -72,8 +104,12 @@ func (s *Server) setSession(r *reply, cred *unix.Ucred, cmd uint8, file, value s
 	return s.sessionReply(r, cmd, dir)
 }
 
-// getSession answers GET_SESSION.
+// getSession answers GET_SESSION: one session, or with NLM_F_DUMP every
+// session of the device.
 func (s *Server) getSession(r *reply) error {
+	if r.req.Dump() {
+		return s.dumpSessions(r)
+	}
 	dir, err := s.sessionDir(r.req)
 	if err != nil {
 		return err
@@ -81,11 +117,53 @@ func (s *Server) getSession(r *reply) error {
 	return s.sessionReply(r, CmdGetSession, dir)
 }
 
+// dumpSessions sends one message per session of the device (just
+// session 0 on a device with one), then NLMSG_DONE.
+func (s *Server) dumpSessions(r *reply) error {
+	r0 := *r.req
+	r0.SessionID = nil
+	dir0, err := s.sessionDir(&r0)
+	if err != nil {
+		return err
+	}
+	dirs := []string{dir0}
+	base, _ := path.Split(dir0)
+	if sd, err := s.tree.LookupDir(strings.TrimSuffix(base, "/")); err == nil && path.Base(base) == "sessions" {
+		dirs = dirs[:0]
+		for _, d := range sd.Dirs() {
+			dirs = append(dirs, base+d.Name)
+		}
+	}
+	var msgs [][]byte
+	for _, dir := range dirs {
+		ae, err := s.sessionAttrs(r, dir)
+		if err != nil {
+			return err
+		}
+		b, err := ae.Encode()
+		if err != nil {
+			return reqErr(unix.EMSGSIZE, 0, "%s: session %s does not fit a message: %v", r.req.DevName, path.Base(dir), err)
+		}
+		msgs = append(msgs, b)
+	}
+	r.dump(CmdGetSession, msgs)
+	return nil
+}
+
 // sessionReply encodes DEV_NAME and the SESSION nest from the tree.
 func (s *Server) sessionReply(r *reply, cmd uint8, dir string) error {
+	ae, err := s.sessionAttrs(r, dir)
+	if err != nil {
+		return err
+	}
+	return r.addEncoded(cmd, ae)
+}
+
+// sessionAttrs encodes DEV_NAME and the SESSION nest of dir.
+func (s *Server) sessionAttrs(r *reply, dir string) (*netlink.AttributeEncoder, error) {
 	d, err := s.tree.LookupDir(dir)
 	if err != nil {
-		return treeError(err, 0, r.req.DevName)
+		return nil, treeError(err, 0, r.req.DevName)
 	}
 	read := func(file string) string {
 		v, _ := readAttr(d, file)
@@ -94,6 +172,9 @@ func (s *Server) sessionReply(r *reply, cmd uint8, dir string) error {
 	ae := netlink.NewAttributeEncoder()
 	ae.String(AttrDevName, r.req.DevName)
 	ae.Nested(AttrSession, func(n *netlink.AttributeEncoder) error {
+		if v, err := strconv.ParseUint(read("number"), 10, 32); err == nil {
+			n.Uint32(SessAttrNumber, uint32(v))
+		}
 		for _, a := range []struct {
 			typ  uint16
 			file string
@@ -119,7 +200,7 @@ func (s *Server) sessionReply(r *reply, cmd uint8, dir string) error {
 		}
 		return nil
 	})
-	return r.addEncoded(cmd, ae)
+	return ae, nil
 }
 
 // dumpPorts sends one message per port under devices/<dev>/ports.

@@ -62,16 +62,20 @@ const (
 	// CmdDumpChannels: DEV_NAME → one multipart message per channel, each
 	// with DEV_NAME and a CHANNEL nest, then NLMSG_DONE.
 	CmdDumpChannels uint8 = 4
-	// CmdConnect: DEV_NAME, APN and optionally IP_TYPE → connects the
-	// device's data session over its control channel and configures its
+	// CmdConnect: DEV_NAME, APN and optionally IP_TYPE, SESSION_ID and
+	// INTERFACE → connects the device's data session (SESSION_ID's; 0
+	// when absent) over its control channel and configures its
 	// interface; the reply is DEV_NAME and a SESSION nest, as
 	// CmdGetSession returns it. Needs uid 0 or CAP_NET_ADMIN.
 	CmdConnect uint8 = 5
-	// CmdDisconnect: DEV_NAME → disconnects the data session and removes
+	// CmdDisconnect: DEV_NAME and optionally SESSION_ID → disconnects
+	// the data session and removes
 	// its addresses; the reply as CmdGetSession. Needs uid 0 or
 	// CAP_NET_ADMIN.
 	CmdDisconnect uint8 = 6
-	// CmdGetSession: DEV_NAME → DEV_NAME and a SESSION nest.
+	// CmdGetSession: DEV_NAME and optionally SESSION_ID → DEV_NAME and
+	// a SESSION nest; with NLM_F_DUMP, one message per session of the
+	// device (DEV_NAME and a SESSION nest each), then NLMSG_DONE.
 	CmdGetSession uint8 = 7
 	// CmdDumpPorts: DEV_NAME → one multipart message per control port,
 	// each with DEV_NAME and a PORT nest, then NLMSG_DONE.
@@ -110,9 +114,15 @@ const (
 	// AttrRecovery is SYS_ERR recovery's standing (string:
 	// devices/<dev>/recovery).
 	AttrRecovery uint16 = 26
+	// AttrSessionID is the session number a CONNECT, DISCONNECT or
+	// GET_SESSION is about (u32, 0..255; absent: 0).
+	AttrSessionID uint16 = 27
+	// AttrInterface names the interface a CONNECT of a session N > 0
+	// makes (string; absent: <tun>.<N>).
+	AttrInterface uint16 = 28
 
 	// AttrMax is the highest top-level attribute type.
-	AttrMax = AttrRecovery
+	AttrMax = AttrInterface
 )
 
 // Values of AttrPMRequest.
@@ -207,6 +217,8 @@ var attrNames = [...]string{
 	AttrDumpData:      "dump-data",
 	AttrPMState:       "pm-state",
 	AttrRecovery:      "recovery",
+	AttrSessionID:     "session-id",
+	AttrInterface:     "interface",
 }
 
 var cmdNames = [...]string{

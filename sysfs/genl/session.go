@@ -1,6 +1,7 @@
 package genl
 
 import (
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -27,6 +28,7 @@ const (
 	SessAttrMTU       uint16 = 11 // u32
 	SessAttrInterface uint16 = 12 // string: the interface configured
 	SessAttrLastError uint16 = 13 // string: why the last operation failed
+	SessAttrNumber    uint16 = 14 // u32: the session number
 )
 
 // Attributes of the "port" set (inside AttrPort).
@@ -38,8 +40,11 @@ const (
 
 // Limits of the CONNECT strings, in bytes without the NUL.
 const (
-	MaxAPNLen    = 100 // 3GPP TS 23.003: an APN is at most 100 octets
-	MaxIPTypeLen = 15
+	MaxAPNLen       = 100 // 3GPP TS 23.003: an APN is at most 100 octets
+	MaxIPTypeLen    = 15
+	MaxInterfaceLen = 15 // IFNAMSIZ less the NUL
+	// MaxSessionID is the highest session number a request may name.
+	MaxSessionID = 255
 )
 
 // ConnectTimeout is the client's default wait for a CONNECT or DISCONNECT
@@ -47,9 +52,23 @@ const (
 const ConnectTimeout = 65 * time.Second
 
 func (r *Request) decodeSessionAttr(typ uint16, name string, p []byte, off int) error {
+	if typ == AttrSessionID {
+		v, err := parseU32(name, p, off)
+		if err != nil {
+			return err
+		}
+		if v > MaxSessionID {
+			return reqErr(unix.ERANGE, off, "%s: %d: session numbers are 0..%d", name, v, MaxSessionID)
+		}
+		r.SessionID = &v
+		return nil
+	}
 	maxLen := MaxAPNLen
-	if typ == AttrIPType {
+	switch typ {
+	case AttrIPType:
 		maxLen = MaxIPTypeLen
+	case AttrInterface:
+		maxLen = MaxInterfaceLen
 	}
 	s, err := parseString(name, p, maxLen, off)
 	if err != nil {
@@ -60,9 +79,15 @@ func (r *Request) decodeSessionAttr(typ uint16, name string, p []byte, off int) 
 			return reqErr(unix.EINVAL, off, "%s: %q holds white space or control characters", name, s)
 		}
 	}
-	if typ == AttrAPN {
+	switch typ {
+	case AttrAPN:
 		r.APN = s
-	} else {
+	case AttrInterface:
+		if s == "" || s == "." || s == ".." || strings.ContainsAny(s, "/:") {
+			return reqErr(unix.EINVAL, off, "%s: %q is not a valid interface name", name, s)
+		}
+		r.Interface = s
+	default:
 		r.IPType = s
 	}
 	return nil

@@ -216,6 +216,7 @@ func TestSpecNumbers(t *testing.T) {
 		"ip-type": genl.AttrIPType, "session": genl.AttrSession, "port": genl.AttrPort,
 		"autosuspend-ms": genl.AttrAutosuspendMs, "pm-request": genl.AttrPMRequest,
 		"pm-state": genl.AttrPMState, "recovery": genl.AttrRecovery,
+		"session-id": genl.AttrSessionID, "interface": genl.AttrInterface,
 	} {
 		if !regexp.MustCompile(`name: ` + name + `\s+type: \w+\s+value: ` + strconv.Itoa(int(v)) + `\b`).MatchString(spec) {
 			t.Errorf("the spec lacks attribute %s = %d", name, v)
@@ -234,4 +235,97 @@ func readSpec(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// Sessions by number: GET_SESSION with session-id, its dump, and the
+// numbers, interface names and limits the server refuses.
+func TestSessionsByNumber(t *testing.T) {
+	tr, _ := newControlTree(t)
+	srv := startServer(t, tr)
+	c := dial(t, srv.Port())
+	s, err := c.SessionOf("mhi0", 1)
+	if err != nil || s.Session != 1 || s.State != "disconnected" || s.Protocol != "mbim" {
+		t.Fatalf("GET_SESSION session-id 1: %+v %v", s, err)
+	}
+	all, err := c.Sessions("mhi0")
+	if err != nil || len(all) != 2 || all[0].Session != 0 || all[1].Session != 1 || all[1].Device != "mhi0" {
+		t.Fatalf("GET_SESSION dump: %+v %v", all, err)
+	}
+	_, err = c.SessionOf("mhi0", 2)
+	var ge *genl.Error
+	if !errors.Is(err, genl.ErrInvalid) || !errors.As(err, &ge) || ge.Offset == 0 || !strings.Contains(err.Error(), "0..1") {
+		t.Errorf("GET_SESSION session-id 2 of a device taking 2: %v", err)
+	}
+	if _, err := c.SessionOf("mhi1", 1); !errors.Is(err, genl.ErrNotSupported) {
+		t.Errorf("GET_SESSION on a device without sessions: %v", err)
+	}
+	one, err := c.Sessions("mhi1")
+	if !errors.Is(err, genl.ErrNotSupported) {
+		t.Errorf("GET_SESSION dump on a device without sessions: %+v %v", one, err)
+	}
+	fam := c.Family()
+	for _, tc := range []struct {
+		name  string
+		cmd   uint8
+		attrs func(ae *netlink.AttributeEncoder)
+		want  string
+	}{
+		{"session 256", genl.CmdGetSession, func(ae *netlink.AttributeEncoder) {
+			ae.String(genl.AttrDevName, "mhi0")
+			ae.Uint32(genl.AttrSessionID, 256)
+		}, "0..255"},
+		{"session as u8", genl.CmdDisconnect, func(ae *netlink.AttributeEncoder) {
+			ae.String(genl.AttrDevName, "mhi0")
+			ae.Uint8(genl.AttrSessionID, 1)
+		}, "want 4"},
+		{"interface with a slash", genl.CmdConnect, func(ae *netlink.AttributeEncoder) {
+			ae.String(genl.AttrDevName, "mhi0")
+			ae.String(genl.AttrAPN, "ims")
+			ae.String(genl.AttrInterface, "a/b")
+		}, "not a valid interface name"},
+		{"interface too long", genl.CmdConnect, func(ae *netlink.AttributeEncoder) {
+			ae.String(genl.AttrDevName, "mhi0")
+			ae.String(genl.AttrAPN, "ims")
+			ae.String(genl.AttrInterface, "abcdefghijklmnop")
+		}, "15-byte limit"},
+		{"interface in get-session", genl.CmdGetSession, func(ae *netlink.AttributeEncoder) {
+			ae.String(genl.AttrDevName, "mhi0")
+			ae.String(genl.AttrInterface, "x")
+		}, "not valid in get-session"},
+	} {
+		ae := netlink.NewAttributeEncoder()
+		tc.attrs(ae)
+		b, _ := ae.Encode()
+		_, _, derr := genl.DecodeRequest(nlMessage(fam.ID, append(genlHeaderBytes(tc.cmd), b...)))
+		if derr == nil || !errors.Is(derr, unix.EINVAL) && !errors.Is(derr, unix.ERANGE) || !strings.Contains(derr.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, derr, tc.want)
+		}
+	}
+}
+
+// CONNECT and DISCONNECT of a session by number, through the server.
+func TestSessionsConnectByNumber(t *testing.T) {
+	testenv.NeedRoot(t, "CONNECT and DISCONNECT need root or CAP_NET_ADMIN")
+	tr, _ := newControlTree(t)
+	srv := startServer(t, tr)
+	c := dial(t, srv.Port())
+	if _, err := c.DisconnectSession("mhi0", 1); !errors.Is(err, genl.ErrInvalid) || !strings.Contains(err.Error(), "not connected") {
+		t.Errorf("DISCONNECT of an idle session 1: %v", err)
+	}
+	if _, err := c.ConnectSession("mhi0", genl.ConnectRequest{Session: 5, APN: "ims"}); !errors.Is(err, genl.ErrInvalid) || !strings.Contains(err.Error(), "beyond the limit") {
+		t.Errorf("CONNECT session 5 of a device taking 2: %v", err)
+	}
+	// The control device's sessions have no host side: no interface to name.
+	_, err := c.ConnectSession("mhi0", genl.ConnectRequest{Session: 1, APN: "ims", Interface: "ims0"})
+	var ge *genl.Error
+	if !errors.Is(err, genl.ErrInvalid) || !errors.As(err, &ge) || ge.Offset == 0 || !strings.Contains(err.Error(), "ims0") {
+		t.Errorf("CONNECT with an interface on a session without one: %v", err)
+	}
+	s, err := c.ConnectSession("mhi0", genl.ConnectRequest{Session: 0, APN: "internet"})
+	if err != nil || s.Session != 0 || s.State != "connected" {
+		t.Fatalf("CONNECT session 0: %+v %v", s, err)
+	}
+	if s, err := c.SessionOf("mhi0", 0); err != nil || s.APN != "internet" {
+		t.Errorf("GET_SESSION 0 after connect: %+v %v", s, err)
+	}
 }
