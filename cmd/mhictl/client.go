@@ -83,8 +83,8 @@ func newSetMTUCmd() *cobra.Command {
 func newGetCmd() *cobra.Command {
 	d := &dialFlags{}
 	cmd := &cobra.Command{
-		Use:   "get DEV [ATTR|ports|session]",
-		Short: "Show a device of a running `mhictl up`, one attribute (mru, mtu, state, ee, model, serial, timeout_ms), its control ports or its data session",
+		Use:   "get DEV [ATTR|ports|session|sessions]",
+		Short: "Show a device of a running `mhictl up`, one attribute (mru, mtu, state, ee, model, serial, timeout_ms), its control ports, its data session (0) or all its data sessions",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := d.dial(args[0])
@@ -92,7 +92,7 @@ func newGetCmd() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			if len(args) == 2 && (args[1] == "ports" || args[1] == "session") {
+			if len(args) == 2 && (args[1] == "ports" || args[1] == "session" || args[1] == "sessions") {
 				return getControl(cmd.OutOrStdout(), c, args[0], args[1], d.json)
 			}
 			dev, err := c.GetDevice(args[0])

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -11,26 +12,55 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/sysfs/genl"
 )
+
+// sessionFlag is --session N: a session number, 0..255 (the device's
+// limit, 8 by default, is checked by `mhictl up`).
+type sessionFlag struct{ s string }
+
+func (f *sessionFlag) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.s, "session", "0", "session number: 0 is the session on the --tun interface; N > 0 an extra PDN session with its own interface (the device takes 0 to its limit less one, 8 sessions by default)")
+}
+
+// number parses --session.
+func (f *sessionFlag) number() (uint8, error) {
+	n, err := strconv.ParseUint(f.s, 10, 8)
+	if err != nil {
+		return 0, fmt.Errorf("--session %q: want a session number 0..255", f.s)
+	}
+	return uint8(n), nil
+}
 
 // newConnectCmd builds `mhictl connect DEV --apn APN`.
 func newConnectCmd() *cobra.Command {
 	d := &dialFlags{}
-	var apn, ipType string
+	var apn, ipType, iface string
+	var sess sessionFlag
 	cmd := &cobra.Command{
-		Use:   "connect DEV --apn APN [--ip-type ipv4|ipv6|ipv4v6]",
-		Short: "Connect the data session of a device of a running `mhictl up` and configure its interface (needs root or CAP_NET_ADMIN)",
-		Long: `Asks the running 'mhictl up' to connect the modem's data session over its
-MBIM control channel (attach the packet service, CONNECT with the APN and IP
-type, read IP_CONFIGURATION) or, on a model without MBIM, its QMI one (WDS
-START_NETWORK per IP family, GET_CURRENT_SETTINGS), then give the TUN
-interface the addresses, a route to a gateway outside their prefix, and the
-MTU the modem assigned. It prints what was configured. A modem started
-with --require-connect (or a real one) passes IP data only while a session
-is connected.`,
+		Use:   "connect DEV --apn APN [--session N] [--interface NAME] [--ip-type ipv4|ipv6|ipv4v6]",
+		Short: "Connect a data session of a device of a running `mhictl up` and configure its interface (needs root or CAP_NET_ADMIN)",
+		Long: `Asks the running 'mhictl up' to connect one of the modem's data sessions over
+its MBIM control channel (attach the packet service, CONNECT with the
+session number, APN and IP type, read IP_CONFIGURATION) or, on a model
+without MBIM, its QMI one (WDS START_NETWORK per IP family,
+GET_CURRENT_SETTINGS; a session N > 0 binds its WDS clients to mux id
+base + N first, WDS BIND_MUX_DATA_PORT), then give the session's TUN
+interface the addresses, a route to a gateway outside their prefix, and
+the MTU the modem assigned. It prints what was configured.
+
+Session 0 (the default) is configured on up's --tun interface. A session
+N > 0 gets its own TUN interface, <tun>.<N> (e.g. mhi0.1) unless
+--interface names it, made before the modem is asked and removed again
+on disconnect, by the user or by the network; its packets go out with
+its own MBIM session id or QMAP mux id. Without --tun sessions connect
+all the same, with no interface. A modem started with --require-connect
+(or a real one) passes IP data on a session only while it is connected.`,
 		Example: `  mhictl connect mhi0 --apn internet
-  mhictl connect mhi0 --apn internet --ip-type ipv4v6 --json`,
+  mhictl connect mhi0 --apn internet --ip-type ipv4v6 --json
+  mhictl connect mhi0 --apn ims --session 1          # interface mhi0.1
+  mhictl connect mhi0 --apn iot --session 2 --interface iot0`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if apn == "" {
@@ -41,12 +71,21 @@ is connected.`,
 			default:
 				return fmt.Errorf("--ip-type %q: want ipv4, ipv6 or ipv4v6", ipType)
 			}
+			n, err := sess.number()
+			if err != nil {
+				return err
+			}
+			if iface != "" {
+				if err := ctrlport.ValidInterfaceName(iface); err != nil {
+					return fmt.Errorf("--interface: %w", err)
+				}
+			}
 			c, err := d.dial(args[0])
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			s, err := c.Connect(args[0], apn, ipType)
+			s, err := c.ConnectSession(args[0], genl.ConnectRequest{Session: n, APN: apn, IPType: ipType, Interface: iface})
 			if err != nil {
 				return err
 			}
@@ -54,25 +93,39 @@ is connected.`,
 		},
 	}
 	d.add(cmd)
+	sess.add(cmd)
 	cmd.Flags().StringVar(&apn, "apn", "", "access point name (required)")
 	cmd.Flags().StringVar(&ipType, "ip-type", "ipv4", "IP type of the session: ipv4, ipv6 or ipv4v6")
+	cmd.Flags().StringVar(&iface, "interface", "", "name of the TUN interface a session N > 0 gets (default <tun>.<N>; session 0 uses --tun)")
 	return cmd
 }
 
 // newDisconnectCmd builds `mhictl disconnect DEV`.
 func newDisconnectCmd() *cobra.Command {
 	d := &dialFlags{}
+	var sess sessionFlag
 	cmd := &cobra.Command{
-		Use:   "disconnect DEV",
-		Short: "Disconnect the data session of a device of a running `mhictl up` and remove its addresses (needs root or CAP_NET_ADMIN)",
-		Args:  cobra.ExactArgs(1),
+		Use:   "disconnect DEV [--session N]",
+		Short: "Disconnect a data session of a device of a running `mhictl up` and remove its addresses (needs root or CAP_NET_ADMIN)",
+		Long: `Asks the running 'mhictl up' to deactivate a data session and remove what
+it configured: session 0's addresses and routes on the --tun interface (a
+static --tun-addr stays), or a session N > 0's own TUN interface. The other
+sessions go on. Session 0 is deactivated on the modem whoever connected
+it; a session N > 0 that is not connected is an error.`,
+		Example: `  mhictl disconnect mhi0
+  mhictl disconnect mhi0 --session 1`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			n, err := sess.number()
+			if err != nil {
+				return err
+			}
 			c, err := d.dial(args[0])
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			s, err := c.Disconnect(args[0])
+			s, err := c.DisconnectSession(args[0], n)
 			if err != nil {
 				return err
 			}
@@ -80,6 +133,7 @@ func newDisconnectCmd() *cobra.Command {
 		},
 	}
 	d.add(cmd)
+	sess.add(cmd)
 	return cmd
 }
 
@@ -96,6 +150,7 @@ func printSession(w io.Writer, s genl.Session, asJSON bool) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "device\t%s\n", s.Device)
+	fmt.Fprintf(tw, "session\t%d\n", s.Session)
 	fmt.Fprintf(tw, "state\t%s\n", s.State)
 	fmt.Fprintf(tw, "protocol\t%s\n", s.Protocol)
 	row := func(k, v string) {
@@ -157,14 +212,48 @@ func printPorts(w io.Writer, dev string, ports []genl.Port, asJSON bool) error {
 	return tw.Flush()
 }
 
-// getControl answers `mhictl get DEV ports` and `mhictl get DEV session`.
+// printSessions prints `mhictl get DEV sessions`: a table of every
+// session, or a JSON array.
+func printSessions(w io.Writer, ss []genl.Session, asJSON bool) error {
+	if asJSON {
+		out := make([]genl.Session, len(ss))
+		for i, s := range ss {
+			if s.DNS4 == nil {
+				s.DNS4 = []string{}
+			}
+			if s.DNS6 == nil {
+				s.DNS6 = []string{}
+			}
+			out[i] = s
+		}
+		return printJSON(w, out)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SESSION\tSTATE\tPROTOCOL\tAPN\tINTERFACE\tIPV4\tIPV6\tMTU")
+	dash := func(v string) string { return cmp.Or(v, "-") }
+	for _, s := range ss {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", s.Session, s.State, s.Protocol, dash(s.APN), dash(s.Interface),
+			dash(s.IPv4), dash(s.IPv6), s.MTU)
+	}
+	return tw.Flush()
+}
+
+// getControl answers `mhictl get DEV ports`, `mhictl get DEV session`
+// and `mhictl get DEV sessions`.
 func getControl(w io.Writer, c *genl.Client, dev, what string, asJSON bool) error {
-	if what == "session" {
+	switch what {
+	case "session":
 		s, err := c.Session(dev)
 		if err != nil {
 			return err
 		}
 		return printSession(w, s, asJSON)
+	case "sessions":
+		ss, err := c.Sessions(dev)
+		if err != nil {
+			return err
+		}
+		return printSessions(w, ss, asJSON)
 	}
 	ports, err := c.Ports(dev)
 	if err != nil {
