@@ -398,3 +398,109 @@ func TestSessionsQMIBindMuxDataPort(t *testing.T) {
 		t.Errorf("requests %v: want client 2's BIND_MUX_DATA_PORT before its START_NETWORK", fm.order)
 	}
 }
+
+// fakePrep is a HostPreparer that records its calls.
+type fakePrep struct {
+	fakeHost
+	mu                sync.Mutex
+	name              string
+	prepared, release int
+	prepareErr        error
+}
+
+func (p *fakePrep) Interface() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.name
+}
+
+func (p *fakePrep) Prepare(name string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.prepareErr != nil {
+		return p.prepareErr
+	}
+	p.prepared++
+	p.name = cmpOr(name, "tun.1")
+	return nil
+}
+
+func (p *fakePrep) Release() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.release++
+	p.name = ""
+	return nil
+}
+
+func (p *fakePrep) calls() (int, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.prepared, p.release
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// A session whose host makes its interface per connect: made before the
+// modem is asked, removed after a refusal, after a disconnect, after the
+// network ends the session, and never made for a refused name.
+func TestSessionsHostPreparer(t *testing.T) {
+	fm := &fakeMBIMModem{limit: 1, active: map[uint32]string{}}
+	w := newFakeWire(t, fm.answer)
+	s0 := ctrlport.NewMBIMSession(w)
+	s1, err := s0.Sibling(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s0.Sibling(1); !errors.Is(err, ctrlport.ErrSessionNumber) {
+		t.Errorf("a second client for session 1: %v", err)
+	}
+	p := &fakePrep{}
+	s := ctrlport.NewSession(s1, ctrlport.SessionOptions{Number: 1, Host: p})
+	t.Cleanup(s.Close)
+	t.Cleanup(s0.Close)
+	// The modem takes session 0 only: refused, the interface removed.
+	if _, err := s.Connect(ctx(t), ctrlport.SessionRequest{APN: "ims", Interface: "ims0"}); !errors.Is(err, ctrlport.ErrSessionRefused) {
+		t.Fatalf("connect beyond the modem's limit: %v", err)
+	}
+	if pr, rl := p.calls(); pr != 1 || rl != 1 || s.State().Interface != "" {
+		t.Fatalf("after a refusal: prepared %d, released %d, interface %q", pr, rl, s.State().Interface)
+	}
+	p.prepareErr = fmt.Errorf("%w: ims0 exists", ctrlport.ErrInterfaceTaken)
+	if _, err := s.Connect(ctx(t), ctrlport.SessionRequest{APN: "ims", Interface: "ims0"}); !errors.Is(err, ctrlport.ErrInterfaceTaken) {
+		t.Fatalf("connect with a name in use: %v", err)
+	}
+	fm.mu.Lock()
+	asked := len(fm.connects)
+	fm.limit = 2
+	fm.mu.Unlock()
+	if asked != 0 {
+		t.Fatalf("the modem was asked %d times", asked)
+	}
+	p.prepareErr = nil
+	st, err := s.Connect(ctx(t), ctrlport.SessionRequest{APN: "ims", Interface: "ims0"})
+	if err != nil || st.Interface != "ims0" || st.Session != 1 {
+		t.Fatalf("connect: %+v %v", st, err)
+	}
+	if _, err := s.Disconnect(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if pr, rl := p.calls(); pr != 2 || rl != 2 {
+		t.Fatalf("after a disconnect: prepared %d, released %d", pr, rl)
+	}
+	if _, err := s.Connect(ctx(t), ctrlport.SessionRequest{APN: "ims"}); err != nil {
+		t.Fatal(err)
+	}
+	fm.deactivate(1)
+	ci := mbim.ConnectInfo{SessionID: 1, ActivationState: mbim.ActivationStateDeactivated, ContextType: mbim.ContextTypeInternet}
+	w.push(mbim.AppendIndicateStatus(nil, 0, mbim.ServiceBasicConnect, mbim.CIDConnect, ci.AppendTo(nil)))
+	waitFor(t, "the network's disconnect to release the interface", func() bool { _, rl := p.calls(); return rl == 3 })
+	if s.State().Connected() || s.Stats().NetworkDisconnects != 1 {
+		t.Errorf("after the network's disconnect: %+v %+v", s.State(), s.Stats())
+	}
+}
