@@ -335,6 +335,12 @@ type Stats struct {
 	NTB ntb.Stats
 	// QMAP is the uplink QMAP parser's counters (see qmap.Reasons).
 	QMAP qmap.Stats
+
+	// Sessions are the counters per session, one row per session that
+	// has had traffic (SessionStats), so that whatever logs or reports
+	// Stats (mhictl modem serve's ip_data lines, the lab's summary)
+	// carries them too.
+	Sessions []SessionStats
 }
 
 // Dropped returns the packets dropped for any reason.
@@ -493,6 +499,7 @@ func (f *Function) Stats() Stats {
 	f.statMu.Lock()
 	s.NTB, s.QMAP = f.ntbSnap, f.qmapSnap
 	f.statMu.Unlock()
+	s.Sessions = f.SessionStats()
 	return s
 }
 

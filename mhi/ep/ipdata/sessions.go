@@ -167,26 +167,32 @@ func (f *Function) drop(s uint8, reason *atomic.Uint64, k uint64) {
 }
 
 // SessionStats returns a snapshot of the per-session counters: one row
-// per session that has had traffic, by session number.
+// per session that has had traffic, by session number (nil when none
+// has).
 func (f *Function) SessionStats() []SessionStats {
 	var out []SessionStats
 	for i := range f.sess {
-		c := &f.sess[i]
-		if !c.seen.Load() {
-			continue
+		if f.sess[i].seen.Load() {
+			out = append(out, f.SessionStatsOf(uint8(i)))
 		}
-		out = append(out, SessionStats{
-			Session:      uint8(i),
-			Wire:         f.base + uint8(i),
-			ULPackets:    c.ulPackets.Load(),
-			ULBytes:      c.ulBytes.Load(),
-			GenPackets:   c.genPackets.Load(),
-			DLPackets:    c.dlPackets.Load(),
-			DLBytes:      c.dlBytes.Load(),
-			Pending:      uint64(max(c.pending.Load(), 0)),
-			Dropped:      c.dropped.Load(),
-			DroppedGated: c.dropGate.Load(),
-		})
 	}
 	return out
+}
+
+// SessionStatsOf returns session n's counters (all zero, with Session
+// and Wire set, if it has had no traffic).
+func (f *Function) SessionStatsOf(n uint8) SessionStats {
+	c := &f.sess[n]
+	return SessionStats{
+		Session:      n,
+		Wire:         f.base + n,
+		ULPackets:    c.ulPackets.Load(),
+		ULBytes:      c.ulBytes.Load(),
+		GenPackets:   c.genPackets.Load(),
+		DLPackets:    c.dlPackets.Load(),
+		DLBytes:      c.dlBytes.Load(),
+		Pending:      uint64(max(c.pending.Load(), 0)),
+		Dropped:      c.dropped.Load(),
+		DroppedGated: c.dropGate.Load(),
+	}
 }

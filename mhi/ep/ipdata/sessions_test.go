@@ -3,7 +3,9 @@ package ipdata
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -168,14 +170,21 @@ func TestIPDataSessionsInterleaved(t *testing.T) {
 	} {
 		for _, k := range []int{2, 3} {
 			t.Run(fmt.Sprintf("%s/%d sessions", tc.name, k), func(t *testing.T) {
-				tc.cfg.FlushTimer = -1
+				// Aggregates leave on their limits only (and the last
+				// on Flush), so each holds packets of every session.
+				tc.cfg.FlushTimer, tc.cfg.NoIdleFlush = -1, true
 				r := newIPRig(t, ipRigConfig{ip: tc.cfg, dlBuffers: 12, ulSize: 65536 - 64, ring: 8})
 				cfg := r.ipd.Config()
 				base := wireBase(&cfg)
 				pkts := interleave(k, 40, base, 64, 1500, 576, 40)
-				for _, x := range encodeULWire(t, cfg, pkts, 60, r.ulSize) {
+				// Two packets per session in each uplink transfer: an
+				// NTB's NDPs group them by session, QMAP keeps them
+				// interleaved.
+				for _, x := range encodeULWire(t, cfg, pkts, 2*k, r.ulSize) {
 					r.sendUL(x)
 				}
+				r.pumpUntil("uplink", func() bool { return r.ipd.Stats().ULPackets == uint64(len(pkts)) })
+				r.ipd.Flush()
 				s := r.waitAggregates(uint64(len(pkts)))
 				got, sessions := decodeDLWire(t, cfg, r.transfers)
 				want, have := perWire(pkts), perWire(got)
@@ -195,8 +204,8 @@ func TestIPDataSessionsInterleaved(t *testing.T) {
 						t.Fatalf("session %d: %+v", n, row)
 					}
 				}
-				if len(rows) != k {
-					t.Fatalf("%d session rows for %d sessions", len(rows), k)
+				if len(rows) != k || len(s.Sessions) != k {
+					t.Fatalf("%d session rows (%d in Stats) for %d sessions", len(rows), len(s.Sessions), k)
 				}
 			})
 		}
@@ -386,6 +395,21 @@ func BenchmarkIPDataSessions(b *testing.B) {
 					b.Fatalf("%d session rows", len(rows))
 				}
 			})
+		}
+	}
+}
+
+// TestSessionStatsJSON: the per-session counters carry snake_case JSON
+// names.
+func TestSessionStatsJSON(t *testing.T) {
+	b, err := json.Marshal(SessionStats{Session: 1, Wire: 113, ULPackets: 2, DroppedGated: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{`"session":1`, `"wire":113`, `"ul_packets":2`, `"ul_bytes":0`, `"dl_packets":0`,
+		`"dl_bytes":0`, `"dropped_gated":3`} {
+		if !strings.Contains(string(b), k) {
+			t.Fatalf("%s lacks %s", b, k)
 		}
 	}
 }
