@@ -58,6 +58,12 @@ type GeneratorConfig struct {
 	// the link and its aggregator, and the generator runs in batches (see
 	// Ingress).
 	Ingress *Ingress
+	// Sessions, if more than 1, spreads the packets over sessions
+	// 0…Sessions−1 round robin (packet i on session i mod Sessions), each
+	// gated and counted on its own session, all with the same addresses;
+	// 0 or 1 sends on session 0. Only a generator in real time (no Link)
+	// spreads; at most NumSessions.
+	Sessions int
 }
 
 // Ingress is the modem's receive queue in virtual time: packets arriving
@@ -201,6 +207,9 @@ func (f *Function) checkGenerator(cfg *GeneratorConfig) error {
 	}
 	if cfg.Count < 0 || cfg.Rate < 0 {
 		return bad("count %d, rate %g", cfg.Count, cfg.Rate)
+	}
+	if cfg.Sessions < 0 || cfg.Sessions > NumSessions || (cfg.Sessions > 1 && cfg.Link != nil) {
+		return bad("%d sessions (0…%d, and one with a Link)", cfg.Sessions, NumSessions)
 	}
 	if l := cfg.Link; l != nil {
 		if f.pipeClock() == nil {
@@ -380,21 +389,25 @@ func (f *Function) runGenerator(ctx context.Context, p *ep.Pipe, g *genRun) {
 			}
 		}
 		n := pick.next()
-		if !f.allowed(genSession) {
+		sess := genSession
+		if cfg.Sessions > 1 {
+			sess = uint8(i % uint64(cfg.Sessions))
+		}
+		if !f.allowed(sess) {
 			// No session: the network sends nothing; the packet is
 			// generated in name only and counted as gated.
 			g.sent.Add(1)
-			f.countGen(genSession, 1)
-			f.drop(genSession, &f.st.droppedGated, 1)
+			f.countGen(sess, 1)
+			f.drop(sess, &f.st.droppedGated, 1)
 			continue
 		}
 		gp.seq = i
-		if err := f.put(ctx, p, n, nil, &gp, genSession, true); err != nil {
+		if err := f.put(ctx, p, n, nil, &gp, sess, true); err != nil {
 			g.err = err
 			break
 		}
 		g.sent.Add(1)
-		f.countGen(genSession, 1)
+		f.countGen(sess, 1)
 	}
 	f.Flush()
 }

@@ -413,3 +413,42 @@ func TestSessionStatsJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestIPDataGeneratorSessions: GeneratorConfig.Sessions spreads the
+// generated packets round robin over sessions, each gated on its own
+// (session 2 closed: its packets counted as gated on session 2), the
+// others sharing aggregates; Sessions with a Link is refused.
+func TestIPDataGeneratorSessions(t *testing.T) {
+	const count = 90
+	var gate sessionGate
+	gate.closed[2].Store(true)
+	r := newIPRig(t, ipRigConfig{ip: Config{Format: framing.QMAP, QMAPMux: 112, Gate: &gate, FlushTimer: -1}, dlBuffers: 12})
+	if err := r.ipd.StartGenerator(GeneratorConfig{Count: count, Sizes: []int{200}, Sessions: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ipd.WaitGenerator(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s := r.waitAggregates(count)
+	got, sessions := decodeDLWire(t, r.ipd.Config(), r.transfers)
+	byWire := perWire(got)
+	if len(byWire[112]) != count/3 || len(byWire[113]) != count/3 || len(byWire[114]) != 0 || maxInt(sessions) != 2 {
+		t.Fatalf("per wire %d/%d/%d, sessions per aggregate %v", len(byWire[112]), len(byWire[113]), len(byWire[114]), sessions)
+	}
+	for w, ps := range byWire {
+		for i, p := range ps {
+			if seq, ok := GeneratedSeq(p); !ok || seq != uint64(3*i)+uint64(w-112) {
+				t.Fatalf("wire %d packet %d: seq %d", w, i, seq)
+			}
+		}
+	}
+	rows := checkSessionConservation(t, r.ipd)
+	if r2 := rowOf(t, rows, 2); r2.GenPackets != count/3 || r2.DroppedGated != count/3 || s.DroppedGated != count/3 {
+		t.Fatalf("session 2: %+v", r2)
+	}
+	for _, bad := range []GeneratorConfig{{Sessions: -1}, {Sessions: NumSessions + 1}, {Sessions: 2, Link: &Link{BitsPerSecond: 1e9}}} {
+		if err := r.ipd.StartGenerator(bad); err == nil || !strings.Contains(err.Error(), "sessions") {
+			t.Fatalf("StartGenerator(%+v) = %v", bad, err)
+		}
+	}
+}
