@@ -380,6 +380,7 @@ var _ framing.Writer = (*Writer)(nil)
 func (w *Writer) Reset(buf []byte, cfg Config) error {
 	w.open = false
 	w.size = 0
+	w.t = tally{}
 	w.ents = w.ents[:0]
 	l, err := newLayout(cfg)
 	if err != nil {
