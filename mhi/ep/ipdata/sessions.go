@@ -94,15 +94,6 @@ func (a *aggSessions) settle(sc *[NumSessions]sessCounters, sent bool) {
 	a.n = 0
 }
 
-// SessionGate is a Gate that tells sessions apart: when Config.Gate also
-// implements it, every packet, uplink or generated, is gated on its own
-// session number (refused packets are counted in Stats.DroppedGated and
-// in their session's DroppedGated). The modem's state (mhi/ep/modem)
-// implements it; SessionAllowed is called per packet and must not block.
-type SessionGate interface {
-	SessionAllowed(n uint8) bool
-}
-
 // allowed reports whether session n's data may flow: SessionGate when
 // the Gate implements it, else Gate.DataAllowed for every session.
 func (f *Function) allowed(n uint8) bool {
