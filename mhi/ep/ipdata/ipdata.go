@@ -166,7 +166,11 @@ type Config struct {
 // Downlink aggregates are built in place in the downlink queue's buffers
 // (Pipe.Reserve) and sent when they hold MaxDatagrams packets, when the
 // next packet does not fit MaxAggregate, when the uplink goes idle, or
-// when the flush timer expires. All methods are safe for concurrent use.
+// when the flush timer expires. Every packet belongs to a session (the
+// uplink NDP's session or QMAP mux id less the base, see Config.Session)
+// and goes back on it: one aggregate interleaves sessions, an NDP per
+// session in an NTB, a mux id per frame in QMAP; raw IP has session 0
+// only. All methods are safe for concurrent use.
 type Function struct {
 	cfg      Config
 	pipe     atomic.Pointer[ep.Pipe]
