@@ -126,15 +126,6 @@ func (l *layout) ndpLen(n int) int {
 // padded is the room an NDP of n entries takes before the next NDP.
 func (l *layout) padded(n int) int { return alignUp(l.ndpLen(n), l.ndpAlign) }
 
-// grow is how much the padded NDPs grow when an NDP of c entries gets
-// one more (c 0: a new NDP).
-func (l *layout) grow(c int) int {
-	if c == 0 {
-		return l.padded(1)
-	}
-	return l.padded(c+1) - l.padded(c)
-}
-
 // inTail reports whether the NDP of slot i goes after the datagrams
 // (all of them with NDPAfter; all but the first, reserved one with NDPFirst).
 func (l *layout) inTail(i int) bool { return !l.first || i > 0 }
@@ -155,18 +146,24 @@ func (l *layout) limit(n int) int { return min(n, l.formatLimit) }
 // of their data, and its NDPs in the order their sessions first appeared
 // (slot i holds the datagrams of sids[i]). Writer, Size and Fit share it.
 type tally struct {
-	n       int // datagrams
-	off     int // end of the last datagram (dataStart when empty)
-	nndp    int
-	sids    [MaxWriterNDPs]uint8
-	cnt     [MaxWriterNDPs]int
-	padTail int // sum of padded lengths of the NDPs after the datagrams
+	n    int // datagrams
+	off  int // end of the last datagram (dataStart when empty)
+	nndp int
+	hint int // the slot of the last datagram added
+	sids [MaxWriterNDPs]uint8
+	cnt  [MaxWriterNDPs]int
+	// padOthers is the room taken by the NDPs after the datagrams other
+	// than the last NDP: the sum of their padded lengths.
+	padOthers int
 }
 
 func (t *tally) reset(l *layout) { *t = tally{off: l.dataStart} }
 
 // slot returns the NDP slot of session key k, or nndp when it has none yet.
 func (t *tally) slot(k uint8) int {
+	if t.nndp > 0 && t.sids[t.hint] == k {
+		return t.hint
+	}
 	for i, s := range t.sids[:t.nndp] {
 		if s == k {
 			return i
@@ -175,34 +172,44 @@ func (t *tally) slot(k uint8) int {
 	return t.nndp
 }
 
-// totalWith is the block length of the aggregate with its data ending at
-// end and, if slot ≥ 0, one datagram more in NDP slot (nndp: a new one).
-func (t *tally) totalWith(l *layout, slot, end int) int {
-	k, padTail, last := t.nndp, t.padTail, 0
-	if k > 0 {
-		last = t.cnt[k-1]
-	}
-	if slot >= 0 {
-		c := 0
-		if slot < t.nndp {
-			c = t.cnt[slot]
-		} else {
-			k++
-		}
-		if l.inTail(slot) {
-			padTail += l.grow(c)
-		}
-		if slot == k-1 {
-			last = c + 1
-		}
-	}
+// blockLen is the block length of an aggregate of k NDPs whose data ends
+// at end, whose NDPs after the data take padOthers bytes before the last
+// one, and whose last NDP holds last entries.
+func (l *layout) blockLen(end, k, padOthers, last int) int {
 	switch {
 	case l.first && k <= 1:
 		return end
 	case k == 0: // no datagram: one empty NDP for Config.Session
-		return alignUp(end, l.ndpAlign) + l.ndpLen(0)
+		last = 0
 	}
-	return alignUp(end, l.ndpAlign) + padTail - l.padded(last) + l.ndpLen(last)
+	return alignUp(end, l.ndpAlign) + padOthers + l.ndpLen(last)
+}
+
+// total is the block length of the aggregate as it stands.
+func (t *tally) total(l *layout) int {
+	last := 0
+	if t.nndp > 0 {
+		last = t.cnt[t.nndp-1]
+	}
+	return l.blockLen(t.off, t.nndp, t.padOthers, last)
+}
+
+// totalWith is the block length of the aggregate with its data ending at
+// end and one datagram more in NDP slot (nndp: a new NDP, the last).
+func (t *tally) totalWith(l *layout, slot, end int) int {
+	k, pad := t.nndp, t.padOthers
+	switch {
+	case slot == k:
+		if k > 0 && l.inTail(k-1) {
+			pad += l.padded(t.cnt[k-1])
+		}
+		return l.blockLen(end, k+1, pad, 1)
+	case slot == k-1:
+		return l.blockLen(end, k, pad, t.cnt[slot]+1)
+	case l.inTail(slot):
+		pad += l.padded(t.cnt[slot]+1) - l.padded(t.cnt[slot])
+	}
+	return l.blockLen(end, k, pad, t.cnt[k-1])
 }
 
 // place works out where a datagram of n bytes for session key k goes: its
@@ -240,20 +247,21 @@ func (t *tally) tooBig() error {
 
 // commit records a datagram placed by place, ending at end.
 func (t *tally) commit(l *layout, slot int, k uint8, end int) {
-	if slot == t.nndp {
+	switch {
+	case slot == t.nndp:
+		if t.nndp > 0 && l.inTail(t.nndp-1) {
+			t.padOthers += l.padded(t.cnt[t.nndp-1])
+		}
 		t.sids[slot], t.cnt[slot] = k, 0
 		t.nndp++
-	}
-	if l.inTail(slot) {
-		t.padTail += l.grow(t.cnt[slot])
+	case slot < t.nndp-1 && l.inTail(slot):
+		t.padOthers += l.padded(t.cnt[slot]+1) - l.padded(t.cnt[slot])
 	}
 	t.cnt[slot]++
 	t.n++
 	t.off = end
+	t.hint = slot
 }
-
-// total is the block length of the aggregate as it stands.
-func (t *tally) total(l *layout) int { return t.totalWith(l, -1, t.off) }
 
 // Size returns the exact length of the aggregate a Writer with cfg builds
 // from datagrams of the given lengths, in order, all for Config.Session.
@@ -466,6 +474,9 @@ func (w *Writer) AppendSession(n int, sid uint8) ([]byte, error) {
 		return nil, framing.ErrNotOpen
 	}
 	k := w.l.key(sid)
+	if b, ok := w.appendLast(n, k); ok {
+		return b, nil
+	}
 	start, slot, err := w.t.place(&w.l, n, k, len(w.buf))
 	if err != nil {
 		return nil, err
@@ -475,6 +486,34 @@ func (w *Writer) AppendSession(n int, sid uint8) ([]byte, error) {
 	w.t.commit(&w.l, slot, k, end)
 	w.ents = append(w.ents, entry{start, n, slot})
 	return w.buf[start:end:end], nil
+}
+
+// appendLast is AppendSession's fast path: a datagram that fits, for the
+// session of the last NDP. ok is false when the slow path must decide.
+func (w *Writer) appendLast(n int, k uint8) ([]byte, bool) {
+	t, l := &w.t, &w.l
+	last := t.nndp - 1
+	if last < 0 || t.sids[last] != k || n <= 0 || n > len(w.buf) || t.n >= l.max {
+		return nil, false
+	}
+	start := alignUp(t.off, l.dgAlign)
+	end := start + n
+	total := end // the reserved NDP of NDPFirst, alone
+	if !l.first || last > 0 {
+		// blockLen, knowing that an NDP of one entry or more has no
+		// slack: ndpLen(c) = ndpHdr + entLen×(c+1) for c ≥ 1.
+		total = alignUp(end, l.ndpAlign) + t.padOthers + l.ndpHdr + l.entLen*(t.cnt[last]+2)
+	}
+	if total > len(w.buf) {
+		return nil, false
+	}
+	clear(w.buf[t.off:start])
+	t.cnt[last]++
+	t.n++
+	t.off = end
+	t.hint = last
+	w.ents = append(w.ents, entry{start, n, last})
+	return w.buf[start:end:end], true
 }
 
 // Finish writes the NTH and the NDPs, closes the aggregate and returns its
