@@ -234,7 +234,7 @@ type Stats struct {
 	// NetworkDisconnects counts sessions the network ended on its own
 	// (NetworkDisconnect; also counted in Disconnects).
 	NetworkDisconnects uint64 `json:"network_disconnects"`
-	ConnectFail uint64 `json:"connect_failures"`
+	ConnectFail        uint64 `json:"connect_failures"`
 	// Restarts counts Restart calls (baseband crashes).
 	Restarts uint64 `json:"restarts"`
 }

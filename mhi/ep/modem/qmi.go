@@ -127,12 +127,12 @@ type qmiClient struct {
 	svc qmi.Service
 	cid uint8
 	// WDS
-	family      IPType // IP family preference (SET_IP_FAMILY), IPv4 by default
-	call        *qmiCall
+	family IPType // IP family preference (SET_IP_FAMILY), IPv4 by default
+	call   *qmiCall
 	// bound says BIND_MUX_DATA_PORT named the client's session: num is
 	// then the session of its mux id; an unbound client carries session 0.
-	bound bool
-	num   uint8
+	bound       bool
+	num         uint8
 	wdsEvents   bool // asked for WDS event reports / indications
 	servingInds bool // NAS: asked for serving system indications
 }
