@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gomhi/gomhi/cmd/mhictl/internal/faultsock"
+	"github.com/gomhi/gomhi/pcigeneric/mock"
 	"github.com/gomhi/gomhi/pcigeneric/vfiouser"
 )
 
@@ -73,14 +74,7 @@ func modemFaultApplier(dev *vfiouser.ServerDevice, exit func()) faultsock.Apply 
 		}
 		switch name {
 		case disconnectSessionFault:
-			f := dev.Functions()
-			if f == nil || f.Modem == nil {
-				return "", errNoModemSession
-			}
-			if !f.Modem.NetworkDisconnect(session) {
-				return "", fmt.Errorf("%w: session %d is not connected", errNoSuchSession, session)
-			}
-			return fmt.Sprintf("the network ended session %d", session), nil
+			return disconnectSession(dev.Functions(), session)
 		case "sys-err", "crash":
 			m := dev.Modem()
 			if m == nil {
@@ -110,6 +104,20 @@ func modemFaultApplier(dev *vfiouser.ServerDevice, exit func()) faultsock.Apply 
 // errNoSuchSession: disconnect-session names a session that is not
 // connected.
 var errNoSuchSession = errors.New("no such session")
+
+// disconnectSession is the disconnect-session=N fault on the served
+// modem's functions f (nil between clients): the network ends session n
+// alone (modem.Modem.NetworkDisconnect), which the control functions
+// indicate to the host.
+func disconnectSession(f *mock.Functions, n uint8) (string, error) {
+	if f == nil || f.Modem == nil {
+		return "", errNoModemSession
+	}
+	if !f.Modem.NetworkDisconnect(n) {
+		return "", fmt.Errorf("%w: session %d is not connected", errNoSuchSession, n)
+	}
+	return fmt.Sprintf("the network ended session %d", n), nil
+}
 
 func newModemInjectCmd() *cobra.Command {
 	var sock string
