@@ -226,6 +226,14 @@ func TestMBIMSessions(t *testing.T) {
 		ci.ActivationState != mbim.ActivationStateDeactivated {
 		t.Fatalf("session 3 of 3: %s %+v", s, ci)
 	}
+	// 256 is no session 0 (the byte's wrap).
+	if s, ci := r.activate(256, "x", mbim.IPTypeIPv4); s != mbim.StatusMaxActivatedContexts || ci.SessionID != 256 || r.m.SessionOf(0).APN != "internet" {
+		t.Fatalf("session 256: %s %+v", s, ci)
+	}
+	s, _ := r.cmd(mbim.CIDConnect, mbim.CommandSet, (&mbim.ConnectSet{SessionID: 256, ActivationCommand: mbim.ActivationCommandDeactivate}).AppendTo(nil))
+	if s != mbim.StatusMaxActivatedContexts || !r.m.SessionOf(0).Active {
+		t.Fatalf("deactivate session 256: %s, session 0 %+v", s, r.m.SessionOf(0))
+	}
 	if s, ci := r.activate(1, "ims", mbim.IPTypeIPv4); s != mbim.StatusMaxActivatedContexts || ci.ActivationState != mbim.ActivationStateActivated {
 		t.Fatalf("duplicate session 1: %s %+v", s, ci)
 	}
