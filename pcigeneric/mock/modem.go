@@ -189,10 +189,8 @@ type ModemStats struct {
 	Connects        uint64 `json:"connects"`
 	Disconnects     uint64 `json:"disconnects"`
 	ConnectFailures uint64 `json:"connect_failures"`
-	// SessionActive is 1 while session 0 is connected; SessionsActive
-	// counts the connected sessions of every number.
-	SessionActive  uint64 `json:"session_active"`
-	SessionsActive uint64 `json:"sessions_active"`
+	// SessionActive is 1 while session 0 is connected.
+	SessionActive uint64 `json:"session_active"`
 
 	MBIMMessagesIn     uint64 `json:"mbim_messages_in"`
 	MBIMMessagesOut    uint64 `json:"mbim_messages_out"`
@@ -231,7 +229,6 @@ func (f *Functions) Stats() ModemStats {
 		if f.Modem.Session().Active {
 			s.SessionActive = 1
 		}
-		s.SessionsActive = uint64(len(f.Modem.Sessions()))
 	}
 	if f.MBIM != nil {
 		st := f.MBIM.Stats()
