@@ -351,3 +351,25 @@ func TestQMISessions(t *testing.T) {
 		t.Fatalf("sessions after release: %+v", h.m.Sessions())
 	}
 }
+
+// BenchmarkSessionAllowed is the per-packet gate: lock-free, no
+// allocation.
+func BenchmarkSessionAllowed(b *testing.B) {
+	m, err := New(Config{RequireConnect: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := m.ConnectSession(1, "ims", IPv4); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	n := 0
+	for i := 0; b.Loop(); i++ {
+		if m.SessionAllowed(uint8(i)) {
+			n++
+		}
+	}
+	if n == 0 {
+		b.Fatal("session 1 never allowed")
+	}
+}
