@@ -670,14 +670,18 @@ func (q *QMI) reconcile(port *qmiPort) []qmiIndication {
 		if c.call == nil {
 			continue
 		}
-		if s := q.m.SessionOf(c.call.num); s.Active && s.ID == c.call.session && sessionHas(s.Type, c.call.family) {
+		s := q.m.SessionOf(c.call.num)
+		up := s.Active && s.ID == c.call.session
+		if up && sessionHas(s.Type, c.call.family) {
 			continue
 		}
 		// The client's session ended (or lost its family) elsewhere: the
 		// network, MBIM, AT, the radio or a restart.
 		call := c.call
 		c.call = nil
-		delete(q.own, call.session)
+		if !up {
+			delete(q.own, call.session)
+		}
 		reason := uint16(wdsCERReleaseNormal)
 		if !radio {
 			reason = wdsCERNoService
