@@ -120,8 +120,11 @@ type ModemOptions struct {
 	IPData *ipdata.Config
 	// Modem overrides the modem's configuration: non-empty identity
 	// fields replace the derived ones (Identity); addressing, radio,
-	// signal and the gating of IP data on a session (RequireConnect) as
-	// in modem.Config.
+	// signal, the gating of IP data on a session (RequireConnect) and
+	// the number of sessions (MaxSessions, default 8) as in
+	// modem.Config. WireBase, when zero, becomes the wire id the IP data
+	// numbers session 0 with: the model's MuxIDBase, or 112 with the
+	// sdx72-mux-112 quirk.
 	Modem modem.Config
 	// Logger receives the functions' logs (nil: discard).
 	Logger *slog.Logger
