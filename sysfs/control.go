@@ -73,8 +73,16 @@ func addSessions(dir, stats *Dir, d Device) {
 	if d.SessionsStats != nil {
 		sstats.Add(counterAttrs("sessions", d.SessionsStats)...)
 	}
+	var mstats *Dir
+	if d.ModemSessions != nil {
+		mstats = stats.Mkdir("modem_sessions")
+	}
 	for i, s := range all {
 		name := strconv.Itoa(i)
+		if mstats != nil {
+			n := uint8(i)
+			mstats.Mkdir(name).Add(counterAttrs("modem_sessions", func() any { return d.ModemSessions(n) })...)
+		}
 		c, dc := ops(i)
 		sdir.Mkdir(name).Add(sessionAttrs(s, c, dc)...)
 		st := sstats.Mkdir(name)

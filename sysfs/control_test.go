@@ -121,6 +121,9 @@ func TestTreeSessionsByNumber(t *testing.T) {
 	}
 	d.SessionData.Set(1, sysfstest.SessionRow{RxPackets: 7, TxBytes: 700})
 	d.SessionData.SetUnknown(3)
+	if get("stats/modem_sessions/0/ul_packets") != "0" || get("stats/modem_sessions/1/dropped_gated") != "0" {
+		t.Error("the mock's per-session counters are not in the tree")
+	}
 	if get("stats/sessions/1/rx_packets") != "7" || get("stats/sessions/1/tx_bytes") != "700" || get("stats/sessions/rx_session_unknown") != "3" {
 		t.Error("per-session data counters not in the tree")
 	}
@@ -134,6 +137,7 @@ func TestTreeSessionsByNumber(t *testing.T) {
 		`mhi_sessions_up{device="mhi0",session="1"} 0`,
 		`mhi_sessions_connects_total{device="mhi0",session="0"} 1`,
 		`mhi_session_up{device="mhi0"} 1`,
+		`mhi_modem_sessions_ul_packets_total{device="mhi0",session="1"} 0`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q", want)

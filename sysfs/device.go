@@ -41,6 +41,10 @@ type Device struct {
 	// SessionsStats, if set, returns the counters of the sessions'
 	// demultiplexer (stats/sessions/: rx_session_unknown…).
 	SessionsStats func() any
+	// ModemSessions, if set, returns the embedded mock modem's counters
+	// of session n (always a struct of the same type), shown in
+	// stats/modem_sessions/<N>/ for every session of Sessions.
+	ModemSessions func(n uint8) any
 	// Stats adds counter groups under stats/<name>: functions returning
 	// structs whose integer fields with JSON names are the counters
 	// (e.g. "modem", the embedded mock's own counters).

@@ -20,7 +20,9 @@ import (
 //   - stats/mhi/<attr> → mhi_controller_<attr>{device}; stats/<group>/<attr>
 //     → mhi_<group>_<attr>{device} (net, session, modem);
 //     stats/ports/<port>/<attr> → mhi_port_<attr>{device, port};
-//     stats/sessions/<N>/<attr> → mhi_sessions_<attr>{device, session};
+//     stats/sessions/<N>/<attr> → mhi_sessions_<attr>{device, session},
+//     stats/modem_sessions/<N>/<attr> → mhi_modem_sessions_<attr>{device,
+//     session};
 //   - channels/<num>_<name>/<attr> → mhi_channel_<attr>{device, channel,
 //     channel_name};
 //   - mhi_device_info{device, model, state, ee, pm_state} 1, and with a
@@ -125,10 +127,10 @@ func (c *Collector) collectStats(ch chan<- prometheus.Metric, dev string, stats 
 				}
 			}
 			continue
-		case "sessions":
+		case "sessions", "modem_sessions":
 			for _, sd := range group.Dirs() {
 				for _, a := range sd.Attrs() {
-					c.attrMetric(ch, "sessions_", a, sessionsLabels, []string{dev, sd.Name})
+					c.attrMetric(ch, prefix, a, sessionsLabels, []string{dev, sd.Name})
 				}
 			}
 		}

@@ -301,9 +301,9 @@ func metricRows(t *testing.T, tr *sysfs.Tree) []metricRow {
 		case parts[0] == "stats" && parts[1] == "ports":
 			r.name, r.attr, r.was = sysfs.MetricName("port_", a), "stats/ports/<port>/"+a.Name, "mhi_port_"+a.Name
 			r.labels = "device, port"
-		case parts[0] == "stats" && parts[1] == "sessions" && len(parts) == 4:
-			r.name, r.attr, r.was = sysfs.MetricName("sessions_", a), "stats/sessions/<n>/"+a.Name, sysfs.MetricName("sessions_", a)
-			r.labels = "device, session"
+		case parts[0] == "stats" && (parts[1] == "sessions" || parts[1] == "modem_sessions") && len(parts) == 4:
+			r.name, r.attr = sysfs.MetricName(parts[1]+"_", a), "stats/"+parts[1]+"/<n>/"+a.Name
+			r.was, r.labels = r.name, "device, session"
 		case parts[0] == "stats" && parts[1] == "sessions":
 			r.name, r.attr = sysfs.MetricName("sessions_", a), "stats/sessions/"+a.Name
 			r.was = r.name // new with sessions by number

@@ -185,6 +185,20 @@ var statDocs = map[string]map[string]statDoc{
 		"rx_dropped":         counter("packets of this session dropped on the way to its interface (queue full, interface gone)"),
 		"tx_dropped":         counter("packets of this session's interface dropped on the way to the uplink"),
 		"rx_session_unknown": counter("downlink packets for a session with no interface (one the host has not connected, or a session or mux id the device invented): counted and released, never delivered to another session"),
+		"rx_batches":         counter("receive batches the demultiplexer routed to the sessions' interfaces"),
+		"rx_batches_split":   counter("receive batches that held more than one session (or an unknown one) and were split"),
+	},
+	// The embedded mock modem's ipdata.SessionStats, per session
+	// (stats/modem_sessions/<N>/).
+	"modem_sessions": {
+		"ul_packets":    counter("mock modem: uplink IP packets it took on this session"),
+		"ul_bytes":      counterBytes("mock modem: bytes of the uplink IP packets it took on this session"),
+		"gen_packets":   counter("mock modem: packets its generator made on this session"),
+		"dl_packets":    counter("mock modem: IP packets of this session it committed to the downlink"),
+		"dl_bytes":      counterBytes("mock modem: IP bytes of this session it committed to the downlink (framing excluded)"),
+		"pending":       gauge("mock modem: packets of this session waiting in its open downlink aggregate"),
+		"dropped":       counter("mock modem: packets of this session it dropped, for any reason"),
+		"dropped_gated": counter("mock modem: packets of this session it dropped for want of a connected session"),
 	},
 	// ctrlport.PortStats, with its pair's PairStats as pair_….
 	"ports": {
@@ -233,7 +247,7 @@ var statDocs = map[string]map[string]statDoc{
 		"connects":                 counter("mock modem: data sessions connected"),
 		"disconnects":              counter("mock modem: data sessions disconnected"),
 		"connect_failures":         counter("mock modem: connect requests it refused"),
-		"session_active":           gauge("mock modem: 1 while its data session is active, else 0"),
+		"session_active":           gauge("mock modem: 1 while its data session 0 is active, else 0"),
 		"mbim_messages_in":         counter("mock modem: MBIM messages received"),
 		"mbim_messages_out":        counter("mock modem: MBIM messages sent"),
 		"mbim_commands":            counter("mock modem: MBIM commands answered"),

@@ -25,8 +25,8 @@ type ControlDevice struct {
 	SessionData *SessionCounters
 }
 
-// SessionRow is the fake data counters of one session, as the host's
-// data path (tun.SessionStats) reports them.
+// SessionRow is the data counters of one session, named as the host's
+// data path (tun.Mux.SessionStats) names them.
 type SessionRow struct {
 	RxPackets uint64 `json:"rx_packets"`
 	RxBytes   uint64 `json:"rx_bytes"`
@@ -36,12 +36,20 @@ type SessionRow struct {
 	TxDropped uint64 `json:"tx_dropped"`
 }
 
-// SessionCounters are fake per-session data counters and the
-// demultiplexer's unknown-session counter a test sets.
+// MuxRow is the demultiplexer's counters, named as tun.MuxStats names
+// them.
+type MuxRow struct {
+	UnknownSession uint64 `json:"rx_session_unknown"`
+	Batches        uint64 `json:"rx_batches"`
+	SplitBatches   uint64 `json:"rx_batches_split"`
+}
+
+// SessionCounters are per-session data counters and the demultiplexer's
+// counters a test sets.
 type SessionCounters struct {
-	mu      sync.Mutex
-	rows    map[uint8]SessionRow
-	unknown uint64
+	mu   sync.Mutex
+	rows map[uint8]SessionRow
+	mux  MuxRow
 }
 
 // Set sets session n's counters.
@@ -55,7 +63,7 @@ func (c *SessionCounters) Set(n uint8, r SessionRow) {
 func (c *SessionCounters) SetUnknown(v uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.unknown = v
+	c.mux.UnknownSession = v
 }
 
 // Row returns session n's counters (zero if unset).
@@ -69,9 +77,7 @@ func (c *SessionCounters) Row(n uint8) any {
 func (c *SessionCounters) Mux() any {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return struct {
-		UnknownSession uint64 `json:"rx_session_unknown"`
-	}{c.unknown}
+	return c.mux
 }
 
 // Binding returns the tree binding of d: the device, its port (as
@@ -81,6 +87,7 @@ func (d ControlDevice) Binding() sysfs.Device {
 	b.Ports = []sysfs.Port{{Name: "wwan0mbim0", Path: d.Port.Link(), Stats: func() any { return d.Port.Stats() }}}
 	b.Session = d.Session
 	b.Sessions, b.SessionData, b.SessionsStats = d.Sessions, d.SessionData.Row, d.SessionData.Mux
+	b.ModemSessions = func(n uint8) any { return d.Mock.Functions.SessionStatsOf(n) }
 	b.Stats = map[string]func() any{"modem": func() any { return d.Mock.Functions.Stats() }}
 	return b
 }
