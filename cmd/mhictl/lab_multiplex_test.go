@@ -1,0 +1,256 @@
+package main
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gomhi/gomhi/cmd/mhictl/internal/lab"
+)
+
+// Several data sessions of one mock modem in the lab's guest (issue 23):
+// Linux's mhi_wwan_mbim with one wwan link per MBIM session, driven by
+// mbimcli and iproute2, and ModemManager 1.20 with multiplexed bearers.
+// Each guest script prints CHECK lines (requireLabChecks) and, at its end,
+// one LINKSTAT line per session's link: the guest's counters of that link,
+// which the test compares with the served modem's counters of the session
+// (the lab's JSON summary, lab.ModemReport.IPSessions).
+
+// labMultiplexCommon are the multiplex scripts' helpers: needtool NAME…
+// (fails the run loudly when the Debian root lacks a tool), noipv6 (no
+// IPv6 on any interface, so that no router solicitation or MLD report
+// lands in the counters), pingall IF:GW… (20 pings through each link at
+// the same time, one CHECK ping-IF each) and linkstat SESSION IF.
+const labMultiplexCommon = labChecks + `needtool() {
+	for t in "$@"; do command -v $t >/dev/null; check tool-$t $? "$(command -v $t)"; done
+	for t in "$@"; do command -v $t >/dev/null || exit 1; done
+}
+noipv6() { for f in /proc/sys/net/ipv6/conf/*/disable_ipv6; do echo 1 >$f; done; }
+pingall() {
+	for p in "$@"; do ping -c 20 -i 0.1 -W 5 -I ${p%%:*} ${p#*:} >/tmp/ping-${p%%:*}.txt 2>&1 & done
+	wait
+	for p in "$@"; do
+		out=$(grep transmitted /tmp/ping-${p%%:*}.txt)
+		echo "$out" | grep -q " 20 received"; check ping-${p%%:*} $? "${p#*:} through ${p%%:*}: $out"
+	done
+}
+linkstat() {
+	s=/sys/class/net/$2/statistics
+	echo "LINKSTAT $1 $2 $(cat $s/rx_packets) $(cat $s/tx_packets) $(cat $s/rx_bytes) $(cat $s/tx_bytes)"
+}
+badsession() { n=$(dmesg | grep -c 'bad packet session'); [ "$n" = 0 ]; check no-bad-packet-session $? "$n lines: $(dmesg | grep -m 2 'bad packet session' | tr '\n' ' ')"; }
+`
+
+// labMultiplexLinux: ModemManager stopped, mbimcli (through mbim-proxy)
+// connects sessions 0, 1 and 2 of the modem; session 1's link is created
+// with iproute2 (ip link add mux1 parentdev wwan0 type wwan linkid 1),
+// session 2's with libmbim's link management (mbimcli --link-add, which
+// names it wwan0.2); each link gets the address IP_CONFIGURATION gives
+// its session and pings its session's gateway while the others do.
+const labMultiplexLinux = labMultiplexCommon + `needtool mbimcli ip ping
+noipv6
+kill $LAB_MM_PID; i=0; while kill -0 $LAB_MM_PID 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+M=/dev/wwan0mbim0
+mb() { mbimcli -p -d $M "$@"; }
+mb --attach-packet-service >/tmp/attach.txt 2>&1; check attach $? "$(tr '\n' ' ' </tmp/attach.txt)"
+ip link add mux1 parentdev wwan0 type wwan linkid 1; check link-add-ip $? ""
+out=$(mb --link-add=iface=wwan0,session-id=2 2>&1); echo "$out" | grep -q "iface name: wwan0.2"; check link-add-mbimcli $? "$(echo $out)"
+l1=$(ip -d link show mux1 | grep -o 'wwan linkid [0-9]*'); l2=$(ip -d link show wwan0.2 | grep -o 'wwan linkid [0-9]*')
+[ "$l1" = "wwan linkid 1" ] && [ "$l2" = "wwan linkid 2" ]; check link-ids $? "mux1: $l1; wwan0.2: $l2"
+out=$(mb --link-list=wwan0 2>&1); echo "$out" | grep -q "found 2 links"; check link-list $? "$(echo $out)"
+set -- 0:wwan0:internet 1:mux1:ims 2:wwan0.2:mms
+pings=
+for s in "$@"; do
+	n=${s%%:*}; rest=${s#*:}; if=${rest%%:*}; apn=${rest#*:}
+	out=$(mb --connect=session-id=$n,access-string=$apn,ip-type=ipv4 2>&1); echo "$out" | grep -q "Activation state: 'activated'"
+	check connect-$n $? "$(echo "$out" | grep -E 'error|Session ID|Activation' | tr '\n' ' ')"
+	cfg=$(mb --query-ip-configuration=$n 2>&1)
+	addr=$(echo "$cfg" | sed -n "s/.*IP \[0\]: '\(.*\)'/\1/p" | head -n 1); gw=$(echo "$cfg" | sed -n "s/.*Gateway: '\(.*\)'/\1/p" | head -n 1)
+	[ "$addr" = "198.18.$n.1/24" ] && [ "$gw" = "198.18.$n.2" ]; check addressing-$n $? "session $n: $addr gw $gw"
+	ip link set $if up && ip addr add $addr dev $if; check ifup-$if $? "$addr on $if"
+	pings="$pings $if:$gw"
+done
+pingall $pings
+badsession
+sleep 1
+for s in "$@"; do n=${s%%:*}; rest=${s#*:}; linkstat $n ${rest%%:*}; done
+`
+
+// labMultiplexMM: ModemManager enables the modem and connects two
+// bearers with multiplex=required (internet and ims); it creates a wwan
+// link per bearer (mbimmux<modem>.<session>) with a session id of its
+// own choosing from 1 on (0 stays the main interface's, wwan0). The
+// script gives each link the address ModemManager reports for its bearer
+// and pings each bearer's gateway through its link at the same time.
+const labMultiplexMM = labMultiplexCommon + `needtool mmcli ip ping
+noipv6
+m=$LAB_MM_MODEM
+bv() { mmcli -b $1 -K | sed -n "s/^bearer\.$2 *: *//p"; }
+grep -q "allowed up to 256 active multiplexed bearers" $LAB_MM_LOG; check mm-multiplex-limit $? "$(grep -m 1 'active multiplexed bearers' $LAB_MM_LOG)"
+mmcli -m $m --enable >/dev/null; check enable $? ""
+i=0; while [ $i -lt 120 ] && ! mmcli -m $m -K | grep -q 'generic.state *: registered'; do sleep 0.5; i=$((i+1)); done
+links=
+for apn in internet ims; do
+	out=$(mmcli -m $m --create-bearer="apn=$apn,ip-type=ipv4,multiplex=required" 2>&1); b=$(echo "$out" | sed -n 's|.*/Bearer/\([0-9]*\)$|\1|p')
+	[ -n "$b" ]; check bearer-$apn $? "$(echo $out)"
+	out=$(mmcli -b $b --connect 2>&1); r=$?; check connect-$apn $r "$(echo $out)"
+	[ $r = 0 ] || continue
+	if=$(bv $b status.interface); mux=$(bv $b status.multiplexed); addr=$(bv $b ipv4-config.address); pfx=$(bv $b ipv4-config.prefix); gw=$(bv $b ipv4-config.gateway)
+	n=${if##*.}
+	[ "$mux" = yes ] && [ "$if" = "mbimmux$m.$n" ] && [ "$addr" = "198.18.$n.1" ] && [ "$pfx" = 24 ] && [ "$gw" = "198.18.$n.2" ]
+	check bearer-$apn-multiplexed $? "bearer $b: interface $if, multiplexed $mux, $addr/$pfx gw $gw"
+	lid=$(ip -d link show $if | grep -o 'wwan linkid [0-9]*'); [ "$lid" = "wwan linkid $n" ]; check linkid-$apn $? "$if: $lid"
+	ip link set $if up && ip addr add $addr/$pfx dev $if; check ifup-$apn $? "$addr/$pfx on $if"
+	links="$links $n:$if:$gw"
+done
+[ "$(echo $links | wc -w)" = 2 ] && [ "$(echo $links | tr ' ' '\n' | cut -d: -f1 | sort -u | wc -l)" = 2 ]; check two-sessions $? "$links"
+pings=; for l in $links; do pings="$pings ${l#*:}"; done
+pingall $pings
+badsession
+sleep 1
+linkstat 0 wwan0
+for l in $links; do n=${l%%:*}; rest=${l#*:}; linkstat $n ${rest%%:*}; done
+`
+
+// linkStat is one LINKSTAT line: a guest link's counters.
+type linkStat struct {
+	session                      uint8
+	iface                        string
+	rxPkts, txPkts, rxBy, txByte uint64
+}
+
+var linkStatLine = regexp.MustCompile(`(?m)^LINKSTAT (\d+) (\S+) (\d+) (\d+) (\d+) (\d+)$`)
+
+// linkStats parses the console's LINKSTAT lines.
+func linkStats(t *testing.T, out string) []linkStat {
+	t.Helper()
+	var ls []linkStat
+	for _, m := range linkStatLine.FindAllStringSubmatch(out, -1) {
+		n, err := strconv.ParseUint(m[1], 10, 8)
+		if err != nil {
+			t.Fatalf("LINKSTAT %q: %v", m[0], err)
+		}
+		l := linkStat{session: uint8(n), iface: m[2]}
+		for i, p := range []*uint64{&l.rxPkts, &l.txPkts, &l.rxBy, &l.txByte} {
+			if *p, err = strconv.ParseUint(m[3+i], 10, 64); err != nil {
+				t.Fatalf("LINKSTAT %q: %v", m[0], err)
+			}
+		}
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+// mbimTxOverhead is what mhi_wwan_mbim adds to each uplink packet it
+// counts in tx_bytes: it sends every packet in an NTB of its own (NTH16
+// 12 bytes, NDP16 8, two DPE16 4 each) and counts the whole transfer.
+const mbimTxOverhead = 12 + 8 + 2*4
+
+// compareSessionCounters checks each guest link's counters against the
+// served modem's counters of its session: every packet the link sent
+// reached the modem on that session (passed or dropped for a session not
+// yet connected), every packet the modem sent on it arrived on that link,
+// and the modem saw traffic on no session the guest has no link for.
+func compareSessionCounters(t *testing.T, links []linkStat, rows []lab.SessionReport) []string {
+	t.Helper()
+	var bad []string
+	byN := map[uint8]lab.SessionReport{}
+	for _, r := range rows {
+		byN[r.Session] = r
+	}
+	seen := map[uint8]bool{}
+	for _, l := range links {
+		seen[l.session] = true
+		r, ok := byN[l.session]
+		if !ok && l.rxPkts+l.txPkts == 0 {
+			continue // no traffic either side: the modem has no row
+		}
+		if !ok {
+			bad = append(bad, fmt.Sprintf("session %d (%s): no row in the modem's per-session counters %+v", l.session, l.iface, rows))
+			continue
+		}
+		ul := r.ULPackets + r.DroppedGated
+		if l.txPkts != ul || l.rxPkts != r.DLPackets || l.rxBy != r.DLBytes || l.txByte != r.ULBytes+mbimTxOverhead*r.ULPackets {
+			bad = append(bad, fmt.Sprintf("session %d: guest %s rx %d packets %d bytes, tx %d packets %d bytes; modem %+v",
+				l.session, l.iface, l.rxPkts, l.rxBy, l.txPkts, l.txByte, r))
+		}
+		t.Logf("session %d on %s: guest rx %d/%d B tx %d/%d B; modem dl %d/%d B ul %d/%d B, %d gated",
+			l.session, l.iface, l.rxPkts, l.rxBy, l.txPkts, l.txByte, r.DLPackets, r.DLBytes, r.ULPackets, r.ULBytes, r.DroppedGated)
+	}
+	for _, r := range rows {
+		if !seen[r.Session] {
+			bad = append(bad, fmt.Sprintf("the modem counted traffic on session %d, for which the guest has no link: %+v", r.Session, r))
+		}
+	}
+	if len(links) == 0 {
+		bad = append(bad, "no LINKSTAT line in the console")
+	}
+	return bad
+}
+
+// requireSessionCounters runs compareSessionCounters on a lab run's
+// output and fails the test, with the console, on a mismatch.
+func requireSessionCounters(t *testing.T, out, errOut string, sessions int) {
+	t.Helper()
+	links := linkStats(t, out)
+	sum := labSummary(t, out)
+	bad := compareSessionCounters(t, links, sum.Modem.IPSessions)
+	if len(links) != sessions {
+		bad = append(bad, fmt.Sprintf("%d LINKSTAT lines, want %d", len(links), sessions))
+	}
+	if len(bad) > 0 {
+		t.Fatalf("per-session counters:\n%s\n--- console:\n%s\n--- lab:\n%s", strings.Join(bad, "\n"), out, errOut)
+	}
+}
+
+// TestLinuxMBIMMultiplex: Linux's mhi_wwan_mbim carries three MBIM
+// sessions of the mock modem (served with --require-connect, so that no
+// session passes data before its CONNECT) at once, on each kernel of the
+// matrix; the links' counters equal the modem's per-session counters.
+func TestLinuxMBIMMultiplex(t *testing.T) {
+	needLab(t)
+	script := writeScript(t, labMultiplexLinux)
+	for _, k := range []string{"6.1", "6.12", "7.3"} {
+		t.Run(k, func(t *testing.T) {
+			status, out, errOut := labRun(t, "--json", "--userland", "modemmanager", "--kernel", k, "--model", "telit-fn990",
+				"--serve-args", "--require-connect", "--timeout", "4m", script)
+			requireLabChecks(t, out, errOut, "tool-mbimcli", "tool-ip", "tool-ping", "attach", "link-add-ip", "link-add-mbimcli", "link-ids", "link-list",
+				"connect-0", "connect-1", "connect-2", "addressing-0", "addressing-1", "addressing-2",
+				"ifup-wwan0", "ifup-mux1", "ifup-wwan0.2", "ping-wwan0", "ping-mux1", "ping-wwan0.2", "no-bad-packet-session")
+			requireSessionCounters(t, out, errOut, 3)
+			sum := labSummary(t, out)
+			if status != 0 || sum.Modem.Malformed != 0 {
+				t.Errorf("exit %d, the served modem counted %d malformed messages", status, sum.Modem.Malformed)
+			}
+			t.Logf("%s: boot to the script %.1f s, run %.1f s", sum.Kernel, sum.BootS, sum.DurationS)
+		})
+	}
+}
+
+// TestModemManagerMultiplex: ModemManager 1.20 connects two bearers with
+// multiplex=required on the mock modem (sessions 1 and 2 on the links it
+// creates, mbimmux0.1 and mbimmux0.2); both carry traffic at once and
+// their counters (and those of the main interface wwan0, session 0)
+// equal the modem's per-session counters.
+func TestModemManagerMultiplex(t *testing.T) {
+	needLab(t)
+	script := writeScript(t, labMultiplexMM)
+	for _, k := range []string{"6.1", "7.3"} {
+		t.Run(k, func(t *testing.T) {
+			status, out, errOut := labRun(t, "--json", "--userland", "modemmanager", "--kernel", k, "--model", "telit-fn990",
+				"--serve-args", "--require-connect", "--timeout", "4m", script)
+			requireLabChecks(t, out, errOut, "tool-mmcli", "tool-ip", "tool-ping", "mm-multiplex-limit", "enable",
+				"bearer-internet", "connect-internet", "bearer-internet-multiplexed", "linkid-internet", "ifup-internet",
+				"bearer-ims", "connect-ims", "bearer-ims-multiplexed", "linkid-ims", "ifup-ims",
+				"two-sessions", "ping-mbimmux0.1", "ping-mbimmux0.2", "no-bad-packet-session")
+			requireSessionCounters(t, out, errOut, 3)
+			sum := labSummary(t, out)
+			if status != 0 || sum.Modem.Malformed != 0 {
+				t.Errorf("exit %d, the served modem counted %d malformed messages", status, sum.Modem.Malformed)
+			}
+			t.Logf("%s: boot to the script %.1f s, run %.1f s", sum.Kernel, sum.BootS, sum.DurationS)
+		})
+	}
+}
