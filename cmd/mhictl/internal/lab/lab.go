@@ -164,14 +164,20 @@ type SessionReport struct {
 	// Wire the id the data path carries (the model's mux-id base + N).
 	Session uint8 `json:"session"`
 	Wire    uint8 `json:"wire"`
-	// ULPackets and ULBytes count what the host sent on the session,
-	// DLPackets and DLBytes what the modem sent back on it.
-	ULPackets uint64 `json:"ul_packets"`
-	ULBytes   uint64 `json:"ul_bytes"`
-	DLPackets uint64 `json:"dl_packets"`
-	DLBytes   uint64 `json:"dl_bytes"`
-	// DroppedGated counts uplink packets dropped because the session
-	// was not connected (--require-connect).
+	// ULPackets and ULBytes count what the host sent on the session
+	// (IP bytes), GenPackets what the modem's generator made for it,
+	// DLPackets and DLBytes what the modem sent on it (IP bytes, framing
+	// excluded); Pending is still queued.
+	ULPackets  uint64 `json:"ul_packets"`
+	ULBytes    uint64 `json:"ul_bytes"`
+	GenPackets uint64 `json:"gen_packets"`
+	DLPackets  uint64 `json:"dl_packets"`
+	DLBytes    uint64 `json:"dl_bytes"`
+	Pending    uint64 `json:"pending"`
+	// Dropped counts the session's packets dropped for any reason,
+	// DroppedGated the part dropped because the session was not
+	// connected (--require-connect).
+	Dropped      uint64 `json:"dropped"`
 	DroppedGated uint64 `json:"dropped_gated"`
 }
 
