@@ -81,6 +81,11 @@ for s in "$@"; do
 	pings="$pings $if:$gw"
 done
 pingall $pings
+out=$(mb --disconnect=1 2>&1); echo "$out" | grep -q "Activation state: 'deactivated'"; check disconnect-1 $? "$(echo "$out" | grep -E 'error|Session ID|Activation' | tr '\n' ' ')"
+out=$(ping -c 3 -i 0.2 -W 1 -I mux1 198.18.1.2 2>&1 | grep transmitted); echo "$out" | grep -q " 0 received"; check gated-after-disconnect-1 $? "$out"
+for p in wwan0:198.18.0.2 wwan0.2:198.18.2.2; do
+	out=$(ping -c 5 -i 0.2 -W 5 -I ${p%%:*} ${p#*:} 2>&1 | grep transmitted); echo "$out" | grep -q " 5 received"; check still-${p%%:*} $? "$out"
+done
 badsession
 sleep 1
 for s in "$@"; do n=${s%%:*}; rest=${s#*:}; linkstat $n ${rest%%:*}; done
@@ -116,10 +121,19 @@ done
 [ "$(echo $links | wc -w)" = 2 ] && [ "$(echo $links | tr ' ' '\n' | cut -d: -f1 | sort -u | wc -l)" = 2 ]; check two-sessions $? "$links"
 pings=; for l in $links; do pings="$pings ${l#*:}"; done
 pingall $pings
+# ModemManager disconnects the first bearer (and deletes its link); the
+# second carries on.
+set -- $links; first=${1#*:}; first=${first%%:*}; second=${2#*:}; gw2=${second#*:}; second=${second%%:*}
+b0=$(mmcli -m $m -K | sed -n 's|.*/Bearer/\([0-9]*\)$|\1|p' | sort -n | head -n 1)
+sleep 1; linkstat ${1%%:*} $first
+mmcli -b $b0 --disconnect >/tmp/disc.txt 2>&1; r=$?
+i=0; while [ $i -lt 50 ] && [ -e /sys/class/net/$first ]; do sleep 0.1; i=$((i+1)); done
+[ $r = 0 ] && [ ! -e /sys/class/net/$first ]; check disconnect-first $? "bearer $b0: $(cat /tmp/disc.txt); $first $(ls /sys/class/net | grep -c "^$first$") left"
+out=$(ping -c 5 -i 0.2 -W 5 -I $second $gw2 2>&1 | grep transmitted); echo "$out" | grep -q " 5 received"; check still-second $? "$second: $out"
 badsession
 sleep 1
 linkstat 0 wwan0
-for l in $links; do n=${l%%:*}; rest=${l#*:}; linkstat $n ${rest%%:*}; done
+linkstat ${2%%:*} $second
 `
 
 // linkStat is one LINKSTAT line: a guest link's counters.
@@ -228,7 +242,9 @@ func requireSessionCounters(t *testing.T, out, errOut string, sessions int) {
 // TestLinuxMBIMMultiplex: Linux's mhi_wwan_mbim carries three MBIM
 // sessions of the mock modem (served with --require-connect, so that no
 // session passes data before its CONNECT) at once, on each kernel of the
-// matrix; the links' counters equal the modem's per-session counters.
+// matrix. After session 1's DISCONNECT its link's packets are dropped by
+// the modem (counted on session 1) while sessions 0 and 2 carry on. The
+// links' counters equal the modem's per-session counters.
 func TestLinuxMBIMMultiplex(t *testing.T) {
 	needLab(t)
 	script := writeScript(t, labMultiplexLinux)
@@ -238,11 +254,19 @@ func TestLinuxMBIMMultiplex(t *testing.T) {
 				"--serve-args", "--require-connect", "--timeout", "4m", script)
 			requireLabChecks(t, out, errOut, "tool-mbimcli", "tool-ip", "tool-ping", "attach", "link-add-ip", "link-add-mbimcli", "link-ids", "link-list",
 				"connect-0", "connect-1", "connect-2", "addressing-0", "addressing-1", "addressing-2",
-				"ifup-wwan0", "ifup-mux1", "ifup-wwan0.2", "ping-wwan0", "ping-mux1", "ping-wwan0.2", "burst-wwan0", "burst-mux1", "burst-wwan0.2", "no-bad-packet-session")
+				"ifup-wwan0", "ifup-mux1", "ifup-wwan0.2", "ping-wwan0", "ping-mux1", "ping-wwan0.2", "burst-wwan0", "burst-mux1", "burst-wwan0.2",
+				"disconnect-1", "gated-after-disconnect-1", "still-wwan0", "still-wwan0.2", "no-bad-packet-session")
 			requireSessionCounters(t, out, errOut, 3)
 			sum := labSummary(t, out)
 			if status != 0 || sum.Modem.Malformed != 0 {
 				t.Errorf("exit %d, the served modem counted %d malformed messages", status, sum.Modem.Malformed)
+			}
+			// The three pings through mux1 after session 1's DISCONNECT
+			// reached the modem on session 1 and were dropped there.
+			for _, r := range sum.Modem.IPSessions {
+				if r.Session == 1 && r.DroppedGated != 3 {
+					t.Errorf("session 1: %d packets dropped while not connected, want the 3 pings after its disconnect: %+v", r.DroppedGated, r)
+				}
 			}
 			t.Logf("%s: boot to the script %.1f s, run %.1f s", sum.Kernel, sum.BootS, sum.DurationS)
 		})
@@ -251,20 +275,22 @@ func TestLinuxMBIMMultiplex(t *testing.T) {
 
 // TestModemManagerMultiplex: ModemManager 1.20 connects two bearers with
 // multiplex=required on the mock modem (sessions 1 and 2 on the links it
-// creates, mbimmux0.1 and mbimmux0.2); both carry traffic at once and
-// their counters (and those of the main interface wwan0, session 0)
-// equal the modem's per-session counters.
+// creates, mbimmux0.1 and mbimmux0.2); both carry traffic at once; when
+// the first is disconnected (ModemManager deletes its link) the second
+// carries on. Their counters (and those of the main interface wwan0,
+// session 0) equal the modem's per-session counters.
 func TestModemManagerMultiplex(t *testing.T) {
 	needLab(t)
 	script := writeScript(t, labMultiplexMM)
-	for _, k := range []string{"6.1", "7.3"} {
+	for _, k := range []string{"6.1", "6.12", "7.3"} {
 		t.Run(k, func(t *testing.T) {
 			status, out, errOut := labRun(t, "--json", "--userland", "modemmanager", "--kernel", k, "--model", "telit-fn990",
 				"--serve-args", "--require-connect", "--timeout", "4m", script)
 			requireLabChecks(t, out, errOut, "tool-mmcli", "tool-ip", "tool-ping", "mm-multiplex-limit", "enable",
 				"bearer-internet", "connect-internet", "bearer-internet-multiplexed", "linkid-internet", "ifup-internet",
 				"bearer-ims", "connect-ims", "bearer-ims-multiplexed", "linkid-ims", "ifup-ims",
-				"two-sessions", "ping-mbimmux0.1", "ping-mbimmux0.2", "burst-mbimmux0.1", "burst-mbimmux0.2", "no-bad-packet-session")
+				"two-sessions", "ping-mbimmux0.1", "ping-mbimmux0.2", "burst-mbimmux0.1", "burst-mbimmux0.2",
+				"disconnect-first", "still-second", "no-bad-packet-session")
 			requireSessionCounters(t, out, errOut, 3)
 			sum := labSummary(t, out)
 			if status != 0 || sum.Modem.Malformed != 0 {
