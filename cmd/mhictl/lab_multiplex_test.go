@@ -136,6 +136,21 @@ linkstat 0 wwan0
 linkstat ${2%%:*} $second
 `
 
+// labMultiplexRefused: a modem whose data channel mhi_net drives (the
+// SDX55, IP_HW0, no MBIM data): ModemManager 1.20 takes it over QMI and
+// refuses a multiplex=required bearer, and the kernel creates no wwan
+// link on it.
+const labMultiplexRefused = labMultiplexCommon + `needtool mmcli ip
+m=$LAB_MM_MODEM
+mmcli -m $m --enable >/dev/null; check enable $? ""
+i=0; while [ $i -lt 120 ] && ! mmcli -m $m -K | grep -q 'generic.state *: registered'; do sleep 0.5; i=$((i+1)); done
+b=$(mmcli -m $m --create-bearer="apn=internet,multiplex=required" | sed -n 's|.*/Bearer/\([0-9]*\)$|\1|p')
+out=$(mmcli -b $b --connect 2>&1); r=$?
+[ $r != 0 ] && echo "$out" | grep -q "Cannot enable multiplex support"; check mm-refuses $? "$(echo $out)"
+grep -q "link management unsupported: no multiplexed bearers allowed" $LAB_MM_LOG; check mm-no-link-management $? "$(grep -m 1 'link management' $LAB_MM_LOG)"
+out=$(ip link add mux1 parentdev wwan0 type wwan linkid 1 2>&1); r=$?; [ $r != 0 ]; check kernel-refuses-link $? "exit $r: $out"
+`
+
 // linkStat is one LINKSTAT line: a guest link's counters.
 type linkStat struct {
 	session                      uint8
@@ -278,7 +293,8 @@ func TestLinuxMBIMMultiplex(t *testing.T) {
 // creates, mbimmux0.1 and mbimmux0.2); both carry traffic at once; when
 // the first is disconnected (ModemManager deletes its link) the second
 // carries on. Their counters (and those of the main interface wwan0,
-// session 0) equal the modem's per-session counters.
+// session 0) equal the modem's per-session counters. A modem whose data
+// interface is mhi_net's gets no multiplexed bearer.
 func TestModemManagerMultiplex(t *testing.T) {
 	needLab(t)
 	script := writeScript(t, labMultiplexMM)
@@ -299,4 +315,8 @@ func TestModemManagerMultiplex(t *testing.T) {
 			t.Logf("%s: boot to the script %.1f s, run %.1f s", sum.Kernel, sum.BootS, sum.DurationS)
 		})
 	}
+	t.Run("qcom-sdx55m-refused", func(t *testing.T) {
+		_, out, errOut := labRun(t, "--json", "--userland", "modemmanager", "--kernel", "6.1", "--model", "qcom-sdx55m", "--timeout", "4m", writeScript(t, labMultiplexRefused))
+		requireLabChecks(t, out, errOut, "tool-mmcli", "tool-ip", "enable", "mm-refuses", "mm-no-link-management", "kernel-refuses-link")
+	})
 }
