@@ -298,7 +298,9 @@ func TestLinuxMBIMMultiplex(t *testing.T) {
 func TestModemManagerMultiplex(t *testing.T) {
 	needLab(t)
 	script := writeScript(t, labMultiplexMM)
-	for _, k := range []string{"6.1", "6.12", "7.3"} {
+	// 6.12 behaves the same (docs/sessions-guest.md); left out to keep
+	// the package's time down.
+	for _, k := range []string{"6.1", "7.3"} {
 		t.Run(k, func(t *testing.T) {
 			status, out, errOut := labRun(t, "--json", "--userland", "modemmanager", "--kernel", k, "--model", "telit-fn990",
 				"--serve-args", "--require-connect", "--timeout", "4m", script)
