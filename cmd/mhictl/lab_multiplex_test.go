@@ -121,19 +121,24 @@ done
 [ "$(echo $links | wc -w)" = 2 ] && [ "$(echo $links | tr ' ' '\n' | cut -d: -f1 | sort -u | wc -l)" = 2 ]; check two-sessions $? "$links"
 pings=; for l in $links; do pings="$pings ${l#*:}"; done
 pingall $pings
-# ModemManager disconnects the first bearer (and deletes its link); the
-# second carries on.
-set -- $links; first=${1#*:}; first=${first%%:*}; second=${2#*:}; gw2=${second#*:}; second=${second%%:*}
-b0=$(mmcli -m $m -K | sed -n 's|.*/Bearer/\([0-9]*\)$|\1|p' | sort -n | head -n 1)
-sleep 1; linkstat ${1%%:*} $first
+# The network ends the second bearer's session (the mock's CONNECT
+# indication, deactivated, for that SessionId): ModemManager disconnects
+# that bearer alone; the first carries on. Then ModemManager disconnects
+# the first on request and deletes its link.
+set -- $links; n1=${1%%:*}; first=${1#*:}; gw1=${first#*:}; first=${first%%:*}; n2=${2%%:*}; second=${2#*:}; second=${second%%:*}
+b0=$(mmcli -m $m -K | sed -n 's|.*/Bearer/\([0-9]*\)$|\1|p' | sort -n | head -n 1); b1=$(mmcli -m $m -K | sed -n 's|.*/Bearer/\([0-9]*\)$|\1|p' | sort -n | tail -n 1)
+sleep 1; linkstat $n2 $second
+lab-inject disconnect-session=$n2
+i=0; while [ $i -lt 100 ] && [ "$(bv $b1 status.connected)" = yes ]; do sleep 0.1; i=$((i+1)); done
+[ "$(bv $b1 status.connected)" = no ] && [ "$(bv $b0 status.connected)" = yes ]
+check network-disconnect-second $? "after $i tenths: bearer $b1 connected $(bv $b1 status.connected), bearer $b0 $(bv $b0 status.connected); $(grep -m 1 "session ID '$n2' was deactivated" $LAB_MM_LOG)"
+out=$(ping -c 5 -i 0.2 -W 5 -I $first $gw1 2>&1 | grep transmitted); echo "$out" | grep -q " 5 received"; check still-first $? "$first: $out"
+sleep 1; linkstat $n1 $first
 mmcli -b $b0 --disconnect >/tmp/disc.txt 2>&1; r=$?
 i=0; while [ $i -lt 50 ] && [ -e /sys/class/net/$first ]; do sleep 0.1; i=$((i+1)); done
 [ $r = 0 ] && [ ! -e /sys/class/net/$first ]; check disconnect-first $? "bearer $b0: $(cat /tmp/disc.txt); $first $(ls /sys/class/net | grep -c "^$first$") left"
-out=$(ping -c 5 -i 0.2 -W 5 -I $second $gw2 2>&1 | grep transmitted); echo "$out" | grep -q " 5 received"; check still-second $? "$second: $out"
 badsession
-sleep 1
 linkstat 0 wwan0
-linkstat ${2%%:*} $second
 `
 
 // labMultiplexRefused: a modem whose data channel mhi_net drives (the
@@ -291,8 +296,9 @@ func TestLinuxMBIMMultiplex(t *testing.T) {
 // TestModemManagerMultiplex: ModemManager 1.20 connects two bearers with
 // multiplex=required on the mock modem (sessions 1 and 2 on the links it
 // creates, mbimmux0.1 and mbimmux0.2); both carry traffic at once; when
-// the first is disconnected (ModemManager deletes its link) the second
-// carries on. Their counters (and those of the main interface wwan0,
+// the network ends the second's session (lab-inject disconnect-session=N)
+// ModemManager disconnects that bearer alone and the first carries on,
+// until it is disconnected on request (ModemManager deletes its link). Their counters (and those of the main interface wwan0,
 // session 0) equal the modem's per-session counters. A modem whose data
 // interface is mhi_net's gets no multiplexed bearer.
 func TestModemManagerMultiplex(t *testing.T) {
@@ -308,7 +314,7 @@ func TestModemManagerMultiplex(t *testing.T) {
 				"bearer-internet", "connect-internet", "bearer-internet-multiplexed", "linkid-internet", "ifup-internet",
 				"bearer-ims", "connect-ims", "bearer-ims-multiplexed", "linkid-ims", "ifup-ims",
 				"two-sessions", "ping-mbimmux0.1", "ping-mbimmux0.2", "burst-mbimmux0.1", "burst-mbimmux0.2",
-				"disconnect-first", "still-second", "no-bad-packet-session")
+				"network-disconnect-second", "still-first", "disconnect-first", "no-bad-packet-session")
 			requireSessionCounters(t, out, errOut, 3)
 			sum := labSummary(t, out)
 			if status != 0 || sum.Modem.Malformed != 0 {
