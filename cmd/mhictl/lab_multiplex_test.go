@@ -262,15 +262,27 @@ func requireSessionCounters(t *testing.T, out, errOut string, sessions int) {
 // TestLinuxMBIMMultiplex: Linux's mhi_wwan_mbim carries three MBIM
 // sessions of the mock modem (served with --require-connect, so that no
 // session passes data before its CONNECT) at once, on each kernel of the
-// matrix. After session 1's DISCONNECT its link's packets are dropped by
+// matrix, and on a modem whose sessions start at mux id 112 (the Foxconn
+// T99W640, on 6.12, whose table knows it). After session 1's DISCONNECT its link's packets are dropped by
 // the modem (counted on session 1) while sessions 0 and 2 carry on. The
 // links' counters equal the modem's per-session counters.
 func TestLinuxMBIMMultiplex(t *testing.T) {
 	needLab(t)
 	script := writeScript(t, labMultiplexLinux)
-	for _, k := range []string{"6.1", "6.12", "7.3"} {
-		t.Run(k, func(t *testing.T) {
-			status, out, errOut := labRun(t, "--json", "--userland", "modemmanager", "--kernel", k, "--model", "telit-fn990",
+	// wire is the model's mux-id base (pcigeneric.ModemInfo.MuxIDBase):
+	// the T99W640 numbers session N 112+N on the data path, and Linux
+	// (from 6.12, its table's mux_id) maps link N to it.
+	for _, c := range []struct {
+		name, kernel, model string
+		wire                uint8
+	}{
+		{"6.1", "6.1", "telit-fn990", 0},
+		{"6.12", "6.12", "telit-fn990", 0},
+		{"7.3", "7.3", "telit-fn990", 0},
+		{"foxconn-t99w640-6.12", "6.12", "foxconn-t99w640", 112},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			status, out, errOut := labRun(t, "--json", "--userland", "modemmanager", "--kernel", c.kernel, "--model", c.model,
 				"--serve-args", "--require-connect", "--timeout", "4m", script)
 			requireLabChecks(t, out, errOut, "tool-mbimcli", "tool-ip", "tool-ping", "attach", "link-add-ip", "link-add-mbimcli", "link-ids", "link-list",
 				"connect-0", "connect-1", "connect-2", "addressing-0", "addressing-1", "addressing-2",
@@ -281,9 +293,13 @@ func TestLinuxMBIMMultiplex(t *testing.T) {
 			if status != 0 || sum.Modem.Malformed != 0 {
 				t.Errorf("exit %d, the served modem counted %d malformed messages", status, sum.Modem.Malformed)
 			}
-			// The three pings through mux1 after session 1's DISCONNECT
-			// reached the modem on session 1 and were dropped there.
 			for _, r := range sum.Modem.IPSessions {
+				if r.Wire != c.wire+r.Session {
+					t.Errorf("session %d went on wire id %d, want %d", r.Session, r.Wire, c.wire+r.Session)
+				}
+				// The three pings through mux1 after session 1's
+				// DISCONNECT reached the modem on session 1 and were
+				// dropped there.
 				if r.Session == 1 && r.DroppedGated != 3 {
 					t.Errorf("session 1: %d packets dropped while not connected, want the 3 pings after its disconnect: %+v", r.DroppedGated, r)
 				}
