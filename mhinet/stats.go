@@ -47,6 +47,7 @@ type counters struct {
 	// transmit aggregation and zero-copy; see tx.go, txzc.go
 	txAggClosedBytes, txAggClosedPackets atomic.Uint64
 	txAggClosedTimer, txAggClosedFlush   atomic.Uint64
+	txAggClosedSession                   atomic.Uint64
 	txAggPending                         atomic.Uint64 // packets in the open aggregate
 	txCopied, txZeroCopy, txZCFallback   atomic.Uint64
 	txZCPending, txZCPendingHigh         atomic.Uint64
@@ -140,6 +141,9 @@ type Stats struct {
 	TxAggClosedPackets uint64 `json:"tx_agg_closed_packets"`
 	TxAggClosedTimer   uint64 `json:"tx_agg_closed_timer"`
 	TxAggClosedFlush   uint64 `json:"tx_agg_closed_flush"`
+	// TxAggClosedSession counts NTB aggregates closed because the next
+	// packet was another session's (an NTB carries one NDP, one session).
+	TxAggClosedSession uint64 `json:"tx_agg_closed_session"`
 	// TxAggPending is the number of packets in the open aggregate.
 	TxAggPending uint64 `json:"tx_agg_pending"`
 	// Packets queued by copying (Transmit, or TransmitZC's fallback) and
@@ -195,6 +199,7 @@ func (c *counters) snapshot(s *Stats) {
 	s.TxAggClosedBytes, s.TxAggClosedPackets = c.txAggClosedBytes.Load(), c.txAggClosedPackets.Load()
 	s.TxAggClosedTimer, s.TxAggClosedFlush = c.txAggClosedTimer.Load(), c.txAggClosedFlush.Load()
 	s.TxAggPending = c.txAggPending.Load()
+	s.TxAggClosedSession = c.txAggClosedSession.Load()
 	s.TxCopied, s.TxZeroCopy, s.TxZeroCopyFallback = c.txCopied.Load(), c.txZeroCopy.Load(), c.txZCFallback.Load()
 	s.TxZCPending, s.TxZCPendingHigh = c.txZCPending.Load(), c.txZCPendingHigh.Load()
 	s.TxZCBusy, s.TxZCReleased, s.TxZCBadRelease = c.txZCBusy.Load(), c.txZCReleased.Load(), c.txZCBadRelease.Load()

@@ -176,10 +176,11 @@ func (t *txPath) unavailableLocked() error {
 // elements it queues, the ring room they must fit in, and how far it got.
 type txBatch struct {
 	xs    []mhi.Transfer
-	room  int  // free ring elements when the call began
-	mtu   int  // the MTU of the buffers
-	zc    bool // a TransmitZC call
-	taken int  // packets taken from the caller
+	room  int   // free ring elements when the call began
+	mtu   int   // the MTU of the buffers
+	zc    bool  // a TransmitZC call
+	wire  uint8 // the wire id the packets go on (TransmitSession)
+	taken int   // packets taken from the caller
 	err   error
 }
 
@@ -197,12 +198,17 @@ const (
 	txDropped
 )
 
-// begin is the shared start of Transmit (zc false) and TransmitZC: it
-// fails with ErrDown, ErrZeroCopyOff, or ErrBusy while SetMTU rebuilds the
-// buffers; on success t.mu is held until end.
-func (t *txPath) begin(zc bool) (txBatch, error) {
+// begin is the shared start of Transmit (zc false) and TransmitZC, for
+// session n (TransmitZC: 0): it fails with ErrDown, ErrSession,
+// ErrZeroCopyOff, or ErrBusy while SetMTU rebuilds the buffers; on
+// success t.mu is held until end.
+func (t *txPath) begin(zc bool, n uint8) (txBatch, error) {
 	if !t.d.IsUp() {
 		return txBatch{}, ErrDown
+	}
+	wire, ok := t.f.wire(n)
+	if !ok {
+		return txBatch{}, fmt.Errorf("mhinet: transmit on session %d (base %d, %v): %w", n, t.f.base(), t.d.cfg.Format, ErrSession)
 	}
 	t.mu.Lock()
 	var err error
@@ -216,7 +222,7 @@ func (t *txPath) begin(zc bool) (txBatch, error) {
 		t.mu.Unlock()
 		return txBatch{}, err
 	}
-	return txBatch{xs: t.xfers[:0], room: t.d.ul.Free(), mtu: t.mtu, zc: zc}, nil
+	return txBatch{xs: t.xfers[:0], room: t.d.ul.Free(), mtu: t.mtu, zc: zc, wire: wire}, nil
 }
 
 // end is the shared end of Transmit and TransmitZC: it closes an
@@ -265,10 +271,22 @@ func (t *txPath) admit(n, limit int) bool {
 // TXAggTimeout, or on Flush), or rejected and counted (empty, longer than
 // the MTU). When buffers or ring elements run out it returns what it took
 // so far and ErrBusy; the caller retries the rest later. The caller may
-// reuse pkts as soon as Transmit returns.
+// reuse pkts as soon as Transmit returns. Transmit sends on session 0;
+// TransmitSession on another.
 func (d *Device) Transmit(pkts [][]byte) (int, error) {
+	return d.TransmitSession(0, pkts)
+}
+
+// TransmitSession is Transmit on session n: the packets go out on wire id
+// Config.Session + n (the base as FollowSession follows it), as the MBIM
+// session id of their NDP or their QMAP mux id. With TXAggregate, QMAP
+// aggregates mix sessions (a mux id per frame); an NTB holds one session,
+// and a packet of another session closes the open one
+// (TxAggClosedSession). It fails with ErrSession, taking nothing, when
+// the wire id would pass 255 or the format is raw IP and n is not 0.
+func (d *Device) TransmitSession(n uint8, pkts [][]byte) (int, error) {
 	t := &d.tx
-	b, err := t.begin(false)
+	b, err := t.begin(false, n)
 	if err != nil {
 		return 0, err
 	}
