@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
@@ -61,8 +62,13 @@ type txPath struct {
 	agg txAgg
 	zc  zcPath
 
-	// ready wakes a caller waiting after ErrBusy (Device.TransmitReady).
-	ready chan struct{}
+	// ready wakes a caller waiting after ErrBusy (Device.TransmitReady);
+	// sessionReady are the channels of TransmitReadySession, by session
+	// (readyMu guards their creation; wake reads the published list).
+	ready        chan struct{}
+	readyMu      sync.Mutex
+	sessionReady [256]chan struct{}
+	readyList    atomic.Pointer[[]chan struct{}]
 }
 
 func (t *txPath) init(d *Device) error {
@@ -376,11 +382,51 @@ func (t *txPath) onComplete(c mhi.Completion) {
 // come instead of polling.
 func (d *Device) TransmitReady() <-chan struct{} { return d.tx.ready }
 
+// TransmitReadySession is TransmitReady with a channel of session n's
+// own, so that the writers of several sessions (one tun.Bridge each)
+// waiting after ErrBusy are all woken: every wake signals every session's
+// channel. The channel is made on the first call for n and kept.
+func (d *Device) TransmitReadySession(n uint8) <-chan struct{} {
+	t := &d.tx
+	t.readyMu.Lock()
+	defer t.readyMu.Unlock()
+	if c := t.sessionReady[n]; c != nil {
+		return c
+	}
+	c := make(chan struct{}, 1)
+	t.sessionReady[n] = c
+	var list []chan struct{}
+	if old := t.readyList.Load(); old != nil {
+		list = append(list, *old...)
+	}
+	list = append(list, c)
+	t.readyList.Store(&list)
+	return c
+}
+
+// SessionWire returns the wire id session n goes out on now (the base
+// plus n), or ErrSession as TransmitSession would fail.
+func (d *Device) SessionWire(n uint8) (uint8, error) {
+	w, ok := d.framer.wire(n)
+	if !ok {
+		return 0, fmt.Errorf("mhinet: session %d (base %d, %v): %w", n, d.framer.base(), d.cfg.Format, ErrSession)
+	}
+	return w, nil
+}
+
 // wake tells a caller waiting on TransmitReady to try again; it never
 // blocks.
 func (t *txPath) wake() {
 	select {
 	case t.ready <- struct{}{}:
 	default:
+	}
+	if list := t.readyList.Load(); list != nil {
+		for _, c := range *list {
+			select {
+			case c <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
