@@ -342,3 +342,28 @@ func TestFollowSessionKeepsBase(t *testing.T) {
 		t.Errorf("tx_session %d, follows %d; want %d, 1", s.TxSession, s.TxSessionFollows, testBase)
 	}
 }
+
+// Every session's TransmitReadySession channel is woken by a completion,
+// not only one of them (two bridges wait on one device).
+func TestTransmitReadySessionWakesEverySession(t *testing.T) {
+	cfg := mhinet.Config{Format: framing.QMAP, Session: testBase}
+	r := mhinettest.New(t, mhinettest.Options{Model: "telit-fn990", IPData: &ipdata.Config{Format: framing.QMAP}, Net: &cfg})
+	ready := []<-chan struct{}{r.Net.TransmitReadySession(0), r.Net.TransmitReadySession(1), r.Net.TransmitReadySession(5)}
+	if r.Net.TransmitReadySession(1) != ready[1] {
+		t.Fatal("a second call for session 1 made another channel")
+	}
+	for _, c := range ready { // forget wakes from bring-up
+		select {
+		case <-c:
+		default:
+		}
+	}
+	transmitSession(t, r.Net, 1, [][]byte{ipv4(100, 1)})
+	for n, c := range ready {
+		select {
+		case <-c:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("channel %d not woken by the completion", n)
+		}
+	}
+}
