@@ -47,7 +47,6 @@ type counters struct {
 	// transmit aggregation and zero-copy; see tx.go, txzc.go
 	txAggClosedBytes, txAggClosedPackets atomic.Uint64
 	txAggClosedTimer, txAggClosedFlush   atomic.Uint64
-	txAggClosedSession                   atomic.Uint64
 	txAggPending                         atomic.Uint64 // packets in the open aggregate
 	txCopied, txZeroCopy, txZCFallback   atomic.Uint64
 	txZCPending, txZCPendingHigh         atomic.Uint64
@@ -136,14 +135,12 @@ type Stats struct {
 	// Transmit aggregates closed because the next packet would pass
 	// TXAggMaxBytes, because they held TXAggMaxPackets, by the
 	// TXAggTimeout timer, and by Flush (or the end of a call with a
-	// negative timeout, or a zero-copy packet that must follow them).
+	// negative timeout, a zero-copy packet that must follow them, or a
+	// packet of another session that an NTB, one NDP, cannot carry).
 	TxAggClosedBytes   uint64 `json:"tx_agg_closed_bytes"`
 	TxAggClosedPackets uint64 `json:"tx_agg_closed_packets"`
 	TxAggClosedTimer   uint64 `json:"tx_agg_closed_timer"`
 	TxAggClosedFlush   uint64 `json:"tx_agg_closed_flush"`
-	// TxAggClosedSession counts NTB aggregates closed because the next
-	// packet was another session's (an NTB carries one NDP, one session).
-	TxAggClosedSession uint64 `json:"tx_agg_closed_session"`
 	// TxAggPending is the number of packets in the open aggregate.
 	TxAggPending uint64 `json:"tx_agg_pending"`
 	// Packets queued by copying (Transmit, or TransmitZC's fallback) and
@@ -199,7 +196,6 @@ func (c *counters) snapshot(s *Stats) {
 	s.TxAggClosedBytes, s.TxAggClosedPackets = c.txAggClosedBytes.Load(), c.txAggClosedPackets.Load()
 	s.TxAggClosedTimer, s.TxAggClosedFlush = c.txAggClosedTimer.Load(), c.txAggClosedFlush.Load()
 	s.TxAggPending = c.txAggPending.Load()
-	s.TxAggClosedSession = c.txAggClosedSession.Load()
 	s.TxCopied, s.TxZeroCopy, s.TxZeroCopyFallback = c.txCopied.Load(), c.txZeroCopy.Load(), c.txZCFallback.Load()
 	s.TxZCPending, s.TxZCPendingHigh = c.txZCPending.Load(), c.txZCPendingHigh.Load()
 	s.TxZCBusy, s.TxZCReleased, s.TxZCBadRelease = c.txZCBusy.Load(), c.txZCReleased.Load(), c.txZCBadRelease.Load()

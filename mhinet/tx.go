@@ -287,8 +287,8 @@ func (d *Device) Transmit(pkts [][]byte) (int, error) {
 // Config.Session + n (the base as FollowSession follows it), as the MBIM
 // session id of their NDP or their QMAP mux id. With TXAggregate, QMAP
 // aggregates mix sessions (a mux id per frame); an NTB holds one session,
-// and a packet of another session closes the open one
-// (TxAggClosedSession). It fails with ErrSession, taking nothing, when
+// and a packet of another session closes the open one (counted in
+// TxAggClosedFlush). It fails with ErrSession, taking nothing, when
 // the wire id would pass 255 or the format is raw IP and n is not 0.
 func (d *Device) TransmitSession(n uint8, pkts [][]byte) (int, error) {
 	t := &d.tx

@@ -75,7 +75,7 @@ func (t *txPath) aggAdd(b *txBatch, p []byte) txOutcome {
 				b.err = ErrBusy
 				return txAgain
 			}
-			b.xs = t.closeAgg(b.xs, &d.c.txAggClosedSession)
+			b.xs = t.closeAgg(b.xs, &d.c.txAggClosedFlush)
 			return txAgain
 		}
 		// Empty: open it again for this wire id.
