@@ -22,10 +22,13 @@ type aggWriter interface {
 	framing.Writer
 	// reset opens an empty aggregate in buf.
 	reset(buf []byte) error
-	// reserve adds a packet of n bytes without writing it and returns its
-	// bytes to be written in place, or fails as Add does, or with
-	// errAggNoReserve when the writer cannot do that.
-	reserve(n int) ([]byte, error)
+	// addTo is Add for a packet of wire id wire (an NTB's NDP session, a
+	// QMAP mux id; raw IP has none and ignores it).
+	addTo(pkt []byte, wire uint8) error
+	// reserve adds a packet of n bytes for wire id wire without writing
+	// it and returns its bytes to be written in place, or fails as Add
+	// does, or with errAggNoReserve when the writer cannot do that.
+	reserve(n int, wire uint8) ([]byte, error)
 }
 
 // ntbAgg aggregates into an MBIM NTB16 or NTB32.
@@ -56,7 +59,9 @@ func (a *ntbAgg) reset(buf []byte) error {
 	return nil
 }
 
-func (a *ntbAgg) reserve(n int) ([]byte, error) { return a.Append(n) }
+func (a *ntbAgg) addTo(pkt []byte, wire uint8) error { return a.AddSession(pkt, wire) }
+
+func (a *ntbAgg) reserve(n int, wire uint8) ([]byte, error) { return a.AppendSession(n, wire) }
 
 // qmapAgg aggregates QMAP (rmnet MAP) frames back to back.
 type qmapAgg struct {
@@ -66,7 +71,13 @@ type qmapAgg struct {
 
 func (a *qmapAgg) reset(buf []byte) error { return a.Reset(buf, a.cfg) }
 
-func (a *qmapAgg) reserve(int) ([]byte, error) { return nil, errAggNoReserve }
+// addTo adds a data frame on mux id wire with the downlink checksum
+// information Add gives.
+func (a *qmapAgg) addTo(pkt []byte, wire uint8) error {
+	return a.AddPacket(pkt, wire, qmap.Csum{Valid: a.cfg.CsumValid, Length: uint16(len(pkt))})
+}
+
+func (a *qmapAgg) reserve(int, uint8) ([]byte, error) { return nil, errAggNoReserve }
 
 // rawAgg puts exactly one IP packet in a transfer, as mhi_net's raw-IP
 // mode expects.
@@ -81,7 +92,10 @@ func (a *rawAgg) reset(buf []byte) error {
 	return nil
 }
 
-func (a *rawAgg) reserve(int) ([]byte, error) { return nil, errAggNoReserve }
+func (a *rawAgg) reserve(int, uint8) ([]byte, error) { return nil, errAggNoReserve }
+
+// addTo is Add: raw IP carries one session and no wire id.
+func (a *rawAgg) addTo(pkt []byte, _ uint8) error { return a.Add(pkt) }
 
 // Add copies pkt in as the transfer's one packet.
 func (a *rawAgg) Add(pkt []byte) error {

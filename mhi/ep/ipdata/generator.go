@@ -58,6 +58,12 @@ type GeneratorConfig struct {
 	// the link and its aggregator, and the generator runs in batches (see
 	// Ingress).
 	Ingress *Ingress
+	// Sessions, if more than 1, spreads the packets over sessions
+	// 0…Sessions−1 round robin (packet i on session i mod Sessions), each
+	// gated and counted on its own session, all with the same addresses;
+	// 0 or 1 sends on session 0. Only a generator in real time (no Link)
+	// spreads; at most NumSessions.
+	Sessions int
 }
 
 // Ingress is the modem's receive queue in virtual time: packets arriving
@@ -201,6 +207,9 @@ func (f *Function) checkGenerator(cfg *GeneratorConfig) error {
 	}
 	if cfg.Count < 0 || cfg.Rate < 0 {
 		return bad("count %d, rate %g", cfg.Count, cfg.Rate)
+	}
+	if cfg.Sessions < 0 || cfg.Sessions > NumSessions || (cfg.Sessions > 1 && cfg.Link != nil) {
+		return bad("%d sessions (0…%d, and one with a Link)", cfg.Sessions, NumSessions)
 	}
 	if l := cfg.Link; l != nil {
 		if f.pipeClock() == nil {
@@ -380,21 +389,25 @@ func (f *Function) runGenerator(ctx context.Context, p *ep.Pipe, g *genRun) {
 			}
 		}
 		n := pick.next()
-		if f.cfg.Gate != nil && !f.cfg.Gate.DataAllowed() {
+		sess := genSession
+		if cfg.Sessions > 1 {
+			sess = uint8(i % uint64(cfg.Sessions))
+		}
+		if !f.allowed(sess) {
 			// No session: the network sends nothing; the packet is
 			// generated in name only and counted as gated.
 			g.sent.Add(1)
-			f.st.genPackets.Add(1)
-			f.st.droppedGated.Add(1)
+			f.countGen(sess, 1)
+			f.drop(sess, &f.st.droppedGated, 1)
 			continue
 		}
 		gp.seq = i
-		if err := f.put(ctx, p, n, nil, &gp, true); err != nil {
+		if err := f.put(ctx, p, n, nil, &gp, sess, true); err != nil {
 			g.err = err
 			break
 		}
 		g.sent.Add(1)
-		f.st.genPackets.Add(1)
+		f.countGen(sess, 1)
 	}
 	f.Flush()
 }
@@ -515,21 +528,21 @@ func (v *vgen) run() {
 			}
 		}
 		v.gp.seq = v.offered
-		if f.cfg.Gate != nil && !f.cfg.Gate.DataAllowed() {
+		if !f.allowed(genSession) {
 			g.sent.Add(1)
-			f.st.genPackets.Add(1)
-			f.st.droppedGated.Add(1)
+			f.countGen(genSession, 1)
+			f.drop(genSession, &f.st.droppedGated, 1)
 			v.taken++
 		} else {
-			err := f.put(v.ctx, v.p, v.size, nil, &v.gp, false)
+			err := f.put(v.ctx, v.p, v.size, nil, &v.gp, genSession, false)
 			switch {
 			case err == nil:
 				g.sent.Add(1)
-				f.st.genPackets.Add(1)
+				f.countGen(genSession, 1)
 				v.taken++
 			case err == errNoBuffer && sp > 0:
-				f.st.genPackets.Add(1)
-				f.st.droppedOverrun.Add(1)
+				f.countGen(genSession, 1)
+				f.drop(genSession, &f.st.droppedOverrun, 1)
 				blocked = true
 			case err == errNoBuffer:
 				return // onSpace runs the event again
@@ -613,8 +626,8 @@ func (v *vgen) arrive(now time.Duration) {
 				lost = 0 // the run offers nothing after its last packet
 				due = take
 			}
-			f.st.genPackets.Add(take + lost)
-			f.st.droppedOverrun.Add(lost)
+			f.countGen(genSession, take+lost)
+			f.drop(genSession, &f.st.droppedOverrun, lost)
 			v.offered += due
 			v.next += time.Duration(due) * sp
 			return
@@ -625,9 +638,9 @@ func (v *vgen) arrive(now time.Duration) {
 			v.taken++
 			g.sent.Add(1)
 		} else {
-			f.st.droppedOverrun.Add(1)
+			f.drop(genSession, &f.st.droppedOverrun, 1)
 		}
-		f.st.genPackets.Add(1)
+		f.countGen(genSession, 1)
 		v.offered++
 		v.next += sp
 		v.size = v.pick.next()
@@ -642,8 +655,8 @@ func (v *vgen) sendBatch() error {
 	sent := len(v.fifo)
 	// The batch leaves the queue at one instant of the clock: the session
 	// gate lets all of it through or none.
-	if f.cfg.Gate != nil && !f.cfg.Gate.DataAllowed() {
-		f.st.droppedGated.Add(uint64(sent))
+	if !f.allowed(genSession) {
+		f.drop(genSession, &f.st.droppedGated, uint64(sent))
 	} else {
 		v.gp.seq = v.seq
 		var err error
@@ -685,8 +698,8 @@ func (v *vgen) dropUntil(at, sp time.Duration) {
 		}
 	}
 	v.offered += n
-	f.st.genPackets.Add(n)
-	f.st.droppedOverrun.Add(n)
+	f.countGen(genSession, n)
+	f.drop(genSession, &f.st.droppedOverrun, n)
 }
 
 // finish ends the run: a partly filled aggregate leaves with its flush

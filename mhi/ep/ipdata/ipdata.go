@@ -92,12 +92,17 @@ type Config struct {
 	// than the host's buffers are written across several of them with
 	// OVERFLOW completions.
 	MaxAggregate int
-	// Session is the MBIM session id of the downlink NDPs.
+	// Session is the MBIM session id (wire id) of session 0's NDPs: the
+	// base of the session numbering. Session N's packets go in the NDP
+	// signed Session+N, and an uplink NDP signed w carries session
+	// w−Session (w when w < Session, unless StrictSession).
 	Session uint8
 	// NTBDatagramAlign is the alignment of datagrams in an NTB (zero means
 	// the codec's default, 4).
 	NTBDatagramAlign int
-	// QMAPMux is the mux id of downlink QMAP frames.
+	// QMAPMux is the mux id of session 0's QMAP frames, the base of the
+	// numbering as Session is for NTBs: session N's frames carry mux id
+	// QMAPMux+N.
 	QMAPMux uint8
 	// QMAPCsum is the checksum offload framing of QMAP frames, both ways:
 	// CsumV4 is the downlink trailer and the uplink checksum header (as
@@ -133,10 +138,11 @@ type Config struct {
 	// quirk).
 	NetworkMTU int
 	// StrictSession drops uplink packets whose MBIM session (NDP
-	// signature) or QMAP mux id is not the one the modem numbers its
-	// session with (Session, QMAPMux), counted in DroppedSession, as a
-	// modem whose sessions start at mux id 112 does with the host's
-	// session 0 (the sdx72-mux-112 quirk).
+	// signature) or QMAP mux id is below the one the modem numbers its
+	// sessions from (Session, QMAPMux), counted in DroppedSession, as a
+	// modem whose sessions start at mux id 112 would with the host's
+	// session 0 (the sdx72-mux-112 quirk). Without it such a wire id w
+	// is taken as session w.
 	StrictSession bool
 	// NTBSequenceGlitch, if non-zero, makes every NTBSequenceGlitch-th
 	// downlink NTB skip ahead in its wSequence (counted in
@@ -146,7 +152,8 @@ type Config struct {
 	// Gate, when set, is asked for every packet whether IP data may flow
 	// (a Modem with RequireConnect: only while a session is connected).
 	// Packets it refuses, uplink and generated alike, are dropped and
-	// counted in DroppedGated.
+	// counted in DroppedGated. When it is also a SessionGate, each packet
+	// is asked about on its own session.
 	Gate Gate
 }
 
@@ -159,7 +166,11 @@ type Config struct {
 // Downlink aggregates are built in place in the downlink queue's buffers
 // (Pipe.Reserve) and sent when they hold MaxDatagrams packets, when the
 // next packet does not fit MaxAggregate, when the uplink goes idle, or
-// when the flush timer expires. All methods are safe for concurrent use.
+// when the flush timer expires. Every packet belongs to a session (the
+// uplink NDP's session or QMAP mux id less the base, see Config.Session)
+// and goes back on it: one aggregate interleaves sessions, an NDP per
+// session in an NTB, a mux id per frame in QMAP; raw IP has session 0
+// only. All methods are safe for concurrent use.
 type Function struct {
 	cfg      Config
 	pipe     atomic.Pointer[ep.Pipe]
@@ -208,6 +219,14 @@ type Function struct {
 	shp shaper
 
 	st ipCounters
+
+	// Sessions: the numbering's base (wireBase), the Gate as a
+	// SessionGate (nil when it is not one), the counters per session,
+	// and the open aggregate's packets per session (guarded by mu).
+	base  uint8
+	sgate SessionGate
+	sess  [NumSessions]sessCounters
+	aggS  aggSessions
 }
 
 // ipCounters are an Function's counters.
@@ -320,6 +339,12 @@ type Stats struct {
 	NTB ntb.Stats
 	// QMAP is the uplink QMAP parser's counters (see qmap.Reasons).
 	QMAP qmap.Stats
+
+	// Sessions are the counters per session, one row per session that
+	// has had traffic (SessionStats), so that whatever logs or reports
+	// Stats (mhictl modem serve's ip_data lines, the lab's summary)
+	// carries them too.
+	Sessions []SessionStats
 }
 
 // Dropped returns the packets dropped for any reason.
@@ -369,7 +394,8 @@ func New(cfg Config) (*Function, error) {
 	if err := validShape(&cfg.Shape); err != nil {
 		return bad("shape: %v", err)
 	}
-	f := &Function{cfg: cfg}
+	f := &Function{cfg: cfg, base: wireBase(&cfg)}
+	f.sgate, _ = cfg.Gate.(SessionGate)
 	if cfg.Responder {
 		f.mode.Store(uint32(ModeResponder))
 		f.idleMode.Store(uint32(ModeResponder))
@@ -477,6 +503,7 @@ func (f *Function) Stats() Stats {
 	f.statMu.Lock()
 	s.NTB, s.QMAP = f.ntbSnap, f.qmapSnap
 	f.statMu.Unlock()
+	s.Sessions = f.SessionStats()
 	return s
 }
 
@@ -497,13 +524,27 @@ type ulReceive struct {
 	transfer []byte
 	lent     bool
 	held     bool
-	// wrongSession: the packet at hand is on another session than the
-	// modem's (Config.StrictSession).
+	// sess is the session of the packet at hand; wrongSession says its
+	// wire id is below the base (Config.StrictSession).
+	sess         uint8
 	wrongSession bool
 	base         uint64
 	slot         int
 	tag          uint16
 	gen          uint64
+}
+
+// setWire numbers the packet at hand by the wire id it came on.
+func (r *ulReceive) setWire(w uint8) {
+	n, ok := r.f.sessionOf(w)
+	r.sess, r.wrongSession = n, !ok
+}
+
+// drop counts the packet at hand, of n bytes, as taken and dropped under reason.
+func (r *ulReceive) drop(n int, reason *atomic.Uint64) {
+	r.taken++
+	r.f.countUL(r.sess, n)
+	r.f.drop(r.sess, reason, 1)
 }
 
 // packet handles one uplink packet. inTransfer tells whether pkt is a
@@ -514,59 +555,49 @@ func (r *ulReceive) packet(pkt []byte, inTransfer bool) {
 	case r.aborted && r.taken == 0:
 		return // the whole transfer is delivered again
 	case r.aborted:
-		f.st.ulPackets.Add(1)
-		f.st.droppedAborted.Add(1)
-		return
-	case f.cfg.Gate != nil && !f.cfg.Gate.DataAllowed():
-		r.taken++
-		f.st.ulPackets.Add(1)
-		f.st.droppedGated.Add(1)
+		r.drop(len(pkt), &f.st.droppedAborted)
 		return
 	case r.wrongSession:
-		r.taken++
-		f.st.ulPackets.Add(1)
-		f.st.droppedSession.Add(1)
+		r.drop(len(pkt), &f.st.droppedSession)
+		return
+	case !f.allowed(r.sess):
+		r.drop(len(pkt), &f.st.droppedGated)
 		return
 	case f.cfg.NetworkMTU > 0 && len(pkt) > f.cfg.NetworkMTU:
-		r.taken++
-		f.st.ulPackets.Add(1)
-		f.st.droppedOverMTU.Add(1)
+		r.drop(len(pkt), &f.st.droppedOverMTU)
 		return
 	case f.cfg.Shape.UDPPort != 0 && f.shapedFlow(pkt):
-		if f.enqueueShaped(r.p, r.transfer, pkt, r.lent && !r.held && inTransfer, r.base, r.slot, r.tag, r.gen) {
+		if f.enqueueShaped(r.p, r.transfer, pkt, r.sess, r.lent && !r.held && inTransfer, r.base, r.slot, r.tag, r.gen) {
 			r.held = true
 		}
 		r.taken++
 		return
 	case r.sink:
-		r.taken++
-		f.st.ulPackets.Add(1)
-		f.st.droppedSunk.Add(1)
+		r.drop(len(pkt), &f.st.droppedSunk)
 		return
-	case r.respond:
+	}
+	ulLen := len(pkt)
+	if r.respond {
 		if f.reply == nil {
 			f.reply = make([]byte, 1<<16)
 		}
 		n, ok := answer(f.reply, pkt)
 		if !ok {
-			r.taken++
-			f.st.ulPackets.Add(1)
-			f.st.droppedNotAnswered.Add(1)
+			r.drop(ulLen, &f.st.droppedNotAnswered)
 			return
 		}
 		pkt = f.reply[:n]
 		f.st.answered.Add(1)
 	}
-	if err := f.add(r.ctx, r.p, pkt); err != nil {
+	if err := f.add(r.ctx, r.p, pkt, r.sess); err != nil {
 		r.aborted, r.err = true, err
 		if r.taken > 0 {
-			f.st.ulPackets.Add(1)
-			f.st.droppedAborted.Add(1)
+			r.drop(ulLen, &f.st.droppedAborted)
 		}
 		return
 	}
 	r.taken++
-	f.st.ulPackets.Add(1)
+	f.countUL(r.sess, ulLen)
 }
 
 // Receive implements Function: it splits the uplink transfer into IP
@@ -587,7 +618,7 @@ func (f *Function) Receive(ctx context.Context, p *ep.Pipe, transfer []byte) err
 		before := f.qmapP.Stats
 		_, parseErr = f.qmapP.Parse(transfer, func(pk qmap.Packet) {
 			data, computed := f.ulChecksum(pk)
-			r.wrongSession = f.cfg.StrictSession && pk.Mux != f.cfg.QMAPMux
+			r.setWire(pk.Mux)
 			r.packet(data, !computed)
 		})
 		if r.aborted && r.taken == 0 {
@@ -599,7 +630,7 @@ func (f *Function) Receive(ctx context.Context, p *ep.Pipe, transfer []byte) err
 	default:
 		before := f.ntbP.Stats
 		_, parseErr = f.ntbP.Parse(transfer, func(d []byte, sid uint8) {
-			r.wrongSession = f.cfg.StrictSession && sid != f.cfg.Session
+			r.setWire(sid)
 			r.packet(d, true)
 		})
 		if r.aborted && r.taken == 0 {
@@ -676,16 +707,17 @@ func (f *Function) bufSize(n int) int {
 	return f.cfg.MaxAggregate
 }
 
-// add puts one packet into the open aggregate, opening one in a reserved
-// downlink buffer when needed (blocking while the queue is full) and
-// flushing as the limits say. It fails only when ctx ends or the device
-// closes while it waits for room; the packet is then not accounted for.
-func (f *Function) add(ctx context.Context, p *ep.Pipe, pkt []byte) error {
+// add puts one packet of session sess into the open aggregate, opening
+// one in a reserved downlink buffer when needed (blocking while the queue
+// is full) and flushing as the limits say. It fails only when ctx ends or
+// the device closes while it waits for room; the packet is then not
+// accounted for.
+func (f *Function) add(ctx context.Context, p *ep.Pipe, pkt []byte, sess uint8) error {
 	if len(pkt) == 0 {
-		f.st.droppedEmpty.Add(1)
+		f.drop(sess, &f.st.droppedEmpty, 1)
 		return nil
 	}
-	return f.put(ctx, p, len(pkt), pkt, nil, true)
+	return f.put(ctx, p, len(pkt), pkt, nil, sess, true)
 }
 
 // errNoBuffer: put without blocking found the downlink queue full.
@@ -694,11 +726,12 @@ var errNoBuffer = errors.New("ipdata: no downlink buffer free")
 // put adds one packet of n bytes to the open aggregate, like add: the
 // bytes of pkt, or, with gen, a generated packet written in place into the
 // aggregate (when the format's writer can reserve room for it; otherwise
-// through gen's scratch buffer). Without block it fails with errNoBuffer
-// instead of waiting for a downlink buffer, accounting for nothing.
-func (f *Function) put(ctx context.Context, p *ep.Pipe, n int, pkt []byte, gen *genPacket, block bool) error {
+// through gen's scratch buffer), on session sess. Without block it fails
+// with errNoBuffer instead of waiting for a downlink buffer, accounting for
+// nothing.
+func (f *Function) put(ctx context.Context, p *ep.Pipe, n int, pkt []byte, gen *genPacket, sess uint8, block bool) error {
 	f.mu.Lock()
-	err := f.putLocked(ctx, p, n, pkt, gen, block)
+	err := f.putLocked(ctx, p, n, pkt, gen, sess, block)
 	f.mu.Unlock()
 	return err
 }
@@ -711,7 +744,7 @@ func (f *Function) putGenerated(ctx context.Context, p *ep.Pipe, sizes []int, ge
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i, n := range sizes {
-		if err := f.putLocked(ctx, p, n, nil, gen, false); err != nil {
+		if err := f.putLocked(ctx, p, n, nil, gen, genSession, false); err != nil {
 			if err == errNoBuffer {
 				err = nil
 			}
@@ -724,7 +757,7 @@ func (f *Function) putGenerated(ctx context.Context, p *ep.Pipe, sizes []int, ge
 
 // putLocked is put with f.mu held; it may release it while it waits for
 // a downlink buffer, and holds it again when it returns.
-func (f *Function) putLocked(ctx context.Context, p *ep.Pipe, n int, pkt []byte, gen *genPacket, block bool) error {
+func (f *Function) putLocked(ctx context.Context, p *ep.Pipe, n int, pkt []byte, gen *genPacket, sess uint8, block bool) error {
 	for {
 		if !f.open {
 			f.mu.Unlock()
@@ -740,21 +773,21 @@ func (f *Function) putLocked(ctx context.Context, p *ep.Pipe, n int, pkt []byte,
 			if err := f.agg.reset(b.Buf); err != nil {
 				// Ruled out by New's checks.
 				p.Release(b)
-				f.st.droppedTooLarge.Add(1)
+				f.drop(sess, &f.st.droppedTooLarge, 1)
 				return nil
 			}
 			f.cur, f.curPipe, f.open = b, p, true
 			f.aggSeq++
 		}
-		switch err := f.addToAggregateLocked(n, pkt, gen); {
+		switch err := f.addToAggregateLocked(n, pkt, gen, f.base+sess); {
 		case err == nil:
 			f.cur.AddPacket(n)
-			f.addedLocked()
+			f.addedLocked(sess, n)
 			return nil
 		case errors.Is(err, framing.ErrFull) || errors.Is(err, framing.ErrLimit):
 			if f.agg.Count() == 0 {
 				// Cannot happen for a fresh aggregate; be safe.
-				f.st.droppedTooLarge.Add(1)
+				f.drop(sess, &f.st.droppedTooLarge, 1)
 				return nil
 			}
 			cause := &f.st.flushSize
@@ -763,10 +796,10 @@ func (f *Function) putLocked(ctx context.Context, p *ep.Pipe, n int, pkt []byte,
 			}
 			f.flushLocked(cause)
 		case errors.Is(err, framing.ErrEmpty):
-			f.st.droppedEmpty.Add(1)
+			f.drop(sess, &f.st.droppedEmpty, 1)
 			return nil
 		default: // too large even for an empty aggregate
-			f.st.droppedTooLarge.Add(1)
+			f.drop(sess, &f.st.droppedTooLarge, 1)
 			return nil
 		}
 	}
@@ -785,32 +818,35 @@ func (f *Function) reserveAggregate(ctx context.Context, p *ep.Pipe, n int, bloc
 	return b, err
 }
 
-// addToAggregateLocked writes one packet of n bytes into the open
-// aggregate: pkt, or gen's packet generated in place (or through its
-// scratch buffer when the writer cannot reserve room). It returns the
+// addToAggregateLocked writes one packet of n bytes for wire id wire into
+// the open aggregate: pkt, or gen's packet generated in place (or through
+// its scratch buffer when the writer cannot reserve room). It returns the
 // aggregate writer's verdict. f.mu must be held and an aggregate open.
-func (f *Function) addToAggregateLocked(n int, pkt []byte, gen *genPacket) error {
+func (f *Function) addToAggregateLocked(n int, pkt []byte, gen *genPacket, wire uint8) error {
 	if gen == nil {
-		return f.agg.Add(pkt)
+		return f.agg.addTo(pkt, wire)
 	}
-	dst, err := f.agg.reserve(n)
+	dst, err := f.agg.reserve(n, wire)
 	switch err {
 	case errAggNoReserve:
 		gen.put(gen.scratch[:n])
-		return f.agg.Add(gen.scratch[:n])
+		return f.agg.addTo(gen.scratch[:n], wire)
 	case nil:
 		gen.put(dst)
 	}
 	return err
 }
 
-// addedLocked accounts for a packet just added to the open aggregate and
+// addedLocked accounts for a packet of session sess, of n bytes, just
+// added to the open aggregate and
 // applies the flush rules: with WindowTimer the first packet outside a
 // window opens one and arms the timer; a full aggregate (every packet, for
 // raw IP) is flushed; otherwise an aggregate's first packet arms the flush
 // timer. f.mu must be held.
-func (f *Function) addedLocked() {
+func (f *Function) addedLocked(sess uint8, n int) {
 	f.st.pending.Add(1)
+	f.sess[sess].pending.Add(1)
+	f.aggS.add(sess, n)
 	if f.cfg.WindowTimer && !f.window && f.cfg.FlushTimer > 0 {
 		f.window = true
 		f.timer.Reset(f.cfg.FlushTimer)
@@ -835,8 +871,10 @@ func (f *Function) flushLocked(cause *atomic.Uint64) {
 	b.Units = cnt
 	if err := p.Commit(b, n); err != nil {
 		f.st.droppedReset.Add(uint64(cnt))
+		f.aggS.settle(&f.sess, false)
 		return
 	}
+	f.aggS.settle(&f.sess, true)
 	cause.Add(1)
 	f.st.dlAggregates.Add(1)
 	f.st.dlPackets.Add(uint64(cnt))

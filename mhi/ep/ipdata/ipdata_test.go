@@ -44,8 +44,9 @@ func encodeUL(t *testing.T, cfg Config, pkts [][]byte, perTransfer, maxLen int) 
 	case framing.QMAP:
 		qw := new(qmap.Writer)
 		// The host's uplink: the negotiated checksum framing, as rmnet
-		// sends it (CsumV4: the UL checksum header, no offload asked).
-		qc := qmap.Config{Mux: 1, MaxPackets: perTransfer, Csum: cfg.QMAPCsum, Uplink: true}
+		// sends it (CsumV4: the UL checksum header, no offload asked), on
+		// session 0.
+		qc := qmap.Config{Mux: cfg.QMAPMux, MaxPackets: perTransfer, Csum: cfg.QMAPCsum, Uplink: true}
 		w, reset = qw, func(buf []byte) error { return qw.Reset(buf, qc) }
 	default:
 		nw := new(ntb.Writer)

@@ -73,6 +73,7 @@ type shapedPkt struct {
 	slot int
 	tag  uint16
 	gen  uint64   // lendGen when queued
+	sess uint8    // its session
 	buf  []byte   // the copy (reused across packets)
 	p    *ep.Pipe // the pipe it arrived on
 }
@@ -240,13 +241,13 @@ func (f *Function) shapedFlow(pkt []byte) bool {
 	return l4 >= 20 && len(pkt) >= l4+8 && binary.BigEndian.Uint16(pkt[l4+2:]) == port
 }
 
-// enqueueShaped queues a shaped packet found in the transfer being
-// received; lent says pkt lies in a lent slot starting at iova base (the
+// enqueueShaped queues a shaped packet of session sess found in the
+// transfer being received; lent says pkt lies in a lent slot starting at iova base (the
 // transfer's first byte). It reports whether the modem now holds the
 // slot.
-func (f *Function) enqueueShaped(p *ep.Pipe, transfer, pkt []byte, lent bool, base uint64, slot int, tag uint16, gen uint64) (held bool) {
+func (f *Function) enqueueShaped(p *ep.Pipe, transfer, pkt []byte, sess uint8, lent bool, base uint64, slot int, tag uint16, gen uint64) (held bool) {
 	s := &f.shp
-	f.st.ulPackets.Add(1)
+	f.countUL(sess, len(pkt))
 	s.mu.Lock()
 	if s.q == nil {
 		s.q = make([]shapedPkt, f.cfg.Shape.Queue)
@@ -254,7 +255,7 @@ func (f *Function) enqueueShaped(p *ep.Pipe, transfer, pkt []byte, lent bool, ba
 	}
 	if s.n >= len(s.q) {
 		s.mu.Unlock()
-		f.st.droppedShaped.Add(1)
+		f.drop(sess, &f.st.droppedShaped, 1)
 		return false
 	}
 	if !s.running {
@@ -262,13 +263,13 @@ func (f *Function) enqueueShaped(p *ep.Pipe, transfer, pkt []byte, lent bool, ba
 		// device; a closed device takes nothing.
 		if !p.Go(func(ctx context.Context) { f.runShaper(ctx, p) }) {
 			s.mu.Unlock()
-			f.st.droppedShaped.Add(1)
+			f.drop(sess, &f.st.droppedShaped, 1)
 			return false
 		}
 		s.running, s.owner = true, p
 	}
 	e := &s.q[(s.head+s.n)%len(s.q)]
-	e.lent, e.n, e.p = lent, len(pkt), p
+	e.lent, e.n, e.p, e.sess = lent, len(pkt), p, sess
 	if lent {
 		off := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(pkt))) - uintptr(unsafe.Pointer(unsafe.SliceData(transfer))))
 		e.iova, e.slot, e.tag, e.gen = base+off, slot, tag, gen
@@ -347,7 +348,7 @@ func (f *Function) runShaper(ctx context.Context, p *ep.Pipe) {
 		}
 		if stale {
 			f.st.lentHeld.Add(-1)
-			f.st.droppedShaped.Add(1)
+			f.drop(e.sess, &f.st.droppedShaped, 1)
 			continue
 		}
 		if e.lent {
@@ -361,12 +362,12 @@ func (f *Function) runShaper(ctx context.Context, p *ep.Pipe) {
 			f.release(e.p, e.slot, e.tag, e.gen)
 			if err != nil {
 				f.st.lendErrors.Add(1)
-				f.st.droppedShaped.Add(1)
+				f.drop(e.sess, &f.st.droppedShaped, 1)
 				continue
 			}
 		}
 		f.st.shapedSent.Add(1)
-		f.deliverShaped(ctx, e.p, pkt, &reply)
+		f.deliverShaped(ctx, e.p, pkt, e.sess, &reply)
 	}
 }
 
@@ -390,7 +391,7 @@ func (f *Function) shaperExit(p *ep.Pipe) {
 					f.st.lentHeld.Add(-1)
 				}
 				f.st.shapedQueued.Add(-1)
-				f.st.droppedShaped.Add(1)
+				f.drop(e.sess, &f.st.droppedShaped, 1)
 				e.p = nil
 				continue
 			}
@@ -414,12 +415,13 @@ func (f *Function) shaperExit(p *ep.Pipe) {
 	}
 }
 
-// deliverShaped does with a shaped packet what the mode says, as Receive
-// does with other packets (which it counted in ULPackets already).
-func (f *Function) deliverShaped(ctx context.Context, p *ep.Pipe, pkt []byte, reply *[]byte) {
+// deliverShaped does with a shaped packet of session sess what the mode
+// says, as Receive does with other packets (which it counted in ULPackets
+// already), on its session.
+func (f *Function) deliverShaped(ctx context.Context, p *ep.Pipe, pkt []byte, sess uint8, reply *[]byte) {
 	switch f.Mode() {
 	case ModeGenerator:
-		f.st.droppedSunk.Add(1)
+		f.drop(sess, &f.st.droppedSunk, 1)
 		return
 	case ModeResponder:
 		if *reply == nil {
@@ -427,13 +429,13 @@ func (f *Function) deliverShaped(ctx context.Context, p *ep.Pipe, pkt []byte, re
 		}
 		n, ok := answer(*reply, pkt)
 		if !ok {
-			f.st.droppedNotAnswered.Add(1)
+			f.drop(sess, &f.st.droppedNotAnswered, 1)
 			return
 		}
 		f.st.answered.Add(1)
 		pkt = (*reply)[:n]
 	}
-	if err := f.add(ctx, p, pkt); err != nil {
-		f.st.droppedAborted.Add(1)
+	if err := f.add(ctx, p, pkt, sess); err != nil {
+		f.drop(sess, &f.st.droppedAborted, 1)
 	}
 }

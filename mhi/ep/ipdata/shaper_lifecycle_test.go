@@ -37,7 +37,7 @@ func TestShaperFollowsDeviceLifecycle(t *testing.T) {
 	// The downlink never starts: the first packet blocks the shaper in
 	// delivery, the second waits in its queue.
 	for range 2 {
-		ipd.enqueueShaped(p1, pkt, pkt, false, 0, 0, 0, 0)
+		ipd.enqueueShaped(p1, pkt, pkt, 0, false, 0, 0, 0, 0)
 	}
 	h1.WaitFor("shaper sends", func() bool { return ipd.Stats().ShapedSent == 1 })
 	if err := h1.Dev.Close(); err != nil {
@@ -50,12 +50,12 @@ func TestShaperFollowsDeviceLifecycle(t *testing.T) {
 		t.Fatalf("after Close: queued %d, dropped %d (want 0, 1)", st.ShapedQueued, st.DroppedShaped)
 	}
 	// A closed device's pipe queues nothing.
-	if ipd.enqueueShaped(p1, pkt, pkt, false, 0, 0, 0, 0) || ipd.shp.isRunning() || ipd.Stats().DroppedShaped != 2 {
+	if ipd.enqueueShaped(p1, pkt, pkt, 0, false, 0, 0, 0, 0) || ipd.shp.isRunning() || ipd.Stats().DroppedShaped != 2 {
 		t.Fatalf("enqueue on a closed device: running %v, stats %+v", ipd.shp.isRunning(), ipd.Stats())
 	}
 
 	h2, p2 := open()
-	ipd.enqueueShaped(p2, pkt, pkt, false, 0, 0, 0, 0)
+	ipd.enqueueShaped(p2, pkt, pkt, 0, false, 0, 0, 0, 0)
 	h2.WaitFor("a new shaper sends", func() bool { return ipd.Stats().ShapedSent == 2 })
 	_ = h2.Dev.Close()
 	if ipd.shp.isRunning() {

@@ -31,6 +31,13 @@
 // [Fit] compute the exact size of an aggregate beforehand, so a modem can plan
 // how many packets go into a buffer.
 //
+// One aggregate can carry several MBIM sessions: [Writer.AddSession] and
+// [Writer.AppendSession] put a datagram in the NDP of its session id, one
+// NDP per distinct id (at most [MaxWriterNDPs]), chained by wNextNdpIndex
+// in the order the sessions first appear; [SizeSessions], [FitSessions]
+// and [Writer.FitsSession] count the NDP a new session needs. MaxDatagrams
+// bounds the datagrams of all sessions together.
+//
 // # Parsing and ownership
 //
 // A [Parser] walks an aggregate received from an untrusted device. Every

@@ -35,6 +35,20 @@ func seedAggregates(t testing.TB) [][]byte {
 		}
 		out = append(out, build(t, c.cfg, sz, pkts))
 	}
+	// Several sessions: one NDP per session, chained.
+	for _, cfg := range []Config{{Session: 112}, {NTB32: true, Layout: NDPFirst}} {
+		var w Writer
+		buf := make([]byte, 4096)
+		if err := w.Reset(buf, cfg); err != nil {
+			t.Fatal(err)
+		}
+		for i, sid := range []uint8{112, 113, 112, 0, 114, 113} {
+			if err := w.AddSession(prototest.Packet(r, 40+i, i%2 == 1), sid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out = append(out, bytes.Clone(buf[:w.Finish()]))
+	}
 	tx := make([]byte, TXHeaderLen+20)
 	_, _ = EncodeTX(tx, prototest.Packet(r, 20, false), 1, 9)
 	out = append(out, tx)
