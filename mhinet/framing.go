@@ -62,12 +62,9 @@ type aggregator interface {
 	// packet.
 	aggFrameLen(n int) (int, error)
 	// aggReset opens an empty aggregate in buf, whose first packet goes
-	// on wire id wire.
+	// on wire id wire. One aggregate holds packets of several wire ids
+	// (an NDP per session in an NTB, a mux id per QMAP frame).
 	aggReset(buf []byte, wire uint8) error
-	// aggMixes reports whether one aggregate may hold packets of several
-	// wire ids (QMAP: a mux id per frame); if not, the aggregate takes
-	// only the wire id it was opened with.
-	aggMixes() bool
 	// aggAdd is the codec writer's framing.Writer.Add: it copies one
 	// packet on wire id wire in, or leaves the aggregate unchanged and
 	// fails with one of the shared outcomes (framing.ErrFull,

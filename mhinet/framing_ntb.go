@@ -96,9 +96,6 @@ func (f *ntbFraming) base() uint8 { return f.watch.session() }
 
 func (f *ntbFraming) wire(n uint8) (uint8, bool) { return f.watch.wire(n) }
 
-// aggMixes: one NDP per NTB, so one session per aggregate.
-func (f *ntbFraming) aggMixes() bool { return false }
-
 func (f *ntbFraming) aggReset(buf []byte, wire uint8) error {
 	f.agg.Session = wire
 	if err := f.w.Reset(buf, f.agg); err != nil {
@@ -108,10 +105,11 @@ func (f *ntbFraming) aggReset(buf []byte, wire uint8) error {
 	return nil
 }
 
-// aggAdd adds p to the aggregate's NDP: the caller keeps the wire id the
-// aggregate was opened with (aggMixes).
-func (f *ntbFraming) aggAdd(p []byte, _ uint8) error {
-	return f.w.Add(p)
+// aggAdd adds p to the NDP of wire id wire (ntb.Writer.AddSession: one
+// NDP per session, up to ntb.MaxWriterNDPs; the next session is
+// framing.ErrLimit, which closes the aggregate).
+func (f *ntbFraming) aggAdd(p []byte, wire uint8) error {
+	return f.w.AddSession(p, wire)
 }
 
 func (f *ntbFraming) aggFinish() int {

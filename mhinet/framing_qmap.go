@@ -122,9 +122,6 @@ func (f *qmapFraming) base() uint8 { return f.watch.session() }
 
 func (f *qmapFraming) wire(n uint8) (uint8, bool) { return f.watch.wire(n) }
 
-// aggMixes: every QMAP frame carries its own mux id.
-func (f *qmapFraming) aggMixes() bool { return true }
-
 func (f *qmapFraming) aggReset(buf []byte, wire uint8) error {
 	f.cfg.Mux = wire
 	return f.w.Reset(buf, f.cfg)

@@ -135,8 +135,7 @@ type Stats struct {
 	// Transmit aggregates closed because the next packet would pass
 	// TXAggMaxBytes, because they held TXAggMaxPackets, by the
 	// TXAggTimeout timer, and by Flush (or the end of a call with a
-	// negative timeout, a zero-copy packet that must follow them, or a
-	// packet of another session that an NTB, one NDP, cannot carry).
+	// negative timeout, or a zero-copy packet that must follow them).
 	TxAggClosedBytes   uint64 `json:"tx_agg_closed_bytes"`
 	TxAggClosedPackets uint64 `json:"tx_agg_closed_packets"`
 	TxAggClosedTimer   uint64 `json:"tx_agg_closed_timer"`

@@ -285,10 +285,11 @@ func (d *Device) Transmit(pkts [][]byte) (int, error) {
 
 // TransmitSession is Transmit on session n: the packets go out on wire id
 // Config.Session + n (the base as FollowSession follows it), as the MBIM
-// session id of their NDP or their QMAP mux id. With TXAggregate, QMAP
-// aggregates mix sessions (a mux id per frame); an NTB holds one session,
-// and a packet of another session closes the open one (counted in
-// TxAggClosedFlush). It fails with ErrSession, taking nothing, when
+// session id of their NDP or their QMAP mux id. With TXAggregate one
+// aggregate carries several sessions: a mux id per QMAP frame, an NDP per
+// session in an NTB (up to ntb.MaxWriterNDPs; a packet of one session
+// more closes the NTB, counted in TxAggClosedPackets). It fails with
+// ErrSession, taking nothing, when
 // the wire id would pass 255 or the format is raw IP and n is not 0.
 func (d *Device) TransmitSession(n uint8, pkts [][]byte) (int, error) {
 	t := &d.tx

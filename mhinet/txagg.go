@@ -20,10 +20,9 @@ import (
 type txAgg struct {
 	w aggregator // nil: no aggregation
 
-	// The open aggregate: buffer index (-1: none), the wire id it was
-	// opened with, its generation (to match the timer) and the timer.
+	// The open aggregate: buffer index (-1: none), its generation (to
+	// match the timer) and the timer.
 	open     int
-	wire     uint8
 	openGen  uint64
 	timer    *time.Timer
 	timerGen uint64
@@ -55,35 +54,20 @@ func (t *txPath) aggOpen(bi, limit int, wire uint8) error {
 	if err := a.w.aggReset(buf, wire); err != nil {
 		return fmt.Errorf("mhinet: transmit: aggregate of %d bytes: %w", len(buf), err)
 	}
-	a.open, a.wire = bi, wire
+	a.open = bi
 	a.openGen++
 	b := &t.bufs[bi]
 	b.pkts, b.bytes = 0, 0
 	return nil
 }
 
-// aggAdd puts p (valid, within the MTU) into the open aggregate, opening
-// one when needed and closing the aggregate (into b) when the packet limit
-// is reached, p would pass the byte limit or, for an aggregate that holds
-// one wire id, p goes on another: then p is not taken yet (txAgain
-// without b.err) and the caller offers it again.
+// aggAdd puts p (valid, within the MTU), on wire id b.wire, into the open
+// aggregate, opening one when needed and closing the aggregate (into b)
+// when the packet limit is reached or p would pass the byte limit (or,
+// in an NTB, p's session would be one NDP too many): then p is not taken
+// yet (txAgain without b.err) and the caller offers it again.
 func (t *txPath) aggAdd(b *txBatch, p []byte) txOutcome {
-	d, a := t.d, &t.agg
-	if a.open >= 0 && a.wire != b.wire && !a.w.aggMixes() {
-		if t.bufs[a.open].pkts > 0 {
-			if len(b.xs) >= b.room {
-				b.err = ErrBusy
-				return txAgain
-			}
-			b.xs = t.closeAgg(b.xs, &d.c.txAggClosedFlush)
-			return txAgain
-		}
-		// Empty: open it again for this wire id.
-		if b.err = t.aggOpen(a.open, a.maxBytes, b.wire); b.err != nil {
-			t.free, a.open = append(t.free, a.open), -1
-			return txAgain
-		}
-	}
+	a := &t.agg
 	if a.open < 0 {
 		if len(b.xs) >= b.room || len(t.free) == 0 {
 			b.err = ErrBusy
