@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/testenv/poll"
@@ -144,19 +145,30 @@ func TestMuxSetWhileReceiving(t *testing.T) {
 // device (session 1's added while the device runs): what each fake stack
 // sends comes back, echoed by the modem with its wire id, to its own TUN
 // only; the Mux's per-session counters are the bridges'.
+//
+// "loopback" is the mock modem's internal loopback on base 112 (its
+// ipdata Session / QMAPMux), which answers every packet on its own
+// session, both sessions interleaved in its aggregates; "echo" sends the
+// host's own aggregates back.
 func TestMuxBridgesTwoSessions(t *testing.T) {
-	for _, f := range []framing.Format{framing.NTB16, framing.QMAP} {
-		t.Run(f.String(), func(t *testing.T) { testMuxBridges(t, f) })
+	for _, modem := range []string{"loopback", "echo"} {
+		for _, f := range []framing.Format{framing.NTB16, framing.QMAP} {
+			t.Run(modem+"/"+f.String(), func(t *testing.T) { testMuxBridges(t, f, modem == "echo") })
+		}
 	}
 }
 
-func testMuxBridges(t *testing.T, f framing.Format) {
+func testMuxBridges(t *testing.T, f framing.Format, echo bool) {
 	td0, td1 := tun.NewChannelTUN(), tun.NewChannelTUN()
 	var mux *tun.Mux
 	var b0 *tun.Bridge
 	cfg := mhinet.Config{Format: f, Session: 112, TXAggregate: true}
-	r := mhinettest.New(t, mhinettest.Options{Model: "telit-fn990", IPData: &ipdata.Config{Format: f},
-		DataFunction: &mhinettest.Echo{}, Net: &cfg,
+	var fn ep.Function
+	if echo {
+		fn = &mhinettest.Echo{}
+	}
+	r := mhinettest.New(t, mhinettest.Options{Model: "telit-fn990", IPData: &ipdata.Config{Format: f, Session: 112, QMAPMux: 112},
+		DataFunction: fn, Net: &cfg,
 		Connect: func(ctrl *mhi.Controller, cfg mhinet.Config) (dev *mhinet.Device, err error) {
 			mux, b0, dev, err = tun.ConnectMux(td0, ctrl, cfg, tun.BridgeConfig{BusyTimeout: 10 * time.Second})
 			return dev, err
@@ -205,5 +217,16 @@ func testMuxBridges(t *testing.T, f framing.Format) {
 	}
 	if ms := mux.Stats(); ms.UnknownSession != 0 {
 		t.Errorf("mux %+v", ms)
+	}
+	if echo {
+		return
+	}
+	// The host's per-session counters are the modem's.
+	for s := range uint8(2) {
+		ms := r.IPData.SessionStatsOf(s)
+		hs, _ := mux.SessionStats(s)
+		if ms.Wire != 112+s || ms.ULPackets != hs.TxPackets || ms.DLPackets != hs.RxPackets || ms.ULBytes != hs.TxBytes || ms.DLBytes != hs.RxBytes {
+			t.Errorf("session %d: modem %+v, host %+v", s, ms, hs)
+		}
 	}
 }
