@@ -92,7 +92,10 @@ func benchSessions(b *testing.B, echo bool, f framing.Format, size, sessions, ba
 	waitTotal(b, got, base+uint64(b.N))
 	reportCPU(b, cpu)
 	b.StopTimer()
-	if u := mux.Stats().UnknownSession; u != 0 {
+	// The share of received batches (aggregates) that held both sessions.
+	ms := mux.Stats()
+	b.ReportMetric(float64(ms.SplitBatches)/float64(max(ms.Batches, 1)), "mixed/aggregate")
+	if u := ms.UnknownSession; u != 0 {
 		b.Fatalf("%d packets on an unknown session", u)
 	}
 }
