@@ -22,6 +22,10 @@ import (
 // channel pairs — IP data on IP_HW0/IP_HW0_MBIM, MBIM on "MBIM" — as both
 // the embedded mock (Open) and the vfio-user server use them.
 
+// The modem gates every session's IP data on its own (modem.Modem implements
+// ipdata.SessionGate): no silent fallback to one gate for all sessions.
+var _ ipdata.SessionGate = (*modem.Modem)(nil)
+
 // Identity returns what the mock modem impersonating table entry e
 // says about itself. Manufacturer and model come from the entry's product
 // name ("Telit FN990" → "Telit", "FN990"; a parenthesised chipset and a
@@ -120,8 +124,11 @@ type ModemOptions struct {
 	IPData *ipdata.Config
 	// Modem overrides the modem's configuration: non-empty identity
 	// fields replace the derived ones (Identity); addressing, radio,
-	// signal and the gating of IP data on a session (RequireConnect) as
-	// in modem.Config.
+	// signal, the gating of IP data on a session (RequireConnect) and
+	// the number of sessions (MaxSessions, default 8) as in
+	// modem.Config. WireBase, when zero, becomes the wire id the IP data
+	// numbers session 0 with: the model's MuxIDBase, or 112 with the
+	// sdx72-mux-112 quirk.
 	Modem modem.Config
 	// Logger receives the functions' logs (nil: discard).
 	Logger *slog.Logger
@@ -189,7 +196,8 @@ type ModemStats struct {
 	Connects        uint64 `json:"connects"`
 	Disconnects     uint64 `json:"disconnects"`
 	ConnectFailures uint64 `json:"connect_failures"`
-	SessionActive   uint64 `json:"session_active"`
+	// SessionActive is 1 while session 0 is connected.
+	SessionActive uint64 `json:"session_active"`
 
 	MBIMMessagesIn     uint64 `json:"mbim_messages_in"`
 	MBIMMessagesOut    uint64 `json:"mbim_messages_out"`
@@ -278,11 +286,22 @@ func NewConfig(e pcigeneric.Entry, opts ModemOptions) (ep.Config, *Functions, er
 		if opts.IPData != nil {
 			c = *opts.IPData
 		}
+		// The model numbers session 0 on the wire with its mux-id base
+		// (112 on the SDX72 in MBIM mode), unless the caller chose.
+		if c.Session == 0 {
+			c.Session = info.MuxIDBase
+		}
+		if c.QMAPMux == 0 {
+			c.QMAPMux = info.MuxIDBase
+		}
 		dc = &c
 	}
 	target := &quirk.Target{Device: &ec, Modem: &mc, IPData: dc}
 	if err := opts.Quirks.Apply(target); err != nil {
 		return ep.Config{}, nil, fmt.Errorf("pcigeneric: mock %s: %w", info.Name, err)
+	}
+	if mc.WireBase == 0 {
+		mc.WireBase = wireBase(info, dc)
 	}
 	m, err := modem.New(mc)
 	if err != nil {
@@ -296,6 +315,19 @@ func NewConfig(e pcigeneric.Entry, opts ModemOptions) (ep.Config, *Functions, er
 		return ep.Config{}, nil, err
 	}
 	return ec, fns, nil
+}
+
+// wireBase is the wire id of the modem's session 0: what its IP data
+// numbers it with (after the quirks: sdx72-mux-112), else the model's
+// mux-id base.
+func wireBase(info *pcigeneric.ModemInfo, dc *ipdata.Config) uint8 {
+	switch {
+	case dc == nil:
+		return info.MuxIDBase
+	case dc.Format == framing.QMAP:
+		return dc.QMAPMux
+	}
+	return dc.Session
 }
 
 // addDataFunctions puts the IP data function on the model's data pair (dc:

@@ -13,6 +13,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
+	"github.com/gomhi/gomhi/mhi/ep/quirk"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/pcigeneric"
@@ -302,6 +303,43 @@ func TestIPDataFraming(t *testing.T) {
 		}
 		if want := pcigeneric.PairFormat(fns.DataPair); tc.ipd == nil && want != tc.want {
 			t.Errorf("%s: PairFormat(%s) = %v", tc.model, fns.DataPair, want)
+		}
+	}
+}
+
+// The model's mux-id base numbers session 0 on the wire without a quirk
+// (foxconn-t99w640: 112), the sdx72-mux-112 quirk does on any model, and
+// the modem's WireBase follows; MaxSessions defaults to 8.
+func TestMockWireBase(t *testing.T) {
+	sdx72, err := quirk.Parse("sdx72-mux-112")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		model  string
+		quirks quirk.Set
+		ipd    *ipdata.Config
+		want   uint8
+	}{
+		{"foxconn-t99w640", nil, nil, 112},
+		{"foxconn-dw5934e", nil, &ipdata.Config{Format: framing.QMAP}, 112},
+		{"telit-fn990", nil, nil, 0},
+		{"telit-fn990", sdx72, nil, 112},
+		{"qcom-sdx55m", sdx72, &ipdata.Config{Format: framing.QMAP}, 112},
+		{"foxconn-t99w640", nil, &ipdata.Config{Session: 5}, 5},
+	} {
+		_, fns, err := NewConfig(pcigeneric.EntriesFor(tc.model)[0], ModemOptions{IPData: tc.ipd, Quirks: tc.quirks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dc := fns.IPData.Config()
+		wire := dc.Session
+		if dc.Format == framing.QMAP {
+			wire = dc.QMAPMux
+		}
+		if wire != tc.want || fns.Modem.WireBase() != tc.want || fns.Modem.MaxSessions() != modem.DefaultMaxSessions {
+			t.Errorf("%s %v: data session %d mux %d, modem wire base %d, max sessions %d; want %d", tc.model, tc.quirks,
+				dc.Session, dc.QMAPMux, fns.Modem.WireBase(), fns.Modem.MaxSessions(), tc.want)
 		}
 	}
 }

@@ -3,14 +3,16 @@
 // channels.
 //
 // One Modem (identity, SIM, radio, registration, packet service, the data
-// session and its addressing) is shared by every control function of a
+// sessions and their addressing) is shared by every control function of a
 // device, so that a session connected over MBIM is seen by QMI and AT as
 // well, as on a real modem whose control ports all talk to one baseband.
 // The answerers are ep.Functions on the device's control channel pairs:
 // MBIM ("MBIM", channels 12/13), QMI ("QMI", 14/15) and AT ("DUN" and
-// "DUN2"). The Modem is also the ipdata.Gate of the device's IP data
-// function: with Config.RequireConnect, IP data flows only while a session
-// is connected.
+// "DUN2"). The Modem carries up to Config.MaxSessions data sessions at
+// once, by number (MBIM SessionId; a QMI WDS client's bound mux id minus
+// Config.WireBase; AT sees session 0). It is also the gate of the device's
+// IP data function: with Config.RequireConnect, IP data of session N flows
+// only while session N is connected (SessionAllowed).
 //
 // The package stands on ep's Function and Pipe (the endpoint does not link
 // it: pcigeneric/mock puts the functions on a device) and on the neutral

@@ -66,6 +66,9 @@ type MBIM struct {
 	// lockorder: AT.mu → MBIM.evMu
 	evMu   sync.Mutex
 	events map[EventKind]bool
+	// sessEvents has bit n set when session n changed since the last
+	// indications were sent.
+	sessEvents [MaxSessionLimit / 64]uint64
 }
 
 // MBIMOptions configure an MBIM function.
@@ -199,6 +202,9 @@ func (f *MBIM) Attach(p *ep.Pipe) {
 func (f *MBIM) onModemEvent(ev Event) {
 	f.evMu.Lock()
 	f.events[ev.Kind] = true
+	if ev.Kind == EventSession {
+		f.sessEvents[ev.Session>>6] |= 1 << (ev.Session & 63)
+	}
 	f.evMu.Unlock()
 	select {
 	case f.pending <- struct{}{}:
@@ -681,7 +687,7 @@ func (f *MBIM) deviceCaps() *mbim.DeviceCaps {
 		VoiceClass:    mbim.VoiceClassNoVoice,
 		SimClass:      mbim.SimClassRemovable,
 		DataClass:     mbimDataClasses,
-		MaxSessions:   1,
+		MaxSessions:   uint32(f.modem.MaxSessions()),
 		DeviceID:      id.IMEI,
 		FirmwareInfo:  id.Firmware,
 		HardwareInfo:  hw,
@@ -757,10 +763,14 @@ func mbimIPType(t uint32) (IPType, bool) {
 	return 0, false
 }
 
-// connectInfo describes session sid as CONNECT reports it.
+// connectInfo describes session sid as CONNECT reports it: deactivated
+// unless it is an active session of the modem.
 func (f *MBIM) connectInfo(sid uint32) mbim.ConnectInfo {
 	ci := mbim.ConnectInfo{SessionID: sid, ActivationState: mbim.ActivationStateDeactivated, ContextType: mbim.ContextTypeNone}
-	if s := f.modem.Session(); sid == 0 && s.Active {
+	if sid >= uint32(f.modem.MaxSessions()) {
+		return ci
+	}
+	if s := f.modem.SessionOf(uint8(sid)); s.Active {
 		ci.ActivationState = mbim.ActivationStateActivated
 		ci.IPType = uint32(s.Type) // IPType's IPv4/IPv6/IPv4v6 are MBIM's 1/2/3
 		ci.ContextType = mbim.ContextTypeInternet
@@ -787,13 +797,19 @@ func (f *MBIM) connect(m *mbim.Message, buf []byte) (mbim.Status, []byte) {
 		ci := f.connectInfo(req.SessionID)
 		return s, ci.AppendTo(buf)
 	}
-	if req.SessionID != 0 {
-		return reply(mbim.StatusInvalidParameters)
+	if req.SessionID >= uint32(f.modem.MaxSessions()) {
+		// Beyond the modem's sessions (DEVICE_CAPS MaxSessions): the
+		// spec's status for "no more contexts".
+		f.log.Info("MBIM CONNECT beyond the session limit", "session", req.SessionID, "max", f.modem.MaxSessions())
+		return reply(mbim.StatusMaxActivatedContexts)
 	}
+	sid := uint8(req.SessionID)
 	switch req.ActivationCommand {
 	case mbim.ActivationCommandDeactivate:
-		f.modem.ReleasePDN()
-		f.modem.Disconnect()
+		if sid == 0 {
+			f.modem.ReleasePDN() // the autoconnect's PDN is session 0's
+		}
+		f.modem.DisconnectSession(sid)
 		return reply(mbim.StatusSuccess)
 	case mbim.ActivationCommandActivate:
 	default:
@@ -803,7 +819,7 @@ func (f *MBIM) connect(m *mbim.Message, buf []byte) (mbim.Status, []byte) {
 	if !ok {
 		return reply(mbim.StatusInvalidParameters)
 	}
-	_, err = f.modem.Connect(req.AccessString, t)
+	_, err = f.modem.ConnectSession(sid, req.AccessString, t)
 	switch {
 	case err == nil:
 		return reply(mbim.StatusSuccess)
@@ -817,19 +833,25 @@ func (f *MBIM) connect(m *mbim.Message, buf []byte) (mbim.Status, []byte) {
 		return reply(mbim.StatusFailure) // the reply is lost in the crash anyway
 	case errors.Is(err, ErrRadioOff):
 		return reply(mbim.StatusRadioPowerOff)
-	case errors.Is(err, ErrSessionActive):
+	case errors.Is(err, ErrSessionActive), errors.Is(err, ErrSessionLimit):
 		return reply(mbim.StatusMaxActivatedContexts)
 	}
 	f.log.Warn("MBIM CONNECT failed", "err", err)
 	return reply(mbim.StatusFailure)
 }
 
+// ipConfiguration is IP_CONFIGURATION's answer for session sid: its
+// addressing (Modem.AddressingOf) in the families it was activated with;
+// false when it is not active.
 func (f *MBIM) ipConfiguration(sid uint32) (mbim.IPConfiguration, bool) {
-	s := f.modem.Session()
-	if sid != 0 || !s.Active {
+	if sid >= uint32(f.modem.MaxSessions()) {
 		return mbim.IPConfiguration{SessionID: sid}, false
 	}
-	a := f.modem.Addressing()
+	s := f.modem.SessionOf(uint8(sid))
+	if !s.Active {
+		return mbim.IPConfiguration{SessionID: sid}, false
+	}
+	a := f.modem.AddressingOf(s.Number)
 	all := mbim.IPConfigAddress | mbim.IPConfigGateway | mbim.IPConfigDNS | mbim.IPConfigMTU
 	c := mbim.IPConfiguration{SessionID: sid}
 	if s.Type.has4() {
@@ -869,8 +891,8 @@ func (f *MBIM) wants(cid uint32) bool {
 // since the last call, while the host has the function open.
 func (f *MBIM) sendIndications(p mbimOut) {
 	f.evMu.Lock()
-	evs := f.events
-	f.events = map[EventKind]bool{}
+	evs, sess := f.events, f.sessEvents
+	f.events, f.sessEvents = map[EventKind]bool{}, [len(f.sessEvents)]uint64{}
 	f.evMu.Unlock()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -881,37 +903,47 @@ func (f *MBIM) sendIndications(p mbimOut) {
 		if !evs[k] {
 			continue
 		}
-		var cid uint32
 		buf := f.info[:0]
 		switch k {
 		case EventRadio:
-			cid, buf = mbim.CIDRadioState, f.radioState().AppendTo(buf)
+			f.indicate(p, mbim.CIDRadioState, f.radioState().AppendTo(buf))
 		case EventRegistration:
-			cid, buf = mbim.CIDRegisterState, f.registrationState().AppendTo(buf)
+			f.indicate(p, mbim.CIDRegisterState, f.registrationState().AppendTo(buf))
 		case EventPacketService:
-			cid, buf = mbim.CIDPacketService, f.packetService().AppendTo(buf)
+			f.indicate(p, mbim.CIDPacketService, f.packetService().AppendTo(buf))
 		case EventSession:
-			ci := f.connectInfo(0)
-			cid, buf = mbim.CIDConnect, ci.AppendTo(buf)
+			// One CONNECT indication per session that changed, carrying
+			// its SessionId.
+			for n := range MaxSessionLimit {
+				if sess[n>>6]&(1<<(n&63)) != 0 {
+					ci := f.connectInfo(uint32(n))
+					f.indicate(p, mbim.CIDConnect, ci.AppendTo(f.info[:0]))
+				}
+			}
 		case EventSignal:
-			cid, buf = mbim.CIDSignalState, f.signalState().AppendTo(buf)
+			f.indicate(p, mbim.CIDSignalState, f.signalState().AppendTo(buf))
 		}
-		f.info = buf[:0]
-		if !f.wants(cid) {
-			continue
-		}
-		msg := mbim.AppendIndicateStatus(f.out[:0], 0, mbim.ServiceBasicConnect, cid, buf)
-		f.out = msg[:0]
-		if f.opts.Mangle != nil {
-			f.opts.Mangle(msg)
-		}
-		if err := p.TrySend(msg); err != nil {
-			f.stats.IndicationsDropped++
-			f.log.Debug("MBIM indication not queued", "cid", mbim.CIDName(mbim.ServiceBasicConnect, cid), "err", err)
-			continue
-		}
-		f.stats.Indications++
-		f.stats.MessagesOut++
-		f.stats.BytesOut += uint64(len(msg))
 	}
+}
+
+// indicate sends an INDICATE_STATUS of BASIC_CONNECT cid with info (built
+// in f.info), if the host wants it. Called with f.mu held.
+func (f *MBIM) indicate(p mbimOut, cid uint32, info []byte) {
+	f.info = info[:0]
+	if !f.wants(cid) {
+		return
+	}
+	msg := mbim.AppendIndicateStatus(f.out[:0], 0, mbim.ServiceBasicConnect, cid, info)
+	f.out = msg[:0]
+	if f.opts.Mangle != nil {
+		f.opts.Mangle(msg)
+	}
+	if err := p.TrySend(msg); err != nil {
+		f.stats.IndicationsDropped++
+		f.log.Debug("MBIM indication not queued", "cid", mbim.CIDName(mbim.ServiceBasicConnect, cid), "err", err)
+		return
+	}
+	f.stats.Indications++
+	f.stats.MessagesOut++
+	f.stats.BytesOut += uint64(len(msg))
 }

@@ -169,7 +169,7 @@ func TestMBIMQueries(t *testing.T) {
 
 	caps := must(mbim.ParseDeviceCaps(r.ok(mbim.CIDDeviceCaps, mbim.CommandQuery, nil)))
 	if caps.DeviceID != testIdentity.IMEI || caps.FirmwareInfo != testIdentity.Firmware || caps.HardwareInfo != "FN990 rev 2" ||
-		caps.DataClass&mbim.DataClassLTE == 0 || caps.CellularClass != mbim.CellularClassGSM || caps.MaxSessions != 1 {
+		caps.DataClass&mbim.DataClassLTE == 0 || caps.CellularClass != mbim.CellularClassGSM || caps.MaxSessions != DefaultMaxSessions {
 		t.Errorf("DEVICE_CAPS %+v", caps)
 	}
 	srs := must(mbim.ParseSubscriberReadyStatus(r.ok(mbim.CIDSubscriberReadyStatus, mbim.CommandQuery, nil)))

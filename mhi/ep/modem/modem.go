@@ -1,9 +1,11 @@
 package modem
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -78,6 +80,14 @@ var (
 // DefaultSessionMTU is the MTU a session reports unless configured.
 const DefaultSessionMTU = 1500
 
+// Session limits: Config.MaxSessions defaults to DefaultMaxSessions and
+// may not exceed MaxSessionLimit (MBIM session ids and QMAP mux ids are
+// one byte).
+const (
+	DefaultMaxSessions = 8
+	MaxSessionLimit    = 256
+)
+
 // Config configures a Modem. Zero fields get defaults (see New).
 type Config struct {
 	Identity   Identity
@@ -93,6 +103,17 @@ type Config struct {
 	// RSSI is the signal in the 0–31 scale of 3GPP 27.007 (+CSQ); zero
 	// means the default, 20 (about -73 dBm).
 	RSSI int
+	// MaxSessions is how many data sessions the modem carries at once:
+	// sessions 0..MaxSessions-1 (MBIM SessionId, the host's session
+	// number); a connect for a higher number fails with ErrSessionLimit.
+	// Zero means DefaultMaxSessions; at most MaxSessionLimit.
+	MaxSessions int
+	// WireBase is the wire id of session 0 on the data path: the QMAP mux
+	// id (and MBIM NDP session byte) the modem's IP data numbers session
+	// 0 with; session N is WireBase+N. QMI's Bind Mux Data Port names a
+	// session by this wire id (pcigeneric/mock sets it from the model's
+	// MuxIDBase or the sdx72-mux-112 quirk). Zero for most modems.
+	WireBase uint8
 
 	// The field failures below are what the quirks of mhi/ep/quirk set
 	// (docs/QUIRKS.md).
@@ -144,8 +165,12 @@ var (
 	ErrDetached = errors.New("modem: packet service detached")
 	// ErrNoAPN: a connect without an access point name.
 	ErrNoAPN = errors.New("modem: no access point name")
-	// ErrSessionActive: a connect while a session is already connected.
+	// ErrSessionActive: a connect for a session number that is already
+	// connected.
 	ErrSessionActive = errors.New("modem: a session is already connected")
+	// ErrSessionLimit: a connect for a session number at or above
+	// Config.MaxSessions.
+	ErrSessionLimit = errors.New("modem: session number beyond the modem's limit")
 	// ErrNoSession: the operation names a session that is not the active one.
 	ErrNoSession = errors.New("modem: no such active session")
 	// ErrFCCLocked: the radio cannot be switched on: the modem is
@@ -168,8 +193,11 @@ const (
 	RegHome                              // registered on the home network
 )
 
-// Session is the state of the modem's data session.
+// Session is the state of one of the modem's data sessions.
 type Session struct {
+	// Number is the session number (MBIM SessionId, the host's session;
+	// its wire id is Config.WireBase+Number).
+	Number uint8
 	Active bool
 	APN    string
 	Type   IPType // the activated type (IPv4v6 may be narrowed by the addressing)
@@ -194,13 +222,19 @@ const (
 // state from the Modem.
 type Event struct {
 	Kind EventKind
+	// Session is the session an EventSession is about (0 for the other
+	// kinds).
+	Session uint8
 }
 
 // Stats are the modem's counters.
 type Stats struct {
 	Connects    uint64 `json:"connects"`
 	Disconnects uint64 `json:"disconnects"`
-	ConnectFail uint64 `json:"connect_failures"`
+	// NetworkDisconnects counts sessions the network ended on its own
+	// (NetworkDisconnect; also counted in Disconnects).
+	NetworkDisconnects uint64 `json:"network_disconnects"`
+	ConnectFail        uint64 `json:"connect_failures"`
 	// Restarts counts Restart calls (baseband crashes).
 	Restarts uint64 `json:"restarts"`
 }
@@ -218,7 +252,7 @@ type Modem struct {
 	radio    bool
 	attached bool
 	rssi     int
-	session  Session
+	sessions []Session // by number, len Config.MaxSessions
 	nextID   uint32
 	subs     map[int]func(Event)
 	nextSub  int
@@ -228,8 +262,11 @@ type Modem struct {
 	pdnHeld   bool
 	crashDue  bool
 	dataOpen  atomic.Bool // what DataAllowed answers, updated under mu
+	// allowed has bit n set while IP data of session n may flow
+	// (SessionAllowed); updated under mu, read lock-free.
+	allowed [MaxSessionLimit / 64]atomic.Uint64
 
-	connects, disconnects, connectFail, restarts atomic.Uint64
+	connects, disconnects, connectFail, restarts, netDisconnects atomic.Uint64
 }
 
 // New validates cfg, fills its defaults and returns the modem: radio
@@ -275,7 +312,12 @@ func New(cfg Config) (*Modem, error) {
 	if cfg.RSSI == 0 {
 		cfg.RSSI = DefaultRSSI
 	}
+	if cfg.MaxSessions == 0 {
+		cfg.MaxSessions = DefaultMaxSessions
+	}
 	switch {
+	case cfg.MaxSessions < 1 || cfg.MaxSessions > MaxSessionLimit:
+		return nil, fmt.Errorf("%w: MaxSessions %d outside 1..%d", ErrConfig, cfg.MaxSessions, MaxSessionLimit)
 	case !a.IPv4.Addr().Is4() || !a.Gateway4.Is4():
 		return nil, fmt.Errorf("%w: IPv4 address %v / gateway %v", ErrConfig, a.IPv4, a.Gateway4)
 	case !a.IPv6.Addr().Is6() || a.IPv6.Addr().Is4In6() || !a.Gateway6.Is6():
@@ -301,6 +343,10 @@ func New(cfg Config) (*Modem, error) {
 	m := &Modem{cfg: cfg, radio: !cfg.RadioOff, rssi: cfg.RSSI, subs: map[int]func(Event){},
 		fccLocked: cfg.FCCLocked, pdnHeld: cfg.AutoconnectPDN, crashDue: cfg.CrashOnConnect != nil}
 	m.attached = m.radio
+	m.sessions = make([]Session, cfg.MaxSessions)
+	for i := range m.sessions {
+		m.sessions[i].Number = uint8(i)
+	}
 	m.updateGateLocked()
 	return m, nil
 }
@@ -308,8 +354,72 @@ func New(cfg Config) (*Modem, error) {
 // Identity returns the modem's identity strings.
 func (m *Modem) Identity() Identity { return m.cfg.Identity }
 
-// Addressing returns what a session is assigned.
+// Addressing returns what session 0 is assigned (the configured
+// addressing).
 func (m *Modem) Addressing() SessionAddressing { return m.cfg.Addressing }
+
+// MaxSessions returns how many sessions the modem carries at once.
+func (m *Modem) MaxSessions() int { return m.cfg.MaxSessions }
+
+// WireBase returns the wire id of session 0 (Config.WireBase).
+func (m *Modem) WireBase() uint8 { return m.cfg.WireBase }
+
+// SessionFromWire returns the session number a wire id (a QMAP mux id,
+// an NDP session byte) names: wire − WireBase, or the wire id itself
+// when it is below the base (the lenient reading of the contract).
+func (m *Modem) SessionFromWire(wire uint8) uint8 {
+	if wire >= m.cfg.WireBase {
+		return wire - m.cfg.WireBase
+	}
+	return wire
+}
+
+// AddressingOf returns what session n is assigned: session 0 the
+// configured addressing; session N the configured IPv4 address and
+// gateway shifted by N×256 (198.18.N.1/24, gateway 198.18.N.2), the IPv6
+// address and gateway with N added to their fourth 16-bit group
+// (fd00:6d68:6900:N::1/64, gateway ::2), a DNS server that is the
+// configured gateway replaced by the session's gateway (others kept), the
+// configured MTU.
+func (m *Modem) AddressingOf(n uint8) SessionAddressing {
+	a := m.cfg.Addressing
+	out := a
+	out.DNS4 = slices.Clone(a.DNS4)
+	out.DNS6 = slices.Clone(a.DNS6)
+	if n == 0 {
+		return out
+	}
+	out.IPv4 = netip.PrefixFrom(shift4(a.IPv4.Addr(), n), a.IPv4.Bits())
+	out.Gateway4 = shift4(a.Gateway4, n)
+	for i, d := range out.DNS4 {
+		if d == a.Gateway4 {
+			out.DNS4[i] = out.Gateway4
+		}
+	}
+	out.IPv6 = netip.PrefixFrom(shift6(a.IPv6.Addr(), n), a.IPv6.Bits())
+	out.Gateway6 = shift6(a.Gateway6, n)
+	for i, d := range out.DNS6 {
+		if d == a.Gateway6 {
+			out.DNS6[i] = out.Gateway6
+		}
+	}
+	return out
+}
+
+// shift4 adds n×256 to an IPv4 address.
+func shift4(a netip.Addr, n uint8) netip.Addr {
+	b := a.As4()
+	v := binary.BigEndian.Uint32(b[:]) + uint32(n)<<8
+	binary.BigEndian.PutUint32(b[:], v)
+	return netip.AddrFrom4(b)
+}
+
+// shift6 adds n to an IPv6 address's fourth 16-bit group.
+func shift6(a netip.Addr, n uint8) netip.Addr {
+	b := a.As16()
+	binary.BigEndian.PutUint16(b[6:], binary.BigEndian.Uint16(b[6:])+uint16(n))
+	return netip.AddrFrom16(b)
+}
 
 // Subscribe calls f after every change (from the goroutine that made it,
 // after the modem's lock is released; f must not block). It returns a
@@ -328,8 +438,8 @@ func (m *Modem) Subscribe(f func(Event)) (cancel func()) {
 }
 
 // publish sends events to the subscribers. Called without m.mu.
-func (m *Modem) publish(kinds ...EventKind) {
-	if len(kinds) == 0 {
+func (m *Modem) publish(evs ...Event) {
+	if len(evs) == 0 {
 		return
 	}
 	m.mu.Lock()
@@ -338,11 +448,34 @@ func (m *Modem) publish(kinds ...EventKind) {
 		fs = append(fs, f)
 	}
 	m.mu.Unlock()
-	for _, k := range kinds {
+	for _, ev := range evs {
 		for _, f := range fs {
-			f(Event{Kind: k})
+			f(ev)
 		}
 	}
+}
+
+// kinds turns event kinds into events (of no particular session).
+func kinds(ks ...EventKind) []Event {
+	evs := make([]Event, len(ks))
+	for i, k := range ks {
+		evs[i] = Event{Kind: k}
+	}
+	return evs
+}
+
+// endAllLocked ends every active session (counted in Disconnects) and
+// returns an EventSession per session ended. Called with m.mu held.
+func (m *Modem) endAllLocked() []Event {
+	var evs []Event
+	for i := range m.sessions {
+		if m.sessions[i].Active {
+			m.sessions[i].Active = false
+			m.disconnects.Add(1)
+			evs = append(evs, Event{Kind: EventSession, Session: uint8(i)})
+		}
+	}
+	return evs
 }
 
 // Radio reports whether the radio is on.
@@ -353,7 +486,7 @@ func (m *Modem) Radio() bool {
 }
 
 // SetRadio switches the radio. Switching it off detaches the packet
-// service and ends any session; switching it on registers and attaches.
+// service and ends every session; switching it on registers and attaches.
 func (m *Modem) SetRadio(on bool) {
 	m.mu.Lock()
 	if m.radio == on {
@@ -361,15 +494,13 @@ func (m *Modem) SetRadio(on bool) {
 		return
 	}
 	m.radio = on
-	evs := []EventKind{EventRadio, EventRegistration}
+	evs := kinds(EventRadio, EventRegistration)
 	if m.attached != on {
 		m.attached = on
-		evs = append(evs, EventPacketService)
+		evs = append(evs, Event{Kind: EventPacketService})
 	}
-	if !on && m.session.Active {
-		m.session.Active = false
-		m.disconnects.Add(1)
-		evs = append(evs, EventSession)
+	if !on {
+		evs = append(evs, m.endAllLocked()...)
 	}
 	m.updateGateLocked()
 	m.mu.Unlock()
@@ -424,29 +555,24 @@ func (m *Modem) PDNHeld() bool {
 }
 
 // Restart models the baseband restarting, as it does when the modem
-// crashes (a SYS_ERR on the MHI side): the data session ends without the
-// host asking (counted in Disconnects), the radio, attach state and signal
+// crashes (a SYS_ERR on the MHI side): every data session ends without
+// the host asking (each counted in Disconnects), the radio, attach state and signal
 // return to the configuration's start values, and subscribers hear about
 // every change. The identity, addressing and session numbering survive.
 func (m *Modem) Restart() {
 	m.mu.Lock()
-	var evs []EventKind
-	if m.session.Active {
-		m.session.Active = false
-		m.disconnects.Add(1)
-		evs = append(evs, EventSession)
-	}
+	evs := m.endAllLocked()
 	if radio := !m.cfg.RadioOff; m.radio != radio {
 		m.radio = radio
-		evs = append(evs, EventRadio, EventRegistration)
+		evs = append(evs, kinds(EventRadio, EventRegistration)...)
 	}
 	if m.attached != m.radio {
 		m.attached = m.radio
-		evs = append(evs, EventPacketService)
+		evs = append(evs, Event{Kind: EventPacketService})
 	}
 	if m.rssi != m.cfg.RSSI {
 		m.rssi = m.cfg.RSSI
-		evs = append(evs, EventSignal)
+		evs = append(evs, Event{Kind: EventSignal})
 	}
 	m.updateGateLocked()
 	m.mu.Unlock()
@@ -472,7 +598,7 @@ func (m *Modem) Attached() bool {
 }
 
 // SetAttached attaches or detaches the packet service. Attaching needs the
-// radio on; detaching ends any session.
+// radio on; detaching ends every session.
 func (m *Modem) SetAttached(on bool) error {
 	m.mu.Lock()
 	if on && !m.radio {
@@ -484,11 +610,9 @@ func (m *Modem) SetAttached(on bool) error {
 		return nil
 	}
 	m.attached = on
-	evs := []EventKind{EventPacketService}
-	if !on && m.session.Active {
-		m.session.Active = false
-		m.disconnects.Add(1)
-		evs = append(evs, EventSession)
+	evs := kinds(EventPacketService)
+	if !on {
+		evs = append(evs, m.endAllLocked()...)
 	}
 	m.updateGateLocked()
 	m.mu.Unlock()
@@ -517,71 +641,98 @@ func (m *Modem) SetRSSI(v int) error {
 	m.rssi = v
 	m.mu.Unlock()
 	if changed {
-		m.publish(EventSignal)
+		m.publish(Event{Kind: EventSignal})
 	}
 	return nil
 }
 
-// Session returns the data session's state.
-func (m *Modem) Session() Session {
+// Session returns the state of session 0 (SessionOf(0)).
+func (m *Modem) Session() Session { return m.SessionOf(0) }
+
+// SessionOf returns the state of session n (inactive, with its number,
+// when n is beyond the limit).
+func (m *Modem) SessionOf(n uint8) Session {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.session
+	if int(n) >= len(m.sessions) {
+		return Session{Number: n}
+	}
+	return m.sessions[n]
 }
 
-// Connect activates the data session with an access point name and an IP
-// type (0 means IPv4, as most hosts ask by default). It needs the radio on
-// and the packet service attached (a detached modem attaches first, as
-// real modems do on an activation request) and fails while a session is
-// active.
+// Sessions returns the active sessions, by number.
+func (m *Modem) Sessions() []Session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Session
+	for _, s := range m.sessions {
+		if s.Active {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Connect activates session 0 (ConnectSession(0, apn, t)).
 func (m *Modem) Connect(apn string, t IPType) (Session, error) {
+	return m.ConnectSession(0, apn, t)
+}
+
+// ConnectSession activates session n with an access point name and an IP
+// type (0 means IPv4, as most hosts ask by default). It needs the radio
+// on and the packet service attached (a detached modem attaches first, as
+// real modems do on an activation request); it fails with ErrSessionLimit
+// for n ≥ Config.MaxSessions and with ErrSessionActive while session n
+// is active. The field failures apply: the PDN the modem's autoconnect
+// holds is session 0's (ErrPDNHeld), the crash comes with the first
+// activation of any session (ErrCrashed).
+func (m *Modem) ConnectSession(n uint8, apn string, t IPType) (Session, error) {
 	if t == 0 {
 		t = IPv4
 	}
-	if t < IPv4 || t > IPv4v6 {
+	fail := func(s Session, err error) (Session, error) {
 		m.connectFail.Add(1)
-		return Session{}, fmt.Errorf("modem: connect: %w: IP type %d", ErrConfig, t)
+		return s, fmt.Errorf("modem: connect session %d: %w", n, err)
 	}
-	if apn == "" {
-		m.connectFail.Add(1)
-		return Session{}, fmt.Errorf("modem: connect: %w", ErrNoAPN)
+	switch {
+	case int(n) >= m.cfg.MaxSessions:
+		return fail(Session{Number: n}, fmt.Errorf("%w (%d sessions)", ErrSessionLimit, m.cfg.MaxSessions))
+	case t < IPv4 || t > IPv4v6:
+		return fail(Session{Number: n}, fmt.Errorf("%w: IP type %d", ErrConfig, t))
+	case apn == "":
+		return fail(Session{Number: n}, ErrNoAPN)
 	}
 	m.mu.Lock()
-	if !m.radio {
+	cur := m.sessions[n]
+	switch {
+	case !m.radio:
 		locked := m.fccLocked
 		m.mu.Unlock()
-		m.connectFail.Add(1)
 		if locked {
-			return Session{}, fmt.Errorf("modem: connect: %w: %w", ErrRadioOff, ErrFCCLocked)
+			return fail(cur, fmt.Errorf("%w: %w", ErrRadioOff, ErrFCCLocked))
 		}
-		return Session{}, fmt.Errorf("modem: connect: %w", ErrRadioOff)
-	}
-	if m.pdnHeld && !m.session.Active {
+		return fail(cur, ErrRadioOff)
+	case n == 0 && m.pdnHeld && !cur.Active:
 		m.mu.Unlock()
-		m.connectFail.Add(1)
-		return Session{}, fmt.Errorf("modem: connect: %w", ErrPDNHeld)
-	}
-	if m.crashDue {
+		return fail(cur, ErrPDNHeld)
+	case m.crashDue:
 		m.crashDue = false
 		m.mu.Unlock()
-		m.connectFail.Add(1)
 		m.cfg.CrashOnConnect()
-		return Session{}, fmt.Errorf("modem: connect: %w", ErrCrashed)
-	}
-	if m.session.Active {
-		s := m.session
+		return fail(cur, ErrCrashed)
+	case cur.Active:
 		m.mu.Unlock()
-		m.connectFail.Add(1)
-		return s, fmt.Errorf("modem: connect: %w (APN %q)", ErrSessionActive, s.APN)
+		return fail(cur, fmt.Errorf("%w (APN %q)", ErrSessionActive, cur.APN))
 	}
-	evs := []EventKind{EventSession}
+	var evs []Event
 	if !m.attached {
 		m.attached = true
-		evs = append([]EventKind{EventPacketService}, evs...)
+		evs = append(evs, Event{Kind: EventPacketService})
 	}
+	evs = append(evs, Event{Kind: EventSession, Session: n})
 	m.nextID++
-	m.session = Session{Active: true, APN: apn, Type: t, ID: m.nextID}
-	s := m.session
+	m.sessions[n] = Session{Number: n, Active: true, APN: apn, Type: t, ID: m.nextID}
+	s := m.sessions[n]
 	m.updateGateLocked()
 	m.mu.Unlock()
 	m.connects.Add(1)
@@ -589,70 +740,127 @@ func (m *Modem) Connect(apn string, t IPType) (Session, error) {
 	return s, nil
 }
 
-// Disconnect ends the data session; it reports whether one was active.
-func (m *Modem) Disconnect() bool {
-	return m.disconnect(func() bool { return true })
+// Disconnect ends session 0; it reports whether it was active.
+func (m *Modem) Disconnect() bool { return m.DisconnectSession(0) }
+
+// DisconnectSession ends session n, as the host asks (MBIM CONNECT
+// deactivate, QMI STOP_NETWORK); it reports whether it was active. Other
+// sessions are untouched.
+func (m *Modem) DisconnectSession(n uint8) bool {
+	return m.disconnect(func(s *Session) bool { return s.Number == n })
 }
 
-// disconnectID ends the data session if it is the active one with the
-// given ID (a control function ending the session it started, without
-// ending a newer one another function started meanwhile). It reports
-// whether it ended one.
-func (m *Modem) disconnectID(id uint32) bool {
-	return m.disconnect(func() bool { return m.session.ID == id })
-}
-
-// disconnect ends the active session if match (called with m.mu held)
-// approves it, and reports whether it ended one.
-func (m *Modem) disconnect(match func() bool) bool {
-	m.mu.Lock()
-	if !m.session.Active || !match() {
-		m.mu.Unlock()
+// NetworkDisconnect ends session n as the network does on its own (a
+// PDN released by the network, fault injection): as DisconnectSession,
+// also counted in Stats.NetworkDisconnects. Subscribers hear an
+// EventSession for n: MBIM indicates CONNECT deactivated for that
+// SessionId, QMI indicates the packet service disconnected to the
+// session's clients.
+func (m *Modem) NetworkDisconnect(n uint8) bool {
+	if !m.DisconnectSession(n) {
 		return false
 	}
-	m.session.Active = false
-	m.updateGateLocked()
-	m.mu.Unlock()
-	m.disconnects.Add(1)
-	m.publish(EventSession)
+	m.netDisconnects.Add(1)
 	return true
+}
+
+// disconnectID ends the session with the given ID if it is still active
+// (a control function ending the session it started, without ending a
+// newer one another function started meanwhile). It reports whether it
+// ended one.
+func (m *Modem) disconnectID(id uint32) bool {
+	return m.disconnect(func(s *Session) bool { return s.ID == id })
+}
+
+// disconnect ends the first active session match (called with m.mu
+// held) approves, and reports whether it ended one.
+func (m *Modem) disconnect(match func(s *Session) bool) bool {
+	m.mu.Lock()
+	for i := range m.sessions {
+		s := &m.sessions[i]
+		if !s.Active || !match(s) {
+			continue
+		}
+		s.Active = false
+		m.updateGateLocked()
+		m.mu.Unlock()
+		m.disconnects.Add(1)
+		m.publish(Event{Kind: EventSession, Session: uint8(i)})
+		return true
+	}
+	m.mu.Unlock()
+	return false
+}
+
+// sessionByIDLocked returns the active session with the given ID, or nil.
+func (m *Modem) sessionByIDLocked(id uint32) *Session {
+	for i := range m.sessions {
+		if m.sessions[i].Active && m.sessions[i].ID == id {
+			return &m.sessions[i]
+		}
+	}
+	return nil
 }
 
 // setSessionType changes the IP type of the active session with the given
 // ID: QMI connects each IP family on its own WDS client, so a dual-stack
 // session gains its second family (and loses one) after it was connected.
-// It fails with ErrNoSession when id is not the active session and with
+// It fails with ErrNoSession when id is not an active session and with
 // ErrConfig for an invalid type.
 func (m *Modem) setSessionType(id uint32, t IPType) (Session, error) {
 	if t < IPv4 || t > IPv4v6 {
 		return Session{}, fmt.Errorf("modem: session type: %w: IP type %d", ErrConfig, t)
 	}
 	m.mu.Lock()
-	if !m.session.Active || m.session.ID != id {
-		s := m.session
+	s := m.sessionByIDLocked(id)
+	if s == nil {
 		m.mu.Unlock()
-		return s, fmt.Errorf("modem: session type of session %d: %w", id, ErrNoSession)
+		return Session{}, fmt.Errorf("modem: session type of session %d: %w", id, ErrNoSession)
 	}
-	changed := m.session.Type != t
-	m.session.Type = t
-	s := m.session
+	changed := s.Type != t
+	s.Type = t
+	out := *s
 	m.mu.Unlock()
 	if changed {
-		m.publish(EventSession)
+		m.publish(Event{Kind: EventSession, Session: out.Number})
 	}
-	return s, nil
+	return out, nil
 }
 
-// DataAllowed implements ipdata.Gate: IP data flows unless the modem requires
-// a connected session and none is.
+// DataAllowed implements ipdata.Gate for a data path that does not tell
+// sessions apart: IP data flows unless the modem requires a connected
+// session and none (of any number) is. A data path that knows each
+// packet's session asks SessionAllowed.
 func (m *Modem) DataAllowed() bool { return m.dataOpen.Load() }
 
+// SessionAllowed implements ipdata.SessionGate: IP data of session n may
+// flow — always without Config.RequireConnect, with it only while session
+// n is connected. Lock-free: called per packet.
+func (m *Modem) SessionAllowed(n uint8) bool {
+	return m.allowed[n>>6].Load()&(1<<(n&63)) != 0
+}
+
+// updateGateLocked recomputes what DataAllowed and SessionAllowed answer.
 func (m *Modem) updateGateLocked() {
-	m.dataOpen.Store(!m.cfg.RequireConnect || m.session.Active)
+	var bits [len(m.allowed)]uint64
+	anyActive := false
+	for i, s := range m.sessions {
+		if !m.cfg.RequireConnect || s.Active {
+			bits[i>>6] |= 1 << (i & 63)
+			anyActive = anyActive || s.Active
+		}
+	}
+	if !m.cfg.RequireConnect {
+		bits = [len(m.allowed)]uint64{^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0)}
+	}
+	for i := range bits {
+		m.allowed[i].Store(bits[i])
+	}
+	m.dataOpen.Store(!m.cfg.RequireConnect || anyActive)
 }
 
 // Stats returns the modem's counters.
 func (m *Modem) Stats() Stats {
 	return Stats{Connects: m.connects.Load(), Disconnects: m.disconnects.Load(), ConnectFail: m.connectFail.Load(),
-		Restarts: m.restarts.Load()}
+		Restarts: m.restarts.Load(), NetworkDisconnects: m.netDisconnects.Load()}
 }

@@ -119,6 +119,7 @@ type qmiCall struct {
 	handle  uint32
 	family  IPType // IPv4 or IPv6
 	session uint32 // Modem session ID
+	num     uint8  // Modem session number
 }
 
 // qmiClient is an allocated client id.
@@ -126,8 +127,12 @@ type qmiClient struct {
 	svc qmi.Service
 	cid uint8
 	// WDS
-	family      IPType // IP family preference (SET_IP_FAMILY), IPv4 by default
-	call        *qmiCall
+	family IPType // IP family preference (SET_IP_FAMILY), IPv4 by default
+	call   *qmiCall
+	// bound says BIND_MUX_DATA_PORT named the client's session: num is
+	// then the session of its mux id; an unbound client carries session 0.
+	bound       bool
+	num         uint8
 	wdsEvents   bool // asked for WDS event reports / indications
 	servingInds bool // NAS: asked for serving system indications
 }
@@ -163,7 +168,7 @@ type QMI struct {
 	opts QMIOptions
 	log  *slog.Logger
 
-	// mu guards ports, ownSession and offMode, and is held while a
+	// mu guards ports, own, offMode and format, and is held while a
 	// request is answered (the Modem consulted or changed, the counters
 	// updated under smu).
 	//
@@ -171,11 +176,13 @@ type QMI struct {
 	// lockorder: QMI.mu → Modem.mu
 	mu    sync.Mutex
 	ports map[*ep.Pipe]*qmiPort
-	// ownSession is the Modem session a QMI START_NETWORK connected (0:
-	// none); QMI disconnects only that one when its last call stops.
-	ownSession uint32
+	// own holds the Modem session IDs a QMI START_NETWORK connected; QMI
+	// disconnects only those when their last call stops.
+	own map[uint32]bool
 	// offMode is the operating mode reported while the radio is off.
 	offMode uint8
+	// format is the data format WDA reports (SET_DATA_FORMAT records it).
+	format wdaFormat
 
 	// smu guards st and unsupported; nothing is taken while it is held.
 	smu         sync.Mutex
@@ -205,7 +212,8 @@ func NewQMI(m *Modem, opts QMIOptions) (*QMI, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	q := &QMI{m: m, opts: opts, log: log, ports: map[*ep.Pipe]*qmiPort{}, offMode: dmsModeLowPower,
-		unsupported: map[qmiSvcMsg]uint64{}}
+		unsupported: map[qmiSvcMsg]uint64{}, own: map[uint32]bool{},
+		format: wdaFormat{link: wdaLinkRawIP, ul: wdaAggDisabled, dl: wdaAggDisabled}}
 	q.st.ErrorCodes = map[string]uint64{}
 	q.st.Errors = map[string]uint64{}
 	q.st.InByService = map[string]uint64{}
@@ -656,15 +664,24 @@ func (q *QMI) reconcile(port *qmiPort) []qmiIndication {
 	// under it too, so it never sees a call QMI is still setting up.
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	s := q.m.Session()
 	radio := q.m.Radio()
 	var inds []qmiIndication
 	for _, c := range port.clients {
-		if c.call == nil || (s.Active && s.ID == c.call.session && sessionHas(s.Type, c.call.family)) {
+		if c.call == nil {
 			continue
 		}
+		s := q.m.SessionOf(c.call.num)
+		up := s.Active && s.ID == c.call.session
+		if up && sessionHas(s.Type, c.call.family) {
+			continue
+		}
+		// The client's session ended (or lost its family) elsewhere: the
+		// network, MBIM, AT, the radio or a restart.
 		call := c.call
 		c.call = nil
+		if !up {
+			delete(q.own, call.session)
+		}
 		reason := uint16(wdsCERReleaseNormal)
 		if !radio {
 			reason = wdsCERNoService

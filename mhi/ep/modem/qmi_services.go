@@ -648,20 +648,22 @@ func (q *QMI) callsLocked(id uint32) (n int, has4, has6 bool) {
 }
 
 // dropCallLocked ends c's call: when no QMI call is left on the session
-// and QMI connected it, the session is disconnected; when one family is
-// left of a dual-stack session, the session narrows to it.
+// and QMI connected it, the session is disconnected (that session only);
+// when one family is left of a dual-stack session, the session narrows
+// to it.
 func (q *QMI) dropCallLocked(c *qmiClient) {
 	call := c.call
 	c.call = nil
-	s := q.m.Session()
+	s := q.m.SessionOf(call.num)
 	if !s.Active || s.ID != call.session {
+		delete(q.own, call.session)
 		return
 	}
 	n, has4, has6 := q.callsLocked(call.session)
 	switch {
-	case n == 0 && q.ownSession == call.session:
+	case n == 0 && q.own[call.session]:
 		q.m.disconnectID(call.session)
-		q.ownSession = 0
+		delete(q.own, call.session)
 	case n > 0 && s.Type == IPv4v6 && !(has4 && has6):
 		t := IPv4
 		if has6 {
@@ -688,6 +690,8 @@ func (q *QMI) wds(r *qmiReq) {
 		r.b.TLVU8(0x01, st)
 	case qmi.WDSGetCurrentSettings:
 		q.currentSettings(r)
+	case qmi.WDSBindMuxDataPort:
+		q.bindMuxDataPort(r)
 	case qmi.WDSSetIPFamily:
 		setIPFamily(r)
 	case qmi.WDSSetEventReport, qmi.WDSIndicationRegister:
@@ -739,7 +743,7 @@ func (q *QMI) stopNetwork(r *qmiReq) {
 	}
 	rd := qmi.NewReader(v)
 	h := rd.U32()
-	if c.call == nil && h == wdsGlobalHandle && q.m.ReleasePDN() {
+	if c.call == nil && h == wdsGlobalHandle && q.clientSession(c) == 0 && q.m.ReleasePDN() {
 		r.ok() // the call the modem's autoconnect held ends
 		return
 	}
@@ -860,14 +864,66 @@ func clientFamily(c *qmiClient) IPType {
 	return c.family
 }
 
-// clientConnected reports whether the Modem's session carries c's family
-// (its own call, or a session another client or MBIM connected).
+// clientSession is the Modem session number a WDS client's calls are on:
+// its call's, else the session of its bound mux id, else 0.
+func (q *QMI) clientSession(c *qmiClient) uint8 {
+	switch {
+	case c.call != nil:
+		return c.call.num
+	case c.bound:
+		return c.num
+	}
+	return 0
+}
+
+// clientConnected reports whether the client's Modem session carries c's
+// family (its own call, or a session another client or MBIM connected).
 func (q *QMI) clientConnected(c *qmiClient) bool {
-	s := q.m.Session()
+	s := q.m.SessionOf(q.clientSession(c))
 	if c.call != nil {
 		return s.Active && s.ID == c.call.session && sessionHas(s.Type, c.call.family)
 	}
 	return s.Active && sessionHas(s.Type, c.family)
+}
+
+// WDS BIND_MUX_DATA_PORT TLVs.
+const (
+	wdsTLVEndpoint = 0x10 // {type u32, interface u32}
+	wdsTLVMuxID    = 0x11 // u8
+	wdsTLVClient   = 0x13 // client type u32
+)
+
+// bindMuxDataPort answers BIND_MUX_DATA_PORT: the client's calls go on
+// the session whose wire id is the mux id (N = mux − Config.WireBase, a
+// mux id below the base read as N = mux). A session beyond the modem's
+// limit is refused with InvalidArgument; rebinding a client whose call
+// is up to another session with InvalidOperation (stop the call first).
+func (q *QMI) bindMuxDataPort(r *qmiReq) {
+	c := r.client
+	v, ok := r.arg(wdsTLVMuxID, 1)
+	if !ok {
+		return
+	}
+	if ep, ok := r.f.TLVs.Find(wdsTLVEndpoint); ok && len(ep) != 8 {
+		r.fail(qmi.ErrMalformedMessage)
+		return
+	}
+	if ct, ok := r.f.TLVs.Find(wdsTLVClient); ok && len(ct) != 4 {
+		r.fail(qmi.ErrMalformedMessage)
+		return
+	}
+	n := q.m.SessionFromWire(v[0])
+	if int(n) >= q.m.MaxSessions() {
+		q.log.Info("qmi: mux id beyond the session limit", "mux", v[0], "session", n, "max", q.m.MaxSessions())
+		r.fail(qmi.ErrInvalidArgument)
+		return
+	}
+	if c.call != nil && c.call.num != n {
+		r.fail(qmi.ErrInvalidOperation)
+		return
+	}
+	c.bound, c.num = true, n
+	r.ok()
 }
 
 func (q *QMI) startNetwork(r *qmiReq) {
@@ -899,17 +955,19 @@ func (q *QMI) startNetwork(r *qmiReq) {
 		r.fail(qmi.ErrNoEffect)
 		return
 	}
-	s := q.m.Session()
+	num := q.clientSession(c)
+	s := q.m.SessionOf(num)
 	switch {
 	case s.Active && apn != "" && !strings.EqualFold(apn, s.APN):
-		// One session only: a second PDN is not modelled.
+		// The client's session carries another PDN: a second PDN goes on
+		// another session (a client bound to another mux id).
 		callFailed(wdsCERUnspecified, false)
 		return
 	case s.Active && sessionHas(s.Type, family):
 		// The call exists (another client, MBIM, or a client that went
 		// away): a real modem answers NoEffect and binds this client to
 		// it, so that its STOP_NETWORK (with the global handle) works.
-		c.call = &qmiCall{handle: callHandle(s.ID, family), family: family, session: s.ID}
+		c.call = &qmiCall{handle: callHandle(s.ID, family), family: family, session: s.ID, num: num}
 		r.fail(qmi.ErrNoEffect)
 		return
 	case s.Active:
@@ -920,10 +978,10 @@ func (q *QMI) startNetwork(r *qmiReq) {
 		}
 	default:
 		var err error
-		s, err = q.m.Connect(apn, family)
+		s, err = q.m.ConnectSession(num, apn, family)
 		switch {
 		case err == nil:
-			q.ownSession = s.ID
+			q.own[s.ID] = true
 		case errors.Is(err, ErrNoAPN):
 			callFailed(wdsCERUnspecified, true)
 			return
@@ -938,7 +996,7 @@ func (q *QMI) startNetwork(r *qmiReq) {
 			return
 		}
 	}
-	c.call = &qmiCall{handle: callHandle(s.ID, family), family: family, session: s.ID}
+	c.call = &qmiCall{handle: callHandle(s.ID, family), family: family, session: s.ID, num: num}
 	r.ok()
 	r.b.TLVU32(0x01, c.call.handle)
 	r.post = append(r.post, wdsPacketStatusInd(c.cid, true, family, 0))
@@ -985,8 +1043,9 @@ func (q *QMI) currentSettings(r *qmiReq) {
 		return
 	}
 	family := clientFamily(c)
-	s := q.m.Session()
-	a := q.m.Addressing()
+	num := q.clientSession(c)
+	s := q.m.SessionOf(num)
+	a := q.m.AddressingOf(num)
 	r.ok()
 	if mask&wdsReqPDPType != 0 {
 		if family == IPv6 {
@@ -1046,40 +1105,71 @@ func (q *QMI) currentSettings(r *qmiReq) {
 	}
 }
 
-// wda answers WDA requests: the data path is raw IP without aggregation
-// (mhi_net), and that is the only format it accepts.
+// wdaFormat is the data format WDA reports: the link layer and the
+// uplink and downlink aggregation protocols.
+type wdaFormat struct {
+	link, ul, dl uint32
+}
+
+// WDA aggregation protocols the mock's data path speaks (QMAP, with the
+// MAPv4 and MAPv5 checksum offload framings).
+const (
+	wdaAggQMAP   = 5
+	wdaAggQMAPv4 = 8
+	wdaAggQMAPv5 = 9
+)
+
+// wda answers WDA requests: the data format is raw IP, without
+// aggregation (mhi_net) until SET_DATA_FORMAT asks for QMAP (rmnet over
+// mhi_net, multiplexed sessions by mux id), which is recorded and
+// reported; the IP data function's framing is the model's (the mock's
+// options), not switched by it.
 func (q *QMI) wda(r *qmiReq) {
 	switch r.f.Message {
 	case qmi.WDAGetDataFormat:
 		r.ok()
-		putDataFormat(&r.b)
+		q.putDataFormat(&r.b)
 	case qmi.WDASetDataFormat:
-		want := map[uint8]uint32{0x11: wdaLinkRawIP, 0x12: wdaAggDisabled, 0x13: wdaAggDisabled}
-		for typ, val := range want {
-			v, ok := r.f.TLVs.Find(typ)
+		f := q.format
+		for _, t := range []struct {
+			typ uint8
+			dst *uint32
+		}{{0x11, &f.link}, {0x12, &f.ul}, {0x13, &f.dl}} {
+			v, ok := r.f.TLVs.Find(t.typ)
 			if !ok {
 				continue
 			}
 			rd := qmi.NewReader(v)
-			if got := rd.U32(); rd.Finish() != nil || got != val {
-				r.fail(qmi.ErrInvalidDataFormat)
+			val := rd.U32()
+			if rd.Finish() != nil {
+				r.fail(qmi.ErrMalformedMessage)
 				return
 			}
+			*t.dst = val
 		}
 		if v, ok := r.f.TLVs.Find(0x10); ok && (len(v) != 1 || v[0] != 0) {
 			r.fail(qmi.ErrInvalidDataFormat) // no QoS header
 			return
 		}
+		if f.link != wdaLinkRawIP || !wdaAggKnown(f.ul) || !wdaAggKnown(f.dl) {
+			r.fail(qmi.ErrInvalidDataFormat)
+			return
+		}
+		q.format = f
 		r.ok()
-		putDataFormat(&r.b)
+		q.putDataFormat(&r.b)
 	default:
 		r.unsupported()
 	}
 }
 
-func putDataFormat(b *qmi.Builder) {
+func wdaAggKnown(v uint32) bool {
+	return v == wdaAggDisabled || v == wdaAggQMAP || v == wdaAggQMAPv4 || v == wdaAggQMAPv5
+}
+
+func (q *QMI) putDataFormat(b *qmi.Builder) {
 	b.TLVU8(0x10, 0) // no QoS header
-	b.TLVU32(0x11, wdaLinkRawIP)
-	b.TLVU32(0x12, wdaAggDisabled)
-	b.TLVU32(0x13, wdaAggDisabled)
+	b.TLVU32(0x11, q.format.link)
+	b.TLVU32(0x12, q.format.ul)
+	b.TLVU32(0x13, q.format.dl)
 }

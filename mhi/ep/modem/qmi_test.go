@@ -558,8 +558,22 @@ func TestQMIWDA(t *testing.T) {
 		b.TLVU32(0x12, 0)
 		b.TLVU32(0x13, 0)
 	}))
-	h.fails(qmi.WDA, wda, qmi.WDASetDataFormat, func(b *qmi.Builder) { b.TLVU32(0x13, 5) }, qmi.ErrInvalidDataFormat)
+	h.fails(qmi.WDA, wda, qmi.WDASetDataFormat, func(b *qmi.Builder) { b.TLVU32(0x13, 7) }, qmi.ErrInvalidDataFormat)
 	h.fails(qmi.WDA, wda, qmi.WDASetDataFormat, func(b *qmi.Builder) { b.TLVU32(0x11, 1) }, qmi.ErrInvalidDataFormat)
+	check(h.ok(qmi.WDA, wda, qmi.WDAGetDataFormat, nil)) // refusals changed nothing
+	// QMAP (multiplexed sessions by mux id) is accepted, recorded and
+	// reported.
+	f := h.ok(qmi.WDA, wda, qmi.WDASetDataFormat, func(b *qmi.Builder) {
+		b.TLVU32(0x11, wdaLinkRawIP)
+		b.TLVU32(0x12, wdaAggQMAP)
+		b.TLVU32(0x13, wdaAggQMAP)
+	})
+	g := h.ok(qmi.WDA, wda, qmi.WDAGetDataFormat, nil)
+	for _, fr := range []qmi.Frame{f, g} {
+		if tlvU32(t, fr, 0x12) != wdaAggQMAP || tlvU32(t, fr, 0x13) != wdaAggQMAP {
+			t.Fatalf("data format after QMAP set %x", fr.TLVs)
+		}
+	}
 }
 
 // TestQMIBadInput: malformed frames are dropped or answered, counted, and

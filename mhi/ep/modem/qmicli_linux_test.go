@@ -35,8 +35,14 @@ type qmiRig struct {
 
 func newQMIRig(t *testing.T, corrupt func([]byte)) *qmiRig {
 	t.Helper()
+	return newQMIRigConfig(t, modem.Config{RequireConnect: true, Identity: qmiTestIdentity}, corrupt)
+}
+
+// newQMIRigConfig is newQMIRig with the modem's configuration.
+func newQMIRigConfig(t *testing.T, mc modem.Config, corrupt func([]byte)) *qmiRig {
+	t.Helper()
 	qmicli := testenv.LookPath(t, "qmicli", "libqmi-utils")
-	m, err := modem.New(modem.Config{RequireConnect: true, Identity: qmiTestIdentity})
+	m, err := modem.New(mc)
 	if err != nil {
 		t.Fatal(err)
 	}
