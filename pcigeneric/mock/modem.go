@@ -22,6 +22,10 @@ import (
 // channel pairs — IP data on IP_HW0/IP_HW0_MBIM, MBIM on "MBIM" — as both
 // the embedded mock (Open) and the vfio-user server use them.
 
+// The modem gates every session's IP data on its own (modem.Modem implements
+// ipdata.SessionGate): no silent fallback to one gate for all sessions.
+var _ ipdata.SessionGate = (*modem.Modem)(nil)
+
 // Identity returns what the mock modem impersonating table entry e
 // says about itself. Manufacturer and model come from the entry's product
 // name ("Telit FN990" → "Telit", "FN990"; a parenthesised chipset and a
