@@ -320,7 +320,7 @@ func TestLinuxMBIMMultiplex(t *testing.T) {
 func TestModemManagerMultiplex(t *testing.T) {
 	needLab(t)
 	script := writeScript(t, labMultiplexMM)
-	// 6.12 behaves the same (docs/sessions-guest.md); left out to keep
+	// 6.12 behaves the same (docs/NETWORK.md, "What Linux and ModemManager did"); left out to keep
 	// the package's time down.
 	for _, k := range []string{"6.1", "7.3"} {
 		t.Run(k, func(t *testing.T) {
