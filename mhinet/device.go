@@ -24,6 +24,11 @@ var ErrDown = errors.New("mhinet: device is down")
 // completions.
 var ErrBusy = errors.New("mhinet: transmit ring full")
 
+// ErrSession: the session number cannot be carried: its wire id (the
+// session base plus the number) passes 255, or the format carries no
+// session id (raw IP takes session 0 alone).
+var ErrSession = errors.New("mhinet: session number out of range")
+
 // Config configures a Device. The zero value gives a raw IP device on IP_HW0
 // with a 32 KiB MRU.
 type Config struct {
@@ -89,12 +94,18 @@ type Config struct {
 	// TXZeroCopyNotify hands released zero-copy buffers back to the
 	// caller on TXReleased instead of to the free list.
 	TXZeroCopyNotify bool
-	// Session is the MBIM session id (or QMAP mux id) of transmitted packets.
+	// Session is the session base: the wire id (MBIM session id, QMAP mux
+	// id) of session 0. Session N goes out as Session+N
+	// (TransmitSession), and a received wire id w ≥ Session is session
+	// w−Session (Packet.Session); a wire id below the base is taken as
+	// session w.
 	Session uint8
-	// FollowSession makes the uplink follow the session (mux id) the
-	// modem sends the downlink on, from its first packet: a modem that
-	// numbers its session from mux id 112 (the SDX72 in MBIM mode) gets
-	// its uplink on 112 too. Counted in TxSessionFollows.
+	// FollowSession makes the base follow the wire id the modem sends
+	// the downlink on, from its first packet: a modem that numbers its
+	// sessions from mux id 112 (the SDX72 in MBIM mode) gets its uplink on
+	// 112 too. A wire id within FollowSpan above the base is one of the
+	// base's sessions and moves nothing; one below the base or FollowSpan
+	// or more above it becomes the new base. Counted in TxSessionFollows.
 	FollowSession bool
 	// QMAPCsum is the QMAP checksum offload framing, both ways, as rmnet's
 	// INGRESS_ and EGRESS_MAP_CKSUMV4/V5 flags: CsumV4 is the downlink

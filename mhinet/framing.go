@@ -36,17 +36,22 @@ type framer interface {
 	// frameLen is the length of the element that carries one n-byte
 	// packet alone (encode's result).
 	frameLen(n int) (int, error)
-	// encode frames one packet p into dst, which holds at least len(p)
-	// bytes, and returns the element length.
-	encode(dst, p []byte) (int, error)
+	// encode frames one packet p on wire id wire into dst, which holds
+	// at least len(p) bytes, and returns the element length.
+	encode(dst, p []byte, wire uint8) (int, error)
 
 	// zcHeadroom is the room the format's header needs in front of a
 	// zero-copy packet, or why the format cannot transmit in place.
 	zcHeadroom() (int, error)
 	// zcFrame writes the header into frame (headroom, then the n-byte
-	// packet, then at least 8 spare bytes) and returns the element
-	// length.
+	// packet, then at least 8 spare bytes) for session 0 (the base) and
+	// returns the element length.
 	zcFrame(frame []byte, n int) (int, error)
+	// base is the session base: the wire id of session 0 (0 for raw IP).
+	base() uint8
+	// wire returns the wire id of session n, or false when it passes
+	// 255 (raw IP: 0, and false for n > 0).
+	wire(n uint8) (uint8, bool)
 }
 
 // aggregator is implemented by framers that pack several uplink packets
@@ -56,13 +61,15 @@ type aggregator interface {
 	// aggFrameLen is the length of an aggregate that holds one n-byte
 	// packet.
 	aggFrameLen(n int) (int, error)
-	// aggReset opens an empty aggregate in buf.
-	aggReset(buf []byte) error
+	// aggReset opens an empty aggregate in buf, whose first packet goes
+	// on wire id wire. One aggregate holds packets of several wire ids
+	// (an NDP per session in an NTB, a mux id per QMAP frame).
+	aggReset(buf []byte, wire uint8) error
 	// aggAdd is the codec writer's framing.Writer.Add: it copies one
-	// packet in, or leaves the aggregate unchanged and fails with one of
-	// the shared outcomes (framing.ErrFull, framing.ErrLimit,
-	// framing.ErrTooLarge, …).
-	aggAdd(p []byte) error
+	// packet on wire id wire in, or leaves the aggregate unchanged and
+	// fails with one of the shared outcomes (framing.ErrFull,
+	// framing.ErrLimit, framing.ErrTooLarge, …).
+	aggAdd(p []byte, wire uint8) error
 	// aggFinish closes the aggregate and returns its length.
 	aggFinish() int
 }

@@ -66,7 +66,7 @@ func TestFramingRoundTrip(t *testing.T) {
 			pkt := ipv4(101, 1)
 
 			buf := make([]byte, 4096)
-			n, err := fr.encode(buf, pkt)
+			n, err := fr.encode(buf, pkt, fr.base())
 			if want, lerr := fr.frameLen(len(pkt)); err != nil || lerr != nil || n != want {
 				t.Fatalf("encode: %d bytes, %v (frameLen %d, %v)", n, err, want, lerr)
 			}
@@ -90,32 +90,32 @@ func TestFramingRoundTrip(t *testing.T) {
 			if !ok {
 				return
 			}
-			if err := a.aggReset(buf); err != nil {
+			if err := a.aggReset(buf, fr.base()); err != nil {
 				t.Fatal(err)
 			}
 			var pkts [][]byte
 			for i := range cfg.TXAggMaxPackets {
 				p := ipv4(60+i*7, byte(i))
-				if err := a.aggAdd(p); err != nil {
+				if err := a.aggAdd(p, fr.base()); err != nil {
 					t.Fatalf("packet %d: %v", i, err)
 				}
 				pkts = append(pkts, p)
 			}
-			if err := a.aggAdd(pkt); !errors.Is(err, framing.ErrLimit) {
+			if err := a.aggAdd(pkt, fr.base()); !errors.Is(err, framing.ErrLimit) {
 				t.Fatalf("packet past the limit: %v, want framing.ErrLimit", err)
 			}
 			check("aggregate", buf[:a.aggFinish()], pkts...)
 
-			if err := a.aggReset(buf[:256]); err != nil {
+			if err := a.aggReset(buf[:256], fr.base()); err != nil {
 				t.Fatal(err)
 			}
-			if err := a.aggAdd(ipv4(300, 0)); !errors.Is(err, framing.ErrTooLarge) {
+			if err := a.aggAdd(ipv4(300, 0), fr.base()); !errors.Is(err, framing.ErrTooLarge) {
 				t.Errorf("packet larger than an empty aggregate: %v, want framing.ErrTooLarge", err)
 			}
-			if err := a.aggAdd(ipv4(200, 0)); err != nil {
+			if err := a.aggAdd(ipv4(200, 0), fr.base()); err != nil {
 				t.Fatal(err)
 			}
-			if err := a.aggAdd(ipv4(100, 0)); !errors.Is(err, framing.ErrFull) {
+			if err := a.aggAdd(ipv4(100, 0), fr.base()); !errors.Is(err, framing.ErrFull) {
 				t.Errorf("packet past the byte limit: %v, want framing.ErrFull", err)
 			}
 		})
@@ -141,16 +141,16 @@ func TestFramingDoesNotAllocate(t *testing.T) {
 			batch := make([]Packet, 0, 16)
 			a, _ := fr.(aggregator)
 			run := func() {
-				n, _ := fr.encode(buf, pkt)
+				n, _ := fr.encode(buf, pkt, fr.base())
 				batch = fr.parse(buf[:n], nil, batch[:0])
 				n, _ = fr.zcFrame(frame, len(pkt))
 				batch = fr.parse(frame[:n], nil, batch[:0])
 				if a == nil {
 					return
 				}
-				_ = a.aggReset(buf)
+				_ = a.aggReset(buf, fr.base())
 				for range cfg.TXAggMaxPackets {
-					_ = a.aggAdd(pkt)
+					_ = a.aggAdd(pkt, fr.base())
 				}
 				batch = fr.parse(buf[:a.aggFinish()], nil, batch[:0])
 			}

@@ -50,8 +50,8 @@ func (f *ntbFraming) parse(data []byte, b *rxBuffer, batch []Packet) []Packet {
 	f.mu.Lock()
 	gaps := f.parser.Stats.SequenceGaps
 	_, _ = f.parser.Parse(data, func(dg []byte, sid uint8) {
-		f.watch.seen(sid)
-		batch = append(batch, Packet{Data: dg, Mux: sid, buf: b})
+		n := f.watch.seen(sid)
+		batch = append(batch, Packet{Data: dg, Mux: sid, Session: n, buf: b})
 	})
 	if n := f.parser.Stats.SequenceGaps - gaps; n > 0 {
 		f.watch.glitches(n, f.parser.Stats.SequenceGaps)
@@ -71,8 +71,8 @@ func (f *ntbFraming) parserStats() (s Stats) {
 
 func (f *ntbFraming) frameLen(n int) (int, error) { return ntb.TXHeaderLen + n, nil }
 
-func (f *ntbFraming) encode(dst, p []byte) (int, error) {
-	n, err := ntb.EncodeTX(dst, p, f.watch.session(), f.seq)
+func (f *ntbFraming) encode(dst, p []byte, wire uint8) (int, error) {
+	n, err := ntb.EncodeTX(dst, p, wire, f.seq)
 	if err != nil {
 		return 0, fmt.Errorf("mhinet: transmit: %w", err)
 	}
@@ -92,8 +92,12 @@ func (f *ntbFraming) zcFrame(frame []byte, n int) (int, error) {
 
 func (f *ntbFraming) aggFrameLen(n int) (int, error) { return ntb.Size(f.agg, []int{n}) }
 
-func (f *ntbFraming) aggReset(buf []byte) error {
-	f.agg.Session = f.watch.session()
+func (f *ntbFraming) base() uint8 { return f.watch.session() }
+
+func (f *ntbFraming) wire(n uint8) (uint8, bool) { return f.watch.wire(n) }
+
+func (f *ntbFraming) aggReset(buf []byte, wire uint8) error {
+	f.agg.Session = wire
 	if err := f.w.Reset(buf, f.agg); err != nil {
 		return err
 	}
@@ -101,8 +105,11 @@ func (f *ntbFraming) aggReset(buf []byte) error {
 	return nil
 }
 
-func (f *ntbFraming) aggAdd(p []byte) error {
-	return f.w.Add(p)
+// aggAdd adds p to the NDP of wire id wire (ntb.Writer.AddSession: one
+// NDP per session, up to ntb.MaxWriterNDPs; the next session is
+// framing.ErrLimit, which closes the aggregate).
+func (f *ntbFraming) aggAdd(p []byte, wire uint8) error {
+	return f.w.AddSession(p, wire)
 }
 
 func (f *ntbFraming) aggFinish() int {

@@ -50,8 +50,8 @@ func newQMAPFraming(cfg *Config, _ *counters) framer {
 func (f *qmapFraming) parse(data []byte, b *rxBuffer, batch []Packet) []Packet {
 	f.mu.Lock()
 	_, _ = f.parser.Parse(data, func(p qmap.Packet) {
-		f.watch.seen(p.Mux)
-		batch = append(batch, Packet{Data: p.Data, Mux: p.Mux, buf: b})
+		n := f.watch.seen(p.Mux)
+		batch = append(batch, Packet{Data: p.Data, Mux: p.Mux, Session: n, buf: b})
 	})
 	f.mu.Unlock()
 	return batch
@@ -67,8 +67,8 @@ func (f *qmapFraming) parserStats() (s Stats) {
 
 func (f *qmapFraming) frameLen(n int) (int, error) { return qmap.FrameLen(f.cfg, n) }
 
-func (f *qmapFraming) encode(dst, p []byte) (int, error) {
-	f.cfg.Mux = f.watch.session()
+func (f *qmapFraming) encode(dst, p []byte, wire uint8) (int, error) {
+	f.cfg.Mux = wire
 	c := f.cfg
 	c.MaxPackets = 1
 	err := f.w.Reset(dst, c)
@@ -118,13 +118,23 @@ func (f *qmapFraming) zcFrame(frame []byte, n int) (int, error) {
 
 func (f *qmapFraming) aggFrameLen(n int) (int, error) { return qmap.FrameLen(f.cfg, n) }
 
-func (f *qmapFraming) aggReset(buf []byte) error {
-	f.cfg.Mux = f.watch.session()
+func (f *qmapFraming) base() uint8 { return f.watch.session() }
+
+func (f *qmapFraming) wire(n uint8) (uint8, bool) { return f.watch.wire(n) }
+
+func (f *qmapFraming) aggReset(buf []byte, wire uint8) error {
+	f.cfg.Mux = wire
 	return f.w.Reset(buf, f.cfg)
 }
 
-func (f *qmapFraming) aggAdd(p []byte) error {
-	return f.w.Add(p)
+// aggAdd adds p as a frame on mux id wire, with the uplink checksum
+// framing Add would give it (the MAPv4 UL header all zero; otherwise
+// offload not requested).
+func (f *qmapFraming) aggAdd(p []byte, wire uint8) error {
+	if f.cfg.Csum == qmap.CsumV4 {
+		return f.w.AddPacket(p, wire, qmap.Csum{})
+	}
+	return f.w.AddPacket(p, wire, qmap.Csum{Length: uint16(len(p))})
 }
 
 func (f *qmapFraming) aggFinish() int { return f.w.Finish() }

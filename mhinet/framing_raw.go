@@ -34,7 +34,14 @@ func (f *rawFraming) parserStats() Stats { return Stats{} }
 
 func (f *rawFraming) frameLen(n int) (int, error) { return n, nil }
 
-func (f *rawFraming) encode(dst, p []byte) (int, error) { return copy(dst, p), nil }
+func (f *rawFraming) encode(dst, p []byte, _ uint8) (int, error) { return copy(dst, p), nil }
+
+// base: raw IP carries no wire id.
+func (f *rawFraming) base() uint8 { return 0 }
+
+// wire: raw IP carries session 0 alone (the element has no place for a
+// wire id).
+func (f *rawFraming) wire(n uint8) (uint8, bool) { return 0, n == 0 }
 
 func (f *rawFraming) zcHeadroom() (int, error) { return 0, nil }
 

@@ -2,6 +2,7 @@ package mhinet
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -87,6 +88,7 @@ type gsoTx struct {
 	used    int      // bytes of scratch holding pending segments
 	pend    [][]byte // segments cut, not yet taken by Transmit (views into scratch)
 	next    int      // pend[next:] are still to transmit
+	session uint8    // the session pend's segments go on
 	out     [][]byte // Segment's output buffers
 	sizes   []int
 
@@ -127,7 +129,21 @@ func (g *gsoTx) stats() GSOStats {
 // pending segments, counted in GSOStats.DroppedSegments.
 //
 // Calls are serialised; no allocation happens after the first call.
+// TransmitGSO sends on session 0; TransmitGSOSession on another.
 func (d *Device) TransmitGSO(pkts []GSOPacket) (int, error) {
+	return d.TransmitGSOSession(0, pkts)
+}
+
+// TransmitGSOSession is TransmitGSO on session number session (see
+// TransmitSession).
+// The device has one segment scratch: segments another session's call
+// left pending (after ErrBusy) go first, on their own session, and this
+// call takes nothing (ErrBusy) until they are queued; DropGSOPending
+// drops them whichever session they are.
+func (d *Device) TransmitGSOSession(session uint8, pkts []GSOPacket) (int, error) {
+	if _, ok := d.framer.wire(session); !ok {
+		return 0, fmt.Errorf("mhinet: transmit on session %d (base %d, %v): %w", session, d.framer.base(), d.cfg.Format, ErrSession)
+	}
 	g := &d.gsoTx
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -140,6 +156,7 @@ func (d *Device) TransmitGSO(pkts []GSOPacket) (int, error) {
 	if err := d.flushGSO(); err != nil {
 		return 0, err
 	}
+	g.session = session
 	mtu := d.MTU()
 	taken := 0
 	for taken < len(pkts) {
@@ -230,7 +247,7 @@ func gsoLayout(p *GSOPacket) (segs, stride int, err error) {
 func (d *Device) flushGSO() error {
 	g := &d.gsoTx
 	for g.next < len(g.pend) {
-		n, err := d.Transmit(g.pend[g.next:])
+		n, err := d.TransmitSession(g.session, g.pend[g.next:])
 		g.next += n
 		if err == nil {
 			continue

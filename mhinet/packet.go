@@ -12,10 +12,15 @@ package mhinet
 // are passed in slices owned by the caller, so delivery does not allocate.
 type Packet struct {
 	Data []byte
-	// Mux is the QMAP mux id or the MBIM session id the packet came on
-	// (0 for raw IP).
+	// Mux is the wire id the packet came on: the QMAP mux id or the MBIM
+	// session id of its NDP (0 for raw IP).
 	Mux uint8
-	buf *rxBuffer
+	// Session is the session number N the packet belongs to: Mux minus
+	// the device's session base (Config.Session, as FollowSession
+	// follows it), or Mux itself when Mux is below the base (0 for raw
+	// IP). tun.Mux routes by it.
+	Session uint8
+	buf     *rxBuffer
 }
 
 // Release gives the packet's share of its buffer back.

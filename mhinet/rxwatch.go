@@ -37,21 +37,45 @@ func newRxWatch(cfg *Config) *rxWatch {
 	return w
 }
 
-// session returns the session (mux id) to transmit on.
+// FollowSpan is how many wire ids above the session base FollowSession
+// takes as the base's sessions (0..FollowSpan−1); a downlink wire id
+// outside them moves the base.
+const FollowSpan = 32
+
+// session returns the session base: the wire id of session 0.
 func (w *rxWatch) session() uint8 { return uint8(w.tx.Load()) }
 
-// seen notes a downlink packet on session sid: with FollowSession the
-// uplink moves to it. Called under the framing's receive lock.
-func (w *rxWatch) seen(sid uint8) {
-	if !w.follow {
-		return
+// wire returns the wire id of session n, or false when base + n passes
+// 255.
+func (w *rxWatch) wire(n uint8) (uint8, bool) {
+	v := int(w.session()) + int(n)
+	return uint8(v), v <= 0xFF
+}
+
+// sessionOf returns the session number of a packet received on wire id
+// sid: sid − base, or sid when it is below the base.
+func (w *rxWatch) sessionOf(sid uint8) uint8 {
+	if base := w.session(); sid >= base {
+		return sid - base
 	}
-	if old := uint8(w.tx.Load()); old != sid {
+	return sid
+}
+
+// seen notes a downlink packet on wire id sid and returns its session
+// number: with FollowSession a wire id below the base, or FollowSpan or
+// more above it, becomes the base. Called under the framing's receive
+// lock.
+func (w *rxWatch) seen(sid uint8) uint8 {
+	if !w.follow {
+		return w.sessionOf(sid)
+	}
+	if old := uint8(w.tx.Load()); sid < old || int(sid)-int(old) >= FollowSpan {
 		w.tx.Store(uint32(sid))
 		w.follows.Add(1)
 		w.log.Info("the modem sends the data session as mux id/session "+strconv.Itoa(int(sid))+"; the uplink follows it",
 			"from", old, "to", sid)
 	}
+	return w.sessionOf(sid)
 }
 
 // glitches notes n new NTB sequence glitches (wSequence not following the

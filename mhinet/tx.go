@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomhi/gomhi/mhi"
@@ -61,8 +62,13 @@ type txPath struct {
 	agg txAgg
 	zc  zcPath
 
-	// ready wakes a caller waiting after ErrBusy (Device.TransmitReady).
-	ready chan struct{}
+	// ready wakes a caller waiting after ErrBusy (Device.TransmitReady);
+	// sessionReady are the channels of TransmitReadySession, by session
+	// (readyMu guards their creation; wake reads the published list).
+	ready        chan struct{}
+	readyMu      sync.Mutex
+	sessionReady [256]chan struct{}
+	readyList    atomic.Pointer[[]chan struct{}]
 }
 
 func (t *txPath) init(d *Device) error {
@@ -176,10 +182,11 @@ func (t *txPath) unavailableLocked() error {
 // elements it queues, the ring room they must fit in, and how far it got.
 type txBatch struct {
 	xs    []mhi.Transfer
-	room  int  // free ring elements when the call began
-	mtu   int  // the MTU of the buffers
-	zc    bool // a TransmitZC call
-	taken int  // packets taken from the caller
+	room  int   // free ring elements when the call began
+	mtu   int   // the MTU of the buffers
+	zc    bool  // a TransmitZC call
+	wire  uint8 // the wire id the packets go on (TransmitSession)
+	taken int   // packets taken from the caller
 	err   error
 }
 
@@ -197,12 +204,17 @@ const (
 	txDropped
 )
 
-// begin is the shared start of Transmit (zc false) and TransmitZC: it
-// fails with ErrDown, ErrZeroCopyOff, or ErrBusy while SetMTU rebuilds the
-// buffers; on success t.mu is held until end.
-func (t *txPath) begin(zc bool) (txBatch, error) {
+// begin is the shared start of Transmit (zc false) and TransmitZC, for
+// session n (TransmitZC: 0): it fails with ErrDown, ErrSession,
+// ErrZeroCopyOff, or ErrBusy while SetMTU rebuilds the buffers; on
+// success t.mu is held until end.
+func (t *txPath) begin(zc bool, n uint8) (txBatch, error) {
 	if !t.d.IsUp() {
 		return txBatch{}, ErrDown
+	}
+	wire, ok := t.f.wire(n)
+	if !ok {
+		return txBatch{}, fmt.Errorf("mhinet: transmit on session %d (base %d, %v): %w", n, t.f.base(), t.d.cfg.Format, ErrSession)
 	}
 	t.mu.Lock()
 	var err error
@@ -216,7 +228,7 @@ func (t *txPath) begin(zc bool) (txBatch, error) {
 		t.mu.Unlock()
 		return txBatch{}, err
 	}
-	return txBatch{xs: t.xfers[:0], room: t.d.ul.Free(), mtu: t.mtu, zc: zc}, nil
+	return txBatch{xs: t.xfers[:0], room: t.d.ul.Free(), mtu: t.mtu, zc: zc, wire: wire}, nil
 }
 
 // end is the shared end of Transmit and TransmitZC: it closes an
@@ -265,10 +277,23 @@ func (t *txPath) admit(n, limit int) bool {
 // TXAggTimeout, or on Flush), or rejected and counted (empty, longer than
 // the MTU). When buffers or ring elements run out it returns what it took
 // so far and ErrBusy; the caller retries the rest later. The caller may
-// reuse pkts as soon as Transmit returns.
+// reuse pkts as soon as Transmit returns. Transmit sends on session 0;
+// TransmitSession on another.
 func (d *Device) Transmit(pkts [][]byte) (int, error) {
+	return d.TransmitSession(0, pkts)
+}
+
+// TransmitSession is Transmit on session n: the packets go out on wire id
+// Config.Session + n (the base as FollowSession follows it), as the MBIM
+// session id of their NDP or their QMAP mux id. With TXAggregate one
+// aggregate carries several sessions: a mux id per QMAP frame, an NDP per
+// session in an NTB (up to ntb.MaxWriterNDPs; a packet of one session
+// more closes the NTB, counted in TxAggClosedPackets). It fails with
+// ErrSession, taking nothing, when
+// the wire id would pass 255 or the format is raw IP and n is not 0.
+func (d *Device) TransmitSession(n uint8, pkts [][]byte) (int, error) {
 	t := &d.tx
-	b, err := t.begin(false)
+	b, err := t.begin(false, n)
 	if err != nil {
 		return 0, err
 	}
@@ -358,11 +383,51 @@ func (t *txPath) onComplete(c mhi.Completion) {
 // come instead of polling.
 func (d *Device) TransmitReady() <-chan struct{} { return d.tx.ready }
 
+// TransmitReadySession is TransmitReady with a channel of session n's
+// own, so that the writers of several sessions (one tun.Bridge each)
+// waiting after ErrBusy are all woken: every wake signals every session's
+// channel. The channel is made on the first call for n and kept.
+func (d *Device) TransmitReadySession(n uint8) <-chan struct{} {
+	t := &d.tx
+	t.readyMu.Lock()
+	defer t.readyMu.Unlock()
+	if c := t.sessionReady[n]; c != nil {
+		return c
+	}
+	c := make(chan struct{}, 1)
+	t.sessionReady[n] = c
+	var list []chan struct{}
+	if old := t.readyList.Load(); old != nil {
+		list = append(list, *old...)
+	}
+	list = append(list, c)
+	t.readyList.Store(&list)
+	return c
+}
+
+// SessionWire returns the wire id session n goes out on now (the base
+// plus n), or ErrSession as TransmitSession would fail.
+func (d *Device) SessionWire(n uint8) (uint8, error) {
+	w, ok := d.framer.wire(n)
+	if !ok {
+		return 0, fmt.Errorf("mhinet: session %d (base %d, %v): %w", n, d.framer.base(), d.cfg.Format, ErrSession)
+	}
+	return w, nil
+}
+
 // wake tells a caller waiting on TransmitReady to try again; it never
 // blocks.
 func (t *txPath) wake() {
 	select {
 	case t.ready <- struct{}{}:
 	default:
+	}
+	if list := t.readyList.Load(); list != nil {
+		for _, c := range *list {
+			select {
+			case c <- struct{}{}:
+			default:
+			}
+		}
 	}
 }

@@ -47,11 +47,11 @@ func (a *txAgg) init(t *txPath, cfg *Config) {
 func (a *txAgg) on() bool { return a.w != nil }
 
 // aggOpen opens an aggregate in the free buffer bi, limited to limit
-// bytes.
-func (t *txPath) aggOpen(bi, limit int) error {
+// bytes, for packets on wire id wire.
+func (t *txPath) aggOpen(bi, limit int, wire uint8) error {
 	a := &t.agg
 	buf := t.bufs[bi].dma.Bytes[:min(limit, len(t.bufs[bi].dma.Bytes))]
-	if err := a.w.aggReset(buf); err != nil {
+	if err := a.w.aggReset(buf, wire); err != nil {
 		return fmt.Errorf("mhinet: transmit: aggregate of %d bytes: %w", len(buf), err)
 	}
 	a.open = bi
@@ -61,24 +61,31 @@ func (t *txPath) aggOpen(bi, limit int) error {
 	return nil
 }
 
-// aggAdd puts p (valid, within the MTU) into the open aggregate, opening
-// one when needed and closing the aggregate (into b) when the packet limit
-// is reached or p would pass the byte limit: then p is not taken yet
-// (txAgain without b.err) and the caller offers it again.
+// aggAdd puts p (valid, within the MTU), on wire id b.wire, into the open
+// aggregate, opening one when needed and closing the aggregate (into b)
+// when the packet limit is reached or p would pass the byte limit (or,
+// in an NTB, p's session would be one NDP too many): then p is not taken
+// yet (txAgain without b.err) and the caller offers it again.
 func (t *txPath) aggAdd(b *txBatch, p []byte) txOutcome {
-	d, a := t.d, &t.agg
+	a := &t.agg
 	if a.open < 0 {
 		if len(b.xs) >= b.room || len(t.free) == 0 {
 			b.err = ErrBusy
 			return txAgain
 		}
-		if b.err = t.aggOpen(t.free[len(t.free)-1], a.maxBytes); b.err != nil {
+		if b.err = t.aggOpen(t.free[len(t.free)-1], a.maxBytes, b.wire); b.err != nil {
 			return txAgain
 		}
 		t.free = t.free[:len(t.free)-1]
 	}
+	return t.aggPut(b, p)
+}
+
+// aggPut adds p to the open aggregate (see aggAdd).
+func (t *txPath) aggPut(b *txBatch, p []byte) txOutcome {
+	d, a := t.d, &t.agg
 	buf := &t.bufs[a.open]
-	err := a.w.aggAdd(p)
+	err := a.w.aggAdd(p, b.wire)
 	switch {
 	case err == nil:
 	case buf.pkts > 0 && len(b.xs) >= b.room:
@@ -117,10 +124,10 @@ func (t *txPath) aggAdd(b *txBatch, p []byte) txOutcome {
 func (t *txPath) aggAlone(b *txBatch, p []byte) txOutcome {
 	d, a := t.d, &t.agg
 	bi := a.open
-	if b.err = t.aggOpen(bi, len(t.bufs[bi].dma.Bytes)); b.err != nil {
+	if b.err = t.aggOpen(bi, len(t.bufs[bi].dma.Bytes), b.wire); b.err != nil {
 		return txAgain
 	}
-	if err := a.w.aggAdd(p); err != nil {
+	if err := a.w.aggAdd(p, b.wire); err != nil {
 		a.open = -1
 		t.free = append(t.free, bi)
 		b.err = fmt.Errorf("mhinet: transmit: packet of %d bytes: %w", len(p), err)

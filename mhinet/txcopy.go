@@ -28,7 +28,7 @@ func (t *txPath) copyPacket(b *txBatch, p []byte) txOutcome {
 		return txAgain
 	}
 	bi := t.free[len(t.free)-1]
-	n, err := t.fillOne(&t.bufs[bi], p)
+	n, err := t.fillOne(&t.bufs[bi], p, b.wire)
 	if errors.Is(err, errTooLong) {
 		t.d.c.txTooLong.Add(1)
 		return txDropped
@@ -42,13 +42,14 @@ func (t *txPath) copyPacket(b *txBatch, p []byte) txOutcome {
 	return txSent
 }
 
-// fillOne encodes one packet (valid, within the MTU) into b. It fails with
-// errTooLong, and writes nothing, if p does not fit the buffer.
-func (t *txPath) fillOne(b *txBuffer, p []byte) (int, error) {
+// fillOne encodes one packet (valid, within the MTU) on wire id wire into
+// b. It fails with errTooLong, and writes nothing, if p does not fit the
+// buffer.
+func (t *txPath) fillOne(b *txBuffer, p []byte, wire uint8) (int, error) {
 	if len(p) > len(b.dma.Bytes) {
 		return 0, errTooLong
 	}
-	n, err := t.f.encode(b.dma.Bytes, p)
+	n, err := t.f.encode(b.dma.Bytes, p, wire)
 	if err != nil {
 		return 0, err
 	}

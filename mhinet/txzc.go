@@ -322,7 +322,7 @@ func (z *zcPath) owns(b *ZCBuffer) bool {
 func (d *Device) TransmitZC(bufs []*ZCBuffer) (int, error) {
 	t := &d.tx
 	z := &t.zc
-	b, err := t.begin(true)
+	b, err := t.begin(true, 0)
 	if err != nil {
 		return 0, err
 	}

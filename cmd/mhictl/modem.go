@@ -77,7 +77,10 @@ The LOOPBACK channels (0/1) always loop back. SIGUSR1 logs the current
 session's IP data counters in full (ip_data_stats, every field of the
 modem's counters: what 'mhictl soak --transport vfio-user' accounts with),
 and the server logs those of its last session once more when it exits
-(ip_data_final, after the session's modem stopped).
+(ip_data_final, after the session's modem stopped). Both carry, beside the
+counters (stats), one row per data session that had traffic (sessions:
+MBIM session id or QMAP mux id, its wire id, packets and bytes each way,
+drops), which 'mhictl lab run --json' reports as modem.ip_sessions.
 
 The modem answers MBIM on its MBIM channels (12/13) with the identity of the
 device-table entry it impersonates; with --require-connect it passes no IP
@@ -173,7 +176,7 @@ func (sf *modemServeFlags) run(ctx context.Context, g *globalFlags, out, errOut 
 	}
 	logIPData := func(msg string) {
 		if f := served.Load(); f != nil {
-			events.Info(msg, "stats", f.Stats())
+			events.Info(msg, "stats", f.Stats(), "sessions", f.SessionStats())
 		}
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)

@@ -7,6 +7,8 @@
 package mhinettest
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/gomhi/gomhi/mhi"
@@ -16,6 +18,7 @@ import (
 	"github.com/gomhi/gomhi/mhi/inproc"
 	"github.com/gomhi/gomhi/mhi/wire"
 	"github.com/gomhi/gomhi/mhinet"
+	"github.com/gomhi/gomhi/pcigeneric"
 	"github.com/gomhi/gomhi/pcigeneric/mock"
 )
 
@@ -32,6 +35,10 @@ type Options struct {
 	// Quirks are the field failures the mock modem reproduces, as
 	// mock.Options.Quirks (docs/QUIRKS.md).
 	Quirks quirk.Set
+	// DataFunction, if set, replaces the mock modem's IP data function on
+	// its data pair (an Echo, say); IPData then only shapes what the
+	// mock builds and replaces.
+	DataFunction ep.Function
 	// MHI, if set, replaces the model: the device is a bare ep.Device
 	// offering this channel configuration, with no functions but those
 	// Device gives it, and the controller is built for the same
@@ -85,7 +92,7 @@ func New(tb testing.TB, o Options) *Rig {
 		}
 		r.Transport, r.Controller = bare(tb, *o.MHI, o.Device, o.Host)
 	} else {
-		m, err := mock.Open(mock.Options{Model: o.Model, IPData: o.IPData, Quirks: o.Quirks, Device: o.Device, Host: o.Host})
+		m, err := mock.Open(mock.Options{Model: o.Model, IPData: o.IPData, Quirks: o.Quirks, Device: withData(o.DataFunction, o.Device), Host: o.Host})
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -98,6 +105,48 @@ func New(tb testing.TB, o Options) *Rig {
 	}
 	return r
 }
+
+// withData returns the device adjustment that puts f on the data pair
+// and then applies dev.
+func withData(f ep.Function, dev func(*ep.Config)) func(*ep.Config) {
+	if f == nil {
+		return dev
+	}
+	return func(ec *ep.Config) {
+		pair := pcigeneric.DataPair(ec.MHI)
+		fns := make(map[string]ep.Function, len(ec.Functions))
+		for name, g := range ec.Functions {
+			fns[name] = g
+		}
+		fns[pair] = f
+		ec.Functions = fns
+		if dev != nil {
+			dev(ec)
+		}
+	}
+}
+
+// Echo is an ep.Function that sends every uplink transfer back unchanged
+// as a downlink transfer: what the host framed (its NTBs with their NDP
+// session ids, its QMAP frames with their mux ids) comes back as it went,
+// so a test sees its own wire ids again. Use it with a format whose
+// uplink and downlink framing agree (NTB16, QMAP without checksum
+// offload).
+type Echo struct {
+	transfers atomic.Uint64
+}
+
+// Receive implements ep.Function.
+func (e *Echo) Receive(ctx context.Context, p *ep.Pipe, transfer []byte) error {
+	if err := p.Send(ctx, transfer); err != nil {
+		return err
+	}
+	e.transfers.Add(1)
+	return nil
+}
+
+// Transfers returns the number of transfers echoed.
+func (e *Echo) Transfers() uint64 { return e.transfers.Load() }
 
 // bare builds a bare device offering cfg and a controller for it.
 func bare(tb testing.TB, cfg wire.ControllerConfig, dev func(*ep.Config), host func(*mhi.Options)) (*inproc.Transport, *mhi.Controller) {

@@ -47,6 +47,12 @@ type BridgeConfig struct {
 	IPv4Only bool
 	// Logger receives the bridge's logs (nil: discard).
 	Logger *slog.Logger
+	// Session is the data session (its number N, not the wire id) the
+	// bridge's uplink goes out on (mhinet.Device.TransmitSession and
+	// TransmitGSOSession); with a Mux as the device's Receiver, the
+	// bridge is the session's receiver (AddSession) and its counters are
+	// the session's (Mux.SessionStats).
+	Session uint8
 }
 
 // Bridge moves packets between a TUN Device and an mhinet.Device: Run
@@ -254,14 +260,46 @@ func Connect(tun Device, ctrl *mhi.Controller, devCfg mhinet.Config, cfg BridgeC
 	return b, dev, nil
 }
 
-// Attach sets the device Run transmits on. It must be the device built
-// with b as its Receiver.
+// Attach sets the device Run transmits on, on BridgeConfig.Session. It
+// must be the device built with b as its Receiver, or with a Mux that has
+// b as the session's receiver (AddSession).
 func (b *Bridge) Attach(dev *mhinet.Device) {
-	var tx transmitter = dev
+	s := &sessionTx{dev: dev, n: b.cfg.Session, ready: dev.TransmitReadySession(b.cfg.Session)}
+	var tx transmitter = s
 	b.tx.Store(&tx)
-	var gtx gsoTransmitter = dev
+	var gtx gsoTransmitter = s
 	b.gtx.Store(&gtx)
 	b.dev.Store(dev)
+}
+
+// sessionTx is a device's uplink on one session, with the session's own
+// TransmitReady channel (several bridges wait on one device).
+type sessionTx struct {
+	dev   *mhinet.Device
+	n     uint8
+	ready <-chan struct{}
+}
+
+func (s *sessionTx) Transmit(pkts [][]byte) (int, error) { return s.dev.TransmitSession(s.n, pkts) }
+
+func (s *sessionTx) TransmitGSO(pkts []mhinet.GSOPacket) (int, error) {
+	return s.dev.TransmitGSOSession(s.n, pkts)
+}
+
+func (s *sessionTx) DropGSOPending() int { return s.dev.DropGSOPending() }
+
+func (s *sessionTx) TransmitReady() <-chan struct{} { return s.ready }
+
+// Session returns the session the bridge transmits on
+// (BridgeConfig.Session).
+func (b *Bridge) Session() uint8 { return b.cfg.Session }
+
+// SessionCounts returns the bridge's counters as its session's (it
+// implements SessionCounter): its uplink, and the downlink packets the
+// TUN refused.
+func (b *Bridge) SessionCounts() SessionStats {
+	s := b.Stats()
+	return SessionStats{TxPackets: s.UplinkPackets, TxBytes: s.UplinkBytes, TxDropped: s.UplinkDropped(), RxDropped: s.WriteErrors}
 }
 
 // Device returns the attached device (nil before Attach).

@@ -68,6 +68,9 @@ var ErrNotAttached = errors.New("tun: bridge has no mhinet device attached")
 // ErrRunning: Bridge.Run while another Run is active.
 var ErrRunning = errors.New("tun: bridge already running")
 
+// ErrSessionTaken: AddSession for a session that has a receiver already.
+var ErrSessionTaken = errors.New("tun: session has a bridge already")
+
 // MTU limits of a TUN interface.
 const (
 	// MinMTU is the smallest MTU (IPv4's minimum).

@@ -234,6 +234,7 @@ type ipCounters struct {
 	ulTransfers, ulBytes, ulPackets, ulMalformed atomic.Uint64
 	genPackets                                   atomic.Uint64
 	dlAggregates, dlPackets, dlBytes             atomic.Uint64
+	dlMixed                                      atomic.Uint64
 	pending                                      atomic.Int64
 	flushFull, flushSize, flushIdle, flushTimer  atomic.Uint64
 	droppedSunk, droppedAborted, droppedTooLarge atomic.Uint64
@@ -268,9 +269,13 @@ type Stats struct {
 	GenPackets     uint64 // packets the generator produced
 
 	DLAggregates uint64 // downlink aggregates (transfers) queued
-	DLPackets    uint64 // packets in them: the sum of datagrams per aggregate
-	DLBytes      uint64 // their bytes, framing included
-	Pending      uint64 // packets in the aggregate still open
+	// DLMixedAggregates counts those holding packets of more than one
+	// data session (an NDP per session in one NTB, several mux ids in one
+	// QMAP buffer).
+	DLMixedAggregates uint64
+	DLPackets         uint64 // packets in them: the sum of datagrams per aggregate
+	DLBytes           uint64 // their bytes, framing included
+	Pending           uint64 // packets in the aggregate still open
 
 	// DLDroppedQueued counts the packets of aggregates already queued
 	// (and counted in DLPackets) that the device later dropped: an MHI
@@ -471,6 +476,7 @@ func (f *Function) Stats() Stats {
 		ULCsumBad:           c.ulCsumBad.Load(),
 		GenPackets:          c.genPackets.Load(),
 		DLAggregates:        c.dlAggregates.Load(),
+		DLMixedAggregates:   c.dlMixed.Load(),
 		DLPackets:           c.dlPackets.Load(),
 		DLBytes:             c.dlBytes.Load(),
 		Pending:             uint64(max(c.pending.Load(), 0)),
@@ -873,6 +879,9 @@ func (f *Function) flushLocked(cause *atomic.Uint64) {
 		f.st.droppedReset.Add(uint64(cnt))
 		f.aggS.settle(&f.sess, false)
 		return
+	}
+	if f.aggS.n > 1 {
+		f.st.dlMixed.Add(1)
 	}
 	f.aggS.settle(&f.sess, true)
 	cause.Add(1)

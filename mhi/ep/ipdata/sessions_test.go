@@ -197,6 +197,17 @@ func TestIPDataSessionsInterleaved(t *testing.T) {
 				if mixed := maxInt(sessions); mixed != k {
 					t.Fatalf("no DL aggregate holds all %d sessions: %v", k, sessions)
 				}
+				// DLMixedAggregates counts what the decoding saw: the
+				// aggregates holding more than one session.
+				var mixedSeen uint64
+				for _, n := range sessions {
+					if n > 1 {
+						mixedSeen++
+					}
+				}
+				if s.DLMixedAggregates != mixedSeen || mixedSeen == 0 {
+					t.Fatalf("DLMixedAggregates %d, %d aggregates seen holding several sessions (%v)", s.DLMixedAggregates, mixedSeen, sessions)
+				}
 				rows := checkSessionConservation(t, r.ipd)
 				for n := range uint8(k) {
 					row := rowOf(t, rows, n)

@@ -770,7 +770,9 @@ func (f *MBIM) connectInfo(sid uint32) mbim.ConnectInfo {
 	if sid >= uint32(f.modem.MaxSessions()) {
 		return ci
 	}
-	if s := f.modem.SessionOf(uint8(sid)); s.Active {
+	s := f.modem.SessionOf(uint8(sid))
+	ci.NwError = s.EndCause
+	if s.Active {
 		ci.ActivationState = mbim.ActivationStateActivated
 		ci.IPType = uint32(s.Type) // IPType's IPv4/IPv6/IPv4v6 are MBIM's 1/2/3
 		ci.ContextType = mbim.ContextTypeInternet

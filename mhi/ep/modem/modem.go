@@ -204,7 +204,16 @@ type Session struct {
 	// ID counts connects: it changes with every new session, so a control
 	// function can hand out session handles (QMI's packet data handle).
 	ID uint32
+	// EndCause is the 3GPP session-management cause (TS 24.008
+	// §10.5.6.6) the network gave when it ended the session on its own:
+	// CauseRegularDeactivation after NetworkDisconnect, 0 while active or
+	// after the host's deactivation. MBIM carries it as CONNECT's NwError.
+	EndCause uint32
 }
+
+// CauseRegularDeactivation is 3GPP cause #36, "regular deactivation": the
+// network released the PDN.
+const CauseRegularDeactivation = 36
 
 // EventKind says what changed in a Event.
 type EventKind uint8
@@ -747,7 +756,7 @@ func (m *Modem) Disconnect() bool { return m.DisconnectSession(0) }
 // deactivate, QMI STOP_NETWORK); it reports whether it was active. Other
 // sessions are untouched.
 func (m *Modem) DisconnectSession(n uint8) bool {
-	return m.disconnect(func(s *Session) bool { return s.Number == n })
+	return m.disconnect(func(s *Session) bool { return s.Number == n }, 0)
 }
 
 // NetworkDisconnect ends session n as the network does on its own (a
@@ -757,7 +766,7 @@ func (m *Modem) DisconnectSession(n uint8) bool {
 // SessionId, QMI indicates the packet service disconnected to the
 // session's clients.
 func (m *Modem) NetworkDisconnect(n uint8) bool {
-	if !m.DisconnectSession(n) {
+	if !m.disconnect(func(s *Session) bool { return s.Number == n }, CauseRegularDeactivation) {
 		return false
 	}
 	m.netDisconnects.Add(1)
@@ -769,19 +778,20 @@ func (m *Modem) NetworkDisconnect(n uint8) bool {
 // newer one another function started meanwhile). It reports whether it
 // ended one.
 func (m *Modem) disconnectID(id uint32) bool {
-	return m.disconnect(func(s *Session) bool { return s.ID == id })
+	return m.disconnect(func(s *Session) bool { return s.ID == id }, 0)
 }
 
 // disconnect ends the first active session match (called with m.mu
-// held) approves, and reports whether it ended one.
-func (m *Modem) disconnect(match func(s *Session) bool) bool {
+// held) approves, recording the network's cause (0: the host asked), and
+// reports whether it ended one.
+func (m *Modem) disconnect(match func(s *Session) bool, cause uint32) bool {
 	m.mu.Lock()
 	for i := range m.sessions {
 		s := &m.sessions[i]
 		if !s.Active || !match(s) {
 			continue
 		}
-		s.Active = false
+		s.Active, s.EndCause = false, cause
 		m.updateGateLocked()
 		m.mu.Unlock()
 		m.disconnects.Add(1)

@@ -253,7 +253,10 @@ func TestMBIMSessions(t *testing.T) {
 	}
 	// The network ends session 2: one indication, for SessionId 2.
 	r.m.NetworkDisconnect(2)
-	if got := r.connectIndications(); len(got) != 1 || got[2].ActivationState != mbim.ActivationStateDeactivated {
+	// It carries the network's cause (#36, regular deactivation), which
+	// ModemManager shows; the host's own deactivation of 1 carried none.
+	if got := r.connectIndications(); len(got) != 1 || got[2].ActivationState != mbim.ActivationStateDeactivated ||
+		got[2].NwError != CauseRegularDeactivation {
 		t.Fatalf("CONNECT indications after the network ended 2: %+v", got)
 	}
 	if !r.m.SessionOf(0).Active {

@@ -218,10 +218,11 @@ setsid -c sh -l </dev/ttyS0 >/dev/ttyS0 2>&1`
 // guestInject is the guest's lab-inject FAULT [MODEM]: it asks the lab, on
 // the console, to make served modem MODEM (default 0) fail (the lab relays it to the modem's
 // fault socket, LAB_MODEM_CTL on the host) and gives the host a moment.
+// disconnect-session=N: the network ends data session N alone.
 const guestInject = `#!/bin/sh
 case "$1" in
-sys-err|crash|surprise-removal) ;;
-*) echo "usage: lab-inject sys-err|crash|surprise-removal [MODEM]" >&2; exit 2 ;;
+sys-err|crash|surprise-removal|disconnect-session=[0-9]*) ;;
+*) echo "usage: lab-inject sys-err|crash|surprise-removal|disconnect-session=N [MODEM]" >&2; exit 2 ;;
 esac
 echo "LAB-INJECT $1 ${2:-0}" >/dev/console
 sleep 0.5

@@ -151,6 +151,34 @@ type ModemReport struct {
 	Errors         []string `json:"errors,omitempty"`
 	// IPData is the IP data function's counters of the last session.
 	IPData map[string]any `json:"ip_data,omitempty"`
+	// IPSessions are the IP data function's counters per data session
+	// (MBIM session id, QMAP mux id) of the last session, one row per
+	// data session that saw traffic, by session number.
+	IPSessions []SessionReport `json:"ip_sessions,omitempty"`
+}
+
+// SessionReport is one data session's counters as the served modem
+// logged them (ipdata.SessionStats, in ip_data_final's "sessions").
+type SessionReport struct {
+	// Session is the session number N (MBIM SessionId, wwan link id);
+	// Wire the id the data path carries (the model's mux-id base + N).
+	Session uint8 `json:"session"`
+	Wire    uint8 `json:"wire"`
+	// ULPackets and ULBytes count what the host sent on the session
+	// (IP bytes), GenPackets what the modem's generator made for it,
+	// DLPackets and DLBytes what the modem sent on it (IP bytes, framing
+	// excluded); Pending is still queued.
+	ULPackets  uint64 `json:"ul_packets"`
+	ULBytes    uint64 `json:"ul_bytes"`
+	GenPackets uint64 `json:"gen_packets"`
+	DLPackets  uint64 `json:"dl_packets"`
+	DLBytes    uint64 `json:"dl_bytes"`
+	Pending    uint64 `json:"pending"`
+	// Dropped counts the session's packets dropped for any reason,
+	// DroppedGated the part dropped because the session was not
+	// connected (--require-connect).
+	Dropped      uint64 `json:"dropped"`
+	DroppedGated uint64 `json:"dropped_gated"`
 }
 
 // kernelModule is a module the guest loads, with the kernel option that
@@ -824,6 +852,7 @@ func (s *server) read(r io.Reader, listening chan struct{}) {
 			if st, ok := ev["stats"].(map[string]any); ok {
 				s.report.IPData = st
 			}
+			s.report.IPSessions = sessionRows(sc.Bytes(), s.log)
 		case "exit":
 			for k, p := range map[string]*int64{"sessions": &s.report.Sessions, "messages": &s.report.Messages,
 				"malformed": &s.report.Malformed, "dma_faults": &s.report.DMAFaults, "interrupts": &s.report.Interrupts} {
@@ -834,6 +863,21 @@ func (s *server) read(r io.Reader, listening chan struct{}) {
 		}
 		s.mu.Unlock()
 	}
+}
+
+// sessionRows returns the per-session rows of an ip_data_final event
+// ("sessions"), sorted by session number; a malformed list is reported
+// on log and yields none.
+func sessionRows(line []byte, log io.Writer) []SessionReport {
+	var ev struct {
+		Sessions []SessionReport `json:"sessions"`
+	}
+	if err := json.Unmarshal(line, &ev); err != nil {
+		fmt.Fprintf(log, "lab: the served modem's per-session counters: %v\n", err)
+		return nil
+	}
+	slices.SortFunc(ev.Sessions, func(a, b SessionReport) int { return cmp.Compare(a.Session, b.Session) })
+	return ev.Sessions
 }
 
 // stop ends the server (SIGTERM, then SIGKILL after 10 s) and returns its
@@ -851,5 +895,6 @@ func (s *server) stop() ModemReport {
 	defer s.mu.Unlock()
 	r := s.report
 	r.Errors = slices.Clone(r.Errors)
+	r.IPSessions = slices.Clone(r.IPSessions)
 	return r
 }
