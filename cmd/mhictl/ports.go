@@ -63,7 +63,8 @@ type controlPlane struct {
 	ports    []*ctrlport.Port
 	pairs    []string // the pair of each port
 	binds    []sysfs.Port
-	session  *ctrlport.Session
+	session  *ctrlport.Session  // session 0 of sessions
+	sessions *ctrlport.Sessions // nil without an MBIM or QMI channel
 	closeOne sync.Once
 }
 
@@ -138,36 +139,12 @@ func (cp *controlPlane) port(pair string) *ctrlport.Port {
 	return nil
 }
 
-// startSession starts the data session over the MBIM port, or the QMI
-// port where the model has no MBIM, configuring host when set. It does
-// nothing for a model with neither.
-func (cp *controlPlane) startSession(host ctrlport.HostConfigurer, log *slog.Logger, out upLog) {
-	var client ctrlport.SessionClient
-	var over string
-	if p := cp.port("MBIM"); p != nil {
-		client, over = ctrlport.NewMBIMSession(p.Pair()), "MBIM"
-	} else if p := cp.port("QMI"); p != nil {
-		client, over = ctrlport.NewQMISession(p.Pair()), "QMI"
-	} else {
-		if len(cp.ports) > 0 {
-			out.printf("data session: not driven (the model has no MBIM or QMI control channel)")
-		}
-		return
-	}
-	opts := ctrlport.SessionOptions{Logger: log}
-	if host != nil {
-		opts.Host = host
-	}
-	cp.session = ctrlport.NewSession(client, opts)
-	out.printf("data session over %s: 'mhictl connect DEV --apn APN' connects it", over)
-}
-
 // close stops the session and the ports (removing their links) and
 // removes the run directories it created, if empty.
 func (cp *controlPlane) close() {
 	cp.closeOne.Do(func() {
-		if cp.session != nil {
-			cp.session.Close()
+		if cp.sessions != nil {
+			cp.sessions.Close()
 		}
 		for _, p := range cp.ports {
 			_ = p.Close()
@@ -291,9 +268,10 @@ func addrText(p netip.Prefix) string {
 }
 
 // startControl opens the control ports in the run directory and starts
-// the data session, configuring ifc (nil without --tun).
+// the data sessions, session 0 configuring ifc (nil without --tun),
+// sessions N > 0 making their interfaces as sn says.
 func startControl(f *upFlags, info *pcigeneric.ModemInfo, ctrl *mhi.Controller, ifc *tun.Interface, setMTU func(int) error,
-	static netip.Prefix, log *slog.Logger, out upLog) (*controlPlane, error) {
+	static netip.Prefix, sn *sessionNet, log *slog.Logger, out upLog) (*controlPlane, error) {
 	dir := f.runDir
 	if dir == "" {
 		dir = defaultRunDir(f.name)
@@ -306,7 +284,10 @@ func startControl(f *upFlags, info *pcigeneric.ModemInfo, ctrl *mhi.Controller, 
 	if ifc != nil {
 		host = &tunHost{ifc: ifc, setMTU: setMTU, static: tunAddrs(static)}
 	}
-	cp.startSession(host, log, out)
+	if err := cp.startSessions(f.maxSessions, info.MuxIDBase, host, sn, log, out); err != nil {
+		cp.close()
+		return nil, err
+	}
 	if f.requireConnect {
 		out.printf("IP data gated: the mock passes none until a session is connected")
 	}
@@ -320,4 +301,13 @@ func mockStats(m *mock.Mock) map[string]func() any {
 		return nil
 	}
 	return map[string]func() any{"modem": func() any { return m.Functions.Stats() }}
+}
+
+// modemSessions is the embedded mock's counters of one session
+// (stats/modem_sessions/<N>/), nil without an embedded mock.
+func modemSessions(m *mock.Mock) func(n uint8) any {
+	if m == nil || m.Functions == nil {
+		return nil
+	}
+	return func(n uint8) any { return m.Functions.SessionStatsOf(n) }
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gomhi/gomhi/mhi"
+	"github.com/gomhi/gomhi/mhi/ctrlport"
 	"github.com/gomhi/gomhi/mhi/ep"
 	"github.com/gomhi/gomhi/mhi/ep/ipdata"
 	"github.com/gomhi/gomhi/mhi/ep/modem"
@@ -60,6 +61,9 @@ type upFlags struct {
 	quirks quirkFlag
 	// readyTimeout is --ready-timeout (0: the model's).
 	readyTimeout time.Duration
+	// maxSessions is --max-sessions: the data sessions the host drives
+	// (and the embedded mock takes).
+	maxSessions int
 }
 
 func newUpCmd(g *globalFlags) *cobra.Command {
@@ -123,6 +127,7 @@ without an address until a session is connected.`,
 	fl.IntVar(&f.rddmSize, "rddm-size", 0, "bytes of host memory kept for a RAM dump: a modem that crashes into RDDM has its dump collected before recovery (0: off; attribute rddm)")
 	fl.StringVar(&f.transcript, "transcript", "", "write what the embedded mock observes of the host to FILE, one JSON object per line, for 'mhictl transcript diff' (the served modem's: 'mhictl modem serve --transcript')")
 	fl.DurationVar(&f.readyTimeout, "ready-timeout", 0, "how long to wait for the modem to become READY at power-up and after a reset (0: the model's table entry: its ready timeout or, without one, its timeout)")
+	fl.IntVar(&f.maxSessions, "max-sessions", ctrlport.DefaultMaxSessions, "data sessions the host drives, 0..N-1 ('mhictl connect --session N'), and the embedded mock takes (1..256)")
 	f.quirks.add(fl, "the embedded mock")
 	f.boot.add(cmd, true)
 	return cmd
@@ -195,6 +200,9 @@ func checkUpFlags(cmd *cobra.Command, f *upFlags) (upSettings, error) {
 	}
 	if err := f.quirks.parse(); err != nil {
 		return s, err
+	}
+	if f.maxSessions < 1 || f.maxSessions > 256 {
+		return s, fmt.Errorf("--max-sessions %d: want 1..256", f.maxSessions)
 	}
 	if f.readyTimeout < 0 {
 		return s, fmt.Errorf("--ready-timeout %v: want 0 (the model's) or more", f.readyTimeout)
@@ -430,7 +438,7 @@ func openMock(f *upFlags, s upSettings, info *pcigeneric.ModemInfo, d upData, lo
 		}
 	}
 	m, err := mock.Open(mock.Options{
-		Model: info.Name, Name: f.name, Logger: log, Modem: modem.Config{RequireConnect: f.requireConnect},
+		Model: info.Name, Name: f.name, Logger: log, Modem: modem.Config{RequireConnect: f.requireConnect, MaxSessions: f.maxSessions},
 		IPData:      &ipdata.Config{Format: d.format, QMAPCsum: d.qmapCsum, Responder: s.responder},
 		FirmwareDir: f.firmware, RDDMSize: f.rddmSize, Device: func(c *ep.Config) { c.Boot = bc; record(c) },
 		Quirks: f.quirks.set,
@@ -442,9 +450,11 @@ func openMock(f *upFlags, s upSettings, info *pcigeneric.ModemInfo, d upData, lo
 	return m, func() { _ = m.Close(); closeRec() }, nil
 }
 
-// upNet is up's network device and, with --tun, its interface.
+// upNet is up's network device, the Mux that hands its packets to the
+// sessions' receivers and, with --tun, session 0's interface.
 type upNet struct {
 	dev    *mhinet.Device
+	mux    *tun.Mux
 	ifc    *tun.Interface  // nil without --tun
 	setMTU func(int) error // nil without --tun
 }
@@ -460,20 +470,29 @@ func openNetwork(ctx context.Context, f *upFlags, s upSettings, m *upModem, log 
 			undo.run()
 		}
 	}()
+	// The wire id of session 0 is the model's base; the device follows
+	// a modem that numbers its sessions otherwise (the sdx72-mux-112
+	// quirk).
 	devCfg := mhinet.Config{Pair: m.data.pair, Format: m.data.format, QMAPCsum: m.data.qmapCsum, MRU: m.data.mru, FollowSession: true,
-		Logger: log, RxCopy: s.rxCopy}
+		Session: m.info.MuxIDBase, Logger: log, RxCopy: s.rxCopy}
 	n := &upNet{}
 	var bridge *tun.Bridge
 	if f.tunName != "" {
 		var removeTUN func()
-		bridge, n.ifc, n.dev, removeTUN, err = openBridge(f, s, m.ctrl, devCfg, log, out)
+		bridge, n.ifc, n.dev, n.mux, removeTUN, err = openBridge(f, s, m.ctrl, devCfg, log, out)
 		if err != nil {
 			return nil, nil, err
 		}
 		undo.add(removeTUN)
 		n.setMTU = bridge.SetMTU
-	} else if n.dev, err = mhinet.New(m.ctrl, devCfg, mhinet.ReceiverFunc(discard)); err != nil {
-		return nil, nil, err
+	} else {
+		// No interfaces: session 0's packets are counted and released;
+		// those of other sessions are counted as for no session.
+		n.mux = tun.NewMux()
+		n.mux.Set(0, mhinet.ReceiverFunc(discard))
+		if n.dev, err = mhinet.New(m.ctrl, devCfg, n.mux); err != nil {
+			return nil, nil, err
+		}
 	}
 	if err := n.dev.Up(); err != nil {
 		return nil, nil, err
@@ -507,10 +526,10 @@ func openNetwork(ctx context.Context, f *upFlags, s upSettings, m *upModem, log 
 // joins it to a network device on ctrl; the cleanup removes the
 // interface.
 func openBridge(f *upFlags, s upSettings, ctrl *mhi.Controller, devCfg mhinet.Config, log *slog.Logger, out upLog) (
-	_ *tun.Bridge, _ *tun.Interface, _ *mhinet.Device, cleanup func(), err error) {
+	_ *tun.Bridge, _ *tun.Interface, _ *mhinet.Device, _ *tun.Mux, cleanup func(), err error) {
 	ifc, err := tun.OpenWith(f.tunName, tun.OpenOptions{GSO: f.gso})
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, nil, nil, err
 	}
 	remove := func() {
 		if err := ifc.Close(); err != nil {
@@ -524,18 +543,18 @@ func openBridge(f *upFlags, s upSettings, ctrl *mhi.Controller, devCfg mhinet.Co
 	}()
 	mtu := mhinet.DefaultMTU
 	if err := ifc.Configure(tun.Config{MTU: mtu, Up: true, Addrs: tunAddrs(s.prefix)}); err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, nil, nil, err
 	}
-	bridge, dev, err := tun.Connect(ifc, ctrl, devCfg, tun.BridgeConfig{Logger: log, NoGRO: !f.gro})
+	mux, bridge, dev, err := tun.ConnectMux(ifc, ctrl, devCfg, tun.BridgeConfig{Logger: log, NoGRO: !f.gro, Session: 0})
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, nil, nil, err
 	}
 	gro := "off"
 	if f.gso && f.gro {
 		gro = "on"
 	}
 	out.printf("interface %s up, %s, mtu %d, offloads %v, gro %s", ifc.Name(), addrText(s.prefix), mtu, ifc.Offloads(), gro)
-	return bridge, ifc, dev, remove, nil
+	return bridge, ifc, dev, mux, remove, nil
 }
 
 // openControl starts the control plane: the control ports and the data
@@ -549,15 +568,18 @@ func openControl(ctx context.Context, f *upFlags, s upSettings, m *upModem, n *u
 			undo.run()
 		}
 	}()
-	cp, err := startControl(f, m.info, m.ctrl, n.ifc, n.setMTU, s.prefix, log, out)
+	sn := &sessionNet{ctx: ctx, mux: n.mux, dev: n.dev, tunName: f.tunName, gso: f.gso, gro: f.gro, log: log, out: out}
+	cp, err := startControl(f, m.info, m.ctrl, n.ifc, n.setMTU, s.prefix, sn, log, out)
 	if err != nil {
 		return nil, err
 	}
 	undo.add(cp.close)
 
 	tree := sysfs.NewTree()
+	data, own := muxCounters(n.mux)
 	tree.AddDevice(f.name, sysfs.Device{Controller: m.ctrl, Net: n.dev, Model: m.info.Name, SetMTU: n.setMTU,
-		Ports: cp.binds, Session: cp.session, Stats: mockStats(m.embedded)})
+		Ports: cp.binds, Session: cp.session, Sessions: cp.sessions, Stats: mockStats(m.embedded),
+		SessionData: data, SessionsStats: own, ModemSessions: modemSessions(m.embedded)})
 	stopNetlink, err := serveNetlink(ctx, f, tree, log, out)
 	if err != nil {
 		return nil, err
