@@ -207,6 +207,11 @@ func pingBoth(t *testing.T, u *upProc, c [2]sessionOut) {
 	if u := after["sessions/rx_session_unknown"]; u != 0 {
 		t.Errorf("%d packets of an unknown session", u)
 	}
+	// The host numbered its sessions from the model's base from the
+	// start: it never had to follow the modem's.
+	if f := after["net/tx_session_follows"]; f != 0 {
+		t.Errorf("the uplink followed the modem's session numbering %d times (net/tx_session %d)", f, after["net/tx_session"])
+	}
 	m := scrape(t, u)
 	for _, want := range []string{`mhi_sessions_up{device="mhi0",session="1"} 1`, `mhi_sessions_up{device="mhi0",session="0"} 1`,
 		fmt.Sprintf(`mhi_sessions_rx_packets_total{device="mhi0",session="1"} %d`, after["sessions/1/rx_packets"])} {
@@ -293,4 +298,14 @@ func TestUpMultiSessionNetworkDisconnect(t *testing.T) {
 	}
 	u.stop(t)
 	sigterm(t, srv, srvLog)
+}
+
+// TestUpMultiSessionBase112: the journey on foxconn-t99w640, an SDX72 in
+// MBIM mode whose sessions are numbered from 112 on the wire (MuxIDBase):
+// session N is SessionId N in CONNECT and 112+N in the NDPs.
+func TestUpMultiSessionBase112(t *testing.T) {
+	if !inNetns(t) {
+		return
+	}
+	multiSession(t, "mbim", "--model", "foxconn-t99w640")
 }
