@@ -95,7 +95,10 @@ named as Linux names its wwan ports (wwan0mbim0, wwan0qmi0, wwan0at0…):
 /dev/wwan0mbim0. 'mhictl connect mhi0 --apn APN' connects the data session
 over MBIM and configures the TUN interface with what the modem assigned;
 'mhictl disconnect mhi0' ends it. Give --tun-addr "" to leave the interface
-without an address until a session is connected.`,
+without an address until a session is connected. More sessions at once
+(internet and IMS, several APNs): 'mhictl connect mhi0 --apn ims --session 1'
+connects session 1 on an interface of its own, mhi0.1, removed again when
+the session ends; --max-sessions bounds them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
