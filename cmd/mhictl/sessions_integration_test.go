@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -308,4 +309,34 @@ func TestUpMultiSessionBase112(t *testing.T) {
 		return
 	}
 	multiSession(t, "mbim", "--model", "foxconn-t99w640")
+}
+
+// TestUpMultiSessionNoTUN: without --tun, sessions connect all the same,
+// with no interface (the modem's gate opens for each), and disconnect.
+func TestUpMultiSessionNoTUN(t *testing.T) {
+	if !inNetns(t) {
+		return
+	}
+	cmd := mhictl("up", "--model", "telit-fn990", "--require-connect", "--run-dir", filepath.Join(t.TempDir(), "run"))
+	l := startProc(t, cmd, "ready (SIGINT")
+	var c [2]sessionOut
+	mhictlJSON(t, &c[0], "connect", "mhi0", "--apn", "internet")
+	mhictlJSON(t, &c[1], "connect", "mhi0", "--apn", "ims", "--session", "1")
+	if c[0].Interface != "" || c[1].Interface != "" || c[1].Session != 1 || c[1].IPv4 != "198.18.1.1/24" || c[1].State != "connected" {
+		t.Fatalf("connects without --tun printed %+v and %+v", c[0], c[1])
+	}
+	if exists, _ := hasAddr("mhi0.1", ""); exists {
+		t.Fatal("an interface made without --tun")
+	}
+	mhictlFails(t, "configures no interface", "connect", "mhi0", "--apn", "iot", "--session", "2", "--interface", "iot0")
+	st := localStats(t)
+	if st["sessions/1/connected"] != 1 || st["sessions/0/connected"] != 1 {
+		t.Errorf("after two connects: sessions/1/connected %d", st["sessions/1/connected"])
+	}
+	var d sessionOut
+	mhictlJSON(t, &d, "disconnect", "mhi0", "--session", "1")
+	if d.State != "disconnected" {
+		t.Fatalf("disconnect --session 1 printed %+v", d)
+	}
+	sigterm(t, cmd, l)
 }
