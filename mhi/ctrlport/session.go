@@ -850,11 +850,11 @@ func (s *Session) Disconnect(ctx context.Context) (SessionState, error) {
 	st := s.state
 	s.mu.Unlock()
 	if herr != nil {
-		herr = fmt.Errorf("%w: removing the session's configuration from %s: %w", ErrHostConfig, st.Interface, herr)
+		herr = fmt.Errorf("%w: removing session %d's configuration from %s: %w", ErrHostConfig, s.opts.Number, cur.Interface, herr)
 		s.fail(&s.stats.DisconnectFailures, herr)
 		return s.State(), herr
 	}
-	s.log.Info("session disconnected", "apn", cur.APN)
+	s.log.Info("session disconnected", "session", s.opts.Number, "apn", cur.APN)
 	return st, nil
 }
 
@@ -928,7 +928,7 @@ func (s *Session) check() {
 	s.mu.Lock()
 	s.stats.NetworkDisconnects++
 	s.mu.Unlock()
-	s.log.Info("the modem ended the session", "apn", cur.APN)
+	s.log.Info("the modem ended the session", "session", s.opts.Number, "apn", cur.APN)
 }
 
 // Close stops watching the modem and closes the client. It leaves the
