@@ -65,6 +65,8 @@ type txPath struct {
 	// ready wakes a caller waiting after ErrBusy (Device.TransmitReady);
 	// sessionReady are the channels of TransmitReadySession, by session
 	// (readyMu guards their creation; wake reads the published list).
+	// readyMu is a leaf: nothing is taken under it.
+	// lockorder: txPath.readyMu
 	ready        chan struct{}
 	readyMu      sync.Mutex
 	sessionReady [256]chan struct{}
