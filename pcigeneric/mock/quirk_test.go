@@ -112,8 +112,10 @@ func TestQuirkNoM3Table(t *testing.T) {
 // the ready timeout (and counted); with a shorter one the host gives up
 // saying what it waited for and how to wait longer.
 func TestQuirkSlowReady(t *testing.T) {
-	m := openQuirky(t, "telit-fn990", "slow-ready=2500ms")
+	// The delay runs from the modem's start, inside openQuirky: measure
+	// from before it, so that a slow open cannot look like an early READY.
 	start := time.Now()
+	m := openQuirky(t, "telit-fn990", "slow-ready=2500ms")
 	if err := m.Controller.PowerUp(); err != nil {
 		t.Fatalf("power-up of a slow modem within the 20 s timeout: %v", err)
 	}
