@@ -178,15 +178,16 @@ var statDocs = map[string]map[string]statDoc{
 	// that session): tun.SessionStats of the session's interface; and the
 	// demultiplexer's tun.MuxStats in stats/sessions/ itself.
 	"sessions": {
-		"rx_packets":         counter("packets of this session delivered to its interface"),
-		"rx_bytes":           counterBytes("bytes of the packets of this session delivered to its interface"),
-		"tx_packets":         counter("packets of this session's interface sent on the uplink with its session id or mux id"),
-		"tx_bytes":           counterBytes("bytes of the packets of this session's interface sent on the uplink"),
-		"rx_dropped":         counter("packets of this session dropped on the way to its interface (queue full, interface gone)"),
-		"tx_dropped":         counter("packets of this session's interface dropped on the way to the uplink"),
-		"rx_session_unknown": counter("downlink packets for a session with no interface (one the host has not connected, or a session or mux id the device invented): counted and released, never delivered to another session"),
-		"rx_batches":         counter("receive batches the demultiplexer routed to the sessions' interfaces"),
-		"rx_batches_split":   counter("receive batches that held more than one session (or an unknown one) and were split"),
+		"rx_packets":          counter("packets of this session delivered to its interface"),
+		"rx_bytes":            counterBytes("bytes of the packets of this session delivered to its interface"),
+		"tx_packets":          counter("packets of this session's interface sent on the uplink with its session id or mux id"),
+		"tx_bytes":            counterBytes("bytes of the packets of this session's interface sent on the uplink"),
+		"rx_dropped":          counter("packets of this session dropped on the way to its interface (queue full, interface gone)"),
+		"tx_dropped":          counter("packets of this session's interface dropped on the way to the uplink"),
+		"rx_session_mismatch": counter("downlink packets of one session addressed into another session's prefixes and none of their own (a device that put them in the wrong NDP or under the wrong mux id): counted and released, never delivered through the wrong interface"),
+		"rx_session_unknown":  counter("downlink packets for a session with no interface (one the host has not connected, or a session or mux id the device invented): counted and released, never delivered to another session"),
+		"rx_batches":          counter("receive batches the demultiplexer routed to the sessions' interfaces"),
+		"rx_batches_split":    counter("receive batches that held more than one session (or an unknown one) and were split"),
 	},
 	// The embedded mock modem's ipdata.SessionStats, per session
 	// (stats/modem_sessions/<N>/).

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -166,6 +167,11 @@ type tunHost struct {
 	ifc    *tun.Interface
 	setMTU func(int) error
 	static []netip.Prefix
+	// claim, if set, is told the prefixes the session's addresses are in
+	// (after Apply; the static ones after Remove), so that the device's
+	// demultiplexer can refuse another session's packets for them
+	// (tun.Mux.SetPrefixes).
+	claim func([]netip.Prefix)
 
 	mu     sync.Mutex
 	addrs  []netip.Prefix
@@ -212,6 +218,9 @@ func (h *tunHost) Apply(cfg ctrlport.SessionConfig) error {
 		err = h.ifc.AddRoutes(routes)
 	}
 	if err == nil {
+		if h.claim != nil {
+			h.claim(append(slices.Clone(h.static), addrs...))
+		}
 		return nil
 	}
 	undo := h.removeLocked()
@@ -247,6 +256,9 @@ func (h *tunHost) removeLocked() error {
 	}
 	err := errors.Join(h.ifc.RemoveRoutes(h.routes), h.ifc.RemoveAddrs(drop))
 	h.addrs, h.routes = nil, nil
+	if h.claim != nil {
+		h.claim(h.static)
+	}
 	return err
 }
 
@@ -282,7 +294,12 @@ func startControl(f *upFlags, info *pcigeneric.ModemInfo, ctrl *mhi.Controller, 
 	}
 	var host ctrlport.HostConfigurer
 	if ifc != nil {
-		host = &tunHost{ifc: ifc, setMTU: setMTU, static: tunAddrs(static)}
+		th := &tunHost{ifc: ifc, setMTU: setMTU, static: tunAddrs(static)}
+		if sn != nil && sn.mux != nil {
+			th.claim = func(ps []netip.Prefix) { sn.mux.SetPrefixes(0, ps) }
+			th.claim(th.static)
+		}
+		host = th
 	}
 	if err := cp.startSessions(f.maxSessions, info.MuxIDBase, host, sn, log, out); err != nil {
 		cp.close()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 
 	"github.com/gomhi/gomhi/mhi/ctrlport"
@@ -111,7 +112,8 @@ func (h *sessionTUN) Prepare(name string) error {
 	// The session's MTU applies to its interface only: the device's MTU
 	// (session 0's, --tun) bounds every session's packets.
 	setMTU := func(m int) error { return ifc.SetMTU(min(m, h.sn.dev.MTU())) }
-	h.host = &tunHost{ifc: ifc, setMTU: setMTU}
+	n, mux := h.n, h.sn.mux
+	h.host = &tunHost{ifc: ifc, setMTU: setMTU, claim: func(ps []netip.Prefix) { mux.SetPrefixes(n, ps) }}
 	h.name = name
 	h.sn.out.printf("session %d: interface %s up, mtu %d, offloads %v", h.n, name, mtu, ifc.Offloads())
 	return nil

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -126,5 +127,62 @@ func TestInventedSessionCounted(t *testing.T) {
 				t.Errorf("the metrics lack the unknown session's packets")
 			}
 		})
+	}
+}
+
+// udp4To is udp4 addressed to dst.
+func udp4To(dst netip.Addr, seq uint32) []byte {
+	p := udp4(seq)
+	a := dst.As4()
+	copy(p[16:20], a[:])
+	return p
+}
+
+// TestWrongNDPCounted: a device that puts session 1's packets in session
+// 0's NDP (here: an echo modem returning on session 0 what the host sent
+// there addressed to session 1's address) has them counted in
+// stats/sessions/rx_session_mismatch and session 0's rx_dropped once both
+// sessions have their prefixes (what tunHost.claim gives the Mux), and
+// delivered through neither interface; session 0's own packets pass.
+func TestWrongNDPCounted(t *testing.T) {
+	mux := tun.NewMux()
+	rx0, rx1 := &countRx{n: 0}, &countRx{n: 1}
+	mux.Set(0, rx0)
+	mux.Set(1, rx1)
+	mux.SetPrefixes(0, []netip.Prefix{netip.MustParsePrefix("198.18.0.1/24")})
+	mux.SetPrefixes(1, []netip.Prefix{netip.MustParsePrefix("198.18.1.1/24")})
+	cfg := mhinet.Config{Format: framing.NTB16}
+	r := mhinettest.New(t, mhinettest.Options{Model: "telit-fn990", IPData: &ipdata.Config{Format: framing.NTB16},
+		DataFunction: &mhinettest.Echo{}, Net: &cfg, Receiver: mux})
+	ss, err := ctrlport.NewSessions(ctrlport.SessionsOptions{Client: func(uint8) (ctrlport.SessionClient, error) { return idleClient{}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ss.Close)
+	data, own := muxCounters(mux)
+	tr := sysfs.NewTree()
+	tr.AddDevice("mhi0", sysfs.Device{Controller: r.Controller, Net: r.Net, Sessions: ss, SessionData: data, SessionsStats: own})
+	s0, s1 := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.1.1")
+	if _, err := r.Net.TransmitSession(0, [][]byte{udp4To(s1, 1), udp4To(s1, 2), udp4To(s0, 3)}); err != nil {
+		t.Fatal(err)
+	}
+	get := func(p string) string {
+		v, err := tr.Get("devices/mhi0/" + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	poll.Wait(t, 5*time.Second, func() bool {
+		got, _ := rx0.counts()
+		return got == 1 && get("stats/sessions/rx_session_mismatch") == "2"
+	}, func() string {
+		return fmt.Sprintf("mux %+v, session 0's receiver %v", mux.Stats(), rx0)
+	})
+	if got, _ := rx1.counts(); got != 0 {
+		t.Errorf("session 1's receiver got %d packets from session 0's NDP", got)
+	}
+	if get("stats/sessions/0/rx_dropped") != "2" || get("stats/sessions/0/rx_packets") != "1" {
+		t.Errorf("session 0: rx_dropped %s, rx_packets %s", get("stats/sessions/0/rx_dropped"), get("stats/sessions/0/rx_packets"))
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -73,5 +74,37 @@ func TestTunHostNeverConfiguresPartially(t *testing.T) {
 	}
 	if strings.Contains(string(routes), "020012C6") { // 198.18.0.2, little-endian hex
 		t.Errorf("the route to the gateway stayed:\n%s", routes)
+	}
+}
+
+// TestTunHostClaimsPrefixes: a session's interface tells the device's
+// demultiplexer the prefixes its addresses are in once Apply succeeded
+// (with the static ones), only the static ones after Remove, and nothing
+// of a failed Apply's. Runs as root in a network namespace of its own.
+func TestTunHostClaimsPrefixes(t *testing.T) {
+	if !inNetns(t) {
+		return
+	}
+	ifc, err := tun.Open("gomhiclaim0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ifc.Close()
+	static := netip.MustParsePrefix("10.9.9.1/24")
+	var claims []string
+	h := &tunHost{ifc: ifc, setMTU: ifc.SetMTU, static: []netip.Prefix{static},
+		claim: func(ps []netip.Prefix) { claims = append(claims, fmt.Sprint(ps)) }}
+	cfg := ctrlport.SessionConfig{IPv4: netip.MustParsePrefix("198.18.1.1/24"), Gateway4: netip.MustParseAddr("198.18.1.2")}
+	if err := h.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Remove(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Apply(ctrlport.SessionConfig{IPv4: netip.MustParsePrefix("198.18.1.1/24"), MTU: 70000}); err == nil {
+		t.Fatal("Apply of an MTU of 70000 succeeded")
+	}
+	if got := strings.Join(claims, " "); got != "[10.9.9.1/24 198.18.1.1/24] [10.9.9.1/24]" {
+		t.Errorf("claims %q", got)
 	}
 }

@@ -2,6 +2,7 @@ package tun
 
 import (
 	"fmt"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 
@@ -30,13 +31,18 @@ type Mux struct {
 	recv [256]atomic.Pointer[muxEntry]
 	sess [256]muxSession
 
-	unknown atomic.Uint64
-	batches atomic.Uint64
-	split   atomic.Uint64
+	unknown  atomic.Uint64
+	mismatch atomic.Uint64
+	batches  atomic.Uint64
+	split    atomic.Uint64
 
-	// setMu serialises Set and Remove (the fold of a replaced receiver's
-	// counters).
-	setMu sync.Mutex
+	// setMu serialises Set, Remove and SetPrefixes (the fold of a
+	// replaced receiver's counters, the prefixes and the guard built from
+	// them).
+	setMu    sync.Mutex
+	prefixes [256][]netip.Prefix
+	// guard is nil unless two sessions or more have prefixes.
+	guard atomic.Pointer[muxGuard]
 
 	// Receive's state, under rxMu.
 	rxMu    sync.Mutex
@@ -65,6 +71,11 @@ type MuxStats struct {
 	// UnknownSession counts received packets of a session with no
 	// receiver: released, delivered nowhere.
 	UnknownSession uint64 `json:"rx_session_unknown"`
+	// SessionMismatch counts received packets addressed into another
+	// session's prefixes (SetPrefixes) and none of their own: a device
+	// that put one session's packet in another's NDP (or under its mux
+	// id). Released, delivered nowhere.
+	SessionMismatch uint64 `json:"rx_session_mismatch"`
 	// Batches counts the receive batches routed; SplitBatches those that
 	// held more than one session (or an unknown one) and were split.
 	Batches      uint64 `json:"rx_batches"`
@@ -163,7 +174,8 @@ func (m *Mux) Sessions(dst []uint8) []uint8 {
 
 // Stats returns a snapshot of the Mux's own counters.
 func (m *Mux) Stats() MuxStats {
-	return MuxStats{UnknownSession: m.unknown.Load(), Batches: m.batches.Load(), SplitBatches: m.split.Load()}
+	return MuxStats{UnknownSession: m.unknown.Load(), SessionMismatch: m.mismatch.Load(),
+		Batches: m.batches.Load(), SplitBatches: m.split.Load()}
 }
 
 // SessionStats returns session n's counters (see SessionStats), and
@@ -191,8 +203,9 @@ func (m *Mux) Receive(pkts []mhinet.Packet) {
 		return
 	}
 	m.batches.Add(1)
+	g := m.guard.Load()
 	first := pkts[0].Session
-	one := true
+	one := g == nil // with a guard every packet is looked at (route)
 	for i := 1; i < len(pkts) && one; i++ {
 		one = pkts[i].Session == first
 	}
@@ -206,7 +219,7 @@ func (m *Mux) Receive(pkts []mhinet.Packet) {
 	m.rxMu.Lock()
 	defer m.rxMu.Unlock()
 	for _, p := range pkts {
-		m.route(p)
+		m.route(p, g)
 	}
 	for _, n := range m.order {
 		if r := m.got[n]; r != nil {
@@ -221,9 +234,18 @@ func (m *Mux) Receive(pkts []mhinet.Packet) {
 }
 
 // route puts p in its session's scratch slice, looking the session's
-// receiver up on its first packet of the batch, or drops it.
-func (m *Mux) route(p mhinet.Packet) {
+// receiver up on its first packet of the batch, or drops it: a packet of
+// a session with no receiver, or one g says is addressed to another
+// session.
+func (m *Mux) route(p mhinet.Packet, g *muxGuard) {
 	n := p.Session
+	if g != nil && g.foreign(n, p.Data) {
+		p.Release()
+		m.mismatch.Add(1)
+		m.sess[n].used.Store(true)
+		m.sess[n].rxDropped.Add(1)
+		return
+	}
 	if m.seen[n/64]&(1<<(n%64)) == 0 {
 		m.seen[n/64] |= 1 << (n % 64)
 		m.order = append(m.order, n)
@@ -301,4 +323,79 @@ func ConnectMux(tun Device, ctrl *mhi.Controller, devCfg mhinet.Config, cfg Brid
 		return nil, nil, nil, err
 	}
 	return mux, b, dev, nil
+}
+
+// SetPrefixes records the prefixes session n's addresses are in (what its
+// interface was given; nil when it has none). Once two sessions or more
+// have prefixes, a received packet of session n addressed into another
+// session's prefixes and none of n's own is dropped and counted
+// (MuxStats.SessionMismatch, the session's RxDropped) instead of being
+// handed to n's receiver: the host would take it on the wrong
+// interface, delivering one session's traffic through another. Packets
+// to addresses no session claims pass (a routed network behind the
+// session).
+func (m *Mux) SetPrefixes(n uint8, ps []netip.Prefix) {
+	m.setMu.Lock()
+	defer m.setMu.Unlock()
+	m.prefixes[n] = m.prefixes[n][:0]
+	for _, p := range ps {
+		if p.IsValid() {
+			m.prefixes[n] = append(m.prefixes[n], p.Masked())
+		}
+	}
+	g := &muxGuard{}
+	sessions := 0
+	for i, list := range m.prefixes {
+		if len(list) > 0 {
+			sessions++
+		}
+		for _, p := range list {
+			g.entries = append(g.entries, guardEntry{n: uint8(i), p: p})
+		}
+	}
+	if sessions < 2 {
+		g = nil
+	}
+	m.guard.Store(g)
+}
+
+// muxGuard is the sessions' prefixes, read by Receive: built whole by
+// SetPrefixes, never changed after.
+type muxGuard struct {
+	entries []guardEntry
+}
+
+type guardEntry struct {
+	n uint8
+	p netip.Prefix
+}
+
+// foreign reports whether pkt, a packet of session n, is addressed into
+// another session's prefixes and none of n's own.
+func (g *muxGuard) foreign(n uint8, pkt []byte) bool {
+	dst, ok := destination(pkt)
+	if !ok {
+		return false
+	}
+	other := false
+	for _, e := range g.entries {
+		if e.p.Contains(dst) {
+			if e.n == n {
+				return false
+			}
+			other = true
+		}
+	}
+	return other
+}
+
+// destination returns an IP packet's destination address.
+func destination(pkt []byte) (netip.Addr, bool) {
+	switch {
+	case len(pkt) >= 20 && pkt[0]>>4 == 4:
+		return netip.AddrFrom4([4]byte(pkt[16:20])), true
+	case len(pkt) >= 40 && pkt[0]>>4 == 6:
+		return netip.AddrFrom16([16]byte(pkt[24:40])), true
+	}
+	return netip.Addr{}, false
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -231,5 +232,67 @@ func testMuxBridges(t *testing.T, f framing.Format, echo bool) {
 		if ms.Wire != 112+s || ms.ULPackets != hs.TxPackets || ms.DLPackets != hs.RxPackets || ms.ULBytes != hs.TxBytes || ms.DLBytes != hs.RxBytes {
 			t.Errorf("session %d: modem %+v, host %+v", s, ms, hs)
 		}
+	}
+}
+
+// to is a received packet of session n addressed to dst.
+func to(n uint8, dst netip.Addr, seq uint32) mhinet.Packet {
+	p := pkt(n, seq)
+	if dst.Is4() {
+		a := dst.As4()
+		copy(p.Data[16:20], a[:])
+		return p
+	}
+	d := make([]byte, 48)
+	d[0] = 0x60
+	a := dst.As16()
+	copy(d[24:40], a[:])
+	binary.BigEndian.PutUint32(d[40:], seq)
+	p.Data = d
+	return p
+}
+
+// A device that puts one session's packet in another's NDP: once the
+// sessions have prefixes, a packet of session 0 addressed into session
+// 1's (and not 0's) is dropped and counted, not delivered through
+// session 0's interface; a packet to an address no session claims
+// passes; with one session's prefixes only, nothing is checked.
+func TestMuxSessionMismatch(t *testing.T) {
+	m := tun.NewMux()
+	r0, r1 := &muxRx{n: 0}, &muxRx{n: 1}
+	m.Set(0, r0)
+	m.Set(1, r1)
+	s0, s1 := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.1.1")
+	s1v6 := netip.MustParseAddr("fd00:6d68:6900:1::1")
+	out := netip.MustParseAddr("203.0.113.9")
+	m.SetPrefixes(0, []netip.Prefix{netip.MustParsePrefix("198.18.0.1/24"), netip.MustParsePrefix("fd00:6d68:6900::1/64")})
+	m.Receive([]mhinet.Packet{to(0, s1, 1)}) // one session's prefixes: no check
+	if len(r0.batches) != 1 {
+		t.Fatalf("with one session's prefixes, session 0 got %v", r0.batches)
+	}
+	m.SetPrefixes(1, []netip.Prefix{netip.MustParsePrefix("198.18.1.1/24"), netip.MustParsePrefix("fd00:6d68:6900:1::1/64")})
+	m.Receive([]mhinet.Packet{to(0, s0, 2), to(0, s1, 3), to(0, out, 4), to(0, s1v6, 5), to(1, s1, 6)})
+	m.Receive([]mhinet.Packet{to(1, s0, 7)})
+	if fmt.Sprint(r0.batches) != "[[1] [2 4]]" || fmt.Sprint(r1.batches) != "[[6]]" {
+		t.Fatalf("session 0 got %v, session 1 got %v", r0.batches, r1.batches)
+	}
+	if st := m.Stats(); st.SessionMismatch != 3 || st.UnknownSession != 0 {
+		t.Fatalf("stats %+v, want 3 mismatched", st)
+	}
+	if s, _ := m.SessionStats(0); s.RxDropped != 2 || s.RxPackets != 3 {
+		t.Fatalf("session 0: %+v", s)
+	}
+	m.SetPrefixes(1, nil) // session 1 disconnected: no check again
+	m.Receive([]mhinet.Packet{to(0, s1, 8)})
+	if fmt.Sprint(r0.batches) != "[[1] [2 4] [8]]" {
+		t.Fatalf("after session 1's prefixes went, session 0 got %v", r0.batches)
+	}
+	m.SetPrefixes(1, []netip.Prefix{netip.MustParsePrefix("198.18.1.1/24")})
+	drop := mhinet.ReceiverFunc(func([]mhinet.Packet) {})
+	m.Set(0, drop)
+	m.Set(1, drop)
+	batch := []mhinet.Packet{to(0, s0, 9), to(1, s1, 10), to(0, s1, 11)}
+	if a := testing.AllocsPerRun(100, func() { m.Receive(batch) }); a != 0 {
+		t.Fatalf("%v allocations per batch with the guard on", a)
 	}
 }

@@ -39,9 +39,10 @@ type SessionRow struct {
 // MuxRow is the demultiplexer's counters, named as tun.MuxStats names
 // them.
 type MuxRow struct {
-	UnknownSession uint64 `json:"rx_session_unknown"`
-	Batches        uint64 `json:"rx_batches"`
-	SplitBatches   uint64 `json:"rx_batches_split"`
+	UnknownSession  uint64 `json:"rx_session_unknown"`
+	SessionMismatch uint64 `json:"rx_session_mismatch"`
+	Batches         uint64 `json:"rx_batches"`
+	SplitBatches    uint64 `json:"rx_batches_split"`
 }
 
 // SessionCounters are per-session data counters and the demultiplexer's
