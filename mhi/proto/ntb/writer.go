@@ -483,7 +483,7 @@ func (w *Writer) AppendSession(n int, sid uint8) ([]byte, error) {
 	k := w.l.key(sid)
 	t, l := &w.t, &w.l
 	if t.nndp > 1 {
-		if b, ok := w.appendLast(n, k); ok {
+		if b, ok := w.appendKnown(n, k); ok {
 			return b, nil
 		}
 		return w.appendSlow(n, k)
@@ -515,7 +515,7 @@ func (w *Writer) AppendSession(n int, sid uint8) ([]byte, error) {
 }
 
 // appendSlow is AppendSession when its fast paths do not apply: a new
-// NDP, an NDP other than the last, or a datagram that may be refused.
+// NDP, or a datagram that may be refused.
 func (w *Writer) appendSlow(n int, k uint8) ([]byte, error) {
 	start, slot, err := w.t.place(&w.l, n, k, len(w.buf))
 	if err != nil {
@@ -535,32 +535,42 @@ func (w *Writer) appendSlow(n int, k uint8) ([]byte, error) {
 	return w.buf[start:end:end], nil
 }
 
-// appendLast is AppendSession's fast path with several NDPs: a datagram
-// that fits, for the session of the last NDP. ok is false when the slow
-// path must decide.
-func (w *Writer) appendLast(n int, k uint8) ([]byte, bool) {
+// appendKnown is AppendSession's fast path with several NDPs: a datagram
+// that fits, for a session that has its NDP already. ok is false when
+// the slow path must decide.
+func (w *Writer) appendKnown(n int, k uint8) ([]byte, bool) {
 	t, l := &w.t, &w.l
 	last := t.nndp - 1
-	if t.sids[last] != k || n <= 0 || n > len(w.buf) || t.n >= l.max {
+	if n <= 0 || n > len(w.buf) || t.n >= l.max {
 		return nil, false
+	}
+	slot := last
+	if t.sids[last] != k {
+		if slot = t.slot(k); slot == t.nndp {
+			return nil, false
+		}
 	}
 	start := alignUp(t.off, l.dgAlign)
 	end := start + n
-	total := end // the reserved NDP of NDPFirst, alone
-	if !l.first || last > 0 {
-		// blockLen, knowing that an NDP of one entry or more has no
-		// slack: ndpLen(c) = ndpHdr + entLen×(c+1) for c ≥ 1.
-		total = alignUp(end, l.ndpAlign) + t.padOthers + l.ndpHdr + l.entLen*(t.cnt[last]+2)
+	// blockLen, knowing that an NDP of one entry or more has no slack:
+	// ndpLen(c) = ndpHdr + entLen×(c+1) for c ≥ 1.
+	pad, lastCnt := t.padOthers, t.cnt[last]
+	switch {
+	case slot == last:
+		lastCnt++
+	case l.inTail(slot):
+		pad += l.padded(t.cnt[slot]+1) - l.padded(t.cnt[slot])
 	}
-	if total > len(w.buf) {
+	if alignUp(end, l.ndpAlign)+pad+l.ndpHdr+l.entLen*(lastCnt+1) > len(w.buf) {
 		return nil, false
 	}
 	clear(w.buf[t.off:start])
-	t.cnt[last]++
+	t.padOthers = pad
+	t.cnt[slot]++
 	t.n++
 	t.off = end
-	t.hint = last
-	w.slots = append(w.slots, uint8(last))
+	t.hint = slot
+	w.slots = append(w.slots, uint8(slot))
 	w.ents = append(w.ents, entry{start, n})
 	return w.buf[start:end:end], true
 }
