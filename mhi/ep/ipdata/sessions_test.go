@@ -463,3 +463,44 @@ func TestIPDataGeneratorSessions(t *testing.T) {
 		}
 	}
 }
+
+// TestIPDataSessionStatsOpenAggregate: the packets of the aggregate still
+// open are in their sessions' ULPackets, ULBytes and Pending (not yet in
+// DLPackets), and move to DLPackets and DLBytes when it leaves.
+func TestIPDataSessionStatsOpenAggregate(t *testing.T) {
+	for _, format := range []framing.Format{framing.NTB16, framing.QMAP} {
+		t.Run(format.String(), func(t *testing.T) {
+			r := newIPRig(t, ipRigConfig{ip: Config{Format: format, FlushTimer: -1, NoIdleFlush: true},
+				dlBuffers: 12, ulSize: 65536 - 64, ring: 8})
+			cfg := r.ipd.Config()
+			pkts := []wirePacket{
+				{0, testPacket(100, 1)}, {1, testPacket(200, 2)}, {0, testPacket(300, 3)},
+				{1, testPacket(40, 4)}, {0, testPacket(60, 5)},
+			}
+			for _, x := range encodeULWire(t, cfg, pkts, 8, r.ulSize) {
+				r.sendUL(x)
+			}
+			r.pumpUntil("uplink", func() bool { return r.ipd.Stats().ULPackets == uint64(len(pkts)) })
+			want := map[uint8][2]uint64{0: {3, 460}, 1: {2, 240}} // packets, bytes
+			rows := checkSessionConservation(t, r.ipd)
+			for n, w := range want {
+				row := rowOf(t, rows, n)
+				if row.ULPackets != w[0] || row.ULBytes != w[1] || row.Pending != w[0] || row.DLPackets != 0 || row.DLBytes != 0 {
+					t.Fatalf("open aggregate, session %d: %+v", n, row)
+				}
+			}
+			r.ipd.Flush()
+			r.waitAggregates(uint64(len(pkts)))
+			rows = checkSessionConservation(t, r.ipd)
+			for n, w := range want {
+				row := rowOf(t, rows, n)
+				if row.ULPackets != w[0] || row.ULBytes != w[1] || row.Pending != 0 || row.DLPackets != w[0] || row.DLBytes != w[1] {
+					t.Fatalf("flushed, session %d: %+v", n, row)
+				}
+			}
+			if len(rows) != 2 {
+				t.Fatalf("%d session rows", len(rows))
+			}
+		})
+	}
+}
