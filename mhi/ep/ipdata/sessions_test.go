@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/eptest"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
@@ -502,5 +504,34 @@ func TestIPDataSessionStatsOpenAggregate(t *testing.T) {
 				t.Fatalf("%d session rows", len(rows))
 			}
 		})
+	}
+}
+
+// TestIPDataSessionULDroppedInAggregator: an uplink packet the aggregator
+// refuses (empty, too large for an aggregate) is in its session's
+// ULPackets and ULBytes and in its Dropped.
+func TestIPDataSessionULDroppedInAggregator(t *testing.T) {
+	ipd, err := New(Config{Format: framing.NTB16, UplinkRaw: true, MaxAggregate: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := eptest.NewHost(t, func(c *ep.Config) { c.Functions = map[string]ep.Function{Name: ipd} })
+	p, _ := h.Dev.Pipe(Name)
+	drain := p.RunDLWithoutHost()
+	ctx := context.Background()
+	for _, pkt := range [][]byte{{}, testPacket(1500, 1), testPacket(100, 2)} {
+		if err := ipd.Receive(ctx, p, pkt); err != nil {
+			t.Fatal(err)
+		}
+		drain()
+	}
+	ipd.Flush()
+	drain()
+	s := ipd.Stats()
+	rows := checkSessionConservation(t, ipd)
+	row := rowOf(t, rows, 0)
+	if s.DroppedEmpty != 1 || s.DroppedTooLarge != 1 || row.ULPackets != 3 || row.ULBytes != 1600 ||
+		row.Dropped != 2 || row.DLPackets != 1 || row.DLBytes != 100 {
+		t.Fatalf("session 0: %+v; stats %+v", row, s)
 	}
 }
