@@ -345,6 +345,9 @@ func TestIPDataSessionResponder(t *testing.T) {
 		addr6(v6[24:40], 2)
 		be.PutUint16(v6[42:], 0)
 		be.PutUint16(v6[42:], checksum(pseudo6(v6[8:24], v6[24:40], 58, len(echo)), v6[40:]))
+		// The v4 question carries 4 bytes past its IP length, which
+		// its answer leaves out: the session's UL bytes count them.
+		v4 = append(v4, 0, 0, 0, 0)
 		pkts = append(pkts, wirePacket{112 + n, v4}, wirePacket{112 + n, v6})
 	}
 	for _, x := range encodeULWire(t, cfg, pkts, 32, r.ulSize) {
@@ -368,7 +371,13 @@ func TestIPDataSessionResponder(t *testing.T) {
 			}
 		}
 	}
-	checkSessionConservation(t, r.ipd)
+	rows := checkSessionConservation(t, r.ipd)
+	for n := range uint8(3) {
+		ul := uint64(len(pkts[2*n].data) + len(pkts[2*n+1].data))
+		if row := rowOf(t, rows, n); row.ULPackets != 2 || row.DLPackets != 2 || row.ULBytes != ul || row.DLBytes != ul-4 {
+			t.Fatalf("session %d: %+v (UL bytes %d)", n, row, ul)
+		}
+	}
 }
 
 // BenchmarkIPDataSessions is the loopback with one and with two sessions
