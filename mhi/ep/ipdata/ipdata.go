@@ -221,8 +221,10 @@ type Function struct {
 	st ipCounters
 
 	// Sessions: the numbering's base (wireBase), the Gate as a
-	// SessionGate (nil when it is not one), the counters per session,
-	// and the open aggregate's packets per session (guarded by mu).
+	// SessionGate (nil when it is not one), the counters per session
+	// kept outside mu (atomics), and those of the packets that reach an
+	// aggregate, the open one's and the settled ones' totals (guarded by
+	// mu: plain additions per packet; SessionStats takes mu).
 	base  uint8
 	sgate SessionGate
 	sess  [NumSessions]sessCounters
