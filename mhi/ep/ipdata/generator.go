@@ -402,7 +402,7 @@ func (f *Function) runGenerator(ctx context.Context, p *ep.Pipe, g *genRun) {
 			continue
 		}
 		gp.seq = i
-		if err := f.put(ctx, p, n, nil, &gp, sess, true); err != nil {
+		if err := f.put(ctx, p, n, nil, &gp, sess, noUL, true); err != nil {
 			g.err = err
 			break
 		}
@@ -534,7 +534,7 @@ func (v *vgen) run() {
 			f.drop(genSession, &f.st.droppedGated, 1)
 			v.taken++
 		} else {
-			err := f.put(v.ctx, v.p, v.size, nil, &v.gp, genSession, false)
+			err := f.put(v.ctx, v.p, v.size, nil, &v.gp, genSession, noUL, false)
 			switch {
 			case err == nil:
 				g.sent.Add(1)

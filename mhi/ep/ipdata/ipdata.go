@@ -221,8 +221,10 @@ type Function struct {
 	st ipCounters
 
 	// Sessions: the numbering's base (wireBase), the Gate as a
-	// SessionGate (nil when it is not one), the counters per session,
-	// and the open aggregate's packets per session (guarded by mu).
+	// SessionGate (nil when it is not one), the counters per session
+	// kept outside mu (atomics), and those of the packets that reach an
+	// aggregate, the open one's and the settled ones' totals (guarded by
+	// mu: plain additions per packet; SessionStats takes mu).
 	base  uint8
 	sgate SessionGate
 	sess  [NumSessions]sessCounters
@@ -595,7 +597,7 @@ func (r *ulReceive) packet(pkt []byte, inTransfer bool) {
 		pkt = f.reply[:n]
 		f.st.answered.Add(1)
 	}
-	if err := f.add(r.ctx, r.p, pkt, r.sess); err != nil {
+	if err := f.add(r.ctx, r.p, pkt, r.sess, ulLen); err != nil {
 		r.aborted, r.err = true, err
 		if r.taken > 0 {
 			r.drop(ulLen, &f.st.droppedAborted)
@@ -603,7 +605,7 @@ func (r *ulReceive) packet(pkt []byte, inTransfer bool) {
 		return
 	}
 	r.taken++
-	f.countUL(r.sess, ulLen)
+	f.st.ulPackets.Add(1) // its session's, add counted
 }
 
 // Receive implements Function: it splits the uplink transfer into IP
@@ -715,16 +717,22 @@ func (f *Function) bufSize(n int) int {
 
 // add puts one packet of session sess into the open aggregate, opening
 // one in a reserved downlink buffer when needed (blocking while the queue
-// is full) and flushing as the limits say. It fails only when ctx ends or
-// the device closes while it waits for room; the packet is then not
-// accounted for.
-func (f *Function) add(ctx context.Context, p *ep.Pipe, pkt []byte, sess uint8) error {
+// is full) and flushing as the limits say. ul ≥ 0 says the packet answers
+// (or is) an uplink packet of ul bytes, which add counts in its session's
+// UL counters (not in Stats.ULPackets); ul < 0 (noUL), that it was
+// counted before. It fails only when ctx ends or the device closes while
+// it waits for room; the packet is then not accounted for.
+func (f *Function) add(ctx context.Context, p *ep.Pipe, pkt []byte, sess uint8, ul int) error {
 	if len(pkt) == 0 {
-		f.drop(sess, &f.st.droppedEmpty, 1)
+		f.dropPut(sess, &f.st.droppedEmpty, ul)
 		return nil
 	}
-	return f.put(ctx, p, len(pkt), pkt, nil, sess, true)
+	return f.put(ctx, p, len(pkt), pkt, nil, sess, ul, true)
 }
+
+// noUL is add's and put's ul for a packet whose uplink side, if any, is
+// counted elsewhere (generated, shaped).
+const noUL = -1
 
 // errNoBuffer: put without blocking found the downlink queue full.
 var errNoBuffer = errors.New("ipdata: no downlink buffer free")
@@ -732,12 +740,12 @@ var errNoBuffer = errors.New("ipdata: no downlink buffer free")
 // put adds one packet of n bytes to the open aggregate, like add: the
 // bytes of pkt, or, with gen, a generated packet written in place into the
 // aggregate (when the format's writer can reserve room for it; otherwise
-// through gen's scratch buffer), on session sess. Without block it fails
-// with errNoBuffer instead of waiting for a downlink buffer, accounting for
-// nothing.
-func (f *Function) put(ctx context.Context, p *ep.Pipe, n int, pkt []byte, gen *genPacket, sess uint8, block bool) error {
+// through gen's scratch buffer), on session sess, with add's ul. Without
+// block it fails with errNoBuffer instead of waiting for a downlink
+// buffer, accounting for nothing.
+func (f *Function) put(ctx context.Context, p *ep.Pipe, n int, pkt []byte, gen *genPacket, sess uint8, ul int, block bool) error {
 	f.mu.Lock()
-	err := f.putLocked(ctx, p, n, pkt, gen, sess, block)
+	err := f.putLocked(ctx, p, n, pkt, gen, sess, ul, block)
 	f.mu.Unlock()
 	return err
 }
@@ -750,7 +758,7 @@ func (f *Function) putGenerated(ctx context.Context, p *ep.Pipe, sizes []int, ge
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i, n := range sizes {
-		if err := f.putLocked(ctx, p, n, nil, gen, genSession, false); err != nil {
+		if err := f.putLocked(ctx, p, n, nil, gen, genSession, noUL, false); err != nil {
 			if err == errNoBuffer {
 				err = nil
 			}
@@ -763,7 +771,7 @@ func (f *Function) putGenerated(ctx context.Context, p *ep.Pipe, sizes []int, ge
 
 // putLocked is put with f.mu held; it may release it while it waits for
 // a downlink buffer, and holds it again when it returns.
-func (f *Function) putLocked(ctx context.Context, p *ep.Pipe, n int, pkt []byte, gen *genPacket, sess uint8, block bool) error {
+func (f *Function) putLocked(ctx context.Context, p *ep.Pipe, n int, pkt []byte, gen *genPacket, sess uint8, ul int, block bool) error {
 	for {
 		if !f.open {
 			f.mu.Unlock()
@@ -779,7 +787,7 @@ func (f *Function) putLocked(ctx context.Context, p *ep.Pipe, n int, pkt []byte,
 			if err := f.agg.reset(b.Buf); err != nil {
 				// Ruled out by New's checks.
 				p.Release(b)
-				f.drop(sess, &f.st.droppedTooLarge, 1)
+				f.dropPut(sess, &f.st.droppedTooLarge, ul)
 				return nil
 			}
 			f.cur, f.curPipe, f.open = b, p, true
@@ -788,12 +796,12 @@ func (f *Function) putLocked(ctx context.Context, p *ep.Pipe, n int, pkt []byte,
 		switch err := f.addToAggregateLocked(n, pkt, gen, f.base+sess); {
 		case err == nil:
 			f.cur.AddPacket(n)
-			f.addedLocked(sess, n)
+			f.addedLocked(sess, n, ul)
 			return nil
 		case errors.Is(err, framing.ErrFull) || errors.Is(err, framing.ErrLimit):
 			if f.agg.Count() == 0 {
 				// Cannot happen for a fresh aggregate; be safe.
-				f.drop(sess, &f.st.droppedTooLarge, 1)
+				f.dropPut(sess, &f.st.droppedTooLarge, ul)
 				return nil
 			}
 			cause := &f.st.flushSize
@@ -802,10 +810,10 @@ func (f *Function) putLocked(ctx context.Context, p *ep.Pipe, n int, pkt []byte,
 			}
 			f.flushLocked(cause)
 		case errors.Is(err, framing.ErrEmpty):
-			f.drop(sess, &f.st.droppedEmpty, 1)
+			f.dropPut(sess, &f.st.droppedEmpty, ul)
 			return nil
 		default: // too large even for an empty aggregate
-			f.drop(sess, &f.st.droppedTooLarge, 1)
+			f.dropPut(sess, &f.st.droppedTooLarge, ul)
 			return nil
 		}
 	}
@@ -843,16 +851,16 @@ func (f *Function) addToAggregateLocked(n int, pkt []byte, gen *genPacket, wire 
 	return err
 }
 
-// addedLocked accounts for a packet of session sess, of n bytes, just
-// added to the open aggregate and
-// applies the flush rules: with WindowTimer the first packet outside a
+// addedLocked accounts for a packet of session sess, of n bytes (and
+// add's ul), just added to the open aggregate and applies the flush rules: with WindowTimer the first packet outside a
 // window opens one and arms the timer; a full aggregate (every packet, for
 // raw IP) is flushed; otherwise an aggregate's first packet arms the flush
 // timer. f.mu must be held.
-func (f *Function) addedLocked(sess uint8, n int) {
+func (f *Function) addedLocked(sess uint8, n, ul int) {
 	f.st.pending.Add(1)
-	f.sess[sess].pending.Add(1)
-	f.aggS.add(sess, n)
+	if f.aggS.add(sess, n, ul) {
+		f.sess[sess].mark()
+	}
 	if f.cfg.WindowTimer && !f.window && f.cfg.FlushTimer > 0 {
 		f.window = true
 		f.timer.Reset(f.cfg.FlushTimer)

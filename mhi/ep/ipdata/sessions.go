@@ -42,13 +42,15 @@ type SessionStats struct {
 	DroppedGated uint64 `json:"dropped_gated"`
 }
 
-// sessCounters are one session's counters; seen marks a session that
-// has had traffic (a row of SessionStats).
+// sessCounters are one session's counters kept outside Function.mu:
+// what is counted where the lock is not held (drops, generated packets,
+// shaped uplink packets). seen marks a session that has had traffic (a
+// row of SessionStats). The packets that reach an aggregate are counted
+// under the lock, in aggSessions.
 type sessCounters struct {
-	seen                                  atomic.Bool
-	ulPackets, ulBytes, genPackets        atomic.Uint64
-	dlPackets, dlBytes, dropped, dropGate atomic.Uint64
-	pending                               atomic.Int64
+	seen                           atomic.Bool
+	ulPackets, ulBytes, genPackets atomic.Uint64
+	dropped, dropGate              atomic.Uint64
 }
 
 // mark records that the session has had traffic.
@@ -58,38 +60,67 @@ func (c *sessCounters) mark() {
 	}
 }
 
-// aggSessions tallies the packets of the open aggregate per session, so
-// that a flush counts them to their sessions. Guarded by Function.mu.
+// aggSessions counts, per session, the packets that reach an aggregate:
+// those of the open aggregate (its session's Pending) and the totals of
+// the aggregates already settled. Guarded by Function.mu, so that a
+// packet costs plain additions, no atomic operation; SessionStats reads
+// it under the lock.
 type aggSessions struct {
-	n       int
+	n       int // sessions in the open aggregate
 	touched [NumSessions]uint8
-	cnt     [NumSessions]uint32
-	bytes   [NumSessions]uint64
+	open    [NumSessions]aggTally
+	done    [NumSessions]sessTotals
 }
 
-func (a *aggSessions) add(s uint8, n int) {
-	if a.cnt[s] == 0 {
+// aggTally is one session's packets in the open aggregate: all of them
+// (cnt, their bytes) and the uplink packets among them (ul, their uplink
+// bytes: a responder's answer differs in size from its question).
+type aggTally struct {
+	cnt, ul        uint32
+	bytes, ulBytes uint64
+}
+
+// sessTotals are one session's settled aggregates' counts: the uplink
+// packets that went into them, and the packets and bytes committed to the
+// downlink queue.
+type sessTotals struct {
+	ulPackets, ulBytes, dlPackets, dlBytes uint64
+}
+
+// add counts a packet of n bytes of session s into the open aggregate, an
+// uplink packet of ul bytes (ul ≥ 0) or a generated one (ul < 0). It
+// reports whether the packet is its session's first in the aggregate.
+func (a *aggSessions) add(s uint8, n, ul int) (first bool) {
+	o := &a.open[s]
+	if o.cnt == 0 {
 		a.touched[a.n] = s
 		a.n++
+		first = true
 	}
-	a.cnt[s]++
-	a.bytes[s] += uint64(n)
+	o.cnt++
+	o.bytes += uint64(n)
+	if ul >= 0 {
+		o.ul++
+		o.ulBytes += uint64(ul)
+	}
+	return first
 }
 
-// settle moves the open aggregate's tally into the sessions' counters:
-// sent (committed to the downlink queue) or dropped; it empties the tally.
+// settle moves the open aggregate's tally into the sessions' totals:
+// sent (committed to the downlink queue) or dropped (counted in sc's
+// Dropped); it empties the tally.
 func (a *aggSessions) settle(sc *[NumSessions]sessCounters, sent bool) {
 	for _, s := range a.touched[:a.n] {
-		c := &sc[s]
-		k := a.cnt[s]
-		c.pending.Add(-int64(k))
+		o, d := &a.open[s], &a.done[s]
+		d.ulPackets += uint64(o.ul)
+		d.ulBytes += o.ulBytes
 		if sent {
-			c.dlPackets.Add(uint64(k))
-			c.dlBytes.Add(a.bytes[s])
+			d.dlPackets += uint64(o.cnt)
+			d.dlBytes += o.bytes
 		} else {
-			c.dropped.Add(uint64(k))
+			sc[s].dropped.Add(uint64(o.cnt))
 		}
-		a.cnt[s], a.bytes[s] = 0, 0
+		*o = aggTally{}
 	}
 	a.n = 0
 }
@@ -128,13 +159,29 @@ func (f *Function) sessionOf(w uint8) (n uint8, ok bool) {
 	return w, !f.cfg.StrictSession
 }
 
-// countUL counts an uplink packet of n bytes on session s.
+// countUL counts an uplink packet of n bytes on session s that does not
+// reach an aggregate (those are counted in aggSessions).
 func (f *Function) countUL(s uint8, n int) {
+	f.sessUL(s, n)
+	f.st.ulPackets.Add(1)
+}
+
+// sessUL counts an uplink packet of n bytes in session s's counters only.
+func (f *Function) sessUL(s uint8, n int) {
 	c := &f.sess[s]
 	c.mark()
 	c.ulPackets.Add(1)
 	c.ulBytes.Add(uint64(n))
-	f.st.ulPackets.Add(1)
+}
+
+// dropPut counts a packet of session s that put drops under reason; ul
+// ≥ 0 is its uplink length (put counts an uplink packet's session's UL
+// counters; ULPackets is Receive's), ul < 0 a packet not from the uplink.
+func (f *Function) dropPut(s uint8, reason *atomic.Uint64, ul int) {
+	if ul >= 0 {
+		f.sessUL(s, ul)
+	}
+	f.drop(s, reason, 1)
 }
 
 // countGen counts k generated packets of session s.
@@ -162,9 +209,11 @@ func (f *Function) drop(s uint8, reason *atomic.Uint64, k uint64) {
 // has).
 func (f *Function) SessionStats() []SessionStats {
 	var out []SessionStats
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	for i := range f.sess {
 		if f.sess[i].seen.Load() {
-			out = append(out, f.SessionStatsOf(uint8(i)))
+			out = append(out, f.sessionStatsLocked(uint8(i)))
 		}
 	}
 	return out
@@ -173,16 +222,23 @@ func (f *Function) SessionStats() []SessionStats {
 // SessionStatsOf returns session n's counters (all zero, with Session
 // and Wire set, if it has had no traffic).
 func (f *Function) SessionStatsOf(n uint8) SessionStats {
-	c := &f.sess[n]
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sessionStatsLocked(n)
+}
+
+// sessionStatsLocked is SessionStatsOf with f.mu held.
+func (f *Function) sessionStatsLocked(n uint8) SessionStats {
+	c, o, d := &f.sess[n], &f.aggS.open[n], &f.aggS.done[n]
 	return SessionStats{
 		Session:      n,
 		Wire:         f.base + n,
-		ULPackets:    c.ulPackets.Load(),
-		ULBytes:      c.ulBytes.Load(),
+		ULPackets:    c.ulPackets.Load() + d.ulPackets + uint64(o.ul),
+		ULBytes:      c.ulBytes.Load() + d.ulBytes + o.ulBytes,
 		GenPackets:   c.genPackets.Load(),
-		DLPackets:    c.dlPackets.Load(),
-		DLBytes:      c.dlBytes.Load(),
-		Pending:      uint64(max(c.pending.Load(), 0)),
+		DLPackets:    d.dlPackets,
+		DLBytes:      d.dlBytes,
+		Pending:      uint64(o.cnt),
 		Dropped:      c.dropped.Load(),
 		DroppedGated: c.dropGate.Load(),
 	}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/gomhi/gomhi/mhi/ep"
+	"github.com/gomhi/gomhi/mhi/ep/eptest"
 	"github.com/gomhi/gomhi/mhi/proto/framing"
 	"github.com/gomhi/gomhi/mhi/proto/ntb"
 	"github.com/gomhi/gomhi/mhi/proto/qmap"
@@ -343,6 +345,9 @@ func TestIPDataSessionResponder(t *testing.T) {
 		addr6(v6[24:40], 2)
 		be.PutUint16(v6[42:], 0)
 		be.PutUint16(v6[42:], checksum(pseudo6(v6[8:24], v6[24:40], 58, len(echo)), v6[40:]))
+		// The v4 question carries 4 bytes past its IP length, which
+		// its answer leaves out: the session's UL bytes count them.
+		v4 = append(v4, 0, 0, 0, 0)
 		pkts = append(pkts, wirePacket{112 + n, v4}, wirePacket{112 + n, v6})
 	}
 	for _, x := range encodeULWire(t, cfg, pkts, 32, r.ulSize) {
@@ -366,7 +371,13 @@ func TestIPDataSessionResponder(t *testing.T) {
 			}
 		}
 	}
-	checkSessionConservation(t, r.ipd)
+	rows := checkSessionConservation(t, r.ipd)
+	for n := range uint8(3) {
+		ul := uint64(len(pkts[2*n].data) + len(pkts[2*n+1].data))
+		if row := rowOf(t, rows, n); row.ULPackets != 2 || row.DLPackets != 2 || row.ULBytes != ul || row.DLBytes != ul-4 {
+			t.Fatalf("session %d: %+v (UL bytes %d)", n, row, ul)
+		}
+	}
 }
 
 // BenchmarkIPDataSessions is the loopback with one and with two sessions
@@ -461,5 +472,75 @@ func TestIPDataGeneratorSessions(t *testing.T) {
 		if err := r.ipd.StartGenerator(bad); err == nil || !strings.Contains(err.Error(), "sessions") {
 			t.Fatalf("StartGenerator(%+v) = %v", bad, err)
 		}
+	}
+}
+
+// TestIPDataSessionStatsOpenAggregate: the packets of the aggregate still
+// open are in their sessions' ULPackets, ULBytes and Pending (not yet in
+// DLPackets), and move to DLPackets and DLBytes when it leaves.
+func TestIPDataSessionStatsOpenAggregate(t *testing.T) {
+	for _, format := range []framing.Format{framing.NTB16, framing.QMAP} {
+		t.Run(format.String(), func(t *testing.T) {
+			r := newIPRig(t, ipRigConfig{ip: Config{Format: format, FlushTimer: -1, NoIdleFlush: true},
+				dlBuffers: 12, ulSize: 65536 - 64, ring: 8})
+			cfg := r.ipd.Config()
+			pkts := []wirePacket{
+				{0, testPacket(100, 1)}, {1, testPacket(200, 2)}, {0, testPacket(300, 3)},
+				{1, testPacket(40, 4)}, {0, testPacket(60, 5)},
+			}
+			for _, x := range encodeULWire(t, cfg, pkts, 8, r.ulSize) {
+				r.sendUL(x)
+			}
+			r.pumpUntil("uplink", func() bool { return r.ipd.Stats().ULPackets == uint64(len(pkts)) })
+			want := map[uint8][2]uint64{0: {3, 460}, 1: {2, 240}} // packets, bytes
+			rows := checkSessionConservation(t, r.ipd)
+			for n, w := range want {
+				row := rowOf(t, rows, n)
+				if row.ULPackets != w[0] || row.ULBytes != w[1] || row.Pending != w[0] || row.DLPackets != 0 || row.DLBytes != 0 {
+					t.Fatalf("open aggregate, session %d: %+v", n, row)
+				}
+			}
+			r.ipd.Flush()
+			r.waitAggregates(uint64(len(pkts)))
+			rows = checkSessionConservation(t, r.ipd)
+			for n, w := range want {
+				row := rowOf(t, rows, n)
+				if row.ULPackets != w[0] || row.ULBytes != w[1] || row.Pending != 0 || row.DLPackets != w[0] || row.DLBytes != w[1] {
+					t.Fatalf("flushed, session %d: %+v", n, row)
+				}
+			}
+			if len(rows) != 2 {
+				t.Fatalf("%d session rows", len(rows))
+			}
+		})
+	}
+}
+
+// TestIPDataSessionULDroppedInAggregator: an uplink packet the aggregator
+// refuses (empty, too large for an aggregate) is in its session's
+// ULPackets and ULBytes and in its Dropped.
+func TestIPDataSessionULDroppedInAggregator(t *testing.T) {
+	ipd, err := New(Config{Format: framing.NTB16, UplinkRaw: true, MaxAggregate: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := eptest.NewHost(t, func(c *ep.Config) { c.Functions = map[string]ep.Function{Name: ipd} })
+	p, _ := h.Dev.Pipe(Name)
+	drain := p.RunDLWithoutHost()
+	ctx := context.Background()
+	for _, pkt := range [][]byte{{}, testPacket(1500, 1), testPacket(100, 2)} {
+		if err := ipd.Receive(ctx, p, pkt); err != nil {
+			t.Fatal(err)
+		}
+		drain()
+	}
+	ipd.Flush()
+	drain()
+	s := ipd.Stats()
+	rows := checkSessionConservation(t, ipd)
+	row := rowOf(t, rows, 0)
+	if s.DroppedEmpty != 1 || s.DroppedTooLarge != 1 || row.ULPackets != 3 || row.ULBytes != 1600 ||
+		row.Dropped != 2 || row.DLPackets != 1 || row.DLBytes != 100 {
+		t.Fatalf("session 0: %+v; stats %+v", row, s)
 	}
 }

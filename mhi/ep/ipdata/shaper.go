@@ -435,7 +435,7 @@ func (f *Function) deliverShaped(ctx context.Context, p *ep.Pipe, pkt []byte, se
 		f.st.answered.Add(1)
 		pkt = (*reply)[:n]
 	}
-	if err := f.add(ctx, p, pkt, sess); err != nil {
+	if err := f.add(ctx, p, pkt, sess, noUL); err != nil {
 		f.drop(sess, &f.st.droppedAborted, 1)
 	}
 }

@@ -157,7 +157,11 @@ type tally struct {
 	padOthers int
 }
 
-func (t *tally) reset(l *layout) { *t = tally{off: l.dataStart} }
+// reset empties the tally. The arrays keep stale values past nndp, which
+// nothing reads: commit sets a new slot's count.
+func (t *tally) reset(l *layout) {
+	t.n, t.off, t.nndp, t.hint, t.padOthers = 0, l.dataStart, 0, 0, 0
+}
 
 // slot returns the NDP slot of session key k, or nndp when it has none yet.
 func (t *tally) slot(k uint8) int {
@@ -362,22 +366,24 @@ func FitSessions(cfg Config, bufLen int, lens []int, sids []uint8) (n, size int,
 // in Config.Session's, AddSession and AppendSession in the given
 // session's. The NDPs are chained by wNextNdpIndex in the order their
 // sessions first appear, each listing its datagrams in the order they were
-// added; at most MaxWriterNDPs of them.
+// added; at most MaxWriterNDPs of them. An aggregate of one session costs
+// what a single-NDP writer does: the NDP slots of the datagrams are kept
+// only from the moment a second session appears.
 type Writer struct {
 	l    layout
 	buf  []byte // the usable part of the caller's buffer
 	t    tally
 	ents []entry
-	seq  uint16
-	open bool
-	size int // length returned by the last Finish
+	// slots[i] is the NDP slot of ents[i] while the aggregate has more
+	// than one NDP (len(slots) == len(ents)); empty while it has one.
+	slots []uint8
+	seq   uint16
+	open  bool
+	size  int // length returned by the last Finish
 }
 
-// entry is a datagram of the open aggregate: where it is and its NDP slot.
-type entry struct {
-	idx, n int
-	slot   int
-}
+// entry is a datagram of the open aggregate: where it is.
+type entry struct{ idx, n int }
 
 var _ framing.Writer = (*Writer)(nil)
 
@@ -388,8 +394,9 @@ var _ framing.Writer = (*Writer)(nil)
 func (w *Writer) Reset(buf []byte, cfg Config) error {
 	w.open = false
 	w.size = 0
-	w.t = tally{}
+	w.t.n, w.t.nndp = 0, 0
 	w.ents = w.ents[:0]
+	w.slots = w.slots[:0]
 	l, err := newLayout(cfg)
 	if err != nil {
 		return err
@@ -474,9 +481,42 @@ func (w *Writer) AppendSession(n int, sid uint8) ([]byte, error) {
 		return nil, framing.ErrNotOpen
 	}
 	k := w.l.key(sid)
-	if b, ok := w.appendLast(n, k); ok {
-		return b, nil
+	t, l := &w.t, &w.l
+	if t.nndp > 1 {
+		if b, ok := w.appendKnown(n, k); ok {
+			return b, nil
+		}
+		return w.appendSlow(n, k)
 	}
+	// The fast path while the aggregate has at most one NDP: a datagram
+	// that fits, for that NDP's session (or the first).
+	if (t.nndp == 1 && t.sids[0] != k) || n <= 0 || n > len(w.buf) || t.n >= l.max {
+		return w.appendSlow(n, k)
+	}
+	start := alignUp(t.off, l.dgAlign)
+	end := start + n
+	total := end // NDPFirst: the reserved NDP
+	if !l.first {
+		// An NDP of one entry or more has no slack.
+		total = alignUp(end, l.ndpAlign) + l.ndpHdr + l.entLen*(t.n+2)
+	}
+	if total > len(w.buf) {
+		return w.appendSlow(n, k)
+	}
+	clear(w.buf[t.off:start])
+	if t.nndp == 0 {
+		t.sids[0], t.cnt[0], t.nndp = k, 0, 1
+	}
+	t.cnt[0]++
+	t.n++
+	t.off = end
+	w.ents = append(w.ents, entry{start, n})
+	return w.buf[start:end:end], nil
+}
+
+// appendSlow is AppendSession when its fast paths do not apply: a new
+// NDP, or a datagram that may be refused.
+func (w *Writer) appendSlow(n int, k uint8) ([]byte, error) {
 	start, slot, err := w.t.place(&w.l, n, k, len(w.buf))
 	if err != nil {
 		return nil, err
@@ -484,35 +524,54 @@ func (w *Writer) AppendSession(n int, sid uint8) ([]byte, error) {
 	end := start + n
 	clear(w.buf[w.t.off:start])
 	w.t.commit(&w.l, slot, k, end)
-	w.ents = append(w.ents, entry{start, n, slot})
+	if w.t.nndp > 1 {
+		// Entries added while there was one NDP are all in slot 0.
+		for len(w.slots) < len(w.ents) {
+			w.slots = append(w.slots, 0)
+		}
+		w.slots = append(w.slots, uint8(slot))
+	}
+	w.ents = append(w.ents, entry{start, n})
 	return w.buf[start:end:end], nil
 }
 
-// appendLast is AppendSession's fast path: a datagram that fits, for the
-// session of the last NDP. ok is false when the slow path must decide.
-func (w *Writer) appendLast(n int, k uint8) ([]byte, bool) {
+// appendKnown is AppendSession's fast path with several NDPs: a datagram
+// that fits, for a session that has its NDP already. ok is false when
+// the slow path must decide.
+func (w *Writer) appendKnown(n int, k uint8) ([]byte, bool) {
 	t, l := &w.t, &w.l
 	last := t.nndp - 1
-	if last < 0 || t.sids[last] != k || n <= 0 || n > len(w.buf) || t.n >= l.max {
+	if n <= 0 || n > len(w.buf) || t.n >= l.max {
 		return nil, false
+	}
+	slot := last
+	if t.sids[last] != k {
+		if slot = t.slot(k); slot == t.nndp {
+			return nil, false
+		}
 	}
 	start := alignUp(t.off, l.dgAlign)
 	end := start + n
-	total := end // the reserved NDP of NDPFirst, alone
-	if !l.first || last > 0 {
-		// blockLen, knowing that an NDP of one entry or more has no
-		// slack: ndpLen(c) = ndpHdr + entLen×(c+1) for c ≥ 1.
-		total = alignUp(end, l.ndpAlign) + t.padOthers + l.ndpHdr + l.entLen*(t.cnt[last]+2)
+	// blockLen, knowing that an NDP of one entry or more has no slack:
+	// ndpLen(c) = ndpHdr + entLen×(c+1) for c ≥ 1.
+	pad, lastCnt := t.padOthers, t.cnt[last]
+	switch {
+	case slot == last:
+		lastCnt++
+	case l.inTail(slot):
+		pad += l.padded(t.cnt[slot]+1) - l.padded(t.cnt[slot])
 	}
-	if total > len(w.buf) {
+	if alignUp(end, l.ndpAlign)+pad+l.ndpHdr+l.entLen*(lastCnt+1) > len(w.buf) {
 		return nil, false
 	}
 	clear(w.buf[t.off:start])
-	t.cnt[last]++
+	t.padOthers = pad
+	t.cnt[slot]++
 	t.n++
 	t.off = end
-	t.hint = last
-	w.ents = append(w.ents, entry{start, n, last})
+	t.hint = slot
+	w.slots = append(w.slots, uint8(slot))
+	w.ents = append(w.ents, entry{start, n})
 	return w.buf[start:end:end], true
 }
 
@@ -525,18 +584,59 @@ func (w *Writer) Finish() (n int) {
 	if !w.open {
 		return w.size
 	}
+	var total int
+	if w.t.nndp <= 1 {
+		total = w.finishOne()
+	} else {
+		total = w.finishMany()
+	}
+	w.seq++
+	w.open = false
+	w.size = total
+	return total
+}
+
+// finishOne writes the NTH and the one NDP of an aggregate of at most
+// one session and returns the block length.
+func (w *Writer) finishOne() int {
+	l, t := &w.l, &w.t
+	sid := l.key(l.session)
+	if t.nndp == 1 {
+		sid = t.sids[0]
+	}
+	var ndpOff, total int
+	if l.first {
+		ndpOff, total = l.ndpOff, t.off
+		clear(w.buf[l.nthLen:ndpOff])
+	} else {
+		ndpOff = alignUp(t.off, l.ndpAlign)
+		total = ndpOff + l.ndpLen(t.n)
+		clear(w.buf[t.off:ndpOff])
+	}
+	p := ndpOff + l.ndpHdr
+	for _, e := range w.ents {
+		w.putEntry(p, e.idx, e.n)
+		p += l.entLen
+	}
+	if l.first {
+		clear(w.buf[p:l.dataStart]) // the terminator and any unused reserved entries
+	} else {
+		clear(w.buf[p:total])
+	}
+	w.putNDPHeader(ndpOff, NDPSignature(l.ntb32, l.kind, sid), l.ndpLen(t.n), 0)
+	w.putNTH(total, ndpOff)
+	return total
+}
+
+// finishMany writes the NTH and the NDPs of an aggregate of several
+// sessions and returns the block length.
+func (w *Writer) finishMany() int {
 	l, t := &w.l, &w.t
 	total := t.total(l)
-	if t.nndp == 0 {
-		t.sids[0], t.cnt[0], t.nndp = l.key(l.session), 0, 1
-	}
 	// The NDPs' offsets, and where each one's next entry goes.
 	var ndpOff, pos [MaxWriterNDPs]int
-	p := t.off
-	if !l.first || t.nndp > 1 { // NDPs after the datagrams
-		p = alignUp(t.off, l.ndpAlign)
-		clear(w.buf[t.off:p])
-	}
+	p := alignUp(t.off, l.ndpAlign) // the NDPs after the datagrams
+	clear(w.buf[t.off:p])
 	for i := range t.nndp {
 		if !l.inTail(i) {
 			ndpOff[i] = l.ndpOff
@@ -556,9 +656,10 @@ func (w *Writer) Finish() (n int) {
 	for i := range t.nndp {
 		pos[i] = ndpOff[i] + l.ndpHdr
 	}
-	for _, e := range w.ents {
-		w.putEntry(pos[e.slot], e.idx, e.n)
-		pos[e.slot] += l.entLen
+	for i, e := range w.ents {
+		s := w.slots[i]
+		w.putEntry(pos[s], e.idx, e.n)
+		pos[s] += l.entLen
 	}
 	for i := range t.nndp {
 		end := ndpOff[i] + l.ndpLen(t.cnt[i])
@@ -573,9 +674,6 @@ func (w *Writer) Finish() (n int) {
 		w.putNDPHeader(ndpOff[i], NDPSignature(l.ntb32, l.kind, t.sids[i]), l.ndpLen(t.cnt[i]), next)
 	}
 	w.putNTH(total, ndpOff[0])
-	w.seq++
-	w.open = false
-	w.size = total
 	return total
 }
 
