@@ -26,7 +26,8 @@ type event struct {
 	Package    string
 	Test       string
 	Output     string
-	ImportPath string // build-output, build-fail
+	ImportPath string  // build-output, build-fail
+	Elapsed    float64 // seconds, on pass and fail
 }
 
 // skip is one skipped test and why.
@@ -36,6 +37,34 @@ type skip struct{ pkg, test, reason string }
 type summary struct {
 	passed, failed int
 	skips          []skip
+	slow           []timed // the slowest top-level tests, slowest first
+}
+
+// timed is a top-level test and how long it ran.
+type timed struct {
+	pkg, test string
+	secs      float64
+}
+
+// slowKept is how many of the slowest tests the closing report names, so
+// that a run's time budget (CI: 30 minutes) can be read off its log.
+const slowKept = 12
+
+// noteTime keeps t if it is among the slowKept slowest.
+func (s *summary) noteTime(t timed) {
+	i := len(s.slow)
+	for i > 0 && s.slow[i-1].secs < t.secs {
+		i--
+	}
+	if i >= slowKept {
+		return
+	}
+	s.slow = append(s.slow, timed{})
+	copy(s.slow[i+1:], s.slow[i:])
+	s.slow[i] = t
+	if len(s.slow) > slowKept {
+		s.slow = s.slow[:slowKept]
+	}
 }
 
 func main() {
@@ -184,6 +213,9 @@ func (f *eventFilter) testEvent(e event) {
 	case "pass":
 		f.s.passed++
 		delete(f.held, k)
+		if !strings.Contains(e.Test, "/") {
+			f.s.noteTime(timed{e.Package, e.Test, e.Elapsed})
+		}
 	case "fail":
 		f.s.failed++
 		if !f.all {
@@ -233,6 +265,13 @@ func report(w *bufio.Writer, s summary, ci bool) {
 		} else {
 			fmt.Fprintln(w, "(with CI=true these skips fail the run; docs/RELIABILITY.md says what each needs)")
 		}
+	}
+	if len(s.slow) > 0 {
+		fmt.Fprintf(w, "slowest tests:")
+		for _, t := range s.slow {
+			fmt.Fprintf(w, " %s %.0fs;", t.test, t.secs)
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "tests: %d passed, %d failed, %d skipped\n", s.passed, s.failed, len(s.skips))
 }

@@ -280,8 +280,9 @@ func TestLinuxMBIMMultiplex(t *testing.T) {
 		name, kernel, model string
 		wire                uint8
 	}{
+		// 6.12 on the FN990 behaves as 6.1 and 7.3 (observed, docs/NETWORK.md);
+		// 6.12 runs here with the T99W640, to keep make test's time down.
 		{"6.1", "6.1", "telit-fn990", 0},
-		{"6.12", "6.12", "telit-fn990", 0},
 		{"7.3", "7.3", "telit-fn990", 0},
 		{"foxconn-t99w640-6.12", "6.12", "foxconn-t99w640", 112},
 	} {
@@ -324,9 +325,10 @@ func TestLinuxMBIMMultiplex(t *testing.T) {
 func TestModemManagerMultiplex(t *testing.T) {
 	needLab(t)
 	script := writeScript(t, labMultiplexMM)
-	// 6.12 behaves the same (docs/NETWORK.md, "What Linux and ModemManager did"); left out to keep
-	// the package's time down.
-	for _, k := range []string{"6.1", "7.3"} {
+	// 6.1 and 6.12 behave the same (observed; docs/NETWORK.md, "What Linux
+	// and ModemManager did"); left out to keep make test's time down (the
+	// refusal below runs on 6.1).
+	for _, k := range []string{"7.3"} {
 		t.Run(k, func(t *testing.T) {
 			status, out, errOut := labRun(t, "--json", "--userland", "modemmanager", "--kernel", k, "--model", "telit-fn990",
 				"--serve-args", "--require-connect", "--timeout", "4m", script)
