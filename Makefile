@@ -68,10 +68,10 @@ test: host-deps fmt-check vet test-deps
 	@all="$$($(GO) list $(PKGS))" && guest="$$($(GO) list $(GUEST_PKGS))" && \
 	rest="$$(echo "$$all" | grep -v -x -F -e "$$guest" || true)" && \
 	guest="$$(echo "$$all" | grep -x -F -e "$$guest" || true)" && rc=0 && \
-	if [ -n "$$rest" ]; then echo "$(GO) run ./.ci/gotest -race -count=1 -timeout 20m $(TESTFLAGS) (all but $(GUEST_PKGS))"; \
-		$(GO) run ./.ci/gotest -race -count=1 -timeout 20m $(TESTFLAGS) $$rest || rc=1; fi && \
-	if [ -n "$$guest" ]; then echo "$(GO) run ./.ci/gotest -race -count=1 -timeout 20m $(TESTFLAGS)" $$guest; \
-		$(GO) run ./.ci/gotest -race -count=1 -timeout 20m $(TESTFLAGS) $$guest || rc=1; fi && \
+	if [ -n "$$rest" ]; then echo "$(GO) run ./.ci/gotest -race -count=1 -timeout 25m $(TESTFLAGS) (all but $(GUEST_PKGS))"; \
+		$(GO) run ./.ci/gotest -race -count=1 -timeout 25m $(TESTFLAGS) $$rest || rc=1; fi && \
+	if [ -n "$$guest" ]; then echo "$(GO) run ./.ci/gotest -race -count=1 -timeout 25m $(TESTFLAGS)" $$guest; \
+		$(GO) run ./.ci/gotest -race -count=1 -timeout 25m $(TESTFLAGS) $$guest || rc=1; fi && \
 	exit $$rc
 	$(MAKE) --no-print-directory fuzz
 	$(MAKE) --no-print-directory soak
