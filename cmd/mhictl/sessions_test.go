@@ -81,17 +81,7 @@ func TestInventedSessionCounted(t *testing.T) {
 			mux := tun.NewMux()
 			rx0 := &countRx{n: 0}
 			mux.Set(0, rx0)
-			cfg := mhinet.Config{Format: f}
-			r := mhinettest.New(t, mhinettest.Options{Model: "telit-fn990", IPData: &ipdata.Config{Format: f},
-				DataFunction: &mhinettest.Echo{}, Net: &cfg, Receiver: mux})
-			ss, err := ctrlport.NewSessions(ctrlport.SessionsOptions{Client: func(uint8) (ctrlport.SessionClient, error) { return idleClient{}, nil }})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(ss.Close)
-			data, own := muxCounters(mux)
-			tr := sysfs.NewTree()
-			tr.AddDevice("mhi0", sysfs.Device{Controller: r.Controller, Net: r.Net, Sessions: ss, SessionData: data, SessionsStats: own})
+			r, get := echoSessionsRig(t, f, mux)
 			for i := range 3 {
 				if _, err := r.Net.TransmitSession(5, [][]byte{udp4(uint32(i))}); err != nil {
 					t.Fatal(err)
@@ -99,13 +89,6 @@ func TestInventedSessionCounted(t *testing.T) {
 			}
 			if _, err := r.Net.TransmitSession(0, [][]byte{udp4(100), udp4(101)}); err != nil {
 				t.Fatal(err)
-			}
-			get := func(p string) string {
-				v, err := tr.Get("devices/mhi0/" + p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return v
 			}
 			poll.Wait(t, 5*time.Second, func() bool {
 				got, _ := rx0.counts()
@@ -121,7 +104,7 @@ func TestInventedSessionCounted(t *testing.T) {
 					get("stats/sessions/5/rx_packets"), get("stats/sessions/0/rx_packets"))
 			}
 			rec := httptest.NewRecorder()
-			tr.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			r.tree.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 			if m := rec.Body.String(); !strings.Contains(m, `mhi_sessions_rx_session_unknown_total{device="mhi0"} 3`) ||
 				!strings.Contains(m, `mhi_sessions_rx_dropped_total{device="mhi0",session="5"} 3`) {
 				t.Errorf("the metrics lack the unknown session's packets")
@@ -151,27 +134,10 @@ func TestWrongNDPCounted(t *testing.T) {
 	mux.Set(1, rx1)
 	mux.SetPrefixes(0, []netip.Prefix{netip.MustParsePrefix("198.18.0.1/24")})
 	mux.SetPrefixes(1, []netip.Prefix{netip.MustParsePrefix("198.18.1.1/24")})
-	cfg := mhinet.Config{Format: framing.NTB16}
-	r := mhinettest.New(t, mhinettest.Options{Model: "telit-fn990", IPData: &ipdata.Config{Format: framing.NTB16},
-		DataFunction: &mhinettest.Echo{}, Net: &cfg, Receiver: mux})
-	ss, err := ctrlport.NewSessions(ctrlport.SessionsOptions{Client: func(uint8) (ctrlport.SessionClient, error) { return idleClient{}, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ss.Close)
-	data, own := muxCounters(mux)
-	tr := sysfs.NewTree()
-	tr.AddDevice("mhi0", sysfs.Device{Controller: r.Controller, Net: r.Net, Sessions: ss, SessionData: data, SessionsStats: own})
+	r, get := echoSessionsRig(t, framing.NTB16, mux)
 	s0, s1 := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.1.1")
 	if _, err := r.Net.TransmitSession(0, [][]byte{udp4To(s1, 1), udp4To(s1, 2), udp4To(s0, 3)}); err != nil {
 		t.Fatal(err)
-	}
-	get := func(p string) string {
-		v, err := tr.Get("devices/mhi0/" + p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
 	}
 	poll.Wait(t, 5*time.Second, func() bool {
 		got, _ := rx0.counts()
@@ -185,4 +151,36 @@ func TestWrongNDPCounted(t *testing.T) {
 	if get("stats/sessions/0/rx_dropped") != "2" || get("stats/sessions/0/rx_packets") != "1" {
 		t.Errorf("session 0: rx_dropped %s, rx_packets %s", get("stats/sessions/0/rx_dropped"), get("stats/sessions/0/rx_packets"))
 	}
+}
+
+// sessionsRig is an echo modem's data path delivering to a tun.Mux, with
+// up's tree over it (muxCounters).
+type sessionsRig struct {
+	*mhinettest.Rig
+	tree *sysfs.Tree
+}
+
+// echoSessionsRig builds a sessionsRig in framing f and returns it with a
+// reader of its tree's attributes under devices/mhi0/.
+func echoSessionsRig(t *testing.T, f framing.Format, mux *tun.Mux) (*sessionsRig, func(string) string) {
+	t.Helper()
+	cfg := mhinet.Config{Format: f}
+	r := mhinettest.New(t, mhinettest.Options{Model: "telit-fn990", IPData: &ipdata.Config{Format: f},
+		DataFunction: &mhinettest.Echo{}, Net: &cfg, Receiver: mux})
+	ss, err := ctrlport.NewSessions(ctrlport.SessionsOptions{Client: func(uint8) (ctrlport.SessionClient, error) { return idleClient{}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ss.Close)
+	data, own := muxCounters(mux)
+	tr := sysfs.NewTree()
+	tr.AddDevice("mhi0", sysfs.Device{Controller: r.Controller, Net: r.Net, Sessions: ss, SessionData: data, SessionsStats: own})
+	get := func(p string) string {
+		v, err := tr.Get("devices/mhi0/" + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	return &sessionsRig{Rig: r, tree: tr}, get
 }
